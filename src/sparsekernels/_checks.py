@@ -1,0 +1,81 @@
+"""Argument checks shared by formats and ops.
+
+Every check raises before any device work, with a message that names the argument and says
+what is wrong, so a bad call never reaches a kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INDEX_DTYPES = (torch.int16, torch.int32, torch.int64)
+ACTIVATIONS = ("none", "relu", "gelu")
+
+
+def tensor(name: str, value: object) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {value.layout}")
+    return value
+
+
+def ndim(name: str, value: torch.Tensor, allowed: Iterable[int]) -> None:
+    allowed = tuple(allowed)
+    if value.dim() not in allowed:
+        want = " or ".join(str(a) for a in allowed)
+        raise ValueError(f"{name} must have {want} dimensions, got shape {tuple(value.shape)}")
+
+
+def float_dtype(name: str, value: torch.Tensor) -> None:
+    if value.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must be float16, bfloat16, float32 or float64, got {value.dtype}"
+        )
+
+
+def index_dtype(name: str, value: torch.Tensor) -> None:
+    if value.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must be int16, int32 or int64, got {value.dtype}")
+
+
+def same_dtype(names_values: dict[str, torch.Tensor]) -> None:
+    dtypes = {n: v.dtype for n, v in names_values.items() if v is not None}
+    if len(set(dtypes.values())) > 1:
+        listed = ", ".join(f"{n} is {d}" for n, d in dtypes.items())
+        raise TypeError(f"operands must share one dtype: {listed}")
+
+
+def same_device(names_values: dict[str, torch.Tensor]) -> None:
+    devices = {n: v.device for n, v in names_values.items() if v is not None}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{n} on {d}" for n, d in devices.items())
+        raise ValueError(f"operands must be on one device: {listed}")
+
+
+def activation(value: object) -> str:
+    name = "none" if value is None else value
+    if not isinstance(name, str) or name not in ACTIVATIONS:
+        raise ValueError(f"activation must be None, 'relu' or 'gelu', got {value!r}")
+    return name
+
+
+def positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def shape2d(name: str, value: object) -> tuple[int, int]:
+    try:
+        rows, cols = (int(v) for v in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair of ints (rows, cols), got {value!r}") from None
+    if rows < 0 or cols < 0:
+        raise ValueError(f"{name} must not be negative, got {(rows, cols)}")
+    return rows, cols

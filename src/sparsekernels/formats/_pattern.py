@@ -1,0 +1,91 @@
+"""A CSR sparsity pattern (row offsets + column indices) and what is derived from it once.
+
+Values live in the formats; the pattern is shared by every matrix with the same structure
+(`with_values`, dtype changes, the values a backward pass produces), so the derived arrays
+(row order for load balance, the transpose, COO row indices) are computed at most once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INT16_MAX = 2**15 - 1
+INT32_MAX = 2**31 - 1
+
+
+def index_dtype_for(largest: int) -> torch.dtype:
+    """The narrowest of int32/int64 that holds `largest` (int32 unless it must be int64)."""
+    return torch.int32 if largest <= INT32_MAX else torch.int64
+
+
+class Pattern:
+    """Row offsets (M+1,) and column indices (nnz,) of an (M, K) CSR matrix, validated elsewhere."""
+
+    def __init__(self, row_offsets: torch.Tensor, column_indices: torch.Tensor, shape: tuple[int, int]):
+        self.row_offsets = row_offsets
+        self.column_indices = column_indices
+        self.shape = shape
+        self._cache: dict[str, object] = {}
+
+    @property
+    def nnz(self) -> int:
+        return self.column_indices.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.column_indices.device
+
+    def _cached(self, key: str, build):
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def row_lengths(self) -> torch.Tensor:
+        return self._cached("row_lengths", lambda: self.row_offsets.diff())
+
+    def row_indices(self) -> torch.Tensor:
+        """The row of every stored entry (nnz,), int64: the COO form references gather with."""
+
+        def build():
+            rows = torch.arange(self.shape[0], device=self.device)
+            return torch.repeat_interleave(rows, self.row_lengths().long(), output_size=self.nnz)
+
+        return self._cached("row_indices", build)
+
+    def row_order(self) -> torch.Tensor:
+        """Rows sorted by length, longest first (Sputnik's row swizzle), int32."""
+
+        def build():
+            order = torch.argsort(self.row_lengths(), descending=True, stable=True)
+            return order.to(torch.int32)
+
+        return self._cached("row_order", build)
+
+    def column_indices_int16(self) -> torch.Tensor | None:
+        """Column indices as int16 when every column fits (K <= 32768), else None."""
+        if self.shape[1] > INT16_MAX + 1:
+            return None
+        return self._cached("cols16", lambda: self.column_indices.to(torch.int16))
+
+    def transpose(self) -> tuple[Pattern, torch.Tensor]:
+        """The pattern of A^T and the permutation taking A's values to A^T's order."""
+
+        def build():
+            rows = self.row_indices()
+            cols = self.column_indices.long()
+            # Sorting by (column, row) lists A's entries in A^T's row-major order.
+            perm = torch.argsort(cols * max(self.shape[0], 1) + rows, stable=True)
+            counts = torch.bincount(cols, minlength=self.shape[1])
+            offsets = torch.zeros(self.shape[1] + 1, dtype=torch.int64, device=self.device)
+            offsets[1:] = torch.cumsum(counts, 0)
+            offset_dtype = index_dtype_for(self.nnz)
+            col_dtype = index_dtype_for(self.shape[0])
+            t = Pattern(
+                offsets.to(offset_dtype),
+                rows[perm].to(col_dtype),
+                (self.shape[1], self.shape[0]),
+            )
+            t._cache["transpose"] = (self, torch.argsort(perm))
+            return t, perm
+
+        return self._cached("transpose", build)

@@ -1,0 +1,281 @@
+"""NMMatrix: a weight with exactly n kept of every m consecutive elements along its columns.
+
+Layout (PyTorch's (out_features, in_features) weight layout, groups along in_features):
+- `vector` consecutive rows share one choice (element-wise 1, vector-wise 4..128);
+- `block` consecutive columns move together (block-wise): kept elements come in aligned runs of
+  `block` columns, so each group keeps n / block of its m / block blocks.
+
+Storage:
+- `values` (rows, groups * n): the kept values of each row, group by group, in column order;
+- `indices` uint8 (ceil(rows / vector), groups * n / block): the kept block of each slot as an
+  offset within its group (0 .. m / block - 1), strictly increasing within a group.
+`packed_indices()` gives the same offsets in ceil(log2(m / block)) bits each, which is what a
+memory-bound kernel should read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import _checks
+from ._pattern import Pattern, index_dtype_for
+
+
+class NMMatrix:
+    """Example:
+    >>> w = torch.tensor([[0.0, 1.0, 0.0, 2.0], [3.0, 0.0, 0.0, 4.0]])
+    >>> W = NMMatrix.from_dense(w, n=2, m=4)
+    >>> W.indices.tolist(), W.values.tolist()
+    ([[1, 3], [0, 3]], [[1.0, 2.0], [3.0, 4.0]])
+    """
+
+    def __init__(
+        self,
+        values: torch.Tensor,
+        indices: torch.Tensor,
+        shape: tuple[int, int],
+        n: int,
+        m: int,
+        vector: int = 1,
+        block: int = 1,
+        *,
+        check: bool = True,
+    ):
+        shape = _checks.shape2d("shape", shape)
+        check_pattern_args(shape, n, m, vector, block)
+        self.shape, self.n, self.m, self.vector, self.block = shape, n, m, vector, block
+        if check:
+            _validate(values, indices, shape, n, m, vector, block)
+        self.values = values
+        self.indices = indices
+        self._cache: dict[str, object] = {}
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def groups(self) -> int:
+        return self.shape[1] // self.m
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
+    @property
+    def nnz(self) -> int:
+        return self.values.numel()
+
+    @property
+    def density(self) -> float:
+        return self.n / self.m
+
+    @property
+    def pattern_name(self) -> str:
+        extra = "".join(
+            f",{k}={v}" for k, v in (("v", self.vector), ("b", self.block)) if v != 1
+        )
+        return f"{self.n}:{self.m}{extra}"
+
+    @property
+    def index_bits(self) -> int:
+        """Bits that hold one block offset within a group."""
+        return max(1, math.ceil(math.log2(self.m // self.block)))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of values plus bit-packed indices."""
+        index_bytes = math.ceil(self.indices.numel() * self.index_bits / 8)
+        return self.values.numel() * self.values.element_size() + index_bytes
+
+    def __repr__(self) -> str:
+        return (
+            f"NMMatrix(shape={self.shape}, pattern={self.pattern_name}, "
+            f"dtype={self.dtype}, device={self.device})"
+        )
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_dense(
+        cls,
+        dense: torch.Tensor,
+        n: int,
+        m: int,
+        vector: int = 1,
+        block: int = 1,
+        mask: torch.Tensor | None = None,
+    ) -> NMMatrix:
+        """Compress a dense weight that already follows the n:m pattern.
+
+        The kept positions are the nonzeros (or `mask`, so kept zeros stay kept); groups with fewer
+        than n / block active blocks are completed with the first inactive ones. A group with more
+        raises a ValueError saying where.
+        """
+        _checks.tensor("dense", dense)
+        _checks.ndim("dense", dense, [2])
+        _checks.float_dtype("dense", dense)
+        shape = tuple(dense.shape)
+        check_pattern_args(shape, n, m, vector, block)
+        if mask is None:
+            active = dense != 0
+        else:
+            _checks.tensor("mask", mask)
+            if mask.shape != dense.shape:
+                raise ValueError(f"mask must have dense's shape {shape}, got {tuple(mask.shape)}")
+            active = mask.to(device=dense.device, dtype=torch.bool)
+        rows, cols = shape
+        row_groups, blocks_per_group, kept_blocks = -(-rows // vector), m // block, n // block
+        padded = active.new_zeros(row_groups * vector, cols)
+        padded[:rows] = active
+        blocks = padded.view(row_groups, vector, cols // m, blocks_per_group, block).any(4).any(1)
+        counts = blocks.sum(-1)
+        if counts.numel() and int(counts.max()) > kept_blocks:
+            g, k = (int(i) for i in (counts > kept_blocks).nonzero()[0])
+            unit = "nonzeros" if block == 1 else f"nonzero blocks of {block} columns"
+            raise ValueError(
+                f"dense breaks the {n}:{m} pattern (vector={vector}, block={block}): rows "
+                f"{g * vector}..{min(rows, (g + 1) * vector) - 1}, columns {k * m}..{k * m + m - 1} "
+                f"hold {int(counts[g, k])} {unit} where at most {kept_blocks} may be kept"
+            )
+        # Active blocks first, then the lowest inactive ones; kept in ascending order.
+        position = torch.arange(blocks_per_group, device=dense.device)
+        score = blocks.long() * blocks_per_group - position
+        chosen = score.topk(kept_blocks, dim=-1).indices.sort(-1).values
+        indices = chosen.reshape(row_groups, -1).to(torch.uint8)
+        matrix = cls(dense.new_zeros(0), indices, shape, n, m, vector, block, check=False)
+        matrix.values = dense.gather(1, matrix.column_indices())
+        return matrix
+
+    def with_values(self, values: torch.Tensor) -> NMMatrix:
+        """The same pattern with other values (rows, groups * n)."""
+        _check_values(values, self.shape, self.n, self.m)
+        if values.device != self.indices.device:
+            raise ValueError(f"values must be on {self.indices.device}, got {values.device}")
+        matrix = NMMatrix(values, self.indices, self.shape, self.n, self.m, self.vector, self.block, check=False)
+        matrix._cache = self._cache
+        return matrix
+
+    # ----------------------------------------------------------------- derived (cached)
+    def column_indices(self) -> torch.Tensor:
+        """The column of every stored value, (rows, groups * n) int64."""
+        if "cols" not in self._cache:
+            self._cache["cols"] = nm_columns(
+                self.indices, self.shape[0], self.n, self.m, self.vector, self.block
+            )
+        return self._cache["cols"]  # type: ignore[return-value]
+
+    def csr_pattern(self) -> Pattern:
+        """This pattern as CSR (every row holds groups * n entries, already sorted)."""
+        if "csr" not in self._cache:
+            rows, cols = self.shape
+            per_row = self.groups * self.n
+            nnz = rows * per_row
+            offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
+            self._cache["csr"] = Pattern(
+                offsets.to(index_dtype_for(nnz)),
+                self.column_indices().reshape(-1).to(index_dtype_for(cols)),
+                self.shape,
+            )
+        return self._cache["csr"]  # type: ignore[return-value]
+
+    def packed_indices(self) -> torch.Tensor:
+        """Indices packed `index_bits` each into int32 words, little end first, per row group."""
+        if "packed" not in self._cache:
+            bits = self.index_bits
+            per_word = 32 // bits
+            idx = self.indices.long()
+            pad = (-idx.shape[1]) % per_word
+            idx = torch.nn.functional.pad(idx, (0, pad)).view(idx.shape[0], -1, per_word)
+            shifts = torch.arange(per_word, device=idx.device) * bits
+            words = (idx << shifts).sum(-1)
+            self._cache["packed"] = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+        return self._cache["packed"]  # type: ignore[return-value]
+
+    # ----------------------------------------------------------------- conversion
+    def to_csr(self):
+        """The same matrix as a CSRMatrix (values shared, differentiable)."""
+        from .csr import CSRMatrix
+
+        return CSRMatrix._from_pattern(self.csr_pattern(), self.values.reshape(-1), check=False)
+
+    def to_dense(self) -> torch.Tensor:
+        """Dense (rows, cols); differentiable in the values."""
+        out = self.values.new_zeros(self.shape)
+        return out.scatter(1, self.column_indices(), self.values)
+
+    def to(self, device=None, dtype: torch.dtype | None = None) -> NMMatrix:
+        if dtype is not None and dtype not in _checks.FLOAT_DTYPES:
+            raise TypeError(f"dtype must be a floating dtype, got {dtype}")
+        values = self.values.to(device=device, dtype=dtype)
+        matrix = NMMatrix(
+            values, self.indices.to(values.device), self.shape, self.n, self.m,
+            self.vector, self.block, check=False,
+        )
+        if values.device == self.device:
+            matrix._cache = self._cache
+        return matrix
+
+    def cuda(self) -> NMMatrix:
+        return self.to(device="cuda")
+
+    def cpu(self) -> NMMatrix:
+        return self.to(device="cpu")
+
+
+def nm_columns(indices: torch.Tensor, rows: int, n: int, m: int, vector: int, block: int) -> torch.Tensor:
+    """The column of every stored value, (rows, groups * n) int64, from the uint8 block offsets."""
+    kept = n // block
+    groups = indices.shape[1] // kept if kept else 0
+    slot_block = indices.long().repeat_interleave(vector, 0)[:rows]
+    slot_block = slot_block.repeat_interleave(block, 1) * block
+    within = torch.arange(block, device=indices.device).repeat(groups * kept)
+    group_start = torch.arange(groups, device=indices.device) * m
+    return slot_block + within + group_start.repeat_interleave(n)
+
+
+def check_pattern_args(shape: tuple[int, int], n, m, vector, block) -> None:
+    """n:m, vector and block must describe a pattern that fits `shape`."""
+    m = _checks.positive_int("m", m, minimum=2)
+    n = _checks.positive_int("n", n)
+    _checks.positive_int("vector", vector)
+    _checks.positive_int("block", block)
+    if m > 256:
+        raise ValueError(f"m must be at most 256, got {m}")
+    if n >= m:
+        raise ValueError(f"n must be smaller than m, got n={n}, m={m}")
+    if n % block or m % block:
+        raise ValueError(f"block must divide both n and m, got block={block} for {n}:{m}")
+    if shape[1] % m:
+        raise ValueError(
+            f"the reduction dimension (columns, in_features) {shape[1]} must be a multiple of m={m}"
+        )
+
+
+def _check_values(values, shape, n, m) -> None:
+    _checks.tensor("values", values)
+    _checks.float_dtype("values", values)
+    want = (shape[0], shape[1] // m * n)
+    if tuple(values.shape) != want:
+        raise ValueError(f"values must have shape {want} for {n}:{m} and shape {shape}, got {tuple(values.shape)}")
+
+
+def _validate(values, indices, shape, n, m, vector, block) -> None:
+    _check_values(values, shape, n, m)
+    _checks.tensor("indices", indices)
+    if indices.dtype != torch.uint8:
+        raise TypeError(f"indices must be uint8, got {indices.dtype}")
+    kept = n // block
+    want = (-(-shape[0] // vector), shape[1] // m * kept)
+    if tuple(indices.shape) != want:
+        raise ValueError(f"indices must have shape {want}, got {tuple(indices.shape)}")
+    if indices.device != values.device:
+        raise ValueError(f"indices must be on values' device {values.device}, got {indices.device}")
+    if indices.numel():
+        grouped = indices.long().view(want[0], -1, kept)
+        if int(grouped.max()) >= m // block:
+            raise ValueError(f"indices must be block offsets below m / block = {m // block}")
+        if kept > 1 and bool((grouped.diff(dim=-1) <= 0).any()):
+            raise ValueError("indices must be strictly increasing within each group")

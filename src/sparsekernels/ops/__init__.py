@@ -1,0 +1,9 @@
+"""Public ops: one function per op; dispatch lives here, math in reference.py and kernels/."""
+
+from .attention import sparse_attention
+from .linear import linear
+from .sddmm import sddmm
+from .softmax import sparse_softmax
+from .spmm import spmm
+
+__all__ = ["spmm", "linear", "sddmm", "sparse_softmax", "sparse_attention"]

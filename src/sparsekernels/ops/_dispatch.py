@@ -1,0 +1,102 @@
+"""Backend choice: each backend declares what it cannot do; choose() picks the first that can.
+
+A backend is a name, a function listing the reasons it cannot run a problem (empty: it can), and
+the function that runs it. Backends of an op are tried in the order they were registered; a
+caller can force one with `backend=`, and when none fits the error lists why each was rejected.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What backends look at to decide: device, dtype and op-specific facts."""
+
+    device: torch.device
+    dtype: torch.dtype
+    facts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    run: Callable
+    # reasons(problem, forced) -> list of why this backend cannot run the problem
+    reasons: Callable[[Problem, bool], list[str]]
+
+
+_REGISTRY: dict[str, dict[str, Backend]] = {}
+
+
+def register(op: str, backend: Backend) -> None:
+    _REGISTRY.setdefault(op, {})[backend.name] = backend
+
+
+def backends(op: str) -> list[str]:
+    return list(_REGISTRY.get(op, {}))
+
+
+def choose(op: str, problem: Problem, backend: str | None = None) -> str:
+    """The name of the backend that runs `problem`; a ValueError says why none can."""
+    table = _REGISTRY[op]
+    if backend is not None:
+        if not isinstance(backend, str) or backend not in table:
+            raise ValueError(f"backend must be one of {sorted(table)} for {op}, got {backend!r}")
+        reasons = table[backend].reasons(problem, True)
+        if reasons:
+            raise ValueError(f"backend {backend!r} cannot run {op}: " + "; ".join(reasons))
+        return backend
+    rejected = []
+    for name, candidate in table.items():
+        reasons = candidate.reasons(problem, False)
+        if not reasons:
+            return name
+        rejected.append(f"{name}: " + "; ".join(reasons))
+    raise ValueError(f"no backend can run {op}: " + " | ".join(rejected))
+
+
+def explain(op: str, problem: Problem) -> dict[str, list[str]]:
+    """Every backend of `op` with the reasons it would reject `problem` (empty: accepted)."""
+    return {name: b.reasons(problem, False) for name, b in _REGISTRY[op].items()}
+
+
+def run(op: str, backend: str, *args):
+    return _REGISTRY[op][backend].run(*args)
+
+
+# ----------------------------------------------------------------------- shared reasons
+def triton_interpreter_enabled() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
+    """Triton runs on CUDA; on CPU only in its interpreter, and only when asked for by name."""
+    if problem.device.type == "cuda":
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return ["triton is not installed"]
+        return []
+    if problem.device.type == "cpu" and triton_interpreter_enabled():
+        return [] if forced else ["on CPU the interpreter is used only with backend='triton'"]
+    return [f"tensors are on {problem.device.type}; Triton needs CUDA (or TRITON_INTERPRET=1 on CPU)"]
+
+
+def always(problem: Problem, forced: bool) -> list[str]:
+    return []
+
+
+def choose_with_hint(op: str, problem: Problem, backend: str | None, hint: str | None) -> str:
+    """A forced backend, else `hint` (the backend a forward pass used) when it fits, else auto."""
+    if backend is not None:
+        return choose(op, problem, backend)
+    table = _REGISTRY[op]
+    if hint in table and not table[hint].reasons(problem, True):
+        return hint
+    return choose(op, problem)

@@ -1,0 +1,255 @@
+"""torch.library registration: the custom ops, their fake (meta) versions and their autograd.
+
+Each op's body runs the backend the public op chose (its name travels as the `backend` string),
+so torch.compile sees one opaque op per call. Every backward is built from forward ops.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _dispatch
+
+Tensor = torch.Tensor
+
+
+def _batch(*shapes) -> tuple[int, ...]:
+    return tuple(torch.broadcast_shapes(*shapes))
+
+
+def _sum_to(grad: Tensor, like: Tensor) -> Tensor:
+    """Sum a batched gradient over the batch dimensions `like` does not have."""
+    extra = grad.dim() - like.dim()
+    return grad.sum(dim=tuple(range(extra))) if extra > 0 else grad
+
+
+# ============================================================================ spmm_csr
+@torch.library.custom_op("sparsekernels::spmm_csr", mutates_args=())
+def spmm_csr(
+    row_offsets: Tensor,
+    column_indices: Tensor,
+    values: Tensor,
+    b: Tensor,
+    bias: Tensor | None,
+    row_order: Tensor | None,
+    t_row_offsets: Tensor | None,
+    t_column_indices: Tensor | None,
+    t_perm: Tensor | None,
+    activation: str,
+    backend: str,
+) -> Tensor:
+    """act(A @ b + bias) for CSR A; the t_* tensors (A^T's pattern) are only for backward."""
+    return _dispatch.run(
+        "spmm_csr", backend, row_offsets, column_indices, values, b, bias, row_order, activation
+    )
+
+
+@spmm_csr.register_fake
+def _(row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend):
+    shape = (*_batch(values.shape[:-1], b.shape[:-2]), row_offsets.shape[0] - 1, b.shape[-1])
+    return b.new_empty(shape)
+
+
+def _spmm_csr_setup(ctx, inputs, output):
+    row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend = inputs
+    ctx.activation, ctx.backend = activation, backend
+    ctx.save_for_backward(row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, output)
+
+
+def _activation_grad(grad: Tensor, output: Tensor, pre_activation, activation: str) -> Tensor:
+    if activation == "relu":
+        return grad * (output > 0)
+    if activation == "gelu":
+        x = pre_activation().float()
+        cdf = 0.5 * (1 + torch.erf(x * 0.7071067811865476))
+        pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
+        return (grad.float() * (cdf + x * pdf)).to(grad.dtype)
+    return grad
+
+
+def _spmm_csr_backward(ctx, grad):
+    from .sddmm import sddmm_csr_raw
+    from .spmm import spmm_csr_raw, transpose_pattern
+
+    row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, out = ctx.saved_tensors
+    hint = ctx.backend
+
+    def pre_activation():
+        return spmm_csr_raw(row_offsets, column_indices, values, b, bias, row_order, "none", hint)
+
+    g = _activation_grad(grad, out, pre_activation, ctx.activation)
+    d_values = d_b = d_bias = None
+    if ctx.needs_input_grad[2]:
+        d_values = _sum_to(sddmm_csr_raw(row_offsets, column_indices, g, b, None, hint), values)
+    if ctx.needs_input_grad[3]:
+        if t_perm is None:
+            t_ro, t_ci, t_perm = transpose_pattern(row_offsets, column_indices, b.shape[-2])
+        t_values = values[..., t_perm.long()]
+        d_b = _sum_to(spmm_csr_raw(t_ro, t_ci, t_values, g, None, None, "none", hint), b)
+    if bias is not None and ctx.needs_input_grad[4]:
+        d_bias = g.sum(dim=-1)
+        d_bias = d_bias.sum(dim=tuple(range(d_bias.dim() - 1))) if d_bias.dim() > 1 else d_bias
+    return None, None, d_values, d_b, d_bias, None, None, None, None, None, None
+
+
+spmm_csr.register_autograd(_spmm_csr_backward, setup_context=_spmm_csr_setup)
+
+
+# ============================================================================ sddmm_csr
+@torch.library.custom_op("sparsekernels::sddmm_csr", mutates_args=())
+def sddmm_csr(
+    row_offsets: Tensor,
+    column_indices: Tensor,
+    x: Tensor,
+    y: Tensor,
+    t_row_offsets: Tensor | None,
+    t_column_indices: Tensor | None,
+    t_perm: Tensor | None,
+    backend: str,
+) -> Tensor:
+    """(x @ y^T) at the pattern's positions; the t_* tensors are only for backward."""
+    return _dispatch.run("sddmm_csr", backend, row_offsets, column_indices, x, y)
+
+
+@sddmm_csr.register_fake
+def _(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, backend):
+    return x.new_empty((*_batch(x.shape[:-2], y.shape[:-2]), column_indices.shape[0]))
+
+
+def _sddmm_csr_setup(ctx, inputs, output):
+    row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, backend = inputs
+    ctx.backend = backend
+    ctx.save_for_backward(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm)
+
+
+def _sddmm_csr_backward(ctx, grad):
+    from .spmm import spmm_csr_raw, transpose_pattern
+
+    row_offsets, column_indices, x, y, t_ro, t_ci, t_perm = ctx.saved_tensors
+    d_x = d_y = None
+    if ctx.needs_input_grad[2]:  # dX = G @ Y, G the sparse gradient
+        d_x = _sum_to(spmm_csr_raw(row_offsets, column_indices, grad, y, None, None, "none", ctx.backend), x)
+    if ctx.needs_input_grad[3]:  # dY = G^T @ X
+        if t_perm is None:
+            t_ro, t_ci, t_perm = transpose_pattern(row_offsets, column_indices, y.shape[-2])
+        g_t = grad[..., t_perm.long()]
+        d_y = _sum_to(spmm_csr_raw(t_ro, t_ci, g_t, x, None, None, "none", ctx.backend), y)
+    return None, None, d_x, d_y, None, None, None, None
+
+
+sddmm_csr.register_autograd(_sddmm_csr_backward, setup_context=_sddmm_csr_setup)
+
+
+# ============================================================================ sparse_softmax
+@torch.library.custom_op("sparsekernels::sparse_softmax", mutates_args=())
+def sparse_softmax(row_offsets: Tensor, values: Tensor, scale: float, backend: str) -> Tensor:
+    """Softmax of scale * values over each CSR row's stored entries."""
+    return _dispatch.run("sparse_softmax", backend, row_offsets, values, scale)
+
+
+@sparse_softmax.register_fake
+def _(row_offsets, values, scale, backend):
+    return torch.empty_like(values)
+
+
+@torch.library.custom_op("sparsekernels::sparse_softmax_backward", mutates_args=())
+def sparse_softmax_backward(
+    row_offsets: Tensor, probs: Tensor, grad: Tensor, scale: float, backend: str
+) -> Tensor:
+    """d(values) of sparse_softmax from its output and the output's gradient."""
+    return _dispatch.run("sparse_softmax_backward", backend, row_offsets, probs, grad, scale)
+
+
+@sparse_softmax_backward.register_fake
+def _(row_offsets, probs, grad, scale, backend):
+    return torch.empty_like(probs)
+
+
+def _softmax_setup(ctx, inputs, output):
+    row_offsets, values, scale, backend = inputs
+    ctx.scale, ctx.backend = scale, backend
+    ctx.save_for_backward(row_offsets, output)
+
+
+def _softmax_backward(ctx, grad):
+    from .softmax import sparse_softmax_backward_raw
+
+    row_offsets, probs = ctx.saved_tensors
+    d_values = sparse_softmax_backward_raw(row_offsets, probs, grad, ctx.scale, ctx.backend)
+    return None, d_values, None, None
+
+
+sparse_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+# ============================================================================ spmm_nm
+@torch.library.custom_op("sparsekernels::spmm_nm", mutates_args=())
+def spmm_nm(
+    values: Tensor,
+    indices: Tensor,
+    b: Tensor,
+    bias: Tensor | None,
+    activation: str,
+    n: int,
+    m: int,
+    vector: int,
+    block: int,
+    transpose: bool,
+    backend: str,
+) -> Tensor:
+    """act(W @ b + bias) for an N:M weight W (rows, K); with transpose, W^T @ b."""
+    return _dispatch.run(
+        "spmm_nm", backend, values, indices, b, bias, activation, n, m, vector, block, transpose
+    )
+
+
+@spmm_nm.register_fake
+def _(values, indices, b, bias, activation, n, m, vector, block, transpose, backend):
+    rows = values.shape[1] // n * m if transpose else values.shape[0]
+    return b.new_empty((rows, b.shape[-1]))
+
+
+def _spmm_nm_setup(ctx, inputs, output):
+    values, indices, b, bias, activation, n, m, vector, block, transpose, backend = inputs
+    ctx.args = (n, m, vector, block)
+    ctx.activation, ctx.transpose, ctx.backend = activation, transpose, backend
+    ctx.save_for_backward(values, indices, b, bias, output)
+
+
+def _spmm_nm_backward(ctx, grad):
+    from .sddmm import sddmm_nm_raw
+    from .spmm import spmm_nm_raw
+
+    values, indices, b, bias, out = ctx.saved_tensors
+    pattern, hint, transpose = ctx.args, ctx.backend, ctx.transpose
+
+    def pre_activation():
+        return spmm_nm_raw(values, indices, b, bias, "none", *pattern, transpose, hint)
+
+    g = _activation_grad(grad, out, pre_activation, ctx.activation)
+    d_values = d_b = d_bias = None
+    if ctx.needs_input_grad[0]:  # only at kept positions
+        x, y = (b, g) if transpose else (g, b)
+        d_values = sddmm_nm_raw(indices, x, y, *pattern, hint)
+    if ctx.needs_input_grad[2]:
+        d_b = spmm_nm_raw(values, indices, g, None, "none", *pattern, not transpose, hint)
+    if bias is not None and ctx.needs_input_grad[3]:
+        d_bias = g.sum(dim=-1)
+    return d_values, None, d_b, d_bias, None, None, None, None, None, None, None
+
+
+spmm_nm.register_autograd(_spmm_nm_backward, setup_context=_spmm_nm_setup)
+
+
+# ============================================================================ sddmm_nm
+@torch.library.custom_op("sparsekernels::sddmm_nm", mutates_args=())
+def sddmm_nm(
+    indices: Tensor, x: Tensor, y: Tensor, n: int, m: int, vector: int, block: int, backend: str
+) -> Tensor:
+    """(x @ y^T) at an N:M pattern's kept positions, shaped like its values."""
+    return _dispatch.run("sddmm_nm", backend, indices, x, y, n, m, vector, block)
+
+
+@sddmm_nm.register_fake
+def _(indices, x, y, n, m, vector, block, backend):
+    return x.new_empty((x.shape[0], y.shape[0] // m * n))

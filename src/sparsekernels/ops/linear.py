@@ -1,0 +1,42 @@
+"""linear: x @ W^T + bias with a sparse weight W (out_features, in_features), as nn.Linear."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _checks
+from ..formats import CSRMatrix, NMMatrix
+from .spmm import spmm
+
+
+def linear(
+    x: torch.Tensor,
+    W: CSRMatrix | NMMatrix,
+    bias: torch.Tensor | None = None,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """x (..., in_features) -> (..., out_features); differentiable in x, W's values and bias.
+
+    Example:
+        >>> W = sk.NMMatrix.from_dense(torch.tensor([[1.0, 0.0, 0.0, 2.0]]), n=2, m=4)
+        >>> sk.linear(torch.ones(3, 4), W)
+        tensor([[3.],
+                [3.],
+                [3.]])
+    """
+    if not isinstance(W, (CSRMatrix, NMMatrix)):
+        raise TypeError(f"W must be a CSRMatrix or NMMatrix, got {type(W).__name__}")
+    if isinstance(W, CSRMatrix) and W.batch is not None:
+        raise ValueError("W must be a single matrix, not a batch of values")
+    _checks.tensor("x", x)
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dimension (in_features)")
+    if x.shape[-1] != W.shape[1]:
+        raise ValueError(
+            f"x's last dimension must be W's in_features {W.shape[1]}, got x of shape {tuple(x.shape)}"
+        )
+    # (W @ x^T)^T: the token dimension becomes spmm's N.
+    tokens = x.reshape(-1, W.shape[1])
+    out = spmm(W, tokens.t(), bias, backend=backend).t()
+    return out.reshape(*x.shape[:-1], W.shape[0])

@@ -1,0 +1,64 @@
+"""sddmm: (X @ Y^T) sampled at a sparse pattern's positions -> a CSRMatrix on that pattern."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _checks, reference
+from ..formats import CSRMatrix
+from . import _dispatch, _library
+
+
+def sddmm(X: torch.Tensor, Y: torch.Tensor, pattern: CSRMatrix, *, backend: str | None = None) -> CSRMatrix:
+    """X (M, K), Y (N, K) (or batched (batch, M, K), (batch, N, K)); pattern (M, N).
+
+    Returns a CSRMatrix on pattern's structure holding (X @ Y^T)[i, j] at each stored (i, j)
+    (values (batch, nnz) when batched). Differentiable in X and Y; pattern's values are ignored.
+
+    Example:
+        >>> P = sk.CSRMatrix.from_dense(torch.eye(3))
+        >>> sk.sddmm(torch.ones(3, 4), torch.ones(3, 4), P).values
+        tensor([4., 4., 4.])
+    """
+    if not isinstance(pattern, CSRMatrix):
+        raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
+    for name, t in (("X", X), ("Y", Y)):
+        _checks.tensor(name, t)
+        _checks.ndim(name, t, [2, 3])
+        _checks.float_dtype(name, t)
+    _checks.same_dtype({"X": X, "Y": Y})
+    _checks.same_device({"X": X, "Y": Y, "pattern": pattern.column_indices})
+    rows, cols = pattern.shape
+    if X.shape[-2] != rows or Y.shape[-2] != cols:
+        raise ValueError(
+            f"X must have pattern's {rows} rows and Y its {cols} columns as rows; got X "
+            f"{tuple(X.shape)}, Y {tuple(Y.shape)} for pattern {pattern.shape}"
+        )
+    if X.shape[-1] != Y.shape[-1]:
+        raise ValueError(f"X and Y must share their last dimension, got {X.shape[-1]} and {Y.shape[-1]}")
+    if X.dim() == 3 and Y.dim() == 3 and X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X's batch {X.shape[0]} and Y's batch {Y.shape[0]} differ")
+    transposed = None
+    if Y.requires_grad and torch.is_grad_enabled():
+        t, perm = pattern.pattern.transpose()
+        transposed = (t.row_offsets, t.column_indices, perm)
+    values = sddmm_csr_raw(pattern.row_offsets, pattern.column_indices, X, Y, transposed, None, backend)
+    return CSRMatrix._from_pattern(pattern.pattern, values, check=False)
+
+
+def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None, backend=None):
+    """The registered op with its backend chosen; `transposed` is A^T's pattern for backward."""
+    problem = _dispatch.Problem(x.device, x.dtype, {"k": x.shape[-1]})
+    name = _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
+    t_ro, t_ci, t_perm = transposed if transposed is not None else (None, None, None)
+    return _library.sddmm_csr(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name)
+
+
+def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
+    problem = _dispatch.Problem(x.device, x.dtype, {"k": x.shape[-1], "pattern": (n, m, vector, block)})
+    name = _dispatch.choose_with_hint("sddmm_nm", problem, backend, hint)
+    return _library.sddmm_nm(indices, x, y, n, m, vector, block, name)
+
+
+_dispatch.register("sddmm_csr", _dispatch.Backend("reference", reference.sddmm_csr, _dispatch.always))
+_dispatch.register("sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always))

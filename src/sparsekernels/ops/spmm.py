@@ -1,0 +1,155 @@
+"""spmm: sparse (M, K) @ dense (K, N) -> (M, N), with an optional fused bias + activation."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _checks, reference
+from ..formats import CSRMatrix, NMMatrix
+from ..formats._pattern import Pattern
+from . import _dispatch, _library
+
+
+def spmm(
+    A: CSRMatrix | NMMatrix,
+    B: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """act(A @ B + bias[:, None]); bias (M,) is added to row i (Sputnik's convention).
+
+    A CSRMatrix may hold a batch of values (batch, nnz) and B may be batched (batch, K, N).
+    Differentiable in A's values, B and bias.
+
+    Example:
+        >>> A = sk.CSRMatrix.from_dense(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+        >>> sk.spmm(A, torch.ones(2, 3), activation="relu")
+        tensor([[1., 1., 1.],
+                [2., 2., 2.]])
+    """
+    activation = _checks.activation(activation)
+    if isinstance(A, CSRMatrix):
+        _check_operands(A, B, bias, allow_batch=True)
+        if A.batch is not None and B.dim() == 3 and B.shape[0] != A.batch:
+            raise ValueError(f"B's batch {B.shape[0]} must match A's batch {A.batch}")
+        t_ro = t_ci = t_perm = None
+        if B.requires_grad and torch.is_grad_enabled():
+            pattern, t_perm = A.pattern.transpose()
+            t_ro, t_ci = pattern.row_offsets, pattern.column_indices
+        return spmm_csr_raw(
+            A.row_offsets, A.column_indices, A.values, B, bias, A.row_order, activation,
+            None, backend, t_ro, t_ci, t_perm,
+        )
+    if isinstance(A, NMMatrix):
+        _check_operands(A, B, bias, allow_batch=False)
+        return spmm_nm_raw(
+            A.values, A.indices, B, bias, activation, A.n, A.m, A.vector, A.block, False,
+            None, backend,
+        )
+    raise TypeError(f"A must be a CSRMatrix or NMMatrix, got {type(A).__name__}")
+
+
+def _check_operands(A, B, bias, allow_batch: bool) -> None:
+    _checks.tensor("B", B)
+    _checks.ndim("B", B, [2, 3] if allow_batch else [2])
+    _checks.float_dtype("B", B)
+    if B.shape[-2] != A.shape[1]:
+        raise ValueError(
+            f"B must have A's column count {A.shape[1]} rows, got B of shape {tuple(B.shape)}"
+        )
+    operands = {"A": A.values, "B": B}
+    if bias is not None:
+        _checks.tensor("bias", bias)
+        if tuple(bias.shape) != (A.shape[0],):
+            raise ValueError(f"bias must have shape ({A.shape[0]},), got {tuple(bias.shape)}")
+        operands["bias"] = bias
+    _checks.same_device(operands)
+    _checks.same_dtype(operands)
+
+
+def _problem(values: torch.Tensor, b: torch.Tensor, **facts) -> _dispatch.Problem:
+    return _dispatch.Problem(b.device, b.dtype, facts)
+
+
+def spmm_csr_raw(
+    row_offsets, column_indices, values, b, bias, row_order, activation,
+    hint=None, backend=None, t_ro=None, t_ci=None, t_perm=None,
+) -> torch.Tensor:
+    """The registered op with its backend chosen (forced `backend`, else `hint` if it fits)."""
+    batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
+    problem = _problem(values, b, n=b.shape[-1], batch=batch)
+    name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
+    return _library.spmm_csr(
+        row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm,
+        activation, name,
+    )
+
+
+def spmm_nm_raw(
+    values, indices, b, bias, activation, n, m, vector, block, transpose, hint=None, backend=None
+) -> torch.Tensor:
+    problem = _problem(values, b, n=b.shape[-1], pattern=(n, m, vector, block))
+    name = _dispatch.choose_with_hint("spmm_nm", problem, backend, hint)
+    return _library.spmm_nm(
+        values, indices, b, bias, activation, n, m, vector, block, transpose, name
+    )
+
+
+def transpose_pattern(row_offsets, column_indices, cols: int):
+    """(row offsets, column indices, permutation) of A^T when A's cached transpose is absent."""
+    shape = (row_offsets.numel() - 1, cols)
+    t, perm = Pattern(row_offsets, column_indices, shape).transpose()
+    return t.row_offsets, t.column_indices, perm
+
+
+# ----------------------------------------------------------------------- backends
+def _reference_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
+    return reference.spmm_csr(row_offsets, column_indices, values, b, bias, activation)
+
+
+def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
+    from ..kernels import spmm_csr as kernel
+    from ..kernels.tuning import spmm_csr_config
+
+    batch = torch.broadcast_shapes(values.shape[:-1], b.shape[:-2])
+    rows = row_offsets.numel() - 1
+    out = b.new_empty((*batch, rows, b.shape[-1]))
+    if row_order is None:
+        row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
+    config = spmm_csr_config(b.shape[-1])
+    kernel.spmm_csr(
+        row_offsets=row_offsets,
+        column_indices=column_indices,
+        values=values.contiguous(),
+        b=b,
+        bias=bias.contiguous() if bias is not None else None,
+        row_order=row_order,
+        out=out.view(-1, rows, b.shape[-1]),
+        activation=activation,
+        block_nnz=config.block_nnz,
+        block_n=config.block_n,
+        num_warps=config.num_warps,
+    )
+    return out
+
+
+def _triton_csr_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    reasons = _dispatch.triton_device_reasons(problem, forced)
+    if problem.facts["batch"] > MAX_GRID_YZ:
+        reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
+    if -(-problem.facts["n"] // 128) > MAX_GRID_YZ:
+        reasons.append(f"N = {problem.facts['n']} needs more column tiles than the grid allows")
+    return reasons
+
+
+def _reference_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
+    return reference.spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose)
+
+
+_dispatch.register("spmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
+_dispatch.register("spmm_csr", _dispatch.Backend("reference", _reference_csr, _dispatch.always))
+_dispatch.register("spmm_nm", _dispatch.Backend("reference", _reference_nm, _dispatch.always))

@@ -1,0 +1,153 @@
+"""Plain-PyTorch versions of every op: the CPU backend and the test oracle.
+
+They work on raw tensors (the arguments of the registered ops) on any device, accumulate in
+float32 (float64 for float64 inputs) and return the input dtype. Only stored entries are
+multiplied, so a NaN in a dense operand reaches only the outputs a stored entry connects it to.
+Work is chunked over the stored entries so memory stays bounded for large problems.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .formats.nm import nm_columns
+
+_CHUNK_ELEMENTS = 1 << 24  # temporaries of at most this many elements per step
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def apply_activation(x: torch.Tensor, activation: str) -> torch.Tensor:
+    if activation == "relu":
+        return torch.relu(x)
+    if activation == "gelu":
+        return torch.nn.functional.gelu(x)
+    return x
+
+
+def row_indices(row_offsets: torch.Tensor, nnz: int) -> torch.Tensor:
+    """The row of every stored entry, int64."""
+    rows = torch.arange(row_offsets.numel() - 1, device=row_offsets.device)
+    return torch.repeat_interleave(rows, row_offsets.diff().long(), output_size=nnz)
+
+
+def _chunks(nnz: int, width: int):
+    step = max(1, _CHUNK_ELEMENTS // max(width, 1))
+    for start in range(0, nnz, step):
+        yield slice(start, min(nnz, start + step))
+
+
+def _scatter_products(out, dst, src, src_rows, values):
+    """out[..., dst[e], :] += values[..., e] * src[..., src_rows[e], :] over all stored entries e."""
+    for part in _chunks(dst.numel(), src.shape[-1]):
+        products = values[..., part, None] * src[..., src_rows[part], :]
+        out.index_add_(out.dim() - 2, dst[part], products)
+    return out
+
+
+def spmm_csr(
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    values: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    activation: str = "none",
+    transpose: bool = False,
+    out_rows: int | None = None,
+) -> torch.Tensor:
+    """act(A @ b + bias[:, None]) for CSR A (M, K); with transpose, A^T @ b (out_rows = K).
+
+    values (nnz,) or (batch, nnz); b (K, N) or (batch, K, N).
+    """
+    acc = accumulate_dtype(b.dtype)
+    rows = row_indices(row_offsets, column_indices.numel())
+    cols = column_indices.long()
+    if transpose:
+        dst, src_rows, m = cols, rows, out_rows
+    else:
+        dst, src_rows, m = rows, cols, row_offsets.numel() - 1
+    batch = torch.broadcast_shapes(values.shape[:-1], b.shape[:-2])
+    out = torch.zeros(*batch, m, b.shape[-1], dtype=acc, device=b.device)
+    _scatter_products(out, dst, b.to(acc), src_rows, values.to(acc))
+    if bias is not None:
+        out += bias.to(acc)[:, None]
+    return apply_activation(out, activation).to(b.dtype)
+
+
+def spmm_nm(
+    values: torch.Tensor,
+    indices: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    activation: str,
+    n: int,
+    m: int,
+    vector: int,
+    block: int,
+    transpose: bool = False,
+) -> torch.Tensor:
+    """act(W @ b + bias) for an N:M weight W (M, K); with transpose, W^T @ b."""
+    rows_out, cols_out = values.shape[0], values.shape[1] // n * m
+    cols = nm_columns(indices, rows_out, n, m, vector, block).reshape(-1)
+    offsets = torch.arange(rows_out + 1, device=values.device) * values.shape[1]
+    return spmm_csr(
+        offsets, cols, values.reshape(-1), b, bias, activation, transpose, out_rows=cols_out
+    )
+
+
+def sddmm_csr(
+    row_offsets: torch.Tensor, column_indices: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """(x @ y^T) at the pattern's positions: x (M, K), y (N, K), or batched (batch, M, K)."""
+    acc = accumulate_dtype(x.dtype)
+    nnz = column_indices.numel()
+    rows = row_indices(row_offsets, nnz)
+    cols = column_indices.long()
+    batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    out = torch.empty(*batch, nnz, dtype=acc, device=x.device)
+    xa, ya = x.to(acc), y.to(acc)
+    for part in _chunks(nnz, x.shape[-1]):
+        out[..., part] = (xa[..., rows[part], :] * ya[..., cols[part], :]).sum(-1)
+    return out.to(x.dtype)
+
+
+def sddmm_nm(
+    indices: torch.Tensor, x: torch.Tensor, y: torch.Tensor, n: int, m: int, vector: int, block: int
+) -> torch.Tensor:
+    """(x @ y^T) at an N:M pattern's kept positions, shaped like its values (M, groups * n)."""
+    rows = x.shape[0]
+    per_row = y.shape[0] // m * n
+    cols = nm_columns(indices, rows, n, m, vector, block).reshape(-1)
+    offsets = torch.arange(rows + 1, device=x.device) * per_row
+    return sddmm_csr(offsets, cols, x, y).view(rows, per_row)
+
+
+def sparse_softmax(row_offsets: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """Softmax of scale * values over each row's stored entries (empty rows stay empty)."""
+    acc = accumulate_dtype(values.dtype)
+    nnz = values.shape[-1]
+    rows = row_indices(row_offsets, nnz)
+    m = row_offsets.numel() - 1
+    z = values.to(acc) * scale
+    lead = z.shape[:-1]
+    row_max = torch.full((*lead, m), float("-inf"), dtype=acc, device=z.device)
+    row_max = row_max.scatter_reduce(-1, rows.expand_as(z), z, "amax", include_self=True)
+    # A row of -inf would give exp(nan); shift by 0 there so it yields 0/0 = nan like dense.
+    shift = torch.where(torch.isinf(row_max) & (row_max < 0), torch.zeros_like(row_max), row_max)
+    e = torch.exp(z - shift[..., rows])
+    total = torch.zeros_like(row_max).index_add_(-1, rows, e)
+    return (e / total[..., rows]).to(values.dtype)
+
+
+def sparse_softmax_backward(
+    row_offsets: torch.Tensor, probs: torch.Tensor, grad: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """d(values) from d(probs): scale * p * (g - sum_row(p * g))."""
+    acc = accumulate_dtype(probs.dtype)
+    rows = row_indices(row_offsets, probs.shape[-1])
+    p, g = probs.to(acc), grad.to(acc)
+    dots = torch.zeros(*p.shape[:-1], row_offsets.numel() - 1, dtype=acc, device=p.device)
+    dots.index_add_(-1, rows, p * g)
+    return (scale * p * (g - dots[..., rows])).to(probs.dtype)
