@@ -26,7 +26,10 @@ def load_smtx(
 ) -> CSRMatrix:
     """Read a DLMC .smtx pattern; values are given (nnz,) or drawn from N(0, 1) with `seed`."""
     path = Path(path)
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not an .smtx text file (not UTF-8 text)") from None
     if len(lines) < 2:
         raise ValueError(f"{path}: an .smtx file needs a header and row offsets, found {len(lines)} line(s)")
     header = _ints(path, "header (rows, cols, nnz)", lines[0].replace(",", " "))
@@ -96,13 +99,13 @@ def save_safetensors(matrix: CSRMatrix | NMMatrix, path: str | Path) -> None:
 
 def load_safetensors(path: str | Path, device: str | torch.device = "cpu") -> CSRMatrix | NMMatrix:
     """Load what save_safetensors wrote; the structure is validated as on construction."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads((f.metadata() or {}).get("sparsekernels", "null"))
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iterator)
-    except (OSError, ValueError, RuntimeError, json.JSONDecodeError) as error:
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
         raise ValueError(f"{path}: not a readable sparsekernels safetensors file: {error}") from None
     if not isinstance(meta, dict) or meta.get("format") not in ("csr", "nm"):
         raise ValueError(f"{path}: no sparsekernels metadata; not written by save_safetensors")

@@ -144,7 +144,7 @@ class NMMatrix:
         position = torch.arange(blocks_per_group, device=dense.device)
         score = blocks.long() * blocks_per_group - position
         chosen = score.topk(kept_blocks, dim=-1).indices.sort(-1).values
-        indices = chosen.reshape(row_groups, -1).to(torch.uint8)
+        indices = chosen.reshape(row_groups, cols // m * kept_blocks).to(torch.uint8)
         matrix = cls(dense.new_zeros(0), indices, shape, n, m, vector, block, check=False)
         matrix.values = dense.gather(1, matrix.column_indices())
         return matrix
@@ -188,7 +188,8 @@ class NMMatrix:
             per_word = 32 // bits
             idx = self.indices.long()
             pad = (-idx.shape[1]) % per_word
-            idx = torch.nn.functional.pad(idx, (0, pad)).view(idx.shape[0], -1, per_word)
+            words_per_row = (idx.shape[1] + pad) // per_word
+            idx = torch.nn.functional.pad(idx, (0, pad)).view(idx.shape[0], words_per_row, per_word)
             shifts = torch.arange(per_word, device=idx.device) * bits
             words = (idx << shifts).sum(-1)
             self._cache["packed"] = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)

@@ -60,10 +60,11 @@ def _activation_grad(grad: Tensor, output: Tensor, pre_activation, activation: s
     if activation == "relu":
         return grad * (output > 0)
     if activation == "gelu":
-        x = pre_activation().float()
+        acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
+        x = pre_activation().to(acc)
         cdf = 0.5 * (1 + torch.erf(x * 0.7071067811865476))
         pdf = torch.exp(-0.5 * x * x) * 0.3989422804014327
-        return (grad.float() * (cdf + x * pdf)).to(grad.dtype)
+        return (grad.to(acc) * (cdf + x * pdf)).to(grad.dtype)
     return grad
 
 

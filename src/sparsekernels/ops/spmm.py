@@ -116,6 +116,8 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     batch = torch.broadcast_shapes(values.shape[:-1], b.shape[:-2])
     rows = row_offsets.numel() - 1
     out = b.new_empty((*batch, rows, b.shape[-1]))
+    if out.numel() == 0:
+        return out
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
     config = spmm_csr_config(b.shape[-1])

@@ -14,11 +14,10 @@ def magnitude_mask(w: torch.Tensor, sparsity: float) -> torch.Tensor:
     _checks.float_dtype("w", w)
     if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 <= sparsity <= 1:
         raise ValueError(f"sparsity must be a number in [0, 1], got {sparsity!r}")
-    keep = w.numel() - round(sparsity * w.numel())
+    keep = round((1 - sparsity) * w.numel())
     mask = torch.zeros(w.numel(), dtype=torch.bool, device=w.device)
     if keep:
-        # NaN counts as the largest magnitude: pruning never hides it.
-        scores = w.detach().abs().float().reshape(-1).nan_to_num(nan=float("inf"))
+        scores = _scores(w).reshape(-1)
         mask[scores.topk(keep, sorted=False).indices] = True
     return mask.view(w.shape)
 
@@ -35,7 +34,7 @@ def nm_mask(w: torch.Tensor, n: int, m: int, vector: int = 1, block: int = 1) ->
     check_pattern_args(tuple(w.shape), n, m, vector, block)
     rows, cols = w.shape
     row_groups, blocks_per_group = -(-rows // vector), m // block
-    scores = w.detach().abs().float().nan_to_num(nan=float("inf"))
+    scores = _scores(w)
     padded = scores.new_zeros(row_groups * vector, cols)
     padded[:rows] = scores
     blocks = padded.view(row_groups, vector, cols // m, blocks_per_group, block).sum((1, 4))
@@ -43,3 +42,10 @@ def nm_mask(w: torch.Tensor, n: int, m: int, vector: int = 1, block: int = 1) ->
     keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, chosen, True)
     mask = keep[:, None, :, :, None].expand(row_groups, vector, cols // m, blocks_per_group, block)
     return mask.reshape(row_groups * vector, cols)[:rows].contiguous()
+
+
+def _scores(w: torch.Tensor) -> torch.Tensor:
+    """|w| in float32 or wider (float64 stays float64, so near ties are not rounded together);
+    NaN counts as the largest magnitude (above Inf): pruning never hides it."""
+    wide = torch.promote_types(w.dtype, torch.float32)
+    return w.detach().abs().to(wide).nan_to_num(nan=float("inf"))

@@ -1,0 +1,35 @@
+# The README's two commands. Each sets up its own virtual environment on first use.
+# TORCH picks the PyTorch build: the default is the release this project's machines keep on
+# local disk (a CPU build); on a CUDA machine use e.g. `make demo TORCH=torch`.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-gpu lint bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test,bench]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/sparsekernels demo
+
+# CPU tests: Triton kernels run in its interpreter; GPU tests (marker gpu) run on the H200.
+test: setup
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -m "not gpu and not slow"
+
+test-gpu:
+	PYTHONPATH=src python3 -m pytest -q -m gpu
+
+lint: setup
+	$(PY) -m pip install -q ruff
+	$(VENV)/bin/ruff check src tests && $(VENV)/bin/ruff format --check src tests
+
+bench: setup
+	$(VENV)/bin/sparsekernels bench --quick

@@ -1,0 +1,34 @@
+"""`sparsekernels demo | bench | info` (also `python -m sparsekernels`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="sparsekernels", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="a short end-to-end tour on the device present")
+    demo.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    commands.add_parser("bench", help="benchmark every op against its peers (see bench --help)")
+    commands.add_parser("info", help="device, versions and which backends can run here")
+    if argv[:1] == ["bench"]:
+        from .bench.cli import main as bench_main
+
+        return bench_main(argv[1:])
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from .demo import run
+
+        return run(args.device)
+    from .bench.cli import info
+
+    print(json.dumps(info(), indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""GPU checks (marker gpu, run on the H200): the kernel at real sizes in every dtype, automatic
+dispatch choosing it, and torch.compile on CUDA."""
+
+import pytest
+import torch
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
+
+import sparsekernels as sk
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shape,density", [((4096, 4096, 256), 0.1), ((1000, 3001, 17), 0.5), ((512, 512, 1), 0.02)])
+def test_large_spmm(dtype, shape, density, gen):
+    M, K, N = shape
+    A = random_csr(M, K, density, gen, dtype, "cuda")
+    B = randn(K, N, gen=gen, dtype=dtype, device="cuda")
+    bias = randn(M, gen=gen, dtype=dtype, device="cuda")
+    got = sk.spmm(A, B, bias, "relu")  # automatic choice: triton on CUDA
+    want = sk.spmm(A.to(dtype=torch.float64), B.double(), bias.double(), "relu", backend="reference")
+    bound = spmm_bound(A.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, dtype)
+
+
+def test_dispatch_picks_triton_on_cuda():
+    from sparsekernels.ops import _dispatch
+
+    problem = _dispatch.Problem(torch.device("cuda"), torch.bfloat16, {"n": 64, "batch": 1})
+    assert _dispatch.choose("spmm_csr", problem) == "triton"
+
+
+def test_compile_on_cuda(gen):
+    A = random_csr(300, 200, 0.1, gen, torch.bfloat16, "cuda")
+    x = randn(64, 200, gen=gen, dtype=torch.bfloat16, device="cuda")
+    f = torch.compile(lambda x: sk.linear(x, A), fullgraph=True)
+    torch.testing.assert_close(f(x), sk.linear(x, A))
+
+
+def test_every_op_on_cuda(gen):
+    P = random_csr(64, 64, 0.2, gen, torch.float32, "cuda")
+    q = randn(2, 2, 64, 16, gen=gen, device="cuda", dtype=torch.float32).requires_grad_()
+    out = sk.sparse_attention(q, q, q, P)
+    out.sum().backward()
+    cpu = sk.sparse_attention(q.detach().cpu(), q.detach().cpu(), q.detach().cpu(), P.cpu())
+    torch.testing.assert_close(out.detach().cpu(), cpu, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,97 @@
+"""The Triton CSR SpMM kernel: in the interpreter on CPU (small shapes), compiled on CUDA (gpu).
+
+Each check compares with the float64 reference on fresh random data; outputs are poisoned with
+NaN first so an element the kernel never writes shows up.
+"""
+
+import pytest
+import torch
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
+
+import sparsekernels as sk
+
+DEVICES = [
+    pytest.param("cpu", id="interpreter"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+
+
+def _skip_interpreter_on_gpu_machine(device):
+    if device == "cpu" and torch.cuda.is_available():
+        pytest.skip("the interpreter runs only on machines without CUDA")
+
+
+def _launch_poisoned(A, B, bias=None, activation="none"):
+    from sparsekernels.kernels import spmm_csr as kernel
+    from sparsekernels.kernels.tuning import spmm_csr_config
+
+    out = torch.full((1, A.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
+    config = spmm_csr_config(B.shape[1])
+    kernel.spmm_csr(
+        row_offsets=A.row_offsets, column_indices=A.column_indices, values=A.values, b=B,
+        bias=bias, row_order=A.row_order, out=out, activation=activation,
+        block_nnz=config.block_nnz, block_n=config.block_n, num_warps=config.num_warps,
+    )
+    return out[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_every_element_written(device, dtype, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    A = random_csr(19, 40, 0.2, gen, dtype, device)  # empty rows, 19 rows, N not a power of 2
+    B = randn(40, 37, gen=gen, dtype=dtype, device=device)
+    got = _launch_poisoned(A, B)
+    assert_close(got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_bias_activation(device, activation, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    A = random_csr(13, 21, 0.3, gen, torch.float64, device)
+    B, bias = randn(21, 9, gen=gen, device=device), randn(13, gen=gen, device=device)
+    got = sk.spmm(A, B, bias, activation, backend="triton")
+    want = sk.spmm(A, B, bias, activation, backend="reference")
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_degenerate_shapes(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    for M, K, N, density in [(1, 1, 1, 1.0), (1, 50, 3, 0.5), (6, 1, 4, 0.9), (4, 7, 1, 0.5), (3, 5, 2, 0.0)]:
+        A = random_csr(M, K, density, gen, torch.float64, device, empty_rows=False)
+        B = randn(K, N, gen=gen, device=device)
+        torch.testing.assert_close(sk.spmm(A, B, backend="triton"), A.to_dense() @ B)
+    empty = random_csr(0, 5, 0.5, gen, torch.float64, device)
+    assert sk.spmm(empty, randn(5, 3, gen=gen, device=device), backend="triton").shape == (0, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_strided_and_nan(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    A = random_csr(11, 16, 0.3, gen, torch.float64, device)
+    values = randn(2, A.nnz, gen=gen, device=device)
+    B = randn(2, 9, 16, gen=gen, device=device).transpose(1, 2)  # strided (2, 16, 9)
+    Ab = A.with_values(values)
+    torch.testing.assert_close(sk.spmm(Ab, B, backend="triton"), torch.bmm(Ab.to_dense(), B))
+    B2 = randn(16, 4, gen=gen, device=device)
+    unused = ~(A.to_dense() != 0).any(0)
+    B2[unused, 0] = float("nan")  # structural zeros must not spread NaN
+    got = sk.spmm(A, B2, backend="triton")
+    assert not torch.isnan(got[:, 0]).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_through_kernel(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    A = random_csr(10, 12, 0.4, gen, torch.float64, device)
+    values = A.values.clone().requires_grad_()
+    B = randn(12, 5, gen=gen, device=device).requires_grad_()
+    grad = randn(10, 5, gen=gen, device=device)
+    sk.spmm(A.with_values(values), B, activation="relu", backend="triton").backward(grad)
+    dense = A.to_dense().detach().requires_grad_()
+    B2 = B.detach().clone().requires_grad_()
+    torch.relu(dense @ B2).backward(grad)
+    torch.testing.assert_close(values.grad, dense.grad[A.pattern.row_indices(), A.column_indices.long()])
+    torch.testing.assert_close(B.grad, B2.grad)

@@ -1,0 +1,101 @@
+"""Registration: opcheck on every registered op, torch.compile(fullgraph=True) on every public
+op, and the dispatch rules (forced backends, reasons for rejection)."""
+
+import pytest
+import torch
+from _helpers import randn, random_csr, random_nm
+
+import sparsekernels as sk
+from sparsekernels.ops import _dispatch
+
+
+def _csr_args(gen, with_grad=True):
+    A = random_csr(9, 7, 0.5, gen)
+    t, perm = A.pattern.transpose()
+    return A, (t.row_offsets, t.column_indices, perm)
+
+
+def test_opcheck_spmm_csr(gen):
+    A, (t_ro, t_ci, t_perm) = _csr_args(gen)
+    for activation in ("none", "relu", "gelu"):
+        args = (
+            A.row_offsets, A.column_indices, A.values.clone().requires_grad_(),
+            randn(7, 5, gen=gen).requires_grad_(), randn(9, gen=gen).requires_grad_(),
+            A.row_order, t_ro, t_ci, t_perm, activation, "reference",
+        )
+        torch.library.opcheck(torch.ops.sparsekernels.spmm_csr.default, args)
+
+
+def test_opcheck_sddmm_and_softmax(gen):
+    A, (t_ro, t_ci, t_perm) = _csr_args(gen)
+    x, y = randn(9, 4, gen=gen).requires_grad_(), randn(7, 4, gen=gen).requires_grad_()
+    torch.library.opcheck(
+        torch.ops.sparsekernels.sddmm_csr.default,
+        (A.row_offsets, A.column_indices, x, y, t_ro, t_ci, t_perm, "reference"),
+    )
+    values = A.values.clone().requires_grad_()
+    torch.library.opcheck(
+        torch.ops.sparsekernels.sparse_softmax.default, (A.row_offsets, values, 0.7, "reference")
+    )
+    probs = sk.sparse_softmax(A).values
+    torch.library.opcheck(
+        torch.ops.sparsekernels.sparse_softmax_backward.default,
+        (A.row_offsets, probs, randn(A.nnz, gen=gen), 0.7, "reference"),
+    )
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_opcheck_nm(transpose, gen):
+    W = random_nm(6, 16, 2, 8, gen, vector=2)
+    b = randn(6 if transpose else 16, 3, gen=gen).requires_grad_()
+    args = (W.values.clone().requires_grad_(), W.indices, b, None if transpose else randn(6, gen=gen),
+            "none" if transpose else "gelu", 2, 8, 2, 1, transpose, "reference")
+    torch.library.opcheck(torch.ops.sparsekernels.spmm_nm.default, args)
+    torch.library.opcheck(
+        torch.ops.sparsekernels.sddmm_nm.default,
+        (W.indices, randn(6, 3, gen=gen), randn(16, 3, gen=gen), 2, 8, 2, 1, "reference"),
+    )
+
+
+def test_compile_fullgraph_every_op(gen):
+    A = random_csr(9, 7, 0.5, gen)
+    W = random_nm(5, 8, 2, 4, gen)
+    causal = sk.CSRMatrix.from_dense(torch.ones(6, 6, dtype=torch.float64).tril())
+    diagonal = sk.CSRMatrix.from_dense(torch.eye(5, 5, dtype=torch.float64))
+
+    def program(values, B, x, q):
+        A2 = A.with_values(values)
+        out = sk.spmm(A2, B, activation="relu").sum() + sk.linear(x, W).sum()
+        out = out + sk.linear(B.t(), A2).sum() + sk.spmm(A2.t(), sk.spmm(A2, B)).sum()
+        S = sk.sddmm(B.t(), B.t(), diagonal)
+        out = out + (sk.sparse_softmax(S, 0.5).values * S.values).sum()
+        return out + sk.sparse_attention(q, q, q, causal).sum()
+
+    values = A.values.clone().requires_grad_()
+    B = randn(7, 5, gen=gen).requires_grad_()
+    x = randn(3, 8, gen=gen).requires_grad_()
+    q = randn(1, 2, 6, 4, gen=gen).requires_grad_()
+    eager = program(values, B, x, q)
+    compiled = torch.compile(program, fullgraph=True, backend="inductor")(values, B, x, q)
+    torch.testing.assert_close(compiled, eager)
+    compiled.backward()
+    assert all(t.grad is not None for t in (values, B, x, q))
+
+
+def test_forced_backend_and_reasons(gen):
+    A = random_csr(5, 4, 0.5, gen)
+    B = randn(4, 3, gen=gen)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        sk.spmm(A, B, backend="cusparse-typo")
+    with pytest.raises(ValueError, match="backend 'triton' cannot run sddmm_csr|backend must be one of"):
+        sk.sddmm(randn(5, 2, gen=gen), randn(4, 2, gen=gen), A, backend="triton")
+    problem = _dispatch.Problem(torch.device("cpu"), torch.float32, {"n": 3, "batch": 1})
+    reasons = _dispatch.explain("spmm_csr", problem)
+    assert reasons["reference"] == [] and reasons["triton"]  # auto choice on CPU: reference
+    assert _dispatch.choose("spmm_csr", problem) == "reference"
+
+
+def test_no_backend_lists_every_reason():
+    problem = _dispatch.Problem(torch.device("cpu"), torch.float32, {"n": 3, "batch": 10**6})
+    with pytest.raises(ValueError, match="grid limit"):
+        _dispatch.choose("spmm_csr", problem, "triton")

@@ -1,0 +1,51 @@
+"""sparse_softmax over CSR rows: equals dense softmax with non-stored entries at -inf."""
+
+import pytest
+import torch
+from _helpers import ALL_DTYPES, randn, random_csr
+
+import sparsekernels as sk
+
+
+def _dense_softmax(S, scale):
+    dense = S.to_dense().double() * scale
+    stored = torch.zeros(S.shape, dtype=torch.bool)
+    stored[S.pattern.row_indices(), S.column_indices.long()] = True
+    probs = dense.masked_fill(~stored, float("-inf")).softmax(-1)
+    return probs[..., S.pattern.row_indices(), S.column_indices.long()]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("scale", [1.0, 0.125, 3.0])
+def test_forward(dtype, scale, gen):
+    S = random_csr(33, 47, 0.3, gen, dtype)  # includes empty rows
+    got = sk.sparse_softmax(S, scale)
+    tol = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+    torch.testing.assert_close(got.values.double(), _dense_softmax(S, scale), atol=tol[dtype], rtol=tol[dtype])
+    rows = S.pattern.row_indices()
+    sums = torch.zeros(33, dtype=torch.float64).index_add_(0, rows, got.values.double())
+    nonempty = S.row_offsets.diff() > 0
+    torch.testing.assert_close(sums[nonempty], torch.ones(int(nonempty.sum()), dtype=torch.float64), atol=1e-2, rtol=0)
+
+
+def test_large_values_are_stable(gen):
+    S = random_csr(5, 6, 0.8, gen, empty_rows=False)
+    big = S.with_values(S.values * 1e4)
+    assert torch.isfinite(sk.sparse_softmax(big).values).all()
+
+
+def test_minus_inf_rows(gen):
+    S = random_csr(4, 5, 1.0, gen, empty_rows=False)
+    values = S.values.clone()
+    values[S.row_offsets[1] : S.row_offsets[2]] = float("-inf")  # row 1 fully masked
+    got = sk.sparse_softmax(S.with_values(values)).values
+    assert torch.isnan(got[S.row_offsets[1] : S.row_offsets[2]]).all()  # as dense softmax
+    assert torch.isfinite(got[: S.row_offsets[1]]).all()
+
+
+def test_batched_and_backward(gen):
+    S = random_csr(8, 9, 0.5, gen)
+    values = randn(2, S.nnz, gen=gen).requires_grad_()
+    got = sk.sparse_softmax(S.with_values(values), 0.5)
+    torch.testing.assert_close(got.values, _dense_softmax(S.with_values(values.detach()), 0.5))
+    assert torch.autograd.gradcheck(lambda v: sk.sparse_softmax(S.with_values(v), 0.5).values, (values,))

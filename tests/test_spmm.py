@@ -1,0 +1,139 @@
+"""spmm (reference backend) against float64 dense math: CSR and N:M, forward and backward."""
+
+import pytest
+import torch
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, random_nm, spmm_bound
+
+import sparsekernels as sk
+
+# (M, K, N): not multiples of any block, a single row, K = 1, large K, N = 1.
+SHAPES = [(37, 29, 45), (1, 64, 7), (50, 1, 9), (6, 3000, 5), (33, 70, 1)]
+NM_PATTERNS = [
+    (1, 2, 1, 1), (2, 4, 1, 1), (1, 4, 4, 1), (2, 8, 1, 2), (1, 8, 1, 1), (4, 8, 8, 2),
+    (4, 16, 1, 4), (8, 16, 4, 1), (16, 32, 1, 8), (8, 32, 16, 1), (4, 32, 1, 1),
+    (3, 32, 4, 1), (1, 32, 32, 1),
+]
+
+
+def _dense_ref(A_dense, B, bias=None, activation=None):
+    out = A_dense.double() @ B.double()
+    if bias is not None:
+        out = out + bias.double()[:, None]
+    return sk.reference.apply_activation(out, activation or "none")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("density", [0.05, 0.6])
+def test_csr_forward(dtype, shape, density, gen):
+    M, K, N = shape
+    A = random_csr(M, K, density, gen, dtype)
+    B = randn(K, N, gen=gen, dtype=dtype)
+    got = sk.spmm(A, B)
+    assert got.dtype == dtype and got.shape == (M, N)
+    assert_close(got, _dense_ref(A.to_dense(), B), spmm_bound(A.to_dense(), B), dtype)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_csr_bias_activation(dtype, activation, gen):
+    A = random_csr(41, 23, 0.3, gen, dtype)
+    B, bias = randn(23, 19, gen=gen, dtype=dtype), randn(41, gen=gen, dtype=dtype)
+    got = sk.spmm(A, B, bias=bias, activation=activation)
+    bound = spmm_bound(A.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, _dense_ref(A.to_dense(), B, bias, activation), bound, dtype)
+
+
+def test_csr_batched(gen):
+    A = random_csr(20, 15, 0.3, gen)
+    values = randn(3, A.nnz, gen=gen)
+    Ab = A.with_values(values)
+    B = randn(3, 15, 8, gen=gen)
+    want = torch.bmm(Ab.to_dense(), B)
+    assert_close(sk.spmm(Ab, B), want, torch.bmm(Ab.to_dense().abs(), B.abs()), torch.float64)
+    # shared values, batched B; batched values, shared B
+    assert_close(sk.spmm(A, B), A.to_dense() @ B, A.to_dense().abs() @ B.abs(), torch.float64)
+    B2 = B[0]
+    assert_close(sk.spmm(Ab, B2), Ab.to_dense() @ B2, Ab.to_dense().abs() @ B2.abs(), torch.float64)
+
+
+@pytest.mark.parametrize("n,m,vector,block", NM_PATTERNS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_nm_forward(n, m, vector, block, dtype, gen):
+    rows, cols = 2 * vector + 3, 3 * m
+    W = random_nm(rows, cols, n, m, gen, vector, block, dtype)
+    B, bias = randn(cols, 11, gen=gen, dtype=dtype), randn(rows, gen=gen, dtype=dtype)
+    got = sk.spmm(W, B, bias=bias, activation="relu")
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, _dense_ref(W.to_dense(), B, bias, "relu"), bound, dtype)
+
+
+def test_structural_zeros_do_not_spread_nan(gen):
+    A = random_csr(10, 12, 0.3, gen)
+    B = randn(12, 4, gen=gen)
+    unused = (A.to_dense() != 0).any(0).logical_not().nonzero()
+    used_col = int(A.column_indices[0])
+    B[unused[:, 0], 0] = float("nan")
+    assert not torch.isnan(sk.spmm(A, B)[:, 0]).any()
+    B[used_col, 1] = float("nan")
+    out = sk.spmm(A, B)
+    touched = A.to_dense()[:, used_col] != 0
+    assert torch.isnan(out[:, 1]).eq(touched).all()
+
+
+def test_stored_nan_and_inf_propagate(gen):
+    A = random_csr(8, 9, 0.5, gen, empty_rows=False)
+    values = A.values.clone()
+    values[0] = float("nan")
+    values[-1] = float("inf")
+    B = randn(9, 3, gen=gen).abs() + 0.1
+    got = sk.spmm(A.with_values(values), B)
+    want = A.with_values(values).to_dense() @ B
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_csr_backward_matches_masked_dense(activation, gen):
+    A = random_csr(17, 13, 0.4, gen)
+    values = A.values.clone().requires_grad_()
+    B = randn(13, 6, gen=gen).requires_grad_()
+    bias = randn(17, gen=gen).requires_grad_()
+    grad = randn(17, 6, gen=gen)
+    sk.spmm(A.with_values(values), B, bias, activation).backward(grad)
+
+    dense = A.to_dense().detach().requires_grad_()
+    B2, bias2 = B.detach().clone().requires_grad_(), bias.detach().clone().requires_grad_()
+    _dense_ref(dense, B2, bias2, activation).backward(grad)
+    rows = A.pattern.row_indices()
+    torch.testing.assert_close(values.grad, dense.grad[rows, A.column_indices.long()])
+    torch.testing.assert_close(B.grad, B2.grad)
+    torch.testing.assert_close(bias.grad, bias2.grad)
+
+
+def test_csr_gradcheck(gen):
+    A = random_csr(7, 6, 0.5, gen)
+    values = A.values.clone().requires_grad_()
+    B = randn(6, 4, gen=gen).requires_grad_()
+    bias = randn(7, gen=gen).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda v, b, c: sk.spmm(A.with_values(v), b, c, "gelu"), (values, B, bias)
+    )
+
+
+def test_csr_batched_backward(gen):
+    A = random_csr(9, 8, 0.5, gen)
+    values = randn(2, A.nnz, gen=gen).requires_grad_()
+    B = randn(8, 5, gen=gen).requires_grad_()
+    assert torch.autograd.gradcheck(lambda v, b: sk.spmm(A.with_values(v), b), (values, B))
+
+
+@pytest.mark.parametrize("n,m,vector,block", [(2, 4, 1, 1), (2, 8, 4, 2), (3, 32, 1, 1)])
+def test_nm_gradcheck(n, m, vector, block, gen):
+    W = random_nm(9, 2 * m, n, m, gen, vector, block)
+    values = W.values.clone().requires_grad_()
+    B = randn(2 * m, 3, gen=gen).requires_grad_()
+    bias = randn(9, gen=gen).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda v, b, c: sk.spmm(W.with_values(v), b, c, "relu"), (values, B, bias)
+    )
