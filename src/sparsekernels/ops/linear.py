@@ -30,6 +30,10 @@ def linear(
     if isinstance(W, CSRMatrix) and W.batch is not None:
         raise ValueError("W must be a single matrix, not a batch of values")
     _checks.tensor("x", x)
+    _checks.float_dtype("x", x)
+    operands = {"x": x, "W": W.values} if bias is None else {"x": x, "W": W.values, "bias": bias}
+    _checks.same_dtype(operands)
+    _checks.same_device(operands)
     if x.dim() < 1:
         raise ValueError("x must have at least one dimension (in_features)")
     if x.shape[-1] != W.shape[1]:
