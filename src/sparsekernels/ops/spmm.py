@@ -90,7 +90,9 @@ def spmm_csr_raw(
 def spmm_nm_raw(
     values, indices, b, bias, activation, n, m, vector, block, transpose, hint=None, backend=None
 ) -> torch.Tensor:
-    problem = _problem(values, b, n=b.shape[-1], pattern=(n, m, vector, block))
+    problem = _problem(
+        values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose
+    )
     name = _dispatch.choose_with_hint("spmm_nm", problem, backend, hint)
     return _library.spmm_nm(
         values, indices, b, bias, activation, n, m, vector, block, transpose, name
@@ -152,6 +154,45 @@ def _reference_nm(values, indices, b, bias, activation, n, m, vector, block, tra
     return reference.spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose)
 
 
+def _triton_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
+    from ..kernels import spmm_nm as kernel
+    from ..kernels.tuning import spmm_nm_config
+
+    out = b.new_empty((values.shape[0], b.shape[1]))
+    config = spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
+    kernel.spmm_nm(
+        values=values.contiguous(),
+        indices=indices.contiguous(),
+        b=b,
+        bias=bias.contiguous() if bias is not None else None,
+        out=out,
+        n=n,
+        m=m,
+        vector=vector,
+        block=block,
+        activation=activation,
+        use_dot=config.use_dot,
+        block_m=config.block_m,
+        block_s=config.block_s,
+        block_n=config.block_n,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return out
+
+
+def _triton_nm_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    reasons = _dispatch.triton_device_reasons(problem, forced)
+    if problem.facts["transpose"]:
+        reasons.append("W^T @ B (the backward of x) has no N:M kernel yet")
+    if -(-problem.facts["n"] // 16) > MAX_GRID_YZ:
+        reasons.append(f"N = {problem.facts['n']} needs more column tiles than the grid allows")
+    return reasons
+
+
 _dispatch.register("spmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
 _dispatch.register("spmm_csr", _dispatch.Backend("reference", _reference_csr, _dispatch.always))
+_dispatch.register("spmm_nm", _dispatch.Backend("triton", _triton_nm, _triton_nm_reasons))
 _dispatch.register("spmm_nm", _dispatch.Backend("reference", _reference_nm, _dispatch.always))

@@ -1,0 +1,96 @@
+"""The Triton N:M SpMM kernels (gather path and vector-wise tensor-core path): in the
+interpreter on CPU (small shapes) and compiled on CUDA (gpu), against float64 references with
+poisoned outputs."""
+
+import pytest
+import torch
+from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
+
+import sparsekernels as sk
+from sparsekernels.kernels.tuning import spmm_nm_config
+
+DEVICES = [
+    pytest.param("cpu", id="interpreter"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+# (n, m, vector, block): element-wise, vector-wise below and above the tensor-core threshold,
+# block-wise (BW4x4 = vector 4, block 4), odd n.
+PATTERNS = [(2, 8, 1, 1), (4, 8, 4, 4), (2, 4, 16, 1), (4, 16, 32, 4), (3, 32, 16, 1), (1, 2, 64, 1)]
+
+
+def _skip_interpreter_on_gpu_machine(device):
+    if device == "cpu" and torch.cuda.is_available():
+        pytest.skip("the interpreter runs only on machines without CUDA")
+
+
+def _launch_poisoned(W, B, bias=None, activation="none"):
+    from sparsekernels.kernels import spmm_nm as kernel
+
+    out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
+    config = spmm_nm_config(B.shape[1], W.vector, W.dtype == torch.float64)
+    kernel.spmm_nm(
+        values=W.values, indices=W.indices, b=B, bias=bias, out=out, n=W.n, m=W.m,
+        vector=W.vector, block=W.block, activation=activation, use_dot=config.use_dot,
+        block_m=config.block_m, block_s=config.block_s, block_n=config.block_n,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return out, config.use_dot
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("N", [1, 7, 40])
+def test_every_element_written(device, pattern, N, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    dtype = torch.float32
+    rows = 2 * max(vector, 16) + vector // 2 + 1 if vector > 1 else 37  # a partial last group
+    W = random_nm(rows, 3 * m, n, m, gen, vector, block, dtype, device)
+    B = randn(3 * m, N, gen=gen, dtype=dtype, device=device)
+    got, _ = _launch_poisoned(W, B)
+    assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("use_dot", [False, True])
+def test_dtypes_and_both_paths(device, dtype, use_dot, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    if use_dot and dtype == torch.float64:
+        pytest.skip("fp64 always takes the gather path")
+    vector, N = (32, 48) if use_dot else (1, 5)
+    W = random_nm(70, 64, 2, 8, gen, vector, 1, dtype, device)
+    B = randn(64, N, gen=gen, dtype=dtype, device=device)
+    bias = randn(70, gen=gen, dtype=dtype, device=device)
+    got, took_dot = _launch_poisoned(W, B, bias, "gelu")
+    assert took_dot == use_dot
+    want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_and_backward_through_kernel(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    W = random_nm(32, 32, 2, 8, gen, 16, 2, torch.float64, device)
+    values = W.values.clone().requires_grad_()
+    x = randn(3, 32, gen=gen, device=device).requires_grad_()
+    grad = randn(3, 32, gen=gen, device=device)
+    sk.linear(x, W.with_values(values), backend="triton").backward(grad)
+    dense = W.to_dense().detach().requires_grad_()
+    x2 = x.detach().clone().requires_grad_()
+    (x2 @ dense.t()).backward(grad)
+    torch.testing.assert_close(values.grad, dense.grad.gather(1, W.column_indices()))
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_structural_zeros_do_not_spread_nan(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    W = random_nm(16, 16, 1, 8, gen, 16, 1, torch.float32, device)  # one kept column per group
+    B = randn(16, 16, gen=gen, dtype=torch.float32, device=device)
+    kept = W.column_indices()[0]
+    unused = torch.ones(16, dtype=torch.bool, device=device)
+    unused[kept] = False
+    B[unused] = float("nan")
+    assert not torch.isnan(sk.spmm(W, B, backend="triton")).any()
