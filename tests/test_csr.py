@@ -79,7 +79,10 @@ def test_constructor_stores_validated_arrays():
 def test_constructor_accepts_every_index_dtype(index_dtype):
     kw = small()
     A = CSRMatrix(
-        kw["row_offsets"].to(index_dtype), kw["column_indices"].to(index_dtype), kw["values"], (3, 4)
+        kw["row_offsets"].to(index_dtype),
+        kw["column_indices"].to(index_dtype),
+        kw["values"],
+        (3, 4),
     )
     assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int32
     assert torch.equal(A.to_dense(), build(**kw).to_dense())
@@ -106,27 +109,59 @@ ERRORS = [
     (_with(column_indices=torch.tensor([0, 3, 1, 2], dtype=torch.uint8)), TypeError, "column_ind"),
     (_with(row_offsets=[0, 2, 2, 4]), TypeError, r"row_offsets must be a torch.Tensor"),
     (_with(column_indices=(0, 3, 1, 2)), TypeError, r"column_indices must be a torch.Tensor"),
-    (_with(row_offsets=torch.tensor([0, 2, 4])), ValueError, r"row_offsets must have rows \+ 1 = 4"),
+    (
+        _with(row_offsets=torch.tensor([0, 2, 4])),
+        ValueError,
+        r"row_offsets must have rows \+ 1 = 4",
+    ),
     (_with(row_offsets=torch.tensor([0, 2, 2, 2, 4])), ValueError, r"row_offsets must have rows"),
     (_with(row_offsets=torch.tensor([1, 2, 2, 4])), ValueError, r"row_offsets must start at 0"),
     (_with(row_offsets=torch.tensor([0, 3, 2, 4])), ValueError, r"row_offsets must be non-decr"),
-    (_with(row_offsets=torch.tensor([0, 2, 2, 3])), ValueError, r"row_offsets must end at nnz = .* 4"),
+    (
+        _with(row_offsets=torch.tensor([0, 2, 2, 3])),
+        ValueError,
+        r"row_offsets must end at nnz = .* 4",
+    ),
     (_with(row_offsets=torch.tensor([0, 2, 2, 5])), ValueError, r"row_offsets must end at nnz"),
-    (_with(column_indices=torch.tensor([0, 4, 1, 2])), ValueError, r"column_indices must lie in \[0, 4\)"),
+    (
+        _with(column_indices=torch.tensor([0, 4, 1, 2])),
+        ValueError,
+        r"column_indices must lie in \[0, 4\)",
+    ),
     (_with(column_indices=torch.tensor([-1, 3, 1, 2])), ValueError, r"column_indices must lie in"),
-    (_with(column_indices=torch.tensor([3, 0, 1, 2])), ValueError, r"column_indices .*increasing.*row 0"),
-    (_with(column_indices=torch.tensor([0, 3, 2, 1])), ValueError, r"column_indices .*row 2 .*entry 3"),
+    (
+        _with(column_indices=torch.tensor([3, 0, 1, 2])),
+        ValueError,
+        r"column_indices .*increasing.*row 0",
+    ),
+    (
+        _with(column_indices=torch.tensor([0, 3, 2, 1])),
+        ValueError,
+        r"column_indices .*row 2 .*entry 3",
+    ),
     (_with(column_indices=torch.tensor([0, 3, 2, 2])), ValueError, r"no duplicates.*row 2"),
-    (_with(column_indices=torch.tensor([1, 1, 1, 2])), ValueError, r"no duplicates.*row 0 .*entry 1"),
+    (
+        _with(column_indices=torch.tensor([1, 1, 1, 2])),
+        ValueError,
+        r"no duplicates.*row 0 .*entry 1",
+    ),
     (_with(values=torch.randn(3)), ValueError, r"values must have nnz = 4"),
     (_with(values=torch.randn(2, 5)), ValueError, r"values must have nnz = 4"),
     (_with(values=torch.randn(2, 2, 4)), ValueError, r"values must have 1 or 2 dim"),
     (_with(values=torch.arange(4)), TypeError, r"values must be float16, bfloat16"),
     (_with(values=torch.ones(4, dtype=torch.bool)), TypeError, r"values must be float"),
     (_with(values=[1.0, 2.0, 3.0, 4.0]), TypeError, r"values must be a torch.Tensor"),
-    (_with(values=torch.randn(4, device="meta")), ValueError, r"values must be on the indices' dev"),
+    (
+        _with(values=torch.randn(4, device="meta")),
+        ValueError,
+        r"values must be on the indices' dev",
+    ),
     (_with(column_indices=torch.tensor([0, 3, 1, 2], device="meta")), ValueError, r"one device"),
-    (_with(row_offsets=torch.tensor([0, 2, 2, 4]).to_sparse()), TypeError, r"row_offsets must be a dense"),
+    (
+        _with(row_offsets=torch.tensor([0, 2, 2, 4]).to_sparse()),
+        TypeError,
+        r"row_offsets must be a dense",
+    ),
     (_with(shape=(-3, 4)), ValueError, r"shape must not be negative"),
     (_with(shape=(3,)), ValueError, r"shape must be a pair"),
     (_with(shape="ab"), ValueError, r"shape must be a pair"),
@@ -219,7 +254,12 @@ def test_from_dense_keeps_nan_and_inf_as_stored_values():
         (torch.randn(2, 3, 4), None, ValueError, r"dense must have 2 dim"),
         (torch.arange(6).view(2, 3), None, TypeError, r"dense must be float"),
         ([[1.0, 2.0]], None, TypeError, r"dense must be a torch.Tensor"),
-        (torch.randn(2, 3), torch.ones(3, 2, dtype=torch.bool), ValueError, r"mask must have dense"),
+        (
+            torch.randn(2, 3),
+            torch.ones(3, 2, dtype=torch.bool),
+            ValueError,
+            r"mask must have dense",
+        ),
         (torch.randn(2, 3), [[True] * 3] * 2, TypeError, r"mask must be a torch.Tensor"),
     ],
 )
@@ -256,8 +296,12 @@ def test_batched_values():
 # --------------------------------------------------------------------------- empty and tiny
 @pytest.mark.parametrize("shape", [(0, 5), (4, 0), (0, 0), (3, 4)])
 def test_empty(shape):
-    A = CSRMatrix(torch.zeros(shape[0] + 1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
-                  torch.zeros(0), shape)
+    A = CSRMatrix(
+        torch.zeros(shape[0] + 1, dtype=torch.int64),
+        torch.zeros(0, dtype=torch.int64),
+        torch.zeros(0),
+        shape,
+    )
     assert A.nnz == 0 and A.shape == shape and A.density == 0.0
     assert torch.equal(A.to_dense(), torch.zeros(shape))
     assert A.t().shape == shape[::-1] and torch.equal(A.t().to_dense(), torch.zeros(shape[::-1]))
@@ -443,6 +487,16 @@ def test_row_order_longest_first_and_stable():
     assert order.tolist() == [2, 5, 0, 3, 7, 8, 4, 1, 6]
     assert A.row_order is order  # cached
     assert A.to(dtype=torch.float32).row_order is order  # shared with a cast
+
+
+def test_row_order_stable_with_many_ties():
+    lengths = torch.randint(0, 4, (1000,), generator=torch.Generator().manual_seed(15))
+    offsets = torch.zeros(1001, dtype=torch.int64)
+    offsets[1:] = lengths.cumsum(0)
+    cols = torch.cat([torch.arange(int(n)) for n in lengths])
+    A = CSRMatrix(offsets, cols, torch.randn(cols.numel(), dtype=torch.float64), (1000, 4))
+    ls = lengths.tolist()
+    assert A.row_order.tolist() == sorted(range(1000), key=lambda r: -ls[r])
 
 
 # --------------------------------------------------------------------------- dtype / device

@@ -12,7 +12,14 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from sparsekernels import CSRMatrix, NMMatrix, load_safetensors, load_smtx, save_safetensors, save_smtx
+from sparsekernels import (
+    CSRMatrix,
+    NMMatrix,
+    load_safetensors,
+    load_smtx,
+    save_safetensors,
+    save_smtx,
+)
 from sparsekernels.prune import nm_mask
 
 DLMC = Path(__file__).parents[2] / "shared" / "data" / "dlmc"
@@ -123,7 +130,9 @@ def test_dlmc_save_writes_the_same_matrix(dlmc_files, tmp_path):
         save_smtx(load_smtx(path), out)
         assert parse(out) == parse(path)
         # The same text but for DLMC's trailing spaces.
-        assert out.read_text().split("\n") == [line.rstrip() for line in path.read_text().split("\n")]
+        assert out.read_text().split("\n") == [
+            line.rstrip() for line in path.read_text().split("\n")
+        ]
 
 
 def test_truncated_dlmc_file(dlmc_files, tmp_path):
@@ -228,10 +237,15 @@ def test_safetensors_csr_round_trip(tmp_path, dtype, batch):
 
 
 def test_safetensors_csr_special_shapes(tmp_path):
-    empty = CSRMatrix(torch.zeros(4, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
-                      torch.zeros(0), (3, 5))
-    wide = CSRMatrix(torch.tensor([0, 1, 2]), torch.tensor([3, 2**31 - 1]),
-                     torch.randn(2, dtype=torch.float64), (2, 2**31))
+    empty = CSRMatrix(
+        torch.zeros(4, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), torch.zeros(0), (3, 5)
+    )
+    wide = CSRMatrix(
+        torch.tensor([0, 1, 2]),
+        torch.tensor([3, 2**31 - 1]),
+        torch.randn(2, dtype=torch.float64),
+        (2, 2**31),
+    )
     grad = random_csr(6, 6, 0.5, seed=6)
     grad = grad.with_values(grad.values.clone().requires_grad_(True))
     for i, A in enumerate((empty, wide, grad)):
@@ -246,7 +260,8 @@ def test_safetensors_csr_special_shapes(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "n, m, vector, block", [(2, 4, 1, 1), (2, 8, 1, 1), (1, 32, 4, 1), (4, 16, 4, 4), (16, 32, 1, 8)]
+    "n, m, vector, block",
+    [(2, 4, 1, 1), (2, 8, 1, 1), (1, 32, 4, 1), (4, 16, 4, 4), (16, 32, 1, 8)],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_safetensors_nm_round_trip(tmp_path, n, m, vector, block, dtype):
@@ -330,8 +345,10 @@ def test_safetensors_with_bad_contents(tmp_path):
                 "values": torch.randn(2, 4),
                 "indices": torch.tensor([[0, 1, 2, 9], [1, 2, 3, 4]], dtype=torch.uint8),
             },
-            {"sparsekernels": '{"format": "nm", "shape": [2, 16], "n": 2, "m": 8, "vector": 1,'
-             ' "block": 1}'},
+            {
+                "sparsekernels": '{"format": "nm", "shape": [2, 16], "n": 2, "m": 8, "vector": 1,'
+                ' "block": 1}'
+            },
             r"corrupted sparse matrix: indices must be block offsets",
         ),
     }

@@ -36,7 +36,7 @@ def magnitude(x: float) -> float:
 
 
 def reference_nm_mask(w: torch.Tensor, n: int, m: int, vector: int, block: int) -> torch.Tensor:
-    """Brute force in float64 Python: score every aligned (vector x block) candidate, keep the best."""
+    """Brute force in float64 Python: score each aligned vector x block candidate, keep the best."""
     rows, cols = w.shape
     values = w.double().tolist()
     mask = torch.zeros(rows, cols, dtype=torch.bool)
