@@ -45,12 +45,48 @@ def _largest_power_of_two_dividing(value: int, cap: int) -> int:
 
 def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfig:
     """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores; the rest gather on
-    CUDA cores with a (BLOCK_M, BLOCK_S, BLOCK_N) budget of 4096 products per step."""
+    CUDA cores. Decode sizes (N <= 16) use few rows and long slot runs per program, so even a
+    4096-row weight spreads over thousands of programs (H200 sweep, 2026-11-29)."""
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     if not dtype_is_fp64 and tile_rows >= 16 and n_cols >= 16:
-        block_n = 128 if n_cols >= 128 else max(16, triton.next_power_of_2(n_cols))
-        return SpmmNmConfig(True, tile_rows, 64, block_n, num_warps=4, num_stages=3)
-    block_m = 32
+        block_n = 256 if n_cols >= 256 else max(16, triton.next_power_of_2(n_cols))
+        return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
     block_n = min(16, triton.next_power_of_2(max(n_cols, 1)))
-    block_s = max(8, 4096 // (block_m * block_n))
-    return SpmmNmConfig(False, block_m, block_s, block_n, num_warps=4, num_stages=2)
+    if n_cols <= 16:
+        return SpmmNmConfig(False, 2, min(512, 8192 // (2 * block_n)), block_n, 2, 2)
+    return SpmmNmConfig(False, 32, max(8, 4096 // (32 * block_n)), block_n, 4, 2)
+
+
+# ------------------------------------------------------------------ sddmm_csr, softmax_csr
+@dataclass(frozen=True)
+class SddmmCsrConfig:
+    block_nnz: int
+    block_k: int
+    num_warps: int
+
+
+def _mean_row(nnz: int, rows: int) -> int:
+    """Stored entries in an average row, rounded up to a power of 2."""
+    return triton.next_power_of_2(max(1, -(-nnz // max(rows, 1))))
+
+
+def sddmm_csr_config(k: int, nnz: int, rows: int) -> SddmmCsrConfig:
+    """First-kernel heuristic: a K chunk as wide as K up to 128; about 4096 products a step
+    (BLOCK_NNZ x BLOCK_K), but no more stored entries a step than an average row holds."""
+    block_k = max(16, min(128, triton.next_power_of_2(max(k, 1))))
+    row = _mean_row(nnz, rows)
+    block_nnz = max(16, min(4096 // block_k, row))
+    return SddmmCsrConfig(block_nnz, block_k, num_warps=4 if block_nnz * block_k >= 2048 else 2)
+
+
+@dataclass(frozen=True)
+class SoftmaxCsrConfig:
+    block: int
+    num_warps: int
+
+
+def softmax_csr_config(nnz: int, rows: int) -> SoftmaxCsrConfig:
+    """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
+    1024 entries, with about 4 to 8 entries per thread."""
+    block = max(32, min(1024, _mean_row(nnz, rows)))
+    return SoftmaxCsrConfig(block, num_warps=max(1, min(4, block // 256)))

@@ -163,7 +163,7 @@ def _triton_nm(values, indices, b, bias, activation, n, m, vector, block, transp
     kernel.spmm_nm(
         values=values.contiguous(),
         indices=indices.contiguous(),
-        b=b,
+        b=_rows_contiguous(b),
         bias=bias.contiguous() if bias is not None else None,
         out=out,
         n=n,
@@ -179,6 +179,17 @@ def _triton_nm(values, indices, b, bias, activation, n, m, vector, block, transp
         num_stages=config.num_stages,
     )
     return out
+
+
+def _rows_contiguous(b: torch.Tensor) -> torch.Tensor:
+    """B with each row contiguous: gathered rows then load as wide vectors (linear passes x^T)."""
+    if b.shape[1] <= 1 or b.stride(1) == 1:
+        return b
+    if b.device.type == "cuda":
+        from ..kernels.transpose import row_major_copy
+
+        return row_major_copy(src=b)
+    return b.contiguous()
 
 
 def _triton_nm_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
