@@ -30,7 +30,7 @@ def _launch_poisoned(A, B, bias=None, activation="none"):
     kernel.spmm_csr(
         row_offsets=A.row_offsets, column_indices=A.column_indices, values=A.values, b=B,
         bias=bias, row_order=A.row_order, out=out, activation=activation,
-        block_nnz=config.block_nnz, block_n=config.block_n, num_warps=config.num_warps,
+        block_rows=config.block_rows, block_nnz=config.block_nnz, block_n=config.block_n, num_warps=config.num_warps,
     )
     return out[0]
 

@@ -1,8 +1,10 @@
-"""CSR SpMM, first kernel: one program computes one row x BLOCK_N columns of the output.
+"""CSR SpMM: one program computes BLOCK_ROWS rows x BLOCK_N columns of the output.
 
-Rows are visited in `row_order` (longest first, Sputnik's row swizzle) so long rows start early
-and short ones fill the tail. Each step gathers BLOCK_NNZ rows of B picked by the row's column
-indices and accumulates in fp32 (fp64 for fp64 inputs); bias and activation are fused.
+Rows are visited in `row_order` (longest first, Sputnik's row swizzle): the rows a program
+shares have similar lengths, long rows start early and short ones fill the tail. Each step
+gathers BLOCK_NNZ rows of B per output row, picked by its column indices, and accumulates in
+fp32 (fp64 for fp64 inputs); bias and activation are fused. Several rows per program (decode
+sizes) keep enough loads in flight when N is small.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ def _spmm_csr_kernel(
     values,  # (nnz,) or (batch, nnz): stride_vb between matrices, unit stride along nnz
     b,  # (K, N) or (batch, K, N): strides stride_bb, stride_bk, stride_bn
     bias,  # (M,) when HAS_BIAS
-    row_order,  # (M,) int32: the row each program pid(0) computes
+    row_order,  # (M,) int32: rows by length, longest first; program p takes BLOCK_ROWS of them
     out,  # (batch, M, N): strides stride_ob, stride_om, stride_on
+    M,
     N,
     stride_vb,
     stride_bb,
@@ -32,40 +35,45 @@ def _spmm_csr_kernel(
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
     ACC_DTYPE: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
     BLOCK_NNZ: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    row = tl.load(row_order + tl.program_id(0)).to(tl.int64)
+    offs_r = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    mask_r = offs_r < M
+    rows = tl.load(row_order + offs_r, mask=mask_r, other=0).to(tl.int64)
     pid_n = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
-    start = tl.load(row_offsets + row).to(tl.int64)
-    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    start = tl.load(row_offsets + rows, mask=mask_r, other=0).to(tl.int64)
+    end = tl.load(row_offsets + rows + 1, mask=mask_r, other=0).to(tl.int64)
+    # Rows come longest first, so the block's first row bounds the loop.
+    longest = tl.max(end - start, axis=0)
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
     values += batch * stride_vb
     b += batch * stride_bb
-    acc = tl.zeros((BLOCK_N,), dtype=ACC_DTYPE)
-    for k in range(start, end, BLOCK_NNZ):
-        offs = k + tl.arange(0, BLOCK_NNZ)
-        mask = offs < end
+    acc = tl.zeros((BLOCK_ROWS, BLOCK_N), dtype=ACC_DTYPE)
+    for k in range(0, longest, BLOCK_NNZ):
+        offs = start[:, None] + k + tl.arange(0, BLOCK_NNZ)[None, :]
+        mask = offs < end[:, None]
         cols = tl.load(column_indices + offs, mask=mask, other=0).to(tl.int64)
         vals = tl.load(values + offs, mask=mask, other=0.0).to(ACC_DTYPE)
         tile = tl.load(
-            b + cols[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-            mask=mask[:, None] & mask_n[None, :],
+            b + cols[:, :, None] * stride_bk + offs_n[None, None, :] * stride_bn,
+            mask=mask[:, :, None] & mask_n[None, None, :],
             other=0.0,
         ).to(ACC_DTYPE)
-        acc += tl.sum(vals[:, None] * tile, axis=0)
+        acc += tl.sum(vals[:, :, None] * tile, axis=1)
 
     if HAS_BIAS:
-        acc += tl.load(bias + row).to(ACC_DTYPE)
+        acc += tl.load(bias + rows, mask=mask_r, other=0.0).to(ACC_DTYPE)[:, None]
     if ACTIVATION == 1:
         acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
     elif ACTIVATION == 2:
         acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
-    out_ptrs = out + batch * stride_ob + row * stride_om + offs_n * stride_on
-    tl.store(out_ptrs, acc.to(out.dtype.element_ty), mask=mask_n)
+    out_ptrs = out + batch * stride_ob + rows[:, None] * stride_om + offs_n[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out.dtype.element_ty), mask=mask_r[:, None] & mask_n[None, :])
 
 
 _ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2}
@@ -81,6 +89,7 @@ def spmm_csr(
     row_order: torch.Tensor,
     out: torch.Tensor,
     activation: str,
+    block_rows: int,
     block_nnz: int,
     block_n: int,
     num_warps: int,
@@ -89,7 +98,7 @@ def spmm_csr(
     batch, rows, n = out.shape
     if rows == 0 or n == 0 or batch == 0:
         return out
-    grid = (rows, triton.cdiv(n, block_n), batch)
+    grid = (triton.cdiv(rows, block_rows), triton.cdiv(n, block_n), batch)
     acc = tl.float64 if out.dtype == torch.float64 else tl.float32
     _spmm_csr_kernel[grid](
         row_offsets,
@@ -99,6 +108,7 @@ def spmm_csr(
         bias if bias is not None else values,
         row_order,
         out,
+        rows,
         n,
         values.stride(0) if values.dim() == 2 else 0,
         b.stride(0) if b.dim() == 3 else 0,
@@ -110,6 +120,7 @@ def spmm_csr(
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
+        BLOCK_ROWS=block_rows,
         BLOCK_NNZ=block_nnz,
         BLOCK_N=block_n,
         num_warps=num_warps,

@@ -15,15 +15,21 @@ MAX_GRID_YZ = 65535
 
 @dataclass(frozen=True)
 class SpmmCsrConfig:
+    block_rows: int
     block_nnz: int
     block_n: int
     num_warps: int
 
 
 def spmm_csr_config(n: int) -> SpmmCsrConfig:
-    """First-kernel heuristic: a column tile as wide as N up to 128, 32 stored entries a step."""
-    block_n = max(16, min(128, triton.next_power_of_2(max(n, 1))))
-    return SpmmCsrConfig(block_nnz=32, block_n=block_n, num_warps=4 if block_n >= 64 else 2)
+    """Decode sizes (N <= 16): a few rows per program, long runs of stored entries, a column
+    tile of exactly N; larger N: one row per program and a column tile up to 128 wide."""
+    if n <= 16:
+        block_n = triton.next_power_of_2(max(n, 1))
+        block_nnz = max(16, 2048 // (4 * block_n))
+        return SpmmCsrConfig(block_rows=4, block_nnz=block_nnz, block_n=block_n, num_warps=2)
+    block_n = min(128, triton.next_power_of_2(n))
+    return SpmmCsrConfig(block_rows=1, block_nnz=32, block_n=block_n, num_warps=4 if block_n >= 64 else 2)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,6 @@ class SoftmaxCsrConfig:
 
 def softmax_csr_config(nnz: int, rows: int) -> SoftmaxCsrConfig:
     """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
-    1024 entries, with about 4 to 8 entries per thread."""
+    1024 entries; one warp up to 256 entries, then at most 8 entries per thread."""
     block = max(32, min(1024, _mean_row(nnz, rows)))
     return SoftmaxCsrConfig(block, num_warps=max(1, min(4, block // 256)))

@@ -6,10 +6,13 @@ import torch
 
 from .. import _checks, reference
 from ..formats import CSRMatrix
+from ..formats._pattern import Pattern
 from . import _dispatch, _library
 
 
-def sddmm(X: torch.Tensor, Y: torch.Tensor, pattern: CSRMatrix, *, backend: str | None = None) -> CSRMatrix:
+def sddmm(
+    X: torch.Tensor, Y: torch.Tensor, pattern: CSRMatrix, *, backend: str | None = None
+) -> CSRMatrix:
     """X (M, K), Y (N, K) (or batched (batch, M, K), (batch, N, K)); pattern (M, N).
 
     Returns a CSRMatrix on pattern's structure holding (X @ Y^T)[i, j] at each stored (i, j)
@@ -35,30 +38,77 @@ def sddmm(X: torch.Tensor, Y: torch.Tensor, pattern: CSRMatrix, *, backend: str 
             f"{tuple(X.shape)}, Y {tuple(Y.shape)} for pattern {pattern.shape}"
         )
     if X.shape[-1] != Y.shape[-1]:
-        raise ValueError(f"X and Y must share their last dimension, got {X.shape[-1]} and {Y.shape[-1]}")
+        raise ValueError(
+            f"X and Y must share their last dimension, got {X.shape[-1]} and {Y.shape[-1]}"
+        )
     if X.dim() == 3 and Y.dim() == 3 and X.shape[0] != Y.shape[0]:
         raise ValueError(f"X's batch {X.shape[0]} and Y's batch {Y.shape[0]} differ")
     transposed = None
     if Y.requires_grad and torch.is_grad_enabled():
         t, perm = pattern.pattern.transpose()
         transposed = (t.row_offsets, t.column_indices, perm)
-    values = sddmm_csr_raw(pattern.row_offsets, pattern.column_indices, X, Y, transposed, None, backend)
+    values = sddmm_csr_raw(
+        pattern.row_offsets, pattern.column_indices, X, Y, transposed, None, backend
+    )
     return CSRMatrix._from_pattern(pattern.pattern, values, check=False)
 
 
 def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None, backend=None):
     """The registered op with its backend chosen; `transposed` is A^T's pattern for backward."""
-    problem = _dispatch.Problem(x.device, x.dtype, {"k": x.shape[-1]})
+    batch = max(x.shape[0] if x.dim() == 3 else 1, y.shape[0] if y.dim() == 3 else 1)
+    problem = _dispatch.Problem(x.device, x.dtype, {"k": x.shape[-1], "batch": batch})
     name = _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
     t_ro, t_ci, t_perm = transposed if transposed is not None else (None, None, None)
     return _library.sddmm_csr(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name)
 
 
 def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
-    problem = _dispatch.Problem(x.device, x.dtype, {"k": x.shape[-1], "pattern": (n, m, vector, block)})
+    facts = {"k": x.shape[-1], "pattern": (n, m, vector, block)}
+    problem = _dispatch.Problem(x.device, x.dtype, facts)
     name = _dispatch.choose_with_hint("sddmm_nm", problem, backend, hint)
     return _library.sddmm_nm(indices, x, y, n, m, vector, block, name)
 
 
-_dispatch.register("sddmm_csr", _dispatch.Backend("reference", reference.sddmm_csr, _dispatch.always))
-_dispatch.register("sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always))
+# ----------------------------------------------------------------------- backends
+def _triton_csr(row_offsets, column_indices, x, y):
+    from ..kernels import sddmm_csr as kernel
+    from ..kernels.tuning import sddmm_csr_config
+
+    batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    nnz, rows = column_indices.numel(), row_offsets.numel() - 1
+    out = x.new_empty((*batch, nnz))
+    if out.numel() == 0:
+        return out
+    # The op carries no row order, so the row swizzle is derived here (an argsort over rows).
+    row_order = Pattern(row_offsets, column_indices, (rows, y.shape[-2])).row_order()
+    config = sddmm_csr_config(x.shape[-1], nnz, rows)
+    kernel.sddmm_csr(
+        row_offsets=row_offsets,
+        column_indices=column_indices,
+        x=x,
+        y=y,
+        row_order=row_order,
+        out=out.view(-1, nnz),
+        block_nnz=config.block_nnz,
+        block_k=config.block_k,
+        num_warps=config.num_warps,
+    )
+    return out
+
+
+def _triton_csr_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    reasons = _dispatch.triton_device_reasons(problem, forced)
+    if problem.facts["batch"] > MAX_GRID_YZ:
+        reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
+    return reasons
+
+
+_dispatch.register("sddmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
+_dispatch.register(
+    "sddmm_csr", _dispatch.Backend("reference", reference.sddmm_csr, _dispatch.always)
+)
+_dispatch.register(
+    "sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always)
+)

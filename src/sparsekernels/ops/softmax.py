@@ -23,20 +23,80 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
         raise TypeError(f"S must be a CSRMatrix, got {type(S).__name__}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a number, got {type(scale).__name__}")
-    problem = _dispatch.Problem(S.device, S.dtype, {})
+    problem = _problem(S.values)
     name = _dispatch.choose("sparse_softmax", problem, backend)
     probs = _library.sparse_softmax(S.row_offsets, S.values, float(scale), name)
     return CSRMatrix._from_pattern(S.pattern, probs, check=False)
 
 
+def _problem(*values: torch.Tensor) -> _dispatch.Problem:
+    batch = max(v.shape[0] if v.dim() == 2 else 1 for v in values)
+    return _dispatch.Problem(values[0].device, values[0].dtype, {"batch": batch})
+
+
 def sparse_softmax_backward_raw(row_offsets, probs, grad, scale, hint=None):
-    problem = _dispatch.Problem(probs.device, probs.dtype, {})
+    problem = _problem(probs, grad)
     name = _dispatch.choose_with_hint("sparse_softmax_backward", problem, None, hint)
     return _library.sparse_softmax_backward(row_offsets, probs, grad, scale, name)
 
 
+# ----------------------------------------------------------------------- backends
+def _triton_softmax(row_offsets, values, scale):
+    from ..kernels import softmax_csr as kernel
+    from ..kernels.tuning import softmax_csr_config
+
+    out = torch.empty_like(values, memory_format=torch.contiguous_format)
+    if out.numel() == 0:
+        return out
+    config = softmax_csr_config(values.shape[-1], row_offsets.numel() - 1)
+    kernel.sparse_softmax(
+        row_offsets=row_offsets,
+        values=values,
+        out=out.view(-1, values.shape[-1]),
+        scale=scale,
+        block=config.block,
+        num_warps=config.num_warps,
+    )
+    return out
+
+
+def _triton_softmax_backward(row_offsets, probs, grad, scale):
+    from ..kernels import softmax_csr as kernel
+    from ..kernels.tuning import softmax_csr_config
+
+    nnz = probs.shape[-1]
+    out = probs.new_empty((*torch.broadcast_shapes(probs.shape[:-1], grad.shape[:-1]), nnz))
+    if out.numel() == 0:
+        return out
+    config = softmax_csr_config(nnz, row_offsets.numel() - 1)
+    kernel.sparse_softmax_backward(
+        row_offsets=row_offsets,
+        probs=probs,
+        grad=grad,
+        out=out.view(-1, nnz),
+        scale=scale,
+        block=config.block,
+        num_warps=config.num_warps,
+    )
+    return out
+
+
+def _triton_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    reasons = _dispatch.triton_device_reasons(problem, forced)
+    if problem.facts["batch"] > MAX_GRID_YZ:
+        reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
+    return reasons
+
+
+_dispatch.register("sparse_softmax", _dispatch.Backend("triton", _triton_softmax, _triton_reasons))
 _dispatch.register(
     "sparse_softmax", _dispatch.Backend("reference", reference.sparse_softmax, _dispatch.always)
+)
+_dispatch.register(
+    "sparse_softmax_backward",
+    _dispatch.Backend("triton", _triton_softmax_backward, _triton_reasons),
 )
 _dispatch.register(
     "sparse_softmax_backward",

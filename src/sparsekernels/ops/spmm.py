@@ -38,9 +38,11 @@ def spmm(
         if B.requires_grad and torch.is_grad_enabled():
             pattern, t_perm = A.pattern.transpose()
             t_ro, t_ci = pattern.row_offsets, pattern.column_indices
+        # The narrowest column index type: fewer bytes for a memory-bound kernel to read.
+        cols = A.pattern.column_indices_int16()
         return spmm_csr_raw(
-            A.row_offsets, A.column_indices, A.values, B, bias, A.row_order, activation,
-            None, backend, t_ro, t_ci, t_perm,
+            A.row_offsets, A.column_indices if cols is None else cols, A.values, B, bias,
+            A.row_order, activation, None, backend, t_ro, t_ci, t_perm,
         )
     if isinstance(A, NMMatrix):
         _check_operands(A, B, bias, allow_batch=False)
@@ -132,7 +134,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
         row_order=row_order,
         out=out.view(-1, rows, b.shape[-1]),
         activation=activation,
-        block_nnz=config.block_nnz,
+        block_rows=config.block_rows, block_nnz=config.block_nnz,
         block_n=config.block_n,
         num_warps=config.num_warps,
     )

@@ -1,0 +1,103 @@
+"""CSR SDDMM, first kernel: one program computes every stored entry of one row of one matrix.
+
+out[b, e] = dot(x[b, row(e), :], y[b, col(e), :]) for each stored entry e. Rows are visited in
+`row_order` (longest first, Sputnik's row swizzle). A program walks its row BLOCK_NNZ entries at
+a time; for each chunk it loops over K in BLOCK_K steps, loading the x row chunk (BLOCK_K,) and
+gathering the y rows (BLOCK_NNZ, BLOCK_K) its column indices pick, and multiply-reduces along K
+in fp32 (fp64 for fp64 inputs). Only stored entries are computed, so a NaN in x or y reaches only
+the entries whose row or column holds it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _sddmm_csr_kernel(
+    row_offsets,  # (M + 1,) int32/int64
+    column_indices,  # (nnz,) int16/int32/int64
+    x,  # (M, K) or (batch, M, K): strides stride_xb (0 when unbatched), stride_xm, stride_xk
+    y,  # (N, K) or (batch, N, K): strides stride_yb (0 when unbatched), stride_yn, stride_yk
+    row_order,  # (M,) int32: the row each program pid(0) computes
+    out,  # (batch, nnz): stride_ob between matrices, unit stride along nnz
+    K,
+    stride_xb,
+    stride_xm,
+    stride_xk,
+    stride_yb,
+    stride_yn,
+    stride_yk,
+    stride_ob,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_NNZ: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    row = tl.load(row_order + tl.program_id(0)).to(tl.int64)
+    batch = tl.program_id(1).to(tl.int64)
+    start = tl.load(row_offsets + row).to(tl.int64)
+    end = tl.load(row_offsets + row + 1).to(tl.int64)
+
+    x += batch * stride_xb + row * stride_xm
+    y += batch * stride_yb
+    out += batch * stride_ob
+    for e in range(start, end, BLOCK_NNZ):
+        offs = e + tl.arange(0, BLOCK_NNZ)
+        mask = offs < end
+        cols = tl.load(column_indices + offs, mask=mask, other=0).to(tl.int64)
+        acc = tl.zeros((BLOCK_NNZ,), dtype=ACC_DTYPE)
+        for k in range(0, K, BLOCK_K):
+            offs_k = k + tl.arange(0, BLOCK_K)
+            mask_k = offs_k < K
+            x_chunk = tl.load(x + offs_k * stride_xk, mask=mask_k, other=0.0).to(ACC_DTYPE)
+            y_tile = tl.load(
+                y + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk,
+                mask=mask[:, None] & mask_k[None, :],
+                other=0.0,
+            ).to(ACC_DTYPE)
+            acc += tl.sum(x_chunk[None, :] * y_tile, axis=1)
+        tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
+
+
+def sddmm_csr(
+    *,
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    row_order: torch.Tensor,
+    out: torch.Tensor,
+    block_nnz: int,
+    block_k: int,
+    num_warps: int,
+) -> torch.Tensor:
+    """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0)."""
+    batch, nnz = out.shape
+    rows = row_offsets.numel() - 1
+    if rows == 0 or nnz == 0 or batch == 0:
+        return out
+    assert out.stride(1) == 1 or nnz == 1, "out must have unit stride along nnz"
+    acc = tl.float64 if out.dtype == torch.float64 else tl.float32
+    _sddmm_csr_kernel[(rows, batch)](
+        row_offsets,
+        column_indices,
+        x,
+        y,
+        row_order,
+        out,
+        x.shape[-1],
+        x.stride(0) if x.dim() == 3 else 0,
+        x.stride(-2),
+        x.stride(-1),
+        y.stride(0) if y.dim() == 3 else 0,
+        y.stride(-2),
+        y.stride(-1),
+        out.stride(0),
+        ACC_DTYPE=acc,
+        BLOCK_NNZ=block_nnz,
+        BLOCK_K=block_k,
+        num_warps=num_warps,
+    )
+    return out

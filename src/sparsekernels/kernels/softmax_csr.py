@@ -1,0 +1,189 @@
+"""CSR row softmax, forward and backward: one program owns one row of one matrix.
+
+Forward: probs = softmax(scale * values) over the row's stored entries. The program walks the
+row BLOCK entries at a time keeping a running max and a running sum of exponentials per lane
+(online softmax, fp32; fp64 for fp64), combines the lanes, then walks the row again to write
+exp(z - max) / sum. As the reference does, a row whose max is -inf is shifted by 0 instead, so
+a row of all -inf gives 0 / 0 = NaN like dense softmax; a NaN or +inf makes its row NaN; empty
+rows are not touched.
+
+Backward: d(values) = scale * p * (g - sum_row(p * g)), one pass for the dot, one to write.
+
+`scale` travels as two fp32 numbers (scale_hi + scale_lo, rebuilt in the accumulation dtype),
+because Triton passes Python floats as fp32: fp64 inputs see scale to ~48 bits, fp32 inputs see
+fp32(scale) exactly as PyTorch's `tensor * scale` does.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_csr_kernel(
+    row_offsets,  # (M + 1,) int32/int64
+    values,  # (nnz,) or (batch, nnz): strides stride_vb (0 when unbatched), stride_ve
+    out,  # (batch, nnz): strides stride_ob, stride_oe
+    scale_hi,
+    scale_lo,
+    stride_vb,
+    stride_ve,
+    stride_ob,
+    stride_oe,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    batch = tl.program_id(1).to(tl.int64)
+    start = tl.load(row_offsets + row).to(tl.int64)
+    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    values += batch * stride_vb
+    out += batch * stride_ob
+    scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
+
+    # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
+    m = tl.full((BLOCK,), float("-inf"), dtype=ACC_DTYPE)
+    s = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
+    for e in range(start, end, BLOCK):
+        offs = e + tl.arange(0, BLOCK)
+        mask = offs < end
+        z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
+        z = tl.where(mask, z * scale, float("-inf"))
+        m_new = tl.maximum(m, z)
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - shift) + tl.exp(z - shift)
+        m = m_new
+    row_max = tl.max(m, axis=0)
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)
+    total = tl.sum(s * tl.exp(m - shift), axis=0)  # a lane with m = -inf has s = 0: adds 0
+
+    # Pass 2: write the probabilities.
+    for e in range(start, end, BLOCK):
+        offs = e + tl.arange(0, BLOCK)
+        mask = offs < end
+        z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE) * scale
+        p = tl.exp(z - shift) / total
+        tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_csr_backward_kernel(
+    row_offsets,  # (M + 1,) int32/int64
+    probs,  # (nnz,) or (batch, nnz): strides stride_pb (0 when unbatched), stride_pe
+    grad,  # (nnz,) or (batch, nnz): strides stride_gb (0 when unbatched), stride_ge
+    out,  # (batch, nnz): strides stride_ob, stride_oe
+    scale_hi,
+    scale_lo,
+    stride_pb,
+    stride_pe,
+    stride_gb,
+    stride_ge,
+    stride_ob,
+    stride_oe,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    batch = tl.program_id(1).to(tl.int64)
+    start = tl.load(row_offsets + row).to(tl.int64)
+    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    probs += batch * stride_pb
+    grad += batch * stride_gb
+    out += batch * stride_ob
+    scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
+
+    acc = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
+    for e in range(start, end, BLOCK):
+        offs = e + tl.arange(0, BLOCK)
+        mask = offs < end
+        p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
+        g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
+        acc += p * g
+    dot = tl.sum(acc, axis=0)
+
+    for e in range(start, end, BLOCK):
+        offs = e + tl.arange(0, BLOCK)
+        mask = offs < end
+        p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
+        g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
+        d = scale * p * (g - dot)
+        tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
+
+
+def _split_scale(scale: float) -> tuple[float, float]:
+    hi = torch.tensor(scale, dtype=torch.float32).item()
+    return hi, scale - hi
+
+
+def _batch_stride(t: torch.Tensor) -> int:
+    return t.stride(0) if t.dim() == 2 else 0
+
+
+def sparse_softmax(
+    *,
+    row_offsets: torch.Tensor,
+    values: torch.Tensor,
+    out: torch.Tensor,
+    scale: float,
+    block: int,
+    num_warps: int,
+) -> torch.Tensor:
+    """Launch over out (batch, nnz); values may be unbatched (nnz,) (its batch stride is 0)."""
+    batch, nnz = out.shape
+    rows = row_offsets.numel() - 1
+    if rows == 0 or nnz == 0 or batch == 0:
+        return out
+    hi, lo = _split_scale(scale)
+    _softmax_csr_kernel[(rows, batch)](
+        row_offsets,
+        values,
+        out,
+        hi,
+        lo,
+        _batch_stride(values),
+        values.stride(-1),
+        out.stride(0),
+        out.stride(1),
+        ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
+        BLOCK=block,
+        num_warps=num_warps,
+    )
+    return out
+
+
+def sparse_softmax_backward(
+    *,
+    row_offsets: torch.Tensor,
+    probs: torch.Tensor,
+    grad: torch.Tensor,
+    out: torch.Tensor,
+    scale: float,
+    block: int,
+    num_warps: int,
+) -> torch.Tensor:
+    """Launch over out (batch, nnz); probs and grad may be unbatched (nnz,) (batch stride 0)."""
+    batch, nnz = out.shape
+    rows = row_offsets.numel() - 1
+    if rows == 0 or nnz == 0 or batch == 0:
+        return out
+    hi, lo = _split_scale(scale)
+    _softmax_csr_backward_kernel[(rows, batch)](
+        row_offsets,
+        probs,
+        grad,
+        out,
+        hi,
+        lo,
+        _batch_stride(probs),
+        probs.stride(-1),
+        _batch_stride(grad),
+        grad.stride(-1),
+        out.stride(0),
+        out.stride(1),
+        ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
+        BLOCK=block,
+        num_warps=num_warps,
+    )
+    return out

@@ -1,0 +1,212 @@
+"""The Triton CSR row-softmax kernels (forward and backward): in the interpreter on CPU (small
+shapes), compiled on CUDA (gpu).
+
+Each check compares with float64 dense softmax (non-stored entries at -inf) on fresh random
+data; outputs are poisoned with NaN first so an entry the kernel never writes shows up.
+"""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr
+from sparsekernels import reference
+from sparsekernels.ops import _dispatch
+
+DEVICES = [
+    pytest.param("cpu", id="interpreter"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+
+
+def _skip_interpreter_on_gpu_machine(device):
+    if device == "cpu" and torch.cuda.is_available():
+        pytest.skip("the interpreter runs only on machines without CUDA")
+
+
+def _config(S, block):
+    from sparsekernels.kernels.tuning import softmax_csr_config
+
+    config = softmax_csr_config(S.nnz, S.shape[0])
+    return block or config.block, config.num_warps
+
+
+def _forward_poisoned(S, values, scale, block=None):
+    from sparsekernels.kernels import softmax_csr as kernel
+
+    block, num_warps = _config(S, block)
+    out = torch.full(values.shape, float("nan"), dtype=values.dtype, device=values.device)
+    kernel.sparse_softmax(
+        row_offsets=S.row_offsets,
+        values=values,
+        out=out.view(-1, S.nnz),
+        scale=scale,
+        block=block,
+        num_warps=num_warps,
+    )
+    return out
+
+
+def _backward_poisoned(S, probs, grad, scale, block=None):
+    from sparsekernels.kernels import softmax_csr as kernel
+
+    block, num_warps = _config(S, block)
+    shape = torch.broadcast_shapes(probs.shape, grad.shape)
+    out = torch.full(shape, float("nan"), dtype=probs.dtype, device=probs.device)
+    kernel.sparse_softmax_backward(
+        row_offsets=S.row_offsets,
+        probs=probs,
+        grad=grad,
+        out=out.view(-1, S.nnz),
+        scale=scale,
+        block=block,
+        num_warps=num_warps,
+    )
+    return out
+
+
+def _dense_softmax(S, values, scale):
+    """Float64 dense softmax of scale * values with non-stored entries at -inf, at S's entries."""
+    rows, cols = S.pattern.row_indices().cpu(), S.column_indices.long().cpu()
+    dense = torch.full((*values.shape[:-1], *S.shape), float("-inf"), dtype=torch.float64)
+    dense[..., rows, cols] = values.double().cpu() * scale
+    return dense.softmax(-1)[..., rows, cols]
+
+
+def _check_forward(got, want, dtype):
+    # relative to each probability, with a floor for fp16's subnormals
+    assert_close(got, want, want.abs().nan_to_num(1.0) + 1e-4, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_forward_every_entry_written(device, dtype, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    S = random_csr(19, 80, 0.3, gen, dtype, device)  # empty rows; rows span several blocks of 32
+    for scale in (0.3, -2.0):
+        got = _forward_poisoned(S, S.values, scale, block=32)
+        _check_forward(got, _dense_softmax(S, S.values, scale), dtype)
+    got = sk.sparse_softmax(S, 0.125, backend="triton").values  # the tuned block
+    _check_forward(got, _dense_softmax(S, S.values, 0.125), dtype)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on inf and NaN
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_forward_special_values(device, dtype, gen):
+    """-inf rows give NaN, NaN and +inf poison their row, big values stay finite; across blocks."""
+    _skip_interpreter_on_gpu_machine(device)
+    S = random_csr(7, 40, 1.0, gen, torch.float64, device, empty_rows=False)  # 40 entries a row
+    v = S.values.clone().view(7, 40)
+    v[0] = float("-inf")  # all masked: NaN, as dense softmax
+    v[1, :32] = float("-inf")  # first block masked, the second is not
+    v[2, 5] = float("nan")
+    v[3, 35] = float("inf")
+    v[4] = v[4] * 1e4  # large spread: exp must be shifted
+    v[5, :32] = -1e4  # the running max grows in the second block
+    v[6, ::3] = float("-inf")
+    values = v.reshape(-1).to(dtype)
+    got = _forward_poisoned(S, values, 0.5, block=32)
+    want = _dense_softmax(S, values, 0.5)
+    _check_forward(got, want, dtype)
+    torch.testing.assert_close(
+        got, reference.sparse_softmax(S.row_offsets, values, 0.5), equal_nan=True
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_batched_strided_single_row(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    S = random_csr(9, 12, 0.5, gen, torch.float64, device)
+    values = randn(S.nnz, 3, gen=gen, device=device).t()  # (3, nnz) with stride (1, 3)
+    _check_forward(_forward_poisoned(S, values, 0.7), _dense_softmax(S, values, 0.7), torch.float64)
+    got = sk.sparse_softmax(S.with_values(values), 0.7, backend="triton").values
+    _check_forward(got, _dense_softmax(S, values, 0.7), torch.float64)
+    one = random_csr(1, 50, 0.5, gen, torch.float32, device)  # a single row
+    got = sk.sparse_softmax(one, backend="triton").values
+    _check_forward(got, _dense_softmax(one, one.values, 1.0), torch.float32)
+    none = random_csr(4, 3, 0.0, gen, torch.float32, device)  # no stored entries
+    assert sk.sparse_softmax(none, backend="triton").values.shape == (0,)
+
+
+def _backward_want_and_bound(S, probs, grad, scale):
+    """scale * p * (g - sum_row(p g)) in float64, and its bound scale p (|g| + sum_row(p |g|))."""
+    rows = S.pattern.row_indices()
+    p, g = probs.double(), grad.double()
+    shape = (*torch.broadcast_shapes(p.shape[:-1], g.shape[:-1]), S.shape[0])
+    dots = torch.zeros(shape, dtype=torch.float64, device=p.device).index_add_(-1, rows, p * g)
+    abs_dots = torch.zeros_like(dots).index_add_(-1, rows, (p * g).abs())
+    want = scale * p * (g - dots[..., rows])
+    # with a floor for fp16's subnormals
+    return want, abs(scale) * p * (g.abs() + abs_dots[..., rows]) + 1e-4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_backward_every_entry_written(device, dtype, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    S = random_csr(19, 80, 0.3, gen, dtype, device)
+    probs = sk.sparse_softmax(S, 0.3).values
+    grad = randn(2, S.nnz, gen=gen, dtype=dtype, device=device)  # batched grad, unbatched probs
+    got = _backward_poisoned(S, probs, grad, 0.3, block=32)
+    assert_close(got, *_backward_want_and_bound(S, probs, grad, 0.3), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_through_kernel(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    S = random_csr(10, 12, 0.5, gen, torch.float64, device)
+    values = randn(2, S.nnz, gen=gen, device=device).requires_grad_()
+    grad = randn(2, S.nnz, gen=gen, device=device)
+    sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values.backward(grad)
+    dense_in = values.detach().clone().requires_grad_()
+    rows, cols = S.pattern.row_indices(), S.column_indices.long()
+    dense = torch.full((2, *S.shape), float("-inf"), dtype=torch.float64, device=device)
+    dense[:, rows, cols] = dense_in * 0.6
+    probs = dense.softmax(-1)[:, rows, cols]
+    probs.backward(grad)
+    torch.testing.assert_close(values.grad, dense_in.grad)
+    # a stride-0 gradient (from .sum()) reaches the kernel as it is
+    values.grad = None
+    sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values.sum().backward()
+    torch.testing.assert_close(values.grad, torch.zeros_like(values), atol=1e-12, rtol=0)
+
+
+def test_dispatch_rules():
+    for op in ("sparse_softmax", "sparse_softmax_backward"):
+        assert _dispatch.backends(op)[0] == "triton"
+        cpu = _dispatch.Problem(torch.device("cpu"), torch.float32, {"batch": 1})
+        assert _dispatch.choose(op, cpu) == "reference"
+        huge = _dispatch.Problem(torch.device("cuda"), torch.float32, {"batch": 70000})
+        assert any("grid limit" in r for r in _dispatch.explain(op, huge)["triton"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shape,density", [((1024, 4096, 4), 0.5), ((3000, 300, 2), 0.05)])
+def test_large_on_cuda(dtype, shape, density, gen):
+    M, N, batch = shape
+    S = random_csr(M, N, density, gen, dtype, "cuda")
+    values = randn(batch, S.nnz, gen=gen, dtype=dtype, device="cuda").requires_grad_()
+    got = sk.sparse_softmax(S.with_values(values), 0.125)  # automatic choice: triton on CUDA
+    _check_forward(got.values, _dense_softmax(S, values.detach(), 0.125), dtype)
+    grad = randn(batch, S.nnz, gen=gen, dtype=dtype, device="cuda")
+    (d_values,) = torch.autograd.grad(got.values, values, grad)
+    want, bound = _backward_want_and_bound(S, got.values.detach(), grad, 0.125)
+    assert_close(d_values, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_triton(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    S = random_csr(6, 5, 0.5, gen, torch.float64, device)
+    values = randn(2, S.nnz, gen=gen, device=device).requires_grad_()
+    torch.library.opcheck(
+        torch.ops.sparsekernels.sparse_softmax.default, (S.row_offsets, values, 0.7, "triton")
+    )
+    probs = sk.sparse_softmax(S.with_values(values.detach()), 0.7).values
+    grad = randn(2, S.nnz, gen=gen, device=device)
+    torch.library.opcheck(
+        torch.ops.sparsekernels.sparse_softmax_backward.default,
+        (S.row_offsets, probs, grad, 0.7, "triton"),
+    )
