@@ -57,7 +57,9 @@ class Case:
     def name(self) -> str:
         m, k, n = self.shape
         batch = f"x{self.batch}" if self.batch != 1 else ""
-        return f"{self.op} {self.format} {self.pattern} {m}x{k}x{n}{batch} d={self.density:.3g} {self.dtype_name}"
+        density = "" if math.isnan(self.density) else f" d={self.density:.3g}"  # not drawn yet
+        where = f"{self.pattern} {m}x{k}x{n}{batch}{density}"
+        return f"{self.op} {self.format} {where} {self.dtype_name}"
 
 
 def _generator(device: torch.device, seed: int) -> torch.Generator:
@@ -68,17 +70,32 @@ def _randn(shape, g: torch.Generator, dtype, device) -> torch.Tensor:
     return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(dtype)
 
 
+def measured_density(inputs: dict) -> float:
+    """The density of the sparse operand actually drawn (patterns are only known once built)."""
+    sparse = inputs["A"] if "A" in inputs else inputs["P"]
+    return float(sparse.density)
+
+
 def pattern_bytes(P: CSRMatrix) -> int:
     """Bytes of a pattern's indices alone (its values are not read)."""
     return P.nbytes - P.values.numel() * P.values.element_size()
 
 
-# ============================================================================ weights (spmm, linear)
+# ======================================================================= weights (spmm, linear)
 def weight_case(
-    op: str, M: int, K: int, N: int, dtype: torch.dtype, device: torch.device, *,
-    sparsity: float | None = None, nm: tuple[int, int, int, int] | None = None,
-    smtx: Callable[[], CSRMatrix] | None = None, density: float | None = None,
-    suite: str = "", source: str = "",
+    op: str,
+    M: int,
+    K: int,
+    N: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    sparsity: float | None = None,
+    nm: tuple[int, int, int, int] | None = None,
+    smtx: Callable[[], CSRMatrix] | None = None,
+    density: float | None = None,
+    suite: str = "",
+    source: str = "",
 ) -> Case:
     """spmm (A @ B, B (K, N)) or linear (x @ A^T, x (N, K)) with one sparse weight A (M, K).
 
@@ -99,20 +116,38 @@ def weight_case(
             base = smtx()
             # Own indices per copy: rotated copies must not share cached index arrays.
             A = CSRMatrix(
-                base.row_offsets.clone(), base.column_indices.clone(),
-                _randn((base.nnz,), g, dtype, device), base.shape, check=False,
+                base.row_offsets.clone(),
+                base.column_indices.clone(),
+                _randn((base.nnz,), g, dtype, device),
+                base.shape,
+                check=False,
             )
             W = A.to_dense()
         else:
             w = _randn((M, K), g, torch.float32, device)
             mask = nm_mask(w, *nm) if nm is not None else magnitude_mask(w, sparsity)
             W = (w * mask).to(dtype)
-            A = NMMatrix.from_dense(W, *nm, mask=mask) if nm is not None else CSRMatrix.from_dense(W, mask)
+            A = (
+                NMMatrix.from_dense(W, *nm, mask=mask)
+                if nm is not None
+                else CSRMatrix.from_dense(W, mask)
+            )
         other = _randn((N, K) if op == "linear" else (K, N), g, dtype, device)
         return {"A": A, "W": W, "x" if op == "linear" else "B": other}
 
-    return Case(op, fmt, pattern, (M, K, N), density, dtype, device, build, nm=nm,
-                suite=suite, source=source)
+    return Case(
+        op,
+        fmt,
+        pattern,
+        (M, K, N),
+        density,
+        dtype,
+        device,
+        build,
+        nm=nm,
+        suite=suite,
+        source=source,
+    )
 
 
 def nm_name(n: int, m: int, vector: int = 1, block: int = 1) -> str:
@@ -138,7 +173,7 @@ def _weight_work(case: Case, inputs: dict) -> tuple[int, int]:
     return 2 * A.nnz * N, A.nbytes + (K * N + M * N) * es
 
 
-# ============================================================================ patterns (sddmm, softmax, attention)
+# ============================================================ patterns (sddmm, softmax, attention)
 def attention_mask(kind: str, L: int, device: torch.device, g: torch.Generator) -> torch.Tensor:
     """Boolean (L, L) pattern: 'causal', 'local:W' (causal band of width W), 'strided:W:S'
     (band plus every S-th column, Sparse Transformer's fixed pattern), 'random:D' (density D
@@ -197,11 +232,6 @@ def _sddmm_work(case: Case, inputs: dict) -> tuple[int, int]:
     return 2 * P.nnz * K, (M * K + N * K + P.nnz) * es + pattern_bytes(P)
 
 
-def _density_of(kind: str, L: int, device) -> float:
-    mask = attention_mask(kind, L, device, _generator(device, 0))
-    return float(mask.sum()) / (L * L)
-
-
 def softmax_case(L: int, batch: int, kind: str, dtype, device, *, suite: str = "") -> Case:
     """Row softmax over a batch of score matrices sharing one (L, L) pattern."""
 
@@ -211,8 +241,19 @@ def softmax_case(L: int, batch: int, kind: str, dtype, device, *, suite: str = "
         values = _randn((batch, P.nnz), g, torch.float32, device).mul_(2.0).to(dtype)
         return {"P": P, "S": P.with_values(values)}
 
-    return Case("softmax", "csr", kind, (L, 0, L), _density_of(kind, L, device), dtype, device,
-                build, batch=batch, causal=kind == "causal", suite=suite)
+    return Case(
+        "softmax",
+        "csr",
+        kind,
+        (L, 0, L),
+        math.nan,
+        dtype,
+        device,
+        build,
+        batch=batch,
+        causal=kind == "causal",
+        suite=suite,
+    )
 
 
 def _softmax_expected(case: Case, inputs: dict) -> Expected:
@@ -233,8 +274,9 @@ def _softmax_work(case: Case, inputs: dict) -> tuple[int, int]:
     return 5 * elements, 2 * elements * case.dtype.itemsize + pattern_bytes(P)
 
 
-def attention_case(L: int, heads: int, D: int, kind: str, dtype, device, *, batch: int = 1,
-                   suite: str = "") -> Case:
+def attention_case(
+    L: int, heads: int, D: int, kind: str, dtype, device, *, batch: int = 1, suite: str = ""
+) -> Case:
     """softmax(Q K^T / sqrt(D) at the pattern) V for q, k, v (batch, heads, L, D)."""
 
     def build(seed: int) -> dict:
@@ -243,8 +285,19 @@ def attention_case(L: int, heads: int, D: int, kind: str, dtype, device, *, batc
         qkv = {name: _randn((batch, heads, L, D), g, dtype, device) for name in "qkv"}
         return {**qkv, "mask": mask, "P": _pattern_from_mask(mask, dtype)}
 
-    return Case("attention", "csr", kind, (L, D, L), _density_of(kind, L, device), dtype, device,
-                build, batch=batch * heads, causal=kind == "causal", suite=suite)
+    return Case(
+        "attention",
+        "csr",
+        kind,
+        (L, D, L),
+        math.nan,
+        dtype,
+        device,
+        build,
+        batch=batch * heads,
+        causal=kind == "causal",
+        suite=suite,
+    )
 
 
 def attention_expected(case: Case, inputs: dict, *, dense: bool = False) -> Expected:
@@ -262,7 +315,9 @@ def attention_expected(case: Case, inputs: dict, *, dense: bool = False) -> Expe
     terms = q.shape[-2] if mask is None else _row_length(inputs["P"])
     shape = inputs["q"].shape[:2] + out.shape[-2:]
     # Scores and probabilities are rounded to the dtype between steps: allow a few units more.
-    return Expected(out.view(shape), size.view(shape), terms + q.shape[-1], mult=8.0, floor=2.0**-16)
+    return Expected(
+        out.view(shape), size.view(shape), terms + q.shape[-1], mult=8.0, floor=2.0**-16
+    )
 
 
 def _attention_work(case: Case, inputs: dict) -> tuple[int, int]:

@@ -1,0 +1,5 @@
+"""python -m sparsekernels.bench [options]"""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,363 @@
+"""The timing harness: check every provider against float64, then time it with cold caches.
+
+CUDA: triton.testing.do_bench medians (it flushes L2 between reps) on rotated input copies;
+launches shorter than CUDA_GRAPH_BELOW_MS are re-timed with CUDA graphs, because the Python
+launch path (tens of microseconds) would otherwise be what the events measure.
+CPU: a time.perf_counter median. Triton is imported only when timing on CUDA.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import platform
+import shlex
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+
+import torch
+
+from .cases import OPS, Case, Expected, measured_density
+from .providers import Entry, Provider
+
+CUDA_GRAPH_BELOW_MS = 0.05  # below this the launch path, not the GPU, sets an eager timing
+GRAPH_REP_MS = 20.0  # one graph replays ~this long of calls (do_bench_cudagraph's default)
+SLOW_CALL_S = 0.5  # a call this slow is timed with a few wall-clock runs, not hundreds
+MAX_COPIES = 32  # rotated input copies, so that small inputs are not served from L2
+_UNIT_ROUNDOFF = {
+    torch.float64: 2.0**-53,
+    torch.float32: 2.0**-24,
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+}
+
+
+@dataclass
+class Row:
+    """One provider on one case; `speedup_vs[p]` is p's time over this row's time."""
+
+    op: str
+    format: str
+    pattern: str
+    shape: tuple[int, int, int]
+    density: float
+    dtype: str
+    provider: str
+    batch: int = 1
+    ours: bool = False
+    status: str = "ok"  # ok | wrong | error | unsupported | skipped
+    error: str = ""
+    time_ms: float | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    method: str = ""  # do_bench | cudagraph | perf_counter | wallclock
+    eager_ms: float | None = None  # the do_bench time when a CUDA graph time replaced it
+    max_err: float | None = None  # worst |got - want| / tolerance (<= 1 passes)
+    flops: int = 0
+    bytes: int = 0
+    suite: str = ""
+    source: str = ""
+    note: str = ""
+    copies: int = 1
+    speedup_vs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def case(self) -> str:
+        m, k, n = self.shape
+        shape = f"{m}x{k}x{n}x{self.batch}"
+        return f"{self.op}|{self.format}|{self.pattern}|{shape}|{self.dtype}|{self.source}"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        d["density"] = None if math.isnan(self.density) else self.density  # JSON has no NaN
+        for peer, ratio in d.pop("speedup_vs").items():
+            d[f"speedup_vs_{peer}"] = ratio
+        return d
+
+
+# ============================================================================ timing
+@dataclass(frozen=True)
+class Timing:
+    ms: float
+    method: str
+    eager_ms: float | None = None
+    note: str = ""
+
+
+def _rotate(fns: Sequence[Callable[[], object]]) -> Callable[[], object]:
+    if len(fns) == 1:
+        return fns[0]
+    cycle = itertools.cycle(fns)
+    return lambda: next(cycle)()
+
+
+class Timer:
+    """Median time of a callable (or of several input copies called in turn), in ms."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        warmup_ms: float = 25.0,
+        rep_ms: float = 100.0,
+        graph_below_ms: float = CUDA_GRAPH_BELOW_MS,
+    ):
+        self.device, self.warmup_ms, self.rep_ms = torch.device(device), warmup_ms, rep_ms
+        self.graph_below_ms = graph_below_ms
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def wall(self, fn: Callable[[], object]) -> float:
+        """Seconds of one synchronized call."""
+        self.sync()
+        start = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - start
+
+    def time(self, fns: Sequence[Callable[[], object]], call_s: float | None = None) -> Timing:
+        fn = _rotate(fns)
+        if call_s is not None and call_s > SLOW_CALL_S:
+            runs = [self.wall(fn) * 1e3 for _ in range(3)]
+            return Timing(statistics.median(runs), "wallclock")
+        if self.device.type != "cuda":
+            return Timing(self._cpu(fn), "perf_counter")
+        from triton.testing import do_bench, do_bench_cudagraph
+
+        ms = do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
+        if ms >= self.graph_below_ms:
+            return Timing(ms, "do_bench")
+        try:
+            graph_ms = do_bench_cudagraph(fn, rep=GRAPH_REP_MS, return_mode="median")
+        except Exception as error:  # capture can fail (host syncs, uncapturable libraries)
+            self.sync()
+            return Timing(ms, "do_bench", note=f"CUDA graph failed: {type(error).__name__}")
+        return Timing(graph_ms, "cudagraph", eager_ms=ms)
+
+    def _cpu(self, fn: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        while True:  # warm up: at least one call, then until warmup_ms has passed
+            fn()
+            if (time.perf_counter() - start) * 1e3 >= self.warmup_ms:
+                break
+        runs: list[float] = []
+        start = time.perf_counter()
+        while len(runs) < 3 or (
+            (time.perf_counter() - start) * 1e3 < self.rep_ms and len(runs) < 1000
+        ):
+            t0 = time.perf_counter()
+            fn()
+            runs.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(runs)
+
+
+def copies_for(case_bytes: int, device: torch.device) -> int:
+    """How many input copies to rotate so that together they overflow the GPU's L2 twice."""
+    if device.type != "cuda" or case_bytes <= 0:
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20)
+    return max(1, min(MAX_COPIES, math.ceil(2 * l2 / case_bytes)))
+
+
+# ============================================================================ correctness
+def unit_roundoff(dtype: torch.dtype) -> float:
+    return _UNIT_ROUNDOFF.get(dtype, 2.0**-24)
+
+
+def check(got: object, want: Expected, dtype: torch.dtype, eps: float = 0.0) -> tuple[float, str]:
+    """(worst error / tolerance, description); the provider is right when the first is <= 1.
+
+    Tolerance per element: mult * u * (|want| + scale) for rounding in the dtype (u: its unit
+    roundoff, or the provider's coarser arithmetic), plus terms * 2^-24 * scale for an fp32
+    accumulation of `terms` products. Structural mistakes (a wrong row) exceed it by far.
+    """
+    if not isinstance(got, torch.Tensor):
+        return math.inf, f"returned {type(got).__name__}, not a tensor"
+    if tuple(got.shape) != tuple(want.value.shape):
+        return math.inf, f"shape {tuple(got.shape)}, expected {tuple(want.value.shape)}"
+    got64 = got.detach().to(torch.float64)
+    u = max(unit_roundoff(dtype), eps, want.floor)
+    bound = want.mult * u * (want.value.abs() + want.scale) + want.terms * 2.0**-24 * want.scale
+    err = (got64 - want.value).abs()
+    err = torch.where(torch.isnan(got64) != torch.isnan(want.value), math.inf, err.nan_to_num(0.0))
+    ratio = err / bound.clamp_min(1e-300)
+    if ratio.numel() == 0:
+        return 0.0, ""
+    worst = int(ratio.reshape(-1).argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), ratio.shape))
+    value = float(ratio.reshape(-1)[worst])
+    g, w = float(got64.reshape(-1)[worst]), float(want.value.reshape(-1)[worst])
+    return (
+        value,
+        f"max |got - want| / tolerance = {value:.3g} at {index}: got {g:.6g}, want {w:.6g}",
+    )
+
+
+# ============================================================================ one case
+def _short(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".replace("\n", " ")
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _row(case: Case, provider: Provider, work: tuple[int, int]) -> Row:
+    return Row(
+        op=case.op,
+        format=case.format,
+        pattern=case.pattern,
+        shape=case.shape,
+        density=case.density if math.isnan(case.density) else round(case.density, 6),
+        dtype=case.dtype_name,
+        provider=provider.name,
+        batch=case.batch,
+        ours=provider.ours,
+        flops=work[0],
+        bytes=work[1],
+        suite=case.suite,
+        source=case.source,
+        note=provider.note,
+    )
+
+
+def _measure(
+    row: Row,
+    entry: Entry,
+    case: Case,
+    copies: list[dict],
+    timer: Timer,
+    expected: Callable[[Provider], Expected],
+) -> None:
+    """Fill row: check the provider on the first copy, then time it over all copies."""
+    provider = entry.provider
+    try:
+        fns = [provider.setup(case, inputs) for inputs in copies]
+        out = fns[0]()
+        timer.sync()
+        got = provider.extract(out, copies[0])
+        row.max_err, message = check(got, expected(provider), case.dtype, provider.eps)
+        del out, got
+        if not row.max_err <= 1.0:
+            row.status, row.error = "wrong", message
+            return
+        timing = timer.time(fns, call_s=timer.wall(fns[0]))
+    except torch.cuda.OutOfMemoryError as error:
+        row.status, row.error = "error", _short(error)
+        torch.cuda.empty_cache()
+        return
+    except Exception as error:
+        row.status, row.error = "error", _short(error)
+        return
+    row.time_ms, row.method, row.eager_ms, row.copies = (
+        timing.ms,
+        timing.method,
+        timing.eager_ms,
+        len(fns),
+    )
+    if timing.note:
+        row.note = "; ".join(filter(None, [row.note, timing.note]))
+    seconds = timing.ms * 1e-3
+    if seconds > 0:
+        row.tflops, row.gbps = row.flops / seconds / 1e12, row.bytes / seconds / 1e9
+
+
+def run_case(case: Case, entries: Sequence[Entry], timer: Timer, *, seed: int = 0) -> list[Row]:
+    """Every provider on one case (fresh random inputs), with speedups between them."""
+    try:
+        first = case.build(seed)
+        case.density = measured_density(first)
+        work = OPS[case.op].work(case, first)
+        copies = [first] + [
+            case.build(seed + i) for i in range(1, copies_for(work[1], case.device))
+        ]
+    except Exception as error:  # inputs that cannot be drawn (memory): every provider fails
+        if isinstance(error, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+        rows = [_row(case, e.provider, (0, 0)) for e in entries]
+        for row in rows:
+            row.status, row.error = "error", f"building inputs: {_short(error)}"
+        return rows
+    answers: dict[object, Expected] = {}
+
+    def expected(provider: Provider) -> Expected:  # float64 answers are costly: once per case
+        fn = provider.expected or OPS[case.op].expected
+        if fn not in answers:
+            answers[fn] = fn(case, first)
+        return answers[fn]
+
+    rows = []
+    with torch.no_grad():
+        for entry in entries:
+            row = _row(case, entry.provider, work)
+            if entry.status != "ready":
+                row.status, row.error = entry.status, entry.reason
+            else:
+                _measure(row, entry, case, copies, timer, expected)
+            rows.append(row)
+    add_ratios(rows)
+    return rows
+
+
+def add_ratios(rows: Sequence[Row]) -> None:
+    """speedup_vs[peer] = peer's time / this row's time, for every timed pair in one case."""
+    timed = [r for r in rows if r.status == "ok" and r.time_ms]
+    for row in timed:
+        row.speedup_vs = {p.provider: p.time_ms / row.time_ms for p in timed if p is not row}
+
+
+# ============================================================================ run metadata
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def command_line() -> str:
+    """The command that started this process, as a user would type it."""
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(("sparsekernels/bench/__main__.py", "sparsekernels/__main__.py")):
+        module = "sparsekernels.bench" if "bench" in argv[0] else "sparsekernels"
+        argv = ["python", "-m", module, *argv[1:]]
+    return shlex.join(argv)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu {platform.processor() or platform.machine()}".strip()
+
+
+def run_metadata(device: torch.device, argv: Sequence[str] | None = None) -> dict:
+    """What a result needs to be trusted later: where, when, with what, and how it was run."""
+    meta = {
+        "device": device_name(device),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "sparsekernels": _version("sparsekernels"),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line(),
+        "argv": list(argv) if argv is not None else sys.argv[1:],
+        "hostname": socket.gethostname(),
+    }
+    if device.type != "cuda":
+        meta["cpu_threads"] = torch.get_num_threads()
+    else:
+        props = torch.cuda.get_device_properties(device)
+        meta.update(
+            capability=".".join(map(str, torch.cuda.get_device_capability(device))),
+            sm_count=props.multi_processor_count,
+            memory_gb=round(props.total_memory / 2**30, 1),
+            l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20, 1),
+        )
+    return meta

@@ -1,0 +1,234 @@
+"""Named suites: each turns a context (device, dtypes, sizes) into a list of cases.
+
+Cases are cheap descriptions; their tensors are drawn only when the harness runs them.
+On CPU every suite shrinks to sizes the reference path runs in seconds.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from ..formats import load_smtx
+from . import dlmc
+from .cases import Case, attention_case, sddmm_case, softmax_case, weight_case
+
+LLM_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]  # (out, in): attention, MLP up, down
+DECODE_N, PREFILL_N = (1, 4, 16), (2048,)
+LLM_SPARSITY = (0.5, 0.7, 0.9)
+LLM_NM = [(2, 4), (2, 8), (1, 8)]
+# nmSPARSE's patterns: element-wise, vector-wise (VW4/32/64) and block-wise (BW4x4, BW64x64).
+NM_RATIOS = [(2, 4), (1, 4), (2, 8), (1, 8), (2, 16), (1, 16)]
+NM_VECTORS = (1, 4, 32, 64)
+NM_BLOCKED = [(4, 8, 4, 4), (4, 16, 4, 4), (4, 32, 4, 4), (64, 128, 64, 64), (64, 256, 64, 64)]
+ATTENTION_KINDS = ("causal", "local:256", "strided:128:128", "random:0.1")
+
+
+@dataclass(frozen=True)
+class Context:
+    device: torch.device
+    dtypes: tuple[torch.dtype, ...] | None = None  # None: each suite's default
+    dlmc: Path | None = None
+    limit: int | None = None  # DLMC: matrices per model; other suites: cases (evenly spread)
+
+    @property
+    def cpu(self) -> bool:
+        return self.device.type != "cuda"
+
+    def pick(self, *defaults: torch.dtype) -> tuple[torch.dtype, ...]:
+        """The user's dtypes, else the suite's defaults on CUDA and fp32 on CPU."""
+        if self.dtypes:
+            return self.dtypes
+        return (torch.float32,) if self.cpu else defaults
+
+
+SUITES: dict[str, Callable[[Context], list[Case]]] = {}
+
+
+def suite(name: str):
+    def register(fn: Callable[[Context], list[Case]]):
+        SUITES[name] = fn
+        return fn
+
+    return register
+
+
+def build(names: list[str], ctx: Context) -> list[Case]:
+    cases = []
+    for name in names:
+        if name not in SUITES:
+            raise ValueError(f"unknown suite {name!r}; choose from {sorted(SUITES)}")
+        found = SUITES[name](ctx)
+        if ctx.limit is not None and name != "dlmc":  # dlmc applies it to matrices itself
+            found = spread(found, ctx.limit)
+        for case in found:
+            case.suite = name
+            cases.append(case)
+    return cases
+
+
+def spread(items: list, limit: int) -> list:
+    """At most `limit` items, evenly spaced (first and last kept), in their order."""
+    if limit >= len(items):
+        return items
+    if limit == 1:
+        return items[:1]
+    return [items[round(i * (len(items) - 1) / (limit - 1))] for i in range(limit)]
+
+
+@suite("quick")
+def quick(ctx: Context) -> list[Case]:
+    """Every op once: a pass under 3 minutes on an H200, seconds on a CPU."""
+    d = ctx.device
+    s = 16 if ctx.cpu else 1  # CPU shapes are 1/16 of the GPU ones (at least 64)
+    big, mid = max(64, 4096 // s), max(64, 2048 // s)
+    cases = []
+    for dt in ctx.pick(torch.bfloat16, torch.float32):
+        cases += [
+            weight_case("spmm", big, big, max(16, 256 // s), dt, d, sparsity=0.9),
+            weight_case("spmm", big, big, 16, dt, d, nm=(2, 8, 1, 1)),
+            weight_case("spmm", big, big, max(32, 2048 // s), dt, d, nm=(2, 4, 1, 1)),
+            weight_case("linear", big, big, 16, dt, d, sparsity=0.7),
+            sddmm_case(mid, 64, mid, 0.1, dt, d),
+            softmax_case(
+                mid, 8 // (2 if ctx.cpu else 1), "local:256" if not ctx.cpu else "local:32", dt, d
+            ),
+            attention_case(
+                mid,
+                8 // (2 if ctx.cpu else 1),
+                64 // (4 if ctx.cpu else 1),
+                "local:256" if not ctx.cpu else "causal",
+                dt,
+                d,
+            ),
+        ]
+    return cases
+
+
+@suite("llm")
+def llm(ctx: Context) -> list[Case]:
+    """LLM layer shapes at decode (N = 1, 4, 16) and prefill (N = 2048) batch sizes."""
+    d, s = ctx.device, (16 if ctx.cpu else 1)
+    cases = []
+    for dt in ctx.pick(torch.bfloat16):
+        for M, K in LLM_SHAPES:
+            M, K = M // s, K // s
+            for N in (*DECODE_N, *(n // s for n in PREFILL_N)):
+                cases += [weight_case("spmm", M, K, N, dt, d, sparsity=sp) for sp in LLM_SPARSITY]
+                cases += [weight_case("spmm", M, K, N, dt, d, nm=(n, m, 1, 1)) for n, m in LLM_NM]
+    return cases
+
+
+@suite("nm")
+def nm(ctx: Context) -> list[Case]:
+    """Every N:M pattern: element-wise and vector-wise at several ratios, and block-wise."""
+    patterns = [(n, m, v, 1) for n, m in NM_RATIOS for v in NM_VECTORS] + NM_BLOCKED
+    d, s = ctx.device, (16 if ctx.cpu else 1)
+    cases = []
+    for dt in ctx.pick(torch.bfloat16):
+        for M, K in LLM_SHAPES[:2]:
+            M, K = max(64, M // s), max(256, K // s)
+            for N in (1, 16, 2048 // s):
+                cases += [weight_case("spmm", M, K, N, dt, d, nm=p) for p in patterns]
+    return cases
+
+
+@suite("sddmm")
+def sddmm(ctx: Context) -> list[Case]:
+    """SDDMM at Sputnik's sparsities; K of attention (64, 256) and of backward (2048)."""
+    d, s = ctx.device, (16 if ctx.cpu else 1)
+    size = 4096 // s
+    return [
+        sddmm_case(size, K if not ctx.cpu else max(16, K // s), size, 1 - sp, dt, d)
+        for dt in ctx.pick(torch.bfloat16, torch.float32)
+        for K in (64, 256, 2048)
+        for sp in (0.5, 0.7, 0.9, 0.98)
+    ]
+
+
+@suite("softmax")
+def softmax(ctx: Context) -> list[Case]:
+    d = ctx.device
+    lengths = (128, 256) if ctx.cpu else (1024, 4096)
+    heads = 2 if ctx.cpu else 16
+    kinds = ("causal", "local:32", "random:0.1") if ctx.cpu else ATTENTION_KINDS
+    return [
+        softmax_case(L, heads, k, dt, d)
+        for dt in ctx.pick(torch.bfloat16, torch.float32)
+        for L in lengths
+        for k in kinds
+    ]
+
+
+@suite("attention")
+def attention(ctx: Context) -> list[Case]:
+    d = ctx.device
+    if ctx.cpu:
+        plan = [(L, k) for L in (128, 256) for k in ("causal", "local:32", "random:0.1")]
+        heads, D = 2, 16
+    else:  # the long length only with patterns whose cost grows linearly
+        plan = [(L, k) for L in (1024, 4096) for k in ATTENTION_KINDS]
+        plan += [(16384, k) for k in ("local:256", "strided:128:128")]
+        heads, D = 16, 64
+    return [
+        attention_case(L, heads, D, k, dt, d)
+        for dt in ctx.pick(torch.float16, torch.bfloat16)
+        for L, k in plan
+    ]
+
+
+@suite("dlmc")
+def dlmc_suite(ctx: Context) -> list[Case]:
+    """DLMC: Transformer at N = 256 and 2048, ResNet-50 at its layers' N (one image)."""
+    matrices, sizes = dlmc.find(ctx.dlmc)
+    chosen = dlmc.sample(matrices, ctx.limit)
+    if ctx.cpu and ctx.limit is None:
+        chosen = dlmc.sample(matrices, 4)  # the full collection takes hours on the CPU path
+    missing = [m.name for m in chosen if m.model == "rn50" and m.name not in sizes]
+    if missing:
+        warnings.warn(
+            f"no N for rn50 layers {missing[:3]}... in rn50_batchsizes.txt: skipped", stacklevel=2
+        )
+    cases = []
+    for dt in ctx.pick(torch.float32, torch.bfloat16):
+        for m in chosen:
+            if m.model == "rn50":
+                ns = (sizes[m.name],) if m.name in sizes else ()
+            else:
+                ns = (16, 64) if ctx.cpu else (256, 2048)
+            loader = _loader(m.path, dt, ctx.device)  # shared by the N values of one matrix
+            cases += [
+                weight_case(
+                    "spmm",
+                    m.rows,
+                    m.cols,
+                    n,
+                    dt,
+                    ctx.device,
+                    smtx=loader,
+                    density=m.nnz / max(1, m.rows * m.cols),
+                    source=m.label,
+                )
+                for n in ns
+            ]
+    return cases
+
+
+def _loader(path: Path, dtype: torch.dtype, device: torch.device) -> Callable:
+    """A function reading the pattern once, on first use (the values are redrawn per copy)."""
+
+    @cache
+    def load():
+        return load_smtx(path, dtype=dtype, device=device)
+
+    return load
+
+
+@suite("e2e")
+def e2e(ctx: Context) -> list[Case]:
+    raise NotImplementedError("filled by issue 7")

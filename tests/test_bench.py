@@ -1,0 +1,266 @@
+"""The benchmark harness end to end on CPU: quick suite, files, a wrong provider, ratios."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import tarfile
+
+import pytest
+import torch
+from rich.console import Console
+
+from sparsekernels.bench import cli, dlmc, harness, info, output, runner, suites
+from sparsekernels.bench.cases import Expected, weight_case
+from sparsekernels.bench.providers import Provider
+
+CPU = torch.device("cpu")
+ROW_FIELDS = {
+    "op",
+    "format",
+    "pattern",
+    "shape",
+    "density",
+    "dtype",
+    "provider",
+    "time_ms",
+    "tflops",
+    "gbps",
+    "status",
+    "flops",
+    "bytes",
+    "method",
+    "max_err",
+}
+
+
+def _off_by_one_row(case, x):
+    """A deliberately wrong SpMM: the dense product with its first row zeroed."""
+    W, B = x["W"], x["B"]
+
+    def call():
+        out = W @ B
+        out[0] = 0
+        return out
+
+    return call
+
+
+def _raises(case, x):
+    raise RuntimeError("this provider always fails")
+
+
+def _spmm_only(case):
+    return [] if case.op == "spmm" else ["spmm only"]
+
+
+EXTRA = (
+    Provider("broken", _off_by_one_row, _spmm_only),
+    Provider("crashing", _raises, _spmm_only),
+)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    config = runner.RunConfig(["quick"], CPU, out=out, argv=["--quick"], extra=EXTRA)
+    return runner.run(config, console=Console(file=io.StringIO()))
+
+
+def test_quick_suite_writes_every_file(quick_run):
+    names = {p.name for p in quick_run.files}
+    assert {"results.jsonl", "summary.md"} <= names
+    assert any(n.startswith("speedup-spmm") and n.endswith(".png") for n in names)
+    assert any(n.startswith("roofline-") for n in names)
+    for path in quick_run.files:
+        assert path.exists() and path.stat().st_size > 0
+    meta, rows = output.read_jsonl(quick_run.out_dir / "results.jsonl")
+    for key in ("device", "torch", "triton", "cuda", "date", "command", "hostname", "ceilings"):
+        assert key in meta
+    assert meta["ceilings"]["copy_gbps"] > 0 and meta["ceilings"]["matmul_tflops"]["fp32"] > 0
+    assert len(rows) == len(quick_run.rows)
+    for row in rows:
+        assert row.keys() >= ROW_FIELDS
+    assert {r["op"] for r in rows} == {"spmm", "linear", "sddmm", "softmax", "attention"}
+
+
+def test_every_op_is_timed_against_a_peer(quick_run):
+    for op in ("spmm", "linear", "sddmm", "softmax", "attention"):
+        ok = [r for r in quick_run.rows if r.op == op and r.status == "ok"]
+        assert any(r.ours for r in ok), op
+        assert any(not r.ours for r in ok), op
+        for r in ok:
+            assert r.time_ms > 0 and r.tflops > 0 and r.gbps > 0 and r.max_err <= 1
+
+
+def test_wrong_provider_is_reported_not_timed(quick_run):
+    broken = [r for r in quick_run.rows if r.provider == "broken"]
+    assert broken and {r.status for r in broken} == {"wrong", "unsupported"}
+    for r in broken:
+        if r.status == "wrong":
+            assert r.time_ms is None and r.max_err > 1 and "tolerance" in r.error
+    crashing = [r for r in quick_run.rows if r.provider == "crashing" and r.op == "spmm"]
+    assert crashing and all(r.status == "error" and "always fails" in r.error for r in crashing)
+    # a wrong provider appears in no ratio
+    assert all("broken" not in r.speedup_vs for r in quick_run.rows)
+
+
+def test_ratios_are_time_ratios_within_a_case(quick_run):
+    by_case = output._by_case(quick_run.rows)
+    checked = 0
+    for rows in by_case.values():
+        timed = {r.provider: r for r in rows if r.status == "ok"}
+        for r in timed.values():
+            assert set(r.speedup_vs) == set(timed) - {r.provider}
+            for peer, ratio in r.speedup_vs.items():
+                assert math.isclose(ratio, timed[peer].time_ms / r.time_ms)
+                checked += 1
+    assert checked
+    line = json.loads((quick_run.out_dir / "results.jsonl").read_text().splitlines()[2])
+    assert any(k.startswith("speedup_vs_") for k in line) or line["status"] != "ok"
+    summary = (quick_run.out_dir / "summary.md").read_text()
+    assert "## spmm fp32" in summary and "Wrong or failed" in summary and "broken" in summary
+
+
+def test_check_catches_one_bad_row():
+    value = torch.randn(64, 8, dtype=torch.float64)
+    want = Expected(value, value.abs() * 3, terms=64)
+    good = value.to(torch.bfloat16)
+    assert harness.check(good, want, torch.bfloat16)[0] <= 1
+    bad = good.clone()
+    bad[5] *= 1.1
+    assert harness.check(bad, want, torch.bfloat16)[0] > 1
+    nan = good.clone()
+    nan[0, 0] = float("nan")
+    assert harness.check(nan, want, torch.bfloat16)[0] == math.inf
+    assert harness.check(good[:3], want, torch.bfloat16)[0] == math.inf
+
+
+def test_cpu_timer_and_no_rotation_on_cpu():
+    timer = harness.Timer(CPU, warmup_ms=1, rep_ms=2)
+    timing = timer.time([lambda: torch.ones(8).sum()])
+    assert timing.ms > 0 and timing.method == "perf_counter"
+    assert harness.copies_for(1024, CPU) == 1
+
+
+def test_triton_is_not_run_on_cpu_unless_named():
+    case = weight_case("spmm", 64, 64, 8, torch.float32, CPU, sparsity=0.5)
+    from sparsekernels.bench.providers import providers_for
+
+    entries = {e.provider.name: e for e in providers_for(case)}
+    assert entries["sk_triton"].status == "unsupported"
+    assert entries["sk_reference"].status == "ready"
+    only = {e.provider.name for e in providers_for(case, {"sk", "dense"})}
+    assert only == {"sk_triton", "sk_reference", "dense"}
+
+
+def _smtx(rows, cols, entries):
+    offsets, columns = [0], []
+    for r in range(rows):
+        row = [c for (i, c) in entries if i == r]
+        columns += row
+        offsets.append(len(columns))
+    lines = [
+        f"{rows}, {cols}, {len(columns)}",
+        " ".join(map(str, offsets)),
+        " ".join(map(str, columns)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_dlmc_archives_are_extracted_once_and_sampled(tmp_path):
+    source = tmp_path / "src"
+    (source / "build" / "0.5").mkdir(parents=True)
+    (source / "build" / "0.5" / "layer_a.smtx").write_text(_smtx(4, 8, [(0, 1), (1, 2), (3, 7)]))
+    (source / "build" / "0.5" / "layer_b.smtx").write_text(_smtx(8, 8, [(0, 0), (5, 5)]))
+    with tarfile.open(source / "rn50_magnitude_pruning.tar.xz", "w:xz") as tar:
+        tar.add(source / "build", arcname=".")
+    (source / "rn50_batchsizes.txt").write_text("layer_a,16\nlayer_b,32\n")
+    cache = tmp_path / "cache"
+    matrices, sizes = dlmc.find(source, cache)
+    assert sorted(m.name for m in matrices) == ["layer_a", "layer_b"]
+    assert sizes == {"layer_a": 16, "layer_b": 32}
+    m = matrices[0]
+    assert (m.model, m.technique, m.sparsity) == ("rn50", "magnitude_pruning", 0.5)
+    marker = cache / "rn50_magnitude_pruning" / ".extracted"
+    stamp = marker.stat().st_mtime_ns
+    dlmc.find(source, cache)
+    assert marker.stat().st_mtime_ns == stamp  # not extracted twice
+    assert len(dlmc.sample(matrices, 1)) == 1
+
+
+def test_dlmc_suite_runs_from_a_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "dlmc" / "transformer" / "magnitude_pruning" / "0.7"
+    folder.mkdir(parents=True)
+    (folder / "ffn.smtx").write_text(_smtx(16, 32, [(i, (3 * i) % 32) for i in range(16)]))
+    ctx = suites.Context(CPU, dlmc=tmp_path / "dlmc", limit=1)
+    cases = suites.build(["dlmc"], ctx)
+    assert [c.shape[2] for c in cases] == [16, 64] and cases[0].source.startswith("transformer/")
+    timer = harness.Timer(CPU, warmup_ms=1, rep_ms=2)
+    from sparsekernels.bench.providers import providers_for
+
+    rows = harness.run_case(cases[0], providers_for(cases[0], {"sk_reference", "dense"}), timer)
+    assert [r.status for r in rows] == ["ok", "ok"] and rows[0].density == pytest.approx(16 / 512)
+
+
+def test_e2e_is_a_placeholder_and_cli_errors_return_codes(tmp_path, capsys):
+    with pytest.raises(NotImplementedError, match="issue 7"):
+        suites.build(["e2e"], suites.Context(CPU))
+    assert cli.main(["--suite", "e2e", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert cli.main(["--suite", "nope"]) == 2
+    assert cli.main(["--dtype", "fp8"]) == 2
+    assert cli.main(["--providers", "nobody"]) == 2
+    assert cli.main(["--help"]) == 0
+    capsys.readouterr()
+
+
+def test_cli_main_runs_quick_on_cpu(tmp_path, capsys):
+    argv = ["--quick", "--device", "cpu", "--providers", "sk_reference,dense", "--limit", "3"]
+    assert cli.main([*argv, "--no-plots", "--out", str(tmp_path)]) == 0
+    meta, rows = output.read_jsonl(tmp_path / "results.jsonl")
+    assert meta["argv"][:2] == ["--quick", "--device"] and len(rows) == 5
+    assert {r["provider"] for r in rows} == {"sk_reference", "dense"}
+    assert all(r["status"] == "ok" for r in rows)
+    capsys.readouterr()
+
+
+def test_info_lists_backends_and_reasons():
+    report = info()
+    assert report["torch"] == torch.__version__
+    cpu = report["backends"]["cpu"]
+    assert cpu["spmm_csr"]["reference"] == "available"
+    assert cpu["spmm_csr"]["triton"] != "available"  # says why not
+    json.dumps(report, default=str)
+
+
+def test_gpu_suites_build_without_device_work_and_gate_peers():
+    """Suites only describe cases (no tensors), so a CUDA plan can be checked on a CPU."""
+    ctx = suites.Context(torch.device("cuda"))
+    from sparsekernels.bench.providers import providers_for
+
+    for name in ("quick", "llm", "nm", "sddmm", "softmax", "attention"):
+        assert suites.build([name], ctx), name
+    llm = suites.build(["llm"], ctx)
+    assert len(llm) == 3 * 4 * 6 and {c.shape[2] for c in llm} == {1, 4, 16, 2048}
+    two_four = next(c for c in llm if c.pattern == "2:4" and c.shape[2] == 16)
+    status = {e.provider.name: e.status for e in providers_for(two_four)}
+    assert status["torch24"] == "ready" and status["cusparse"] == "ready"
+    assert status["sk_reference"] == "skipped" and status["torch_bsr32"] == "ready"
+    dense_fp32 = next(c for c in suites.build(["sddmm"], ctx) if c.dtype == torch.float32)
+    assert "dense_tf32" in {e.provider.name for e in providers_for(dense_fp32)}
+    assert len(suites.build(["nm"], suites.Context(torch.device("cuda"), limit=5))) == 5
+
+
+def test_a_case_whose_inputs_fail_gives_error_rows():
+    case = weight_case("spmm", 8, 8, 4, torch.float32, CPU, sparsity=0.5)
+    case.build = _raises_build
+    from sparsekernels.bench.providers import providers_for
+
+    rows = harness.run_case(case, providers_for(case), harness.Timer(CPU))
+    assert rows and all(r.status == "error" and "building inputs" in r.error for r in rows)
+    assert all(r.to_dict()["density"] == 0.5 for r in rows)
+
+
+def _raises_build(seed):
+    raise MemoryError("no room")
