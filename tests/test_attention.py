@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from _helpers import randn
 
 import sparsekernels as sk
+from _helpers import randn
 
 
 def _patterns(L):
@@ -38,4 +38,6 @@ def test_rectangular_and_backward(gen):
     v = randn(1, 2, 7, 3, gen=gen).requires_grad_()
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
     torch.testing.assert_close(sk.sparse_attention(q, k, v, pattern), want)
-    assert torch.autograd.gradcheck(lambda q, k, v: sk.sparse_attention(q, k, v, pattern), (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: sk.sparse_attention(q, k, v, pattern), (q, k, v)
+    )

@@ -3,22 +3,26 @@ dispatch choosing it, and torch.compile on CUDA."""
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
 
 import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
-@pytest.mark.parametrize("shape,density", [((4096, 4096, 256), 0.1), ((1000, 3001, 17), 0.5), ((512, 512, 1), 0.02)])
+@pytest.mark.parametrize(
+    "shape,density", [((4096, 4096, 256), 0.1), ((1000, 3001, 17), 0.5), ((512, 512, 1), 0.02)]
+)
 def test_large_spmm(dtype, shape, density, gen):
     M, K, N = shape
     A = random_csr(M, K, density, gen, dtype, "cuda")
     B = randn(K, N, gen=gen, dtype=dtype, device="cuda")
     bias = randn(M, gen=gen, dtype=dtype, device="cuda")
     got = sk.spmm(A, B, bias, "relu")  # automatic choice: triton on CUDA
-    want = sk.spmm(A.to(dtype=torch.float64), B.double(), bias.double(), "relu", backend="reference")
+    want = sk.spmm(
+        A.to(dtype=torch.float64), B.double(), bias.double(), "relu", backend="reference"
+    )
     bound = spmm_bound(A.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, dtype)
 

@@ -6,9 +6,9 @@ NaN first so an element the kernel never writes shows up.
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
 
 import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
 
 DEVICES = [
     pytest.param("cpu", id="interpreter"),
@@ -28,9 +28,18 @@ def _launch_poisoned(A, B, bias=None, activation="none"):
     out = torch.full((1, A.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     config = spmm_csr_config(B.shape[1])
     kernel.spmm_csr(
-        row_offsets=A.row_offsets, column_indices=A.column_indices, values=A.values, b=B,
-        bias=bias, row_order=A.row_order, out=out, activation=activation,
-        block_rows=config.block_rows, block_nnz=config.block_nnz, block_n=config.block_n, num_warps=config.num_warps,
+        row_offsets=A.row_offsets,
+        column_indices=A.column_indices,
+        values=A.values,
+        b=B,
+        bias=bias,
+        row_order=A.row_order,
+        out=out,
+        activation=activation,
+        block_rows=config.block_rows,
+        block_nnz=config.block_nnz,
+        block_n=config.block_n,
+        num_warps=config.num_warps,
     )
     return out[0]
 
@@ -59,7 +68,13 @@ def test_bias_activation(device, activation, gen):
 @pytest.mark.parametrize("device", DEVICES)
 def test_degenerate_shapes(device, gen):
     _skip_interpreter_on_gpu_machine(device)
-    for M, K, N, density in [(1, 1, 1, 1.0), (1, 50, 3, 0.5), (6, 1, 4, 0.9), (4, 7, 1, 0.5), (3, 5, 2, 0.0)]:
+    for M, K, N, density in [
+        (1, 1, 1, 1.0),
+        (1, 50, 3, 0.5),
+        (6, 1, 4, 0.9),
+        (4, 7, 1, 0.5),
+        (3, 5, 2, 0.0),
+    ]:
         A = random_csr(M, K, density, gen, torch.float64, device, empty_rows=False)
         B = randn(K, N, gen=gen, device=device)
         torch.testing.assert_close(sk.spmm(A, B, backend="triton"), A.to_dense() @ B)
@@ -93,5 +108,7 @@ def test_backward_through_kernel(device, gen):
     dense = A.to_dense().detach().requires_grad_()
     B2 = B.detach().clone().requires_grad_()
     torch.relu(dense @ B2).backward(grad)
-    torch.testing.assert_close(values.grad, dense.grad[A.pattern.row_indices(), A.column_indices.long()])
+    torch.testing.assert_close(
+        values.grad, dense.grad[A.pattern.row_indices(), A.column_indices.long()]
+    )
     torch.testing.assert_close(B.grad, B2.grad)

@@ -4,9 +4,9 @@ poisoned outputs."""
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
 
 import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
 from sparsekernels.kernels.tuning import spmm_nm_config
 
 DEVICES = [
@@ -15,7 +15,14 @@ DEVICES = [
 ]
 # (n, m, vector, block): element-wise, vector-wise below and above the tensor-core threshold,
 # block-wise (BW4x4 = vector 4, block 4), odd n.
-PATTERNS = [(2, 8, 1, 1), (4, 8, 4, 4), (2, 4, 16, 1), (4, 16, 32, 4), (3, 32, 16, 1), (1, 2, 64, 1)]
+PATTERNS = [
+    (2, 8, 1, 1),
+    (4, 8, 4, 4),
+    (2, 4, 16, 1),
+    (4, 16, 32, 4),
+    (3, 32, 16, 1),
+    (1, 2, 64, 1),
+]
 
 
 def _skip_interpreter_on_gpu_machine(device):
@@ -29,10 +36,22 @@ def _launch_poisoned(W, B, bias=None, activation="none"):
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     config = spmm_nm_config(B.shape[1], W.vector, W.dtype == torch.float64)
     kernel.spmm_nm(
-        values=W.values, indices=W.indices, b=B, bias=bias, out=out, n=W.n, m=W.m,
-        vector=W.vector, block=W.block, activation=activation, use_dot=config.use_dot,
-        block_m=config.block_m, block_s=config.block_s, block_n=config.block_n,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        values=W.values,
+        indices=W.indices,
+        b=B,
+        bias=bias,
+        out=out,
+        n=W.n,
+        m=W.m,
+        vector=W.vector,
+        block=W.block,
+        activation=activation,
+        use_dot=config.use_dot,
+        block_m=config.block_m,
+        block_s=config.block_s,
+        block_n=config.block_n,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return out, config.use_dot
 

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, randn
 
+from _helpers import ALL_DTYPES, randn
 from sparsekernels.kernels.transpose import row_major_copy
 
 

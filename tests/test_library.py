@@ -3,9 +3,9 @@ op, and the dispatch rules (forced backends, reasons for rejection)."""
 
 import pytest
 import torch
-from _helpers import randn, random_csr, random_nm
 
 import sparsekernels as sk
+from _helpers import randn, random_csr, random_nm
 from sparsekernels.ops import _dispatch
 
 
@@ -19,9 +19,17 @@ def test_opcheck_spmm_csr(gen):
     A, (t_ro, t_ci, t_perm) = _csr_args(gen)
     for activation in ("none", "relu", "gelu"):
         args = (
-            A.row_offsets, A.column_indices, A.values.clone().requires_grad_(),
-            randn(7, 5, gen=gen).requires_grad_(), randn(9, gen=gen).requires_grad_(),
-            A.row_order, t_ro, t_ci, t_perm, activation, "reference",
+            A.row_offsets,
+            A.column_indices,
+            A.values.clone().requires_grad_(),
+            randn(7, 5, gen=gen).requires_grad_(),
+            randn(9, gen=gen).requires_grad_(),
+            A.row_order,
+            t_ro,
+            t_ci,
+            t_perm,
+            activation,
+            "reference",
         )
         torch.library.opcheck(torch.ops.sparsekernels.spmm_csr.default, args)
 
@@ -48,8 +56,19 @@ def test_opcheck_sddmm_and_softmax(gen):
 def test_opcheck_nm(transpose, gen):
     W = random_nm(6, 16, 2, 8, gen, vector=2)
     b = randn(6 if transpose else 16, 3, gen=gen).requires_grad_()
-    args = (W.values.clone().requires_grad_(), W.indices, b, None if transpose else randn(6, gen=gen),
-            "none" if transpose else "gelu", 2, 8, 2, 1, transpose, "reference")
+    args = (
+        W.values.clone().requires_grad_(),
+        W.indices,
+        b,
+        None if transpose else randn(6, gen=gen),
+        "none" if transpose else "gelu",
+        2,
+        8,
+        2,
+        1,
+        transpose,
+        "reference",
+    )
     torch.library.opcheck(torch.ops.sparsekernels.spmm_nm.default, args)
     torch.library.opcheck(
         torch.ops.sparsekernels.sddmm_nm.default,

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr, random_nm
 
 import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, random_nm
 
 
 def _weights(gen, dtype):

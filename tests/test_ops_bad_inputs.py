@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from _helpers import randn, random_csr, random_nm
 
 import sparsekernels as sk
+from _helpers import randn, random_csr, random_nm
 
 
 @pytest.fixture
@@ -25,28 +25,105 @@ def _cases(A, W, gen):
         (lambda: sk.spmm(A, randn(4, 3, gen=gen)), ValueError, "B must have A's column count 5"),
         (lambda: sk.spmm(A, randn(5, gen=gen)), ValueError, "B must have 2 or 3 dimensions"),
         (lambda: sk.spmm(A, B.float()), TypeError, "operands must share one dtype"),
-        (lambda: sk.spmm(A, B.long()), TypeError, "B must be float16, bfloat16, float32 or float64"),
+        (
+            lambda: sk.spmm(A, B.long()),
+            TypeError,
+            "B must be float16, bfloat16, float32 or float64",
+        ),
         (lambda: sk.spmm(A, B, bias=randn(5, gen=gen)), ValueError, r"bias must have shape \(6,\)"),
-        (lambda: sk.spmm(A, B, activation="tanh"), ValueError, "activation must be None, 'relu' or 'gelu'"),
+        (
+            lambda: sk.spmm(A, B, activation="tanh"),
+            ValueError,
+            "activation must be None, 'relu' or 'gelu'",
+        ),
         (lambda: sk.spmm(A, B.to_sparse()), TypeError, "B must be a dense"),
         (lambda: sk.spmm(A, B, backend="cusparse"), ValueError, "backend must be one of"),
         (lambda: sk.spmm(W, randn(7, 3, gen=gen)), ValueError, "B must have A's column count 8"),
         (lambda: sk.spmm(W, randn(2, 8, 3, gen=gen)), ValueError, "B must have 2 dimensions"),
-        (lambda: sk.spmm(A.with_values(randn(2, A.nnz, gen=gen)), randn(3, 5, 2, gen=gen)), ValueError, "batch"),
-        (lambda: sk.linear(randn(3, 7, gen=gen), W), ValueError, "x's last dimension must be W's in_features 8"),
-        (lambda: sk.linear(randn(3, 8, gen=gen), "W"), TypeError, "W must be a CSRMatrix or NMMatrix"),
-        (lambda: sk.linear(randn(3, 5, gen=gen), A.with_values(randn(2, A.nnz, gen=gen))), ValueError, "single matrix"),
-        (lambda: sk.sddmm(randn(6, 2, gen=gen), randn(5, 3, gen=gen), A), ValueError, "share their last dimension"),
-        (lambda: sk.sddmm(randn(5, 2, gen=gen), randn(5, 2, gen=gen), A), ValueError, "X must have pattern's 6 rows"),
-        (lambda: sk.sddmm(randn(6, 2, gen=gen), randn(5, 2, gen=gen), A.to_dense()), TypeError, "pattern must be a CSRMatrix"),
-        (lambda: sk.sddmm(randn(6, 2, gen=gen), randn(5, 2, gen=gen).float(), A), TypeError, "share one dtype"),
-        (lambda: sk.sddmm(randn(2, 6, 2, gen=gen), randn(3, 5, 2, gen=gen), A), ValueError, "batch"),
+        (
+            lambda: sk.spmm(A.with_values(randn(2, A.nnz, gen=gen)), randn(3, 5, 2, gen=gen)),
+            ValueError,
+            "batch",
+        ),
+        (
+            lambda: sk.linear(randn(3, 7, gen=gen), W),
+            ValueError,
+            "x's last dimension must be W's in_features 8",
+        ),
+        (
+            lambda: sk.linear(randn(3, 8, gen=gen), "W"),
+            TypeError,
+            "W must be a CSRMatrix or NMMatrix",
+        ),
+        (
+            lambda: sk.linear(randn(3, 5, gen=gen), A.with_values(randn(2, A.nnz, gen=gen))),
+            ValueError,
+            "single matrix",
+        ),
+        (
+            lambda: sk.sddmm(randn(6, 2, gen=gen), randn(5, 3, gen=gen), A),
+            ValueError,
+            "share their last dimension",
+        ),
+        (
+            lambda: sk.sddmm(randn(5, 2, gen=gen), randn(5, 2, gen=gen), A),
+            ValueError,
+            "X must have pattern's 6 rows",
+        ),
+        (
+            lambda: sk.sddmm(randn(6, 2, gen=gen), randn(5, 2, gen=gen), A.to_dense()),
+            TypeError,
+            "pattern must be a CSRMatrix",
+        ),
+        (
+            lambda: sk.sddmm(randn(6, 2, gen=gen), randn(5, 2, gen=gen).float(), A),
+            TypeError,
+            "share one dtype",
+        ),
+        (
+            lambda: sk.sddmm(randn(2, 6, 2, gen=gen), randn(3, 5, 2, gen=gen), A),
+            ValueError,
+            "batch",
+        ),
         (lambda: sk.sparse_softmax(A.to_dense()), TypeError, "S must be a CSRMatrix"),
         (lambda: sk.sparse_softmax(A, scale="2"), TypeError, "scale must be a number"),
-        (lambda: sk.sparse_attention(randn(1, 2, 6, 4, gen=gen), randn(1, 2, 5, 4, gen=gen), randn(1, 2, 5, 4, gen=gen), A.t()), ValueError, r"pattern must have shape \(6, 5\)"),
-        (lambda: sk.sparse_attention(randn(2, 6, 4, gen=gen), randn(2, 5, 4, gen=gen), randn(2, 5, 4, gen=gen), A), ValueError, "q must have 4 dimensions"),
-        (lambda: sk.sparse_attention(randn(1, 2, 6, 4, gen=gen), randn(1, 2, 5, 3, gen=gen), randn(1, 2, 5, 4, gen=gen), A), ValueError, "head dimension"),
-        (lambda: sk.sparse_attention(randn(1, 2, 6, 4, gen=gen), randn(1, 2, 5, 4, gen=gen), randn(1, 2, 4, 4, gen=gen), A), ValueError, "v must have k's length"),
+        (
+            lambda: sk.sparse_attention(
+                randn(1, 2, 6, 4, gen=gen),
+                randn(1, 2, 5, 4, gen=gen),
+                randn(1, 2, 5, 4, gen=gen),
+                A.t(),
+            ),
+            ValueError,
+            r"pattern must have shape \(6, 5\)",
+        ),
+        (
+            lambda: sk.sparse_attention(
+                randn(2, 6, 4, gen=gen), randn(2, 5, 4, gen=gen), randn(2, 5, 4, gen=gen), A
+            ),
+            ValueError,
+            "q must have 4 dimensions",
+        ),
+        (
+            lambda: sk.sparse_attention(
+                randn(1, 2, 6, 4, gen=gen),
+                randn(1, 2, 5, 3, gen=gen),
+                randn(1, 2, 5, 4, gen=gen),
+                A,
+            ),
+            ValueError,
+            "head dimension",
+        ),
+        (
+            lambda: sk.sparse_attention(
+                randn(1, 2, 6, 4, gen=gen),
+                randn(1, 2, 5, 4, gen=gen),
+                randn(1, 2, 4, 4, gen=gen),
+                A,
+            ),
+            ValueError,
+            "v must have k's length",
+        ),
     ]
 
 

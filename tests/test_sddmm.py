@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr
 
 import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)

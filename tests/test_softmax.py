@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, randn, random_csr
 
 import sparsekernels as sk
+from _helpers import ALL_DTYPES, randn, random_csr
 
 
 def _dense_softmax(S, scale):
@@ -21,11 +21,15 @@ def test_forward(dtype, scale, gen):
     S = random_csr(33, 47, 0.3, gen, dtype)  # includes empty rows
     got = sk.sparse_softmax(S, scale)
     tol = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
-    torch.testing.assert_close(got.values.double(), _dense_softmax(S, scale), atol=tol[dtype], rtol=tol[dtype])
+    torch.testing.assert_close(
+        got.values.double(), _dense_softmax(S, scale), atol=tol[dtype], rtol=tol[dtype]
+    )
     rows = S.pattern.row_indices()
     sums = torch.zeros(33, dtype=torch.float64).index_add_(0, rows, got.values.double())
     nonempty = S.row_offsets.diff() > 0
-    torch.testing.assert_close(sums[nonempty], torch.ones(int(nonempty.sum()), dtype=torch.float64), atol=1e-2, rtol=0)
+    torch.testing.assert_close(
+        sums[nonempty], torch.ones(int(nonempty.sum()), dtype=torch.float64), atol=1e-2, rtol=0
+    )
 
 
 def test_large_values_are_stable(gen):
@@ -48,4 +52,6 @@ def test_batched_and_backward(gen):
     values = randn(2, S.nnz, gen=gen).requires_grad_()
     got = sk.sparse_softmax(S.with_values(values), 0.5)
     torch.testing.assert_close(got.values, _dense_softmax(S.with_values(values.detach()), 0.5))
-    assert torch.autograd.gradcheck(lambda v: sk.sparse_softmax(S.with_values(v), 0.5).values, (values,))
+    assert torch.autograd.gradcheck(
+        lambda v: sk.sparse_softmax(S.with_values(v), 0.5).values, (values,)
+    )

@@ -2,16 +2,26 @@
 
 import pytest
 import torch
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr, random_nm, spmm_bound
 
 import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, random_nm, spmm_bound
 
 # (M, K, N): not multiples of any block, a single row, K = 1, large K, N = 1.
 SHAPES = [(37, 29, 45), (1, 64, 7), (50, 1, 9), (6, 3000, 5), (33, 70, 1)]
 NM_PATTERNS = [
-    (1, 2, 1, 1), (2, 4, 1, 1), (1, 4, 4, 1), (2, 8, 1, 2), (1, 8, 1, 1), (4, 8, 8, 2),
-    (4, 16, 1, 4), (8, 16, 4, 1), (16, 32, 1, 8), (8, 32, 16, 1), (4, 32, 1, 1),
-    (3, 32, 4, 1), (1, 32, 32, 1),
+    (1, 2, 1, 1),
+    (2, 4, 1, 1),
+    (1, 4, 4, 1),
+    (2, 8, 1, 2),
+    (1, 8, 1, 1),
+    (4, 8, 8, 2),
+    (4, 16, 1, 4),
+    (8, 16, 4, 1),
+    (16, 32, 1, 8),
+    (8, 32, 16, 1),
+    (4, 32, 1, 1),
+    (3, 32, 4, 1),
+    (1, 32, 32, 1),
 ]
 
 

@@ -32,9 +32,7 @@ def ndim(name: str, value: torch.Tensor, allowed: Iterable[int]) -> None:
 
 def float_dtype(name: str, value: torch.Tensor) -> None:
     if value.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must be float16, bfloat16, float32 or float64, got {value.dtype}"
-        )
+        raise TypeError(f"{name} must be float16, bfloat16, float32 or float64, got {value.dtype}")
 
 
 def index_dtype(name: str, value: torch.Tensor) -> None:

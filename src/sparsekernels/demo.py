@@ -37,7 +37,7 @@ def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _row(*cells) -> None:
-    print("  " + "".join(f"{c:<{w}}" for c, w in zip(cells, (30, 14, 14, 12, 12))))
+    print("  " + "".join(f"{c:<{w}}" for c, w in zip(cells, (30, 14, 14, 12, 12), strict=False)))
 
 
 def run(device_name: str | None = None) -> int:
@@ -65,7 +65,13 @@ def run(device_name: str | None = None) -> int:
         want = x.double() @ W.to_dense().double().t()
         got = sk.linear(x.to(dtype), W)
         ms = _median_ms(lambda W=W: sk.linear(x.to(dtype), W), device)
-        _row(name, f"{_rel_err(got, want):.1e}", f"{W.nbytes / 1e6:.1f}", f"{ms:.3f}", f"{dense_ms / ms:.2f}x")
+        _row(
+            name,
+            f"{_rel_err(got, want):.1e}",
+            f"{W.nbytes / 1e6:.1f}",
+            f"{ms:.3f}",
+            f"{dense_ms / ms:.2f}x",
+        )
 
     print("\n2. Sparse attention (local window 64 + stride 64), B=1, H=4, L=1024, D=64")
     L = 1024
@@ -77,7 +83,10 @@ def run(device_name: str | None = None) -> int:
     want = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), attn_mask=keep.to(device)
     )
-    print(f"  density {pattern.density:.3f}; rel. error vs dense masked attention {_rel_err(got, want):.1e}")
+    print(
+        f"  density {pattern.density:.3f}; "
+        f"rel. error vs dense masked attention {_rel_err(got, want):.1e}"
+    )
 
     print("\n3. Training with a fixed mask: gradients of the kept weights and of x")
     w = torch.randn(256, 512, generator=gen, dtype=torch.float64).to(device)
@@ -91,8 +100,10 @@ def run(device_name: str | None = None) -> int:
     x2 = xs.detach().clone().requires_grad_()
     (x2 @ dense_w.t()).square().sum().backward()
     kept_grad = dense_w.grad.gather(1, W.column_indices())
-    print(f"  d(values) rel. error {_rel_err(values.grad, kept_grad):.1e}; "
-          f"d(x) rel. error {_rel_err(xs.grad, x2.grad):.1e}")
+    print(
+        f"  d(values) rel. error {_rel_err(values.grad, kept_grad):.1e}; "
+        f"d(x) rel. error {_rel_err(xs.grad, x2.grad):.1e}"
+    )
 
     print("\n4. Save and load (safetensors, DLMC .smtx)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,7 +116,10 @@ def run(device_name: str | None = None) -> int:
             pattern_back.column_indices, A.column_indices
         )
         print(f"  round trip identical: {same}")
-    print("\nDone. Benchmarks against cuBLAS, cuSPARSE and torch's 2:4: `sparsekernels bench --quick`.")
+    print(
+        "\nDone. Benchmarks against cuBLAS, cuSPARSE and torch's 2:4: "
+        "`sparsekernels bench --quick`."
+    )
     return 0
 
 

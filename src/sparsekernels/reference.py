@@ -40,7 +40,7 @@ def _chunks(nnz: int, width: int):
 
 
 def _scatter_products(out, dst, src, src_rows, values):
-    """out[..., dst[e], :] += values[..., e] * src[..., src_rows[e], :] over all stored entries e."""
+    """out[..., dst[e], :] += values[..., e] * src[..., src_rows[e], :] for every stored e."""
     for part in _chunks(dst.numel(), src.shape[-1]):
         products = values[..., part, None] * src[..., src_rows[part], :]
         out.index_add_(out.dim() - 2, dst[part], products)

@@ -21,7 +21,9 @@ def index_dtype_for(largest: int) -> torch.dtype:
 class Pattern:
     """Row offsets (M+1,) and column indices (nnz,) of an (M, K) CSR matrix, validated elsewhere."""
 
-    def __init__(self, row_offsets: torch.Tensor, column_indices: torch.Tensor, shape: tuple[int, int]):
+    def __init__(
+        self, row_offsets: torch.Tensor, column_indices: torch.Tensor, shape: tuple[int, int]
+    ):
         self.row_offsets = row_offsets
         self.column_indices = column_indices
         self.shape = shape

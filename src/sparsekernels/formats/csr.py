@@ -181,7 +181,11 @@ class CSRMatrix:
         """A torch sparse CSR tensor (single matrices only)."""
         if self.batch is not None:
             raise ValueError("to_torch supports a single matrix; this CSRMatrix holds a batch")
-        index = torch.int64 if torch.int64 in (self.row_offsets.dtype, self.column_indices.dtype) else torch.int32
+        index = (
+            torch.int64
+            if torch.int64 in (self.row_offsets.dtype, self.column_indices.dtype)
+            else torch.int32
+        )
         return torch.sparse_csr_tensor(
             self.row_offsets.to(index), self.column_indices.to(index), self.values, self.shape
         )
@@ -250,7 +254,9 @@ def _validate_structure(row_offsets, column_indices, shape) -> None:
         )
     nnz = column_indices.numel()
     if nnz > rows * cols:
-        raise ValueError(f"column_indices has {nnz} entries, more than the {rows * cols} of shape {shape}")
+        raise ValueError(
+            f"column_indices has {nnz} entries, more than the {rows * cols} of shape {shape}"
+        )
     offsets = row_offsets.long()
     # One host sync for every data-dependent check.
     first, last, decreasing = offsets[0], offsets[-1], (offsets.diff() < 0).sum()
@@ -260,7 +266,9 @@ def _validate_structure(row_offsets, column_indices, shape) -> None:
     if nnz and rows:
         starts = offsets[:-1].clamp(0, max(nnz - 1, 0))
         row_start[starts[offsets.diff() > 0]] = True
-    not_increasing = ((cols64.diff() <= 0) & ~row_start[1:]).nonzero()[:1] if nnz > 1 else cols64[:0]
+    not_increasing = (
+        ((cols64.diff() <= 0) & ~row_start[1:]).nonzero()[:1] if nnz > 1 else cols64[:0]
+    )
     first, last, decreasing, out_of_range = torch.stack(
         [first, last, decreasing, out_of_range]
     ).tolist()
@@ -269,16 +277,17 @@ def _validate_structure(row_offsets, column_indices, shape) -> None:
     if decreasing:
         raise ValueError(f"row_offsets must be non-decreasing; it decreases {decreasing} time(s)")
     if last != nnz:
-        raise ValueError(
-            f"row_offsets must end at nnz = len(column_indices) = {nnz}, got {last}"
-        )
+        raise ValueError(f"row_offsets must end at nnz = len(column_indices) = {nnz}, got {last}")
     if out_of_range:
         raise ValueError(
             f"column_indices must lie in [0, {cols}) for shape {shape}; {out_of_range} do not"
         )
     if not_increasing.numel():
         pos = int(not_increasing[0]) + 1
-        row = int(torch.searchsorted(offsets, torch.tensor(pos, device=offsets.device), right=True)) - 1
+        row = (
+            int(torch.searchsorted(offsets, torch.tensor(pos, device=offsets.device), right=True))
+            - 1
+        )
         raise ValueError(
             f"column_indices must be strictly increasing within each row (sorted, no duplicates); "
             f"row {row} breaks this at entry {pos}"

@@ -31,7 +31,9 @@ def load_smtx(
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not an .smtx text file (not UTF-8 text)") from None
     if len(lines) < 2:
-        raise ValueError(f"{path}: an .smtx file needs a header and row offsets, found {len(lines)} line(s)")
+        raise ValueError(
+            f"{path}: an .smtx file needs a header and row offsets, found {len(lines)} line(s)"
+        )
     header = _ints(path, "header (rows, cols, nnz)", lines[0].replace(",", " "))
     if header.size != 3:
         raise ValueError(f"{path}: header must be 'rows, cols, nnz', got {lines[0]!r}")
@@ -39,9 +41,13 @@ def load_smtx(
     offsets = _ints(path, "row offsets", lines[1])
     columns = _ints(path, "column indices", lines[2] if len(lines) > 2 else "")
     if offsets.size != rows + 1:
-        raise ValueError(f"{path}: expected {rows + 1} row offsets, found {offsets.size} (truncated?)")
+        raise ValueError(
+            f"{path}: expected {rows + 1} row offsets, found {offsets.size} (truncated?)"
+        )
     if columns.size != nnz:
-        raise ValueError(f"{path}: expected {nnz} column indices, found {columns.size} (truncated?)")
+        raise ValueError(
+            f"{path}: expected {nnz} column indices, found {columns.size} (truncated?)"
+        )
     if values is None:
         generator = torch.Generator().manual_seed(seed)
         values = torch.randn(nnz, generator=generator, dtype=torch.float32)
@@ -106,7 +112,9 @@ def load_safetensors(path: str | Path, device: str | torch.device = "cpu") -> CS
             meta = json.loads((f.metadata() or {}).get("sparsekernels", "null"))
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no iterator)
     except (OSError, ValueError, RuntimeError, SafetensorError) as error:
-        raise ValueError(f"{path}: not a readable sparsekernels safetensors file: {error}") from None
+        raise ValueError(
+            f"{path}: not a readable sparsekernels safetensors file: {error}"
+        ) from None
     if not isinstance(meta, dict) or meta.get("format") not in ("csr", "nm"):
         raise ValueError(f"{path}: no sparsekernels metadata; not written by save_safetensors")
     try:
@@ -116,8 +124,13 @@ def load_safetensors(path: str | Path, device: str | torch.device = "cpu") -> CS
                 tensors["row_offsets"], tensors["column_indices"], tensors["values"], meta["shape"]
             )
         return NMMatrix(
-            tensors["values"], tensors["indices"], tuple(meta["shape"]),
-            meta["n"], meta["m"], meta["vector"], meta["block"],
+            tensors["values"],
+            tensors["indices"],
+            tuple(meta["shape"]),
+            meta["n"],
+            meta["m"],
+            meta["vector"],
+            meta["block"],
         )
     except (KeyError, ValueError, TypeError) as error:
         raise ValueError(f"{path}: corrupted sparse matrix: {error!s}") from None

@@ -75,9 +75,7 @@ class NMMatrix:
 
     @property
     def pattern_name(self) -> str:
-        extra = "".join(
-            f",{k}={v}" for k, v in (("v", self.vector), ("b", self.block)) if v != 1
-        )
+        extra = "".join(f",{k}={v}" for k, v in (("v", self.vector), ("b", self.block)) if v != 1)
         return f"{self.n}:{self.m}{extra}"
 
     @property
@@ -137,7 +135,8 @@ class NMMatrix:
             unit = "nonzeros" if block == 1 else f"nonzero blocks of {block} columns"
             raise ValueError(
                 f"dense breaks the {n}:{m} pattern (vector={vector}, block={block}): rows "
-                f"{g * vector}..{min(rows, (g + 1) * vector) - 1}, columns {k * m}..{k * m + m - 1} "
+                f"{g * vector}..{min(rows, (g + 1) * vector) - 1}, "
+                f"columns {k * m}..{k * m + m - 1} "
                 f"hold {int(counts[g, k])} {unit} where at most {kept_blocks} may be kept"
             )
         # Active blocks first, then the lowest inactive ones; kept in ascending order.
@@ -154,7 +153,9 @@ class NMMatrix:
         _check_values(values, self.shape, self.n, self.m)
         if values.device != self.indices.device:
             raise ValueError(f"values must be on {self.indices.device}, got {values.device}")
-        matrix = NMMatrix(values, self.indices, self.shape, self.n, self.m, self.vector, self.block, check=False)
+        matrix = NMMatrix(
+            values, self.indices, self.shape, self.n, self.m, self.vector, self.block, check=False
+        )
         matrix._cache = self._cache
         return matrix
 
@@ -192,7 +193,9 @@ class NMMatrix:
             idx = torch.nn.functional.pad(idx, (0, pad)).view(idx.shape[0], words_per_row, per_word)
             shifts = torch.arange(per_word, device=idx.device) * bits
             words = (idx << shifts).sum(-1)
-            self._cache["packed"] = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+            self._cache["packed"] = torch.where(words >= 2**31, words - 2**32, words).to(
+                torch.int32
+            )
         return self._cache["packed"]  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- conversion
@@ -212,8 +215,14 @@ class NMMatrix:
             raise TypeError(f"dtype must be a floating dtype, got {dtype}")
         values = self.values.to(device=device, dtype=dtype)
         matrix = NMMatrix(
-            values, self.indices.to(values.device), self.shape, self.n, self.m,
-            self.vector, self.block, check=False,
+            values,
+            self.indices.to(values.device),
+            self.shape,
+            self.n,
+            self.m,
+            self.vector,
+            self.block,
+            check=False,
         )
         if values.device == self.device:
             matrix._cache = self._cache
@@ -226,7 +235,9 @@ class NMMatrix:
         return self.to(device="cpu")
 
 
-def nm_columns(indices: torch.Tensor, rows: int, n: int, m: int, vector: int, block: int) -> torch.Tensor:
+def nm_columns(
+    indices: torch.Tensor, rows: int, n: int, m: int, vector: int, block: int
+) -> torch.Tensor:
     """The column of every stored value, (rows, groups * n) int64, from the uint8 block offsets."""
     kept = n // block
     groups = indices.shape[1] // kept if kept else 0
@@ -260,7 +271,10 @@ def _check_values(values, shape, n, m) -> None:
     _checks.float_dtype("values", values)
     want = (shape[0], shape[1] // m * n)
     if tuple(values.shape) != want:
-        raise ValueError(f"values must have shape {want} for {n}:{m} and shape {shape}, got {tuple(values.shape)}")
+        raise ValueError(
+            f"values must have shape {want} for {n}:{m} and shape {shape}, "
+            f"got {tuple(values.shape)}"
+        )
 
 
 def _validate(values, indices, shape, n, m, vector, block) -> None:

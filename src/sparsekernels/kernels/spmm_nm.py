@@ -20,8 +20,15 @@ import triton.language as tl
 
 
 @triton.jit
-def _slot_columns(slots, group_rows, indices, stride_im, N_KEEP: tl.constexpr,
-                  M_GROUP: tl.constexpr, BLOCK: tl.constexpr):
+def _slot_columns(
+    slots,
+    group_rows,
+    indices,
+    stride_im,
+    N_KEEP: tl.constexpr,
+    M_GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Columns of `slots` (BLOCK_S,) for row groups `group_rows` (broadcastable)."""
     group = slots // N_KEEP
     within = slots % N_KEEP
@@ -31,8 +38,20 @@ def _slot_columns(slots, group_rows, indices, stride_im, N_KEEP: tl.constexpr,
 
 
 @triton.jit
-def _epilogue_store(acc, offs_m, offs_n, mask_m, mask_n, bias, out, stride_om, stride_on,
-                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, ACC_DTYPE: tl.constexpr):
+def _epilogue_store(
+    acc,
+    offs_m,
+    offs_n,
+    mask_m,
+    mask_n,
+    bias,
+    out,
+    stride_om,
+    stride_on,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):
     if HAS_BIAS:
         acc += tl.load(bias + offs_m, mask=mask_m, other=0.0).to(ACC_DTYPE)[:, None]
     if ACTIVATION == 1:
@@ -50,11 +69,25 @@ def _spmm_nm_gather_kernel(
     b,  # (K, N): strides stride_bk, stride_bn
     bias,  # (M,) when HAS_BIAS
     out,  # (M, N): strides stride_om, stride_on
-    M, N, S,
-    stride_vm, stride_im, stride_bk, stride_bn, stride_om, stride_on,
-    N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, VECTOR: tl.constexpr, BLOCK: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, ACC_DTYPE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
+    M,
+    N,
+    S,
+    stride_vm,
+    stride_im,
+    stride_bk,
+    stride_bn,
+    stride_om,
+    stride_on,
+    N_KEEP: tl.constexpr,
+    M_GROUP: tl.constexpr,
+    VECTOR: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -68,27 +101,64 @@ def _spmm_nm_gather_kernel(
         mask_s = slots < S
         mask_ms = mask_m[:, None] & mask_s[None, :]
         vals = tl.load(values + rows[:, None] * stride_vm + slots[None, :], mask=mask_ms, other=0.0)
-        cols = _slot_columns(tl.where(mask_s, slots, 0)[None, :], group_rows[:, None], indices,
-                             stride_im, N_KEEP, M_GROUP, BLOCK)
+        cols = _slot_columns(
+            tl.where(mask_s, slots, 0)[None, :],
+            group_rows[:, None],
+            indices,
+            stride_im,
+            N_KEEP,
+            M_GROUP,
+            BLOCK,
+        )
         tile = tl.load(
             b + cols[:, :, None] * stride_bk + offs_n[None, None, :] * stride_bn,
             mask=mask_ms[:, :, None] & mask_n[None, None, :],
             other=0.0,
         )
         acc += tl.sum(vals.to(ACC_DTYPE)[:, :, None] * tile.to(ACC_DTYPE), axis=1)
-    _epilogue_store(acc, offs_m, offs_n, mask_m, mask_n, bias, out, stride_om, stride_on,
-                    HAS_BIAS, ACTIVATION, ACC_DTYPE)
+    _epilogue_store(
+        acc,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        bias,
+        out,
+        stride_om,
+        stride_on,
+        HAS_BIAS,
+        ACTIVATION,
+        ACC_DTYPE,
+    )
 
 
 @triton.jit
 def _spmm_nm_dot_kernel(
-    values, indices, b, bias, out,  # as in _spmm_nm_gather_kernel
-    M, N, S,
-    stride_vm, stride_im, stride_bk, stride_bn, stride_om, stride_on,
-    N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, VECTOR: tl.constexpr, BLOCK: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, PRECISION: tl.constexpr,
+    values,
+    indices,
+    b,
+    bias,
+    out,  # as in _spmm_nm_gather_kernel
+    M,
+    N,
+    S,
+    stride_vm,
+    stride_im,
+    stride_bk,
+    stride_bn,
+    stride_om,
+    stride_on,
+    N_KEEP: tl.constexpr,
+    M_GROUP: tl.constexpr,
+    VECTOR: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,  # the CPU interpreter miscomputes bf16 tl.dot (triton 3.9): use fp32
-    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -101,18 +171,37 @@ def _spmm_nm_dot_kernel(
     for s0 in range(0, S, BLOCK_S):
         slots = s0 + tl.arange(0, BLOCK_S)
         mask_s = slots < S
-        vals = tl.load(values + rows[:, None] * stride_vm + slots[None, :],
-                       mask=mask_m[:, None] & mask_s[None, :], other=0.0)
-        cols = _slot_columns(tl.where(mask_s, slots, 0), group_row, indices, stride_im,
-                             N_KEEP, M_GROUP, BLOCK)
-        tile = tl.load(b + cols[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-                       mask=mask_s[:, None] & mask_n[None, :], other=0.0)
+        vals = tl.load(
+            values + rows[:, None] * stride_vm + slots[None, :],
+            mask=mask_m[:, None] & mask_s[None, :],
+            other=0.0,
+        )
+        cols = _slot_columns(
+            tl.where(mask_s, slots, 0), group_row, indices, stride_im, N_KEEP, M_GROUP, BLOCK
+        )
+        tile = tl.load(
+            b + cols[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+            mask=mask_s[:, None] & mask_n[None, :],
+            other=0.0,
+        )
         if UPCAST:
             vals = vals.to(tl.float32)
             tile = tile.to(tl.float32)
         acc = tl.dot(vals, tile, acc, input_precision=PRECISION)
-    _epilogue_store(acc, offs_m, offs_n, mask_m, mask_n, bias, out, stride_om, stride_on,
-                    HAS_BIAS, ACTIVATION, tl.float32)
+    _epilogue_store(
+        acc,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        bias,
+        out,
+        stride_om,
+        stride_on,
+        HAS_BIAS,
+        ACTIVATION,
+        tl.float32,
+    )
 
 
 _ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2}
@@ -143,15 +232,33 @@ def spmm_nm(
         return out
     grid = (triton.cdiv(rows, block_m), triton.cdiv(cols, block_n))
     common = dict(
-        N_KEEP=n, M_GROUP=m, VECTOR=vector, BLOCK=block,
-        HAS_BIAS=bias is not None, ACTIVATION=_ACTIVATION_CODES[activation],
-        BLOCK_M=block_m, BLOCK_S=block_s, BLOCK_N=block_n,
-        num_warps=num_warps, num_stages=num_stages,
+        N_KEEP=n,
+        M_GROUP=m,
+        VECTOR=vector,
+        BLOCK=block,
+        HAS_BIAS=bias is not None,
+        ACTIVATION=_ACTIVATION_CODES[activation],
+        BLOCK_M=block_m,
+        BLOCK_S=block_s,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     args = (
-        values, indices, b, bias if bias is not None else values, out,
-        rows, cols, values.shape[1],
-        values.stride(0), indices.stride(0), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        values,
+        indices,
+        b,
+        bias if bias is not None else values,
+        out,
+        rows,
+        cols,
+        values.shape[1],
+        values.stride(0),
+        indices.stride(0),
+        b.stride(0),
+        b.stride(1),
+        out.stride(0),
+        out.stride(1),
     )
     if use_dot:
         upcast = values.device.type == "cpu" and values.dtype == torch.bfloat16

@@ -15,8 +15,12 @@ import triton.language as tl
 def _row_major_copy_kernel(
     src,  # (R, C) with strides stride_r, stride_c (typically stride_r == 1: a transposed view)
     dst,  # (R, C) row-major
-    R, C, stride_r, stride_c,
-    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    R,
+    C,
+    stride_r,
+    stride_c,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)

@@ -85,7 +85,9 @@ def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
         return []
     if problem.device.type == "cpu" and triton_interpreter_enabled():
         return [] if forced else ["on CPU the interpreter is used only with backend='triton'"]
-    return [f"tensors are on {problem.device.type}; Triton needs CUDA (or TRITON_INTERPRET=1 on CPU)"]
+    return [
+        f"tensors are on {problem.device.type}; Triton needs CUDA (or TRITON_INTERPRET=1 on CPU)"
+    ]
 
 
 def always(problem: Problem, forced: bool) -> list[str]:

@@ -45,15 +45,31 @@ def spmm_csr(
 
 
 @spmm_csr.register_fake
-def _(row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend):
+def _(
+    row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend
+):
     shape = (*_batch(values.shape[:-1], b.shape[:-2]), row_offsets.shape[0] - 1, b.shape[-1])
     return b.new_empty(shape)
 
 
 def _spmm_csr_setup(ctx, inputs, output):
-    row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend = inputs
+    (
+        row_offsets,
+        column_indices,
+        values,
+        b,
+        bias,
+        row_order,
+        t_ro,
+        t_ci,
+        t_perm,
+        activation,
+        backend,
+    ) = inputs
     ctx.activation, ctx.backend = activation, backend
-    ctx.save_for_backward(row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, output)
+    ctx.save_for_backward(
+        row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, output
+    )
 
 
 def _activation_grad(grad: Tensor, output: Tensor, pre_activation, activation: str) -> Tensor:
@@ -72,7 +88,9 @@ def _spmm_csr_backward(ctx, grad):
     from .sddmm import sddmm_csr_raw
     from .spmm import spmm_csr_raw, transpose_pattern
 
-    row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, out = ctx.saved_tensors
+    row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, out = (
+        ctx.saved_tensors
+    )
     hint = ctx.backend
 
     def pre_activation():
@@ -129,7 +147,9 @@ def _sddmm_csr_backward(ctx, grad):
     row_offsets, column_indices, x, y, t_ro, t_ci, t_perm = ctx.saved_tensors
     d_x = d_y = None
     if ctx.needs_input_grad[2]:  # dX = G @ Y, G the sparse gradient
-        d_x = _sum_to(spmm_csr_raw(row_offsets, column_indices, grad, y, None, None, "none", ctx.backend), x)
+        d_x = _sum_to(
+            spmm_csr_raw(row_offsets, column_indices, grad, y, None, None, "none", ctx.backend), x
+        )
     if ctx.needs_input_grad[3]:  # dY = G^T @ X
         if t_perm is None:
             t_ro, t_ci, t_perm = transpose_pattern(row_offsets, column_indices, y.shape[-2])

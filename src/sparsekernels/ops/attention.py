@@ -42,7 +42,9 @@ def sparse_attention(
     _checks.same_device({"q": q, "k": k, "v": v, "pattern": pattern.column_indices})
     batch, heads, lq, d = q.shape
     if k.shape[:2] != (batch, heads) or v.shape[:2] != (batch, heads):
-        raise ValueError(f"q, k and v must share (batch, heads); got {q.shape}, {k.shape}, {v.shape}")
+        raise ValueError(
+            f"q, k and v must share (batch, heads); got {q.shape}, {k.shape}, {v.shape}"
+        )
     if k.shape[-1] != d:
         raise ValueError(f"k must have q's head dimension {d}, got {k.shape[-1]}")
     if v.shape[2] != k.shape[2]:

@@ -38,7 +38,8 @@ def linear(
         raise ValueError("x must have at least one dimension (in_features)")
     if x.shape[-1] != W.shape[1]:
         raise ValueError(
-            f"x's last dimension must be W's in_features {W.shape[1]}, got x of shape {tuple(x.shape)}"
+            f"x's last dimension must be W's in_features {W.shape[1]}, "
+            f"got x of shape {tuple(x.shape)}"
         )
     # (W @ x^T)^T: the token dimension becomes spmm's N.
     tokens = x.reshape(-1, W.shape[1])

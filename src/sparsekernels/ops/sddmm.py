@@ -109,6 +109,4 @@ _dispatch.register("sddmm_csr", _dispatch.Backend("triton", _triton_csr, _triton
 _dispatch.register(
     "sddmm_csr", _dispatch.Backend("reference", reference.sddmm_csr, _dispatch.always)
 )
-_dispatch.register(
-    "sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always)
-)
+_dispatch.register("sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always))

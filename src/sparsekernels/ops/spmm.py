@@ -41,14 +41,34 @@ def spmm(
         # The narrowest column index type: fewer bytes for a memory-bound kernel to read.
         cols = A.pattern.column_indices_int16()
         return spmm_csr_raw(
-            A.row_offsets, A.column_indices if cols is None else cols, A.values, B, bias,
-            A.row_order, activation, None, backend, t_ro, t_ci, t_perm,
+            A.row_offsets,
+            A.column_indices if cols is None else cols,
+            A.values,
+            B,
+            bias,
+            A.row_order,
+            activation,
+            None,
+            backend,
+            t_ro,
+            t_ci,
+            t_perm,
         )
     if isinstance(A, NMMatrix):
         _check_operands(A, B, bias, allow_batch=False)
         return spmm_nm_raw(
-            A.values, A.indices, B, bias, activation, A.n, A.m, A.vector, A.block, False,
-            None, backend,
+            A.values,
+            A.indices,
+            B,
+            bias,
+            activation,
+            A.n,
+            A.m,
+            A.vector,
+            A.block,
+            False,
+            None,
+            backend,
         )
     raise TypeError(f"A must be a CSRMatrix or NMMatrix, got {type(A).__name__}")
 
@@ -76,25 +96,42 @@ def _problem(values: torch.Tensor, b: torch.Tensor, **facts) -> _dispatch.Proble
 
 
 def spmm_csr_raw(
-    row_offsets, column_indices, values, b, bias, row_order, activation,
-    hint=None, backend=None, t_ro=None, t_ci=None, t_perm=None,
+    row_offsets,
+    column_indices,
+    values,
+    b,
+    bias,
+    row_order,
+    activation,
+    hint=None,
+    backend=None,
+    t_ro=None,
+    t_ci=None,
+    t_perm=None,
 ) -> torch.Tensor:
     """The registered op with its backend chosen (forced `backend`, else `hint` if it fits)."""
     batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
     problem = _problem(values, b, n=b.shape[-1], batch=batch)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     return _library.spmm_csr(
-        row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm,
-        activation, name,
+        row_offsets,
+        column_indices,
+        values,
+        b,
+        bias,
+        row_order,
+        t_ro,
+        t_ci,
+        t_perm,
+        activation,
+        name,
     )
 
 
 def spmm_nm_raw(
     values, indices, b, bias, activation, n, m, vector, block, transpose, hint=None, backend=None
 ) -> torch.Tensor:
-    problem = _problem(
-        values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose
-    )
+    problem = _problem(values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose)
     name = _dispatch.choose_with_hint("spmm_nm", problem, backend, hint)
     return _library.spmm_nm(
         values, indices, b, bias, activation, n, m, vector, block, transpose, name
@@ -134,7 +171,8 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
         row_order=row_order,
         out=out.view(-1, rows, b.shape[-1]),
         activation=activation,
-        block_rows=config.block_rows, block_nnz=config.block_nnz,
+        block_rows=config.block_rows,
+        block_nnz=config.block_nnz,
         block_n=config.block_n,
         num_warps=config.num_warps,
     )

@@ -12,7 +12,11 @@ def magnitude_mask(w: torch.Tensor, sparsity: float) -> torch.Tensor:
     """Boolean mask keeping the round((1 - sparsity) * numel) largest |w| of the whole tensor."""
     _checks.tensor("w", w)
     _checks.float_dtype("w", w)
-    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 <= sparsity <= 1:
+    if (
+        isinstance(sparsity, bool)
+        or not isinstance(sparsity, (int, float))
+        or not 0 <= sparsity <= 1
+    ):
         raise ValueError(f"sparsity must be a number in [0, 1], got {sparsity!r}")
     keep = round((1 - sparsity) * w.numel())
     mask = torch.zeros(w.numel(), dtype=torch.bool, device=w.device)
