@@ -147,3 +147,42 @@ def test_nm_gradcheck(n, m, vector, block, gen):
     assert torch.autograd.gradcheck(
         lambda v, b, c: sk.spmm(W.with_values(v), b, c, "relu"), (values, B, bias)
     )
+
+
+def test_dense_backend_matches_reference(gen):
+    A = random_csr(23, 31, 0.3, gen)
+    B, bias = randn(31, 9, gen=gen), randn(23, gen=gen)
+    for act in (None, "relu", "gelu"):
+        torch.testing.assert_close(
+            sk.spmm(A, B, bias, act, backend="dense"), sk.spmm(A, B, bias, act, backend="reference")
+        )
+    Ab = A.with_values(randn(2, A.nnz, gen=gen))
+    Bb = randn(2, 31, 4, gen=gen)
+    torch.testing.assert_close(sk.spmm(Ab, Bb, backend="dense"), torch.bmm(Ab.to_dense(), Bb))
+    W = random_nm(12, 32, 2, 8, gen, vector=4, block=2)
+    values = W.values.clone().requires_grad_()
+    x = randn(5, 32, gen=gen).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda v, x: sk.linear(x, W.with_values(v), backend="dense"), (values, x)
+    )
+
+
+def test_dense_fallback_is_chosen_only_where_tuning_says():
+    from sparsekernels.ops import _dispatch
+
+    def problem(device, dtype, **facts):
+        return _dispatch.Problem(torch.device(device), dtype, {"batch": 1, **facts})
+
+    big_half = dict(n=2048, density=0.1)
+    assert _dispatch.choose("spmm_csr", problem("cpu", torch.bfloat16, **big_half)) == "reference"
+    assert _dispatch.choose("spmm_csr", problem("cuda", torch.bfloat16, **big_half)) == "dense"
+    decode = problem("cuda", torch.bfloat16, n=16, density=0.1)
+    assert _dispatch.choose("spmm_csr", decode) == "triton"
+    sparse_fp32 = problem("cuda", torch.float32, n=2048, density=0.02)
+    assert _dispatch.choose("spmm_csr", sparse_fp32) == "triton"
+    nm = dict(n=2048, transpose=False)
+    pick = lambda v, n, m: _dispatch.choose(  # noqa: E731
+        "spmm_nm", problem("cuda", torch.bfloat16, pattern=(n, m, v, 1), density=n / m, **nm)
+    )
+    assert pick(64, 1, 8) == "triton" and pick(32, 1, 8) == "triton"
+    assert pick(64, 2, 4) == "dense" and pick(32, 1, 4) == "dense" and pick(1, 1, 8) == "dense"

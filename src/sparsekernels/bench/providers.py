@@ -59,7 +59,8 @@ def _dispatch_problems(case: Case) -> dict[str, _dispatch.Problem]:
     M, K, N = case.shape
 
     def problem(**facts) -> _dispatch.Problem:
-        return _dispatch.Problem(case.device, case.dtype, {"batch": 1, "transpose": False, **facts})
+        common = {"batch": 1, "transpose": False, "density": case.density}
+        return _dispatch.Problem(case.device, case.dtype, {**common, **facts})
 
     if case.op in ("spmm", "linear"):
         if case.format == "nm":

@@ -98,3 +98,25 @@ def softmax_csr_config(nnz: int, rows: int) -> SoftmaxCsrConfig:
     1024 entries; one warp up to 256 entries, then at most 8 entries per thread."""
     block = max(32, min(1024, _mean_row(nnz, rows)))
     return SoftmaxCsrConfig(block, num_warps=max(1, min(4, block // 256)))
+
+
+# ------------------------------------------------------------------ dense fallback
+# Where cuBLAS on the densified weight beats our kernels (H200 runs of 2026-11-29,
+# benchmarks/results/nvidia-h200/2026-11-29): the CUDA-core kernels lose to tensor cores at
+# batched sizes in half precision, and to strict fp32 below ~90% sparsity. Densifying costs one
+# pass over the dense weight, small next to a GEMM only from a few hundred columns on.
+DENSE_FALLBACK_MIN_N = 128
+
+
+def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool) -> bool:
+    if n < DENSE_FALLBACK_MIN_N:
+        return False
+    return half_precision or density > 0.1
+
+
+def spmm_nm_prefers_dense(n: int, density: float, vector: int, half_precision: bool) -> bool:
+    """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%."""
+    if n < DENSE_FALLBACK_MIN_N:
+        return False
+    tile_rows = _largest_power_of_two_dividing(vector, 64)
+    return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)

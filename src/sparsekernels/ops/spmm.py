@@ -111,7 +111,9 @@ def spmm_csr_raw(
 ) -> torch.Tensor:
     """The registered op with its backend chosen (forced `backend`, else `hint` if it fits)."""
     batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
-    problem = _problem(values, b, n=b.shape[-1], batch=batch)
+    cells = (row_offsets.numel() - 1) * b.shape[-2]
+    density = column_indices.numel() / cells if cells else 1.0
+    problem = _problem(values, b, n=b.shape[-1], batch=batch, density=density)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     return _library.spmm_csr(
         row_offsets,
@@ -146,6 +148,59 @@ def transpose_pattern(row_offsets, column_indices, cols: int):
 
 
 # ----------------------------------------------------------------------- backends
+# The dense backend multiplies the densified weight with cuBLAS where that beats our kernels.
+# Unlike the sparse paths it multiplies the structural zeros too: a NaN or Inf in B reaches
+# every output of its column. It is chosen automatically only on CUDA (tuning.py says where).
+def _dense_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
+    rows = reference.row_indices(row_offsets, column_indices.numel())
+    weight = values.new_zeros((*values.shape[:-1], row_offsets.numel() - 1, b.shape[-2]))
+    weight[..., rows, column_indices.long()] = values
+    return _dense_epilogue(torch.matmul(weight, b), bias, activation)
+
+
+def _dense_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
+    from ..formats.nm import nm_columns
+
+    rows, cols = values.shape[0], values.shape[1] // n * m
+    weight = values.new_zeros((rows, cols))
+    weight.scatter_(1, nm_columns(indices, rows, n, m, vector, block), values)
+    return _dense_epilogue((weight.t() if transpose else weight) @ b, bias, activation)
+
+
+def _dense_epilogue(out, bias, activation):
+    if bias is not None:
+        out = out + bias[:, None]
+    return reference.apply_activation(out, activation)
+
+
+def _dense_reasons(prefers_dense):
+    def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+        if forced:
+            return []
+        if problem.device.type != "cuda":
+            return ["chosen automatically only on CUDA (it multiplies structural zeros too)"]
+        if not prefers_dense(problem):
+            return ["a sparse kernel is expected to be faster here (kernels/tuning.py)"]
+        return []
+
+    return reasons
+
+
+def _csr_prefers_dense(problem: _dispatch.Problem) -> bool:
+    from ..kernels.tuning import spmm_csr_prefers_dense
+
+    half = problem.dtype in (torch.float16, torch.bfloat16)
+    return spmm_csr_prefers_dense(problem.facts["n"], problem.facts.get("density", 0.0), half)
+
+
+def _nm_prefers_dense(problem: _dispatch.Problem) -> bool:
+    from ..kernels.tuning import spmm_nm_prefers_dense
+
+    n, m, vector, block = problem.facts["pattern"]
+    half = problem.dtype in (torch.float16, torch.bfloat16)
+    return spmm_nm_prefers_dense(problem.facts["n"], n / m, vector, half)
+
+
 def _reference_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
     return reference.spmm_csr(row_offsets, column_indices, values, b, bias, activation)
 
@@ -243,7 +298,13 @@ def _triton_nm_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     return reasons
 
 
+_dispatch.register(
+    "spmm_csr", _dispatch.Backend("dense", _dense_csr, _dense_reasons(_csr_prefers_dense))
+)
 _dispatch.register("spmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
 _dispatch.register("spmm_csr", _dispatch.Backend("reference", _reference_csr, _dispatch.always))
+_dispatch.register(
+    "spmm_nm", _dispatch.Backend("dense", _dense_nm, _dense_reasons(_nm_prefers_dense))
+)
 _dispatch.register("spmm_nm", _dispatch.Backend("triton", _triton_nm, _triton_nm_reasons))
 _dispatch.register("spmm_nm", _dispatch.Backend("reference", _reference_nm, _dispatch.always))
