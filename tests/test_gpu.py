@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, random_nm, spmm_bound
 
 pytestmark = pytest.mark.gpu
 
@@ -19,12 +19,23 @@ def test_large_spmm(dtype, shape, density, gen):
     A = random_csr(M, K, density, gen, dtype, "cuda")
     B = randn(K, N, gen=gen, dtype=dtype, device="cuda")
     bias = randn(M, gen=gen, dtype=dtype, device="cuda")
-    got = sk.spmm(A, B, bias, "relu")  # automatic choice: triton on CUDA
+    got = sk.spmm(A, B, bias, "relu", backend="triton")
     want = sk.spmm(
         A.to(dtype=torch.float64), B.double(), bias.double(), "relu", backend="reference"
     )
     bound = spmm_bound(A.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("pattern", [(2, 8, 1), (1, 8, 64), (2, 4, 64)])
+def test_automatic_choice_large_n(pattern, gen):
+    n, m, vector = pattern  # decode and batched sizes, whichever backend dispatch picks
+    W = random_nm(512, 1024, n, m, gen, vector, 1, torch.bfloat16, "cuda")
+    for tokens in (1, 16, 2048):
+        x = randn(tokens, 1024, gen=gen, dtype=torch.bfloat16, device="cuda")
+        want = x.double() @ W.to_dense().double().t()
+        bound = x.double().abs() @ W.to_dense().double().abs().t()
+        assert_close(sk.linear(x, W), want, bound, torch.bfloat16)
 
 
 def test_dispatch_picks_triton_on_cuda():
