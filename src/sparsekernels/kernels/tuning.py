@@ -25,8 +25,8 @@ def spmm_csr_config(n: int) -> SpmmCsrConfig:
     """From an H200 sweep (4096 and 14336 rows x 4096, 70-90% sparse, bf16, 2026-11-29):
     N = 1 wants one row per program and long runs of stored entries; N <= 16 a few rows per
     program; larger N a few rows and a column tile up to 128 wide."""
-    if n == 1:
-        return SpmmCsrConfig(block_rows=1, block_nnz=256, block_n=1, num_warps=2)
+    if n == 1:  # one warp per row: 2.6x dense at 90% (2026-11-29-b/decode_sweep.txt)
+        return SpmmCsrConfig(block_rows=1, block_nnz=256, block_n=1, num_warps=1)
     if n <= 16:
         block_n = triton.next_power_of_2(n)
         return SpmmCsrConfig(block_rows=4, block_nnz=128, block_n=block_n, num_warps=2)
