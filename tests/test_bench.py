@@ -264,3 +264,25 @@ def test_a_case_whose_inputs_fail_gives_error_rows():
 
 def _raises_build(seed):
     raise MemoryError("no room")
+
+
+def test_compare_with_a_previous_run(quick_run, tmp_path):
+    from sparsekernels.bench.compare import compare_markdown
+
+    previous = quick_run.out_dir / "results.jsonl"
+    assert quick_run.meta.get("commit") is None or isinstance(quick_run.meta["commit"], str)
+    text = compare_markdown(previous, quick_run.rows, quick_run.meta["device"])
+    first = next(r for r in quick_run.rows if r.ours and r.status == "ok")
+    same_group = [
+        r
+        for r in quick_run.rows
+        if r.ours
+        and r.status == "ok"
+        and (r.op, r.dtype, r.provider) == (first.op, first.dtype, first.provider)
+    ]
+    assert "## Against our previous version" in text
+    # compared with itself, every case of ours is matched and runs at exactly 1.00x
+    assert f"| {first.op} | {first.dtype} | {first.provider} | {len(same_group)} | 1.00x |" in text
+    assert (
+        cli.main(["--quick", "--device", "cpu", "--compare", str(tmp_path / "missing.jsonl")]) == 2
+    )

@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", choices=("cuda", "cpu"), help="default: cuda when available, else cpu"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="JSONL",
+        help="an earlier results.jsonl: adds our speedup over that version to summary.md",
+    )
     return parser
 
 
@@ -99,6 +105,9 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, int | None]:
             return args, 2
         dtypes.append(_DTYPE_ALIASES[name.lower()])
     args.dtypes = dtypes
+    if args.compare is not None and not args.compare.is_file():
+        print(f"error: --compare {args.compare}: no such results file", file=sys.stderr)
+        return args, 2
     if args.limit is not None and args.limit < 1:
         print("error: --limit must be at least 1", file=sys.stderr)
         return args, 2
@@ -139,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         providers=only,
         argv=list(sys.argv[1:] if argv is None else argv),
         plots=not args.no_plots,
+        compare=args.compare,
     )
     try:
         result = run(config)

@@ -72,9 +72,7 @@ class Row:
 
     @property
     def case(self) -> str:
-        m, k, n = self.shape
-        shape = f"{m}x{k}x{n}x{self.batch}"
-        return f"{self.op}|{self.format}|{self.pattern}|{shape}|{self.dtype}|{self.source}"
+        return case_key(self.to_dict())
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -92,6 +90,14 @@ class Timing:
     method: str
     eager_ms: float | None = None
     note: str = ""
+
+
+def case_key(row: dict) -> str:
+    """What identifies a case across providers and runs (a Row's fields, or a JSONL row)."""
+    m, k, n = row["shape"]
+    shape = f"{m}x{k}x{n}x{row.get('batch', 1)}"
+    fields = (row["op"], row["format"], row["pattern"], shape, row["dtype"], row.get("source", ""))
+    return "|".join(str(f) for f in fields)
 
 
 def _rotate(fns: Sequence[Callable[[], object]]) -> Callable[[], object]:
@@ -338,6 +344,34 @@ def device_name(device: torch.device) -> str:
     return f"cpu {platform.processor() or platform.machine()}".strip()
 
 
+def _git_commit() -> str | None:
+    """The checkout's commit (with '+dirty' for local changes), when run from one."""
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "") if commit else None
+
+
 def run_metadata(device: torch.device, argv: Sequence[str] | None = None) -> dict:
     """What a result needs to be trusted later: where, when, with what, and how it was run."""
     meta = {
@@ -352,6 +386,7 @@ def run_metadata(device: torch.device, argv: Sequence[str] | None = None) -> dic
         "command": command_line(),
         "argv": list(argv) if argv is not None else sys.argv[1:],
         "hostname": socket.gethostname(),
+        "commit": _git_commit(),
     }
     if device.type != "cuda":
         meta["cpu_threads"] = torch.get_num_threads()

@@ -30,6 +30,7 @@ class RunConfig:
     providers: set[str] | None = None  # only these names ('sk' = every backend of ours)
     argv: list[str] | None = None
     plots: bool = True
+    compare: Path | None = None  # an earlier results.jsonl: our previous version as a peer
     extra: tuple[Provider, ...] = field(default=())  # more contenders (tests, experiments)
 
 
@@ -81,7 +82,12 @@ def run(config: RunConfig, console: Console | None = None) -> RunResult:
         writer.close()
 
     files = [jsonl, out_dir / "summary.md"]
-    files[1].write_text(summary_markdown(meta, rows))
+    summary = summary_markdown(meta, rows)
+    if config.compare is not None:
+        from .compare import compare_markdown
+
+        summary += "\n" + compare_markdown(config.compare, rows, meta["device"])
+    files[1].write_text(summary)
     if config.plots:
         from .plots import plot_roofline, plot_speedups  # matplotlib only when plotting
 
