@@ -62,4 +62,56 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, bound: torch.Tensor, dty
 def spmm_bound(A_dense: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """sum_k |a_ik| |b_kj| (with a floor of the largest |output| scale for tiny sums)."""
     bound = A_dense.double().abs() @ B.double().abs()
+    if bound.numel() == 0:
+        return bound
     return bound + 1e-6 * bound.max().clamp_min(1e-30)
+
+
+# ----------------------------------------------------------------------- float64 dense oracles
+def dense_spmm(A_dense, B, bias=None, activation=None) -> torch.Tensor:
+    """act(A @ B + bias[:, None]) in float64 dense math."""
+    out = A_dense.double() @ B.double()
+    if bias is not None:
+        out = out + bias.double()[:, None]
+    return sk.reference.apply_activation(out, activation or "none")
+
+
+def stored_mask(P: sk.CSRMatrix) -> torch.Tensor:
+    """(rows, cols) bool: True at P's stored positions (zeros included)."""
+    keep = torch.zeros(P.shape, dtype=torch.bool, device=P.device)
+    keep[P.pattern.row_indices(), P.column_indices.long()] = True
+    return keep
+
+
+def dense_sddmm(X, Y, P):
+    """(X @ Y^T) in float64 at P's stored positions, and the bound sum_k |x_ik| |y_jk| there."""
+    rows, cols = P.pattern.row_indices(), P.column_indices.long()
+    want = (X.double() @ Y.double().transpose(-1, -2))[..., rows, cols]
+    bound = (X.double().abs() @ Y.double().abs().transpose(-1, -2))[..., rows, cols]
+    return want, bound
+
+
+def dense_softmax(S: sk.CSRMatrix, scale: float = 1.0) -> torch.Tensor:
+    """Dense float64 softmax with non-stored entries at -inf, read back at the stored ones."""
+    rows, cols = S.pattern.row_indices(), S.column_indices.long()
+    dense = S.to_dense().double() * scale
+    probs = dense.masked_fill(~stored_mask(S), float("-inf")).softmax(-1)
+    return probs[..., rows, cols]
+
+
+def dense_attention(q, k, v, keep, scale) -> torch.Tensor:
+    """softmax(scale q k^T, -inf off `keep`) v in float64; a query with no keys gets zeros."""
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    probs = scores.masked_fill(~keep, float("-inf")).softmax(-1)
+    probs = torch.where(keep.any(-1, keepdim=True), probs, torch.zeros_like(probs))
+    return probs @ v.double()
+
+
+def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Same shape, dtype and bits (so -0.0 != 0.0 and NaN payloads count)."""
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    a_bits, b_bits = a.detach().contiguous().view(ints), b.detach().contiguous().view(ints)
+    if not torch.equal(a_bits, b_bits):
+        differ = (a_bits != b_bits).nonzero()
+        raise AssertionError(f"{len(differ)} of {a.numel()} elements differ; first at {differ[0]}")

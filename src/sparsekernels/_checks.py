@@ -6,6 +6,7 @@ what is wrong, so a bad call never reaches a kernel.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 import torch
@@ -69,9 +70,19 @@ def positive_int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+def has_data(name: str, value: torch.Tensor) -> None:
+    """Data-dependent work (validation, nonzero search) needs values: not a meta tensor."""
+    if value.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device and holds no data to read")
+
+
 def shape2d(name: str, value: object) -> tuple[int, int]:
     try:
-        rows, cols = (int(v) for v in value)  # type: ignore[union-attr]
+        rows, cols = value  # type: ignore[misc]
+        if isinstance(rows, bool) or isinstance(cols, bool):
+            raise TypeError
+        # operator.index accepts ints (Python, NumPy, 0-d integer tensors), never 6.5 or "6".
+        rows, cols = operator.index(rows), operator.index(cols)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a pair of ints (rows, cols), got {value!r}") from None
     if rows < 0 or cols < 0:

@@ -3,7 +3,8 @@
 They work on raw tensors (the arguments of the registered ops) on any device, accumulate in
 float32 (float64 for float64 inputs) and return the input dtype. Only stored entries are
 multiplied, so a NaN in a dense operand reaches only the outputs a stored entry connects it to.
-Work is chunked over the stored entries so memory stays bounded for large problems.
+Sums over stored entries are segment reductions in a fixed order (no atomics), so results are
+bitwise reproducible on CPU and CUDA. Work is chunked so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -33,20 +34,36 @@ def row_indices(row_offsets: torch.Tensor, nnz: int) -> torch.Tensor:
     return torch.repeat_interleave(rows, row_offsets.diff().long(), output_size=nnz)
 
 
-def _chunks(nnz: int, width: int):
+def _column_chunks(columns: int, height: int):
+    """Slices of the columns so that a (height, chunk) temporary stays under the budget."""
+    step = max(1, _CHUNK_ELEMENTS // max(height, 1))
+    for start in range(0, columns, step):
+        yield slice(start, min(columns, start + step))
+
+
+def _entry_chunks(nnz: int, width: int):
     step = max(1, _CHUNK_ELEMENTS // max(width, 1))
     for start in range(0, nnz, step):
         yield slice(start, min(nnz, start + step))
 
 
-def _scatter_products(out, dst, src, src_rows, values):
-    """out[..., dst[e], :] += values[..., e] * src[..., src_rows[e], :] for every stored e."""
-    for part in _chunks(dst.numel(), src.shape[-1]):
-        products = values[..., part, None] * src[..., src_rows[part], :]
-        out.index_add_(out.dim() - 2, dst[part], products)
+def _segment_sums(products: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Sum consecutive runs of products (..., nnz, c) of the given lengths -> (..., runs, c)."""
+    if lengths.numel() == 0:  # no rows: segment_reduce rejects an empty reduction
+        return products.new_zeros((*products.shape[:-2], 0, products.shape[-1]))
+    summed = torch.segment_reduce(products.movedim(-2, 0), "sum", lengths=lengths, axis=0)
+    return summed.movedim(0, -2)
+
+
+def _sum_products(out, lengths, src, src_rows, values):
+    """out[..., r, :] = sum over the r-th run of entries e of values[..., e] * src[..., src_rows[e], :].
+
+    Entries are grouped by destination (runs of `lengths`), so the sums need no atomics.
+    """
+    for part in _column_chunks(src.shape[-1], src_rows.numel()):
+        products = values[..., :, None] * src[..., src_rows, part]
+        out[..., part] = _segment_sums(products, lengths)
     return out
-
-
 def spmm_csr(
     row_offsets: torch.Tensor,
     column_indices: torch.Tensor,
@@ -64,13 +81,16 @@ def spmm_csr(
     acc = accumulate_dtype(b.dtype)
     rows = row_indices(row_offsets, column_indices.numel())
     cols = column_indices.long()
-    if transpose:
-        dst, src_rows, m = cols, rows, out_rows
+    values = values.to(acc)
+    if transpose:  # regroup the entries by column: A^T's rows
+        order = torch.argsort(cols * max(row_offsets.numel() - 1, 1) + rows, stable=True)
+        lengths = torch.bincount(cols, minlength=out_rows)
+        src_rows, values, m = rows[order], values[..., order], out_rows
     else:
-        dst, src_rows, m = rows, cols, row_offsets.numel() - 1
+        lengths, src_rows, m = row_offsets.diff().long(), cols, row_offsets.numel() - 1
     batch = torch.broadcast_shapes(values.shape[:-1], b.shape[:-2])
-    out = torch.zeros(*batch, m, b.shape[-1], dtype=acc, device=b.device)
-    _scatter_products(out, dst, b.to(acc), src_rows, values.to(acc))
+    out = torch.empty(*batch, m, b.shape[-1], dtype=acc, device=b.device)
+    _sum_products(out, lengths, b.to(acc), src_rows, values)
     if bias is not None:
         out += bias.to(acc)[:, None]
     return apply_activation(out, activation).to(b.dtype)
@@ -108,7 +128,7 @@ def sddmm_csr(
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.empty(*batch, nnz, dtype=acc, device=x.device)
     xa, ya = x.to(acc), y.to(acc)
-    for part in _chunks(nnz, x.shape[-1]):
+    for part in _entry_chunks(nnz, x.shape[-1]):
         out[..., part] = (xa[..., rows[part], :] * ya[..., cols[part], :]).sum(-1)
     return out.to(x.dtype)
 
@@ -137,7 +157,7 @@ def sparse_softmax(row_offsets: torch.Tensor, values: torch.Tensor, scale: float
     # A row of -inf would give exp(nan); shift by 0 there so it yields 0/0 = nan like dense.
     shift = torch.where(torch.isinf(row_max) & (row_max < 0), torch.zeros_like(row_max), row_max)
     e = torch.exp(z - shift[..., rows])
-    total = torch.zeros_like(row_max).index_add_(-1, rows, e)
+    total = _segment_sums(e[..., None], row_offsets.diff().long())[..., 0]
     return (e / total[..., rows]).to(values.dtype)
 
 
@@ -148,6 +168,5 @@ def sparse_softmax_backward(
     acc = accumulate_dtype(probs.dtype)
     rows = row_indices(row_offsets, probs.shape[-1])
     p, g = probs.to(acc), grad.to(acc)
-    dots = torch.zeros(*p.shape[:-1], row_offsets.numel() - 1, dtype=acc, device=p.device)
-    dots.index_add_(-1, rows, p * g)
+    dots = _segment_sums((p * g)[..., None], row_offsets.diff().long())[..., 0]
     return (scale * p * (g - dots[..., rows])).to(probs.dtype)

@@ -123,10 +123,12 @@ class CSRMatrix:
         _checks.tensor("dense", dense)
         _checks.ndim("dense", dense, [2])
         _checks.float_dtype("dense", dense)
+        _checks.has_data("dense", dense)
         if mask is None:
             keep = dense != 0
         else:
             _checks.tensor("mask", mask)
+            _checks.has_data("mask", mask)
             if mask.shape != dense.shape:
                 raise ValueError(
                     f"mask must have dense's shape {tuple(dense.shape)}, got {tuple(mask.shape)}"
@@ -142,9 +144,12 @@ class CSRMatrix:
     def from_torch(cls, t: torch.Tensor) -> CSRMatrix:
         """From a 2-D torch sparse tensor (CSR or COO layout)."""
         _checks_sparse_torch(t)
+        _checks.has_data("t", t)
         if t.layout == torch.sparse_coo:
             t = t.coalesce().to_sparse_csr()
         crow, col, val = t.crow_indices(), t.col_indices(), t.values()
+        # torch does not check its invariants by default: the offsets must be sound to sort by.
+        _check_row_offsets(crow, col.numel())
         # torch allows unsorted columns within a row; sort them so the pattern is canonical.
         rows = torch.repeat_interleave(torch.arange(t.shape[0], device=t.device), crow.diff())
         order = torch.argsort(rows * max(t.shape[1], 1) + col, stable=True)
@@ -153,7 +158,15 @@ class CSRMatrix:
     @classmethod
     def from_scipy(cls, m) -> CSRMatrix:
         """From any scipy.sparse matrix; duplicates are summed, columns sorted."""
+        import scipy.sparse
+
+        if not scipy.sparse.issparse(m):
+            raise TypeError(f"m must be a scipy.sparse matrix or array, got {type(m).__name__}")
         csr = m.tocsr(copy=True)
+        try:  # scipy's own structure check: its C++ routines trust indptr and indices
+            csr.check_format(full_check=True)
+        except ValueError as error:
+            raise ValueError(f"m is not a valid scipy.sparse matrix: {error}") from None
         csr.sum_duplicates()
         csr.sort_indices()
         return cls(
@@ -238,6 +251,20 @@ def _checks_sparse_torch(t: object) -> None:
         raise ValueError(f"t must be 2-D, got shape {tuple(t.shape)}")
 
 
+def _check_row_offsets(row_offsets: torch.Tensor, nnz: int) -> None:
+    """Offsets that start at 0, never decrease and end at nnz (what indexing by them needs)."""
+    offsets = row_offsets.long()
+    first, last, decreasing = torch.stack(
+        [offsets[0], offsets[-1], (offsets.diff() < 0).sum()]
+    ).tolist()
+    if first != 0:
+        raise ValueError(f"row_offsets must start at 0, got {first}")
+    if decreasing:
+        raise ValueError(f"row_offsets must be non-decreasing; it decreases {decreasing} time(s)")
+    if last != nnz:
+        raise ValueError(f"row_offsets must end at nnz = len(column_indices) = {nnz}, got {last}")
+
+
 def _validate_structure(row_offsets, column_indices, shape) -> None:
     _checks.tensor("row_offsets", row_offsets)
     _checks.tensor("column_indices", column_indices)
@@ -246,6 +273,7 @@ def _validate_structure(row_offsets, column_indices, shape) -> None:
     _checks.index_dtype("row_offsets", row_offsets)
     _checks.index_dtype("column_indices", column_indices)
     _checks.same_device({"row_offsets": row_offsets, "column_indices": column_indices})
+    _checks.has_data("row_offsets", row_offsets)
     rows, cols = shape
     if row_offsets.numel() != rows + 1:
         raise ValueError(

@@ -115,12 +115,14 @@ class NMMatrix:
         _checks.tensor("dense", dense)
         _checks.ndim("dense", dense, [2])
         _checks.float_dtype("dense", dense)
+        _checks.has_data("dense", dense)
         shape = tuple(dense.shape)
         check_pattern_args(shape, n, m, vector, block)
         if mask is None:
             active = dense != 0
         else:
             _checks.tensor("mask", mask)
+            _checks.has_data("mask", mask)
             if mask.shape != dense.shape:
                 raise ValueError(f"mask must have dense's shape {shape}, got {tuple(mask.shape)}")
             active = mask.to(device=dense.device, dtype=torch.bool)
@@ -288,6 +290,7 @@ def _validate(values, indices, shape, n, m, vector, block) -> None:
         raise ValueError(f"indices must have shape {want}, got {tuple(indices.shape)}")
     if indices.device != values.device:
         raise ValueError(f"indices must be on values' device {values.device}, got {indices.device}")
+    _checks.has_data("indices", indices)
     if indices.numel():
         grouped = indices.long().view(want[0], -1, kept)
         if int(grouped.max()) >= m // block:

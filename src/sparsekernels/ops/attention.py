@@ -53,8 +53,9 @@ def sparse_attention(
         raise ValueError(f"pattern must have shape ({lq}, {k.shape[2]}), got {pattern.shape}")
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0
-    flat = (batch * heads,)
-    scores = sddmm(q.reshape(*flat, lq, d), k.reshape(*flat, -1, d), pattern, backend=backend)
+    flat = batch * heads  # explicit sizes: a -1 is ambiguous when B, H or D is 0
+    lk, dv = k.shape[2], v.shape[3]
+    scores = sddmm(q.reshape(flat, lq, d), k.reshape(flat, lk, d), pattern, backend=backend)
     probs = sparse_softmax(scores, scale, backend=backend)
-    out = spmm(probs, v.reshape(*flat, v.shape[2], v.shape[3]), backend=backend)
+    out = spmm(probs, v.reshape(flat, lk, dv), backend=backend)
     return out.view(batch, heads, lq, v.shape[3])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import _checks
@@ -31,6 +33,8 @@ def linear(
         raise ValueError("W must be a single matrix, not a batch of values")
     _checks.tensor("x", x)
     _checks.float_dtype("x", x)
+    if bias is not None:
+        _checks.tensor("bias", bias)
     operands = {"x": x, "W": W.values} if bias is None else {"x": x, "W": W.values, "bias": bias}
     _checks.same_dtype(operands)
     _checks.same_device(operands)
@@ -42,6 +46,6 @@ def linear(
             f"got x of shape {tuple(x.shape)}"
         )
     # (W @ x^T)^T: the token dimension becomes spmm's N.
-    tokens = x.reshape(-1, W.shape[1])
+    tokens = x.reshape(math.prod(x.shape[:-1]), W.shape[1])  # not -1: ambiguous when K = 0
     out = spmm(W, tokens.t(), bias, backend=backend).t()
     return out.reshape(*x.shape[:-1], W.shape[0])
