@@ -56,7 +56,7 @@ def _segment_sums(products: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor
 
 
 def _sum_products(out, lengths, src, src_rows, values):
-    """out[..., r, :] = sum over the r-th run of entries e of values[..., e] * src[..., src_rows[e], :].
+    """out[..., r, :] = sum over run r of entries e: values[..., e] * src[..., src_rows[e], :].
 
     Entries are grouped by destination (runs of `lengths`), so the sums need no atomics.
     """
@@ -64,6 +64,8 @@ def _sum_products(out, lengths, src, src_rows, values):
         products = values[..., :, None] * src[..., src_rows, part]
         out[..., part] = _segment_sums(products, lengths)
     return out
+
+
 def spmm_csr(
     row_offsets: torch.Tensor,
     column_indices: torch.Tensor,
