@@ -152,7 +152,7 @@ def test_triton_is_not_run_on_cpu_unless_named():
     assert entries["sk_triton"].status == "unsupported"
     assert entries["sk_reference"].status == "ready"
     only = {e.provider.name for e in providers_for(case, {"sk", "dense"})}
-    assert only == {"sk_dense", "sk_triton", "sk_reference", "dense"}
+    assert only == {"sk_dense", "sk_triton", "sk_torch_sparse", "sk_reference", "dense"}
 
 
 def _smtx(rows, cols, entries):

@@ -111,8 +111,9 @@ def test_forced_backend_and_reasons(gen, monkeypatch):
         sk.sddmm(randn(5, 2, gen=gen), randn(4, 2, gen=gen), A, backend="triton")
     problem = _dispatch.Problem(torch.device("cpu"), torch.float32, {"n": 3, "batch": 1})
     reasons = _dispatch.explain("spmm_csr", problem)
-    assert reasons["reference"] == [] and reasons["triton"]  # auto choice on CPU: reference
-    assert _dispatch.choose("spmm_csr", problem) == "reference"
+    assert reasons["reference"] == [] and reasons["triton"]  # triton only when forced on CPU
+    assert reasons["torch_sparse"] == []  # torch's sparse CSR matmul comes first on CPU
+    assert _dispatch.choose("spmm_csr", problem) == "torch_sparse"
 
 
 def test_no_backend_lists_every_reason():

