@@ -90,6 +90,16 @@ def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
     ]
 
 
+def triton_batched_reasons(problem: Problem, forced: bool) -> list[str]:
+    """triton_device_reasons, plus the grid limit on the batch (one grid dimension per matrix)."""
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    reasons = triton_device_reasons(problem, forced)
+    if problem.facts.get("batch", 1) > MAX_GRID_YZ:
+        reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
+    return reasons
+
+
 def always(problem: Problem, forced: bool) -> list[str]:
     return []
 

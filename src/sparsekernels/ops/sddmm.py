@@ -96,16 +96,9 @@ def _triton_csr(row_offsets, column_indices, x, y):
     return out
 
 
-def _triton_csr_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
-    from ..kernels.tuning import MAX_GRID_YZ
-
-    reasons = _dispatch.triton_device_reasons(problem, forced)
-    if problem.facts["batch"] > MAX_GRID_YZ:
-        reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
-    return reasons
-
-
-_dispatch.register("sddmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
+_dispatch.register(
+    "sddmm_csr", _dispatch.Backend("triton", _triton_csr, _dispatch.triton_batched_reasons)
+)
 _dispatch.register(
     "sddmm_csr", _dispatch.Backend("reference", reference.sddmm_csr, _dispatch.always)
 )

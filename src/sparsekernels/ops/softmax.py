@@ -81,22 +81,16 @@ def _triton_softmax_backward(row_offsets, probs, grad, scale):
     return out
 
 
-def _triton_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
-    from ..kernels.tuning import MAX_GRID_YZ
-
-    reasons = _dispatch.triton_device_reasons(problem, forced)
-    if problem.facts["batch"] > MAX_GRID_YZ:
-        reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
-    return reasons
-
-
-_dispatch.register("sparse_softmax", _dispatch.Backend("triton", _triton_softmax, _triton_reasons))
+_dispatch.register(
+    "sparse_softmax",
+    _dispatch.Backend("triton", _triton_softmax, _dispatch.triton_batched_reasons),
+)
 _dispatch.register(
     "sparse_softmax", _dispatch.Backend("reference", reference.sparse_softmax, _dispatch.always)
 )
 _dispatch.register(
     "sparse_softmax_backward",
-    _dispatch.Backend("triton", _triton_softmax_backward, _triton_reasons),
+    _dispatch.Backend("triton", _triton_softmax_backward, _dispatch.triton_batched_reasons),
 )
 _dispatch.register(
     "sparse_softmax_backward",

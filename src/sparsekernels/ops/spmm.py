@@ -238,9 +238,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
 def _triton_csr_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     from ..kernels.tuning import MAX_GRID_YZ
 
-    reasons = _dispatch.triton_device_reasons(problem, forced)
-    if problem.facts["batch"] > MAX_GRID_YZ:
-        reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
+    reasons = _dispatch.triton_batched_reasons(problem, forced)
     if -(-problem.facts["n"] // 128) > MAX_GRID_YZ:
         reasons.append(f"N = {problem.facts['n']} needs more column tiles than the grid allows")
     return reasons
