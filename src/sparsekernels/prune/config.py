@@ -1,8 +1,9 @@
 """SparsityConfig: which sparsity a layer gets, and the shorthand strings that name one.
 
 Shorthands: "90%" or "0.9" (unstructured, stored as CSR), "2:8" (N:M along in_features),
-"2:8,v=64" (vector-wise: 64 output rows share a choice), "4:8,v=4,b=4" (block-wise), and
-",format=csr" to store an N:M mask as CSR.
+"2:8,v=64" (vector-wise: 64 output rows share a choice), "4:8,v=4,b=4" (block-wise),
+",format=csr" to store an N:M mask as CSR, and ",method=wanda" to score by |W| times the input
+activation norm (needs calibration data, see sparsify_) instead of magnitude, the default.
 """
 
 from __future__ import annotations
@@ -14,10 +15,19 @@ import torch
 
 from ..formats import CSRMatrix, NMMatrix
 from .masks import magnitude_mask, nm_mask
+from .wanda import wanda_mask
 
 FORMATS = ("csr", "nm")
+METHODS = ("magnitude", "wanda")  # how weights are scored for pruning
 _EXAMPLES = "e.g. '2:8', '90%', '0.9', '2:8,v=64' or '4:8,v=4,b=4'"
-_KEYS = {"v": "vector", "vector": "vector", "b": "block", "block": "block", "format": "format"}
+_KEYS = {
+    "v": "vector",
+    "vector": "vector",
+    "b": "block",
+    "block": "block",
+    "format": "format",
+    "method": "method",
+}
 
 
 @dataclass(frozen=True)
@@ -27,9 +37,13 @@ class SparsityConfig:
     `format` defaults to "nm" when n:m is given and to "csr" otherwise; an N:M mask may also be
     stored as CSR (format="csr"), but unstructured sparsity cannot be stored as N:M.
 
+    `method` says how weights are scored: "magnitude" (|W|, over the whole weight for
+    unstructured) or "wanda" (|W| times the input feature's activation norm, compared within
+    each output row; needs calibration, see sparsify_).
+
     Example:
         >>> SparsityConfig.parse("2:8,v=64")
-        SparsityConfig(format='nm', sparsity=None, n=2, m=8, vector=64, block=1)
+        SparsityConfig(format='nm', sparsity=None, n=2, m=8, vector=64, block=1, method='magnitude')
     """
 
     format: str | None = None
@@ -38,8 +52,11 @@ class SparsityConfig:
     m: int | None = None
     vector: int = 1
     block: int = 1
+    method: str = "magnitude"
 
     def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be 'magnitude' or 'wanda', got {self.method!r}")
         structured = self.n is not None or self.m is not None
         if structured and self.sparsity is not None:
             raise ValueError("give either sparsity (unstructured) or n and m (N:M), not both")
@@ -92,11 +109,13 @@ class SparsityConfig:
                     f"{text!r}: option {part!r} must look like key=value ({_EXAMPLES})"
                 )
             if key.lower() not in _KEYS:
-                raise ValueError(f"{text!r}: unknown option {key!r}; use v=, b= or format=")
+                raise ValueError(
+                    f"{text!r}: unknown option {key!r}; use v=, b=, format= or method="
+                )
             name = _KEYS[key.lower()]
             if name in options:
                 raise ValueError(f"{text!r}: option {name} is given twice")
-            if name == "format":
+            if name in ("format", "method"):
                 options[name] = value.lower()
             elif re.fullmatch(r"\d+", value):
                 options[name] = int(value)
@@ -138,12 +157,12 @@ class SparsityConfig:
     @property
     def label(self) -> str:
         """The shorthand that parses back to this config."""
+        method = "" if self.method == "magnitude" else f",method={self.method}"
         if not self.structured:
-            text = f"{self.sparsity * 100:g}%"
-            return text
+            return f"{self.sparsity * 100:g}%{method}"
         extra = "".join(f",{k}={v}" for k, v in (("v", self.vector), ("b", self.block)) if v != 1)
         fmt = ",format=csr" if self.format == "csr" else ""
-        return f"{self.n}:{self.m}{extra}{fmt}"
+        return f"{self.n}:{self.m}{extra}{fmt}{method}"
 
     def __str__(self) -> str:
         return self.label
@@ -155,8 +174,22 @@ class SparsityConfig:
             return f"in_features {shape[1]} is not a multiple of m={self.m}"
         return None
 
-    def mask(self, weight: torch.Tensor) -> torch.Tensor:
-        """Which entries of a 2-D weight magnitude pruning keeps (bool, weight's shape)."""
+    def mask(self, weight: torch.Tensor, input_norm: torch.Tensor | None = None) -> torch.Tensor:
+        """Which entries of a 2-D weight this config keeps (bool, weight's shape): by magnitude,
+        or for method "wanda" by |weight| * input_norm (in_features,) within each row."""
+        if self.method == "wanda":
+            if input_norm is None:
+                raise ValueError(
+                    "method 'wanda' needs input_norm (the input features' activation norms): "
+                    "use sparsify_(..., calibration=) or pass mask="
+                )
+            if self.structured:
+                return wanda_mask(
+                    weight, input_norm, n=self.n, m=self.m, vector=self.vector, block=self.block
+                )
+            return wanda_mask(weight, input_norm, sparsity=self.sparsity)
+        if input_norm is not None:
+            raise ValueError("input_norm is for method 'wanda'; this config prunes by magnitude")
         if self.structured:
             return nm_mask(weight, self.n, self.m, vector=self.vector, block=self.block)
         return magnitude_mask(weight, self.sparsity)
@@ -164,7 +197,7 @@ class SparsityConfig:
     def compress(
         self, weight: torch.Tensor, mask: torch.Tensor | None = None
     ) -> CSRMatrix | NMMatrix:
-        """The weight pruned by magnitude (or at `mask`) in this config's format."""
+        """The weight pruned by this config's method (or at `mask`) in this config's format."""
         reason = self.unsupported_reason(tuple(weight.shape))
         if reason is not None:
             raise ValueError(

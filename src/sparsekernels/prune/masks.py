@@ -1,4 +1,9 @@
-"""Pruning masks by magnitude: unstructured and N:M (element-, vector- and block-wise)."""
+"""Pruning masks: selection from a score matrix (unstructured per tensor or per row, and N:M
+element-, vector- and block-wise), and magnitude masks built on it.
+
+Every pruning criterion (magnitude here, Wanda in wanda.py) computes a score per weight and hands
+it to `topk_mask` or `nm_select`, so the patterns are chosen by one piece of code.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,63 @@ from .. import _checks
 from ..formats.nm import check_pattern_args
 
 
-def magnitude_mask(w: torch.Tensor, sparsity: float) -> torch.Tensor:
-    """Boolean mask keeping the round((1 - sparsity) * numel) largest |w| of the whole tensor."""
+def topk_mask(scores: torch.Tensor, sparsity: float, per_row: bool = False) -> torch.Tensor:
+    """Boolean mask keeping the highest scores: round((1 - sparsity) * numel) of the whole
+    tensor, or with `per_row` round((1 - sparsity) * columns) of every row of a 2-D tensor.
+
+    Example:
+        >>> topk_mask(torch.tensor([[1.0, 3.0], [4.0, 2.0]]), 0.5, per_row=True)
+        tensor([[False,  True],
+                [ True, False]])
+    """
+    _checks.tensor("scores", scores)
+    _check_sparsity(sparsity)
+    if per_row:
+        _checks.ndim("scores", scores, [2])
+        rows, cols = scores.shape
+        keep = round((1 - sparsity) * cols)
+        mask = torch.zeros(rows, cols, dtype=torch.bool, device=scores.device)
+        if keep and rows:
+            mask.scatter_(1, scores.topk(keep, dim=1, sorted=False).indices, True)
+        return mask
+    keep = round((1 - sparsity) * scores.numel())
+    mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
+    if keep:
+        mask[scores.reshape(-1).topk(keep, sorted=False).indices] = True
+    return mask.view(scores.shape)
+
+
+def nm_select(
+    scores: torch.Tensor, n: int, m: int, vector: int = 1, block: int = 1
+) -> torch.Tensor:
+    """Boolean mask keeping n of every m along the columns of a 2-D score matrix.
+
+    `vector` consecutive rows share one choice and `block` consecutive columns move together;
+    each candidate (rows x columns) block is scored by the sum of its scores.
+    """
+    _checks.tensor("scores", scores)
+    _checks.ndim("scores", scores, [2])
+    check_pattern_args(tuple(scores.shape), n, m, vector, block)
+    rows, cols = scores.shape
+    row_groups, blocks_per_group = -(-rows // vector), m // block
+    padded = scores.new_zeros(row_groups * vector, cols)
+    padded[:rows] = scores
+    blocks = padded.view(row_groups, vector, cols // m, blocks_per_group, block).sum((1, 4))
+    chosen = blocks.topk(n // block, dim=-1).indices
+    keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, chosen, True)
+    mask = keep[:, None, :, :, None].expand(row_groups, vector, cols // m, blocks_per_group, block)
+    return mask.reshape(row_groups * vector, cols)[:rows].contiguous()
+
+
+def magnitude_mask(w: torch.Tensor, sparsity: float, per_row: bool = False) -> torch.Tensor:
+    """Boolean mask keeping the round((1 - sparsity) * numel) largest |w| of the whole tensor,
+    or with `per_row` the same fraction of every row of a 2-D weight."""
     _checks.tensor("w", w)
     _checks.float_dtype("w", w)
-    if (
-        isinstance(sparsity, bool)
-        or not isinstance(sparsity, (int, float))
-        or not 0 <= sparsity <= 1
-    ):
-        raise ValueError(f"sparsity must be a number in [0, 1], got {sparsity!r}")
-    keep = round((1 - sparsity) * w.numel())
-    mask = torch.zeros(w.numel(), dtype=torch.bool, device=w.device)
-    if keep:
-        scores = _scores(w).reshape(-1)
-        mask[scores.topk(keep, sorted=False).indices] = True
-    return mask.view(w.shape)
+    if per_row:
+        _checks.ndim("w", w, [2])
+    _check_sparsity(sparsity)
+    return topk_mask(_scores(w), sparsity, per_row=per_row)
 
 
 def nm_mask(w: torch.Tensor, n: int, m: int, vector: int = 1, block: int = 1) -> torch.Tensor:
@@ -36,16 +82,16 @@ def nm_mask(w: torch.Tensor, n: int, m: int, vector: int = 1, block: int = 1) ->
     _checks.ndim("w", w, [2])
     _checks.float_dtype("w", w)
     check_pattern_args(tuple(w.shape), n, m, vector, block)
-    rows, cols = w.shape
-    row_groups, blocks_per_group = -(-rows // vector), m // block
-    scores = _scores(w)
-    padded = scores.new_zeros(row_groups * vector, cols)
-    padded[:rows] = scores
-    blocks = padded.view(row_groups, vector, cols // m, blocks_per_group, block).sum((1, 4))
-    chosen = blocks.topk(n // block, dim=-1).indices
-    keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, chosen, True)
-    mask = keep[:, None, :, :, None].expand(row_groups, vector, cols // m, blocks_per_group, block)
-    return mask.reshape(row_groups * vector, cols)[:rows].contiguous()
+    return nm_select(_scores(w), n, m, vector=vector, block=block)
+
+
+def _check_sparsity(sparsity) -> None:
+    if (
+        isinstance(sparsity, bool)
+        or not isinstance(sparsity, (int, float))
+        or not 0 <= sparsity <= 1
+    ):
+        raise ValueError(f"sparsity must be a number in [0, 1], got {sparsity!r}")
 
 
 def _scores(w: torch.Tensor) -> torch.Tensor:

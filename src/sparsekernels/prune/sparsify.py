@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -11,6 +11,7 @@ from torch import nn
 from .config import SparsityConfig
 
 FilterFn = Callable[[nn.Module, str], bool]
+Calibration = Callable[[nn.Module], object]
 
 
 @dataclass
@@ -52,12 +53,21 @@ def sparsify_(
     model: nn.Module,
     config: SparsityConfig | str | float,
     filter_fn: FilterFn | None = None,
+    calibration: Calibration | None = None,
 ) -> SparsifySummary:
     """Replace, in place, every nn.Linear and 1x1 nn.Conv2d of `model` that fits `config` by a
-    SparseLinear / SparseConv2d pruned by magnitude.
+    SparseLinear / SparseConv2d pruned by magnitude, or by Wanda when `calibration` is given.
 
     config: a SparsityConfig or a shorthand ("2:8", "90%", "0.9", "2:8,v=64", "4:8,v=4,b=4").
     filter_fn(module, fqn) -> bool picks the layers to consider (fqn as in named_modules).
+    calibration(model): runs the model on calibration data, e.g. `lambda m: m(**batch)`. Then
+    sparsify_ hooks the layers it will swap, calls it once under torch.no_grad, sums each layer's
+    squared inputs per input feature over all tokens (pixels for a convolution), removes the
+    hooks and prunes with wanda_mask (|W| * input norm, per output row or per N:M group); the
+    summary's config says method="wanda". A config with method="wanda" needs calibration. All
+    layers are pruned one-shot from the dense model's activations (no sequential re-calibration
+    after earlier layers are pruned). Run it in the mode you want the statistics from (eval()
+    switches dropout off); padding tokens count as tokens.
     Skipped, with the reason recorded in the summary: layers filter_fn rejects, N:M layers whose
     in_features is not a multiple of m, convolutions that are not 1x1 / stride 1 / ungrouped,
     subclasses of nn.Linear / nn.Conv2d (they may read .weight themselves), layers inside
@@ -77,6 +87,15 @@ def sparsify_(
     config = SparsityConfig.coerce(config)
     if filter_fn is not None and not callable(filter_fn):
         raise TypeError(f"filter_fn must be callable (module, fqn) -> bool, got {filter_fn!r}")
+    if calibration is not None:
+        if not callable(calibration):
+            raise TypeError(f"calibration must be callable (model) -> Any, got {calibration!r}")
+        config = replace(config, method="wanda")
+    elif config.method == "wanda":
+        raise ValueError(
+            f"{config.label} prunes by Wanda, which needs calibration=, e.g. "
+            "lambda m: m(**batch) on a few calibration sentences"
+        )
     summary = SparsifySummary(config, model_bytes_before=_model_bytes(model))
     owners = _parameter_owners(model)
 
@@ -100,7 +119,8 @@ def sparsify_(
             return config.unsupported_reason((module.out_channels, module.in_channels))
         return config.unsupported_reason(tuple(module.weight.shape))
 
-    replacement: dict[int, nn.Module] = {}
+    plan: list[tuple[str, nn.Module]] = []  # the layers to swap, in order
+    places: dict[int, list[tuple[nn.Module, str]]] = {}  # every name each is reachable under
     seen: set[int] = set()
     candidates = [(name, m, None) for name, m in [("", model)] if _is_candidate(m)]
     for parent_name, parent in model.named_modules(remove_duplicate=False):
@@ -109,8 +129,8 @@ def sparsify_(
                 fqn = f"{parent_name}.{child_name}" if parent_name else child_name
                 candidates.append((fqn, child, (parent, child_name)))
     for fqn, module, place in candidates:
-        if id(module) in replacement:  # the same module under another name
-            _set(place, replacement[id(module)])
+        if id(module) in places:  # the same module under another name
+            places[id(module)].append(place)
             continue
         if id(module) in seen:
             continue
@@ -119,17 +139,63 @@ def sparsify_(
         if reason is not None:
             summary.skipped[fqn] = reason
             continue
+        plan.append((fqn, module))
+        places[id(module)] = [place]
+    norms = _input_norms(model, plan, calibration) if calibration is not None else {}
+    for fqn, module in plan:
         layer_type = SparseLinear if isinstance(module, nn.Linear) else SparseConv2d
+        weight = module.weight.reshape(module.weight.shape[0], -1)  # a 1x1 conv's as (out, in)
         with torch.no_grad():
-            layer = layer_type.from_dense(module, pattern=config)
+            mask = config.mask(weight, norms[fqn]) if calibration is not None else None
+            layer = layer_type.from_dense(module, pattern=config, mask=mask)
         layer.train(module.training)
-        replacement[id(module)] = layer
-        _set(place, layer)
+        for place in places[id(module)]:
+            _set(place, layer)
         summary.swapped.append(fqn)
         summary.weight_bytes_before += layer.dense_nbytes
         summary.weight_bytes_after += layer.nbytes
     summary.model_bytes_after = _model_bytes(model)
     return summary
+
+
+def _input_norms(
+    model: nn.Module, plan: list[tuple[str, nn.Module]], calibration: Calibration
+) -> dict[str, torch.Tensor]:
+    """fqn -> the L2 norm of each input feature of that layer over every token `calibration`
+    ran through it (float32, on the weight's device)."""
+    sums: dict[str, torch.Tensor] = {}
+    tokens: dict[str, int] = {}
+
+    def hook_for(fqn: str, module: nn.Module):
+        features = module.weight.shape[1]
+        conv = isinstance(module, nn.Conv2d)
+
+        def hook(_module, args):
+            x = args[0].detach()
+            x = x.movedim(-3, -1) if conv else x  # channels last: every pixel is a token
+            x = x.reshape(-1, features).double()
+            sums[fqn] = sums.get(fqn, 0) + x.square().sum(0)
+            tokens[fqn] = tokens.get(fqn, 0) + x.shape[0]
+
+        return hook
+
+    handles = [m.register_forward_pre_hook(hook_for(fqn, m)) for fqn, m in plan]
+    try:
+        with torch.no_grad():
+            calibration(model)
+    finally:
+        for handle in handles:
+            handle.remove()
+    missed = [fqn for fqn, _ in plan if not tokens.get(fqn)]
+    if missed:
+        shown = ", ".join(missed[:5]) + (f" and {len(missed) - 5} more" if len(missed) > 5 else "")
+        raise ValueError(
+            f"calibration ran no tokens through {shown}; run the model on calibration data "
+            "that reaches every layer to prune (or leave them out with filter_fn)"
+        )
+    return {
+        fqn: sums[fqn].sqrt().to(device=m.weight.device, dtype=torch.float32) for fqn, m in plan
+    }
 
 
 def _is_candidate(module: nn.Module) -> bool:
