@@ -204,10 +204,7 @@ def test_dlmc_suite_runs_from_a_folder(tmp_path, monkeypatch):
     assert [r.status for r in rows] == ["ok", "ok"] and rows[0].density == pytest.approx(16 / 512)
 
 
-def test_e2e_is_a_placeholder_and_cli_errors_return_codes(tmp_path, capsys):
-    with pytest.raises(NotImplementedError, match="issue 7"):
-        suites.build(["e2e"], suites.Context(CPU))
-    assert cli.main(["--suite", "e2e", "--device", "cpu", "--out", str(tmp_path)]) == 2
+def test_cli_errors_return_codes(tmp_path, capsys):
     assert cli.main(["--suite", "nope"]) == 2
     assert cli.main(["--dtype", "fp8"]) == 2
     assert cli.main(["--providers", "nobody"]) == 2

@@ -48,6 +48,8 @@ class Case:
     causal: bool = False  # the pattern is exactly the lower triangle
     suite: str = ""
     source: str = ""  # where the pattern came from (a DLMC file)
+    items: int = 0  # e2e: tokens or images one call processes (throughput = items / time)
+    unit: str = ""  # e2e: what `items` counts per second ("tokens/s", "images/s")
 
     @property
     def dtype_name(self) -> str:
@@ -72,6 +74,8 @@ def _randn(shape, g: torch.Generator, dtype, device) -> torch.Tensor:
 
 def measured_density(inputs: dict) -> float:
     """The density of the sparse operand actually drawn (patterns are only known once built)."""
+    if "density" in inputs:  # e2e models state their weights' density
+        return float(inputs["density"])
     sparse = inputs["A"] if "A" in inputs else inputs["P"]
     return float(sparse.density)
 

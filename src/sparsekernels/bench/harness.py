@@ -68,6 +68,10 @@ class Row:
     source: str = ""
     note: str = ""
     copies: int = 1
+    throughput: float | None = None  # items per second (e2e: tokens/s or images/s)
+    unit: str = ""  # what `throughput` counts
+    peak_mb: float | None = None  # CUDA: peak memory a warm call adds (MiB); CPU: None
+    extra: dict = field(default_factory=dict)  # what a provider records (e2e: loss curves)
     speedup_vs: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -233,6 +237,7 @@ def _row(case: Case, provider: Provider, work: tuple[int, int]) -> Row:
         suite=case.suite,
         source=case.source,
         note=provider.note,
+        unit=case.unit,
     )
 
 
@@ -252,11 +257,14 @@ def _measure(
         timer.sync()
         got = provider.extract(out, copies[0])
         row.max_err, message = check(got, expected(provider), case.dtype, provider.eps)
+        if provider.record is not None:
+            row.extra = provider.record(out)
         del out, got
         if not row.max_err <= 1.0:
             row.status, row.error = "wrong", message
             return
-        timing = timer.time(fns, call_s=timer.wall(fns[0]))
+        call_s, row.peak_mb = _peak_memory(timer, fns[0])
+        timing = timer.time(fns, call_s=call_s)
     except torch.cuda.OutOfMemoryError as error:
         row.status, row.error = "error", _short(error)
         torch.cuda.empty_cache()
@@ -274,7 +282,21 @@ def _measure(
         row.note = "; ".join(filter(None, [row.note, timing.note]))
     seconds = timing.ms * 1e-3
     if seconds > 0:
-        row.tflops, row.gbps = row.flops / seconds / 1e12, row.bytes / seconds / 1e9
+        row.tflops = row.flops / seconds / 1e12 if row.flops else None
+        row.gbps = row.bytes / seconds / 1e9 if row.bytes else None
+        row.throughput = case.items / seconds if case.items else None
+
+
+def _peak_memory(timer: Timer, fn: Callable[[], object]) -> tuple[float, float | None]:
+    """(seconds of one warm call, MiB it allocates above what was allocated before; None on
+    CPU): the memory a call needs beyond its inputs (activations, workspaces, gradients)."""
+    if timer.device.type != "cuda":
+        return timer.wall(fn), None
+    timer.sync()
+    before = torch.cuda.memory_allocated(timer.device)
+    torch.cuda.reset_peak_memory_stats(timer.device)
+    seconds = timer.wall(fn)
+    return seconds, (torch.cuda.max_memory_allocated(timer.device) - before) / 2**20
 
 
 def run_case(case: Case, entries: Sequence[Entry], timer: Timer, *, seed: int = 0) -> list[Row]:

@@ -241,6 +241,35 @@ def _extremes(rows: Sequence[Row], count: int = 3) -> list[str]:
     return lines
 
 
+def _e2e_section(rows: Sequence[Row]) -> list[str]:
+    """Whole-model rows: throughput, peak memory, and both as ratios to the dense model."""
+    timed = [r for r in rows if r.unit and r.status == "ok"]
+    if not timed:
+        return []
+    dense = {r.case: r for r in timed if r.provider == "dense"}
+    out = [
+        "## End to end (whole models)",
+        "",
+        "| case | provider | throughput | peak MiB | speedup vs dense | dense memory / this |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in timed:
+        base = dense.get(r.case)
+        memory = base.peak_mb / r.peak_mb if base and base.peak_mb and r.peak_mb else None
+        where = f"{r.op} {r.pattern} {'x'.join(map(str, r.shape))} b={r.batch} {r.dtype}"
+        out.append(
+            f"| {where} | {r.provider} | {_fmt(r.throughput, 4)} {r.unit} | {_fmt(r.peak_mb)} "
+            f"| {_fmt(r.speedup_vs.get('dense'))} | {_fmt(memory)} |"
+        )
+    from .e2e import loss_curves
+
+    for case, curves in loss_curves(rows).items():
+        if "max_rel_diff" in curves:
+            out += ["", f"Loss curves ({case}): max relative difference sparse vs masked-dense "
+                    f"{curves['max_rel_diff']:.3g} (curves in loss_curves.json)"]  # fmt: skip
+    return [*out, ""]
+
+
 def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
     out = [
         f"# sparsekernels bench on {meta['device']}",
@@ -282,6 +311,7 @@ def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
         extremes = _extremes(group)
         if extremes:
             out += ["Best and worst cases:", "", *extremes, ""]
+    out += _e2e_section(rows)
     failed = [r for r in rows if r.status in ("wrong", "error")]
     if failed:
         out += [

@@ -41,6 +41,7 @@ class Provider:
     ours: bool = False
     eps: float = 0.0  # rounding unit of its arithmetic when coarser than the dtype's (TF32)
     note: str = ""
+    record: Callable[[object], dict] | None = None  # what to keep of the checked call's output
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,13 @@ def providers_for(
     """Every provider of the case with its status; `only` keeps the named ones ('sk' = ours)."""
     from .peers import peers  # peers build on Provider, defined here
 
-    entries = ours(case, only)
-    for provider in [*peers(case), *extra]:
+    if case.op.startswith("e2e_"):  # whole models: our sparse model against the dense one
+        from .e2e import e2e_providers
+
+        entries, contenders = [], [*e2e_providers(case), *extra]
+    else:
+        entries, contenders = ours(case, only), [*peers(case), *extra]
+    for provider in contenders:
         reasons = provider.reasons(case)
         entries.append(Entry(provider, "unsupported" if reasons else "ready", "; ".join(reasons)))
     if only is not None:
@@ -194,6 +200,7 @@ def known_names() -> list[str]:
     backends = sorted({b for op in ops for b in _dispatch.backends(op)})
     return [
         "sk",
+        "sk_model",
         *(f"sk_{b}" for b in backends),
         "dense",
         "dense_tf32",

@@ -88,6 +88,13 @@ def run(config: RunConfig, console: Console | None = None) -> RunResult:
 
         summary += "\n" + compare_markdown(config.compare, rows, meta["device"])
     files[1].write_text(summary)
+    if any(r.op == "e2e_train_curve" for r in rows):
+        import json
+
+        from .e2e import loss_curves
+
+        files.append(out_dir / "loss_curves.json")
+        files[-1].write_text(json.dumps(loss_curves(rows), indent=1))
     if config.plots:
         from .plots import plot_roofline, plot_speedups  # matplotlib only when plotting
 

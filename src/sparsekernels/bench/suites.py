@@ -231,4 +231,34 @@ def _loader(path: Path, dtype: torch.dtype, device: torch.device) -> Callable:
 
 @suite("e2e")
 def e2e(ctx: Context) -> list[Case]:
-    raise NotImplementedError("filled by issue 7")
+    """Whole models, sparse against dense (bench/e2e.py). GPU: the Sparse Transformer at
+    L = 8192 (3 layers, dim 512), MobileNetV1 width 1.0 and 1.8 at batch 1 and 32, a 4-layer
+    Llama-3-8B-shaped stack decoding 32 tokens after a 128-token prompt; CPU: tiny sizes."""
+    from ..models.llama import LlamaConfig
+    from ..models.sparse_transformer import TransformerConfig
+    from . import e2e as e2e_cases
+
+    d, cpu = ctx.device, ctx.cpu
+    if cpu:
+        tcfg = TransformerConfig(vocab=32, dim=32, heads=2, layers=2, seq_len=128, window=16,
+                                 stride=16)  # fmt: skip
+        widths, resolution, images = (0.25,), 32, (1, 4)
+        lcfg, prompt, steps = LlamaConfig(64, 224, heads=4, kv_heads=2, layers=2), 8, 4
+    else:
+        tcfg = TransformerConfig(vocab=256, dim=512, heads=8, layers=3, seq_len=8192)
+        widths, resolution, images = (1.0, 1.8), 224, (1, 32)
+        lcfg, prompt, steps = LlamaConfig(layers=4), 128, 32
+    curve = TransformerConfig(vocab=16, dim=32, heads=2, layers=1, seq_len=64, window=8, stride=8)
+    cases = []
+    for dt in ctx.pick(torch.bfloat16):
+        cases += [e2e_cases.transformer_case(tcfg, 1, "90%", dt, d, train=t) for t in (0, 1)]
+    for dt in ctx.pick(torch.float32, torch.bfloat16):
+        cases += [e2e_cases.mobilenet_case(w, b, resolution, dt, d) for w in widths for b in images]
+    for dt in ctx.pick(torch.bfloat16):
+        cases += [
+            e2e_cases.llama_case(lcfg, b, w, dt, d, prompt=prompt, steps=steps)
+            for b in (1, 16)
+            for w in ("2:8", "1:8", "70%")
+        ]
+    cases.append(e2e_cases.train_curve_case(curve, 4, "80%", torch.float32, d))
+    return cases

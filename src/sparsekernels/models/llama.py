@@ -1,0 +1,156 @@
+"""A Llama-shaped decoder block stack (RMSNorm, GQA attention with RoPE and a KV cache, SwiGLU
+MLP) for decode benchmarks: no embeddings or vocabulary head, only the blocks whose weights a
+sparse format shrinks. Generation feeds each step's final hidden state back as the next input.
+
+The default sizes are Llama-3-8B's (hidden 4096, MLP 14336, 32 heads, 8 KV heads) with 4 layers,
+so a benchmark fits in minutes; tests use tiny configs (hidden 64).
+
+Example:
+    >>> cfg = LlamaConfig(hidden=64, intermediate=224, heads=4, kv_heads=2, layers=2)
+    >>> model = LlamaStack(cfg)
+    >>> model.allocate_cache(batch=2, max_len=16)
+    >>> model.generate(torch.randn(2, 4, 64), steps=3).shape
+    torch.Size([2, 3, 64])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    hidden: int = 4096
+    intermediate: int = 14336
+    heads: int = 32
+    kv_heads: int = 8
+    layers: int = 4
+    rope_theta: float = 500000.0
+    eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """Grouped-query attention over a preallocated KV cache (see LlamaStack.allocate_cache)."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg, d = cfg, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden, cfg.heads * d, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.heads * d, cfg.hidden, bias=False)
+        self.cache: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, x: torch.Tensor, start: int, cos, sin) -> torch.Tensor:
+        B, T, _ = x.shape
+        cfg, d = self.cfg, self.cfg.head_dim
+        q = self.q_proj(x).view(B, T, cfg.heads, d).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, cfg.kv_heads, d).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, cfg.kv_heads, d).transpose(1, 2)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        k_cache, v_cache = self.cache
+        k_cache[:B, :, start : start + T] = k
+        v_cache[:B, :, start : start + T] = v
+        k, v = k_cache[:B, :, : start + T], v_cache[:B, :, : start + T]
+        if T > 1 and start != 0:
+            raise ValueError("several new tokens are supported only from position 0 (prefill)")
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, cfg.heads * d))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.input_norm = RMSNorm(cfg.hidden, cfg.eps)
+        self.attn = Attention(cfg)
+        self.post_norm = RMSNorm(cfg.hidden, cfg.eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, start: int, cos, sin) -> torch.Tensor:
+        x = x + self.attn(self.input_norm(x), start, cos, sin)
+        return x + self.mlp(self.post_norm(x))
+
+
+class LlamaStack(nn.Module):
+    """`layers` decoder blocks and a final RMSNorm over hidden states (batch, tokens, hidden)."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(DecoderBlock(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.hidden, cfg.eps)
+        for p in self.parameters():  # Llama's init scale; keeps bf16 activations in range
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def allocate_cache(self, batch: int, max_len: int) -> None:
+        """KV caches for `batch` sequences of up to `max_len` tokens, in the weights' dtype."""
+        cfg, p = self.cfg, self.norm.weight
+        shape = (batch, cfg.kv_heads, max_len, cfg.head_dim)
+        for layer in self.layers:
+            layer.attn.cache = (p.new_zeros(shape), p.new_zeros(shape))
+        inv = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).double() / cfg.head_dim)
+        angles = torch.arange(max_len).double()[:, None] * inv[None, :]
+        angles = torch.cat((angles, angles), -1).to(device=p.device)
+        self._cos, self._sin = angles.cos().to(p.dtype), angles.sin().to(p.dtype)
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        T = x.shape[1]
+        cos, sin = self._cos[start : start + T], self._sin[start : start + T]
+        for layer in self.layers:
+            x = layer(x, start, cos, sin)
+        return self.norm(x)
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, steps: int) -> torch.Tensor:
+        """Prefill `prompt` (batch, P, hidden), then decode `steps` tokens one at a time."""
+        x = self(prompt, 0)[:, -1:]
+        return self.decode(x, prompt.shape[1], steps)
+
+    @torch.no_grad()
+    def decode(self, x: torch.Tensor, start: int, steps: int) -> torch.Tensor:
+        """`steps` decode steps from position `start` (the cache holds positions before it);
+        x (batch, 1, hidden) is the first input. Returns every step's output."""
+        outs = []
+        for i in range(steps):
+            x = self(x, start + i)
+            outs.append(x)
+        return torch.cat(outs, 1)

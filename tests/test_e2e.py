@@ -1,0 +1,121 @@
+"""End-to-end models: sparse models match their masked-dense twins, the e2e suite runs on CPU,
+and sparse training follows the masked-dense loss curve."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from sparsekernels.bench import cli, harness, output, suites
+from sparsekernels.bench.e2e import e2e_providers, transformer_case
+from sparsekernels.models.llama import LlamaConfig, LlamaStack
+from sparsekernels.models.masked import masked_dense
+from sparsekernels.models.mobilenet import mobilenet_pair
+from sparsekernels.models.sparse_transformer import TransformerConfig, transformer_pair
+from sparsekernels.models.training import loss_curve, max_relative_difference, periodic_tokens
+from sparsekernels.nn import SparseAttention, SparseConv2d, SparseLinear
+from sparsekernels.prune import sparsify_
+
+CPU = torch.device("cpu")
+F64 = torch.float64
+TINY = TransformerConfig(vocab=16, dim=32, heads=2, layers=2, seq_len=64, window=8, stride=8)
+
+
+def test_sparse_transformer_matches_masked_dense_forward_and_backward():
+    sparse, dense = transformer_pair(TINY, "90%", dtype=F64)
+    assert isinstance(sparse.blocks[0].attn.core, SparseAttention)
+    assert isinstance(sparse.blocks[1].mlp[0], SparseLinear)
+    assert type(sparse.head) is torch.nn.Linear  # the head stays dense
+    twin = masked_dense(sparse)
+    tokens = torch.randint(0, TINY.vocab, (2, TINY.seq_len + 1))
+    a, b = sparse.loss(tokens), twin.loss(tokens)
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    a.backward()
+    b.backward()
+    for name in ("embed.weight", "blocks.0.ln1.weight", "blocks.1.mlp.0.bias"):
+        ga = sparse.get_parameter(name).grad
+        torch.testing.assert_close(ga, twin.get_parameter(name).grad, rtol=1e-10, atol=1e-12)
+    assert dense(tokens[:, 1:]).shape == (2, TINY.seq_len, TINY.vocab)
+
+
+def test_mobilenet_sparse_pointwise_matches_masked_dense():
+    sparse, dense = mobilenet_pair(0.25, 0.9, resolution=32, calibration_batch=4, dtype=F64)
+    pointwise = [m for m in sparse.modules() if isinstance(m, SparseConv2d)]
+    assert len(pointwise) == 13 and all(m.activation == "relu" for m in pointwise)
+    assert all(abs(m.density - 0.1) < 0.01 for m in pointwise)
+    x = torch.randn(3, 3, 32, 32, dtype=F64)
+    with torch.no_grad():
+        torch.testing.assert_close(sparse(x), masked_dense(sparse)(x), rtol=1e-10, atol=1e-12)
+        assert sparse(x).std() > 0.1 and dense(x).std() > 0.1  # folded BN keeps a live signal
+
+
+@pytest.mark.parametrize("weights", ["2:8", "1:8", "70%"])
+def test_llama_decode_matches_masked_dense(weights):
+    cfg = LlamaConfig(hidden=64, intermediate=224, heads=4, kv_heads=2, layers=2)
+    torch.manual_seed(0)
+    model = LlamaStack(cfg).to(F64)
+    summary = sparsify_(model, weights)
+    assert len(summary.swapped) == 14
+    twin = masked_dense(model)
+    prompt = torch.randn(2, 5, 64, dtype=F64)
+    outs = []
+    for m in (model, twin):
+        m.allocate_cache(2, 9)
+        outs.append(m.generate(prompt, 4))
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-10, atol=1e-12)
+    assert outs[0].shape == (2, 4, 64)
+
+
+def test_sparse_training_follows_the_masked_dense_curve():
+    cfg = dataclasses.replace(TINY, layers=1)
+    sparse, _ = transformer_pair(cfg, "80%", dtype=F64)
+    twin = masked_dense(sparse)
+    data = [periodic_tokens(4, cfg.seq_len + 1, cfg.vocab, cfg.stride, seed=i) for i in range(4)]
+    a, b = loss_curve(sparse, data, 50), loss_curve(twin, data, 50)
+    assert max_relative_difference(a, b) < 1e-9
+    assert a[-1] < 0.8 * a[0]  # it learns the task
+    # The mask stayed fixed: the twin's pruned weights are still multiplied away.
+    layer = twin.blocks[0].mlp[0]
+    assert int(layer.mask.sum()) == sparse.blocks[0].mlp[0].values.numel()
+
+
+def test_a_wrong_row_in_a_model_output_is_caught():
+    case = transformer_case(TINY, 1, "90%", torch.float32, CPU)
+    good = e2e_providers(case)[0]
+
+    def bad_setup(c, inputs):
+        call = good.setup(c, inputs)
+        return lambda: call() * torch.where(torch.arange(TINY.seq_len) == 7, 1.001, 1.0)[:, None]
+
+    bad = dataclasses.replace(good, name="sk_bad", setup=bad_setup)
+    timer = harness.Timer(CPU, warmup_ms=1, rep_ms=2)
+    from sparsekernels.bench.providers import providers_for
+
+    rows = harness.run_case(case, providers_for(case, extra=(bad,)), timer)
+    status = {r.provider: r.status for r in rows}
+    assert status == {"sk_model": "ok", "dense": "ok", "sk_bad": "wrong"}
+    assert rows[0].throughput and rows[0].unit == "tokens/s" and rows[0].peak_mb is None
+
+
+def test_e2e_suite_runs_on_cpu(tmp_path, capsys):
+    cases = suites.build(["e2e"], suites.Context(CPU))
+    assert {c.op for c in cases} == {
+        "e2e_transformer",
+        "e2e_transformer_train",
+        "e2e_mobilenet",
+        "e2e_llama",
+        "e2e_train_curve",
+    }
+    argv = ["--suite", "e2e", "--device", "cpu", "--limit", "5", "--no-plots"]
+    assert cli.main([*argv, "--out", str(tmp_path)]) == 0
+    _, rows = output.read_jsonl(tmp_path / "results.jsonl")
+    assert rows and all(r["status"] == "ok" for r in rows)
+    assert all(r["throughput"] > 0 and r["unit"] for r in rows)
+    assert {r["provider"] for r in rows} == {"sk_model", "dense"}
+    summary = (tmp_path / "summary.md").read_text()
+    assert "End to end" in summary and "Loss curves" in summary
+    curves = json.loads((tmp_path / "loss_curves.json").read_text())
+    (curve,) = curves.values()
+    assert len(curve["sk_model"]) == 50 and curve["max_rel_diff"] < 1e-4
+    capsys.readouterr()
