@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One device call's worth of H200 work, in priority order, each step under its own time limit so
+# a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
+#   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
+# Steps: tests sanitize scale quick llm nm e2e dlmc (default: tests quick llm e2e).
+# Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
+set -u
+out=${1:?usage: run_h200.sh OUT_DIR [STEP ...]}
+shift
+steps=${*:-tests quick llm e2e}
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+previous=benchmarks/results/nvidia-h200/2026-11-29
+mkdir -p "$out"
+bench() {  # bench NAME LIMIT ARGS...
+  local name=$1 limit=$2
+  shift 2
+  local compare=()
+  [ -f "$previous/$name/results.jsonl" ] && compare=(--compare "$previous/$name/results.jsonl")
+  timeout "$limit" python3 -m sparsekernels.bench "$@" "${compare[@]}" --out "$out/$name" \
+    >"$out/$name.log" 2>&1
+  echo "$name rc=$? $(date +%T)"
+}
+for step in $steps; do
+  case $step in
+    tests)
+      timeout 200 python3 -m pytest -q -m "gpu and not slow" tests/ -p no:cacheprovider \
+        >"$out/gpu_tests.log" 2>&1
+      echo "tests rc=$? $(tail -1 "$out/gpu_tests.log")" ;;
+    sanitize)
+      timeout 400 make sanitize >"$out/sanitize.log" 2>&1
+      echo "sanitize rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize.log") clean runs" ;;
+    scale)
+      timeout 200 python3 -m pytest -q -m "gpu and slow" tests/test_scale.py -p no:cacheprovider \
+        >"$out/scale.log" 2>&1
+      echo "scale rc=$? $(tail -1 "$out/scale.log")" ;;
+    quick) bench quick 120 --quick ;;
+    llm) bench llm 150 --suite llm --no-plots ;;
+    nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
+    e2e) bench e2e 240 --suite e2e --no-plots ;;
+    dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
