@@ -134,6 +134,14 @@ class SparseWeightModule(nn.Module):
         )
         self._format_cache = None
 
+    def _filled(self, dense: nn.Module) -> nn.Module:
+        """`dense` (an nn.Linear or nn.Conv2d of this shape) given this layer's weight and bias."""
+        with torch.no_grad():
+            dense.weight.copy_(self.to_dense())
+            if self.bias is not None:
+                dense.bias.copy_(self.bias)
+        return dense
+
     def _sparse_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "

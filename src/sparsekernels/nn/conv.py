@@ -115,19 +115,16 @@ class SparseConv2d(SparseWeightModule):
 
     def to_conv(self) -> nn.Conv2d:
         """An nn.Conv2d with the same (pruned) weight and bias (the activation is not included)."""
-        dense = nn.Conv2d(
-            self.in_features,
-            self.out_features,
-            1,
-            bias=self.bias is not None,
-            device=self.values.device,
-            dtype=self.values.dtype,
+        return self._filled(
+            nn.Conv2d(
+                self.in_features,
+                self.out_features,
+                1,
+                bias=self.bias is not None,
+                device=self.values.device,
+                dtype=self.values.dtype,
+            )
         )
-        with torch.no_grad():
-            dense.weight.copy_(self.to_dense())
-            if self.bias is not None:
-                dense.bias.copy_(self.bias)
-        return dense
 
     def extra_repr(self) -> str:
         act = f", activation={self.activation}" if self.activation else ""

@@ -55,18 +55,15 @@ class SparseLinear(SparseWeightModule):
 
     def to_linear(self) -> nn.Linear:
         """An nn.Linear with the same (pruned) weight and bias."""
-        dense = nn.Linear(
-            self.in_features,
-            self.out_features,
-            bias=self.bias is not None,
-            device=self.values.device,
-            dtype=self.values.dtype,
+        return self._filled(
+            nn.Linear(
+                self.in_features,
+                self.out_features,
+                bias=self.bias is not None,
+                device=self.values.device,
+                dtype=self.values.dtype,
+            )
         )
-        with torch.no_grad():
-            dense.weight.copy_(self.to_dense())
-            if self.bias is not None:
-                dense.bias.copy_(self.bias)
-        return dense
 
     def extra_repr(self) -> str:
         return self._sparse_repr()
