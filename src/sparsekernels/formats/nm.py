@@ -184,21 +184,16 @@ class NMMatrix:
             )
         return self._cache["csr"]  # type: ignore[return-value]
 
-    def packed_indices(self) -> torch.Tensor:
-        """Indices packed `index_bits` each into int32 words, little end first, per row group."""
-        if "packed" not in self._cache:
-            bits = self.index_bits
-            per_word = 32 // bits
-            idx = self.indices.long()
-            pad = (-idx.shape[1]) % per_word
-            words_per_row = (idx.shape[1] + pad) // per_word
-            idx = torch.nn.functional.pad(idx, (0, pad)).view(idx.shape[0], words_per_row, per_word)
-            shifts = torch.arange(per_word, device=idx.device) * bits
-            words = (idx << shifts).sum(-1)
-            self._cache["packed"] = torch.where(words >= 2**31, words - 2**32, words).to(
-                torch.int32
-            )
-        return self._cache["packed"]  # type: ignore[return-value]
+    def packed_indices(self, bits: int | None = None) -> torch.Tensor:
+        """Indices packed `bits` each (default `index_bits`) into int32 words, 32 // bits a
+        word, little end first, per row group. The decode kernel asks for a power of two."""
+        bits = self.index_bits if bits is None else bits
+        if not isinstance(bits, int) or not self.index_bits <= bits <= 8:
+            raise ValueError(f"bits must be an int from {self.index_bits} to 8, got {bits!r}")
+        key = f"packed{bits}"
+        if key not in self._cache:
+            self._cache[key] = pack_offsets(self.indices, bits)
+        return self._cache[key]  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- conversion
     def to_csr(self):
@@ -235,6 +230,19 @@ class NMMatrix:
 
     def cpu(self) -> NMMatrix:
         return self.to(device="cpu")
+
+
+def pack_offsets(indices: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 offsets (rows, slots) -> int32 words (rows, ceil(slots / (32 // bits))), `bits`
+    each, little end first; a word never splits an offset."""
+    per_word = 32 // bits
+    idx = indices.long()
+    pad = (-idx.shape[1]) % per_word
+    words_per_row = (idx.shape[1] + pad) // per_word
+    idx = torch.nn.functional.pad(idx, (0, pad)).view(idx.shape[0], words_per_row, per_word)
+    shifts = torch.arange(per_word, device=idx.device) * bits
+    words = (idx << shifts).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
 def nm_columns(

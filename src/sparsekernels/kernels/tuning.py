@@ -65,6 +65,26 @@ def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfi
     return SpmmNmConfig(False, 32, max(8, 4096 // (32 * block_n)), block_n, 4, 2)
 
 
+@dataclass(frozen=True)
+class SpmmNmDecodeConfig:
+    block_m: int
+    block_slots: int  # compressed slots per step (the launcher converts it to packed words)
+    num_warps: int
+    num_stages: int = 2
+
+
+def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
+    """Decode kernel (N <= 16). From the H200 sweep of the first gather kernel (2026-11-29,
+    results/nvidia-h200/2026-11-30/nm_decode.txt): one warp a program and long slot runs;
+    vector-wise tiles of 8 rows share their columns, which lets them run at the weight's
+    bandwidth. Column tiles are whole (N <= 16), so wide N takes shorter slot runs."""
+    if vector % 8 == 0:
+        return SpmmNmDecodeConfig(8, 256, 1)
+    if n_cols == 1:
+        return SpmmNmDecodeConfig(1, 1024, 1)
+    return SpmmNmDecodeConfig(2, 256, 2)
+
+
 # ------------------------------------------------------------------ sddmm_csr, softmax_csr
 @dataclass(frozen=True)
 class SddmmCsrConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
@@ -250,9 +251,12 @@ def _reference_nm(values, indices, b, bias, activation, n, m, vector, block, tra
 
 def _triton_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
     from ..kernels import spmm_nm as kernel
+    from ..kernels import spmm_nm_decode as decode
     from ..kernels.tuning import spmm_nm_config
 
     out = b.new_empty((values.shape[0], b.shape[1]))
+    if b.shape[1] <= DECODE_MAX_N and decode.supports(block):
+        return _triton_nm_decode(values, indices, b, bias, out, activation, n, m, vector, block)
     config = spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     kernel.spmm_nm(
         values=values.contiguous(),
@@ -273,6 +277,55 @@ def _triton_nm(values, indices, b, bias, activation, n, m, vector, block, transp
         num_stages=config.num_stages,
     )
     return out
+
+
+# Up to this many columns of B (tokens), N:M products take the decode kernel: bound by the
+# weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile.
+DECODE_MAX_N = 16
+
+
+def _triton_nm_decode(values, indices, b, bias, out, activation, n, m, vector, block):
+    from ..kernels import spmm_nm_decode as decode
+    from ..kernels.tuning import spmm_nm_decode_config
+
+    bits = decode.packed_bits(m, block)
+    words = _packed_words(indices, bits)
+    config = spmm_nm_decode_config(b.shape[1], vector)
+    slots_per_word = 32 // bits * block
+    decode.spmm_nm_decode(
+        values=values.contiguous(),
+        words=words,
+        bits=bits,
+        b=_rows_contiguous(b),
+        bias=bias.contiguous() if bias is not None else None,
+        out=out,
+        n=n,
+        m=m,
+        vector=vector,
+        block=block,
+        activation=activation,
+        block_m=config.block_m,
+        block_w=max(1, config.block_slots // slots_per_word),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return out
+
+
+# indices tensor -> (its version, bits, packed words): packing costs a few passes over the
+# offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
+    from ..formats.nm import pack_offsets
+
+    version = indices._version
+    hit = _PACKED.get(indices)
+    if hit is None or hit[0] != version or hit[1] != bits:
+        hit = (version, bits, pack_offsets(indices, bits))
+        _PACKED[indices] = hit
+    return hit[2]
 
 
 def _rows_contiguous(b: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,186 @@
+"""N:M SpMM at decode sizes (N <= 16 columns of B), out = act(W @ B + bias).
+
+At 1-16 tokens the product is bound by the bytes of the weight, so these kernels read the
+compressed values and the bit-packed block offsets (`NMMatrix.packed_indices()`: `BITS` bits per
+offset, 32 // BITS offsets per int32 word, never straddling a word) and nothing else of W. B is
+tiny (K x N) and stays in L1/L2, so it is read with any strides (no copy of x^T).
+
+Each stored value meets its B row through a gather (from L1: B is small). When the tile's rows
+share one choice (vector-wise, BLOCK_M divides VECTOR) the columns are computed once per tile,
+not once per row; that is what lets vector-wise patterns run at the weight's bandwidth.
+
+Both walk the whole row, so each output is a fixed sum order: deterministic, no atomics.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
+
+
+@triton.jit
+def _nm_decode_kernel(
+    values,  # (M, S) compressed values, unit stride along S
+    words,  # (ceil(M / VECTOR), ceil(S / BLOCK / (32 // BITS))) int32 packed block offsets
+    b,  # (K, N), any strides (row-contiguous is fastest for N > 1: one vector load a slot)
+    bias,
+    out,  # (M, N)
+    M,
+    N,
+    S,
+    stride_vm,
+    stride_wm,
+    stride_bk,
+    stride_bn,
+    stride_om,
+    stride_on,
+    N_KEEP: tl.constexpr,
+    M_GROUP: tl.constexpr,
+    VECTOR: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BITS: tl.constexpr,  # a power of two, so a word holds a power-of-two number of offsets
+    SHARED: tl.constexpr,  # BLOCK_M divides VECTOR: the tile's rows share their columns
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_W: tl.constexpr,  # packed words per step
+    BLOCK_N: tl.constexpr,
+):
+    # A step covers BLOCK_W words: a (BLOCK_W, SPW) grid of slots, slot = word * SPW + j.
+    # Each word is loaded once and unpacked by shifts, not re-read once per slot.
+    SPW: tl.constexpr = (32 // BITS) * BLOCK  # slots per word (a block's slots share an offset)
+    pid = tl.program_id(0)
+    offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    rows = offs_m.to(tl.int64)
+    if SHARED:
+        group_rows = (pid * BLOCK_M // VECTOR).to(tl.int64)  # a scalar: one choice per tile
+    else:
+        group_rows = tl.where(mask_m, rows // VECTOR, 0)[:, None]
+    row_values = values + rows[:, None, None] * stride_vm
+    j = tl.arange(0, SPW)
+    shifts = (j // BLOCK) * BITS
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+    for w0 in range(0, tl.cdiv(S, SPW), BLOCK_W):
+        w = w0 + tl.arange(0, BLOCK_W)
+        slots = w[:, None] * SPW + j[None, :]  # (BLOCK_W, SPW)
+        mask_s = slots < S
+        vals = tl.load(
+            row_values + slots[None, :, :],
+            mask=mask_m[:, None, None] & mask_s[None, :, :],
+            other=0.0,
+        ).to(ACC_DTYPE)
+        slots = tl.where(mask_s, slots, 0)
+        w = tl.where(w < tl.cdiv(S, SPW), w, 0)
+        within = slots % N_KEEP
+        first = (slots // N_KEEP) * M_GROUP + within % BLOCK
+        if SHARED:
+            word = tl.load(words + group_rows * stride_wm + w)  # (BLOCK_W,)
+            offsets = (word[:, None] >> shifts[None, :]) & ((1 << BITS) - 1)
+            cols = (first + offsets * BLOCK)[None, :, :]
+        else:
+            word = tl.load(words + group_rows * stride_wm + w[None, :])  # (BLOCK_M, BLOCK_W)
+            offsets = (word[:, :, None] >> shifts[None, None, :]) & ((1 << BITS) - 1)
+            cols = first[None, :, :] + offsets * BLOCK
+        if BLOCK_N == 1:  # decode of one token: a plain gather, no column axis
+            x = tl.load(b + cols.to(tl.int64) * stride_bk, mask=mask_s[None, :, :], other=0.0)
+            acc += tl.sum(tl.sum(vals * x.to(ACC_DTYPE), axis=2), axis=1)[:, None]
+        else:
+            flat_cols = tl.reshape(cols, (cols.shape[0], BLOCK_W * SPW))
+            flat_mask = tl.reshape(mask_s, (BLOCK_W * SPW,))
+            b_rows = b + flat_cols.to(tl.int64)[:, :, None] * stride_bk
+            x = tl.load(
+                b_rows + offs_n[None, None, :] * stride_bn,
+                mask=flat_mask[None, :, None] & mask_n[None, None, :],
+                other=0.0,
+            )
+            flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
+            acc += tl.sum(flat_vals[:, :, None] * x.to(ACC_DTYPE), axis=1)
+    _epilogue_store(
+        acc,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        bias,
+        out,
+        stride_om,
+        stride_on,
+        HAS_BIAS,
+        ACTIVATION,
+        ACC_DTYPE,
+    )
+
+
+def packed_bits(m: int, block: int) -> int:
+    """Bits per offset in the kernel's packing: enough for m / block positions, rounded up to a
+    power of two so that a word holds a power-of-two number of offsets."""
+    needed = max(1, (m // block - 1).bit_length())
+    return triton.next_power_of_2(needed)
+
+
+def supports(block: int) -> bool:
+    """The word-wise walk needs a power-of-two number of slots per word."""
+    return block & (block - 1) == 0
+
+
+def spmm_nm_decode(
+    *,
+    values: torch.Tensor,
+    words: torch.Tensor,
+    bits: int,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    n: int,
+    m: int,
+    vector: int,
+    block: int,
+    activation: str,
+    block_m: int,
+    block_w: int,
+    num_warps: int,
+    num_stages: int,
+) -> torch.Tensor:
+    """Launch over out (M, N <= 16). values (M, S) and words (`NMMatrix.packed_indices(bits)`,
+    bits from `packed_bits`) need unit stride along their last dim."""
+    rows, cols = out.shape
+    if rows == 0 or cols == 0:
+        return out
+    _nm_decode_kernel[(triton.cdiv(rows, block_m),)](
+        values,
+        words,
+        b,
+        bias if bias is not None else values,
+        out,
+        rows,
+        cols,
+        values.shape[1],
+        values.stride(0),
+        words.stride(0),
+        b.stride(0),
+        b.stride(1),
+        out.stride(0),
+        out.stride(1),
+        N_KEEP=n,
+        M_GROUP=m,
+        VECTOR=vector,
+        BLOCK=block,
+        BITS=bits,
+        SHARED=vector % block_m == 0,
+        HAS_BIAS=bias is not None,
+        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
+        BLOCK_M=block_m,
+        BLOCK_W=block_w,
+        BLOCK_N=triton.next_power_of_2(cols),
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    return out

@@ -1,0 +1,110 @@
+"""The N:M decode kernel (N <= 16, bit-packed offsets): in the interpreter on CPU (small shapes)
+and compiled on CUDA (gpu), against float64 references with poisoned outputs."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
+from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
+
+DEVICES = [
+    pytest.param("cpu", id="interpreter"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+# (n, m, vector, block): element-wise, 1:2 (1-bit offsets), odd n, vector-wise, block-wise,
+# and a wide group (8-bit offsets).
+PATTERNS = [(2, 8, 1, 1), (1, 2, 1, 1), (3, 8, 1, 1), (2, 4, 4, 1), (4, 16, 1, 2), (1, 32, 2, 1)]
+# (block_m, block_w, num_warps): one row, rows sharing a choice, more rows than a vector.
+CONFIGS = [(1, 1, 1), (2, 4, 1), (16, 2, 2)]
+
+
+def _skip_interpreter_on_gpu_machine(device):
+    if device == "cpu" and torch.cuda.is_available():
+        pytest.skip("the interpreter runs only on machines without CUDA")
+
+
+def _launch_poisoned(W, B, config, bias=None, activation="none"):
+    out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
+    bits = packed_bits(W.m, W.block)
+    block_m, block_w, num_warps = config
+    spmm_nm_decode(
+        values=W.values,
+        words=W.packed_indices(bits),
+        bits=bits,
+        b=B,
+        bias=bias,
+        out=out,
+        n=W.n,
+        m=W.m,
+        vector=W.vector,
+        block=W.block,
+        activation=activation,
+        block_m=block_m,
+        block_w=block_w,
+        num_warps=num_warps,
+        num_stages=2,
+    )
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("N", [1, 5, 16])
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_element_written(device, pattern, N, config, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    dtype = torch.float32
+    rows = 2 * vector + vector // 2 + 17  # a partial last vector group and a partial tile
+    cols = 5 * m  # slots not a multiple of a word
+    W = random_nm(rows, cols, n, m, gen, vector, block, dtype, device)
+    x = randn(N, cols, gen=gen, dtype=dtype, device=device)
+    for B in (x.t(), x.t().contiguous()):  # linear passes x^T; row-contiguous B is faster
+        got = _launch_poisoned(W, B, config)
+        assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_dtypes_bias_activation(device, dtype, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    W = random_nm(70, 64, 2, 8, gen, 1, 1, dtype, device)
+    B = randn(64, 3, gen=gen, dtype=dtype, device=device)
+    bias = randn(70, gen=gen, dtype=dtype, device=device)
+    got = _launch_poisoned(W, B, (2, 2, 1), bias, "gelu")
+    want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_k_of_one_group_and_single_row(device, gen):
+    _skip_interpreter_on_gpu_machine(device)
+    W = random_nm(1, 8, 2, 8, gen, 1, 1, torch.float64, device)
+    B = randn(8, 1, gen=gen, device=device)
+    got = _launch_poisoned(W, B, (1, 1, 1))
+    assert_close(got, W.to_dense() @ B, spmm_bound(W.to_dense(), B), torch.float64)
+
+
+def test_linear_takes_the_decode_kernel_and_caches_packing(gen):
+    import importlib
+
+    ops_spmm = importlib.import_module("sparsekernels.ops.spmm")
+    W = random_nm(24, 32, 2, 8, gen, 1, 1, torch.float64)
+    x = randn(3, 32, gen=gen)
+    got = sk.linear(x, W, backend="triton")
+    assert_close(got, x @ W.to_dense().t(), spmm_bound(x, W.to_dense().t()), torch.float64)
+    words = ops_spmm._packed_words(W.indices, 4)
+    assert ops_spmm._packed_words(W.indices, 4) is words  # packed once per weight
+    W.indices.add_(0)  # any in-place edit bumps the version
+    assert ops_spmm._packed_words(W.indices, 4) is not words  # an in-place edit repacks
+
+
+@pytest.mark.gpu
+def test_llm_shape_on_gpu(gen):
+    W = random_nm(4096 + 3, 4096, 2, 8, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(16, 4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W)
+    want = x.double() @ W.to_dense().double().t()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)
