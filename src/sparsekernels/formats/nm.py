@@ -20,6 +20,7 @@ import math
 import torch
 
 from .. import _checks
+from . import semi_structured
 from ._pattern import Pattern, index_dtype_for
 
 
@@ -206,6 +207,18 @@ class NMMatrix:
         """Dense (rows, cols); differentiable in the values."""
         out = self.values.new_zeros(self.shape)
         return out.scatter(1, self.column_indices(), self.values)
+
+    def to_semi_structured(self) -> torch.Tensor:
+        """This 2:4 weight as torch's semi-structured tensor (cuSPARSELt, or CUTLASS when torch is
+        told to): CUDA, fp16/bf16, rows and columns multiples of 16; a ValueError says what is
+        off. Not differentiable; `F.linear(x, W.to_semi_structured())` runs torch's 2:4 matmul."""
+        return semi_structured.to_semi_structured(self)
+
+    @classmethod
+    def from_semi_structured(cls, t: torch.Tensor) -> NMMatrix:
+        """The 2:4 NMMatrix of a torch semi-structured tensor, on its device (see
+        `formats/semi_structured.py`: a cuSPARSELt tensor is read back on its GPU)."""
+        return semi_structured.from_semi_structured(t)
 
     def to(self, device=None, dtype: torch.dtype | None = None) -> NMMatrix:
         if dtype is not None and dtype not in _checks.FLOAT_DTYPES:

@@ -8,7 +8,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
-from . import _dispatch, _library, _torch_sparse
+from . import _cusparselt, _dispatch, _library, _torch_sparse
 
 
 def spmm(
@@ -70,6 +70,7 @@ def spmm(
             False,
             None,
             backend,
+            A,
         )
     raise TypeError(f"A must be a CSRMatrix or NMMatrix, got {type(A).__name__}")
 
@@ -133,10 +134,29 @@ def spmm_csr_raw(
 
 
 def spmm_nm_raw(
-    values, indices, b, bias, activation, n, m, vector, block, transpose, hint=None, backend=None
+    values,
+    indices,
+    b,
+    bias,
+    activation,
+    n,
+    m,
+    vector,
+    block,
+    transpose,
+    hint=None,
+    backend=None,
+    matrix=None,
 ) -> torch.Tensor:
-    problem = _problem(values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose)
+    """The registered op with its backend chosen; `matrix` (the NMMatrix, when the caller has
+    it) lends the cusparselt backend the weight it packed once."""
+    shape = (values.shape[0], values.shape[1] // n * m)
+    problem = _problem(
+        values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose, shape=shape
+    )
     name = _dispatch.choose_with_hint("spmm_nm", problem, backend, hint)
+    if name == "cusparselt":  # its own op: it takes the packed weight as one more tensor
+        return _cusparselt.spmm(values, indices, b, bias, activation, matrix)
     return _library.spmm_nm(
         values, indices, b, bias, activation, n, m, vector, block, transpose, name
     )
@@ -358,6 +378,7 @@ _dispatch.register(
     "spmm_csr", _dispatch.Backend("torch_sparse", _torch_sparse.spmm_csr, _torch_sparse.reasons)
 )
 _dispatch.register("spmm_csr", _dispatch.Backend("reference", _reference_csr, _dispatch.always))
+_dispatch.register("spmm_nm", _dispatch.Backend("cusparselt", _cusparselt.run, _cusparselt.reasons))
 _dispatch.register(
     "spmm_nm", _dispatch.Backend("dense", _dense_nm, _dense_reasons(_nm_prefers_dense))
 )

@@ -1,0 +1,141 @@
+"""The cusparselt backend of spmm/linear: a 2:4 weight through torch's cuSPARSELt matmul.
+
+cuSPARSELt multiplies a weight compressed once (`formats/semi_structured.packed_weight`, cached
+on the NMMatrix), so this backend runs as its own custom op, `sparsekernels::spmm_nm_cusparselt`,
+which takes the packed weight as one more tensor; spmm_nm_raw sends it here once dispatch has
+chosen it. Its backward is the N:M one of the other backends, chosen automatically: dW at the
+kept positions by sddmm_nm, dB = W^T dC by spmm_nm (cuSPARSELt cannot take W^T: its rows are not
+2:4), d(bias) the row sums. Bias goes into cuSPARSELt's epilogue; ReLU/GELU run after it.
+
+Like the dense backend, cuSPARSELt multiplies the two zeros of every group of four too: a NaN or
+Inf in B reaches every output of its column.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import reference
+from ..formats import semi_structured
+from . import _dispatch
+
+Tensor = torch.Tensor
+
+
+def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    """Why cuSPARSELt cannot run this spmm_nm problem (empty: it can)."""
+    facts = problem.facts
+    found = semi_structured.unsupported_reasons(
+        problem.device, problem.dtype, facts.get("shape"), facts["pattern"]
+    )
+    if facts.get("transpose"):
+        found.append("W^T @ B (the backward of x): W^T's rows are not 2:4")
+    if not forced and not found:
+        from ..kernels.tuning import spmm_nm_prefers_cusparselt
+
+        rows, k = facts.get("shape") or (0, facts.get("k", 0))
+        half = problem.dtype in (torch.float16, torch.bfloat16)
+        if not spmm_nm_prefers_cusparselt(rows, k, facts["n"], half):
+            found.append(
+                "chosen automatically only where kernels/tuning.py says it wins "
+                "(backend='cusparselt' forces it)"
+            )
+    return found
+
+
+def matmul(packed: Tensor, rows: int, b: Tensor, bias: Tensor | None, activation: str) -> Tensor:
+    """act(W @ b + bias[:, None]) with W (rows, K) packed by torch._cslt_compress."""
+    cols = b.shape[1]
+    if cols == 0:
+        return b.new_empty((rows, 0))
+    pad = -cols % semi_structured.DENSE_MULTIPLE
+    if bias is not None:
+        bias = _aligned(bias.contiguous())
+    out = torch._cslt_sparse_mm(packed, _dense_operand(b, pad), bias=bias)
+    if pad:
+        out = out[:, :cols].contiguous()
+    return reference.apply_activation(out, activation)
+
+
+def _dense_operand(b: Tensor, pad: int) -> Tensor:
+    """b as cuSPARSELt reads it: row-major, or column-major (x^T in linear: no copy), with its
+    columns padded by `pad` zeros and a 16-byte aligned start."""
+    if not b.is_contiguous() and b.t().is_contiguous():
+        return _aligned(F.pad(b.t(), (0, 0, 0, pad)).t() if pad else b)
+    b = b.contiguous()
+    return _aligned(F.pad(b, (0, pad)) if pad else b)
+
+
+def _aligned(t: Tensor) -> Tensor:
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _run(values, indices, packed, b, bias, activation) -> Tensor:
+    if packed is None:  # torch.compile traces no cache lookups: pack inside the op
+        packed = semi_structured.compress(values, indices, b.shape[0])
+    return matmul(packed, values.shape[0], b, bias, activation)
+
+
+def run(values, indices, b, bias, activation, n, m, vector, block, transpose) -> Tensor:
+    """The registry's entry (spmm_nm's signature): packs the weight on every call."""
+    return _run(values, indices, None, b, bias, activation)
+
+
+# ============================================================================ the custom op
+@torch.library.custom_op("sparsekernels::spmm_nm_cusparselt", mutates_args=())
+def spmm_nm_cusparselt(
+    values: Tensor,
+    indices: Tensor,
+    packed: Tensor | None,
+    b: Tensor,
+    bias: Tensor | None,
+    activation: str,
+) -> Tensor:
+    """act(W @ b + bias) for a 2:4 weight W (values, indices); `packed` is W compressed by
+    cuSPARSELt (None: compressed here)."""
+    return _run(values, indices, packed, b, bias, activation)
+
+
+@spmm_nm_cusparselt.register_fake
+def _(values, indices, packed, b, bias, activation):
+    return b.new_empty((values.shape[0], b.shape[1]))
+
+
+def _setup(ctx, inputs, output):
+    values, indices, packed, b, bias, activation = inputs
+    ctx.activation = activation
+    ctx.save_for_backward(values, indices, packed, b, bias, output)
+
+
+def _backward(ctx, grad):
+    from ._library import _activation_grad
+    from .sddmm import sddmm_nm_raw
+    from .spmm import spmm_nm_raw
+
+    values, indices, packed, b, bias, out = ctx.saved_tensors
+    pattern = semi_structured.PATTERN_2_4
+
+    def pre_activation():
+        return _run(values, indices, packed, b, bias, "none")
+
+    g = _activation_grad(grad, out, pre_activation, ctx.activation)
+    d_values = d_b = d_bias = None
+    if ctx.needs_input_grad[0]:  # only at kept positions
+        d_values = sddmm_nm_raw(indices, g, b, *pattern)
+    if ctx.needs_input_grad[3]:
+        d_b = spmm_nm_raw(values, indices, g, None, "none", *pattern, True)
+    if bias is not None and ctx.needs_input_grad[4]:
+        d_bias = g.sum(dim=-1)
+    return d_values, None, None, d_b, d_bias, None
+
+
+spmm_nm_cusparselt.register_autograd(_backward, setup_context=_setup)
+
+
+def spmm(values, indices, b, bias, activation, matrix=None) -> Tensor:
+    """Run the op with `matrix`'s cached packed weight (packed here when no matrix is given)."""
+    packed = None
+    if matrix is not None and not torch.compiler.is_compiling():
+        packed = semi_structured.packed_weight(matrix)
+    return spmm_nm_cusparselt(values, indices, packed, b, bias, activation)

@@ -1,0 +1,375 @@
+"""2:4 NMMatrix <-> torch semi-structured tensors, and the cusparselt backend of spmm/linear.
+
+On CPU: every rejection (conversion errors, dispatch reasons), reading back CUTLASS-packed tensors
+(torch decodes those in plain PyTorch), and the backend's plumbing (padding, layouts, bias and
+activation, the packed-weight cache, autograd) with torch's two cuSPARSELt calls replaced by a
+dense stand-in that checks what cuSPARSELt requires of its operands. On the GPU (marker gpu): the
+round trip and the backend against float64 at LLM sizes.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, randn, random_nm, spmm_bound
+from sparsekernels.formats import semi_structured
+from sparsekernels.kernels import tuning
+from sparsekernels.ops import _cusparselt, _dispatch
+
+HALF = [torch.float16, torch.bfloat16]
+
+
+def _problem(device="cuda", dtype=torch.bfloat16, **facts):
+    base = {"n": 16, "pattern": (2, 4, 1, 1), "transpose": False, "shape": (64, 128)}
+    return _dispatch.Problem(torch.device(device), dtype, {**base, **facts})
+
+
+def _cusparselt_reasons(problem, forced=False):
+    return _cusparselt.reasons(problem, forced)
+
+
+# ============================================================================ rejections (CPU)
+@pytest.mark.parametrize(
+    "n,m,vector,block,dtype,shape,message",
+    [
+        (2, 8, 1, 1, torch.bfloat16, (32, 64), "pattern 2:8 is not 2:4"),
+        (2, 4, 4, 1, torch.bfloat16, (32, 64), "pattern 2:4,v=4 is not 2:4"),
+        (2, 4, 1, 2, torch.float16, (32, 64), "pattern 2:4,b=2 is not 2:4"),
+        (2, 4, 1, 1, torch.float32, (32, 64), "dtype float32 is not supported.*1:2, not 2:4"),
+        (2, 4, 1, 1, torch.float64, (32, 64), "dtype float64 is not supported"),
+        (2, 4, 1, 1, torch.float16, (24, 64), "weight shape 24x64 is not a multiple of 16x16"),
+        (2, 4, 1, 1, torch.bfloat16, (32, 8), "weight shape 32x8 is not a multiple of 16x16"),
+        (2, 4, 1, 1, torch.bfloat16, (32, 64), "tensors are on cpu; .* needs CUDA"),
+    ],
+)
+def test_to_semi_structured_rejects(n, m, vector, block, dtype, shape, message, gen):
+    W = random_nm(*shape, n, m, gen, vector, block, dtype)
+    with pytest.raises(ValueError, match=message):
+        W.to_semi_structured()
+
+
+def test_dispatch_lists_every_reason():
+    bad = _problem(dtype=torch.float32, pattern=(2, 8, 1, 1), transpose=True, shape=(24, 64))
+    reasons = " | ".join(_cusparselt_reasons(bad))
+    for expected in ("pattern 2:8 is not 2:4", "dtype float32", "24x64", "W^T @ B"):
+        assert expected in reasons, reasons
+    if not semi_structured.cusparselt_built():
+        assert "this torch build has no cuSPARSELt" in reasons
+    if not torch.cuda.is_available():
+        assert "CUDA is not available" in reasons
+    on_cpu = " | ".join(_cusparselt_reasons(_problem("cpu")))
+    assert "tensors are on cpu" in on_cpu
+
+
+def test_dispatch_reason_from_the_tuning_rule(monkeypatch):
+    monkeypatch.setattr(semi_structured, "unsupported_reasons", lambda *a, **k: [])
+    fine = _problem(n=4096, shape=(4096, 4096))
+    assert any("kernels/tuning.py" in r for r in _cusparselt_reasons(fine))
+    assert _cusparselt_reasons(fine, forced=True) == []  # backend="cusparselt" always runs
+    assert _dispatch.choose("spmm_nm", fine) != "cusparselt"
+
+
+def test_tuning_rule_starts_at_never():
+    for n in (1, 16, 128, 2048, 8192, 65536):
+        for half in (True, False):
+            assert not tuning.spmm_nm_prefers_cusparselt(4096, 4096, n, half)
+
+
+def test_forcing_it_on_cpu_says_why(gen):
+    W = random_nm(32, 64, 2, 4, gen, dtype=torch.bfloat16)
+    x = randn(3, 64, gen=gen, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="'cusparselt' cannot run spmm_nm: tensors are on cpu"):
+        sk.linear(x, W, backend="cusparselt")
+    with pytest.raises(ValueError, match="pattern 2:8 is not 2:4"):
+        sk.spmm(random_nm(32, 64, 2, 8, gen, dtype=torch.bfloat16), x.t(), backend="cusparselt")
+
+
+# ============================================================================ reading back (CPU)
+def _cutlass(dense: torch.Tensor):
+    """A CUTLASS-packed semi-structured tensor built on CPU (torch packs it in plain PyTorch)."""
+    from torch.sparse import SparseSemiStructuredTensorCUTLASS
+    from torch.sparse._semi_structured_conversions import sparse_semi_structured_from_dense_cutlass
+
+    packed, meta = sparse_semi_structured_from_dense_cutlass(dense)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return SparseSemiStructuredTensorCUTLASS(dense.shape, packed, meta, None, None, None)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_from_semi_structured_cutlass_is_exact(dtype, gen):
+    W = random_nm(64, 128, 2, 4, gen, dtype=dtype)
+    back = sk.NMMatrix.from_semi_structured(_cutlass(W.to_dense()))
+    assert (back.n, back.m, back.vector, back.block) == (2, 4, 1, 1)
+    assert torch.equal(back.to_dense(), W.to_dense())
+    assert torch.equal(back.indices, W.indices)  # no kept zeros: the same positions
+
+
+def test_from_semi_structured_keeps_the_packed_positions(gen):
+    dense = random_nm(32, 64, 2, 4, gen, dtype=torch.float16).to_dense()
+    dense[0, :4] = torch.tensor([0.0, 0.0, 5.0, 0.0])  # a group holding one nonzero
+    dense[1, :4] = 0.0  # and none
+    t = _cutlass(dense)
+    back = sk.NMMatrix.from_semi_structured(t)
+    assert torch.equal(back.to_dense(), dense)
+    assert back.indices.shape == (32, 32)  # two kept in every group, zeros included
+    assert 2 in back.indices[0, :2].tolist()
+
+
+def test_from_semi_structured_rejects(gen):
+    with pytest.raises(TypeError, match="must be a torch semi-structured tensor"):
+        sk.NMMatrix.from_semi_structured(torch.zeros(32, 64))
+    t = _cutlass(random_nm(32, 64, 2, 4, gen, dtype=torch.bfloat16).to_dense())
+    with pytest.raises(ValueError, match="only the packing of its transpose"):
+        sk.NMMatrix.from_semi_structured(t.t())
+
+
+def test_from_semi_structured_refuses_non_finite_cusparselt_values():
+    from torch.sparse import SparseSemiStructuredTensorCUSPARSELT
+
+    rows, cols = 32, 64
+    packed = torch.zeros(rows * cols * 9 // 16, dtype=torch.float16)  # values, then metadata
+    packed[3] = float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = SparseSemiStructuredTensorCUSPARSELT(torch.Size([rows, cols]), packed, *[None] * 4)
+    with pytest.raises(ValueError, match="stores Inf or NaN"):
+        sk.NMMatrix.from_semi_structured(t)
+
+
+# ============================================================================ plumbing (CPU)
+class FakeCusparselt:
+    """torch._cslt_compress / _cslt_sparse_mm on CPU: keeps the dense weight as the 'packed' one,
+    multiplies in float32 and asserts what cuSPARSELt asks of its operands."""
+
+    def __init__(self):
+        self.compressed = 0
+        self.layouts = []
+
+    def compress(self, dense):
+        assert dense.is_contiguous() and dense.dim() == 2 and not dense.requires_grad
+        self.compressed += 1
+        return dense.clone()
+
+    def sparse_mm(self, packed, b, bias=None, **kwargs):
+        assert b.dim() == 2 and b.shape[0] == packed.shape[1] and b.dtype == packed.dtype
+        assert b.is_contiguous() or b.t().is_contiguous(), b.stride()
+        assert b.shape[1] % semi_structured.DENSE_MULTIPLE == 0, b.shape
+        assert b.data_ptr() % 16 == 0
+        self.layouts.append("row" if b.is_contiguous() else "column")
+        out = packed.float() @ b.float()
+        if bias is not None:
+            assert bias.shape == (packed.shape[0],) and bias.is_contiguous()
+            out = out + bias.float()[:, None]
+        return out.to(b.dtype)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The backend on CPU: fake cuSPARSELt calls, every constraint but the device still checked."""
+    real = semi_structured.unsupported_reasons
+
+    def reasons(*args, **kwargs):
+        found = real(*args, **kwargs)
+        return [r for r in found if not r.startswith("tensors are on")]
+
+    lt = FakeCusparselt()
+    monkeypatch.setattr(semi_structured, "unsupported_reasons", reasons)
+    monkeypatch.setattr(torch, "_cslt_compress", lt.compress)
+    monkeypatch.setattr(torch, "_cslt_sparse_mm", lt.sparse_mm)
+    return lt
+
+
+def _oracle(W, x, bias, activation):
+    want = sk.reference.apply_activation(
+        x.double() @ W.to_dense().double().t() + bias.double(), activation
+    )
+    bound = spmm_bound(x.double(), W.to_dense().double().t()) + bias.double().abs()
+    return want, bound
+
+
+@pytest.mark.parametrize("tokens", [1, 5, 8, 100])
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_backend_plumbing(tokens, activation, fake, gen):
+    W = random_nm(48, 64, 2, 4, gen, dtype=torch.bfloat16)
+    x = randn(tokens, 64, gen=gen, dtype=torch.bfloat16)
+    bias = randn(48, gen=gen, dtype=torch.bfloat16)
+    want, bound = _oracle(W, x, bias, activation)
+    got = sk.spmm(W, x.t(), bias, activation, backend="cusparselt").t()
+    assert_close(got, want, bound, torch.bfloat16)
+    assert fake.layouts[-1] == ("row" if tokens == 1 else "column")  # x^T is read in place
+    got = sk.spmm(W, x.t().contiguous(), bias, activation, backend="cusparselt").t()
+    assert_close(got, want, bound, torch.bfloat16)
+    assert fake.layouts[-1] == "row"
+    assert fake.compressed == 1  # packed once, cached on W
+
+
+def test_backend_odd_layouts(fake, gen):
+    W = random_nm(32, 64, 2, 4, gen, dtype=torch.float16)
+    wide = randn(64, 41, gen=gen, dtype=torch.float16)
+    for b in (wide[:, 3:20], randn(64, 1, gen=gen, dtype=torch.float16).expand(64, 9)):
+        want = W.to_dense().double() @ b.double()
+        got = sk.spmm(W, b, backend="cusparselt")
+        assert got.shape == (32, b.shape[1]) and got.is_contiguous()
+        assert_close(got, want, spmm_bound(W.to_dense(), b), torch.float16)
+    assert sk.spmm(W, wide[:, :0], backend="cusparselt").shape == (32, 0)
+
+
+def test_packed_weight_cache(fake, gen):
+    W = random_nm(32, 64, 2, 4, gen, dtype=torch.bfloat16)
+    x = randn(4, 64, gen=gen, dtype=torch.bfloat16)
+    first = sk.linear(x, W, backend="cusparselt")
+    packed = W._cache["cusparselt"][2]
+    sk.linear(x, W, backend="cusparselt")
+    assert fake.compressed == 1 and W._cache["cusparselt"][2] is packed
+    with torch.no_grad():
+        W.values.mul_(2)  # an optimizer step: same tensor, new version
+    torch.testing.assert_close(sk.linear(x, W, backend="cusparselt"), 2 * first)
+    assert fake.compressed == 2
+    other = W.with_values(W.values.neg())  # shares the cache dict, not the values
+    torch.testing.assert_close(sk.linear(x, other, backend="cusparselt"), -2 * first)
+    assert fake.compressed == 3
+    with torch.inference_mode():
+        frozen = W.with_values(W.values.clone())
+        sk.linear(x, frozen, backend="cusparselt")
+        sk.linear(x, frozen, backend="cusparselt")
+    assert fake.compressed == 5  # inference tensors carry no version: packed every call
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_backend_autograd_matches_reference(activation, fake, gen):
+    W = random_nm(32, 64, 2, 4, gen, dtype=torch.bfloat16)
+    x0 = randn(6, 64, gen=gen, dtype=torch.bfloat16)
+    b0 = randn(32, gen=gen, dtype=torch.bfloat16)
+
+    def grads(backend):
+        values = W.values.detach().clone().requires_grad_()
+        x, bias = x0.clone().requires_grad_(), b0.clone().requires_grad_()
+        out = sk.spmm(W.with_values(values), x.t(), bias, activation, backend=backend)
+        (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+        return out, values.grad, x.grad, bias.grad
+
+    for got, want in zip(grads("cusparselt"), grads("reference"), strict=True):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_opcheck_and_compile(fake, gen):
+    W = random_nm(32, 64, 2, 4, gen, dtype=torch.bfloat16)
+    x = randn(5, 64, gen=gen, dtype=torch.bfloat16)
+    bias = randn(32, gen=gen, dtype=torch.bfloat16)
+    for packed in (None, semi_structured.packed_weight(W)):
+        args = (W.values.clone().requires_grad_(), W.indices, packed, x.t(), bias, "relu")
+        torch.library.opcheck(torch.ops.sparsekernels.spmm_nm_cusparselt.default, args)
+    f = torch.compile(lambda x: sk.linear(x, W, bias, backend="cusparselt"), fullgraph=True)
+    torch.testing.assert_close(f(x), sk.linear(x, W, bias, backend="cusparselt"))
+
+
+# ============================================================================ on the GPU
+def _cuda_nm(rows, cols, dtype, gen):
+    return random_nm(rows, cols, 2, 4, gen, dtype=dtype, device="cuda")
+
+
+def _needs_cusparselt():
+    if torch.cuda.is_available() and not semi_structured.cusparselt_built():
+        pytest.skip("this CUDA torch build has no cuSPARSELt")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF)
+def test_round_trip_on_cuda(dtype, gen):
+    _needs_cusparselt()
+    W = _cuda_nm(4096, 4096, dtype, gen)
+    t = W.to_semi_structured()
+    assert isinstance(t, torch.sparse.SparseSemiStructuredTensor)
+    back = sk.NMMatrix.from_semi_structured(t)
+    assert back.device.type == "cuda"
+    assert torch.equal(back.to_dense(), W.to_dense())
+    assert torch.equal(back.indices, W.indices)
+    x = randn(64, 4096, gen=gen, dtype=dtype, device="cuda")  # torch's own product on it
+    want = x.double() @ W.to_dense().double().t()
+    bound = x.double().abs() @ W.to_dense().double().abs().t()
+    assert_close(torch.nn.functional.linear(x, t), want, bound, dtype)
+    torch_made = torch.sparse.to_sparse_semi_structured(W.to_dense())
+    assert torch.equal(sk.NMMatrix.from_semi_structured(torch_made).to_dense(), W.to_dense())
+
+
+@pytest.mark.gpu
+def test_round_trip_cutlass_on_cuda(gen, monkeypatch):
+    from torch.sparse import SparseSemiStructuredTensor, SparseSemiStructuredTensorCUTLASS
+
+    monkeypatch.setattr(SparseSemiStructuredTensor, "_FORCE_CUTLASS", True)
+    W = _cuda_nm(256, 512, torch.bfloat16, gen)
+    t = W.to_semi_structured()
+    assert isinstance(t, SparseSemiStructuredTensorCUTLASS)
+    assert torch.equal(sk.NMMatrix.from_semi_structured(t).to_dense(), W.to_dense())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("tokens", [1, 16, 100, 128, 2048])
+def test_linear_through_cusparselt(dtype, tokens, gen):
+    _needs_cusparselt()
+    W = _cuda_nm(4096, 4096, dtype, gen)
+    x = randn(tokens, 4096, gen=gen, dtype=dtype, device="cuda")
+    bias = randn(4096, gen=gen, dtype=dtype, device="cuda")
+    want, bound = _oracle(W, x, bias, "relu")
+    got = torch.relu(sk.linear(x, W, bias, backend="cusparselt"))
+    assert_close(got, want, bound, dtype)
+    got = sk.spmm(W, x.t().contiguous(), bias, "relu", backend="cusparselt").t()  # row-major B
+    assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,tokens", [((14336, 4096), 7), ((4096, 14336), 2048)])
+def test_llama_mlp_shapes_through_cusparselt(shape, tokens, gen):
+    _needs_cusparselt()
+    W = _cuda_nm(*shape, torch.bfloat16, gen)
+    x = randn(tokens, shape[1], gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(shape[0], gen=gen, dtype=torch.bfloat16, device="cuda")
+    want, bound = _oracle(W, x, bias, "gelu")
+    got = sk.spmm(W, x.t(), bias, "gelu", backend="cusparselt").t()
+    assert_close(got, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_cusparselt_autograd_and_cache_on_cuda(gen):
+    _needs_cusparselt()
+    W = _cuda_nm(256, 512, torch.bfloat16, gen)
+    x0 = randn(24, 512, gen=gen, dtype=torch.bfloat16, device="cuda")
+    b0 = randn(256, gen=gen, dtype=torch.bfloat16, device="cuda")
+    weights = randn(256, 24, gen=gen, device="cuda")  # a linear loss: both backward passes see
+    # the same output gradient, so they differ by rounding only (activations: CPU tests above)
+
+    def grads(backend):
+        values = W.values.detach().clone().requires_grad_()
+        x, bias = x0.clone().requires_grad_(), b0.clone().requires_grad_()
+        out = sk.spmm(W.with_values(values), x.t(), bias, backend=backend)
+        (out.double() * weights).sum().backward()
+        return values.grad, x.grad, bias.grad
+
+    for got, want in zip(grads("cusparselt"), grads("reference"), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+    first = sk.linear(x0, W, backend="cusparselt")
+    packed = W._cache["cusparselt"][2]
+    sk.linear(x0, W, backend="cusparselt")
+    assert W._cache["cusparselt"][2] is packed
+    with torch.no_grad():
+        W.values.mul_(2)
+    torch.testing.assert_close(sk.linear(x0, W, backend="cusparselt"), 2 * first)
+
+
+@pytest.mark.gpu
+def test_cusparselt_opcheck_compile_and_dispatch_on_cuda(gen):
+    _needs_cusparselt()
+    W = _cuda_nm(128, 256, torch.float16, gen)
+    x = randn(10, 256, gen=gen, dtype=torch.float16, device="cuda")
+    bias = randn(128, gen=gen, dtype=torch.float16, device="cuda")
+    args = (W.values.clone().requires_grad_(), W.indices, None, x.t(), bias, "relu")
+    torch.library.opcheck(torch.ops.sparsekernels.spmm_nm_cusparselt.default, args)
+    f = torch.compile(lambda x: sk.linear(x, W, bias, backend="cusparselt"), fullgraph=True)
+    torch.testing.assert_close(f(x), sk.linear(x, W, bias, backend="cusparselt"))
+    problem = _problem(dtype=torch.float16, n=10, shape=(128, 256))
+    assert _cusparselt_reasons(problem, forced=True) == []
+    assert any("kernels/tuning.py" in r for r in _cusparselt_reasons(problem))
