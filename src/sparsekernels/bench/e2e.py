@@ -12,7 +12,9 @@ warm call adds. `shape` is (layers, width, length): (layers, dim, seq_len) for t
 Cases: the Sparse Transformer (inference and a training step: forward, backward, AdamW step),
 MobileNetV1 with 90% sparse pointwise convolutions, Llama-shaped decode (prefill outside the
 timed call, then `steps` tokens), and a short training run whose loss curves are compared.
-Model weights are not rotated through L2: both models run as a user would run them.
+Model weights are not rotated through L2: both models run as a user would run them. Inference
+and decode are timed as CUDA graphs on both sides (as a server captures them; the eager time
+stays in the row as eager_ms): a training step is timed eagerly.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ def _eps(case: Case) -> float:
 
 def _pair(setup: Callable, expected: Callable, case: Case, **kw) -> list[Provider]:
     """sk_model and dense: `setup(model, x)` and `expected(model, x, dtype)` (the masked-dense
-    twin's answer computed in dtype) get the provider's model."""
+    twin's answer computed in dtype) get the provider's model. `graph=True` times both sides as
+    CUDA graphs (inference as a server runs it); the eager time stays in the row."""
 
     def answer(model, x) -> Expected:
         want = expected(model, x, torch.float64)
@@ -142,7 +145,7 @@ def _train_step(model, x):
 def _transformer_providers(case: Case) -> list[Provider]:
     if case.op == "e2e_transformer_train":  # checks the first step's loss
         return _pair(_train_step, lambda m, x, dt: _reference(m, dt).loss(x), case)
-    return _pair(_infer, lambda m, x, dt: _reference(m, dt)(x), case)
+    return _pair(_infer, lambda m, x, dt: _reference(m, dt)(x), case, graph=True)
 
 
 # ============================================================================ MobileNetV1
@@ -250,10 +253,10 @@ def e2e_providers(case: Case) -> list[Provider]:
     if case.op in ("e2e_transformer", "e2e_transformer_train"):
         return _transformer_providers(case)
     if case.op == "e2e_mobilenet":
-        return _pair(_infer, lambda m, x, dt: _reference(m, dt)(x.to(dt)), case)
+        return _pair(_infer, lambda m, x, dt: _reference(m, dt)(x.to(dt)), case, graph=True)
     if case.op == "e2e_llama":
         steps = case.items // case.batch
-        return _pair(_decode(steps), _generate(steps), case)
+        return _pair(_decode(steps), _generate(steps), case, graph=True)
     if case.op == "e2e_train_curve":
         return _pair(_curve_setup, _curve_expected, case, record=_curve_record)
     raise ValueError(f"unknown e2e op {case.op!r}")

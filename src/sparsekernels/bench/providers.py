@@ -42,6 +42,7 @@ class Provider:
     eps: float = 0.0  # rounding unit of its arithmetic when coarser than the dtype's (TF32)
     note: str = ""
     record: Callable[[object], dict] | None = None  # what to keep of the checked call's output
+    graph: bool = False  # on CUDA, time as a CUDA graph even when a call takes over 1 ms
 
 
 @dataclass(frozen=True)
