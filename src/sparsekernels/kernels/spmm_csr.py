@@ -4,8 +4,7 @@ Rows are visited in `row_order` (longest first, Sputnik's row swizzle): the rows
 shares have similar lengths, long rows start early and short ones fill the tail. Each step
 gathers BLOCK_NNZ rows of B per output row, picked by its column indices, and accumulates in
 fp32 (fp64 for fp64 inputs); bias and activation are fused. Several rows per program (decode
-sizes) keep enough loads in flight when N is small; each row's walk starts at an aligned entry
-so that its indices and values load as 16-byte vectors.
+sizes) keep enough loads in flight when N is small.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ def _spmm_csr_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_NNZ: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    ALIGN: tl.constexpr,  # entries per 16-byte vector of the narrowest index or value type
 ):
     offs_r = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     mask_r = offs_r < M
@@ -48,11 +46,8 @@ def _spmm_csr_kernel(
     batch = tl.program_id(2).to(tl.int64)
     start = tl.load(row_offsets + rows, mask=mask_r, other=0).to(tl.int64)
     end = tl.load(row_offsets + rows + 1, mask=mask_r, other=0).to(tl.int64)
-    # Each row's walk starts at the aligned entry at or before its first one, so that values
-    # and column indices load as 16-byte vectors (a row may start anywhere); the few entries
-    # before `start` are masked off.
-    first = tl.multiple_of(start - start % ALIGN, ALIGN)
-    longest = tl.max(end - first, axis=0)
+    # Rows come longest first, so the block's first row bounds the loop.
+    longest = tl.max(end - start, axis=0)
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < N
@@ -60,8 +55,8 @@ def _spmm_csr_kernel(
     b += batch * stride_bb
     acc = tl.zeros((BLOCK_ROWS, BLOCK_N), dtype=ACC_DTYPE)
     for k in range(0, longest, BLOCK_NNZ):
-        offs = first[:, None] + k + tl.arange(0, BLOCK_NNZ)[None, :]
-        mask = (offs >= start[:, None]) & (offs < end[:, None])
+        offs = start[:, None] + k + tl.arange(0, BLOCK_NNZ)[None, :]
+        mask = offs < end[:, None]
         cols = tl.load(column_indices + offs, mask=mask, other=0).to(tl.int64)
         vals = tl.load(values + offs, mask=mask, other=0.0).to(ACC_DTYPE)
         tile = tl.load(
@@ -128,7 +123,6 @@ def spmm_csr(
         BLOCK_ROWS=block_rows,
         BLOCK_NNZ=block_nnz,
         BLOCK_N=block_n,
-        ALIGN=16 // min(column_indices.element_size(), values.element_size()),
         num_warps=num_warps,
     )
     return out

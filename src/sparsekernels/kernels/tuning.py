@@ -75,7 +75,7 @@ class SpmmNmDecodeConfig:
 
 def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
     """Decode kernel (N <= 16). From the H200 sweep of the first gather kernel (2026-11-29,
-    results/nvidia-h200/2026-11-29-c/nm_decode_first.txt): one warp a program and long slot runs;
+    results/nvidia-h200/2026-11-30/nm_decode.txt): one warp a program and long slot runs;
     vector-wise tiles of 8 rows share their columns, which lets them run at the weight's
     bandwidth. Column tiles are whole (N <= 16), so wide N takes shorter slot runs."""
     if vector % 8 == 0:
