@@ -75,7 +75,7 @@ class SpmmNmDecodeConfig:
 
 def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
     """Decode kernel (N <= 16). From the H200 sweep of the first gather kernel (2026-11-29,
-    results/nvidia-h200/2026-11-30/nm_decode.txt): one warp a program and long slot runs;
+    results/nvidia-h200/2026-11-29-c/nm_decode_first.txt): one warp a program and long slot runs;
     vector-wise tiles of 8 rows share their columns, which lets them run at the weight's
     bandwidth. Column tiles are whole (N <= 16), so wide N takes shorter slot runs."""
     if vector % 8 == 0:
@@ -140,20 +140,3 @@ def spmm_nm_prefers_dense(n: int, density: float, vector: int, half_precision: b
         return False
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
-
-
-# ------------------------------------------------------------------ cuSPARSELt (2:4)
-# Where torch's cuSPARSELt 2:4 matmul (the `cusparselt` backend of spmm/linear) beats both our
-# Triton N:M kernel and dense cuBLAS. Unmeasured so far, so never: forcing backend="cusparselt"
-# always works where it is available. benchmarks/sweeps/semistructured_sweep.py on the H200
-# (2:4 bf16, 4096x4096, 14336x4096 and 4096x14336 at N = 1 to 8192) decides the threshold.
-CUSPARSELT_MIN_N: int | None = None
-
-
-def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, half_precision: bool) -> bool:
-    """Whether a 2:4 weight (rows, k) times (k, n) should go to cuSPARSELt automatically.
-
-    Starts conservative (never): the H200 sweep decides, and its table replaces this rule."""
-    if CUSPARSELT_MIN_N is None or not half_precision:
-        return False
-    return n >= CUSPARSELT_MIN_N
