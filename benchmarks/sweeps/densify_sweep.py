@@ -89,9 +89,10 @@ def run_csr(A, cols, config):
 def nm_configs(W):
     return {
         "default": densify_nm_config(*W.shape, W.n, W.m),
-        "select-m2-k1024": DensifyNmConfig(True, True, 2, 1024, 16, 2048, 4),
-        "row-k1024-s512": DensifyNmConfig(False, True, 1, 1024, 512, W.shape[1], 4),
-        "m8-c1024-w8": DensifyNmConfig(False, True, 8, 1024, 128, 1024, 8),
+        "select-m4-k512-w4": DensifyNmConfig(True, True, 4, 512, 16, 2048, 4),
+        "select-m1-row-w2": DensifyNmConfig(True, True, 1, 1024, 16, W.shape[1], 2),
+        "scatter-m4-s256": DensifyNmConfig(False, True, 4, 1024, 256, 2048, 4),
+        "scatter-m8-w8": DensifyNmConfig(False, True, 8, 1024, 128, 1024, 8),
     }
 
 

@@ -9,9 +9,11 @@ output element of its tile itself, so there is no separate memset and no atomics
   threads' stores are then ordered before what follows), then stores each stored value at its
   column. Kept elements are written twice, the second time into lines the first just put in L2.
   With WRITE_ZEROS=False the program only scatters (into an output zeroed beforehand).
-- select (N:M only, SELECT=True): every output element is written exactly once; for each
-  column of the tile the program compares its position in its group with the group's n / block
-  kept offsets, then gathers the value of the matching slot (zero where none matches).
+- select (N:M with a power-of-two m, SELECT=True): every output element is written exactly
+  once. A tile is (rows, groups, m) with each thread holding whole groups; for each of the
+  group's n / block kept offsets the program loads the offset and its value(s) once and puts
+  them where the position matches (zeros elsewhere), then stores whole groups (16-byte stores
+  for bf16 and m >= 8; no shared memory for element-wise patterns).
 
 Exact: values are copied, never combined, so the result is bitwise what indexing gives.
 """
@@ -82,10 +84,11 @@ def _densify_nm_kernel(
     WRITE_ZEROS: tl.constexpr,
     SELECT: tl.constexpr,
     PROGRAM_GROUPS: tl.constexpr,  # program (i, j) owns rows i * BLOCK_M.., groups j * this..
-    ALIGNED: tl.constexpr,  # PROGRAM_GROUPS * M_GROUP is a multiple of BLOCK_K (or K)
+    ALIGNED: tl.constexpr,  # a program's columns (groups) divide in whole steps, or reach K
     BLOCK_M: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # zeros stored a step (scatter)
+    BLOCK_S: tl.constexpr,  # compressed slots a step (scatter)
+    BLOCK_G: tl.constexpr,  # groups a step (select)
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < M
@@ -97,27 +100,29 @@ def _densify_nm_kernel(
     group0 = col0 // M_GROUP
     group1 = col1 // M_GROUP
     row_ptrs = out + rows[:, None] * stride_om
-    if SELECT:
-        for k0 in range(col0, col1, BLOCK_K):
-            cols = k0 + tl.arange(0, BLOCK_K)
-            # Aligned tiles never cross col1 before K: K's known alignment keeps stores wide.
-            mask_k = (cols < K) if ALIGNED else (cols < col1)
-            group = tl.where(mask_k, cols, 0) // M_GROUP
-            within = cols % M_GROUP
-            slot = tl.full((BLOCK_M, BLOCK_K), -1, tl.int64)
-            for j in range(N_KEEP // BLOCK):
-                offset = tl.load(
-                    indices + group_rows[:, None] * stride_im + group * (N_KEEP // BLOCK) + j
-                )
-                hit = offset.to(tl.int64) == (within // BLOCK)[None, :]
-                slot = tl.where(hit, (group * N_KEEP + j * BLOCK + within % BLOCK)[None, :], slot)
-            mask = mask_m[:, None] & mask_k[None, :]
-            vals = tl.load(
-                values + rows[:, None] * stride_vm + tl.where(slot < 0, 0, slot),
-                mask=mask & (slot >= 0),
-                other=0.0,
-            )
-            tl.store(row_ptrs + cols[None, :], vals, mask=mask)
+    if SELECT:  # M_GROUP is a power of two: a tile is (BLOCK_M rows, BLOCK_G groups, M_GROUP)
+        KEPT: tl.constexpr = N_KEEP // BLOCK
+        within = tl.arange(0, M_GROUP)[None, None, :]
+        for g0 in range(group0, group1, BLOCK_G):
+            groups = g0 + tl.arange(0, BLOCK_G)
+            mask = mask_m[:, None, None] & (groups < group1)[None, :, None]  # (BLOCK_M, BLOCK_G, 1)
+            offset_ptrs = indices + group_rows[:, None, None] * stride_im
+            offset_ptrs += groups[None, :, None] * KEPT
+            value_ptrs = values + rows[:, None, None] * stride_vm + groups[None, :, None] * N_KEEP
+            tile = tl.zeros((BLOCK_M, BLOCK_G, M_GROUP), dtype=out.dtype.element_ty)
+            for j in range(KEPT):
+                # A masked group matches no position (offsets are below M_GROUP / BLOCK).
+                offset = tl.load(offset_ptrs + j, mask=mask, other=M_GROUP).to(tl.int32)
+                if BLOCK == 1:  # one value per kept offset
+                    value = tl.load(value_ptrs + j, mask=mask, other=0.0)
+                    tile = tl.where(offset == within, value, tile)
+                else:  # the kept block's BLOCK values, at their position within the block
+                    hit = offset == within // BLOCK
+                    value_offs = j * BLOCK + within % BLOCK
+                    value = tl.load(value_ptrs + value_offs, mask=mask & hit, other=0.0)
+                    tile = tl.where(hit, value, tile)
+            out_ptrs = row_ptrs[:, :, None] + groups[None, :, None] * M_GROUP + within
+            tl.store(out_ptrs, tile, mask=mask)
     else:
         if WRITE_ZEROS:
             zeros = tl.zeros((BLOCK_M, BLOCK_K), dtype=out.dtype.element_ty)
@@ -204,11 +209,14 @@ def densify_nm(
 ) -> torch.Tensor:
     """Write out (M, K) (rows contiguous) from an N:M weight; values and indices need unit stride
     along their last dimension. A program covers block_m rows and about program_cols columns
-    (whole groups). Without write_zeros (scatter path only), out must hold zeros already."""
+    (whole groups), block_k columns a step. `select` needs a power-of-two m (other m scatter);
+    without write_zeros (scatter only), out must hold zeros already."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
     assert out.stride(1) == 1 and values.stride(1) == 1 and indices.stride(1) == 1
+    if select and m & (m - 1):  # select tiles groups of a power-of-two width
+        select, write_zeros = False, True
     groups = cols // m
     per_program = min(groups, max(1, program_cols // m, triton.cdiv(groups, 65535)))
     aligned = per_program == groups or (per_program * m) % block_k == 0
@@ -233,6 +241,7 @@ def densify_nm(
         BLOCK_M=block_m,
         BLOCK_K=block_k,
         BLOCK_S=block_s,
+        BLOCK_G=max(1, block_k // m),
         num_warps=num_warps,
     )
     return out

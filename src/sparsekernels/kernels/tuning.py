@@ -147,18 +147,21 @@ def densify_csr_config(rows: int, cols: int, nnz: int) -> DensifyCsrConfig:
 
 @dataclass(frozen=True)
 class DensifyNmConfig:
-    select: bool  # True: one store per element (compare offsets); False: zeros, barrier, scatter
-    write_zeros: bool  # scatter path: False when the caller zeroes the output
+    select: bool  # True: each element stored once (power-of-two m); False: zeros, then scatter
+    write_zeros: bool  # scatter: False when the caller zeroes the output
     block_m: int
-    block_k: int  # output columns a step
-    block_s: int  # compressed slots a step (scatter path)
+    block_k: int  # output columns a step (select: block_k / m whole groups)
+    block_s: int  # compressed slots a step (scatter)
     program_cols: int  # columns a program covers (whole groups; at least one group)
     num_warps: int
 
 
 def densify_nm_config(rows: int, cols: int, n: int, m: int) -> DensifyNmConfig:
-    """Tiles of 4 rows x 2048 columns, zeros then scatter: a (4, 1024) zero tile a step and the
-    tile's compressed slots in (4, 256 or fewer) steps."""
+    """Select for power-of-two m: 2 rows x 1024 columns a step, each thread holding whole groups
+    (16-byte stores for m >= 8 in bf16, no shared memory, two loads per kept slot); programs
+    of 2048 columns. Other m: zeros then scatter, 4 rows x 256 slots a step."""
     block_k = min(1024, max(16, triton.next_power_of_2(cols)))
     block_s = max(16, min(256, triton.next_power_of_2(max(cols // m * n, 1))))
+    if m & (m - 1) == 0:
+        return DensifyNmConfig(True, True, 2, max(block_k, m), block_s, 2048, num_warps=4)
     return DensifyNmConfig(False, True, 4, block_k, block_s, 2048, num_warps=4)
