@@ -61,7 +61,6 @@ def csr_configs(A):
     default = densify_csr_config(*A.shape, A.nnz)
     return {
         "default": default,
-        "r1-k512-w2": DensifyCsrConfig(True, 1, 512, 256, 2),
         "r2-k1024-w8": DensifyCsrConfig(True, 2, 1024, 512, 8),
         "zeros+scatter": DensifyCsrConfig(
             False, default.block_rows, default.block_k, default.block_nnz, default.num_warps
@@ -90,9 +89,7 @@ def nm_configs(W):
     return {
         "default": densify_nm_config(*W.shape, W.n, W.m),
         "select-m4-k512-w4": DensifyNmConfig(True, True, 4, 512, 16, 2048, 4),
-        "select-m1-row-w2": DensifyNmConfig(True, True, 1, 1024, 16, W.shape[1], 2),
         "scatter-m4-s256": DensifyNmConfig(False, True, 4, 1024, 256, 2048, 4),
-        "scatter-m8-w8": DensifyNmConfig(False, True, 8, 1024, 128, 1024, 8),
     }
 
 
