@@ -174,19 +174,82 @@ def transpose_pattern(row_offsets, column_indices, cols: int):
 # Unlike the sparse paths it multiplies the structural zeros too: a NaN or Inf in B reaches
 # every output of its column. It is chosen automatically only on CUDA (tuning.py says where).
 def _dense_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
-    rows = reference.row_indices(row_offsets, column_indices.numel())
-    weight = values.new_zeros((*values.shape[:-1], row_offsets.numel() - 1, b.shape[-2]))
-    weight[..., rows, column_indices.long()] = values
+    weight = densify_csr(row_offsets, column_indices, values, b.shape[-2])
     return _dense_epilogue(torch.matmul(weight, b), bias, activation)
 
 
 def _dense_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
-    from ..formats.nm import nm_columns
-
-    rows, cols = values.shape[0], values.shape[1] // n * m
-    weight = values.new_zeros((rows, cols))
-    weight.scatter_(1, nm_columns(indices, rows, n, m, vector, block), values)
+    weight = densify_nm(values, indices, n, m, vector, block)
+    # cuBLAS reads a transposed operand in place: W^T needs no transposed copy.
     return _dense_epilogue((weight.t() if transpose else weight) @ b, bias, activation)
+
+
+def _triton_densifies(values: torch.Tensor) -> bool:
+    """Densify with the Triton kernels on CUDA; elsewhere with torch indexing."""
+    return values.device.type == "cuda"
+
+
+def densify_csr(row_offsets, column_indices, values, cols: int) -> torch.Tensor:
+    """The dense (M, cols) matrix, or (batch, M, cols) for batched values; exact (a copy)."""
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    rows = row_offsets.numel() - 1
+    batch = values.shape[0] if values.dim() == 2 else 1
+    if not _triton_densifies(values) or batch > MAX_GRID_YZ:
+        entry_rows = reference.row_indices(row_offsets, column_indices.numel())
+        weight = values.new_zeros((*values.shape[:-1], rows, cols))
+        weight[..., entry_rows, column_indices.long()] = values
+        return weight
+    from ..kernels import densify as kernel
+    from ..kernels.tuning import densify_csr_config
+
+    config = densify_csr_config(rows, cols, column_indices.numel())
+    make = values.new_empty if config.write_zeros else values.new_zeros
+    weight = make((*values.shape[:-1], rows, cols))
+    kernel.densify_csr(
+        row_offsets=row_offsets,
+        column_indices=column_indices,
+        values=values.contiguous(),
+        out=weight.view(batch, rows, cols),
+        write_zeros=config.write_zeros,
+        block_rows=config.block_rows,
+        block_k=config.block_k,
+        block_nnz=config.block_nnz,
+        num_warps=config.num_warps,
+    )
+    return weight
+
+
+def densify_nm(values, indices, n: int, m: int, vector: int, block: int) -> torch.Tensor:
+    """The dense (rows, cols) matrix of an N:M weight; exact (a copy)."""
+    rows, cols = values.shape[0], values.shape[1] // n * m
+    if not _triton_densifies(values):
+        from ..formats.nm import nm_columns
+
+        weight = values.new_zeros((rows, cols))
+        return weight.scatter_(1, nm_columns(indices, rows, n, m, vector, block), values)
+    from ..kernels import densify as kernel
+    from ..kernels.tuning import densify_nm_config
+
+    config = densify_nm_config(rows, cols, n, m)
+    zeroed = config.write_zeros or config.select
+    weight = values.new_empty((rows, cols)) if zeroed else values.new_zeros((rows, cols))
+    return kernel.densify_nm(
+        values=values.contiguous(),
+        indices=indices.contiguous(),
+        out=weight,
+        n=n,
+        m=m,
+        vector=vector,
+        block=block,
+        write_zeros=config.write_zeros,
+        select=config.select,
+        block_m=config.block_m,
+        block_k=config.block_k,
+        block_s=config.block_s,
+        program_cols=config.program_cols,
+        num_warps=config.num_warps,
+    )
 
 
 def _dense_epilogue(out, bias, activation):

@@ -1,0 +1,208 @@
+"""Densify for the dense fallback (issues 3 and 4): torch indexing (the old path) against the
+Triton kernels (kernels/densify.py) in a few configurations, then the dense backend end to end.
+
+For 4096 x 4096 and 14336 x 4096 bf16 weights, CSR at 50/70/90% and N:M 2:4, 2:8, 1:8 with
+v = 1 and v = 64: CUDA-graph medians of each densify (checked bitwise against torch indexing
+first), GB/s over the bytes it must move (the dense output once, the format read once) next
+to a plain memset of the output, and sk.linear(x, W, backend="dense") at 2048 tokens with the
+old and the new densify against F.linear on the dense weight. A table closes the output.
+Run from the repository root on the GPU machine: `PYTHONPATH=src python3 FILE` (~60-90 s).
+"""
+
+import importlib
+import time
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench, do_bench_cudagraph
+
+import sparsekernels as sk
+from sparsekernels import reference
+from sparsekernels.formats.nm import nm_columns
+from sparsekernels.kernels import densify as kernel
+from sparsekernels.kernels.tuning import (
+    DensifyCsrConfig,
+    DensifyNmConfig,
+    densify_csr_config,
+    densify_nm_config,
+)
+
+spmm_module = importlib.import_module("sparsekernels.ops.spmm")
+torch.manual_seed(0)
+START = time.time()
+ALTERNATIVES_UNTIL_S = 70  # past this, only the default configuration is timed
+TOKENS = 2048
+DTYPE = torch.bfloat16
+
+
+def bench_us(fn):
+    try:
+        return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+    except Exception:  # not capturable: eager medians
+        return do_bench(fn, warmup=5, rep=20, return_mode="median") * 1e3
+
+
+# ------------------------------------------------------------------ the old path (torch indexing)
+def old_csr(A, cols):
+    rows = reference.row_indices(A.row_offsets, A.nnz)
+    weight = A.values.new_zeros(A.shape)
+    weight[rows, cols.long()] = A.values
+    return weight
+
+
+def old_nm(W):
+    weight = W.values.new_zeros(W.shape)
+    columns = nm_columns(W.indices, W.shape[0], W.n, W.m, W.vector, W.block)
+    return weight.scatter_(1, columns, W.values)
+
+
+# ------------------------------------------------------------------ the kernels
+def csr_configs(A):
+    default = densify_csr_config(*A.shape, A.nnz)
+    return {
+        "default": default,
+        "r2-k1024-w8": DensifyCsrConfig(True, 2, 1024, 512, 8),
+        "zeros+scatter": DensifyCsrConfig(
+            False, default.block_rows, default.block_k, default.block_nnz, default.num_warps
+        ),
+    }
+
+
+def run_csr(A, cols, config):
+    make = torch.empty if config.write_zeros else torch.zeros
+    out = make(A.shape, dtype=A.dtype, device="cuda")
+    kernel.densify_csr(
+        row_offsets=A.row_offsets,
+        column_indices=cols,
+        values=A.values,
+        out=out.view(1, *A.shape),
+        write_zeros=config.write_zeros,
+        block_rows=config.block_rows,
+        block_k=config.block_k,
+        block_nnz=config.block_nnz,
+        num_warps=config.num_warps,
+    )
+    return out
+
+
+def nm_configs(W):
+    return {
+        "default": densify_nm_config(*W.shape, W.n, W.m),
+        "select-m4-k512-w4": DensifyNmConfig(True, True, 4, 512, 16, 2048, 4),
+        "scatter-m4-s256": DensifyNmConfig(False, True, 4, 1024, 256, 2048, 4),
+    }
+
+
+def run_nm(W, config):
+    zeroed = config.write_zeros or config.select
+    out = (torch.empty if zeroed else torch.zeros)(W.shape, dtype=W.dtype, device="cuda")
+    return kernel.densify_nm(
+        values=W.values,
+        indices=W.indices,
+        out=out,
+        n=W.n,
+        m=W.m,
+        vector=W.vector,
+        block=W.block,
+        write_zeros=config.write_zeros,
+        select=config.select,
+        block_m=config.block_m,
+        block_k=config.block_k,
+        block_s=config.block_s,
+        program_cols=config.program_cols,
+        num_warps=config.num_warps,
+    )
+
+
+# ------------------------------------------------------------------ one case
+def best_config(name, run, configs, want, nbytes):
+    results = {}
+    for label, config in configs.items():
+        if label != "default" and time.time() - START > ALTERNATIVES_UNTIL_S:
+            continue
+        try:
+            if not torch.equal(run(config), want):
+                print(f"  {name} {label}: MISMATCH against torch indexing", flush=True)
+                continue
+            results[label] = bench_us(lambda config=config: run(config))
+        except Exception as error:  # a configuration that does not compile here
+            print(f"  {name} {label}: failed {str(error)[:80]}", flush=True)
+    line = "  ".join(f"{k} {v:.1f}us ({nbytes / v / 1e3:.0f} GB/s)" for k, v in results.items())
+    print(f"  {name}: {line}", flush=True)
+    return results
+
+
+def dense_backend_us(W, x, triton_densify):
+    original = spmm_module._triton_densifies
+    spmm_module._triton_densifies = lambda values: triton_densify
+    try:
+        return bench_us(lambda: sk.linear(x, W, backend="dense"))
+    finally:
+        spmm_module._triton_densifies = original
+
+
+rows_out = []
+for M, K in [(4096, 4096), (14336, 4096)]:
+    w = torch.randn(M, K, device="cuda", dtype=DTYPE)
+    x = torch.randn(TOKENS, K, device="cuda", dtype=DTYPE)
+    out_bytes = M * K * w.element_size()
+    memset = bench_us(lambda: torch.empty_like(w).zero_())
+    gemm = bench_us(lambda: F.linear(x, w))
+    print(
+        f"{M}x{K} bf16: memset {memset:.1f}us ({out_bytes / memset / 1e3:.0f} GB/s), "
+        f"F.linear at {TOKENS} tokens {gemm:.1f}us",
+        flush=True,
+    )
+    cases = []
+    for sparsity in (0.5, 0.7, 0.9):
+        A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), sparsity))
+        cols = A.pattern.column_indices_int16()
+        cases.append((f"csr {int(sparsity * 100)}%", A, cols))
+    for vector in (1, 64):
+        for n, m in ((2, 4), (2, 8), (1, 8)):
+            mask = sk.prune.nm_mask(w.float(), n, m, vector=vector)
+            W = sk.NMMatrix.from_dense(w, n, m, vector, mask=mask)
+            cases.append((f"{n}:{m} v={vector}", W, None))
+    for name, W, cols in cases:
+        if cols is not None:  # CSR: int16 columns, bf16 values, int32 offsets
+            nbytes = out_bytes + W.nnz * 4 + (M + 1) * W.row_offsets.element_size()
+            want = old_csr(W, cols)
+            old = bench_us(lambda W=W, cols=cols: old_csr(W, cols))
+            results = best_config(
+                name, lambda c, W=W, cols=cols: run_csr(W, cols, c), csr_configs(W), want, nbytes
+            )
+        else:  # N:M: bf16 values, uint8 offsets
+            nbytes = out_bytes + W.values.numel() * 2 + W.indices.numel()
+            want = old_nm(W)
+            old = bench_us(lambda W=W: old_nm(W))
+            results = best_config(name, lambda c, W=W: run_nm(W, c), nm_configs(W), want, nbytes)
+        best = min(results, key=results.get) if results else None
+        e2e_old = dense_backend_us(W, x, False)
+        e2e_new = dense_backend_us(W, x, True)
+        rows_out.append(
+            (f"{M}x{K}", name, old, best, results.get(best, float("nan")), results.get("default"))
+            + (nbytes, memset, gemm, e2e_old, e2e_new)
+        )
+        print(
+            f"  {name}: old {old:.1f}us, best {best} {results.get(best, float('nan')):.1f}us; "
+            f"dense backend old {e2e_old:.1f}us new {e2e_new:.1f}us vs F.linear {gemm:.1f}us "
+            f"[{time.time() - START:.0f}s]",
+            flush=True,
+        )
+
+print(
+    f"\nGPU {torch.cuda.get_device_name()}, bf16, {TOKENS} tokens; times in us (CUDA-graph medians)"
+)
+header = (
+    f"{'shape':11} {'pattern':12} {'old':>7} {'new':>7} {'best config':16} {'GB/s':>6} "
+    f"{'%memset':>7} {'x old':>6} {'default':>7} | {'F.linear':>8} {'e2e old':>8} {'e2e new':>8} {'dense/new':>9}"
+)
+print(header)
+print("-" * len(header))
+for shape, name, old, best, t, default, nbytes, memset, gemm, e2e_old, e2e_new in rows_out:
+    print(
+        f"{shape:11} {name:12} {old:7.1f} {t:7.1f} {str(best):16} {nbytes / t / 1e3:6.0f} "
+        f"{100 * memset / t:6.0f}% {old / t:6.1f} {default or float('nan'):7.1f} | {gemm:8.1f} {e2e_old:8.1f} {e2e_new:8.1f} "
+        f"{gemm / e2e_new:8.2f}x"
+    )
+print(f"total {time.time() - START:.0f}s")
