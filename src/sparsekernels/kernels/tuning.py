@@ -120,3 +120,56 @@ def spmm_nm_prefers_dense(n: int, density: float, vector: int, half_precision: b
         return False
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
+
+
+# ------------------------------------------------------------------ depthwise 3x3 convolution
+@dataclass(frozen=True)
+class DepthwiseConfig:
+    block_c: int
+    block_h: int
+    block_w: int
+    num_warps: int
+
+
+DEPTHWISE_TILE = 1024  # output elements per program
+
+
+def depthwise_config(
+    channels: int, height_out: int, width_out: int, channels_last: bool, tile: int = DEPTHWISE_TILE
+) -> DepthwiseConfig:
+    """About `tile` outputs per program, wide along the contiguous dimension: NCHW tiles span up
+    to 64 columns, then rows, then as many channels as fill the tile (small late-layer planes
+    share a program); channels_last tiles span up to 64 channels, then columns, then rows."""
+    p2 = triton.next_power_of_2
+    if channels_last:
+        block_c = min(64, p2(channels))
+        block_w = min(p2(width_out), max(1, tile // block_c))
+        block_h = min(p2(height_out), max(1, tile // (block_c * block_w)))
+    else:
+        block_w = min(64, p2(width_out))
+        block_h = min(p2(height_out), max(1, tile // block_w))
+        block_c = min(p2(channels), max(1, tile // (block_h * block_w)))
+    return DepthwiseConfig(block_c, block_h, block_w, num_warps=4)
+
+
+def depthwise_prefers_triton(
+    batch: int,
+    channels: int,
+    height: int,
+    width: int,
+    stride: int,
+    half_precision: bool,
+    channels_last: bool = False,
+) -> bool:
+    """Where automatic dispatch on CUDA runs our kernel instead of cuDNN (F.conv2d + bias +
+    activation). From the H200 sweep of 2026-11-29 (benchmarks/sweeps/depthwise_sweep.py: every
+    depthwise layer of MobileNetV1 at 224 px, width 1.0 and 1.8, batch 1 and 32, bf16 and fp32,
+    NCHW, CUDA-graph medians, inputs rotated past L2): the kernel was 1.2-2.5x faster than cuDNN
+    on 66 of the 72 layer shapes and 1.7-1.9x on each model's 13 layers together. cuDNN matched
+    or won only in fp32 at stride 2 on batched 28x28 and 56x56 inputs (0.87-1.03x), so those
+    stay with cuDNN; the batch cut (16) lies between the measured 1 and 32 and is a guess.
+    fp16 follows bf16 (same bytes, not measured). channels_last input was not measured: cuDNN."""
+    if channels_last:
+        return False
+    cudnn_as_fast = stride == 2 and not half_precision and batch >= 16 and 16 < height <= 64
+    return not cudnn_as_fast
