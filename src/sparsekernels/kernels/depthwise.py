@@ -1,11 +1,13 @@
 """Depthwise 3x3 convolution (padding 1, stride 1 or 2) with fused bias + activation.
 
-One program computes a BLOCK_C x BLOCK_H x BLOCK_W tile of the output: BLOCK_C channels of one
-image, a BLOCK_H x BLOCK_W window of their planes. It loads its channels' 9 weights and bias
-once, then for each of the 9 taps one shifted, masked tile of the input (zero padding by mask);
-the taps of a tile overlap, so after the first the loads hit L1 and each input byte crosses
-DRAM about once. Accumulation is fp32 (fp64 for fp64 inputs). Strides are arguments: the same
-kernel reads NCHW (tiles wide along W, one or a few channels) and channels_last (tiles wide
+One program owns BLOCK_C channels x BLOCK_W columns of one image's output and walks down
+BLOCK_H of its rows. Each input row is loaded once per program as its three column taps (the
+row shifted left, centred, shifted right; zero padding by mask), kept in registers and used
+for every output row it touches: at stride 1 a row feeds three output rows, so a program
+issues 3 loads per output instead of 9, and its masks and addresses are computed once per
+program (columns) or once per row (a scalar). The 9 weights and the bias are loaded once.
+Accumulation is fp32 (fp64 for fp64 inputs), in the reference's order (kh, then kw).
+Strides are arguments: the same kernel reads NCHW (rows wide along W) and channels_last (wide
 along C); Triton specializes unit strides, so the contiguous dimension's loads coalesce.
 Addresses inside one image are int32 (the launcher checks that an image fits); the image and
 first-channel offsets are int64.
@@ -18,9 +20,37 @@ import triton
 import triton.language as tl
 
 
+@triton.jit
+def _load_row(x_left, m_left, m_mid, m_right, ih, H, stride_xh, stride_xw, ACC_DTYPE: tl.constexpr):
+    """The three column taps of input row ih; zeros outside the image."""
+    inside = (ih >= 0) & (ih < H)  # a scalar; where(), not &: the interpreter needs it
+    row = x_left + ih * stride_xh
+    left = tl.load(row, mask=tl.where(inside, m_left, False), other=0.0).to(ACC_DTYPE)
+    mid = tl.load(row + stride_xw, mask=tl.where(inside, m_mid, False), other=0.0)
+    right = tl.load(row + 2 * stride_xw, mask=tl.where(inside, m_right, False), other=0.0)
+    mid, right = mid.to(ACC_DTYPE), right.to(ACC_DTYPE)
+    return left, mid, right
+
+
+@triton.jit
+def _taps(acc, w_left, w_mid, w_right, left, mid, right):
+    return acc + w_left * left + w_mid * mid + w_right * right
+
+
+@triton.jit
+def _store_row(acc, bias, out_row, mask, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    if HAS_BIAS:
+        acc += bias
+    if ACTIVATION == 1:
+        acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
+    elif ACTIVATION == 2:
+        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    tl.store(out_row, acc.to(out_row.dtype.element_ty), mask=mask)
+
+
 # Sizes used only in comparisons and image offsets are not specialized (fewer compilations
-# across a network's layers); W, WO and the row/column strides are, for vectorized access.
-@triton.jit(do_not_specialize=["C", "H", "HO", "stride_xn", "stride_on"])
+# across a network's layers); the row and column strides are, for aligned, coalesced access.
+@triton.jit(do_not_specialize=["C", "H", "W", "HO", "WO", "stride_xn", "stride_on"])
 def _depthwise3x3_kernel(
     x,  # (N, C, H, W): strides stride_xn, stride_xc, stride_xh, stride_xw (any layout)
     weight,  # (C, 9) contiguous: the 3x3 taps of channel c row by row
@@ -44,7 +74,7 @@ def _depthwise3x3_kernel(
     ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
     ACC_DTYPE: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # output rows a program walks, one at a time
     BLOCK_W: tl.constexpr,
 ):
     tiles_w = tl.cdiv(WO, BLOCK_W)
@@ -52,40 +82,69 @@ def _depthwise3x3_kernel(
     c0 = tl.program_id(1) * BLOCK_C
     n = tl.program_id(2).to(tl.int64)
     oh0 = (pid_hw // tiles_w) * BLOCK_H
-    ow0 = (pid_hw % tiles_w) * BLOCK_W
-
-    dc = tl.arange(0, BLOCK_C)
+    ow = (pid_hw % tiles_w) * BLOCK_W + tl.arange(0, BLOCK_W)[None, :]
+    dc = tl.arange(0, BLOCK_C)[:, None]
     mask_c = (c0 + dc) < C
-    dc3 = dc[:, None, None]
-    mask_c3 = mask_c[:, None, None]
-    oh = oh0 + tl.arange(0, BLOCK_H)[None, :, None]
-    ow = ow0 + tl.arange(0, BLOCK_W)[None, None, :]
 
+    # Columns, once per program: the left tap's pointers and each tap's mask.
+    iw = ow * STRIDE - 1
     x += n * stride_xn + c0.to(tl.int64) * stride_xc
-    x_c = dc3 * stride_xc
-    w_ptr = weight + (c0 + dc3) * 9
-    acc = tl.zeros((BLOCK_C, BLOCK_H, BLOCK_W), dtype=ACC_DTYPE)
-    for kh in tl.static_range(3):
-        ih = oh * STRIDE + (kh - 1)
-        mask_h = mask_c3 & (ih >= 0) & (ih < H)
-        x_h = x_c + ih * stride_xh
-        for kw in tl.static_range(3):
-            iw = ow * STRIDE + (kw - 1)
-            mask = mask_h & (iw >= 0) & (iw < W)
-            tap = tl.load(w_ptr + (kh * 3 + kw), mask=mask_c3, other=0.0).to(ACC_DTYPE)
-            vals = tl.load(x + x_h + iw * stride_xw, mask=mask, other=0.0).to(ACC_DTYPE)
-            acc += tap * vals
-
-    if HAS_BIAS:
-        acc += tl.load(bias + c0 + dc3, mask=mask_c3, other=0.0).to(ACC_DTYPE)
-    if ACTIVATION == 1:
-        acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
-    elif ACTIVATION == 2:
-        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    x_left = x + dc * stride_xc + iw * stride_xw
+    m_left = mask_c & (iw >= 0) & (iw < W)
+    m_mid = mask_c & (iw + 1 < W)
+    m_right = mask_c & (iw + 2 < W)
     out += n * stride_on + c0.to(tl.int64) * stride_oc
-    out_ptrs = out + dc3 * stride_oc + oh * stride_oh + ow * stride_ow
-    mask_out = mask_c3 & (oh < HO) & (ow < WO)
-    tl.store(out_ptrs, acc.to(out.dtype.element_ty), mask=mask_out)
+    out_cols = out + dc * stride_oc + ow * stride_ow
+    m_out = mask_c & (ow < WO)
+
+    w = weight + (c0 + dc) * 9
+    w00 = tl.load(w + 0, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w01 = tl.load(w + 1, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w02 = tl.load(w + 2, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w10 = tl.load(w + 3, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w11 = tl.load(w + 4, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w12 = tl.load(w + 5, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w20 = tl.load(w + 6, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w21 = tl.load(w + 7, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    w22 = tl.load(w + 8, mask=mask_c, other=0.0).to(ACC_DTYPE)
+    b = w00
+    if HAS_BIAS:
+        b = tl.load(bias + c0 + dc, mask=mask_c, other=0.0).to(ACC_DTYPE)
+
+    rows = tl.minimum(BLOCK_H, HO - oh0)
+    # The top input row of output row oh is STRIDE * oh - 1.
+    t0, t1, t2 = _load_row(
+        x_left, m_left, m_mid, m_right, oh0 * STRIDE - 1, H, stride_xh, stride_xw, ACC_DTYPE
+    )
+    if STRIDE == 1:  # rows oh - 1, oh, oh + 1: carry two rows, load one per output row
+        m0, m1, m2 = _load_row(
+            x_left, m_left, m_mid, m_right, oh0, H, stride_xh, stride_xw, ACC_DTYPE
+        )
+        for i in range(rows):
+            oh = oh0 + i
+            b0, b1, b2 = _load_row(
+                x_left, m_left, m_mid, m_right, oh + 1, H, stride_xh, stride_xw, ACC_DTYPE
+            )
+            acc = w00 * t0 + w01 * t1 + w02 * t2
+            acc = _taps(acc, w10, w11, w12, m0, m1, m2)
+            acc = _taps(acc, w20, w21, w22, b0, b1, b2)
+            _store_row(acc, b, out_cols + oh * stride_oh, m_out, HAS_BIAS, ACTIVATION)
+            t0, t1, t2 = m0, m1, m2
+            m0, m1, m2 = b0, b1, b2
+    else:  # rows 2oh - 1, 2oh, 2oh + 1: carry one row, load two per output row
+        for i in range(rows):
+            oh = oh0 + i
+            m0, m1, m2 = _load_row(
+                x_left, m_left, m_mid, m_right, 2 * oh, H, stride_xh, stride_xw, ACC_DTYPE
+            )
+            b0, b1, b2 = _load_row(
+                x_left, m_left, m_mid, m_right, 2 * oh + 1, H, stride_xh, stride_xw, ACC_DTYPE
+            )
+            acc = w00 * t0 + w01 * t1 + w02 * t2
+            acc = _taps(acc, w10, w11, w12, m0, m1, m2)
+            acc = _taps(acc, w20, w21, w22, b0, b1, b2)
+            _store_row(acc, b, out_cols + oh * stride_oh, m_out, HAS_BIAS, ACTIVATION)
+            t0, t1, t2 = b0, b1, b2
 
 
 _ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2}
