@@ -224,7 +224,10 @@ def _triton(x, weight, bias, stride, activation) -> Tensor:
     )
     if out.numel() == 0:
         return out
-    config = depthwise_config(x.shape[1], out.shape[2], out.shape[3], channels_last)
+    batch, channels, height_out, width_out = out.shape
+    config = depthwise_config(
+        batch, channels, height_out, width_out, channels_last, min_programs=_min_programs(x)
+    )
     kernel.depthwise_conv3x3(
         x=x,
         weight=weight.reshape(x.shape[1], 9).contiguous(),
@@ -240,6 +243,12 @@ def _triton(x, weight, bias, stride, activation) -> Tensor:
     return out
 
 
+def _min_programs(x: Tensor) -> int:
+    from ..kernels.tuning import DEPTHWISE_MIN_PROGRAMS
+
+    return DEPTHWISE_MIN_PROGRAMS if x.device.type == "cuda" else 1
+
+
 def _triton_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     from ..kernels.tuning import MAX_GRID_YZ, depthwise_config, depthwise_prefers_triton
 
@@ -249,9 +258,10 @@ def _triton_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     height, width, stride = facts.get("height", 1), facts.get("width", 1), facts.get("stride", 1)
     if batch > MAX_GRID_YZ:
         reasons.append(f"batch {batch} exceeds the grid limit {MAX_GRID_YZ}")
+    height_out, width_out = (height - 1) // stride + 1, (width - 1) // stride + 1
     config = depthwise_config(
-        channels, (height - 1) // stride + 1, (width - 1) // stride + 1, facts.get("channels_last")
-    )
+        batch, channels, height_out, width_out, facts.get("channels_last"), min_programs=1
+    )  # the most channels per program: the fewest channel tiles
     if -(-channels // config.block_c) > MAX_GRID_YZ:
         reasons.append(f"{channels} channels need more channel tiles than the grid allows")
     if not facts.get("fits_int32", True):
