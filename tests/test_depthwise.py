@@ -199,6 +199,8 @@ def test_dispatch_cuda_follows_the_tuning_rule(monkeypatch):
     assert choose(torch.float32, batch=1, height=28, width=28, stride=2)[0] == "triton"
     name, reasons = choose(torch.float32, height=28, width=28, stride=2)  # cuDNN as fast
     assert name == "torch" and "depthwise_prefers_triton" in reasons["triton"][0]
+    assert choose(height=28, width=28, stride=2)[0] == "triton"  # bf16 still wins there
+    assert choose(height=14, width=14, stride=2)[0] == "torch"
     assert choose(channels_last=True)[0] == "torch"  # not measured
     assert choose(F64)[0] == "torch"
     name, reasons = choose(fits_int32=False)
