@@ -4,7 +4,10 @@ Depthwise 3x3 convolutions are nn.Conv2d(groups=channels) + BatchNorm + ReLU; po
 convolutions + BatchNorm + ReLU are what `sparsify_` turns into SparseConv2d. For inference,
 `mobilenet_pair` calibrates BatchNorm statistics on random images, folds every BatchNorm into
 the convolution before it (the sparse model after pruning, with its own statistics) and fuses
-the ReLU after each sparse pointwise convolution into the kernel's epilogue.
+the ReLU after each sparse pointwise convolution into the kernel's epilogue. In the sparse model
+each depthwise convolution + ReLU also becomes one DepthwiseConv2d (bias and ReLU fused), which
+runs `sparsekernels.ops.depthwise_conv2d`: our kernel where kernels/tuning.py says it beats cuDNN,
+cuDNN otherwise. The dense model stays plain PyTorch (the baseline).
 
 Example:
     >>> sparse, dense = mobilenet_pair(width=0.25, sparsity=0.9, resolution=32)
@@ -19,7 +22,7 @@ import copy
 import torch
 from torch import nn
 
-from ..nn import SparseConv2d
+from ..nn import DepthwiseConv2d, SparseConv2d
 from ..prune import sparsify_
 
 # (output channels, stride) of the 13 depthwise-separable blocks, before the width multiplier.
@@ -77,10 +80,11 @@ def calibrate_(model: nn.Module, images: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def fold_(model: nn.Module) -> None:
+def fold_(model: nn.Module, *, depthwise: bool = False) -> None:
     """Fold each BatchNorm into the convolution before it (eval semantics) and drop it; fuse
-    the ReLU after a SparseConv2d into its epilogue."""
-    for parent in model.modules():
+    the ReLU after a SparseConv2d into its epilogue. With `depthwise`, also replace each
+    block's depthwise convolution + ReLU by a DepthwiseConv2d with the ReLU fused."""
+    for parent in list(model.modules()):
         names = list(parent._modules)
         for conv_name, bn_name in zip(names, names[1:], strict=False):
             conv, bn = parent._modules[conv_name], parent._modules[bn_name]
@@ -89,6 +93,8 @@ def fold_(model: nn.Module) -> None:
                 parent._modules[bn_name] = nn.Identity()
         if isinstance(parent, Separable) and isinstance(parent.pw, SparseConv2d):
             parent.pw.activation, parent.act2 = "relu", nn.Identity()
+        if depthwise and isinstance(parent, Separable) and isinstance(parent.dw, nn.Conv2d):
+            parent.dw, parent.act1 = DepthwiseConv2d.from_conv(parent.dw, "relu"), nn.Identity()
 
 
 def _fold(conv: nn.Module, bn: nn.BatchNorm2d) -> None:
@@ -118,7 +124,8 @@ def mobilenet_pair(
     device=None,
 ) -> tuple[MobileNetV1, MobileNetV1]:
     """(sparse, dense) inference models from one initialisation, BatchNorm folded: the sparse
-    one has its pointwise convolutions pruned to `sparsity` (stem, depthwise and head dense)."""
+    one has its pointwise convolutions pruned to `sparsity` (stem, depthwise and head dense) and
+    its depthwise convolutions as DepthwiseConv2d (see fold_)."""
     torch.manual_seed(seed)
     dense = MobileNetV1(width).to(device)
     images = torch.randn(calibration_batch, 3, resolution, resolution, device=device)
@@ -127,6 +134,6 @@ def mobilenet_pair(
     sparsify_(sparse, sparsity, filter_fn=lambda m, name: isinstance(m, nn.Conv2d))
     calibrate_(sparse, images)  # pruning shrinks activations: the pruned model's own statistics
     for model in (dense, sparse):
-        fold_(model)
+        fold_(model, depthwise=model is sparse)
         model.to(dtype)
     return sparse, dense

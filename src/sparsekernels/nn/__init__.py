@@ -1,8 +1,9 @@
 """PyTorch layers that own sparse weights or patterns: SparseLinear, SparseConv2d (1x1) and
-SparseAttention."""
+SparseAttention; and DepthwiseConv2d (3x3, dense), MobileNet's other layer."""
 
 from .attention import SparseAttention
 from .conv import SparseConv2d
+from .depthwise import DepthwiseConv2d
 from .linear import SparseLinear
 
-__all__ = ["SparseLinear", "SparseConv2d", "SparseAttention"]
+__all__ = ["SparseLinear", "SparseConv2d", "SparseAttention", "DepthwiseConv2d"]

@@ -1,9 +1,10 @@
 """Public ops: one function per op; dispatch lives here, math in reference.py and kernels/."""
 
 from .attention import sparse_attention
+from .depthwise import depthwise_conv2d
 from .linear import linear
 from .sddmm import sddmm
 from .softmax import sparse_softmax
 from .spmm import spmm
 
-__all__ = ["spmm", "linear", "sddmm", "sparse_softmax", "sparse_attention"]
+__all__ = ["spmm", "linear", "sddmm", "sparse_softmax", "sparse_attention", "depthwise_conv2d"]
