@@ -74,15 +74,16 @@ class SpmmNmDecodeConfig:
 
 
 def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
-    """Decode kernel (N <= 16). From the H200 sweep of the first gather kernel (2026-11-29,
-    results/nvidia-h200/2026-11-29-c/nm_decode_first.txt): one warp a program and long slot runs;
-    vector-wise tiles of 8 rows share their columns, which lets them run at the weight's
-    bandwidth. Column tiles are whole (N <= 16), so wide N takes shorter slot runs."""
+    """Decode kernel (N <= 16), from the H200 sweeps of 2026-11-29 (benchmarks/sweeps/
+    nm_decode_configs.py; results/nvidia-h200/2026-11-29-c): one warp and 256 slots a step.
+    Element-wise, 4 rows a program at one token (2:8 13.8 us, 2.2x dense; 1:8 10.7 us; 2:4 30.4
+    us), 2 rows from 4 tokens on. Vector-wise tiles of 8 rows share their columns (2:8 v=64:
+    8.2 us, 3.7x dense)."""
     if vector % 8 == 0:
         return SpmmNmDecodeConfig(8, 256, 1)
     if n_cols == 1:
-        return SpmmNmDecodeConfig(1, 1024, 1)
-    return SpmmNmDecodeConfig(2, 256, 2)
+        return SpmmNmDecodeConfig(4, 256, 1)
+    return SpmmNmDecodeConfig(2, 256, 1)
 
 
 # ------------------------------------------------------------------ sddmm_csr, softmax_csr
@@ -186,6 +187,7 @@ def densify_nm_config(rows: int, cols: int, n: int, m: int) -> DensifyNmConfig:
         return DensifyNmConfig(True, True, 2, max(block_k, m), block_s, 2048, num_warps=4)
     return DensifyNmConfig(False, True, 4, block_k, block_s, 2048, num_warps=4)
 
+
 # ------------------------------------------------------------------ depthwise 3x3 convolution
 @dataclass(frozen=True)
 class DepthwiseConfig:
@@ -264,3 +266,21 @@ def depthwise_prefers_triton(
         return False
     small_plane = height <= (16 if half_precision else 32)
     return not (stride == 2 and batch >= 16 and small_plane)
+
+
+# ------------------------------------------------------------------ cuSPARSELt (2:4)
+# Where torch's cuSPARSELt 2:4 matmul (the `cusparselt` backend of spmm/linear) beats both our
+# Triton N:M kernel and dense cuBLAS: benchmarks/sweeps/semistructured_sweep.py on the H200
+# (2026-11-29, results/nvidia-h200/2026-11-29-c/semistructured.txt; 2:4 bf16 on 4096x4096,
+# 14336x4096 and 4096x14336) found it 1.19-1.46x dense on every shape from N = 2048 and
+# 0.23-0.56x below N = 128. Forcing backend="cusparselt" works wherever it is available.
+CUSPARSELT_MIN_N: int | None = 2048
+
+
+def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, half_precision: bool) -> bool:
+    """Whether a 2:4 weight (rows, k) times (k, n) should go to cuSPARSELt automatically.
+
+    From N = CUSPARSELT_MIN_N tokens in half precision (the H200 sweep above)."""
+    if CUSPARSELT_MIN_N is None or not half_precision:
+        return False
+    return n >= CUSPARSELT_MIN_N
