@@ -120,3 +120,48 @@ def spmm_nm_prefers_dense(n: int, density: float, vector: int, half_precision: b
         return False
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
+
+
+# ------------------------------------------------------------------ fused block-sparse attention
+@dataclass(frozen=True)
+class BlockAttentionConfig:
+    block_m: int  # queries per tile (the layout's tile shape, shared by forward and backward)
+    block_n: int  # keys per tile
+    num_warps: int
+    num_stages: int
+    bwd_num_warps: int
+    bwd_num_stages: int
+
+    def as_list(self) -> list[int]:
+        return [
+            self.block_m,
+            self.block_n,
+            self.num_warps,
+            self.num_stages,
+            self.bwd_num_warps,
+            self.bwd_num_stages,
+        ]
+
+
+# Tiles of the natural order at least this full stay there; sparser tiles' entries go to a
+# second pass in another order (formats/_block_layout.py) when that visits fewer tiles.
+BLOCK_ATTENTION_SPLIT_FILL = 1 / 8
+# Automatic dispatch takes the fused kernel when the visited tiles are at least this full on
+# average (stored entries / visited tile positions); below, the composed CUDA-core path does
+# less work. First guess: the fused kernel's tensor-core tile costs ~ 1/30 of the CUDA-core
+# SDDMM + softmax + SpMM per entry; benchmarks/sweeps/attention_sweep.py measures it.
+BLOCK_ATTENTION_MIN_FILL = 1 / 32
+BLOCK_ATTENTION_MAX_HEAD_DIM = 128
+
+
+def block_attention_config(head_dim: int, on_cpu: bool) -> BlockAttentionConfig:
+    """64 x 64 tiles (what local windows and strides of 64-128 fill best); 16 x 16 in the CPU
+    interpreter, which is slow per element."""
+    if on_cpu:
+        return BlockAttentionConfig(16, 16, 1, 1, 1, 1)
+    warps = 4 if head_dim <= 64 else 8
+    return BlockAttentionConfig(64, 64, warps, 3, warps, 2)
+
+
+def block_attention_helps(fill: float) -> bool:
+    return fill >= BLOCK_ATTENTION_MIN_FILL
