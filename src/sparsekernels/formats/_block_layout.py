@@ -9,9 +9,10 @@ Patterns such as the Sparse Transformer's strided one touch every causal tile wi
 diagonal of entries. So the entries may be split into two *components*, each visited in its
 own order of queries and keys:
 - the first in natural order, holding the tiles at least `split_fill` full;
-- the rest, either with queries and keys both ordered by position modulo g (g the gcd of the
-  rest's offsets i - j: keys i - g, i - 2g, ... of query i then land in one dense tile row), or
-  with the rest's few distinct key columns moved to the front (fixed "summary" columns).
+- the rest's entries on the diagonals i - j = 0 mod g (g the most common gap between the rest's
+  offsets |i - j|), with queries and keys both ordered by position modulo g: keys i - g,
+  i - 2g, ... of query i then land in one dense tile row; or the rest's entries in columns
+  shared by many queries (fixed "summary" columns), with those columns moved to the front.
 The builder keeps whichever choice visits the fewest tiles. Every entry lies in exactly one
 component, so the fused kernel merges the components' partial softmaxes exactly.
 """
@@ -116,39 +117,51 @@ def build(
     """The layout of the entries (rows[e], cols[e]) of a (Lq, Lk) pattern (no duplicates)."""
     rows, cols = rows.long(), cols.long()
     lq, lk = shape
-    single = (_component(rows, cols, None, None, shape, block_m, block_n),)
-    best = single
+    best = (_component(rows, cols, None, None, shape, block_m, block_n),)
     n_key_tiles = -(-lk // block_n)
     if rows.numel() and split_fill > 0:
         tile = (rows // block_m) * n_key_tiles + cols // block_n
         _, inverse, counts = _unique(tile, -(-lq // block_m) * n_key_tiles)
-        dense = counts[inverse] >= split_fill * block_m * block_n
-        rest = ~dense
-        if rest.any() and dense.any():
-            head = _component(rows[dense], cols[dense], None, None, shape, block_m, block_n)
-            r_rows, r_cols = rows[rest], cols[rest]
-            for perms in _orders(r_rows, r_cols, lq, lk):
-                row_perm, col_perm = perms
-                p_rows = r_rows if row_perm is None else _inverse(row_perm)[r_rows]
-                p_cols = r_cols if col_perm is None else _inverse(col_perm)[r_cols]
-                tail = _component(p_rows, p_cols, row_perm, col_perm, shape, block_m, block_n)
-                if head.tiles + tail.tiles < sum(c.tiles for c in best):
-                    best = (head, tail)
+        sparse = counts[inverse] < split_fill * block_m * block_n
+        for tail, row_perm, col_perm in _splits(rows, cols, sparse, shape, block_m):
+            head = ~tail
+            p_rows = rows[tail] if row_perm is None else _inverse(row_perm)[rows[tail]]
+            p_cols = cols[tail] if col_perm is None else _inverse(col_perm)[cols[tail]]
+            split = (
+                _component(rows[head], cols[head], None, None, shape, block_m, block_n),
+                _component(p_rows, p_cols, row_perm, col_perm, shape, block_m, block_n),
+            )
+            if sum(c.tiles for c in split) < sum(c.tiles for c in best):
+                best = split
     return BlockLayout(block_m, block_n, shape, rows.numel(), best)
 
 
-def _orders(rows: torch.Tensor, cols: torch.Tensor, lq: int, lk: int):
-    """Candidate (row order, column order) pairs for the entries left out of dense tiles."""
-    offsets, _, _ = _unique(rows - cols + lk, lq + lk)
-    period = _gcd((offsets - lk).abs())
+def _splits(rows, cols, sparse, shape, block_m):
+    """Candidate second passes (which entries, row order, column order), taken from the entries
+    of sparse tiles (`sparse`): those on the period's diagonals, or those in heavy columns."""
+    lq, lk = shape
+    if not sparse.any():
+        return
+    offsets = (rows - cols).abs()
+    present, _, _ = _unique(offsets[sparse], max(lq, lk))
+    period = _period(present)
     if period >= 2:  # keys i - g, i - 2g, ... of query i become neighbours
-        yield _residue_order(lq, period, rows.device), _residue_order(lk, period, rows.device)
-    columns, _, _ = _unique(cols, lk)
-    if columns.numel() <= lk // 2:  # few distinct keys: move them to the front
-        rest = torch.ones(lk, dtype=torch.bool, device=cols.device)
-        rest[columns] = False
-        order = torch.cat([columns, rest.nonzero()[:, 0]])
-        yield None, order.to(torch.int32)
+        tail = sparse & (offsets % period == 0)
+        yield tail, _residue_order(lq, period, rows.device), _residue_order(lk, period, rows.device)
+    heavy = torch.bincount(cols[sparse], minlength=lk) >= max(2, block_m // 2)
+    if heavy.any() and int(heavy.sum()) <= lk // 2:  # few keys shared by many queries
+        tail = sparse & heavy[cols]
+        order = torch.cat([heavy.nonzero()[:, 0], (~heavy).nonzero()[:, 0]])
+        yield tail, None, order.to(torch.int32)
+
+
+def _period(offsets: torch.Tensor) -> int:
+    """The most common gap between consecutive distinct offsets |i - j| (sorted ascending)."""
+    if offsets.numel() == 1:
+        return int(offsets[0])
+    if offsets.numel() == 0:
+        return 0
+    return int(torch.bincount(offsets.diff()).argmax())
 
 
 _BINCOUNT_MAX = 1 << 26
@@ -163,15 +176,6 @@ def _unique(values: torch.Tensor, bound: int):
     present = counts > 0
     rank = torch.cumsum(present.long(), 0) - 1
     return present.nonzero()[:, 0], rank[values], counts[present]
-
-
-def _gcd(values: torch.Tensor) -> int:
-    values = values[values > 0]
-    while values.numel() > 1:
-        if values.numel() % 2:
-            values = torch.cat([values, values[:1]])
-        values = torch.gcd(values[0::2], values[1::2])
-    return int(values[0]) if values.numel() else 0
 
 
 def _residue_order(length: int, period: int, device) -> torch.Tensor:
