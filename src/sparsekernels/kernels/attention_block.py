@@ -38,11 +38,10 @@ def _tile_mask(
     words, mask_id, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORD_BITS: tl.constexpr
 ):
     """(BLOCK_M, BLOCK_N) bool: the stored positions of partial tile `mask_id`."""
-    per_row: tl.constexpr = BLOCK_N // WORD_BITS
     r = tl.arange(0, BLOCK_M)
     c = tl.arange(0, BLOCK_N)
-    base = words + mask_id.to(tl.int64) * (BLOCK_M * per_row)
-    w = tl.load(base + r[:, None] * per_row + (c // WORD_BITS)[None, :])
+    base = words + mask_id.to(tl.int64) * (BLOCK_M * (BLOCK_N // WORD_BITS))
+    w = tl.load(base + r[:, None] * (BLOCK_N // WORD_BITS) + (c // WORD_BITS)[None, :])
     return ((w >> (c % WORD_BITS)[None, :]) & 1) != 0
 
 
@@ -51,11 +50,10 @@ def _tile_mask_t(
     words, mask_id, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORD_BITS: tl.constexpr
 ):
     """(BLOCK_N, BLOCK_M) bool: `_tile_mask` transposed."""
-    per_row: tl.constexpr = BLOCK_N // WORD_BITS
     r = tl.arange(0, BLOCK_M)
     c = tl.arange(0, BLOCK_N)
-    base = words + mask_id.to(tl.int64) * (BLOCK_M * per_row)
-    w = tl.load(base + r[None, :] * per_row + (c // WORD_BITS)[:, None])
+    base = words + mask_id.to(tl.int64) * (BLOCK_M * (BLOCK_N // WORD_BITS))
+    w = tl.load(base + r[None, :] * (BLOCK_N // WORD_BITS) + (c // WORD_BITS)[:, None])
     return ((w >> (c % WORD_BITS)[:, None]) & 1) != 0
 
 
