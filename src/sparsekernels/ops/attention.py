@@ -3,7 +3,9 @@
 Backends, in the order automatic dispatch tries them:
 - `triton_flash`: one fused block-sparse flash-attention kernel (kernels/attention_block.py) over
   the pattern's cached block layout; scores never reach memory and Q K^T, P V run on tensor
-  cores. Taken when the visited tiles are full enough (kernels/tuning.py).
+  cores. Taken when the visited tiles are full enough (kernels/tuning.py). Inside a visited
+  tile, positions the pattern does not store are multiplied by zero: a NaN or Inf in a V row
+  there (or in Q, K, dO in backward) reaches the query, as with the `dense` spmm backend.
 - `triton`: sddmm + sparse_softmax + spmm, each with its own dispatch (forced: their Triton
   kernels); it materialises the (B * H, nnz) scores.
 - `reference`: the same composition on the plain-PyTorch reference ops (CPU, any dtype).
@@ -108,17 +110,17 @@ def _flash_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     reasons = _dispatch.triton_device_reasons(problem, forced)
     if problem.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         reasons.append(f"dtype {problem.dtype} (fused kernel: float16, bfloat16, float32)")
-    facts = problem.facts
-    if max(facts["d"], facts["dv"]) > BLOCK_ATTENTION_MAX_HEAD_DIM:
-        reasons.append(
-            f"head dimensions {facts['d']}, {facts['dv']} exceed {BLOCK_ATTENTION_MAX_HEAD_DIM}"
-        )
-    if facts["batch"] > MAX_GRID_YZ:
-        reasons.append(f"batch * heads {facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
-    if reasons or forced:
+    # facts a caller may leave out (sparsekernels info): a small problem, no pattern to judge
+    d, dv = problem.facts.get("d", 64), problem.facts.get("dv", 64)
+    batch, pattern = problem.facts.get("batch", 1), problem.facts.get("pattern")
+    if max(d, dv) > BLOCK_ATTENTION_MAX_HEAD_DIM:
+        reasons.append(f"head dimensions {d}, {dv} exceed {BLOCK_ATTENTION_MAX_HEAD_DIM}")
+    if batch > MAX_GRID_YZ:
+        reasons.append(f"batch * heads {batch} exceeds the grid limit {MAX_GRID_YZ}")
+    if reasons or forced or not isinstance(pattern, Pattern):
         return reasons
     # planned once per pattern and tile shape, then cached on the pattern
-    _, layout = _flash_plan(facts["pattern"], facts["d"], problem.device)
+    _, layout = _flash_plan(pattern, d, problem.device)
     if not block_attention_helps(layout.fill):
         reasons.append(
             f"visited tiles are {layout.fill:.1%} full: the composed path does less work"
