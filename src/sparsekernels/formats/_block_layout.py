@@ -19,7 +19,6 @@ component, so the fused kernel merges the components' partial softmaxes exactly.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -262,10 +261,3 @@ def to_dense_mask(layout: BlockLayout) -> torch.Tensor:
                 assert not keep[spot].any(), "an entry lies in two tiles"
                 keep[spot] = True
     return keep
-
-
-def density_of_blocks(layout: BlockLayout) -> float:
-    """Visited tiles over all tiles of the (Lq, Lk) grid."""
-    lq, lk = layout.shape
-    total = math.ceil(lq / layout.block_m) * math.ceil(lk / layout.block_n)
-    return layout.tiles / total if total else 0.0
