@@ -34,7 +34,8 @@ sanitize:
 		--error-exitcode 1 python3 -m pytest -q -m gpu -x tests/test_kernels_spmm_csr.py \
 		tests/test_kernels_spmm_nm.py tests/test_kernels_sddmm_csr.py \
 		tests/test_kernels_softmax_csr.py tests/test_kernels_transpose.py \
-		tests/test_kernels_densify.py tests/test_depthwise.py tests/test_kernels_spmm_nm_decode.py
+		tests/test_kernels_densify.py tests/test_depthwise.py tests/test_kernels_spmm_nm_decode.py \
+		tests/test_attention_block.py
 
 lint: setup
 	$(PY) -m pip install -q ruff

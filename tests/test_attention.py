@@ -41,3 +41,23 @@ def test_rectangular_and_backward(gen):
     assert torch.autograd.gradcheck(
         lambda q, k, v: sk.sparse_attention(q, k, v, pattern), (q, k, v)
     )
+
+
+def test_backends_agree_and_say_why(gen, monkeypatch):
+    """Forced backends: the fused kernel and the composed Triton path (interpreter) match the
+    reference; the fused one names what it cannot run."""
+    keep = _patterns(16)["window+stride"]
+    pattern = sk.CSRMatrix.from_dense(keep.double())
+    q, k, v = (randn(1, 2, 16, 16, gen=gen, dtype=torch.float32) for _ in range(3))
+    want = sk.sparse_attention(q, k, v, pattern, backend="reference")
+    for backend in ("triton", "triton_flash"):
+        got = sk.sparse_attention(q, k, v, pattern, backend=backend)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="'triton_flash' cannot run sparse_attention: dtype"):
+        sk.sparse_attention(q.double(), k.double(), v.double(), pattern, backend="triton_flash")
+    wide = randn(1, 2, 16, 256, gen=gen, dtype=torch.float32)
+    with pytest.raises(ValueError, match="head dimensions 256, 256 exceed 128"):
+        sk.sparse_attention(wide, wide, wide, pattern, backend="triton_flash")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="Triton needs CUDA"):
+        sk.sparse_attention(q, k, v, pattern, backend="triton_flash")

@@ -2,7 +2,8 @@
 
 Values live in the formats; the pattern is shared by every matrix with the same structure
 (`with_values`, dtype changes, the values a backward pass produces), so the derived arrays
-(row order for load balance, the transpose, COO row indices) are computed at most once.
+(row order for load balance, the transpose, COO row indices, the block layouts of fused
+attention) are computed at most once.
 """
 
 from __future__ import annotations
@@ -91,3 +92,14 @@ class Pattern:
             return t, perm
 
         return self._cached("transpose", build)
+
+    def block_layout(self, block_m: int, block_n: int, split_fill: float):
+        """The tiles a fused attention kernel visits (formats/_block_layout.py), per tile shape."""
+        from . import _block_layout
+
+        def build():
+            return _block_layout.build(
+                self.row_indices(), self.column_indices, self.shape, block_m, block_n, split_fill
+            )
+
+        return self._cached(f"block_layout:{block_m}x{block_n}:{split_fill}", build)

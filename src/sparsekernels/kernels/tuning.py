@@ -284,3 +284,59 @@ def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, half_precision: bool) 
     if CUSPARSELT_MIN_N is None or not half_precision:
         return False
     return n >= CUSPARSELT_MIN_N
+
+
+# ------------------------------------------------------------------ fused block-sparse attention
+@dataclass(frozen=True)
+class BlockAttentionConfig:
+    block_m: int  # queries per tile (the layout's tile shape, shared by forward and backward)
+    block_n: int  # keys per tile
+    num_warps: int
+    num_stages: int
+    bwd_num_warps: int
+    bwd_num_stages: int
+
+    def as_list(self) -> list[int]:
+        return [
+            self.block_m,
+            self.block_n,
+            self.num_warps,
+            self.num_stages,
+            self.bwd_num_warps,
+            self.bwd_num_stages,
+        ]
+
+
+# Tiles of the natural order at least this full stay there; sparser tiles' entries go to a
+# second pass in another order (formats/_block_layout.py) when that visits fewer tiles.
+BLOCK_ATTENTION_SPLIT_FILL = 1 / 8
+# Automatic dispatch takes the fused kernel when the visited tiles are at least this full on
+# average (stored entries / visited tile positions); below, the composed CUDA-core path does
+# less work. First guess: the fused kernel's tensor-core tile costs ~ 1/30 of the CUDA-core
+# SDDMM + softmax + SpMM per entry; benchmarks/sweeps/attention_sweep.py measures it.
+BLOCK_ATTENTION_MIN_FILL = 1 / 32
+BLOCK_ATTENTION_MAX_HEAD_DIM = 128
+
+
+def block_attention_config(head_dim: int, on_cpu: bool) -> BlockAttentionConfig:
+    """64 x 64 tiles (what local windows and strides of 64-128 fill best); 16 x 16 in the CPU
+    interpreter, which is slow per element."""
+    if on_cpu:
+        return BlockAttentionConfig(16, 16, 1, 1, 1, 1)
+    warps = 4 if head_dim <= 64 else 8
+    return BlockAttentionConfig(64, 64, warps, 3, warps, 2)
+
+
+# Automatic dispatch waits for the fused kernel's first H200 run (tests/test_attention_block.py
+# and benchmarks/sweeps/attention_sweep.py): it has run only in the interpreter and compiled for
+# sm_90 so far. backend="triton_flash" forces it.
+BLOCK_ATTENTION_AUTO = False
+
+
+def block_attention_not_chosen(fill: float) -> str | None:
+    """Why automatic dispatch skips the fused kernel, or None when it should take it."""
+    if not BLOCK_ATTENTION_AUTO:
+        return "not chosen automatically until validated on a GPU (tuning.BLOCK_ATTENTION_AUTO)"
+    if fill < BLOCK_ATTENTION_MIN_FILL:
+        return f"visited tiles are {fill:.1%} full: the composed path does less work"
+    return None

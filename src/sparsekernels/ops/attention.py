@@ -1,4 +1,15 @@
-"""sparse_attention: softmax(scale * Q K^T at a fixed pattern) V, from sddmm, softmax and spmm."""
+"""sparse_attention: softmax(scale * Q K^T at a fixed pattern) V.
+
+Backends, in the order automatic dispatch tries them:
+- `triton_flash`: one fused block-sparse flash-attention kernel (kernels/attention_block.py) over
+  the pattern's cached block layout; scores never reach memory and Q K^T, P V run on tensor
+  cores. Taken when the visited tiles are full enough (kernels/tuning.py). Inside a visited
+  tile, positions the pattern does not store are multiplied by zero: a NaN or Inf in a V row
+  there (or in Q, K, dO in backward) reaches the query, as with the `dense` spmm backend.
+- `triton`: sddmm + sparse_softmax + spmm, each with its own dispatch (forced: their Triton
+  kernels); it materialises the (B * H, nnz) scores.
+- `reference`: the same composition on the plain-PyTorch reference ops (CPU, any dtype).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +19,8 @@ import torch
 
 from .. import _checks
 from ..formats import CSRMatrix
+from ..formats._pattern import Pattern
+from . import _attention_library, _dispatch
 from .sddmm import sddmm
 from .softmax import sparse_softmax
 from .spmm import spmm
@@ -53,9 +66,70 @@ def sparse_attention(
         raise ValueError(f"pattern must have shape ({lq}, {k.shape[2]}), got {pattern.shape}")
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a number, got {type(scale).__name__}")
+    facts = {"batch": batch * heads, "d": d, "dv": v.shape[3], "pattern": pattern.pattern}
+    problem = _dispatch.Problem(q.device, q.dtype, facts)
+    name = _dispatch.choose("sparse_attention", problem, backend)
+    return _dispatch.run("sparse_attention", name, q, k, v, pattern, float(scale), backend)
+
+
+def _composed(q, k, v, pattern, scale, backend):
+    """softmax(scale * sddmm(q, k)) then spmm with v; `backend` forced on each op (or None)."""
+    batch, heads, lq, d = q.shape
     flat = batch * heads  # explicit sizes: a -1 is ambiguous when B, H or D is 0
     lk, dv = k.shape[2], v.shape[3]
     scores = sddmm(q.reshape(flat, lq, d), k.reshape(flat, lk, d), pattern, backend=backend)
     probs = sparse_softmax(scores, scale, backend=backend)
     out = spmm(probs, v.reshape(flat, lk, dv), backend=backend)
-    return out.view(batch, heads, lq, v.shape[3])
+    return out.view(batch, heads, lq, dv)
+
+
+def _flash_plan(pattern: Pattern, head_dim: int, device: torch.device):
+    """The fused kernel's configuration and the pattern's block layout for it (cached)."""
+    from ..kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
+
+    config = block_attention_config(head_dim, device.type == "cpu")
+    layout = pattern.block_layout(config.block_m, config.block_n, BLOCK_ATTENTION_SPLIT_FILL)
+    return config, layout
+
+
+def _flash(q, k, v, pattern, scale, backend):
+    config, layout = _flash_plan(pattern.pattern, q.shape[-1], q.device)
+    out, _ = _attention_library.block_attention(q, k, v, layout.tensors(), scale, config.as_list())
+    return out
+
+
+def _flash_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    from ..kernels.tuning import (
+        BLOCK_ATTENTION_MAX_HEAD_DIM,
+        MAX_GRID_YZ,
+        block_attention_not_chosen,
+    )
+
+    reasons = _dispatch.triton_device_reasons(problem, forced)
+    if problem.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        reasons.append(f"dtype {problem.dtype} (fused kernel: float16, bfloat16, float32)")
+    # facts a caller may leave out (sparsekernels info): a small problem, no pattern to judge
+    d, dv = problem.facts.get("d", 64), problem.facts.get("dv", 64)
+    batch, pattern = problem.facts.get("batch", 1), problem.facts.get("pattern")
+    if max(d, dv) > BLOCK_ATTENTION_MAX_HEAD_DIM:
+        reasons.append(f"head dimensions {d}, {dv} exceed {BLOCK_ATTENTION_MAX_HEAD_DIM}")
+    if batch > MAX_GRID_YZ:
+        reasons.append(f"batch * heads {batch} exceeds the grid limit {MAX_GRID_YZ}")
+    if reasons or forced or not isinstance(pattern, Pattern):
+        return reasons
+    # planned once per pattern and tile shape, then cached on the pattern
+    _, layout = _flash_plan(pattern, d, problem.device)
+    why_not = block_attention_not_chosen(layout.fill)
+    if why_not:
+        reasons.append(why_not)
+    return reasons
+
+
+_dispatch.register("sparse_attention", _dispatch.Backend("triton_flash", _flash, _flash_reasons))
+_dispatch.register(
+    "sparse_attention",
+    _dispatch.Backend("triton", _composed, _dispatch.triton_batched_reasons),
+)
+_dispatch.register("sparse_attention", _dispatch.Backend("reference", _composed, _dispatch.always))

@@ -1,0 +1,134 @@
+"""torch.library registration of fused block-sparse attention: forward, backward, fake impls.
+
+`block_attention(q, k, v, layout, scale, config)` runs the kernels of kernels/attention_block.py
+over a block layout (formats/_block_layout.py, passed as its list of tensors) and returns the
+output and the log-sum-exp (log2 units, fp32, (B * H, Lq)) the backward recomputes P from.
+config: [block_m, block_n, num_warps, num_stages, bwd_num_warps, bwd_num_stages].
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..formats._block_layout import TENSORS_PER_COMPONENT
+
+Tensor = torch.Tensor
+
+
+def _components(layout: list[Tensor]) -> list[list[Tensor]]:
+    n = TENSORS_PER_COMPONENT
+    return [layout[i : i + n] for i in range(0, len(layout), n)]
+
+
+def _empty(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    return q.numel() == 0 or k.shape[2] == 0 or v.shape[3] == 0
+
+
+@torch.library.custom_op("sparsekernels::block_attention", mutates_args=())
+def block_attention(
+    q: Tensor, k: Tensor, v: Tensor, layout: list[Tensor], scale: float, config: list[int]
+) -> tuple[Tensor, Tensor]:
+    from ..kernels import attention_block as kernel
+
+    batch, heads, lq, _ = q.shape
+    components = _components(layout)
+    merged = len(components) > 1  # later passes merge into an fp32 output
+    out = q.new_empty((batch, heads, lq, v.shape[3]), dtype=torch.float32 if merged else q.dtype)
+    lse = q.new_empty((batch * heads, lq), dtype=torch.float32)
+    if _empty(q, k, v):
+        return out.zero_().to(q.dtype), lse.fill_(float("-inf"))
+    block_m, block_n, num_warps, num_stages = config[:4]
+    for i, component in enumerate(components):
+        kernel.block_attention_forward(
+            q=q,
+            k=k,
+            v=v,
+            out=out,
+            lse=lse,
+            component=component,
+            merge=i > 0,
+            scale=scale,
+            block_m=block_m,
+            block_n=block_n,
+            num_warps=num_warps,
+            num_stages=num_stages,
+        )
+    return out.to(q.dtype), lse
+
+
+@block_attention.register_fake
+def _(q, k, v, layout, scale, config):
+    batch, heads, lq, _ = q.shape
+    out = q.new_empty((batch, heads, lq, v.shape[3]))
+    return out, q.new_empty((batch * heads, lq), dtype=torch.float32)
+
+
+@torch.library.custom_op("sparsekernels::block_attention_backward", mutates_args=())
+def block_attention_backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    grad: Tensor,
+    layout: list[Tensor],
+    scale: float,
+    config: list[int],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of block_attention from its output, LSE and the output's gradient."""
+    from ..kernels import attention_block as kernel
+
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    components = _components(layout)
+    merged = len(components) > 1  # later passes add to fp32 gradients
+    acc = torch.float32 if merged else q.dtype
+    dq, dk, dv = (torch.zeros_like(t, dtype=acc) for t in (q, k, v))
+    if _empty(q, k, v):
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    batch, heads, lq, _ = q.shape
+    delta = (grad.float() * out.float()).sum(-1).reshape(batch * heads, lq)
+    block_m, block_n, _, _, num_warps, num_stages = config
+    for component in components:
+        kernel.block_attention_backward(
+            q=q,
+            k=k,
+            v=v,
+            d_out=grad,
+            lse=lse,
+            delta=delta,
+            dq=dq,
+            dk=dk,
+            dv=dv,
+            component=component,
+            accumulate=merged,
+            scale=scale,
+            block_m=block_m,
+            block_n=block_n,
+            num_warps=num_warps,
+            num_stages=num_stages,
+        )
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+@block_attention_backward.register_fake
+def _(q, k, v, out, lse, grad, layout, scale, config):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup(ctx, inputs, output):
+    q, k, v, layout, scale, config = inputs
+    out, lse = output
+    ctx.scale, ctx.config, ctx.n_layout = scale, config, len(layout)
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, *layout)
+
+
+def _backward(ctx, grad, grad_lse):
+    q, k, v, out, lse, *layout = ctx.saved_tensors
+    if grad is None:
+        grad = torch.zeros_like(out)
+    dq, dk, dv = block_attention_backward(q, k, v, out, lse, grad, layout, ctx.scale, ctx.config)
+    return dq, dk, dv, [None] * ctx.n_layout, None, None
+
+
+block_attention.register_autograd(_backward, setup_context=_setup)

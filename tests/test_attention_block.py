@@ -1,0 +1,324 @@
+"""Fused block-sparse attention (backend triton_flash): the block layout, the kernels in the
+interpreter against float64, gradients, dispatch, registration; GPU checks at L = 8192."""
+
+import math
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import dense_attention, randn
+from sparsekernels.formats._block_layout import to_dense_mask
+from sparsekernels.kernels import attention_block as kernel
+from sparsekernels.kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
+from sparsekernels.ops import _attention_library, _dispatch
+
+
+def _mask(kind: str, lq: int, lk: int, gen=None) -> torch.Tensor:
+    i, j = torch.arange(lq)[:, None], torch.arange(lk)[None, :]
+    d = i - j
+    if kind == "causal":
+        return d >= 0
+    if kind == "local_strided":  # SparseAttention.local_strided(window=6, stride=16)
+        return (d >= 0) & ((d < 6) | (d % 16 == 0))
+    if kind == "summary":  # the bench's strided: band plus every 16th column
+        return (d >= 0) & ((d < 6) | (j % 16 == 15))
+    if kind == "block":
+        return i // 16 == j // 16
+    if kind == "empty_rows":
+        return (d >= 0) & (d < 20) & (i % 5 != 2)
+    if kind == "random":
+        return torch.rand(lq, lk, generator=gen) < 0.3
+    raise ValueError(kind)
+
+
+def _pattern(keep: torch.Tensor) -> sk.CSRMatrix:
+    return sk.CSRMatrix.from_dense(keep.double(), mask=keep)
+
+
+def _own(q, k, v, keep, scale):
+    """The same dense math in the inputs' dtype: PyTorch's own error in that dtype."""
+    scores = (q @ k.transpose(-1, -2)) * scale
+    probs = scores.masked_fill(~keep, float("-inf")).softmax(-1)
+    probs = torch.where(keep.any(-1, keepdim=True), probs, torch.zeros_like(probs))
+    return probs @ v
+
+
+def _assert_close(got, want, own, mult=4.0):
+    """|got - want| within mult x PyTorch's own error in the dtype (or a few fp32 units)."""
+    got, want, own = got.double().cpu(), want.double().cpu(), own.double().cpu()
+    assert torch.isfinite(got).all(), "non-finite values"
+    floor = 4e-6 * want.abs().max().clamp_min(1.0)
+    allowed = mult * (own - want).abs().max() + floor
+    err = (got - want).abs()
+    assert err.max() <= allowed, f"max error {err.max():.3g} > {allowed:.3g} at {err.argmax()}"
+
+
+# ============================================================================ layout
+@pytest.mark.parametrize("kind", ["causal", "local_strided", "summary", "block", "random"])
+@pytest.mark.parametrize("shape", [(45, 45), (40, 56), (64, 33)])
+@pytest.mark.parametrize("tile", [(16, 16), (16, 32), (32, 16)])
+def test_layout_covers_each_entry_once(kind, shape, tile, gen):
+    keep = _mask(kind, *shape, gen)
+    layout = _pattern(keep).pattern.block_layout(*tile, BLOCK_ATTENTION_SPLIT_FILL)
+    assert torch.equal(to_dense_mask(layout), keep)  # also: no entry in two tiles, none past L
+    assert layout.nnz == int(keep.sum())
+
+
+def test_layout_full_tiles_skip_the_mask():
+    keep = _mask("block", 64, 64)
+    layout = _pattern(keep).pattern.block_layout(16, 16, BLOCK_ATTENTION_SPLIT_FILL)
+    (component,) = layout.components
+    assert component.row_perm is None and component.col_perm is None
+    assert component.tiles == 4 and component.partial == 0 and (component.masks == -1).all()
+    assert layout.fill == 1.0
+
+
+def test_layout_splits_strided_patterns_and_is_cached():
+    L = 512
+    i = torch.arange(L)
+    d = i[:, None] - i[None, :]
+    strided = _pattern((d >= 0) & ((d < 32) | (d % 64 == 0))).pattern
+    layout = strided.block_layout(16, 16, BLOCK_ATTENTION_SPLIT_FILL)
+    assert len(layout.components) == 2 and layout.components[1].row_perm is not None
+    assert layout.tiles < 32 * 33 // 4  # a quarter of the causal tiles at most
+    assert strided.block_layout(16, 16, BLOCK_ATTENTION_SPLIT_FILL) is layout
+    summary = _pattern((d >= 0) & ((d < 32) | (i[None, :] % 64 == 63))).pattern
+    layout = summary.block_layout(16, 16, BLOCK_ATTENTION_SPLIT_FILL)
+    assert len(layout.components) == 2 and layout.components[1].col_perm is not None
+    assert layout.components[1].row_perm is None
+
+
+# ============================================================================ kernels
+CASES = [  # (pattern, Lq, Lk, D, batch, heads)
+    ("local_strided", 160, 160, 16, 1, 1),  # two passes: natural and residue order
+    ("summary", 80, 80, 32, 1, 2),  # two passes: natural and summary columns first
+    ("block", 45, 45, 16, 2, 1),
+    ("random", 40, 56, 16, 1, 1),
+    ("causal", 33, 33, 64, 1, 1),
+    ("empty_rows", 48, 48, 32, 1, 1),
+]
+
+
+@pytest.mark.parametrize("kind,lq,lk,d,batch,heads", CASES)
+def test_forward_and_gradients(kind, lq, lk, d, batch, heads, gen):
+    keep = _mask(kind, lq, lk, gen)
+    pattern = _pattern(keep)
+    q = randn(batch, heads, lq, d, gen=gen)
+    k, v = randn(batch, heads, lk, d, gen=gen), randn(batch, heads, lk, d, gen=gen)
+    g = randn(batch, heads, lq, d, gen=gen)
+    scale = 1 / math.sqrt(d)
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = dense_attention(*ref, keep, scale)
+    want.backward(g)
+    ours = [t.float().requires_grad_() for t in (q, k, v)]
+    got = sk.sparse_attention(*ours, pattern, backend="triton_flash")
+    got.backward(g.float())
+    own = [t.float().requires_grad_() for t in (q, k, v)]
+    own_out = _own(*own, keep, scale)
+    own_out.backward(g.float())
+    _assert_close(got, want, own_out)
+    for a, b, c in zip(ours, ref, own, strict=True):
+        _assert_close(a.grad, b.grad, c.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision(dtype, gen):
+    keep = _mask("local_strided", 64, 64)
+    q, k, v, g = (randn(1, 2, 64, 32, gen=gen).to(dtype) for _ in range(4))
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    want = dense_attention(*ref, keep, 0.2)
+    want.backward(g.double())
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = sk.sparse_attention(*ours, _pattern(keep), 0.2, backend="triton_flash")
+    got.backward(g)
+    assert got.dtype == dtype and all(t.grad.dtype == dtype for t in ours)
+    own = [t.clone().requires_grad_() for t in (q, k, v)]
+    own_out = _own(*own, keep, 0.2)
+    own_out.backward(g)
+    _assert_close(got, want, own_out)
+    for a, b, c in zip(ours, ref, own, strict=True):
+        _assert_close(a.grad, b.grad, c.grad)
+
+
+@pytest.mark.parametrize("kind", ["empty_rows", "summary"])
+def test_every_output_written_and_lse(kind, gen):
+    """Poisoned outputs (NaN) must all be overwritten; LSE = logsumexp(scale * scores)."""
+    L, d, scale = 48, 16, 0.3
+    keep = _mask(kind, L, L)
+    pattern = _pattern(keep)
+    config = block_attention_config(d, on_cpu=True)
+    layout = pattern.pattern.block_layout(config.block_m, config.block_n, 1 / 8)
+    q, k, v = (randn(1, 2, L, d, gen=gen, dtype=torch.float32) for _ in range(3))
+    out = torch.full((1, 2, L, d), float("nan"))
+    lse = torch.full((2, L), float("nan"))
+    components = _attention_library._components(layout.tensors())
+    for i, component in enumerate(components):
+        kernel.block_attention_forward(
+            q=q, k=k, v=v, out=out, lse=lse, component=component, merge=i > 0, scale=scale,
+            block_m=config.block_m, block_n=config.block_n, num_warps=1, num_stages=1,
+        )  # fmt: skip
+    want = dense_attention(q, k, v, keep, scale)
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-6)
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    want = scores.masked_fill(~keep, float("-inf")).logsumexp(-1).reshape(2, L)
+    torch.testing.assert_close(kernel.log2_lse_to_natural(lse.double()), want, rtol=1e-5, atol=0)
+
+
+def test_scale_and_strided_inputs(gen):
+    """Non-contiguous q, k, v (a (B, L, H, D) view) and a custom scale."""
+    keep = _mask("causal", 32, 32)
+    q, k, v = (randn(1, 32, 2, 16, gen=gen, dtype=torch.float32).transpose(1, 2) for _ in "qkv")
+    got = sk.sparse_attention(q, k, v, _pattern(keep), scale=0.5, backend="triton_flash")
+    want = dense_attention(q, k, v, keep, 0.5)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_empty_sizes():
+    keep = torch.zeros(16, 0, dtype=torch.bool)
+    q, k = torch.randn(1, 1, 16, 16), torch.randn(1, 1, 0, 16)
+    out = sk.sparse_attention(q, k, k, _pattern(keep), backend="triton_flash")
+    assert out.shape == (1, 1, 16, 16) and (out == 0).all()
+
+
+# ============================================================================ dispatch
+def _problem(keep, device="cuda", dtype=torch.bfloat16, d=64, batch=8):
+    facts = {"batch": batch, "d": d, "dv": d, "pattern": _pattern(keep).pattern}
+    return _dispatch.Problem(torch.device(device), dtype, facts)
+
+
+def test_dispatch_waits_for_gpu_validation():
+    """Until the fused kernel has run on an H200, only backend="triton_flash" takes it."""
+    from sparsekernels.kernels import tuning
+
+    L = 256
+    i = torch.arange(L)
+    causal_local = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < 64)
+    if not tuning.BLOCK_ATTENTION_AUTO:
+        reasons = _dispatch.explain("sparse_attention", _problem(causal_local))["triton_flash"]
+        assert "validated on a GPU" in reasons[0]
+        assert _dispatch.choose("sparse_attention", _problem(causal_local)) == "triton"
+
+
+def test_dispatch_rules(gen, monkeypatch):
+    from sparsekernels.kernels import tuning
+
+    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", True)
+    L = 512
+    i = torch.arange(L)
+    d = i[:, None] - i[None, :]
+    local_strided = (d >= 0) & ((d < 128) | (d % 128 == 0))
+    reasons = _dispatch.explain("sparse_attention", _problem(local_strided))
+    assert reasons["triton_flash"] == [] and reasons["triton"] == []
+    assert _dispatch.choose("sparse_attention", _problem(local_strided)) == "triton_flash"
+    scattered = torch.rand(L, L, generator=gen) < 0.005  # every tile visited, 0.5% full
+    assert "full" in " ".join(
+        _dispatch.explain("sparse_attention", _problem(scattered))["triton_flash"]
+    )
+    assert _dispatch.choose("sparse_attention", _problem(scattered)) == "triton"
+    wide = _dispatch.explain("sparse_attention", _problem(local_strided, d=256))["triton_flash"]
+    assert "exceed 128" in wide[0]
+    fp64 = _problem(local_strided, dtype=torch.float64)
+    assert "float64" in _dispatch.explain("sparse_attention", fp64)["triton_flash"][0]
+    on_cpu = _problem(local_strided, device="cpu", dtype=torch.float32)
+    assert _dispatch.choose("sparse_attention", on_cpu) == "reference"
+
+
+# ============================================================================ registration
+def test_opcheck_and_compile(gen):
+    keep = _mask("summary", 32, 32)
+    pattern = _pattern(keep)
+    config = block_attention_config(16, on_cpu=True)
+    layout = pattern.pattern.block_layout(config.block_m, config.block_n, 1 / 8)
+    q, k, v = (randn(1, 1, 32, 16, gen=gen, dtype=torch.float32).requires_grad_() for _ in "qkv")
+    args = (q, k, v, layout.tensors(), 0.25, config.as_list())
+    torch.library.opcheck(
+        torch.ops.sparsekernels.block_attention.default,
+        args,
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
+
+    def f(q, k, v):
+        return sk.sparse_attention(q, k, v, pattern, backend="triton_flash")
+
+    eager = f(q, k, v)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    torch.testing.assert_close(compiled, eager)
+    compiled.sum().backward()
+    assert all(t.grad is not None for t in (q, k, v))
+
+
+# ============================================================================ GPU
+def _local_strided_gpu(L, heads, dtype, gen):
+    attn = sk.nn.SparseAttention.local_strided(L, window=128, stride=128, device="cuda")
+    q, k, v, g = (randn(1, heads, L, 64, gen=gen, dtype=dtype, device="cuda") for _ in range(4))
+    return attn, q, k, v, g
+
+
+@pytest.mark.gpu
+def test_gpu_local_strided_8192_bf16(gen, monkeypatch):
+    """Forward and gradients at L = 8192 against float64, within 4x bf16 SDPA's own error."""
+    from sparsekernels.kernels import tuning
+
+    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", True)
+    attn, q, k, v, g = _local_strided_gpu(8192, 2, torch.bfloat16, gen)
+    problem = _dispatch.Problem(
+        q.device, q.dtype, {"batch": 2, "d": 64, "dv": 64, "pattern": attn.pattern.pattern}
+    )
+    assert _dispatch.choose("sparse_attention", problem) == "triton_flash"
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = attn(*ours)
+    got.backward(g)
+    keep = attn.pattern.to_dense().bool()
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    want = dense_attention(*ref, keep, 1 / 8)
+    want.backward(g.double())
+    own = [t.clone().requires_grad_() for t in (q, k, v)]
+    own_out = torch.nn.functional.scaled_dot_product_attention(*own, attn_mask=keep)
+    own_out.backward(g)
+    _assert_close(got, want, own_out)
+    for a, b, c in zip(ours, ref, own, strict=True):
+        _assert_close(a.grad, b.grad, c.grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("kind", ["summary", "random", "empty_rows"])
+def test_gpu_patterns(kind, dtype, gen):
+    keep = _mask(kind, 1000, 1000, gen)
+    pattern = _pattern(keep).to(device="cuda")
+    q, k, v, g = (randn(2, 3, 1000, 64, gen=gen, dtype=dtype, device="cuda") for _ in range(4))
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = sk.sparse_attention(*ours, pattern, backend="triton_flash")
+    got.backward(g)
+    keep = keep.cuda()
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    want = dense_attention(*ref, keep, 1 / 8)
+    want.backward(g.double())
+    own = [t.clone().requires_grad_() for t in (q, k, v)]
+    own_out = _own(*own, keep, 1 / 8)
+    own_out.backward(g)
+    _assert_close(got, want, own_out)
+    for a, b, c in zip(ours, ref, own, strict=True):
+        _assert_close(a.grad, b.grad, c.grad)
+
+
+@pytest.mark.gpu
+def test_gpu_compile(gen):
+    attn, q, k, v, _ = _local_strided_gpu(2048, 2, torch.bfloat16, gen)
+    pattern = attn.pattern
+
+    def f(q, k, v):
+        return sk.sparse_attention(q, k, v, pattern)
+
+    eager = f(q, k, v)  # plans the layout (data-dependent) outside the graph
+    compiled = torch.compile(f, fullgraph=True)(q, k, v)
+    torch.testing.assert_close(compiled, eager)
+
+
+def test_cases_cover_both_second_passes():
+    orders = []
+    for kind, lq, lk, *_ in CASES[:2]:
+        layout = _pattern(_mask(kind, lq, lk)).pattern.block_layout(16, 16, 1 / 8)
+        orders.append([(c.row_perm is None, c.col_perm is None) for c in layout.components])
+    assert orders == [[(True, True), (False, False)], [(True, True), (True, False)]]
