@@ -38,10 +38,10 @@ def normal(*shape) -> torch.Tensor:
     return torch.empty(shape, dtype=BF16, device=DEVICE).normal_()
 
 
-def assert_close(got, want, bound, what: str) -> None:
-    """|got - want| <= TOL * bound everywhere; a NaN (a poisoned output never written) fails."""
+def assert_close(got, want, bound, what: str, tol: float = TOL) -> None:
+    """|got - want| <= tol * bound everywhere; a NaN (a poisoned output never written) fails."""
     err = (got.double() - want.double()).abs()
-    bad = ~(err <= TOL * bound.double() + 1e-30)
+    bad = ~(err <= tol * bound.double() + 1e-30)
     if bad.any():
         first = bad.nonzero()[0].tolist()
         raise AssertionError(
@@ -111,8 +111,8 @@ def test_spmm_csr_b_with_more_than_2_31_elements():
 def test_spmm_output_with_more_than_2_31_elements(fmt):
     """out (2^15 + 64, 2^16): 2^31 + 2^22 elements (4.3 GB), so row * stride_om passes 2^31.
     CSR: the kernel is launched on a NaN-poisoned out; one entry per row makes every output a
-    single product, rounded once, so the whole output is checked bit for bit. N:M (2:8 over
-    K = 16) goes through the op and is checked in chunks against float32."""
+    single product, so the whole output is checked against its bf16 rounding alone. N:M (2:8
+    over K = 16) goes through the op and is checked in chunks against float32."""
     M, K, N = 2**15 + 64, 16, 2**16
     B = normal(K, N)
     if fmt == "csr":
@@ -140,8 +140,8 @@ def test_spmm_output_with_more_than_2_31_elements(fmt):
         got = out[0]
         for r in range(0, M, 4096):
             rows = slice(r, r + 4096)
-            want = (A.values[rows].float()[:, None] * B[cols[rows].long()].float()).to(BF16)
-            assert torch.equal(got[rows], want), f"rows {r}..{r + 4096} differ"
+            want = A.values[rows].float()[:, None] * B[cols[rows].long()].float()  # exact
+            assert_close(got[rows], want, want.abs(), f"rows {r}..")  # the store's rounding
     else:
         w = normal(M, K)
         W = sk.NMMatrix.from_dense(w, 2, 8, mask=sk.prune.nm_mask(w, 2, 8))
@@ -306,7 +306,9 @@ def test_sparse_attention_with_more_than_2_31_scores():
     (4.3 GB), so batch * nnz passes 2^31 in SDDMM, softmax and SpMM: the last head's last 8
     queries lie past it. First and last queries of the first and last heads are checked
     against float64 that rounds scores and probabilities to bf16 where the ops store them;
-    q is doubled so that a query attends to a few keys and a wrong score shows. About 11 GB."""
+    q is doubled so that a query attends to a few keys and a wrong score moves the output by
+    O(|v|). The tolerance is 5% of sum p |v|: a score whose fp32 sum rounds to the other bf16
+    neighbour than the float64 one moves its probability by up to 1.6%. About 11 GB."""
     L, H, D = 16384, 16, 64
     pattern = sk.CSRMatrix.from_dense(torch.ones(L, L, device=DEVICE, dtype=BF16).tril())
     assert H * pattern.nnz > 2**31
@@ -319,7 +321,7 @@ def test_sparse_attention_with_more_than_2_31_scores():
             probs = scores.softmax(0).to(BF16).double()  # and softmax bf16 probabilities
             want = probs @ v[0, head, : i + 1].double()
             bound = probs @ v[0, head, : i + 1].double().abs()
-            assert_close(out[0, head, i], want, bound, f"head {head}, query {i}")
+            assert_close(out[0, head, i], want, bound, f"head {head}, query {i}", tol=0.05)
 
 
 # ============================================================================ conversions
