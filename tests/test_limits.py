@@ -30,14 +30,18 @@ interpreter = pytest.mark.skipif(
 )
 
 
+def lazy_empty(numel: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """An uninitialized CPU tensor: address space, backed only where it is touched."""
+    try:
+        return torch.empty(numel, dtype=dtype)
+    except RuntimeError as error:  # strict overcommit, or too small a machine
+        pytest.skip(f"cannot map {numel} elements of address space: {error}")
+
+
 def far_view(shape, strides, gen, dtype=torch.bfloat16, fill=True) -> torch.Tensor:
     """A view of `shape` and `strides` after a 2^31-element guard, in lazily mapped memory."""
     span = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))
-    try:
-        storage = torch.empty(GUARD + span, dtype=dtype)
-    except RuntimeError as error:  # strict overcommit, or too small a machine
-        pytest.skip(f"cannot map {GUARD + span} elements of address space: {error}")
-    view = storage.as_strided(shape, strides, GUARD)
+    view = lazy_empty(GUARD + span, dtype).as_strided(shape, strides, GUARD)
     if fill:
         view.copy_(randn(*shape, gen=gen).to(dtype))
     else:
@@ -226,6 +230,28 @@ def test_row_major_copy_grid_has_one_axis(monkeypatch):
 
 
 # ============================================================================ index dtypes
+@interpreter
+def test_int64_column_indices_end_to_end(gen):
+    """2^31 + 64 columns: the format keeps int64 column indices, and spmm and sddmm read the far
+    rows of a (2^31 + 64, 3) dense operand through them (only the rows read are touched)."""
+    K = 2**31 + 64
+    columns = torch.tensor([0, 5, K - 64, K - 1, 7, K - 3])
+    A = sk.CSRMatrix(torch.tensor([0, 4, 6]), columns, randn(6, gen=gen).to(torch.bfloat16), (2, K))
+    assert A.column_indices.dtype == torch.int64
+    B = lazy_empty(K * 3).view(K, 3)
+    B[columns] = randn(6, 3, gen=gen).to(torch.bfloat16)
+    rows = A.pattern.row_indices()
+    terms = A.values.double()[:, None] * B[columns].double()
+    want = torch.zeros(2, 3, dtype=torch.float64).index_add_(0, rows, terms)
+    bound = torch.zeros(2, 3, dtype=torch.float64).index_add_(0, rows, terms.abs())
+    assert_close(sk.spmm(A, B, backend="triton"), want, bound, torch.bfloat16)
+
+    X = randn(2, 3, gen=gen).to(torch.bfloat16)
+    terms = X.double()[rows] * B[columns].double()
+    got = sk.sddmm(X, B, A, backend="triton").values
+    assert_close(got, terms.sum(1), terms.abs().sum(1), torch.bfloat16)
+
+
 def test_row_offsets_turn_int64_at_2_31_entries():
     """nnz 2^31 - 1 keeps int32 offsets; 2^31 needs int64 (meta tensors: no memory)."""
     for nnz, want in [(2**31 - 1, torch.int32), (2**31, torch.int64)]:

@@ -107,6 +107,21 @@ def test_spmm_csr_b_with_more_than_2_31_elements():
     assert_close(got, want, bound, "A @ B")
 
 
+def test_int64_column_indices_end_to_end():
+    """A (16, 2^31 + 64) keeps int64 column indices; spmm and sddmm read the first and last rows
+    of B (2^31 + 64, 2) (8.6 GB) through them."""
+    K = 2**31 + 64
+    B = normal(K, 2)
+    A = csr((16, K), {r: far_columns(K) for r in range(16)})
+    assert A.column_indices.dtype == torch.int64
+    want, bound = spmm_reference(A, B)
+    assert_close(sk.spmm(A, B, backend="triton"), want, bound, "A @ B")
+    X = normal(16, 2)
+    terms = X.double()[A.pattern.row_indices()] * B[A.column_indices].double()
+    got = sk.sddmm(X, B, A, backend="triton").values
+    assert_close(got, terms.sum(1), terms.abs().sum(1), "(X B^T) at A")
+
+
 @pytest.mark.parametrize("fmt", ["csr", "nm"])
 def test_spmm_output_with_more_than_2_31_elements(fmt):
     """out (2^15 + 64, 2^16): 2^31 + 2^22 elements (4.3 GB), so row * stride_om passes 2^31.
