@@ -1,6 +1,6 @@
 """Scale (markers gpu + slow, run on the H200): every kind of index product past 2^31.
 
-`PYTHONPATH=src python3 -m pytest -q -m "gpu and slow" tests/test_scale.py` (about 2 minutes).
+`PYTHONPATH=src python3 -m pytest -q -m "gpu and slow" tests/test_scale.py` (a few minutes).
 Each test builds bf16 operands whose far elements lie past element 2^31 of their tensor (so an
 int32 row * stride, column * stride or entry offset would wrap), reads the results back at those
 far elements against a float64 answer computed only where the problem is touched, and checks
