@@ -6,6 +6,10 @@ a time; for each chunk it loops over K in BLOCK_K steps, loading the x row chunk
 gathering the y rows (BLOCK_NNZ, BLOCK_K) its column indices pick, and multiply-reduces along K
 in fp32 (fp64 for fp64 inputs). Only stored entries are computed, so a NaN in x or y reaches only
 the entries whose row or column holds it.
+
+Index arithmetic is int64 wherever a product can pass 2^31: the row, entry offsets and column
+indices are widened once loaded, and so is the K offset before it meets a stride (a transposed
+operand, x^T in the backward of `linear`, has a stride along K as large as its row count).
 """
 
 from __future__ import annotations
@@ -44,12 +48,13 @@ def _sddmm_csr_kernel(
     y += batch * stride_yb
     out += batch * stride_ob
     for e in range(start, end, BLOCK_NNZ):
-        offs = e + tl.arange(0, BLOCK_NNZ)
+        offs = e + tl.arange(0, BLOCK_NNZ).to(tl.int64)  # int64 in the interpreter too
         mask = offs < end
         cols = tl.load(column_indices + offs, mask=mask, other=0).to(tl.int64)
         acc = tl.zeros((BLOCK_NNZ,), dtype=ACC_DTYPE)
         for k in range(0, K, BLOCK_K):
-            offs_k = k + tl.arange(0, BLOCK_K)
+            # int64 before the strides: BLOCK_K values, and the tile's sum is int64 anyway.
+            offs_k = k + tl.arange(0, BLOCK_K).to(tl.int64)
             mask_k = offs_k < K
             x_chunk = tl.load(x + offs_k * stride_xk, mask=mask_k, other=0.0).to(ACC_DTYPE)
             y_tile = tl.load(

@@ -12,6 +12,10 @@ Backward: d(values) = scale * p * (g - sum_row(p * g)), one pass for the dot, on
 `scale` travels as two fp32 numbers (scale_hi + scale_lo, rebuilt in the accumulation dtype),
 because Triton passes Python floats as fp32: fp64 inputs see scale to ~48 bits, fp32 inputs see
 fp32(scale) exactly as PyTorch's `tensor * scale` does.
+
+Index arithmetic is int64 throughout: row, batch and the row's entry offsets are widened before
+any product, so nnz and batch * nnz may pass 2^31. The entry offsets are int64 explicitly (the
+loop variable is int64 when compiled, a small Python int in the interpreter).
 """
 
 from __future__ import annotations
@@ -42,12 +46,13 @@ def _softmax_csr_kernel(
     values += batch * stride_vb
     out += batch * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
+    lanes = tl.arange(0, BLOCK).to(tl.int64)  # e + lanes is int64 whatever e's type (interpreter)
 
     # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
     m = tl.full((BLOCK,), float("-inf"), dtype=ACC_DTYPE)
     s = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
     for e in range(start, end, BLOCK):
-        offs = e + tl.arange(0, BLOCK)
+        offs = e + lanes
         mask = offs < end
         z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
         z = tl.where(mask, z * scale, float("-inf"))
@@ -61,7 +66,7 @@ def _softmax_csr_kernel(
 
     # Pass 2: write the probabilities.
     for e in range(start, end, BLOCK):
-        offs = e + tl.arange(0, BLOCK)
+        offs = e + lanes
         mask = offs < end
         z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE) * scale
         p = tl.exp(z - shift) / total
@@ -93,10 +98,11 @@ def _softmax_csr_backward_kernel(
     grad += batch * stride_gb
     out += batch * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
+    lanes = tl.arange(0, BLOCK).to(tl.int64)
 
     acc = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
     for e in range(start, end, BLOCK):
-        offs = e + tl.arange(0, BLOCK)
+        offs = e + lanes
         mask = offs < end
         p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
         g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
@@ -104,7 +110,7 @@ def _softmax_csr_backward_kernel(
     dot = tl.sum(acc, axis=0)
 
     for e in range(start, end, BLOCK):
-        offs = e + tl.arange(0, BLOCK)
+        offs = e + lanes
         mask = offs < end
         p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
         g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)

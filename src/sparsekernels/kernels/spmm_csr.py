@@ -5,6 +5,10 @@ shares have similar lengths, long rows start early and short ones fill the tail.
 gathers BLOCK_NNZ rows of B per output row, picked by its column indices, and accumulates in
 fp32 (fp64 for fp64 inputs); bias and activation are fused. Several rows per program (decode
 sizes) keep enough loads in flight when N is small.
+
+Index arithmetic is int64 wherever a product can pass 2^31: rows, entry offsets and column
+indices are widened once they are loaded, and the column-tile offsets of B and out are int64
+products computed once per program (a transposed B, x^T in `linear`, has stride_bn = K).
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ def _spmm_csr_kernel(
     BLOCK_NNZ: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    offs_r = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    # int64 from the program id on: M may come within BLOCK_ROWS of 2^31.
+    offs_r = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     mask_r = offs_r < M
     rows = tl.load(row_order + offs_r, mask=mask_r, other=0).to(tl.int64)
     pid_n = tl.program_id(1)
@@ -49,8 +54,11 @@ def _spmm_csr_kernel(
     # Rows come longest first, so the block's first row bounds the loop.
     longest = tl.max(end - start, axis=0)
 
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # < 65535 * BLOCK_N (grid): fits int32
     mask_n = offs_n < N
+    # Column offsets times a stride can pass 2^31 (stride_bn = K for x^T): int64, once.
+    b_cols = offs_n.to(tl.int64) * stride_bn
+    out_cols = offs_n.to(tl.int64) * stride_on
     values += batch * stride_vb
     b += batch * stride_bb
     acc = tl.zeros((BLOCK_ROWS, BLOCK_N), dtype=ACC_DTYPE)
@@ -60,7 +68,7 @@ def _spmm_csr_kernel(
         cols = tl.load(column_indices + offs, mask=mask, other=0).to(tl.int64)
         vals = tl.load(values + offs, mask=mask, other=0.0).to(ACC_DTYPE)
         tile = tl.load(
-            b + cols[:, :, None] * stride_bk + offs_n[None, None, :] * stride_bn,
+            b + cols[:, :, None] * stride_bk + b_cols[None, None, :],
             mask=mask[:, :, None] & mask_n[None, None, :],
             other=0.0,
         ).to(ACC_DTYPE)
@@ -72,7 +80,7 @@ def _spmm_csr_kernel(
         acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
     elif ACTIVATION == 2:
         acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
-    out_ptrs = out + batch * stride_ob + rows[:, None] * stride_om + offs_n[None, :] * stride_on
+    out_ptrs = out + batch * stride_ob + rows[:, None] * stride_om + out_cols[None, :]
     tl.store(out_ptrs, acc.to(out.dtype.element_ty), mask=mask_r[:, None] & mask_n[None, :])
 
 

@@ -34,7 +34,7 @@ def _slot_columns(
     within = slots % N_KEEP
     index_col = group * (N_KEEP // BLOCK) + within // BLOCK
     offset = tl.load(indices + group_rows * stride_im + index_col).to(tl.int64)
-    return group * M_GROUP + offset * BLOCK + within % BLOCK
+    return group.to(tl.int64) * M_GROUP + offset * BLOCK + within % BLOCK  # K may pass 2^31
 
 
 @triton.jit
@@ -58,7 +58,7 @@ def _epilogue_store(
         acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
     elif ACTIVATION == 2:
         acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
-    ptrs = out + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :] * stride_on
+    ptrs = out + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :].to(tl.int64) * stride_on
     tl.store(ptrs, acc.to(out.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
@@ -89,7 +89,7 @@ def _spmm_nm_gather_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
@@ -111,7 +111,7 @@ def _spmm_nm_gather_kernel(
             BLOCK,
         )
         tile = tl.load(
-            b + cols[:, :, None] * stride_bk + offs_n[None, None, :] * stride_bn,
+            b + cols[:, :, None] * stride_bk + offs_n[None, None, :].to(tl.int64) * stride_bn,
             mask=mask_ms[:, :, None] & mask_n[None, None, :],
             other=0.0,
         )
@@ -160,7 +160,7 @@ def _spmm_nm_dot_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
+    pid_m = tl.program_id(0).to(tl.int64)  # M may come within BLOCK_M of 2^31
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
@@ -180,7 +180,7 @@ def _spmm_nm_dot_kernel(
             tl.where(mask_s, slots, 0), group_row, indices, stride_im, N_KEEP, M_GROUP, BLOCK
         )
         tile = tl.load(
-            b + cols[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+            b + cols[:, None] * stride_bk + offs_n[None, :].to(tl.int64) * stride_bn,
             mask=mask_s[:, None] & mask_n[None, :],
             other=0.0,
         )

@@ -2,6 +2,9 @@
 
 Kernels that gather whole rows of B want each row contiguous; torch's generic strided copy
 runs far below copy bandwidth for a transposed bf16 operand, this tiled copy near it.
+
+The grid is one-dimensional (tile rows vary fastest), so neither dimension meets CUDA's 65535
+limit on grid axes 1 and 2; offsets are int64, so the tensor may pass 2^31 elements.
 """
 
 from __future__ import annotations
@@ -19,14 +22,17 @@ def _row_major_copy_kernel(
     C,
     stride_r,
     stride_c,
+    tiles_r,  # cdiv(R, BLOCK_R): program p copies tile (p % tiles_r, p // tiles_r)
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
-    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    pid = tl.program_id(0)
+    # int64 from the tile index on: R or C may come within a tile of 2^31.
+    offs_r = (pid % tiles_r).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_c = (pid // tiles_r).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
-    rows = offs_r.to(tl.int64)[:, None]
-    cols = offs_c.to(tl.int64)[None, :]
+    rows = offs_r[:, None]
+    cols = offs_c[None, :]
     tile = tl.load(src + rows * stride_r + cols * stride_c, mask=mask)
     tl.store(dst + rows * C + cols, tile, mask=mask)
 
@@ -35,8 +41,17 @@ def row_major_copy(*, src: torch.Tensor, block_r: int = 64, block_c: int = 64) -
     rows, cols = src.shape
     dst = torch.empty((rows, cols), dtype=src.dtype, device=src.device)
     if src.numel():
-        grid = (triton.cdiv(rows, block_r), triton.cdiv(cols, block_c))
-        _row_major_copy_kernel[grid](
-            src, dst, rows, cols, src.stride(0), src.stride(1), BLOCK_R=block_r, BLOCK_C=block_c
+        # One axis of at most 2^31 - 1 programs: (2^31 - 1) * 4096 elements, past any memory.
+        tiles_r = triton.cdiv(rows, block_r)
+        _row_major_copy_kernel[(tiles_r * triton.cdiv(cols, block_c),)](
+            src=src,
+            dst=dst,
+            R=rows,
+            C=cols,
+            stride_r=src.stride(0),
+            stride_c=src.stride(1),
+            tiles_r=tiles_r,
+            BLOCK_R=block_r,
+            BLOCK_C=block_c,
         )
     return dst

@@ -90,13 +90,20 @@ def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
     ]
 
 
+# CUDA caps grid axis 0 at 2^31 - 1 programs (axes 1 and 2: tuning.MAX_GRID_YZ).
+MAX_GRID_X = 2**31 - 1
+
+
 def triton_batched_reasons(problem: Problem, forced: bool) -> list[str]:
-    """triton_device_reasons, plus the grid limit on the batch (one grid dimension per matrix)."""
+    """triton_device_reasons, plus the grid limits on the batch (grid axis 1 or 2) and on the
+    rows (axis 0: one program per row; int32 row order)."""
     from ..kernels.tuning import MAX_GRID_YZ
 
     reasons = triton_device_reasons(problem, forced)
     if problem.facts.get("batch", 1) > MAX_GRID_YZ:
         reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
+    if problem.facts.get("rows", 0) > MAX_GRID_X:
+        reasons.append(f"{problem.facts['rows']} rows exceed the grid limit {MAX_GRID_X}")
     return reasons
 
 

@@ -56,7 +56,8 @@ def sddmm(
 def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None, backend=None):
     """The registered op with its backend chosen; `transposed` is A^T's pattern for backward."""
     batch = max(x.shape[0] if x.dim() == 3 else 1, y.shape[0] if y.dim() == 3 else 1)
-    problem = _dispatch.Problem(x.device, x.dtype, {"k": x.shape[-1], "batch": batch})
+    facts = {"k": x.shape[-1], "batch": batch, "rows": row_offsets.numel() - 1}
+    problem = _dispatch.Problem(x.device, x.dtype, facts)
     name = _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
     t_ro, t_ci, t_perm = transposed if transposed is not None else (None, None, None)
     return _library.sddmm_csr(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name)

@@ -23,19 +23,20 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
         raise TypeError(f"S must be a CSRMatrix, got {type(S).__name__}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale must be a number, got {type(scale).__name__}")
-    problem = _problem(S.values)
+    problem = _problem(S.row_offsets, S.values)
     name = _dispatch.choose("sparse_softmax", problem, backend)
     probs = _library.sparse_softmax(S.row_offsets, S.values, float(scale), name)
     return CSRMatrix._from_pattern(S.pattern, probs, check=False)
 
 
-def _problem(*values: torch.Tensor) -> _dispatch.Problem:
+def _problem(row_offsets: torch.Tensor, *values: torch.Tensor) -> _dispatch.Problem:
     batch = max(v.shape[0] if v.dim() == 2 else 1 for v in values)
-    return _dispatch.Problem(values[0].device, values[0].dtype, {"batch": batch})
+    facts = {"batch": batch, "rows": row_offsets.numel() - 1}
+    return _dispatch.Problem(values[0].device, values[0].dtype, facts)
 
 
 def sparse_softmax_backward_raw(row_offsets, probs, grad, scale, hint=None):
-    problem = _problem(probs, grad)
+    problem = _problem(row_offsets, probs, grad)
     name = _dispatch.choose_with_hint("sparse_softmax_backward", problem, None, hint)
     return _library.sparse_softmax_backward(row_offsets, probs, grad, scale, name)
 

@@ -113,10 +113,12 @@ def spmm_csr_raw(
 ) -> torch.Tensor:
     """The registered op with its backend chosen (forced `backend`, else `hint` if it fits)."""
     batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
-    cells = (row_offsets.numel() - 1) * b.shape[-2]
+    rows = row_offsets.numel() - 1
+    cells = rows * b.shape[-2]
     density = column_indices.numel() / cells if cells else 1.0
     expanded = 0 in b.stride() and b.numel() > 1
-    problem = _problem(values, b, n=b.shape[-1], batch=batch, density=density, expanded=expanded)
+    facts = dict(n=b.shape[-1], batch=batch, rows=rows, density=density, expanded=expanded)
+    problem = _problem(values, b, **facts)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     return _library.spmm_csr(
         row_offsets,
