@@ -207,3 +207,16 @@ def test_torch_sparse_backend_matches_reference(dtype, gen):
     assert torch.autograd.gradcheck(  # the backward runs W^T @ g through the same backend
         lambda v, x: sk.linear(x, W.with_values(v), backend="torch_sparse"), (values, x)
     )
+
+
+def test_nm_backward_of_x_densifies_on_cuda_at_batched_sizes():
+    """W^T @ B has no N:M kernel: on CUDA at training sizes, dense (densify + cuBLAS) takes it
+    for every pattern, the vector-wise ones too; at decode sizes the reference does."""
+    from sparsekernels.ops import _dispatch
+
+    def problem(n):
+        facts = {"n": n, "pattern": (2, 8, 64, 1), "transpose": True, "batch": 1}
+        return _dispatch.Problem(torch.device("cuda"), torch.bfloat16, facts)
+
+    assert _dispatch.choose("spmm_nm", problem(2048)) == "dense"
+    assert _dispatch.choose("spmm_nm", problem(16)) == "reference"

@@ -135,10 +135,16 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool) -> bool
     return half_precision or density > 0.1
 
 
-def spmm_nm_prefers_dense(n: int, density: float, vector: int, half_precision: bool) -> bool:
-    """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%."""
+def spmm_nm_prefers_dense(
+    n: int, density: float, vector: int, half_precision: bool, transpose: bool = False
+) -> bool:
+    """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%.
+    W^T @ B (the backward of x) has no N:M kernel: from a few hundred columns on, densifying
+    and cuBLAS beat the reference's gathers and scatters whatever the pattern."""
     if n < DENSE_FALLBACK_MIN_N:
         return False
+    if transpose:
+        return True
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
 

@@ -285,7 +285,8 @@ def _nm_prefers_dense(problem: _dispatch.Problem) -> bool:
 
     n, m, vector, block = problem.facts["pattern"]
     half = problem.dtype in (torch.float16, torch.bfloat16)
-    return spmm_nm_prefers_dense(problem.facts["n"], n / m, vector, half)
+    transpose = problem.facts.get("transpose", False)
+    return spmm_nm_prefers_dense(problem.facts["n"], n / m, vector, half, transpose)
 
 
 def _reference_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
