@@ -72,12 +72,8 @@ def _dispatch_problems(case: Case) -> dict[str, _dispatch.Problem]:
         return {"sddmm_csr": problem(n=N, k=K)}
     if case.op == "softmax":
         return {"sparse_softmax": problem(batch=case.batch)}
-    if case.op == "attention":
-        return {
-            "sddmm_csr": problem(k=K, n=N, batch=case.batch),
-            "sparse_softmax": problem(batch=case.batch),
-            "spmm_csr": problem(n=K, k=N, batch=case.batch),
-        }
+    if case.op == "attention":  # shape (Lq, D, Lk); its backends: fused, composed, reference
+        return {"sparse_attention": problem(batch=case.batch, d=K, dv=K, n=N, k=K)}
     raise ValueError(f"unknown op {case.op!r}")
 
 
