@@ -146,7 +146,11 @@ class Timer:
         """`graph`: re-time as a CUDA graph whatever the eager time (whole-model inference,
         which a serving system captures: host launch costs then count for neither side)."""
         fn = _rotate(fns)
-        if call_s is not None and call_s > SLOW_CALL_S and not graph:
+        if (
+            call_s is not None
+            and call_s > SLOW_CALL_S
+            and not (graph and self.device.type == "cuda")
+        ):
             runs = [self.wall(fn) * 1e3 for _ in range(3)]
             return Timing(statistics.median(runs), "wallclock")
         if self.device.type != "cuda":
