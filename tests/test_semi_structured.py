@@ -65,16 +65,20 @@ def test_dispatch_lists_every_reason():
 
 def test_dispatch_reason_from_the_tuning_rule(monkeypatch):
     monkeypatch.setattr(semi_structured, "unsupported_reasons", lambda *a, **k: [])
-    fine = _problem(n=4096, shape=(4096, 4096))
-    assert any("kernels/tuning.py" in r for r in _cusparselt_reasons(fine))
-    assert _cusparselt_reasons(fine, forced=True) == []  # backend="cusparselt" always runs
-    assert _dispatch.choose("spmm_nm", fine) != "cusparselt"
+    decode = _problem(n=16, shape=(4096, 4096))
+    assert any("kernels/tuning.py" in r for r in _cusparselt_reasons(decode))
+    assert _cusparselt_reasons(decode, forced=True) == []  # backend="cusparselt" always runs
+    assert _dispatch.choose("spmm_nm", decode) != "cusparselt"
+    prefill = _problem(n=4096, shape=(4096, 4096))
+    assert _cusparselt_reasons(prefill) == []
+    assert _dispatch.choose("spmm_nm", prefill) == "cusparselt"
 
 
-def test_tuning_rule_starts_at_never():
+def test_tuning_rule_from_the_h200_sweep():
+    """Half precision from CUSPARSELT_MIN_N tokens (1.2-1.5x dense there), never below."""
     for n in (1, 16, 128, 2048, 8192, 65536):
-        for half in (True, False):
-            assert not tuning.spmm_nm_prefers_cusparselt(4096, 4096, n, half)
+        assert tuning.spmm_nm_prefers_cusparselt(4096, 4096, n, True) == (n >= 2048)
+        assert not tuning.spmm_nm_prefers_cusparselt(4096, 4096, n, False)
 
 
 def test_forcing_it_on_cpu_says_why(gen):
