@@ -2,8 +2,6 @@
 compiled on CUDA (gpu, at LLM sizes). Outputs start as NaN so an unwritten element shows;
 densifying copies values, so every comparison is bitwise against the formats' torch to_dense."""
 
-import importlib
-
 import pytest
 import torch
 
@@ -16,8 +14,8 @@ from sparsekernels.kernels.tuning import (
     densify_csr_config,
     densify_nm_config,
 )
+from sparsekernels.ops import _dense as dense_module
 
-spmm_module = importlib.import_module("sparsekernels.ops.spmm")  # not the function ops.spmm
 DEVICES = [
     pytest.param("cpu", id="interpreter"),
     pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
@@ -213,7 +211,7 @@ def test_dense_backend_csr_unchanged_by_kernel(gen, monkeypatch):
     bias = randn(21, gen=gen, dtype=torch.float32)
     cases = [(A, B), (batched, B), (A, B.expand(3, 40, 6))]
     want = [sk.spmm(a, b, bias, "relu", backend="dense") for a, b in cases]
-    monkeypatch.setattr(spmm_module, "_triton_densifies", lambda values: True)
+    monkeypatch.setattr(dense_module, "triton_densifies", lambda values: True)
     for (a, b), w in zip(cases, want, strict=True):
         assert_bitwise(sk.spmm(a, b, bias, "relu", backend="dense"), w)
 
@@ -232,7 +230,7 @@ def test_dense_backend_nm_forward_backward_unchanged(pattern, gen, monkeypatch):
         return out.detach(), xg.grad
 
     want = run()
-    monkeypatch.setattr(spmm_module, "_triton_densifies", lambda values: True)
+    monkeypatch.setattr(dense_module, "triton_densifies", lambda values: True)
     for got, expected in zip(run(), want, strict=True):
         assert_bitwise(got, expected)
 
@@ -254,7 +252,7 @@ def test_gpu_csr_llm_size(sparsity):
     for config in _csr_configs(A).values():
         got = _csr_launch(A.row_offsets, cols16, A.values, A.shape, config)
         assert_bitwise(got, want)
-    assert_bitwise(spmm_module.densify_csr(A.row_offsets, cols16, A.values, 4096), want)
+    assert_bitwise(dense_module.densify_csr(A.row_offsets, cols16, A.values, 4096), want)
 
 
 @pytest.mark.gpu
@@ -267,7 +265,7 @@ def test_gpu_nm_llm_size(pattern):
     want = W.to_dense()
     for config in _nm_configs(W).values():
         assert_bitwise(_nm_launch(W, config), want)
-    assert_bitwise(spmm_module.densify_nm(W.values, W.indices, n, m, vector, 1), want)
+    assert_bitwise(dense_module.densify_nm(W.values, W.indices, n, m, vector, 1), want)
 
 
 @pytest.mark.gpu

@@ -88,17 +88,16 @@ def test_k_of_one_group_and_single_row(device, gen):
 
 
 def test_linear_takes_the_decode_kernel_and_caches_packing(gen):
-    import importlib
+    from sparsekernels.ops import _triton_nm
 
-    ops_spmm = importlib.import_module("sparsekernels.ops.spmm")
     W = random_nm(24, 32, 2, 8, gen, 1, 1, torch.float64)
     x = randn(3, 32, gen=gen)
     got = sk.linear(x, W, backend="triton")
     assert_close(got, x @ W.to_dense().t(), spmm_bound(x, W.to_dense().t()), torch.float64)
-    words = ops_spmm._packed_words(W.indices, 4)
-    assert ops_spmm._packed_words(W.indices, 4) is words  # packed once per weight
+    words = _triton_nm.packed_words(W.indices, 4)
+    assert _triton_nm.packed_words(W.indices, 4) is words  # packed once per weight
     W.indices.add_(0)  # any in-place edit bumps the version
-    assert ops_spmm._packed_words(W.indices, 4) is not words  # an in-place edit repacks
+    assert _triton_nm.packed_words(W.indices, 4) is not words  # an in-place edit repacks
 
 
 @pytest.mark.gpu

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
-from . import _cusparselt, _dispatch, _library, _torch_sparse
+from . import _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
 
 
 def spmm(
@@ -172,123 +171,6 @@ def transpose_pattern(row_offsets, column_indices, cols: int):
 
 
 # ----------------------------------------------------------------------- backends
-# The dense backend multiplies the densified weight with cuBLAS where that beats our kernels.
-# Unlike the sparse paths it multiplies the structural zeros too: a NaN or Inf in B reaches
-# every output of its column. It is chosen automatically only on CUDA (tuning.py says where).
-def _dense_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
-    weight = densify_csr(row_offsets, column_indices, values, b.shape[-2])
-    return _dense_epilogue(torch.matmul(weight, b), bias, activation)
-
-
-def _dense_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
-    weight = densify_nm(values, indices, n, m, vector, block)
-    # cuBLAS reads a transposed operand in place: W^T needs no transposed copy.
-    return _dense_epilogue((weight.t() if transpose else weight) @ b, bias, activation)
-
-
-def _triton_densifies(values: torch.Tensor) -> bool:
-    """Densify with the Triton kernels on CUDA; elsewhere with torch indexing."""
-    return values.device.type == "cuda"
-
-
-def densify_csr(row_offsets, column_indices, values, cols: int) -> torch.Tensor:
-    """The dense (M, cols) matrix, or (batch, M, cols) for batched values; exact (a copy)."""
-    from ..kernels.tuning import MAX_GRID_YZ
-
-    rows = row_offsets.numel() - 1
-    batch = values.shape[0] if values.dim() == 2 else 1
-    if not _triton_densifies(values) or batch > MAX_GRID_YZ:
-        entry_rows = reference.row_indices(row_offsets, column_indices.numel())
-        weight = values.new_zeros((*values.shape[:-1], rows, cols))
-        weight[..., entry_rows, column_indices.long()] = values
-        return weight
-    from ..kernels import densify as kernel
-    from ..kernels.tuning import densify_csr_config
-
-    config = densify_csr_config(rows, cols, column_indices.numel())
-    make = values.new_empty if config.write_zeros else values.new_zeros
-    weight = make((*values.shape[:-1], rows, cols))
-    kernel.densify_csr(
-        row_offsets=row_offsets,
-        column_indices=column_indices,
-        values=values.contiguous(),
-        out=weight.view(batch, rows, cols),
-        write_zeros=config.write_zeros,
-        block_rows=config.block_rows,
-        block_k=config.block_k,
-        block_nnz=config.block_nnz,
-        num_warps=config.num_warps,
-    )
-    return weight
-
-
-def densify_nm(values, indices, n: int, m: int, vector: int, block: int) -> torch.Tensor:
-    """The dense (rows, cols) matrix of an N:M weight; exact (a copy)."""
-    rows, cols = values.shape[0], values.shape[1] // n * m
-    if not _triton_densifies(values):
-        from ..formats.nm import nm_columns
-
-        weight = values.new_zeros((rows, cols))
-        return weight.scatter_(1, nm_columns(indices, rows, n, m, vector, block), values)
-    from ..kernels import densify as kernel
-    from ..kernels.tuning import densify_nm_config
-
-    config = densify_nm_config(rows, cols, n, m)
-    zeroed = config.write_zeros or config.select
-    weight = values.new_empty((rows, cols)) if zeroed else values.new_zeros((rows, cols))
-    return kernel.densify_nm(
-        values=values.contiguous(),
-        indices=indices.contiguous(),
-        out=weight,
-        n=n,
-        m=m,
-        vector=vector,
-        block=block,
-        write_zeros=config.write_zeros,
-        select=config.select,
-        block_m=config.block_m,
-        block_k=config.block_k,
-        block_s=config.block_s,
-        program_cols=config.program_cols,
-        num_warps=config.num_warps,
-    )
-
-
-def _dense_epilogue(out, bias, activation):
-    if bias is not None:
-        out = out + bias[:, None]
-    return reference.apply_activation(out, activation)
-
-
-def _dense_reasons(prefers_dense):
-    def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
-        if forced:
-            return []
-        if problem.device.type != "cuda":
-            return ["chosen automatically only on CUDA (it multiplies structural zeros too)"]
-        if not prefers_dense(problem):
-            return ["a sparse kernel is expected to be faster here (kernels/tuning.py)"]
-        return []
-
-    return reasons
-
-
-def _csr_prefers_dense(problem: _dispatch.Problem) -> bool:
-    from ..kernels.tuning import spmm_csr_prefers_dense
-
-    half = problem.dtype in (torch.float16, torch.bfloat16)
-    return spmm_csr_prefers_dense(problem.facts["n"], problem.facts.get("density", 0.0), half)
-
-
-def _nm_prefers_dense(problem: _dispatch.Problem) -> bool:
-    from ..kernels.tuning import spmm_nm_prefers_dense
-
-    n, m, vector, block = problem.facts["pattern"]
-    half = problem.dtype in (torch.float16, torch.bfloat16)
-    transpose = problem.facts.get("transpose", False)
-    return spmm_nm_prefers_dense(problem.facts["n"], n / m, vector, half, transpose)
-
-
 def _reference_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
     return reference.spmm_csr(row_offsets, column_indices, values, b, bias, activation)
 
@@ -335,110 +217,9 @@ def _reference_nm(values, indices, b, bias, activation, n, m, vector, block, tra
     return reference.spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose)
 
 
-def _triton_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
-    from ..kernels import spmm_nm as kernel
-    from ..kernels import spmm_nm_decode as decode
-    from ..kernels.tuning import spmm_nm_config
-
-    out = b.new_empty((values.shape[0], b.shape[1]))
-    config = spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
-    # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
-    if not config.use_dot and b.shape[1] <= DECODE_MAX_N and decode.supports(block):
-        return _triton_nm_decode(values, indices, b, bias, out, activation, n, m, vector, block)
-    kernel.spmm_nm(
-        values=values.contiguous(),
-        indices=indices.contiguous(),
-        b=_rows_contiguous(b),
-        bias=bias.contiguous() if bias is not None else None,
-        out=out,
-        n=n,
-        m=m,
-        vector=vector,
-        block=block,
-        activation=activation,
-        use_dot=config.use_dot,
-        block_m=config.block_m,
-        block_s=config.block_s,
-        block_n=config.block_n,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
-    return out
-
-
-# Up to this many columns of B (tokens), N:M products take the decode kernel: bound by the
-# weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile.
-DECODE_MAX_N = 16
-
-
-def _triton_nm_decode(values, indices, b, bias, out, activation, n, m, vector, block):
-    from ..kernels import spmm_nm_decode as decode
-    from ..kernels.tuning import spmm_nm_decode_config
-
-    bits = decode.packed_bits(m, block)
-    words = _packed_words(indices, bits)
-    config = spmm_nm_decode_config(b.shape[1], vector)
-    slots_per_word = 32 // bits * block
-    decode.spmm_nm_decode(
-        values=values.contiguous(),
-        words=words,
-        bits=bits,
-        b=_rows_contiguous(b),
-        bias=bias.contiguous() if bias is not None else None,
-        out=out,
-        n=n,
-        m=m,
-        vector=vector,
-        block=block,
-        activation=activation,
-        block_m=config.block_m,
-        block_w=max(1, config.block_slots // slots_per_word),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-    )
-    return out
-
-
-# indices tensor -> (its version, bits, packed words): packing costs a few passes over the
-# offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
-_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
-
-
-def _packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
-    from ..formats.nm import pack_offsets
-
-    version = indices._version
-    hit = _PACKED.get(indices)
-    if hit is None or hit[0] != version or hit[1] != bits:
-        hit = (version, bits, pack_offsets(indices, bits))
-        _PACKED[indices] = hit
-    return hit[2]
-
-
-def _rows_contiguous(b: torch.Tensor) -> torch.Tensor:
-    """B with each row contiguous: gathered rows then load as wide vectors (linear passes x^T)."""
-    if b.shape[1] <= 1 or b.stride(1) == 1:
-        return b
-    if b.device.type == "cuda":
-        from ..kernels.transpose import row_major_copy
-
-        return row_major_copy(src=b)
-    return b.contiguous()
-
-
-def _triton_nm_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
-    from ..kernels.tuning import MAX_GRID_YZ
-
-    reasons = _dispatch.triton_device_reasons(problem, forced)
-    if problem.facts["transpose"]:
-        reasons.append("W^T @ B (the backward of x) has no N:M kernel yet")
-    if -(-problem.facts["n"] // 16) > MAX_GRID_YZ:
-        reasons.append(f"N = {problem.facts['n']} needs more column tiles than the grid allows")
-    return reasons
-
-
 _dispatch.register(
-    "spmm_csr", _dispatch.Backend("dense", _dense_csr, _dense_reasons(_csr_prefers_dense))
+    "spmm_csr",
+    _dispatch.Backend("dense", _dense.spmm_csr, _dense.reasons(_dense.csr_prefers_dense)),
 )
 _dispatch.register("spmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
 _dispatch.register(
@@ -447,9 +228,9 @@ _dispatch.register(
 _dispatch.register("spmm_csr", _dispatch.Backend("reference", _reference_csr, _dispatch.always))
 _dispatch.register("spmm_nm", _dispatch.Backend("cusparselt", _cusparselt.run, _cusparselt.reasons))
 _dispatch.register(
-    "spmm_nm", _dispatch.Backend("dense", _dense_nm, _dense_reasons(_nm_prefers_dense))
+    "spmm_nm", _dispatch.Backend("dense", _dense.spmm_nm, _dense.reasons(_dense.nm_prefers_dense))
 )
-_dispatch.register("spmm_nm", _dispatch.Backend("triton", _triton_nm, _triton_nm_reasons))
+_dispatch.register("spmm_nm", _dispatch.Backend("triton", _triton_nm.spmm_nm, _triton_nm.reasons))
 _dispatch.register(
     "spmm_nm", _dispatch.Backend("torch_sparse", _torch_sparse.spmm_nm, _torch_sparse.reasons)
 )

@@ -1,0 +1,127 @@
+"""The `dense` backend of spmm/linear: densify the sparse weight (a Triton kernel on CUDA, torch
+indexing on CPU) and multiply with cuBLAS, where that beats our sparse kernels (kernels/tuning.py).
+
+Unlike the sparse paths it multiplies the structural zeros too: a NaN or Inf in B reaches every
+output of its column. It is chosen automatically only on CUDA.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import reference
+from . import _dispatch
+
+
+def spmm_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
+    weight = densify_csr(row_offsets, column_indices, values, b.shape[-2])
+    return epilogue(torch.matmul(weight, b), bias, activation)
+
+
+def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
+    weight = densify_nm(values, indices, n, m, vector, block)
+    # cuBLAS reads a transposed operand in place: W^T needs no transposed copy.
+    return epilogue((weight.t() if transpose else weight) @ b, bias, activation)
+
+
+def triton_densifies(values: torch.Tensor) -> bool:
+    """Densify with the Triton kernels on CUDA; elsewhere with torch indexing."""
+    return values.device.type == "cuda"
+
+
+def densify_csr(row_offsets, column_indices, values, cols: int) -> torch.Tensor:
+    """The dense (M, cols) matrix, or (batch, M, cols) for batched values; exact (a copy)."""
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    rows = row_offsets.numel() - 1
+    batch = values.shape[0] if values.dim() == 2 else 1
+    if not triton_densifies(values) or batch > MAX_GRID_YZ:
+        entry_rows = reference.row_indices(row_offsets, column_indices.numel())
+        weight = values.new_zeros((*values.shape[:-1], rows, cols))
+        weight[..., entry_rows, column_indices.long()] = values
+        return weight
+    from ..kernels import densify as kernel
+    from ..kernels.tuning import densify_csr_config
+
+    config = densify_csr_config(rows, cols, column_indices.numel())
+    make = values.new_empty if config.write_zeros else values.new_zeros
+    weight = make((*values.shape[:-1], rows, cols))
+    kernel.densify_csr(
+        row_offsets=row_offsets,
+        column_indices=column_indices,
+        values=values.contiguous(),
+        out=weight.view(batch, rows, cols),
+        write_zeros=config.write_zeros,
+        block_rows=config.block_rows,
+        block_k=config.block_k,
+        block_nnz=config.block_nnz,
+        num_warps=config.num_warps,
+    )
+    return weight
+
+
+def densify_nm(values, indices, n: int, m: int, vector: int, block: int) -> torch.Tensor:
+    """The dense (rows, cols) matrix of an N:M weight; exact (a copy)."""
+    rows, cols = values.shape[0], values.shape[1] // n * m
+    if not triton_densifies(values):
+        from ..formats.nm import nm_columns
+
+        weight = values.new_zeros((rows, cols))
+        return weight.scatter_(1, nm_columns(indices, rows, n, m, vector, block), values)
+    from ..kernels import densify as kernel
+    from ..kernels.tuning import densify_nm_config
+
+    config = densify_nm_config(rows, cols, n, m)
+    zeroed = config.write_zeros or config.select
+    weight = values.new_empty((rows, cols)) if zeroed else values.new_zeros((rows, cols))
+    return kernel.densify_nm(
+        values=values.contiguous(),
+        indices=indices.contiguous(),
+        out=weight,
+        n=n,
+        m=m,
+        vector=vector,
+        block=block,
+        write_zeros=config.write_zeros,
+        select=config.select,
+        block_m=config.block_m,
+        block_k=config.block_k,
+        block_s=config.block_s,
+        program_cols=config.program_cols,
+        num_warps=config.num_warps,
+    )
+
+
+def epilogue(out, bias, activation):
+    if bias is not None:
+        out = out + bias[:, None]
+    return reference.apply_activation(out, activation)
+
+
+def reasons(prefers_dense):
+    def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+        if forced:
+            return []
+        if problem.device.type != "cuda":
+            return ["chosen automatically only on CUDA (it multiplies structural zeros too)"]
+        if not prefers_dense(problem):
+            return ["a sparse kernel is expected to be faster here (kernels/tuning.py)"]
+        return []
+
+    return reasons
+
+
+def csr_prefers_dense(problem: _dispatch.Problem) -> bool:
+    from ..kernels.tuning import spmm_csr_prefers_dense
+
+    half = problem.dtype in (torch.float16, torch.bfloat16)
+    return spmm_csr_prefers_dense(problem.facts["n"], problem.facts.get("density", 0.0), half)
+
+
+def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
+    from ..kernels.tuning import spmm_nm_prefers_dense
+
+    n, m, vector, block = problem.facts["pattern"]
+    half = problem.dtype in (torch.float16, torch.bfloat16)
+    transpose = problem.facts.get("transpose", False)
+    return spmm_nm_prefers_dense(problem.facts["n"], n / m, vector, half, transpose)

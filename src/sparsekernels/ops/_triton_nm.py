@@ -1,0 +1,111 @@
+"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens, the
+vector-wise tensor-core kernel, else the gather kernel (kernels/spmm_nm*.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+from . import _dispatch
+
+
+def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
+    from ..kernels import spmm_nm as kernel
+    from ..kernels import spmm_nm_decode as decode
+    from ..kernels.tuning import spmm_nm_config
+
+    out = b.new_empty((values.shape[0], b.shape[1]))
+    config = spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
+    # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
+    if not config.use_dot and b.shape[1] <= DECODE_MAX_N and decode.supports(block):
+        return _decode(values, indices, b, bias, out, activation, n, m, vector, block)
+    kernel.spmm_nm(
+        values=values.contiguous(),
+        indices=indices.contiguous(),
+        b=rows_contiguous(b),
+        bias=bias.contiguous() if bias is not None else None,
+        out=out,
+        n=n,
+        m=m,
+        vector=vector,
+        block=block,
+        activation=activation,
+        use_dot=config.use_dot,
+        block_m=config.block_m,
+        block_s=config.block_s,
+        block_n=config.block_n,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return out
+
+
+# Up to this many columns of B (tokens), N:M products take the decode kernel: bound by the
+# weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile.
+DECODE_MAX_N = 16
+
+
+def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
+    from ..kernels import spmm_nm_decode as decode
+    from ..kernels.tuning import spmm_nm_decode_config
+
+    bits = decode.packed_bits(m, block)
+    words = packed_words(indices, bits)
+    config = spmm_nm_decode_config(b.shape[1], vector)
+    slots_per_word = 32 // bits * block
+    decode.spmm_nm_decode(
+        values=values.contiguous(),
+        words=words,
+        bits=bits,
+        b=rows_contiguous(b),
+        bias=bias.contiguous() if bias is not None else None,
+        out=out,
+        n=n,
+        m=m,
+        vector=vector,
+        block=block,
+        activation=activation,
+        block_m=config.block_m,
+        block_w=max(1, config.block_slots // slots_per_word),
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return out
+
+
+# indices tensor -> (its version, bits, packed words): packing costs a few passes over the
+# offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
+    from ..formats.nm import pack_offsets
+
+    version = indices._version
+    hit = _PACKED.get(indices)
+    if hit is None or hit[0] != version or hit[1] != bits:
+        hit = (version, bits, pack_offsets(indices, bits))
+        _PACKED[indices] = hit
+    return hit[2]
+
+
+def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
+    """B with each row contiguous: gathered rows then load as wide vectors (linear passes x^T)."""
+    if b.shape[1] <= 1 or b.stride(1) == 1:
+        return b
+    if b.device.type == "cuda":
+        from ..kernels.transpose import row_major_copy
+
+        return row_major_copy(src=b)
+    return b.contiguous()
+
+
+def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    from ..kernels.tuning import MAX_GRID_YZ
+
+    reasons = _dispatch.triton_device_reasons(problem, forced)
+    if problem.facts["transpose"]:
+        reasons.append("W^T @ B (the backward of x) has no N:M kernel yet")
+    if -(-problem.facts["n"] // 16) > MAX_GRID_YZ:
+        reasons.append(f"N = {problem.facts['n']} needs more column tiles than the grid allows")
+    return reasons
