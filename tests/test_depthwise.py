@@ -111,6 +111,9 @@ def test_empty_batch_and_nan_propagation(gen):
     x, w, b = _operands((0, 4, 5, 5), gen)
     for backend in ("triton", "reference", "torch"):
         assert depthwise_conv2d(x, w, b, 2, backend=backend).shape == (0, 4, 3, 3)
+    x, w, b = _operands((2, 0, 5, 5), gen)  # no channels: torch's conv2d refuses zero groups
+    for backend in ("triton", "reference", "torch", None):
+        assert depthwise_conv2d(x, w, b, 1, backend=backend).shape == (2, 0, 5, 5)
     x, w, b = _operands((1, 2, 6, 6), gen)
     x[0, 1, 2, 3] = float("nan")
     want, _ = _oracle(x, w, b, 1, "relu")

@@ -409,7 +409,9 @@ def test_nm_conversions(pattern, rows, groups, dtype, seed):
 
 
 # --------------------------------------------------------------------------- triton
-@pytest.mark.parametrize("op", ["spmm_csr", "spmm_nm", "sddmm", "softmax", "attention"])
+@pytest.mark.parametrize(
+    "op", ["spmm_csr", "spmm_nm", "sddmm", "softmax", "attention", "attention_flash", "depthwise"]
+)
 @_settings(10)
 @given(
     M=st.integers(0, 6),
@@ -441,7 +443,25 @@ def test_triton_interpreter(op, M, K, N, density, dtype, pattern, activation, se
         assert_close(sk.sddmm(X, Y, P, backend=backend).values, *dense_sddmm(X, Y, P), dtype)
     elif op == "softmax":
         _check_softmax(make_csr(M, K, density, g, dtype), 0.6, backend)
-    else:
+    elif op == "depthwise":  # (batch, channels, height, width) from (N, M, K + 1, K + 2)
+        x = fresh(N, M, K + 1, K + 2, g=g, dtype=dtype)
+        w, bias = fresh(M, 1, 3, 3, g=g, dtype=dtype), fresh(M, g=g, dtype=dtype)
+        stride = 1 + seed % 2
+        got = sk.ops.depthwise_conv2d(x, w, bias, stride, activation, backend=backend)
+        out_hw = ((K + 1 - 1) // stride + 1, (K + 2 - 1) // stride + 1)
+        assert got.shape == (N, M, *out_hw)
+        if M == 0:  # torch's conv2d refuses zero groups: nothing more to compare
+            return
+        conv = torch.nn.functional.conv2d(x.double(), w.double(), bias.double(), stride, 1, 1, M)
+        want = sk.reference.apply_activation(conv, activation or "none")
+        bound = torch.nn.functional.conv2d(
+            x.double().abs(), w.double().abs(), None, stride, 1, 1, M
+        )
+        assert_close(got, want, bound + bias.double().abs()[:, None, None], dtype)
+    else:  # the fused kernel has no float64; it takes float32 there
+        backend = "triton_flash" if op == "attention_flash" else backend
+        if backend == "triton_flash" and dtype == F64:
+            dtype = torch.float32
         P = make_csr(M, K, density, g)
         q, k = fresh(1, 2, M, N, g=g, dtype=dtype), fresh(1, 2, K, N, g=g, dtype=dtype)
         _check_attention(q, k, fresh(1, 2, K, 3, g=g, dtype=dtype), P, None, backend)

@@ -228,6 +228,10 @@ def depthwise_config(
     columns. Small problems get fewer rows, then fewer channels, per program so that the grid
     still has `min_programs` programs (1 in Triton's interpreter, which runs them one by one)."""
     p2 = triton.next_power_of_2
+    # an empty tensor launches nothing, but dispatch still asks for its tile shape
+    batch, channels, height_out, width_out = (
+        max(1, v) for v in (batch, channels, height_out, width_out)
+    )
     if channels_last:
         block_c = min(64, p2(channels), tile)
         block_w = min(p2(width_out), max(1, tile // block_c))
