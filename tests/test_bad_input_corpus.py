@@ -858,6 +858,66 @@ def spmm_K_beyond_int32_expanded_B(g, be):
     assert_close(got, want, bound, F64)
 
 
+# ------------------------------------------------------------ depthwise, packing, 2:4, decode
+def _image(g, shape=(1, 4, 5, 5)):
+    return randn(*shape, gen=g)
+
+
+@rejects(ValueError, r"weight must be a 3x3 kernel \(C, 1, 3, 3\), got \(4, 1, 5, 5\)", True)
+def depthwise_5x5_kernel(g, be):
+    return sk.ops.depthwise_conv2d(_image(g), randn(4, 1, 5, 5, gen=g), backend=be)
+
+
+@rejects(ValueError, r"stride must be 1 or 2, got 3", triton=True)
+def depthwise_stride_3(g, be):
+    return sk.ops.depthwise_conv2d(_image(g), randn(4, 1, 3, 3, gen=g), stride=3, backend=be)
+
+
+@rejects(ValueError, r"x must have 4 dimensions", triton=True)
+def depthwise_3d_input(g, be):
+    return sk.ops.depthwise_conv2d(_image(g)[0], randn(4, 1, 3, 3, gen=g), backend=be)
+
+
+@rejects(ValueError, r"one device: x on cpu, weight on meta", triton=True)
+def depthwise_weight_on_meta(g, be):
+    weight = randn(4, 1, 3, 3, gen=g).to("meta")
+    return sk.ops.depthwise_conv2d(_image(g), weight, backend=be)
+
+
+@rejects(TypeError, r"one dtype: x is torch.float64, weight is torch.float32", triton=True)
+def depthwise_mixed_dtypes(g, be):
+    return sk.ops.depthwise_conv2d(_image(g), randn(4, 1, 3, 3, gen=g).float(), backend=be)
+
+
+@rejects(ValueError, r"bits must be an int from 3 to 8, got 2")
+def nm_packed_bits_too_few(g, be):
+    return nm(g, 6, 16, 2, 8).packed_indices(bits=2)
+
+
+@rejects(ValueError, r"pattern 2:8 is not 2:4")
+def nm_2_8_to_semi_structured(g, be):
+    return nm(g, 6, 16, 2, 8).to_semi_structured()
+
+
+@handles(triton=True)
+def linear_nm_decode_strided_x(g, be):
+    """Tokens as a transposed view (strides (1, 3)): the decode kernel reads any strides."""
+    W = nm(g, 5, 16, 2, 8)
+    x = randn(16, 3, gen=g).t()
+    got = sk.linear(x, W, randn(5, gen=g) * 0, backend=be)
+    assert_close(got, x @ W.to_dense().t(), spmm_bound(x, W.to_dense().t()), F64)
+
+
+@handles(triton=True)
+def depthwise_channels_last_input(g, be):
+    x = _image(g, (2, 3, 6, 7)).contiguous(memory_format=torch.channels_last)
+    w, b = randn(3, 1, 3, 3, gen=g), randn(3, gen=g)
+    got = sk.ops.depthwise_conv2d(x, w, b, 2, "relu", backend=be)
+    want = torch.relu(torch.nn.functional.conv2d(x, w, b, 2, 1, 1, 3))
+    bound = torch.nn.functional.conv2d(x.abs(), w.abs(), b.abs(), 2, 1, 1, 3)
+    assert_close(got, want, bound, F64)
+
+
 @pytest.mark.parametrize("check, backend", HANDLED)
 def test_handled(check, backend, request):
     g = torch.Generator().manual_seed(_seed(request.node.callspec.id))
