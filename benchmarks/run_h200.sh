@@ -2,7 +2,8 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize scale quick llm nm e2e dlmc (default: tests quick llm e2e).
+# Steps: tests sanitize scale sweeps quick llm nm e2e dlmc (default: tests quick llm e2e).
+# sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
 set -u
 out=${1:?usage: run_h200.sh OUT_DIR [STEP ...]}
@@ -33,6 +34,11 @@ for step in $steps; do
       timeout 200 python3 -m pytest -q -m "gpu and slow" tests/test_scale.py -p no:cacheprovider \
         >"$out/scale.log" 2>&1
       echo "scale rc=$? $(tail -1 "$out/scale.log")" ;;
+    sweeps)
+      for sweep in densify_sweep attention_sweep; do
+        timeout 150 python3 "benchmarks/sweeps/$sweep.py" >"$out/$sweep.txt" 2>&1
+        echo "$sweep rc=$? $(tail -1 "$out/$sweep.txt")"
+      done ;;
     quick) bench quick 120 --quick ;;
     llm) bench llm 150 --suite llm --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
