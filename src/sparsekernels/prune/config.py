@@ -3,7 +3,8 @@
 Shorthands: "90%" or "0.9" (unstructured, stored as CSR), "2:8" (N:M along in_features),
 "2:8,v=64" (vector-wise: 64 output rows share a choice), "4:8,v=4,b=4" (block-wise),
 ",format=csr" to store an N:M mask as CSR, and ",method=wanda" to score by |W| times the input
-activation norm (needs calibration data, see sparsify_) instead of magnitude, the default.
+activation norm or ",method=sparsegpt" to prune with SparseGPT's error compensation (both need
+calibration data, see sparsify_) instead of by magnitude, the default.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import torch
 
 from ..formats import CSRMatrix, NMMatrix
 from .masks import magnitude_mask, nm_mask
+from .sparsegpt import sparsegpt_prune
 from .wanda import wanda_mask
 
 FORMATS = ("csr", "nm")
-METHODS = ("magnitude", "wanda")  # how weights are scored for pruning
+METHODS = ("magnitude", "wanda", "sparsegpt")  # how weights are chosen (and updated) for pruning
 _EXAMPLES = "e.g. '2:8', '90%', '0.9', '2:8,v=64' or '4:8,v=4,b=4'"
 _KEYS = {
     "v": "vector",
@@ -37,9 +39,11 @@ class SparsityConfig:
     `format` defaults to "nm" when n:m is given and to "csr" otherwise; an N:M mask may also be
     stored as CSR (format="csr"), but unstructured sparsity cannot be stored as N:M.
 
-    `method` says how weights are scored: "magnitude" (|W|, over the whole weight for
-    unstructured) or "wanda" (|W| times the input feature's activation norm, compared within
-    each output row; needs calibration, see sparsify_).
+    `method` says how weights are chosen: "magnitude" (|W|, over the whole weight for
+    unstructured), "wanda" (|W| times the input feature's activation norm, compared within
+    each output row) or "sparsegpt" (SparseGPT: chosen by OBS saliency column block by column
+    block, the kept weights updated to make up for the pruned ones). Wanda and SparseGPT need
+    calibration data, see sparsify_.
 
     Example:
         >>> SparsityConfig.parse("2:8,v=64")
@@ -56,7 +60,9 @@ class SparsityConfig:
 
     def __post_init__(self):
         if self.method not in METHODS:
-            raise ValueError(f"method must be 'magnitude' or 'wanda', got {self.method!r}")
+            raise ValueError(
+                f"method must be 'magnitude', 'wanda' or 'sparsegpt', got {self.method!r}"
+            )
         structured = self.n is not None or self.m is not None
         if structured and self.sparsity is not None:
             raise ValueError("give either sparsity (unstructured) or n and m (N:M), not both")
@@ -174,25 +180,58 @@ class SparsityConfig:
             return f"in_features {shape[1]} is not a multiple of m={self.m}"
         return None
 
+    @property
+    def pattern_kwargs(self) -> dict:
+        """The pattern as keyword arguments of the mask functions: sparsity, or n, m, vector
+        and block."""
+        if self.structured:
+            return {"n": self.n, "m": self.m, "vector": self.vector, "block": self.block}
+        return {"sparsity": self.sparsity}
+
     def mask(self, weight: torch.Tensor, input_norm: torch.Tensor | None = None) -> torch.Tensor:
         """Which entries of a 2-D weight this config keeps (bool, weight's shape): by magnitude,
-        or for method "wanda" by |weight| * input_norm (in_features,) within each row."""
+        or for method "wanda" by |weight| * input_norm (in_features,) within each row. Method
+        "sparsegpt" changes the kept weights too: use prune()."""
+        if self.method == "sparsegpt":
+            raise ValueError(
+                "method 'sparsegpt' updates the kept weights as well as choosing them: use "
+                "sparsify_(..., calibration=) or config.prune(weight, hessian=), or pass mask="
+            )
         if self.method == "wanda":
             if input_norm is None:
                 raise ValueError(
                     "method 'wanda' needs input_norm (the input features' activation norms): "
                     "use sparsify_(..., calibration=) or pass mask="
                 )
-            if self.structured:
-                return wanda_mask(
-                    weight, input_norm, n=self.n, m=self.m, vector=self.vector, block=self.block
-                )
-            return wanda_mask(weight, input_norm, sparsity=self.sparsity)
+            return wanda_mask(weight, input_norm, **self.pattern_kwargs)
         if input_norm is not None:
             raise ValueError("input_norm is for method 'wanda'; this config prunes by magnitude")
         if self.structured:
             return nm_mask(weight, self.n, self.m, vector=self.vector, block=self.block)
         return magnitude_mask(weight, self.sparsity)
+
+    def prune(
+        self,
+        weight: torch.Tensor,
+        input_norm: torch.Tensor | None = None,
+        hessian: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pruned weight, mask) for a 2-D weight by this config's method: zeros where the mask
+        is False; for "sparsegpt" (which needs `hessian`, the inputs' X^T X, see
+        sparsegpt_prune) the kept weights are updated too. "wanda" needs `input_norm`."""
+        if self.method == "sparsegpt":
+            if hessian is None:
+                raise ValueError(
+                    "method 'sparsegpt' needs hessian (X^T X of the layer's calibration inputs): "
+                    "use sparsify_(..., calibration=)"
+                )
+            if input_norm is not None:
+                raise ValueError("input_norm is for method 'wanda'; this config uses SparseGPT")
+            return sparsegpt_prune(weight, hessian, **self.pattern_kwargs)
+        if hessian is not None:
+            raise ValueError(f"hessian is for method 'sparsegpt'; this config uses {self.method}")
+        mask = self.mask(weight, input_norm)
+        return weight.detach().masked_fill(~mask, 0), mask
 
     def compress(
         self, weight: torch.Tensor, mask: torch.Tensor | None = None

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
+from .calibrate import Calibration, holding_weight, prune_calibrated
 from .config import SparsityConfig
 
 FilterFn = Callable[[nn.Module, str], bool]
-Calibration = Callable[[nn.Module], object]
 
 
 @dataclass
@@ -54,20 +54,29 @@ def sparsify_(
     config: SparsityConfig | str | float,
     filter_fn: FilterFn | None = None,
     calibration: Calibration | None = None,
+    sequential: bool = False,
 ) -> SparsifySummary:
     """Replace, in place, every nn.Linear and 1x1 nn.Conv2d of `model` that fits `config` by a
-    SparseLinear / SparseConv2d pruned by magnitude, or by Wanda when `calibration` is given.
+    SparseLinear / SparseConv2d pruned by magnitude, or with `calibration` by Wanda or SparseGPT.
 
-    config: a SparsityConfig or a shorthand ("2:8", "90%", "0.9", "2:8,v=64", "4:8,v=4,b=4").
-    filter_fn(module, fqn) -> bool picks the layers to consider (fqn as in named_modules).
-    calibration(model): runs the model on calibration data, e.g. `lambda m: m(**batch)`. Then
-    sparsify_ hooks the layers it will swap, calls it once under torch.no_grad, sums each layer's
-    squared inputs per input feature over all tokens (pixels for a convolution), removes the
-    hooks and prunes with wanda_mask (|W| * input norm, per output row or per N:M group); the
-    summary's config says method="wanda". A config with method="wanda" needs calibration. All
-    layers are pruned one-shot from the dense model's activations (no sequential re-calibration
-    after earlier layers are pruned). Run it in the mode you want the statistics from (eval()
-    switches dropout off); padding tokens count as tokens.
+    config: a SparsityConfig or a shorthand ("2:8", "90%", "0.9", "2:8,v=64", "4:8,v=4,b=4",
+    "2:4,method=sparsegpt"). filter_fn(module, fqn) -> bool picks the layers to consider (fqn as
+    in named_modules).
+    calibration(model): runs the model on calibration data, e.g. `lambda m: m(**batch)`; needed
+    by methods "wanda" and "sparsegpt", and a config that names no method then means "wanda".
+    sparsify_ hooks the layers it will swap and calls it under torch.no_grad to collect each
+    layer's inputs over all tokens (pixels for a convolution): Wanda sums their squares per
+    input feature and keeps the largest |W| * input norm per output row or N:M group
+    (wanda_mask); SparseGPT sums X^T X and prunes with sparsegpt_prune, updating the kept
+    weights to make up for the pruned ones. The summary's config names the method used.
+    sequential=True collects each layer's inputs after the layers before it are pruned (one
+    calibration pass per stage of layers fed the same input; a BERT layer takes four), as the
+    SparseGPT paper does block by block; by default one pass over the dense model serves every
+    layer (on the demo's MiniLM, sequential SparseGPT scored the same within 0.003 cosine at
+    five to seven times the time); one pass holds every layer's X^T X (in_features^2 floats) at
+    once, a sequential stage only its own layers'. Run calibration in the mode you want the
+    statistics from (eval() switches dropout off); padding tokens count as tokens; if
+    calibration fails, nothing is swapped and the model's weights are as they were.
     Skipped, with the reason recorded in the summary: layers filter_fn rejects, N:M layers whose
     in_features is not a multiple of m, convolutions that are not 1x1 / stride 1 / ungrouped,
     subclasses of nn.Linear / nn.Conv2d (they may read .weight themselves), layers inside
@@ -90,12 +99,17 @@ def sparsify_(
     if calibration is not None:
         if not callable(calibration):
             raise TypeError(f"calibration must be callable (model) -> Any, got {calibration!r}")
-        config = replace(config, method="wanda")
-    elif config.method == "wanda":
+        if config.method == "magnitude":
+            config = replace(config, method="wanda")
+    elif config.method != "magnitude":
         raise ValueError(
-            f"{config.label} prunes by Wanda, which needs calibration=, e.g. "
+            f"{config.label} prunes by {config.method}, which needs calibration=, e.g. "
             "lambda m: m(**batch) on a few calibration sentences"
         )
+    if not isinstance(sequential, bool):
+        raise TypeError(f"sequential must be a bool, got {sequential!r}")
+    if sequential and calibration is None:
+        raise ValueError("sequential=True applies to calibrated pruning: give calibration= too")
     summary = SparsifySummary(config, model_bytes_before=_model_bytes(model))
     owners = _parameter_owners(model)
 
@@ -141,13 +155,18 @@ def sparsify_(
             continue
         plan.append((fqn, module))
         places[id(module)] = [place]
-    norms = _input_norms(model, plan, calibration) if calibration is not None else {}
+    pruned = {}
+    if calibration is not None:
+        pruned = prune_calibrated(model, plan, config, calibration, sequential)
     for fqn, module in plan:
         layer_type = SparseLinear if isinstance(module, nn.Linear) else SparseConv2d
-        weight = module.weight.reshape(module.weight.shape[0], -1)  # a 1x1 conv's as (out, in)
         with torch.no_grad():
-            mask = config.mask(weight, norms[fqn]) if calibration is not None else None
-            layer = layer_type.from_dense(module, pattern=config, mask=mask)
+            if fqn in pruned:
+                weight, mask = pruned[fqn]
+                with holding_weight(module, weight):
+                    layer = layer_type.from_dense(module, pattern=config, mask=mask)
+            else:
+                layer = layer_type.from_dense(module, pattern=config)
         layer.train(module.training)
         for place in places[id(module)]:
             _set(place, layer)
@@ -156,46 +175,6 @@ def sparsify_(
         summary.weight_bytes_after += layer.nbytes
     summary.model_bytes_after = _model_bytes(model)
     return summary
-
-
-def _input_norms(
-    model: nn.Module, plan: list[tuple[str, nn.Module]], calibration: Calibration
-) -> dict[str, torch.Tensor]:
-    """fqn -> the L2 norm of each input feature of that layer over every token `calibration`
-    ran through it (float32, on the weight's device)."""
-    sums: dict[str, torch.Tensor] = {}
-    tokens: dict[str, int] = {}
-
-    def hook_for(fqn: str, module: nn.Module):
-        features = module.weight.shape[1]
-        conv = isinstance(module, nn.Conv2d)
-
-        def hook(_module, args):
-            x = args[0].detach()
-            x = x.movedim(-3, -1) if conv else x  # channels last: every pixel is a token
-            x = x.reshape(-1, features).double()
-            sums[fqn] = sums.get(fqn, 0) + x.square().sum(0)
-            tokens[fqn] = tokens.get(fqn, 0) + x.shape[0]
-
-        return hook
-
-    handles = [m.register_forward_pre_hook(hook_for(fqn, m)) for fqn, m in plan]
-    try:
-        with torch.no_grad():
-            calibration(model)
-    finally:
-        for handle in handles:
-            handle.remove()
-    missed = [fqn for fqn, _ in plan if not tokens.get(fqn)]
-    if missed:
-        shown = ", ".join(missed[:5]) + (f" and {len(missed) - 5} more" if len(missed) > 5 else "")
-        raise ValueError(
-            f"calibration ran no tokens through {shown}; run the model on calibration data "
-            "that reaches every layer to prune (or leave them out with filter_fn)"
-        )
-    return {
-        fqn: sums[fqn].sqrt().to(device=m.weight.device, dtype=torch.float32) for fqn, m in plan
-    }
 
 
 def _is_candidate(module: nn.Module) -> bool:
