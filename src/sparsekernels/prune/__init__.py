@@ -1,13 +1,16 @@
-"""Pruning: magnitude and Wanda masks and SparseGPT (unstructured and N:M), sparsity configs
-and sparsify_."""
+"""Pruning: magnitude and Wanda masks and SparseGPT (unstructured and N:M), sparsity configs,
+sparsify_, and distill_ to recover quality with the masks fixed."""
 
 from .config import METHODS, SparsityConfig
+from .distill import distill_, sparse_values
 from .masks import magnitude_mask, nm_mask, nm_select, topk_mask
 from .sparsegpt import sparsegpt_prune
 from .sparsify import SparsifySummary, sparsify_
 from .wanda import wanda_mask, wanda_scores
 
 __all__ = [
+    "distill_",
+    "sparse_values",
     "METHODS",
     "magnitude_mask",
     "nm_mask",

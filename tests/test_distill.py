@@ -1,0 +1,101 @@
+"""distill_: training the kept values toward the dense model, masks fixed."""
+
+import copy
+
+import pytest
+import torch
+
+import sparsekernels as sk
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(32, 64)
+        self.b = torch.nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _pair():
+    torch.manual_seed(0)
+    teacher = _Net().double()
+    student = copy.deepcopy(teacher)
+    sk.sparsify_(student, "2:4")
+    batches = [{"x": torch.randn(24, 32, dtype=torch.float64)} for _ in range(3)]
+    return teacher, student, batches
+
+
+def _error(student, teacher, batches):
+    with torch.no_grad():
+        return sum(float((student(**b) - teacher(**b)).square().mean()) for b in batches)
+
+
+def test_distill_lowers_the_error_and_keeps_the_masks():
+    teacher, student, batches = _pair()
+    teacher_state = {k: v.clone() for k, v in teacher.state_dict().items()}
+    masks = {k: v.clone() for k, v in student.state_dict().items() if "indices" in k}
+    dense_bias = student.a.bias.detach().clone()
+    before = _error(student, teacher, batches)
+    losses = sk.prune.distill_(student, teacher, batches, epochs=20, lr=3e-3)
+    after = _error(student, teacher, batches)
+    assert len(losses) == 20 and losses[-1] < losses[0]
+    assert after < 0.5 * before
+    for k, v in student.state_dict().items():
+        if "indices" in k:
+            assert torch.equal(v, masks[k])  # the pattern never moves
+    assert torch.equal(student.a.bias, dense_bias)  # only the sparse values train
+    assert all(torch.equal(v, teacher_state[k]) for k, v in teacher.state_dict().items())
+    assert all(p.requires_grad for p in student.parameters())  # flags restored
+    assert not student.training
+
+
+def test_masked_mean_ignores_padding():
+    """With an attention_mask, padded positions do not count (3-D outputs)."""
+
+    class Seq(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.f = torch.nn.Linear(8, 8)
+
+        def forward(self, x, attention_mask):
+            return self.f(x)
+
+    torch.manual_seed(0)
+    teacher = Seq().double()
+    student = copy.deepcopy(teacher)
+    sk.sparsify_(student, "50%")
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    poisoned = x.clone()
+    poisoned[0, 3:] = 1e6  # padding: huge, but must not drive the training
+    losses = sk.prune.distill_(
+        student, teacher, [{"x": poisoned, "attention_mask": mask}], epochs=3, lr=1e-3,
+        output=lambda m, b: m(**b),
+    )  # fmt: skip
+    assert max(losses) < 1e3
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"epochs": -1}, "epochs must be a non-negative int"),
+        ({"epochs": 1.5}, "epochs must be a non-negative int"),
+        ({"lr": 0}, "lr must be a positive number"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    teacher, student, batches = _pair()
+    with pytest.raises(ValueError, match=message):
+        sk.prune.distill_(student, teacher, batches, **kwargs)
+
+
+def test_bad_models_and_batches():
+    teacher, student, batches = _pair()
+    with pytest.raises(ValueError, match="batches must hold at least one batch"):
+        sk.prune.distill_(student, teacher, [])
+    with pytest.raises(ValueError, match="student has no sparse layers"):
+        sk.prune.distill_(copy.deepcopy(teacher), teacher, batches)
+    with pytest.raises(ValueError, match="student and teacher must be two models"):
+        sk.prune.distill_(student, student, batches)
