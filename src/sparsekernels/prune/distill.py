@@ -80,7 +80,7 @@ def distill_(
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                 optimizer.step()
-                total += float(loss)
+                total += float(loss.detach())
             losses.append(total / len(batches))
     finally:
         for p in frozen:
