@@ -76,7 +76,7 @@ def block_attention_backward(
     config: list[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of block_attention from its output, LSE and the output's gradient."""
-    from ..kernels import attention_block as kernel
+    from ..kernels import attention_block_backward as backward_kernels
 
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     components = _components(layout)
@@ -89,7 +89,7 @@ def block_attention_backward(
     delta = (grad.float() * out.float()).sum(-1).reshape(batch * heads, lq)
     block_m, block_n, _, _, num_warps, num_stages = config
     for component in components:
-        kernel.block_attention_backward(
+        backward_kernels.block_attention_backward(
             q=q,
             k=k,
             v=v,
