@@ -85,6 +85,23 @@ def nm_mask(w: torch.Tensor, n: int, m: int, vector: int = 1, block: int = 1) ->
     return nm_select(_scores(w), n, m, vector=vector, block=block)
 
 
+def is_nm_request(sparsity, n, m, vector: int = 1, block: int = 1) -> bool:
+    """Whether (sparsity, n, m) asks for N:M (True) or unstructured (False); exactly one kind
+    must be given, and vector/block only with N:M."""
+    structured = n is not None or m is not None
+    if structured and sparsity is not None:
+        raise ValueError("give either sparsity (unstructured) or n and m (N:M), not both")
+    if not structured and sparsity is None:
+        raise ValueError("give a sparsity (unstructured) or n and m (N:M)")
+    if not structured:
+        _check_sparsity(sparsity)
+        if vector != 1 or block != 1:
+            raise ValueError("vector and block apply to N:M patterns only (give n and m)")
+    elif n is None or m is None:
+        raise ValueError(f"N:M needs both n and m, got n={n!r}, m={m!r}")
+    return structured
+
+
 def _check_sparsity(sparsity) -> None:
     if (
         isinstance(sparsity, bool)

@@ -23,7 +23,7 @@ import torch
 
 from .. import _checks
 from ..formats.nm import check_pattern_args
-from .masks import _check_sparsity, nm_select
+from .masks import is_nm_request, nm_select
 
 BLOCKSIZE = 128  # columns per lazy batch of updates (the paper's value)
 DAMP = 0.01  # damping added to H's diagonal, as a fraction of its mean diagonal (the paper's)
@@ -172,17 +172,7 @@ def _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, d
         raise ValueError(f"damp must be a number in [0, 1), got {damp!r}")
     if not isinstance(per_row, bool):
         raise TypeError(f"per_row must be a bool, got {type(per_row).__name__}")
-    structured = n is not None or m is not None
-    if structured and sparsity is not None:
-        raise ValueError("give either sparsity (unstructured) or n and m (N:M), not both")
-    if not structured and sparsity is None:
-        raise ValueError("give a sparsity (unstructured) or n and m (N:M)")
-    if not structured:
-        _check_sparsity(sparsity)
-        if vector != 1 or block != 1:
-            raise ValueError("vector and block apply to N:M patterns only (give n and m)")
+    if not is_nm_request(sparsity, n, m, vector, block):
         return False
-    if n is None or m is None:
-        raise ValueError(f"N:M needs both n and m, got n={n!r}, m={m!r}")
     check_pattern_args(tuple(w.shape), n, m, vector, block)
     return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from .masks import _check_sparsity, _scores, nm_select, topk_mask
+from .masks import _scores, is_nm_request, nm_select, topk_mask
 
 
 def wanda_scores(w: torch.Tensor, input_norm: torch.Tensor) -> torch.Tensor:
@@ -59,17 +59,7 @@ def wanda_mask(
         >>> wanda_mask(w, torch.tensor([8.0, 1.0, 1.0, 1.0]), sparsity=0.5)
         tensor([[ True, False, False,  True]])
     """
-    structured = n is not None or m is not None
-    if structured and sparsity is not None:
-        raise ValueError("give either sparsity (unstructured) or n and m (N:M), not both")
-    if not structured and sparsity is None:
-        raise ValueError("give a sparsity (unstructured) or n and m (N:M)")
-    if not structured:
-        _check_sparsity(sparsity)
-        if vector != 1 or block != 1:
-            raise ValueError("vector and block apply to N:M patterns only (give n and m)")
-    elif n is None or m is None:
-        raise ValueError(f"N:M needs both n and m, got n={n!r}, m={m!r}")
+    structured = is_nm_request(sparsity, n, m, vector, block)
     scores = wanda_scores(w, input_norm)
     if structured:
         return nm_select(scores, n, m, vector=vector, block=block)
