@@ -187,19 +187,6 @@ def _problem(keep, device="cuda", dtype=torch.bfloat16, d=64, batch=8):
     return _dispatch.Problem(torch.device(device), dtype, facts)
 
 
-def test_dispatch_waits_for_gpu_validation():
-    """Until the fused kernel has run on an H200, only backend="triton_flash" takes it."""
-    from sparsekernels.kernels import tuning
-
-    L = 256
-    i = torch.arange(L)
-    causal_local = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < 64)
-    if not tuning.BLOCK_ATTENTION_AUTO:
-        reasons = _dispatch.explain("sparse_attention", _problem(causal_local))["triton_flash"]
-        assert "validated on a GPU" in reasons[0]
-        assert _dispatch.choose("sparse_attention", _problem(causal_local)) == "triton"
-
-
 def test_dispatch_rules(gen, monkeypatch):
     from sparsekernels.kernels import tuning
 
@@ -222,6 +209,11 @@ def test_dispatch_rules(gen, monkeypatch):
     assert "float64" in _dispatch.explain("sparse_attention", fp64)["triton_flash"][0]
     on_cpu = _problem(local_strided, device="cpu", dtype=torch.float32)
     assert _dispatch.choose("sparse_attention", on_cpu) == "reference"
+    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", False)  # the user's way out
+    assert "turned off" in _dispatch.explain("sparse_attention", _problem(local_strided))[
+        "triton_flash"
+    ][0]
+    assert _dispatch.choose("sparse_attention", _problem(local_strided)) == "triton"
 
 
 # ============================================================================ registration

@@ -43,6 +43,7 @@ def _nm_decode_kernel(
     BLOCK: tl.constexpr,
     BITS: tl.constexpr,  # a power of two, so a word holds a power-of-two number of offsets
     SHARED: tl.constexpr,  # BLOCK_M divides VECTOR: the tile's rows share their columns
+    WIDE: tl.constexpr,  # K > 2^31 - 1: columns need 64 bits (int32 is cheaper when they fit)
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
@@ -79,7 +80,10 @@ def _nm_decode_kernel(
             index_col = slots // BLOCK  # n is a multiple of BLOCK: runs share an offset
             word = tl.load(words + group_row * stride_wm + index_col // PER_WORD)
             offsets = (word >> ((index_col % PER_WORD) * BITS)) & ((1 << BITS) - 1)
-            cols = (slots // N_KEEP) * M_GROUP + within % BLOCK + offsets * BLOCK
+            groups = slots // N_KEEP
+            if WIDE:
+                groups = groups.to(tl.int64)
+            cols = groups * M_GROUP + within % BLOCK + offsets * BLOCK
             x = tl.load(
                 b + cols.to(tl.int64)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
                 mask=mask_s[:, None] & mask_n[None, :],
@@ -103,7 +107,10 @@ def _nm_decode_kernel(
             slots = tl.where(mask_s, slots, 0)
             w = tl.where(w < tl.cdiv(S, SPW), w, 0)
             within = slots % N_KEEP
-            first = (slots // N_KEEP) * M_GROUP + within % BLOCK
+            groups = slots // N_KEEP
+            if WIDE:
+                groups = groups.to(tl.int64)
+            first = groups * M_GROUP + within % BLOCK
             word = tl.load(words + group_rows * stride_wm + w[None, :])  # (BLOCK_M, BLOCK_W)
             offsets = (word[:, :, None] >> shifts[None, None, :]) & ((1 << BITS) - 1)
             cols = first[None, :, :] + offsets * BLOCK
@@ -193,6 +200,7 @@ def spmm_nm_decode(
         BLOCK=block,
         BITS=bits,
         SHARED=vector % block_m == 0,
+        WIDE=b.shape[0] > 2**31 - 1,
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
