@@ -162,8 +162,8 @@ def _backward(ctx, grad):
     x, weight, bias, out = ctx.saved_tensors
     stride = ctx.stride
 
-    def pre_activation():
-        return depthwise_conv2d_raw(x, weight, bias, stride, "none", ctx.backend)
+    def pre_activation():  # through the op: under torch.compile this backward is traced
+        return _depthwise_op(x, weight, bias, stride, "none", ctx.backend)
 
     g = _activation_grad(grad, out, pre_activation, ctx.activation)
     mask = [
