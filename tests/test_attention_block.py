@@ -207,6 +207,8 @@ def test_dispatch_rules(gen, monkeypatch):
     assert "exceed 128" in wide[0]
     fp64 = _problem(local_strided, dtype=torch.float64)
     assert "float64" in _dispatch.explain("sparse_attention", fp64)["triton_flash"][0]
+    fp32 = _dispatch.explain("sparse_attention", _problem(local_strided, dtype=torch.float32))
+    assert "composed path is faster" in fp32["triton_flash"][0]
     on_cpu = _problem(local_strided, device="cpu", dtype=torch.float32)
     assert _dispatch.choose("sparse_attention", on_cpu) == "reference"
     monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", False)  # the user's way out

@@ -123,6 +123,15 @@ def test_ratios_are_time_ratios_within_a_case(quick_run):
     assert "## spmm fp32" in summary and "Wrong or failed" in summary and "broken" in summary
 
 
+def test_cases_of_one_pattern_at_two_densities_stay_apart():
+    """"random" at 10% and at 50% are two cases: neither their peers nor a previous run's
+    times may be paired across densities."""
+    row = {"op": "spmm", "format": "csr", "pattern": "random", "shape": [8, 8, 8], "dtype": "bf16"}
+    keys = {harness.case_key({**row, "density": d}) for d in (0.1, 0.5, None)}
+    assert len(keys) == 3
+    assert harness.case_key({**row, "density": 0.1}) == harness.case_key({**row, "density": 0.1})
+
+
 def test_check_catches_one_bad_row():
     value = torch.randn(64, 8, dtype=torch.float64)
     want = Expected(value, value.abs() * 3, terms=64)

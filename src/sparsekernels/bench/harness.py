@@ -100,7 +100,11 @@ def case_key(row: dict) -> str:
     """What identifies a case across providers and runs (a Row's fields, or a JSONL row)."""
     m, k, n = row["shape"]
     shape = f"{m}x{k}x{n}x{row.get('batch', 1)}"
-    fields = (row["op"], row["format"], row["pattern"], shape, row["dtype"], row.get("source", ""))
+    # A pattern name ("random") covers several densities: the density tells those cases apart.
+    density = row.get("density")
+    density = "" if density is None else f"d={density:.6g}"
+    fields = (row["op"], row["format"], row["pattern"], shape, density, row["dtype"])
+    fields += (row.get("source", ""),)
     return "|".join(str(f) for f in fields)
 
 

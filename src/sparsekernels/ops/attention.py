@@ -117,7 +117,12 @@ def _flash_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
         reasons.append(f"head dimensions {d}, {dv} exceed {BLOCK_ATTENTION_MAX_HEAD_DIM}")
     if batch > MAX_GRID_YZ:
         reasons.append(f"batch * heads {batch} exceeds the grid limit {MAX_GRID_YZ}")
-    if reasons or forced or not isinstance(pattern, Pattern):
+    if reasons or forced:
+        return reasons
+    if problem.dtype == torch.float32:  # its tiles are IEEE fp32 dots, slower than CUDA cores'
+        # composed path: 1.83 against 1.09 ms, local:256 at L=2048 (H200, 2026-11-29-d quick)
+        return ["float32: the composed path is faster (its fp32 tiles run as IEEE dots)"]
+    if not isinstance(pattern, Pattern):
         return reasons
     # planned once per pattern and tile shape, then cached on the pattern
     _, layout = _flash_plan(pattern, d, problem.device)
