@@ -212,9 +212,10 @@ def test_dispatch_rules(gen, monkeypatch):
     on_cpu = _problem(local_strided, device="cpu", dtype=torch.float32)
     assert _dispatch.choose("sparse_attention", on_cpu) == "reference"
     monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", False)  # the user's way out
-    assert "turned off" in _dispatch.explain("sparse_attention", _problem(local_strided))[
-        "triton_flash"
-    ][0]
+    assert (
+        "turned off"
+        in _dispatch.explain("sparse_attention", _problem(local_strided))["triton_flash"][0]
+    )
     assert _dispatch.choose("sparse_attention", _problem(local_strided)) == "triton"
 
 

@@ -124,7 +124,7 @@ def test_ratios_are_time_ratios_within_a_case(quick_run):
 
 
 def test_cases_of_one_pattern_at_two_densities_stay_apart():
-    """"random" at 10% and at 50% are two cases: neither their peers nor a previous run's
+    """ "random" at 10% and at 50% are two cases: neither their peers nor a previous run's
     times may be paired across densities."""
     row = {"op": "spmm", "format": "csr", "pattern": "random", "shape": [8, 8, 8], "dtype": "bf16"}
     keys = {harness.case_key({**row, "density": d}) for d in (0.1, 0.5, None)}

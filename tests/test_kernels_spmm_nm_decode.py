@@ -100,6 +100,27 @@ def test_linear_takes_the_decode_kernel_and_caches_packing(gen):
     assert _triton_nm.packed_words(W.indices, 4) is not words  # an in-place edit repacks
 
 
+ROUTES = [(2, 8, 4, True), (2, 8, 5, False), (2, 4, 16, True), (2, 4, 17, False)]
+
+
+@pytest.mark.parametrize(("n", "m", "tokens", "decodes"), ROUTES)
+def test_token_count_picks_decode_or_gather(n, m, tokens, decodes, gen, monkeypatch):
+    """m = 8 patterns leave the decode kernel after 4 tokens, 2:4 after 16 (tuning.py); both
+    paths give the product."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    calls = []
+    launch = spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: calls.append(1) or launch(**kw)
+    )
+    W = random_nm(8, 32, n, m, gen, 1, 1, torch.float64)
+    x = randn(tokens, 32, gen=gen)
+    got = sk.linear(x, W, backend="triton")
+    assert_close(got, x @ W.to_dense().t(), spmm_bound(x, W.to_dense().t()), torch.float64)
+    assert bool(calls) == decodes
+
+
 @pytest.mark.gpu
 def test_llm_shape_on_gpu(gen):
     W = random_nm(4096 + 3, 4096, 2, 8, gen, 1, 1, torch.bfloat16, "cuda")

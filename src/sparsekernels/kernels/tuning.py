@@ -65,6 +65,21 @@ def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfi
     return SpmmNmConfig(False, 32, max(8, 4096 // (32 * block_n)), block_n, 4, 2)
 
 
+# Up to this many columns of B (tokens), N:M products take the decode kernel: bound by the
+# weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile. Past it, the
+# gather kernel: at 16 tokens it beat the decode kernel for m = 8 (1:8 4096 x 14336: 38.2 us
+# against 63.4; 2:8: 70.7 against 108.5), while decode won at 4 tokens and for 2:4 at 16
+# (110 against 125 us); H200 llm suite, 2026-11-29-d. Between 4 and 16 tokens unmeasured:
+# benchmarks/sweeps/nm_decode_vs_gather.py sets these.
+DECODE_MAX_N = 16
+DECODE_MAX_N_SPARSE = 4  # patterns sparser than n:m = 1:2
+
+
+def spmm_nm_decode_max_n(n: int, m: int) -> int:
+    """The most tokens the decode kernel takes for an n:m pattern."""
+    return DECODE_MAX_N if 2 * n >= m else DECODE_MAX_N_SPARSE
+
+
 @dataclass(frozen=True)
 class SpmmNmDecodeConfig:
     block_m: int

@@ -12,12 +12,13 @@ from . import _dispatch
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
     from ..kernels import spmm_nm as kernel
     from ..kernels import spmm_nm_decode as decode
-    from ..kernels.tuning import spmm_nm_config
+    from ..kernels.tuning import spmm_nm_config, spmm_nm_decode_max_n
 
     out = b.new_empty((values.shape[0], b.shape[1]))
     config = spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
-    if not config.use_dot and b.shape[1] <= DECODE_MAX_N and decode.supports(block):
+    decodes = b.shape[1] <= spmm_nm_decode_max_n(n, m) and decode.supports(block)
+    if not config.use_dot and decodes:
         return _decode(values, indices, b, bias, out, activation, n, m, vector, block)
     kernel.spmm_nm(
         values=values.contiguous(),
@@ -38,11 +39,6 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         num_stages=config.num_stages,
     )
     return out
-
-
-# Up to this many columns of B (tokens), N:M products take the decode kernel: bound by the
-# weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile.
-DECODE_MAX_N = 16
 
 
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
