@@ -249,7 +249,7 @@ def _check_attention(q, k, v, P, scale, backend=None):
     # probabilities and the output by ~ u each: bound = sum_j p_j |v_j| * (3 + 2 z_max).
     zmax = (abs(s) * q.double().abs() @ k.double().abs().transpose(-1, -2)).masked_fill(~keep, 0)
     zmax = zmax.amax(-1, keepdim=True) if zmax.shape[-1] else zmax.sum(-1, keepdim=True)
-    probs = dense_attention(q, k, torch.eye(k.shape[-2], dtype=F64), keep, s)
+    probs = dense_attention(q, k, torch.eye(k.shape[-2], dtype=F64, device=k.device), keep, s)
     bound = (probs @ v.double().abs()) * (3 + 2 * zmax)
     assert got.shape == want.shape and got.dtype == q.dtype
     assert_close(got, want, bound, q.dtype)
@@ -409,9 +409,18 @@ def test_nm_conversions(pattern, rows, groups, dtype, seed):
 
 
 # --------------------------------------------------------------------------- triton
-@pytest.mark.parametrize(
-    "op", ["spmm_csr", "spmm_nm", "sddmm", "softmax", "attention", "attention_flash", "depthwise"]
-)
+TRITON_OPS = [
+    "spmm_csr",
+    "spmm_nm",
+    "sddmm",
+    "softmax",
+    "attention",
+    "attention_flash",
+    "depthwise",
+]
+
+
+@pytest.mark.parametrize("op", TRITON_OPS)
 @_settings(10)
 @given(
     M=st.integers(0, 6),
@@ -427,25 +436,56 @@ def test_triton_interpreter(op, M, K, N, density, dtype, pattern, activation, se
     """The Triton kernels in the interpreter (tiny shapes) against float64 dense math."""
     if torch.cuda.is_available():
         pytest.skip("the interpreter runs only on machines without CUDA")
+    _triton_example(op, M, K % 3, K, N, density, dtype, pattern, activation, seed, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", TRITON_OPS)
+@_settings(25)
+@given(
+    M=st.one_of(st.sampled_from([0, 1, 127, 129]), st.integers(2, 300)),
+    K=st.one_of(st.sampled_from([0, 1, 255, 257]), st.integers(2, 300)),
+    N=st.one_of(st.sampled_from([1, 4, 5, 16, 17]), st.integers(0, 70)),
+    groups=st.integers(0, 40),
+    density=densities,
+    dtype=dtypes,
+    pattern=nm_patterns(max_m=32),
+    activation=activations,
+    seed=seeds,
+)
+def test_triton_gpu(op, M, K, N, groups, density, dtype, pattern, activation, seed):
+    """The compiled kernels on the GPU, shapes across their tiles (decode and batched N), against
+    float64 dense math."""
+    _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, seed, "cuda")
+
+
+def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, seed, device):
+    """One example of `op` by the triton backend on `device` (data drawn on the CPU first, so
+    an example is the same on either)."""
     g = _gen(seed)
     backend = "triton"
     if op == "spmm_csr":
-        A = make_csr(M, K, density, g, dtype)
-        bias = fresh(M, g=g, dtype=dtype)
-        _check_spmm(A, fresh(K, N, g=g, dtype=dtype), bias, activation, backend)
+        A = make_csr(M, K, density, g, dtype).to(device)
+        bias = fresh(M, g=g, dtype=dtype).to(device)
+        _check_spmm(A, fresh(K, N, g=g, dtype=dtype).to(device), bias, activation, backend)
     elif op == "spmm_nm":
-        W, _ = make_nm(M, K % 3, pattern, g, dtype)
-        bias = fresh(M, g=g, dtype=dtype)
-        _check_spmm(W, fresh(W.shape[1], N, g=g, dtype=dtype), bias, activation, backend)
+        W, _ = make_nm(M, groups, pattern, g, dtype)
+        W = W.to(device)
+        bias = fresh(M, g=g, dtype=dtype).to(device)
+        _check_spmm(W, fresh(W.shape[1], N, g=g, dtype=dtype).to(device), bias, activation, backend)
     elif op == "sddmm":
-        P = make_csr(M, N, density, g, dtype)
-        X, Y = fresh(M, K, g=g, dtype=dtype), fresh(N, K, g=g, dtype=dtype)
+        P = make_csr(M, N, density, g, dtype).to(device)
+        X, Y = fresh(M, K, g=g, dtype=dtype).to(device), fresh(N, K, g=g, dtype=dtype).to(device)
         assert_close(sk.sddmm(X, Y, P, backend=backend).values, *dense_sddmm(X, Y, P), dtype)
     elif op == "softmax":
-        _check_softmax(make_csr(M, K, density, g, dtype), 0.6, backend)
+        _check_softmax(make_csr(M, K, density, g, dtype).to(device), 0.6, backend)
     elif op == "depthwise":  # (batch, channels, height, width) from (N, M, K + 1, K + 2)
-        x = fresh(N, M, K + 1, K + 2, g=g, dtype=dtype)
-        w, bias = fresh(M, 1, 3, 3, g=g, dtype=dtype), fresh(M, g=g, dtype=dtype)
+        N, K = min(N, 3), min(K, 60)  # images: a few, not N x M x K^2 (the GPU draws K to 300)
+        x = fresh(N, M, K + 1, K + 2, g=g, dtype=dtype).to(device)
+        w, bias = (
+            fresh(M, 1, 3, 3, g=g, dtype=dtype).to(device),
+            fresh(M, g=g, dtype=dtype).to(device),
+        )
         stride = 1 + seed % 2
         got = sk.ops.depthwise_conv2d(x, w, bias, stride, activation, backend=backend)
         out_hw = ((K + 1 - 1) // stride + 1, (K + 2 - 1) // stride + 1)
@@ -462,6 +502,9 @@ def test_triton_interpreter(op, M, K, N, density, dtype, pattern, activation, se
         backend = "triton_flash" if op == "attention_flash" else backend
         if backend == "triton_flash" and dtype == F64:
             dtype = torch.float32
-        P = make_csr(M, K, density, g)
-        q, k = fresh(1, 2, M, N, g=g, dtype=dtype), fresh(1, 2, K, N, g=g, dtype=dtype)
-        _check_attention(q, k, fresh(1, 2, K, 3, g=g, dtype=dtype), P, None, backend)
+        P = make_csr(M, K, density, g).to(device)
+        q, k = (
+            fresh(1, 2, M, N, g=g, dtype=dtype).to(device),
+            fresh(1, 2, K, N, g=g, dtype=dtype).to(device),
+        )
+        _check_attention(q, k, fresh(1, 2, K, 3, g=g, dtype=dtype).to(device), P, None, backend)
