@@ -220,6 +220,26 @@ def test_dispatch_rules(gen, monkeypatch):
 
 
 # ============================================================================ registration
+def test_eager_inference_skips_the_op_with_the_same_bits(gen, monkeypatch):
+    """Without gradients the kernels run without the custom op's dispatch; with them, through
+    the op (its autograd). Both give the same bits."""
+    from sparsekernels.ops import _attention_library
+
+    pattern = _pattern(_mask("summary", 32, 32))
+    q, k, v = (randn(1, 2, 32, 16, gen=gen, dtype=torch.float32) for _ in "qkv")
+    through_op = []
+    op = _attention_library.block_attention
+    monkeypatch.setattr(
+        _attention_library, "block_attention", lambda *a: through_op.append(1) or op(*a)
+    )
+    with torch.no_grad():
+        eager = sk.sparse_attention(q, k, v, pattern, backend="triton_flash")
+    assert not through_op
+    graded = sk.sparse_attention(q, k, v.requires_grad_(), pattern, backend="triton_flash")
+    assert through_op and graded.requires_grad
+    assert torch.equal(eager, graded.detach())
+
+
 def test_opcheck_and_compile(gen):
     keep = _mask("summary", 32, 32)
     pattern = _pattern(keep)

@@ -28,6 +28,13 @@ def _empty(q: Tensor, k: Tensor, v: Tensor) -> bool:
 def block_attention(
     q: Tensor, k: Tensor, v: Tensor, layout: list[Tensor], scale: float, config: list[int]
 ) -> tuple[Tensor, Tensor]:
+    return block_attention_forward(q, k, v, layout, scale, config)
+
+
+def block_attention_forward(
+    q: Tensor, k: Tensor, v: Tensor, layout: list[Tensor], scale: float, config: list[int]
+) -> tuple[Tensor, Tensor]:
+    """The op's body, also called directly for eager inference (no op dispatch)."""
     from ..kernels import attention_block as kernel
 
     batch, heads, lq, _ = q.shape

@@ -13,6 +13,17 @@ from . import _dispatch
 Tensor = torch.Tensor
 
 
+def eager_inference(*tensors: Tensor | None) -> bool:
+    """Whether a call may skip its custom op (whose dispatch costs tens of us a call): no
+    gradient wanted, no compiler tracing, and plain tensors (not fake or functional ones)."""
+    present = [t for t in tensors if t is not None]
+    if torch.compiler.is_compiling():
+        return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in present):
+        return False
+    return all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in present)
+
+
 def _batch(*shapes) -> tuple[int, ...]:
     return tuple(torch.broadcast_shapes(*shapes))
 

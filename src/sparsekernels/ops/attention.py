@@ -21,6 +21,7 @@ from .. import _checks
 from ..formats import CSRMatrix
 from ..formats._pattern import Pattern
 from . import _attention_library, _dispatch
+from ._library import eager_inference
 from .sddmm import sddmm
 from .softmax import sparse_softmax
 from .spmm import spmm
@@ -96,8 +97,10 @@ def _flash_plan(pattern: Pattern, head_dim: int, device: torch.device):
 
 def _flash(q, k, v, pattern, scale, backend):
     config, layout = _flash_plan(pattern.pattern, q.shape[-1], q.device)
-    out, _ = _attention_library.block_attention(q, k, v, layout.tensors(), scale, config.as_list())
-    return out
+    args = (q, k, v, layout.tensors(), scale, config.as_list())
+    if eager_inference(q, k, v):
+        return _attention_library.block_attention_forward(*args)[0]
+    return _attention_library.block_attention(*args)[0]
 
 
 def _flash_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .. import _checks, reference
 from . import _dispatch
-from ._library import _activation_grad
+from ._library import _activation_grad, eager_inference
 
 Tensor = torch.Tensor
 
@@ -123,11 +123,8 @@ def depthwise_conv2d_raw(x, weight, bias, stride, activation, hint=None, backend
     name = _dispatch.choose_with_hint("depthwise_conv2d", _problem(x, stride), backend, hint)
     if name == "torch":
         return _torch(x, weight, bias, stride, activation)
-    grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (x, weight, bias)
-    )
-    if not grad and not torch.compiler.is_compiling():  # eager inference: skip the custom op's
-        return _run(x, weight, bias, stride, activation, name)  # dispatch cost (~10s of us)
+    if eager_inference(x, weight, bias):  # skip the custom op's dispatch cost
+        return _run(x, weight, bias, stride, activation, name)
     return _depthwise_op(x, weight, bias, stride, activation, name)
 
 
