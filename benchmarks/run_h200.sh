@@ -24,11 +24,11 @@ bench() {  # bench NAME LIMIT ARGS...
 for step in $steps; do
   case $step in
     tests)
-      timeout 200 python3 -m pytest -q -m "gpu and not slow" tests/ -p no:cacheprovider \
+      timeout 300 python3 -m pytest -q -m "gpu and not slow" tests/ -p no:cacheprovider -n 6 -rf \
         >"$out/gpu_tests.log" 2>&1
       echo "tests rc=$? $(tail -1 "$out/gpu_tests.log")" ;;
     sanitize)
-      timeout 400 make sanitize >"$out/sanitize.log" 2>&1
+      timeout 450 make sanitize >"$out/sanitize.log" 2>&1
       echo "sanitize rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize.log") clean runs" ;;
     scale)
       timeout 200 python3 -m pytest -q -m "gpu and slow" tests/test_scale.py -p no:cacheprovider \
