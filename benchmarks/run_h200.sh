@@ -10,13 +10,19 @@ out=${1:?usage: run_h200.sh OUT_DIR [STEP ...]}
 shift
 steps=${*:-tests quick llm e2e}
 export PYTHONPATH=src PYTHONUNBUFFERED=1
-previous=benchmarks/results/nvidia-h200/2026-11-29
+# the newest committed run of each suite is its "previous version"
+previous_runs="benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
 mkdir -p "$out"
 bench() {  # bench NAME LIMIT ARGS...
   local name=$1 limit=$2
   shift 2
-  local compare=()
-  [ -f "$previous/$name/results.jsonl" ] && compare=(--compare "$previous/$name/results.jsonl")
+  local compare=() previous
+  for previous in $previous_runs; do
+    if [ -f "$previous/$name/results.jsonl" ]; then
+      compare=(--compare "$previous/$name/results.jsonl")
+      break
+    fi
+  done
   timeout "$limit" python3 -m sparsekernels.bench "$@" "${compare[@]}" --out "$out/$name" \
     >"$out/$name.log" 2>&1
   echo "$name rc=$? $(date +%T)"
