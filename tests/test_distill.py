@@ -99,3 +99,40 @@ def test_bad_models_and_batches():
         sk.prune.distill_(copy.deepcopy(teacher), teacher, batches)
     with pytest.raises(ValueError, match="student and teacher must be two models"):
         sk.prune.distill_(student, student, batches)
+
+
+def test_every_layer_targets_each_hidden_state():
+    """output=every_layer stacks a BERT's per-layer hidden states (padding masked across them);
+    training toward them lowers the last layer's error too."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    teacher = transformers.BertModel(config).eval()
+    student = copy.deepcopy(teacher)
+    sk.sparsify_(student, "2:4")
+    mask = torch.ones(4, 12, dtype=torch.long)
+    mask[0, 8:] = 0
+    batches = [{"input_ids": torch.randint(0, 64, (4, 12)), "attention_mask": mask}]
+    stacked = sk.prune.every_layer(teacher, batches[0])
+    assert stacked.shape == (2, 4, 12, 32)
+    torch.testing.assert_close(stacked[-1], teacher(**batches[0]).last_hidden_state)
+
+    def last_error():
+        with torch.no_grad():
+            got = student(**batches[0]).last_hidden_state
+            return float(
+                (got - teacher(**batches[0]).last_hidden_state)[mask.bool()].square().mean()
+            )
+
+    before = last_error()
+    losses = sk.prune.distill_(
+        student, teacher, batches, epochs=15, lr=3e-3, output=sk.prune.every_layer
+    )
+    assert losses[-1] < losses[0] and last_error() < 0.7 * before

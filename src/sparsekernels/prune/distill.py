@@ -18,6 +18,13 @@ def _hidden_states(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
 
 
+def every_layer(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """Every layer's hidden states, stacked (layers, batch, tokens, hidden), of a Hugging Face
+    model: a target at each layer, not only the last, guides the early layers directly."""
+    out = model(**batch, output_hidden_states=True)
+    return torch.stack(out.hidden_states[1:])
+
+
 def sparse_values(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     """The kept values of every sparse layer (SparseLinear, SparseConv2d) in `model`."""
     from ..nn._weight import SparseWeightModule
@@ -36,7 +43,8 @@ def distill_(
 ) -> list[float]:
     """Train `student`'s sparse values (masks fixed) so that `output(student, batch)` matches
     `output(teacher, batch)` in mean squared error over `batches` (keyword-argument dicts for
-    the models; padding positions are left out where a batch has an "attention_mask"). Adam,
+    the models; padding positions are left out where a batch has an "attention_mask"; `output=
+    every_layer` matches each layer's hidden states, not only the last). Adam,
     `epochs` passes in order. Returns each epoch's mean loss. The student is left in eval mode.
 
     Example (all-MiniLM-L6-v2 at 50% with SparseGPT: mean cosine 0.936 -> 0.950 in 4 epochs
@@ -72,9 +80,9 @@ def distill_(
                     got = output(student, batch)
                     error = (got.float() - target.float()).square()
                     mask = batch.get("attention_mask") if isinstance(batch, dict) else None
-                    if mask is not None and error.dim() == 3:
-                        weights = mask.unsqueeze(-1).to(error.dtype)
-                        loss = (error * weights).sum() / (weights.sum() * error.shape[-1])
+                    if mask is not None and error.dim() >= 3 and error.shape[-3:-1] == mask.shape:
+                        weights = mask.unsqueeze(-1).to(error.dtype).expand_as(error)
+                        loss = (error * weights).sum() / weights.sum()
                     else:
                         loss = error.mean()
                     optimizer.zero_grad(set_to_none=True)
