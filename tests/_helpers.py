@@ -115,3 +115,20 @@ def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> None:
     if not torch.equal(a_bits, b_bits):
         differ = (a_bits != b_bits).nonzero()
         raise AssertionError(f"{len(differ)} of {a.numel()} elements differ; first at {differ[0]}")
+
+
+def tiny_bert(seed: int = 0, cls_name: str = "BertModel"):
+    """A 2-layer, 32-wide BERT from `transformers` (skips the test where it is not installed)."""
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(seed)
+    return getattr(transformers, cls_name)(config).eval()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
+from _helpers import tiny_bert
 
 
 class _Net(torch.nn.Module):
@@ -104,17 +105,7 @@ def test_bad_models_and_batches():
 def test_every_layer_targets_each_hidden_state():
     """output=every_layer stacks a BERT's per-layer hidden states (padding masked across them);
     training toward them lowers the last layer's error too."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
-    torch.manual_seed(0)
-    teacher = transformers.BertModel(config).eval()
+    teacher = tiny_bert()
     student = copy.deepcopy(teacher)
     sk.sparsify_(student, "2:4")
     mask = torch.ones(4, 12, dtype=torch.long)

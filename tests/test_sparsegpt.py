@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 import sparsekernels as sk
+from _helpers import tiny_bert
 from sparsekernels import SparsityConfig
 from sparsekernels.nn import SparseConv2d, SparseLinear
 from sparsekernels.prune import METHODS, magnitude_mask, nm_mask, sparsegpt_prune, wanda_mask
@@ -297,17 +298,7 @@ def test_sparsify_conv(gen):
 
 
 def test_sparsify_bert_sequential_beats_wanda(gen):
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
-    torch.manual_seed(0)
-    bert = transformers.BertModel(config).eval()
+    bert = tiny_bert()
     calib = {"input_ids": torch.randint(0, 64, (8, 16), generator=gen)}
     with torch.no_grad():
         want = bert(**calib).last_hidden_state

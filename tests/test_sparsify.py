@@ -9,6 +9,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 import sparsekernels as sk
+from _helpers import tiny_bert
 from sparsekernels import SparsityConfig
 from sparsekernels.nn import SparseConv2d, SparseLinear
 
@@ -174,20 +175,6 @@ def test_tied_shared_and_special_modules():
 
 
 # ----------------------------------------------------------------------------- transformers
-def _tiny_bert(seed=0, cls_name="BertModel"):
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
-    torch.manual_seed(seed)
-    return getattr(transformers, cls_name)(config).eval()
-
-
 def _inputs(gen):
     ids = torch.randint(0, 64, (3, 12), generator=gen)
     mask = torch.ones(3, 12, dtype=torch.long)
@@ -197,7 +184,7 @@ def _inputs(gen):
 
 @pytest.mark.parametrize("config", ["2:8", "80%", "2:8,v=16"])
 def test_bert_sparsify_save_and_load(config, tmp_path, gen):
-    model = _tiny_bert(0)
+    model = tiny_bert(0)
     want_model = _masked_copy(model, SparsityConfig.parse(config))
     summary = sk.sparsify_(model, config)
     assert len(summary.swapped) == 2 * 6 + 1  # q, k, v, attn out, intermediate, output; pooler
@@ -208,12 +195,12 @@ def test_bert_sparsify_save_and_load(config, tmp_path, gen):
         want = want_model(**inputs).last_hidden_state
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     save_model(model, str(tmp_path / "bert.safetensors"))
-    fresh = _tiny_bert(1)  # other random weights, so other masks
+    fresh = tiny_bert(1)  # other random weights, so other masks
     sk.sparsify_(fresh, config)
     load_model(fresh, str(tmp_path / "bert.safetensors"))
     with torch.no_grad():
         torch.testing.assert_close(fresh(**inputs).last_hidden_state, got, rtol=0, atol=0)
-    other = _tiny_bert(2)  # and through state_dict
+    other = tiny_bert(2)  # and through state_dict
     sk.sparsify_(other, config)
     other.load_state_dict(model.state_dict())
     with torch.no_grad():
@@ -221,7 +208,7 @@ def test_bert_sparsify_save_and_load(config, tmp_path, gen):
 
 
 def test_bert_filter_fn_and_tied_lm_head(gen):
-    model = _tiny_bert(0, "BertForMaskedLM")
+    model = tiny_bert(0, "BertForMaskedLM")
     summary = sk.sparsify_(model, "2:8", filter_fn=lambda m, fqn: ".attention." in fqn)
     assert len(summary.swapped) == 2 * 4
     assert all(".attention." in name for name in summary.swapped)

@@ -9,6 +9,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 import sparsekernels as sk
+from _helpers import tiny_bert
 from sparsekernels import SparsityConfig
 from sparsekernels.nn import SparseConv2d, SparseLinear
 from sparsekernels.prune import magnitude_mask, nm_mask, nm_select, topk_mask, wanda_mask
@@ -202,23 +203,9 @@ def test_sparsify_conv_calibration(gen):
     assert model(x).shape == (2, 4, 3, 3)
 
 
-def _tiny_bert(seed=0):
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=32,
-    )
-    torch.manual_seed(seed)
-    return transformers.BertModel(config).eval()
-
-
 @pytest.mark.parametrize("config", ["2:8", "60%"])
 def test_bert_calibration_save_and_load(config, tmp_path, gen):
-    model = _tiny_bert(0)
+    model = tiny_bert(0)
     magnitude = copy.deepcopy(model)
     sk.sparsify_(magnitude, config)
     calib = {"input_ids": torch.randint(0, 64, (4, 16), generator=gen)}
@@ -240,7 +227,7 @@ def test_bert_calibration_save_and_load(config, tmp_path, gen):
         got = model(**inputs).last_hidden_state
     assert torch.isfinite(got).all()
     save_model(model, str(tmp_path / "bert.safetensors"))
-    fresh = _tiny_bert(1)
+    fresh = tiny_bert(1)
     sk.sparsify_(fresh, config)  # magnitude masks of other weights, replaced by the load
     load_model(fresh, str(tmp_path / "bert.safetensors"))
     with torch.no_grad():
