@@ -3,9 +3,10 @@
 Backends, in the order automatic dispatch tries them:
 - `triton_flash`: one fused block-sparse flash-attention kernel (kernels/attention_block.py) over
   the pattern's cached block layout; scores never reach memory and Q K^T, P V run on tensor
-  cores. Taken when the visited tiles are full enough (kernels/tuning.py). Inside a visited
-  tile, positions the pattern does not store are multiplied by zero: a NaN or Inf in a V row
-  there (or in Q, K, dO in backward) reaches the query, as with the `dense` spmm backend.
+  cores. Taken in fp16/bf16 when the visited tiles are full enough (kernels/tuning.py).
+  Inside a visited tile, positions the pattern does not store are multiplied by zero: a NaN or
+  Inf in a V row there (or in Q, K, dO in backward) reaches the query, as with the `dense`
+  spmm backend.
 - `triton`: sddmm + sparse_softmax + spmm, each with its own dispatch (forced: their Triton
   kernels); it materialises the (B * H, nnz) scores.
 - `reference`: the same composition on the plain-PyTorch reference ops (CPU, any dtype).
