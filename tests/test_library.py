@@ -101,6 +101,32 @@ def test_compile_fullgraph_every_op(gen):
     assert all(t.grad is not None for t in (values, B, x, q))
 
 
+def test_eager_inference_skips_the_ops_with_the_same_bits(gen, monkeypatch):
+    """Without gradients spmm runs its backend directly (no custom-op dispatch); with them, or
+    under torch.compile, through the op. Both give the same bits."""
+    from sparsekernels.ops import _library
+
+    A, W = random_csr(9, 7, 0.5, gen), random_nm(5, 8, 2, 4, gen)
+    B, x = randn(7, 5, gen=gen), randn(3, 8, gen=gen)
+    calls = []
+    for name in ("spmm_csr", "spmm_nm"):
+        op = getattr(_library, name)
+        monkeypatch.setattr(_library, name, lambda *a, op=op: calls.append(1) or op(*a))
+
+    def program(values):
+        return sk.spmm(A.with_values(values), B), sk.linear(x, W)
+
+    with torch.no_grad():
+        eager = program(A.values)
+    assert not calls
+    graded = program(A.values.clone().requires_grad_())
+    assert len(calls) == 1  # W's values need no gradient: its product still skips the op
+    assert all(torch.equal(a, b.detach()) for a, b in zip(eager, graded, strict=True))
+    with torch.no_grad():
+        compiled = torch.compile(program, fullgraph=True, backend="eager")(A.values)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled, strict=True))
+
+
 def test_forced_backend_and_reasons(gen, monkeypatch):
     A = random_csr(5, 4, 0.5, gen)
     B = randn(4, 3, gen=gen)

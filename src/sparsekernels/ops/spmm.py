@@ -119,6 +119,9 @@ def spmm_csr_raw(
     facts = dict(n=b.shape[-1], batch=batch, rows=rows, density=density, expanded=expanded)
     problem = _problem(values, b, **facts)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
+    if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
+        args = (row_offsets, column_indices, values, b, bias, row_order, activation)
+        return _dispatch.run("spmm_csr", name, *args)
     return _library.spmm_csr(
         row_offsets,
         column_indices,
@@ -158,9 +161,10 @@ def spmm_nm_raw(
     name = _dispatch.choose_with_hint("spmm_nm", problem, backend, hint)
     if name == "cusparselt":  # its own op: it takes the packed weight as one more tensor
         return _cusparselt.spmm(values, indices, b, bias, activation, matrix)
-    return _library.spmm_nm(
-        values, indices, b, bias, activation, n, m, vector, block, transpose, name
-    )
+    args = (values, indices, b, bias, activation, n, m, vector, block, transpose)
+    if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
+        return _dispatch.run("spmm_nm", name, *args)
+    return _library.spmm_nm(*args, name)
 
 
 def transpose_pattern(row_offsets, column_indices, cols: int):
