@@ -102,28 +102,30 @@ def test_compile_fullgraph_every_op(gen):
 
 
 def test_eager_inference_skips_the_ops_with_the_same_bits(gen, monkeypatch):
-    """Without gradients spmm runs its backend directly (no custom-op dispatch); with them, or
-    under torch.compile, through the op. Both give the same bits."""
+    """Without gradients the ops run their backend directly (no custom-op dispatch); with them,
+    or under torch.compile, through the op. Both give the same bits."""
     from sparsekernels.ops import _library
 
     A, W = random_csr(9, 7, 0.5, gen), random_nm(5, 8, 2, 4, gen)
-    B, x = randn(7, 5, gen=gen), randn(3, 8, gen=gen)
+    B, x, X = randn(7, 5, gen=gen), randn(3, 8, gen=gen), randn(6, 4, gen=gen)
+    P = random_csr(6, 6, 0.5, gen)
     calls = []
-    for name in ("spmm_csr", "spmm_nm"):
+    for name in ("spmm_csr", "spmm_nm", "sddmm_csr", "sparse_softmax"):
         op = getattr(_library, name)
         monkeypatch.setattr(_library, name, lambda *a, op=op: calls.append(1) or op(*a))
 
-    def program(values):
-        return sk.spmm(A.with_values(values), B), sk.linear(x, W)
+    def program(values, X):
+        probs = sk.sparse_softmax(sk.sddmm(X, X, P), 0.5).values
+        return sk.spmm(A.with_values(values), B), sk.linear(x, W), probs
 
     with torch.no_grad():
-        eager = program(A.values)
+        eager = program(A.values, X)
     assert not calls
-    graded = program(A.values.clone().requires_grad_())
-    assert len(calls) == 1  # W's values need no gradient: its product still skips the op
+    graded = program(A.values.clone().requires_grad_(), X.clone().requires_grad_())
+    assert len(calls) == 3  # W's values need no gradient: its product still skips the op
     assert all(torch.equal(a, b.detach()) for a, b in zip(eager, graded, strict=True))
     with torch.no_grad():
-        compiled = torch.compile(program, fullgraph=True, backend="eager")(A.values)
+        compiled = torch.compile(program, fullgraph=True, backend="eager")(A.values, X)
     assert all(torch.equal(a, b) for a, b in zip(eager, compiled, strict=True))
 
 

@@ -59,6 +59,8 @@ def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None,
     facts = {"k": x.shape[-1], "batch": batch, "rows": row_offsets.numel() - 1}
     problem = _dispatch.Problem(x.device, x.dtype, facts)
     name = _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
+    if _library.eager_inference(x, y):  # no gradient: skip the op's dispatch cost
+        return _dispatch.run("sddmm_csr", name, row_offsets, column_indices, x, y)
     t_ro, t_ci, t_perm = transposed if transposed is not None else (None, None, None)
     return _library.sddmm_csr(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name)
 
@@ -67,6 +69,8 @@ def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
     facts = {"k": x.shape[-1], "pattern": (n, m, vector, block)}
     problem = _dispatch.Problem(x.device, x.dtype, facts)
     name = _dispatch.choose_with_hint("sddmm_nm", problem, backend, hint)
+    if _library.eager_inference(x, y):
+        return _dispatch.run("sddmm_nm", name, indices, x, y, n, m, vector, block)
     return _library.sddmm_nm(indices, x, y, n, m, vector, block, name)
 
 

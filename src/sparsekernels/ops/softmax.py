@@ -25,7 +25,10 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
         raise TypeError(f"scale must be a number, got {type(scale).__name__}")
     problem = _problem(S.row_offsets, S.values)
     name = _dispatch.choose("sparse_softmax", problem, backend)
-    probs = _library.sparse_softmax(S.row_offsets, S.values, float(scale), name)
+    if _library.eager_inference(S.values):  # no gradient: skip the op's dispatch cost
+        probs = _dispatch.run("sparse_softmax", name, S.row_offsets, S.values, float(scale))
+    else:
+        probs = _library.sparse_softmax(S.row_offsets, S.values, float(scale), name)
     return CSRMatrix._from_pattern(S.pattern, probs, check=False)
 
 
