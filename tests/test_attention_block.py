@@ -181,6 +181,23 @@ def test_empty_sizes():
     assert out.shape == (1, 1, 16, 16) and (out == 0).all()
 
 
+def test_head_dimension_zero(gen):
+    """d = 0: every score is 0, so each query averages its stored values (the GPU property
+    test found the fused path returning zeros here); dq and dk are empty, dv is not."""
+    keep = _mask("random", 9, 13, gen)
+    q, k = randn(1, 2, 9, 0, gen=gen), randn(1, 2, 13, 0, gen=gen)
+    v, g = randn(1, 2, 13, 3, gen=gen), randn(1, 2, 9, 3, gen=gen)
+    ref = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = dense_attention(*ref, keep, 1.0)
+    want.backward(g)
+    ours = [t.float().requires_grad_() for t in (q, k, v)]
+    got = sk.sparse_attention(*ours, _pattern(keep), backend="triton_flash")
+    got.backward(g.float())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    assert ours[0].grad.shape == q.shape and ours[1].grad.shape == k.shape
+    torch.testing.assert_close(ours[2].grad.double(), ref[2].grad, rtol=1e-5, atol=1e-6)
+
+
 # ============================================================================ dispatch
 def _problem(keep, device="cuda", dtype=torch.bfloat16, d=64, batch=8):
     facts = {"batch": batch, "d": d, "dv": d, "pattern": _pattern(keep).pattern}

@@ -6,7 +6,8 @@ import torch
 
 import sparsekernels as sk
 from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
-from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
+from sparsekernels.kernels.spmm_nm_decode import packed_bits, padded_b, spmm_nm_decode
+from sparsekernels.ops._triton_nm import padded_rows
 
 DEVICES = [
     pytest.param("cpu", id="interpreter"),
@@ -24,8 +25,9 @@ def _skip_interpreter_on_gpu_machine(device):
         pytest.skip("the interpreter runs only on machines without CUDA")
 
 
-def _launch_poisoned(W, B, config, bias=None, activation="none"):
-    out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
+def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None):
+    cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
+    out = torch.full((W.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
     bits = packed_bits(W.m, W.block)
     block_m, block_w, num_warps = config
     spmm_nm_decode(
@@ -60,9 +62,26 @@ def test_every_element_written(device, pattern, N, config, gen):
     cols = 5 * m  # slots not a multiple of a word
     W = random_nm(rows, cols, n, m, gen, vector, block, dtype, device)
     x = randn(N, cols, gen=gen, dtype=dtype, device=device)
-    for B in (x.t(), x.t().contiguous()):  # linear passes x^T; row-contiguous B is faster
-        got = _launch_poisoned(W, B, config)
-        assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
+    # linear passes x^T; row-contiguous B is faster; padded B (zero columns up to a power of
+    # two) is the fastest layout and must give the same product over the first N columns.
+    for B in (x.t(), x.t().contiguous(), padded_rows(x.t())):
+        got = _launch_poisoned(W, B, config, cols=N)
+        want = W.to_dense().double() @ B[:, :N].double()
+        assert_close(got, want, spmm_bound(W.to_dense(), B[:, :N]), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("N", [2, 3, 8, 12])
+def test_padded_b_layout(device, N, gen):
+    """padded_rows: (K, next power of two) row-major, zeros past N, recognised by padded_b."""
+    _skip_interpreter_on_gpu_machine(device)
+    x = randn(N, 40, gen=gen, device=device)
+    B = padded_rows(x.t())
+    width = 1 << (N - 1).bit_length()
+    assert B.shape == (40, width) and B.is_contiguous() and padded_b(B, N)
+    assert torch.equal(B[:, :N], x.t()) and not B[:, N:].any()
+    assert torch.equal(padded_rows(B[:, :N]), B)  # a strided slice is copied again, not trusted
+    assert not padded_b(x.t(), N) and padded_rows(x[:1].t()).shape == (40, 1)
 
 
 @pytest.mark.parametrize("device", DEVICES)

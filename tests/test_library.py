@@ -76,6 +76,19 @@ def test_opcheck_nm(transpose, gen):
     )
 
 
+@pytest.mark.parametrize("columns", [1, 5])
+def test_opcheck_nm_triton_column_major_b(columns, gen):
+    """The triton backend writes W @ x^T in x^T's (column-major) order; the fake must say so."""
+    W = random_nm(6, 16, 2, 8, gen)
+    b = randn(columns, 16, gen=gen).t()
+    args = (W.values, W.indices, b, None, "none", 2, 8, 1, 1, False, "triton")
+    out = torch.ops.sparsekernels.spmm_nm.default(*args)
+    assert out.t().is_contiguous()
+    torch.library.opcheck(
+        torch.ops.sparsekernels.spmm_nm.default, args, test_utils=("test_faketensor",)
+    )
+
+
 def test_compile_fullgraph_every_op(gen):
     A = random_csr(9, 7, 0.5, gen)
     W = random_nm(5, 8, 2, 4, gen)

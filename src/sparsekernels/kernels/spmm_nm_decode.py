@@ -44,6 +44,7 @@ def _nm_decode_kernel(
     BITS: tl.constexpr,  # a power of two, so a word holds a power-of-two number of offsets
     SHARED: tl.constexpr,  # BLOCK_M divides VECTOR: the tile's rows share their columns
     WIDE: tl.constexpr,  # K > 2^31 - 1: columns need 64 bits (int32 is cheaper when they fit)
+    PADDED_B: tl.constexpr,  # b is (K, BLOCK_N) row-major, zero past column N (see the launcher)
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
@@ -62,6 +63,15 @@ def _nm_decode_kernel(
     mask_n = offs_n < N
     rows = offs_m.to(tl.int64)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+    # A padded b's row stride is a compile-time power of two with no column mask, so each
+    # gathered row is one aligned vector load; a runtime stride like 8 or 12 is not known to be
+    # aligned, and an N of 8 ran 1.8x slower than 16 (H200, nm_decode_vs_gather.py, 2026-11-30).
+    if PADDED_B:
+        b_row = BLOCK_N
+        b_col = 1
+    else:
+        b_row = stride_bk
+        b_col = stride_bn
     if SHARED:
         # One choice for the whole tile: each slot's column is found once, its word re-read
         # from L1 per slot (cheaper here than unpacking: 8.2 vs 13.2 us, 2:8 v=64 on the H200).
@@ -84,9 +94,12 @@ def _nm_decode_kernel(
             if WIDE:
                 groups = groups.to(tl.int64)
             cols = groups * M_GROUP + within % BLOCK + offsets * BLOCK
+            x_mask = mask_s[:, None]
+            if not PADDED_B:
+                x_mask = x_mask & mask_n[None, :]
             x = tl.load(
-                b + cols.to(tl.int64)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-                mask=mask_s[:, None] & mask_n[None, :],
+                b + cols.to(tl.int64)[:, None] * b_row + offs_n[None, :] * b_col,
+                mask=x_mask,
                 other=0.0,
             ).to(ACC_DTYPE)
             acc += tl.sum(vals[:, :, None] * x[None, :, :], axis=1)
@@ -120,10 +133,13 @@ def _nm_decode_kernel(
             else:
                 flat_cols = tl.reshape(cols, (BLOCK_M, BLOCK_W * SPW))
                 flat_mask = tl.reshape(mask_s, (BLOCK_W * SPW,))
-                b_rows = b + flat_cols.to(tl.int64)[:, :, None] * stride_bk
+                b_rows = b + flat_cols.to(tl.int64)[:, :, None] * b_row
+                x_mask = flat_mask[None, :, None]
+                if not PADDED_B:
+                    x_mask = x_mask & mask_n[None, None, :]
                 x = tl.load(
-                    b_rows + offs_n[None, None, :] * stride_bn,
-                    mask=flat_mask[None, :, None] & mask_n[None, None, :],
+                    b_rows + offs_n[None, None, :] * b_col,
+                    mask=x_mask,
                     other=0.0,
                 )
                 flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
@@ -156,6 +172,13 @@ def supports(block: int) -> bool:
     return block & (block - 1) == 0
 
 
+def padded_b(b: torch.Tensor, n_cols: int) -> bool:
+    """Whether b is laid out for the fast load: (K, next_power_of_2(N)) row-major, more than one
+    column (its columns past N must be zero; the caller pads them)."""
+    width = triton.next_power_of_2(n_cols)
+    return n_cols > 1 and b.shape[1] == width and b.stride() == (width, 1)
+
+
 def spmm_nm_decode(
     *,
     values: torch.Tensor,
@@ -174,7 +197,8 @@ def spmm_nm_decode(
     num_warps: int,
     num_stages: int,
 ) -> torch.Tensor:
-    """Launch over out (M, N <= 16). values (M, S) and words (`NMMatrix.packed_indices(bits)`,
+    """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
+    `padded_b`), which loads fastest. values (M, S) and words (`NMMatrix.packed_indices(bits)`,
     bits from `packed_bits`) need unit stride along their last dim."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
@@ -201,6 +225,7 @@ def spmm_nm_decode(
         BITS=bits,
         SHARED=vector % block_m == 0,
         WIDE=b.shape[0] > 2**31 - 1,
+        PADDED_B=padded_b(b, cols),
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,

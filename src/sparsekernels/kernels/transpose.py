@@ -17,9 +17,10 @@ import triton.language as tl
 @triton.jit
 def _row_major_copy_kernel(
     src,  # (R, C) with strides stride_r, stride_c (typically stride_r == 1: a transposed view)
-    dst,  # (R, C) row-major
+    dst,  # (R, WIDTH) row-major, WIDTH >= C: columns C.. are written as zeros
     R,
     C,
+    WIDTH,
     stride_r,
     stride_c,
     tiles_r,  # cdiv(R, BLOCK_R): program p copies tile (p % tiles_r, p // tiles_r)
@@ -30,24 +31,31 @@ def _row_major_copy_kernel(
     # int64 from the tile index on: R or C may come within a tile of 2^31.
     offs_r = (pid % tiles_r).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_c = (pid // tiles_r).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
-    mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
     rows = offs_r[:, None]
     cols = offs_c[None, :]
-    tile = tl.load(src + rows * stride_r + cols * stride_c, mask=mask)
-    tl.store(dst + rows * C + cols, tile, mask=mask)
+    inside = rows < R
+    tile = tl.load(src + rows * stride_r + cols * stride_c, mask=inside & (cols < C), other=0)
+    tl.store(dst + rows * WIDTH + cols, tile, mask=inside & (cols < WIDTH))
 
 
-def row_major_copy(*, src: torch.Tensor, block_r: int = 64, block_c: int = 64) -> torch.Tensor:
+def row_major_copy(
+    *, src: torch.Tensor, width: int | None = None, block_r: int = 64, block_c: int = 64
+) -> torch.Tensor:
+    """src (R, C) copied row-major into (R, width) (width >= C, default C), zero past column C."""
     rows, cols = src.shape
-    dst = torch.empty((rows, cols), dtype=src.dtype, device=src.device)
-    if src.numel():
+    width = cols if width is None else width
+    if width < cols:
+        raise ValueError(f"width must be at least src's {cols} columns, got {width}")
+    dst = torch.empty((rows, width), dtype=src.dtype, device=src.device)
+    if dst.numel():
         # One axis of at most 2^31 - 1 programs: (2^31 - 1) * 4096 elements, past any memory.
         tiles_r = triton.cdiv(rows, block_r)
-        _row_major_copy_kernel[(tiles_r * triton.cdiv(cols, block_c),)](
+        _row_major_copy_kernel[(tiles_r * triton.cdiv(width, block_c),)](
             src=src,
             dst=dst,
             R=rows,
             C=cols,
+            WIDTH=width,
             stride_r=src.stride(0),
             stride_c=src.stride(1),
             tiles_r=tiles_r,

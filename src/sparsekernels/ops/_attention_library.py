@@ -21,7 +21,18 @@ def _components(layout: list[Tensor]) -> list[list[Tensor]]:
 
 
 def _empty(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    return q.numel() == 0 or k.shape[2] == 0 or v.shape[3] == 0
+    """Nothing to compute: no queries, no keys or no value columns. A head dimension of 0 is
+    not empty: every score is 0 and each query averages its stored values."""
+    batch, heads, lq, _ = q.shape
+    return batch * heads * lq == 0 or k.shape[2] == 0 or v.shape[3] == 0
+
+
+def _nonempty_head(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """q and k with a zero column when their head dimension is 0: the same (zero) scores, and
+    the kernel keeps its tiles at least one column wide."""
+    if q.shape[-1]:
+        return q, k
+    return q.new_zeros((*q.shape[:-1], 1)), k.new_zeros((*k.shape[:-1], 1))
 
 
 @torch.library.custom_op("sparsekernels::block_attention", mutates_args=())
@@ -44,6 +55,7 @@ def block_attention_forward(
     lse = q.new_empty((batch * heads, lq), dtype=torch.float32)
     if _empty(q, k, v):
         return out.zero_().to(q.dtype), lse.fill_(float("-inf"))
+    q, k = _nonempty_head(q, k)
     block_m, block_n, num_warps, num_stages = config[:4]
     for i, component in enumerate(components):
         kernel.block_attention_forward(
@@ -85,13 +97,15 @@ def block_attention_backward(
     """(dq, dk, dv) of block_attention from its output, LSE and the output's gradient."""
     from ..kernels import attention_block_backward as backward_kernels
 
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    d = q.shape[-1]
+    q, k = _nonempty_head(q.contiguous(), k.contiguous())
+    v = v.contiguous()
     components = _components(layout)
     merged = len(components) > 1  # later passes add to fp32 gradients
     acc = torch.float32 if merged else q.dtype
     dq, dk, dv = (torch.zeros_like(t, dtype=acc) for t in (q, k, v))
     if _empty(q, k, v):
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+        return dq[..., :d].to(q.dtype), dk[..., :d].to(k.dtype), dv.to(v.dtype)
     batch, heads, lq, _ = q.shape
     delta = (grad.float() * out.float()).sum(-1).reshape(batch * heads, lq)
     block_m, block_n, _, _, num_warps, num_stages = config
@@ -114,7 +128,7 @@ def block_attention_backward(
             num_warps=num_warps,
             num_stages=num_stages,
         )
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    return dq[..., :d].to(q.dtype), dk[..., :d].to(k.dtype), dv.to(v.dtype)
 
 
 @block_attention_backward.register_fake

@@ -24,6 +24,21 @@ def eager_inference(*tensors: Tensor | None) -> bool:
     return all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in present)
 
 
+def column_major(b: Tensor) -> bool:
+    """b is a column-major matrix with several columns: linear's x^T (tokens are columns)."""
+    return b.dim() == 2 and b.shape[1] > 1 and b.stride(0) == 1 and b.stride(1) >= b.shape[0]
+
+
+def spmm_out(b: Tensor, rows: int) -> Tensor:
+    """An empty (rows, N) product in b's memory order: for linear's x^T that is column-major,
+    so linear's (tokens, rows) result comes back contiguous, with no copy; attention's fast
+    SDPA kernels need a unit last stride (a strided q made a 16-token decode fall back to
+    the math kernel, +137 MiB; e2e suite, H200, 2026-11-30)."""
+    if column_major(b):
+        return b.new_empty((b.shape[1], rows)).t()
+    return b.new_empty((rows, b.shape[1]))
+
+
 def _batch(*shapes) -> tuple[int, ...]:
     return tuple(torch.broadcast_shapes(*shapes))
 
@@ -238,7 +253,7 @@ def spmm_nm(
 @spmm_nm.register_fake
 def _(values, indices, b, bias, activation, n, m, vector, block, transpose, backend):
     rows = values.shape[1] // n * m if transpose else values.shape[0]
-    return b.new_empty((rows, b.shape[-1]))
+    return spmm_out(b, rows) if backend == "triton" else b.new_empty((rows, b.shape[-1]))
 
 
 def _spmm_nm_setup(ctx, inputs, output):
