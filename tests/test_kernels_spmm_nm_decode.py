@@ -119,12 +119,12 @@ def test_linear_takes_the_decode_kernel_and_caches_packing(gen):
     assert _triton_nm.packed_words(W.indices, 4) is not words  # an in-place edit repacks
 
 
-ROUTES = [(2, 8, 4, True), (2, 8, 5, False), (2, 4, 16, True), (2, 4, 17, False)]
+ROUTES = [(2, 8, 12, True), (1, 8, 16, True), (2, 8, 17, False), (2, 4, 17, False)]
 
 
 @pytest.mark.parametrize(("n", "m", "tokens", "decodes"), ROUTES)
 def test_token_count_picks_decode_or_gather(n, m, tokens, decodes, gen, monkeypatch):
-    """m = 8 patterns leave the decode kernel after 4 tokens, 2:4 after 16 (tuning.py); both
+    """Every pattern leaves the decode kernel after 16 tokens (tuning.DECODE_MAX_N); both
     paths give the product."""
     from sparsekernels.kernels import spmm_nm_decode
 

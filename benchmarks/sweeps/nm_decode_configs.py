@@ -1,5 +1,6 @@
 """The N:M decode kernel (kernels/spmm_nm_decode.py) against the first gather kernel
-(kernels/spmm_nm.py) and dense, at 1 and 16 tokens on the 14336 x 4096 MLP weight, bf16,
+(kernels/spmm_nm.py) and dense, at 1 and 16 tokens (or TOKENS=2,4,8) on the 14336 x 4096
+MLP weight, bf16,
 CUDA-graph medians. Prints the best configurations per case; writes every timing to
 OUT/nm_decode.json when OUT is set."""
 
@@ -35,6 +36,9 @@ M, K = 14336, 4096
 w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
 CASES = [(1, (2, 8, 1)), (1, (1, 8, 1)), (1, (2, 4, 1)), (1, (2, 8, 64))]
 CASES += [(16, (2, 8, 1)), (16, (2, 8, 64)), (4, (2, 8, 1))]
+if os.environ.get("TOKENS"):  # e.g. TOKENS=2,4,8,16: element-wise 2:8, 1:8, 2:4 at those counts
+    tokens = [int(t) for t in os.environ["TOKENS"].split(",")]
+    CASES = [(N, (n, m, 1)) for N in tokens for n, m in ((2, 8), (1, 8), (2, 4))]
 rows, table = [], []
 for N, (n, m, v) in CASES:
     if time.time() - start > BUDGET_S:

@@ -1,5 +1,5 @@
 """Element-wise N:M at 1-16 tokens: the decode kernel against the gather kernel it replaced, per
-token count, to set kernels/tuning.py's DECODE_MAX_N(_SPARSE) (the llm suite of 2026-11-29-d had the
+token count, to set kernels/tuning.py's DECODE_MAX_N (the llm suite of 2026-11-29-d had the
 decode kernel slower at 16 tokens for m = 8, faster at 1-4). bf16, B (K, N) contiguous."""
 
 import torch
@@ -20,7 +20,7 @@ for M, K in [(14336, 4096), (4096, 14336)]:
             b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
             times, outs = [], []
             for limit in (16, 0):  # decode, then gather
-                tuning.DECODE_MAX_N = tuning.DECODE_MAX_N_SPARSE = limit
+                tuning.DECODE_MAX_N = limit
                 sk.spmm(W, b, backend="triton")
                 times.append(
                     do_bench_cudagraph(lambda: sk.spmm(W, b, backend="triton"), rep=20) * 1e3
@@ -30,4 +30,4 @@ for M, K in [(14336, 4096), (4096, 14336)]:
             assert torch.allclose(outs[0], outs[1], rtol=2e-2, atol=2e-1), (M, K, n, m, N)
             line += f" | N={N}: {times[0]:.1f}/{times[1]:.1f}/{dense:.1f}"
         print(line, flush=True)
-tuning.DECODE_MAX_N, tuning.DECODE_MAX_N_SPARSE = 16, 4
+tuning.DECODE_MAX_N = 16

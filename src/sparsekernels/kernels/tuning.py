@@ -66,18 +66,11 @@ def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfi
 
 
 # Up to this many columns of B (tokens), N:M products take the decode kernel: bound by the
-# weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile. Past it, the
-# gather kernel: at 16 tokens it beat the decode kernel for m = 8 (1:8 4096 x 14336: 38.2 us
-# against 63.4; 2:8: 70.7 against 108.5), while decode won at 4 tokens and for 2:4 at 16
-# (110 against 125 us); H200 llm suite, 2026-11-29-d. Between 4 and 16 tokens unmeasured:
-# benchmarks/sweeps/nm_decode_vs_gather.py sets these.
+# weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile. With B padded
+# to an aligned power-of-two row it beats the gather kernel at 1-12 tokens for every pattern
+# (1:8 14336 x 4096 at 8 tokens: 19.2 against 94.2 us) and ties it at 16 (30.8 vs 34.0; 4096 x
+# 14336: 37.9 vs 36.6); H200, results/nvidia-h200/2026-11-30/nm_decode_vs_gather.txt.
 DECODE_MAX_N = 16
-DECODE_MAX_N_SPARSE = 4  # patterns sparser than n:m = 1:2
-
-
-def spmm_nm_decode_max_n(n: int, m: int) -> int:
-    """The most tokens the decode kernel takes for an n:m pattern."""
-    return DECODE_MAX_N if 2 * n >= m else DECODE_MAX_N_SPARSE
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from . import _dispatch, _library
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
     from ..kernels import spmm_nm as kernel
     from ..kernels import spmm_nm_decode as decode
-    from ..kernels.tuning import spmm_nm_config, spmm_nm_decode_max_n
+    from ..kernels import tuning
 
     out = _library.spmm_out(b, values.shape[0])
-    config = spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
+    config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
-    decodes = b.shape[1] <= spmm_nm_decode_max_n(n, m) and decode.supports(block)
+    decodes = b.shape[1] <= tuning.DECODE_MAX_N and decode.supports(block)
     if not config.use_dot and decodes:
         return _decode(values, indices, b, bias, out, activation, n, m, vector, block)
     kernel.spmm_nm(
