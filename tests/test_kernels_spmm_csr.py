@@ -21,12 +21,13 @@ def _skip_interpreter_on_gpu_machine(device):
         pytest.skip("the interpreter runs only on machines without CUDA")
 
 
-def _launch_poisoned(A, B, bias=None, activation="none"):
+def _launch_poisoned(A, B, bias=None, activation="none", cols=None):
     from sparsekernels.kernels import spmm_csr as kernel
     from sparsekernels.kernels.tuning import spmm_csr_config
 
-    out = torch.full((1, A.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
-    config = spmm_csr_config(B.shape[1])
+    cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
+    out = torch.full((1, A.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
+    config = spmm_csr_config(cols)
     kernel.spmm_csr(
         row_offsets=A.row_offsets,
         column_indices=A.column_indices,
@@ -52,6 +53,21 @@ def test_every_element_written(device, dtype, gen):
     B = randn(40, 37, gen=gen, dtype=dtype, device=device)
     got = _launch_poisoned(A, B)
     assert_close(got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("N", [2, 5, 8, 16])
+def test_decode_sizes_in_every_b_layout(device, N, gen):
+    """x^T (linear's column-major B), row-major B, and B padded to an aligned power-of-two
+    width (the fast load, ops._layout.padded_rows) give the same product."""
+    from sparsekernels.ops._layout import padded_rows
+
+    _skip_interpreter_on_gpu_machine(device)
+    A = random_csr(23, 40, 0.3, gen, torch.float32, device)
+    x = randn(N, 40, gen=gen, dtype=torch.float32, device=device)
+    want, bound = A.to_dense().double() @ x.t().double(), spmm_bound(A.to_dense(), x.t())
+    for B in (x.t(), x.t().contiguous(), padded_rows(x.t())):
+        assert_close(_launch_poisoned(A, B, cols=N), want, bound, torch.float32)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -6,8 +6,9 @@ import torch
 
 import sparsekernels as sk
 from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
-from sparsekernels.kernels.spmm_nm_decode import packed_bits, padded_b, spmm_nm_decode
-from sparsekernels.ops._triton_nm import padded_rows
+from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
+from sparsekernels.kernels.transpose import padded_b
+from sparsekernels.ops._layout import padded_rows
 
 DEVICES = [
     pytest.param("cpu", id="interpreter"),

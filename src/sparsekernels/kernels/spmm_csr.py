@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .transpose import padded_b
+
 
 @triton.jit
 def _spmm_csr_kernel(
@@ -42,6 +44,7 @@ def _spmm_csr_kernel(
     BLOCK_ROWS: tl.constexpr,
     BLOCK_NNZ: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    PADDED_B: tl.constexpr,  # b is (K, BLOCK_N) row-major, zero past column N (transpose.padded_b)
 ):
     # int64 from the program id on: M may come within BLOCK_ROWS of 2^31.
     offs_r = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
@@ -67,11 +70,18 @@ def _spmm_csr_kernel(
         mask = offs < end[:, None]
         cols = tl.load(column_indices + offs, mask=mask, other=0).to(tl.int64)
         vals = tl.load(values + offs, mask=mask, other=0.0).to(ACC_DTYPE)
-        tile = tl.load(
-            b + cols[:, :, None] * stride_bk + b_cols[None, None, :],
-            mask=mask[:, :, None] & mask_n[None, None, :],
-            other=0.0,
-        ).to(ACC_DTYPE)
+        if PADDED_B:  # a compile-time row stride, no column mask: one aligned vector a row
+            tile = tl.load(
+                b + cols[:, :, None] * BLOCK_N + offs_n[None, None, :],
+                mask=mask[:, :, None],
+                other=0.0,
+            ).to(ACC_DTYPE)
+        else:
+            tile = tl.load(
+                b + cols[:, :, None] * stride_bk + b_cols[None, None, :],
+                mask=mask[:, :, None] & mask_n[None, None, :],
+                other=0.0,
+            ).to(ACC_DTYPE)
         acc += tl.sum(vals[:, :, None] * tile, axis=1)
 
     if HAS_BIAS:
@@ -102,7 +112,8 @@ def spmm_csr(
     block_n: int,
     num_warps: int,
 ) -> torch.Tensor:
-    """Launch over out (batch, M, N); values/b may be unbatched (their batch stride is 0)."""
+    """Launch over out (batch, M, N); values/b may be unbatched (their batch stride is 0). A 2-D
+    b padded to block_n columns (transpose.padded_b) takes the fastest load."""
     batch, rows, n = out.shape
     if rows == 0 or n == 0 or batch == 0:
         return out
@@ -131,6 +142,7 @@ def spmm_csr(
         BLOCK_ROWS=block_rows,
         BLOCK_NNZ=block_nnz,
         BLOCK_N=block_n,
+        PADDED_B=padded_b(b, n) and b.shape[1] == block_n,
         num_warps=num_warps,
     )
     return out

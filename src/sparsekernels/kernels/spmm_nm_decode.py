@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
+from .transpose import padded_b
 
 
 @triton.jit
@@ -172,13 +173,6 @@ def supports(block: int) -> bool:
     return block & (block - 1) == 0
 
 
-def padded_b(b: torch.Tensor, n_cols: int) -> bool:
-    """Whether b is laid out for the fast load: (K, next_power_of_2(N)) row-major, more than one
-    column (its columns past N must be zero; the caller pads them)."""
-    width = triton.next_power_of_2(n_cols)
-    return n_cols > 1 and b.shape[1] == width and b.stride() == (width, 1)
-
-
 def spmm_nm_decode(
     *,
     values: torch.Tensor,
@@ -198,8 +192,9 @@ def spmm_nm_decode(
     num_stages: int,
 ) -> torch.Tensor:
     """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
-    `padded_b`), which loads fastest. values (M, S) and words (`NMMatrix.packed_indices(bits)`,
-    bits from `packed_bits`) need unit stride along their last dim."""
+    `transpose.padded_b`), which loads fastest. values (M, S) and words
+    (`NMMatrix.packed_indices(bits)`, bits from `packed_bits`) need unit stride along their
+    last dim."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out

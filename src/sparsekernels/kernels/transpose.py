@@ -1,4 +1,5 @@
-"""A row-major copy of a strided 2-D tensor (e.g. x^T for a token-major x), tile by tile.
+"""A row-major copy of a strided 2-D tensor (e.g. x^T for a token-major x), tile by tile,
+optionally padded with zero columns to an aligned width.
 
 Kernels that gather whole rows of B want each row contiguous; torch's generic strided copy
 runs far below copy bandwidth for a transposed bf16 operand, this tiled copy near it.
@@ -63,3 +64,11 @@ def row_major_copy(
             BLOCK_C=block_c,
         )
     return dst
+
+
+def padded_b(b: torch.Tensor, n_cols: int) -> bool:
+    """Whether B (K, N) is laid out for the decode kernels' fastest load: (K, next power of two
+    of N) row-major with more than one column, as row_major_copy(width=...) leaves it (the
+    columns past N must be zero). Its row stride then becomes a compile-time constant."""
+    width = triton.next_power_of_2(n_cols)
+    return b.dim() == 2 and n_cols > 1 and b.shape[1] == width and b.stride() == (width, 1)

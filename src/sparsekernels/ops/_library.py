@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import _dispatch
+from ._layout import spmm_out
 
 Tensor = torch.Tensor
 
@@ -22,21 +23,6 @@ def eager_inference(*tensors: Tensor | None) -> bool:
     if torch.is_grad_enabled() and any(t.requires_grad for t in present):
         return False
     return all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in present)
-
-
-def column_major(b: Tensor) -> bool:
-    """b is a column-major matrix with several columns: linear's x^T (tokens are columns)."""
-    return b.dim() == 2 and b.shape[1] > 1 and b.stride(0) == 1 and b.stride(1) >= b.shape[0]
-
-
-def spmm_out(b: Tensor, rows: int) -> Tensor:
-    """An empty (rows, N) product in b's memory order: for linear's x^T that is column-major,
-    so linear's (tokens, rows) result comes back contiguous, with no copy; attention's fast
-    SDPA kernels need a unit last stride (a strided q made a 16-token decode fall back to
-    the math kernel, +137 MiB; e2e suite, H200, 2026-11-30)."""
-    if column_major(b):
-        return b.new_empty((b.shape[1], rows)).t()
-    return b.new_empty((rows, b.shape[1]))
 
 
 def _batch(*shapes) -> tuple[int, ...]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from . import _dispatch, _library
+from . import _dispatch
+from ._layout import padded_rows, rows_contiguous, spmm_out
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
@@ -14,7 +15,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     from ..kernels import spmm_nm_decode as decode
     from ..kernels import tuning
 
-    out = _library.spmm_out(b, values.shape[0])
+    out = spmm_out(b, values.shape[0])
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
     decodes = b.shape[1] <= tuning.DECODE_MAX_N and decode.supports(block)
@@ -83,36 +84,6 @@ def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
         hit = (version, bits, pack_offsets(indices, bits))
         _PACKED[indices] = hit
     return hit[2]
-
-
-def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
-    """B with each row contiguous: gathered rows then load as wide vectors (linear passes x^T)."""
-    if b.shape[1] <= 1 or b.stride(1) == 1:
-        return b
-    if b.device.type == "cuda":
-        from ..kernels.transpose import row_major_copy
-
-        return row_major_copy(src=b)
-    return b.contiguous()
-
-
-def padded_rows(b: torch.Tensor) -> torch.Tensor:
-    """B for the decode kernel: (K, next_power_of_2(N)) row-major with zero columns past N, so a
-    gathered row is one aligned vector load (kernels/spmm_nm_decode.py); B itself when it is
-    laid out so already or has one column. linear's x^T needs a row-major copy anyway."""
-    import triton
-
-    from ..kernels.spmm_nm_decode import padded_b
-
-    cols = b.shape[1]
-    if cols <= 1 or padded_b(b, cols):
-        return b
-    width = triton.next_power_of_2(cols)
-    if b.device.type == "cuda":
-        from ..kernels.transpose import row_major_copy
-
-        return row_major_copy(src=b, width=width)
-    return torch.nn.functional.pad(b, (0, width - cols)).contiguous()
 
 
 def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:

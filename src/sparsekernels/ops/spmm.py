@@ -8,6 +8,7 @@ from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from . import _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
+from ._layout import padded_rows
 
 
 def spmm(
@@ -191,6 +192,8 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
     config = spmm_csr_config(b.shape[-1])
+    if b.dim() == 2 and 1 < b.shape[1] <= 16:  # decode sizes: rows as aligned vectors
+        b = padded_rows(b)
     kernel.spmm_csr(
         row_offsets=row_offsets,
         column_indices=column_indices,
@@ -198,7 +201,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
         b=b,
         bias=bias.contiguous() if bias is not None else None,
         row_order=row_order,
-        out=out.view(-1, rows, b.shape[-1]),
+        out=out.view(-1, rows, out.shape[-1]),
         activation=activation,
         block_rows=config.block_rows,
         block_nnz=config.block_nnz,

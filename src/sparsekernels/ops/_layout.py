@@ -1,0 +1,55 @@
+"""Memory layouts of B and of the product for the Triton spmm kernels.
+
+linear passes x^T, a column-major B. The kernels gather whole rows of B, so they want it
+row-major, and at decode sizes padded to an aligned power-of-two width; the product is written
+column-major so that linear's transposed result is contiguous (the fake ops promise the same).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def column_major(b: torch.Tensor) -> bool:
+    """b is a column-major matrix with several columns: linear's x^T (tokens are columns)."""
+    return b.dim() == 2 and b.shape[1] > 1 and b.stride(0) == 1 and b.stride(1) >= b.shape[0]
+
+
+def spmm_out(b: torch.Tensor, rows: int) -> torch.Tensor:
+    """An empty (rows, N) product in b's memory order: for linear's x^T that is column-major,
+    so linear's (tokens, rows) result comes back contiguous, with no copy; attention's fast
+    SDPA kernels need a unit last stride (a strided q made a 16-token decode fall back to
+    the math kernel, +137 MiB; e2e suite, H200, 2026-11-30)."""
+    if column_major(b):
+        return b.new_empty((b.shape[1], rows)).t()
+    return b.new_empty((rows, b.shape[1]))
+
+
+def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
+    """B with each row contiguous: gathered rows then load as wide vectors (linear passes x^T)."""
+    if b.shape[1] <= 1 or b.stride(1) == 1:
+        return b
+    if b.device.type == "cuda":
+        from ..kernels.transpose import row_major_copy
+
+        return row_major_copy(src=b)
+    return b.contiguous()
+
+
+def padded_rows(b: torch.Tensor) -> torch.Tensor:
+    """B for the decode-size kernels (N:M decode, CSR at N <= 16): (K, next_power_of_2(N))
+    row-major with zero columns past N, so a gathered row is one aligned vector load; B itself
+    when it is laid out so already or has one column. linear's x^T needs a copy anyway."""
+    import triton
+
+    from ..kernels.transpose import padded_b
+
+    cols = b.shape[1]
+    if cols <= 1 or padded_b(b, cols):
+        return b
+    width = triton.next_power_of_2(cols)
+    if b.device.type == "cuda":
+        from ..kernels.transpose import row_major_copy
+
+        return row_major_copy(src=b, width=width)
+    return torch.nn.functional.pad(b, (0, width - cols)).contiguous()
