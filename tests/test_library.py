@@ -77,16 +77,24 @@ def test_opcheck_nm(transpose, gen):
 
 
 @pytest.mark.parametrize("columns", [1, 5])
-def test_opcheck_nm_triton_column_major_b(columns, gen):
-    """The triton backend writes W @ x^T in x^T's (column-major) order; the fake must say so."""
-    W = random_nm(6, 16, 2, 8, gen)
+@pytest.mark.parametrize("backend", ["triton", "dense", "reference"])
+def test_opcheck_column_major_b(columns, backend, gen):
+    """The triton (N:M) and dense backends write W @ x^T in x^T's column-major order, so
+    linear's result is contiguous; each fake must promise the strides its backend returns."""
+    W, A = random_nm(6, 16, 2, 8, gen), random_csr(6, 16, 0.4, gen)
     b = randn(columns, 16, gen=gen).t()
-    args = (W.values, W.indices, b, None, "none", 2, 8, 1, 1, False, "triton")
-    out = torch.ops.sparsekernels.spmm_nm.default(*args)
-    assert out.t().is_contiguous()
-    torch.library.opcheck(
-        torch.ops.sparsekernels.spmm_nm.default, args, test_utils=("test_faketensor",)
-    )
+    bias = randn(6, gen=gen)
+    nm_args = (W.values, W.indices, b, bias, "gelu", 2, 8, 1, 1, False, backend)
+    csr_args = (A.row_offsets, A.column_indices, A.values, b, bias, A.row_order,
+                None, None, None, "relu", backend)  # fmt: skip
+    ops = [(torch.ops.sparsekernels.spmm_nm.default, nm_args)]
+    if backend != "triton":  # the CSR kernel writes row-major; linear copies its result
+        ops.append((torch.ops.sparsekernels.spmm_csr.default, csr_args))
+    for op, args in ops:
+        out = op(*args)
+        if backend != "reference":
+            assert out.t().is_contiguous(), (op, backend)
+        torch.library.opcheck(op, args, test_utils=("test_faketensor",))
 
 
 def test_compile_fullgraph_every_op(gen):

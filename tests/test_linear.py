@@ -34,7 +34,7 @@ def test_output_is_contiguous(tokens, gen):
     decode, +137 MiB on the H200): every path returns (tokens, out) contiguous."""
     for name, W in _weights(gen, torch.float32).items():
         x = randn(tokens, 32, gen=gen, dtype=torch.float32)
-        for backend in ("reference", "triton"):
+        for backend in ("reference", "triton", "dense"):
             got = sk.linear(x, W, backend=backend)
             assert got.is_contiguous(), (name, backend)
             torch.testing.assert_close(got, x @ W.to_dense().t(), rtol=1e-5, atol=1e-5)

@@ -4,16 +4,17 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr
+from _helpers import ALL_DTYPES, assert_close, randn, random_csr, random_nm
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("shape", [(37, 29, 45), (1, 9, 1), (20, 1, 30), (5, 700, 6)])
-def test_forward(dtype, shape, gen):
+@pytest.mark.parametrize("backend", [None, "dense"])
+def test_forward(dtype, shape, backend, gen):
     M, K, N = shape
     P = random_csr(M, N, 0.3, gen, dtype)
     X, Y = randn(M, K, gen=gen, dtype=dtype), randn(N, K, gen=gen, dtype=dtype)
-    S = sk.sddmm(X, Y, P)
+    S = sk.sddmm(X, Y, P, backend=backend)
     assert isinstance(S, sk.CSRMatrix) and S.dtype == dtype and S.nnz == P.nnz
     rows, cols = P.pattern.row_indices(), P.column_indices.long()
     want = (X.double() @ Y.double().t())[rows, cols]
@@ -21,10 +22,11 @@ def test_forward(dtype, shape, gen):
     assert_close(S.values, want, bound, dtype)
 
 
-def test_batched(gen):
+@pytest.mark.parametrize("backend", [None, "dense"])
+def test_batched(backend, gen):
     P = random_csr(12, 10, 0.4, gen)
     X, Y = randn(3, 12, 8, gen=gen), randn(3, 10, 8, gen=gen)
-    S = sk.sddmm(X, Y, P)
+    S = sk.sddmm(X, Y, P, backend=backend)
     assert S.batch == 3
     torch.testing.assert_close(S.to_dense(), (X @ Y.transpose(1, 2)) * (P.to_dense() != 0))
 
@@ -35,3 +37,35 @@ def test_backward(gen):
     assert torch.autograd.gradcheck(lambda x, y: sk.sddmm(x, y, P).values, (X, Y))
     Xb, Yb = randn(2, 9, 5, gen=gen).requires_grad_(), randn(7, 5, gen=gen).requires_grad_()
     assert torch.autograd.gradcheck(lambda x, y: sk.sddmm(x, y, P).values, (Xb, Yb))
+
+
+def test_dense_backend_rule():
+    """The whole product on cuBLAS for a weight gradient's shapes (half precision from 5%
+    stored, fp32 from 25%, K >= 64); never for attention-sized products or short K."""
+    from sparsekernels.ops import _dispatch
+
+    def chosen(dtype, k, density, cells):
+        facts = {"k": k, "batch": 1, "rows": 512, "density": density, "cells": cells}
+        return _dispatch.choose("sddmm_csr", _dispatch.Problem(torch.device("cuda"), dtype, facts))
+
+    assert chosen(torch.bfloat16, 8192, 0.1, 512 * 2048) == "dense"
+    assert chosen(torch.float32, 8192, 0.1, 512 * 2048) == "triton"
+    assert chosen(torch.float32, 8192, 0.3, 512 * 2048) == "dense"
+    assert chosen(torch.bfloat16, 32, 0.1, 512 * 2048) == "triton"
+    assert chosen(torch.bfloat16, 64, 0.1, 8 * 8192 * 8192) == "triton"  # attention scores
+    assert chosen(torch.bfloat16, 8192, 0.01, 512 * 2048) == "triton"
+
+
+@pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (1, 4, 4, 1), (4, 16, 2, 2), (3, 8, 1, 1)])
+def test_nm_kept_positions_dense_and_reference(pattern, gen):
+    """sddmm_nm (the N:M weight gradient) at every kept position, both backends."""
+    from sparsekernels.ops.sddmm import sddmm_nm_raw
+
+    n, m, vector, block = pattern
+    W = random_nm(2 * vector + 1, 3 * m, n, m, gen, vector, block)
+    x, y = randn(W.shape[0], 7, gen=gen), randn(W.shape[1], 7, gen=gen)
+    want = (x @ y.t()) * (W.to_dense() != 0)
+    for backend in ("reference", "dense"):
+        got = sddmm_nm_raw(W.indices, x, y, n, m, vector, block, backend=backend)
+        dense = W.with_values(got).to_dense()
+        torch.testing.assert_close(dense, want, rtol=1e-12, atol=1e-12, msg=backend)

@@ -157,6 +157,21 @@ def spmm_nm_prefers_dense(
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
 
 
+# The whole product x @ y^T on cuBLAS, then the stored entries picked out, beats a sampled
+# product on CUDA cores wherever tensor cores do more than 1/density times the work faster: a
+# 90% sparse weight's gradient (512 x 2048, K = 8192 tokens, bf16) took 936 us a call in the
+# sddmm kernel, while the dense product is ~25 us (transformer_profile.txt, H200, 2026-11-30).
+# The product must stay small (attention's L x L scores per head would not).
+SDDMM_DENSE_MIN_K = 64
+SDDMM_DENSE_MAX_CELLS = 2**27  # elements of the whole product, all batches
+
+
+def sddmm_prefers_dense(k: int, density: float, cells: int, half_precision: bool) -> bool:
+    if k < SDDMM_DENSE_MIN_K or cells > SDDMM_DENSE_MAX_CELLS:
+        return False
+    return density >= (0.05 if half_precision else 0.25)
+
+
 # ------------------------------------------------------------------ densify (dense fallback)
 # First configurations, not yet measured on the H200: benchmarks/sweeps/densify_sweep.py times
 # these against the alternatives it lists and prints the best of each case.

@@ -11,17 +11,49 @@ import torch
 
 from .. import reference
 from . import _dispatch
+from ._layout import column_major
 
 
 def spmm_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
     weight = densify_csr(row_offsets, column_indices, values, b.shape[-2])
+    if weight.dim() == 2 and column_major(b):
+        return _in_b_order(weight, b, bias, activation)
     return epilogue(torch.matmul(weight, b), bias, activation)
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
     weight = densify_nm(values, indices, n, m, vector, block)
     # cuBLAS reads a transposed operand in place: W^T needs no transposed copy.
-    return epilogue((weight.t() if transpose else weight) @ b, bias, activation)
+    weight = weight.t() if transpose else weight
+    if column_major(b):
+        return _in_b_order(weight, b, bias, activation)
+    return epilogue(weight @ b, bias, activation)
+
+
+def _in_b_order(weight, b, bias, activation):
+    """W @ b for a column-major b (linear's x^T) as (b^T @ W^T)^T: cuBLAS reads both transposes
+    in place and adds the bias in its epilogue, and the product comes out column-major, so
+    linear's result is contiguous without a transposing copy (ops/_layout.py)."""
+    product_t = b.t() @ weight.t() if bias is None else torch.addmm(bias, b.t(), weight.t())
+    return reference.apply_activation(product_t, activation).t()
+
+
+def sddmm_csr(row_offsets, column_indices, x, y):
+    """(x @ y^T) at the stored positions, from the whole product on cuBLAS: at a weight
+    gradient's shapes (K = tokens in the thousands) tensor cores finish the dense product long
+    before a CUDA-core kernel finishes the sampled one."""
+    product = torch.matmul(x, y.transpose(-1, -2))
+    rows = reference.row_indices(row_offsets, column_indices.numel())
+    flat = rows * product.shape[-1] + column_indices.long()
+    return product.flatten(-2)[..., flat]
+
+
+def sddmm_nm(indices, x, y, n: int, m: int, vector: int, block: int):
+    """(x @ y^T) at an N:M pattern's kept positions (M, groups * n), from the whole product."""
+    from ..formats.nm import nm_columns
+
+    product = x @ y.t()
+    return product.gather(1, nm_columns(indices, x.shape[0], n, m, vector, block))
 
 
 def triton_densifies(values: torch.Tensor) -> bool:
@@ -116,6 +148,15 @@ def csr_prefers_dense(problem: _dispatch.Problem) -> bool:
 
     half = problem.dtype in (torch.float16, torch.bfloat16)
     return spmm_csr_prefers_dense(problem.facts["n"], problem.facts.get("density", 0.0), half)
+
+
+def sddmm_prefers_dense(problem: _dispatch.Problem) -> bool:
+    from ..kernels.tuning import sddmm_prefers_dense
+
+    facts, half = problem.facts, problem.dtype in (torch.float16, torch.bfloat16)
+    # facts a caller may leave out (sparsekernels info, the bench's peers): not dense
+    k, density, cells = facts.get("k", 0), facts.get("density", 0.0), facts.get("cells", 0)
+    return sddmm_prefers_dense(k, density, cells, half)
 
 
 def nm_prefers_dense(problem: _dispatch.Problem) -> bool:

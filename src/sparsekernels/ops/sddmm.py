@@ -7,7 +7,7 @@ import torch
 from .. import _checks, reference
 from ..formats import CSRMatrix
 from ..formats._pattern import Pattern
-from . import _dispatch, _library
+from . import _dense, _dispatch, _library
 
 
 def sddmm(
@@ -56,7 +56,10 @@ def sddmm(
 def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None, backend=None):
     """The registered op with its backend chosen; `transposed` is A^T's pattern for backward."""
     batch = max(x.shape[0] if x.dim() == 3 else 1, y.shape[0] if y.dim() == 3 else 1)
-    facts = {"k": x.shape[-1], "batch": batch, "rows": row_offsets.numel() - 1}
+    rows, cols = row_offsets.numel() - 1, y.shape[-2]
+    cells = batch * rows * cols
+    density = column_indices.numel() / (rows * cols) if rows * cols else 1.0
+    facts = {"k": x.shape[-1], "batch": batch, "rows": rows, "density": density, "cells": cells}
     problem = _dispatch.Problem(x.device, x.dtype, facts)
     name = _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
     if _library.eager_inference(x, y):  # no gradient: skip the op's dispatch cost
@@ -66,7 +69,8 @@ def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None,
 
 
 def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
-    facts = {"k": x.shape[-1], "pattern": (n, m, vector, block)}
+    facts = {"k": x.shape[-1], "pattern": (n, m, vector, block), "density": n / m}
+    facts["cells"] = x.shape[0] * y.shape[0]
     problem = _dispatch.Problem(x.device, x.dtype, facts)
     name = _dispatch.choose_with_hint("sddmm_nm", problem, backend, hint)
     if _library.eager_inference(x, y):
@@ -102,9 +106,17 @@ def _triton_csr(row_offsets, column_indices, x, y):
 
 
 _dispatch.register(
+    "sddmm_csr",
+    _dispatch.Backend("dense", _dense.sddmm_csr, _dense.reasons(_dense.sddmm_prefers_dense)),
+)
+_dispatch.register(
     "sddmm_csr", _dispatch.Backend("triton", _triton_csr, _dispatch.triton_batched_reasons)
 )
 _dispatch.register(
     "sddmm_csr", _dispatch.Backend("reference", reference.sddmm_csr, _dispatch.always)
+)
+_dispatch.register(
+    "sddmm_nm",
+    _dispatch.Backend("dense", _dense.sddmm_nm, _dense.reasons(_dense.sddmm_prefers_dense)),
 )
 _dispatch.register("sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always))
