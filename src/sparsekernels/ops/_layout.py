@@ -39,7 +39,8 @@ def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
 def padded_rows(b: torch.Tensor) -> torch.Tensor:
     """B for the decode-size kernels (N:M decode, CSR at N <= 16): (K, next_power_of_2(N))
     row-major with zero columns past N, so a gathered row is one aligned vector load; B itself
-    when it is laid out so already or has one column. linear's x^T needs a copy anyway."""
+    when it is laid out so already, has one column or repeats one row. linear's x^T needs a
+    copy anyway."""
     import triton
 
     from ..kernels.transpose import padded_b
@@ -47,6 +48,8 @@ def padded_rows(b: torch.Tensor) -> torch.Tensor:
     cols = b.shape[1]
     if cols <= 1 or padded_b(b, cols):
         return b
+    if b.stride(0) == 0:  # an expanded B (one row for all K) is never copied out: it may be huge
+        return rows_contiguous(b)
     width = triton.next_power_of_2(cols)
     if b.device.type == "cuda":
         from ..kernels.transpose import row_major_copy
