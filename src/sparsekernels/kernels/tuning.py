@@ -69,7 +69,7 @@ def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfi
 # weight's bytes, it reads bit-packed offsets and keeps B's whole row in one tile. With B padded
 # to an aligned power-of-two row it beats the gather kernel at 1-12 tokens for every pattern
 # (1:8 14336 x 4096 at 8 tokens: 19.2 against 94.2 us) and ties it at 16 (30.8 vs 34.0; 4096 x
-# 14336: 37.9 vs 36.6); H200, results/nvidia-h200/2026-11-30/nm_decode_vs_gather.txt.
+# 14336: 37.9 vs 36.6); H200, results/nvidia-h200/2026-11-30/at-49c3dd1/nm_decode_vs_gather.txt.
 DECODE_MAX_N = 16
 
 
@@ -160,7 +160,8 @@ def spmm_nm_prefers_dense(
 # The whole product x @ y^T on cuBLAS, then the stored entries picked out, beats a sampled
 # product on CUDA cores wherever tensor cores do more than 1/density times the work faster: a
 # 90% sparse weight's gradient (512 x 2048, K = 8192 tokens, bf16) took 936 us a call in the
-# sddmm kernel, while the dense product is ~25 us (transformer_profile.txt, H200, 2026-11-30).
+# sddmm kernel, while the dense product is ~25 us (H200, results/nvidia-h200/2026-11-30/
+# at-a179149/transformer_profile.txt).
 # The product must stay small (attention's L x L scores per head would not).
 SDDMM_DENSE_MIN_K = 64
 SDDMM_DENSE_MAX_CELLS = 2**27  # elements of the whole product, all batches

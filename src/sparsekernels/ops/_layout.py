@@ -19,7 +19,7 @@ def spmm_out(b: torch.Tensor, rows: int) -> torch.Tensor:
     """An empty (rows, N) product in b's memory order: for linear's x^T that is column-major,
     so linear's (tokens, rows) result comes back contiguous, with no copy; attention's fast
     SDPA kernels need a unit last stride (a strided q made a 16-token decode fall back to
-    the math kernel, +137 MiB; e2e suite, H200, 2026-11-30)."""
+    the math kernel: +137 MiB over dense, sweeps/decode_memory.py, H200, 2026-11-30)."""
     if column_major(b):
         return b.new_empty((b.shape[1], rows)).t()
     return b.new_empty((rows, b.shape[1]))
