@@ -73,6 +73,34 @@ def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfi
 DECODE_MAX_N = 16
 
 
+# The expand-and-dot kernel (spmm_nm_expand.py: N:M tiles expanded in registers, tl.dot) takes
+# N:M products with EXPAND_MIN_N..EXPAND_MAX_N tokens in place of the decode and gather
+# kernels. Off (None) until an H200 sweep sets it: benchmarks/sweeps/nm_expand_sweep.py, never
+# run yet. The decode kernel's CUDA-core work grows with the tokens (1:8 14336 x 4096: 10.8 us at
+# 1 token, 30.8 at 16; dense 31 us), this kernel's should not.
+EXPAND_MIN_N: int | None = None
+EXPAND_MAX_N = 256
+
+
+@dataclass(frozen=True)
+class SpmmNmExpandConfig:
+    block_m: int
+    block_g: int  # groups a step (block_g * m dense columns)
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def spmm_nm_expand_takes(n_cols: int) -> bool:
+    return EXPAND_MIN_N is not None and EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
+
+
+def spmm_nm_expand_config(n_cols: int, m: int) -> SpmmNmExpandConfig:
+    """A first guess (no sweep yet): 64 rows x 64 dense columns a step, the tokens in one tile."""
+    block_n = max(16, min(64, triton.next_power_of_2(n_cols)))
+    return SpmmNmExpandConfig(64, max(1, 64 // m), block_n, num_warps=4, num_stages=3)
+
+
 @dataclass(frozen=True)
 class SpmmNmDecodeConfig:
     block_m: int

@@ -13,10 +13,13 @@ from ._layout import padded_rows, rows_contiguous, spmm_out
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
     from ..kernels import spmm_nm as kernel
     from ..kernels import spmm_nm_decode as decode
+    from ..kernels import spmm_nm_expand as expand
     from ..kernels import tuning
 
     out = spmm_out(b, values.shape[0])
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
+    if tuning.spmm_nm_expand_takes(b.shape[1]) and expand.supports(n, m, b.shape[0], b.dtype):
+        return _expand(values, indices, b, bias, out, activation, n, m, vector, block)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
     decodes = b.shape[1] <= tuning.DECODE_MAX_N and decode.supports(block)
     if not config.use_dot and decodes:
@@ -35,6 +38,34 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         use_dot=config.use_dot,
         block_m=config.block_m,
         block_s=config.block_s,
+        block_n=config.block_n,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return out
+
+
+def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
+    from ..kernels import spmm_nm_expand as expand
+    from ..kernels.spmm_nm_decode import packed_bits
+    from ..kernels.tuning import spmm_nm_expand_config
+
+    bits = packed_bits(m, block)
+    config = spmm_nm_expand_config(b.shape[1], m)
+    expand.spmm_nm_expand(
+        values=values.contiguous(),
+        words=packed_words(indices, bits),
+        bits=bits,
+        b=padded_rows(b) if b.shape[1] <= 16 else rows_contiguous(b),
+        bias=bias.contiguous() if bias is not None else None,
+        out=out,
+        n=n,
+        m=m,
+        vector=vector,
+        block=block,
+        activation=activation,
+        block_m=config.block_m,
+        block_g=config.block_g,
         block_n=config.block_n,
         num_warps=config.num_warps,
         num_stages=config.num_stages,

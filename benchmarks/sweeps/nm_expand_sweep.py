@@ -1,0 +1,82 @@
+"""The N:M expand-and-dot kernel (kernels/spmm_nm_expand.py) against the current route (decode
+or gather kernel) and dense, bf16, CUDA-graph medians, B (K, N) row-major: sets
+tuning.EXPAND_MIN_N / EXPAND_MAX_N and spmm_nm_expand_config. Prints the best configurations
+per case and a table last; BUDGET_S caps the run (default 240 s).
+    PYTHONPATH=src python3 benchmarks/sweeps/nm_expand_sweep.py
+"""
+
+import itertools
+import os
+import time
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+import sparsekernels as sk
+from sparsekernels.kernels.spmm_nm_decode import packed_bits
+from sparsekernels.kernels.spmm_nm_expand import spmm_nm_expand
+from sparsekernels.prune.masks import nm_mask
+
+BUDGET_S = float(os.environ.get("BUDGET_S", 240))
+START = time.time()
+torch.manual_seed(0)
+
+
+def bench(fn) -> float:
+    return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3  # us
+
+
+def checked(fn, out, ref) -> float | None:
+    out.fill_(float("nan"))
+    fn()
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    return bench(fn) if err < 1e-2 else None
+
+
+GRID = [
+    (bm, bk, nw, ns)
+    for bm, bk, nw, ns in itertools.product((64, 128), (64, 128), (4, 8), (2, 3))
+    if not (bm == 128 and bk == 128 and nw == 4)
+]
+table = []
+print(
+    f"# {torch.cuda.get_device_name()} bf16, us; expand configs (block_m, block_k, warps, stages)"
+)
+for M, K in [(14336, 4096), (4096, 14336)]:
+    w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    for n, m in [(1, 8), (2, 8), (2, 4), (4, 8)]:
+        W = sk.NMMatrix.from_dense(w, n, m, mask=nm_mask(w.float(), n, m))
+        bits = packed_bits(m, 1)
+        words = W.packed_indices(bits)
+        for N in (8, 16, 32):
+            if time.time() - START > BUDGET_S:
+                break
+            B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+            ref = W.to_dense().float() @ B.float()
+            dense = bench(lambda: w @ B)
+            route = bench(lambda: sk.spmm(W, B, backend="triton"))
+            out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            results = []
+            for bm, bk, nw, ns in GRID:
+                block_n = max(16, min(64, 1 << (N - 1).bit_length()))
+                fn = lambda: spmm_nm_expand(values=W.values, words=words, bits=bits, b=B,  # noqa: E731
+                                            bias=None, out=out, n=n, m=m, vector=1, block=1,
+                                            activation="none", block_m=bm, block_g=bk // m,
+                                            block_n=block_n, num_warps=nw,
+                                            num_stages=ns)  # fmt: skip
+                try:
+                    t = checked(fn, out, ref)
+                except Exception as error:  # noqa: BLE001 - a configuration that does not fit
+                    print("  ", bm, bk, nw, ns, type(error).__name__, str(error)[:60])
+                    continue
+                if t is not None:
+                    results.append((round(t, 1), bm, bk, nw, ns))
+            results.sort()
+            case = f"{M}x{K} {n}:{m} N={N}"
+            print(case, f"dense {dense:.1f} route {route:.1f} expand top {results[:3]}", flush=True)
+            table.append((case, dense, route, results[0] if results else None))
+
+print(f"\n{'case':<26} {'dense':>7} {'route':>7} {'expand':>7}  expand x dense  best config")
+for case, dense, route, best in table:
+    t = best[0] if best else float("nan")
+    print(f"{case:<26} {dense:7.1f} {route:7.1f} {t:7.1f}  {dense / t:5.2f}x  {best[1:] if best else None}")  # fmt: skip
