@@ -113,3 +113,30 @@ def test_structural_zeros_do_not_spread_nan(device, gen):
     unused[kept] = False
     B[unused] = float("nan")
     assert not torch.isnan(sk.spmm(W, B, backend="triton")).any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("N", [1, 5, 20])
+def test_transposed_product_without_densifying(device, pattern, N, gen):
+    """W^T @ B, the backward of x: the CSR kernel on W^T's pattern (built once per weight)."""
+    from sparsekernels.ops import _triton_nm
+    from sparsekernels.ops.spmm import spmm_nm_raw
+
+    _skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    W = random_nm(2 * vector + 3, 3 * m, n, m, gen, vector, block, torch.float32, device)
+    B = randn(W.shape[0], N, gen=gen, dtype=torch.float32, device=device)
+    dense_t = W.to_dense().t()
+    for b in (B, B.t().contiguous().t()):  # a gradient comes row- or column-major
+        args = (W.values, W.indices, b, None, "none", n, m, vector, block, True)
+        got = spmm_nm_raw(*args, backend="triton")
+        assert got.shape == (W.shape[1], N)
+        assert_close(got, dense_t.double() @ b.double(), spmm_bound(dense_t, b), torch.float32)
+    first = _triton_nm.transposed_pattern(W.indices, W.shape[0], n, m, vector, block)
+    again = _triton_nm.transposed_pattern(W.indices, W.shape[0], n, m, vector, block)
+    assert again[0] is first[0]  # built once per weight
+    W.indices.add_(0)  # an in-place edit bumps the version: rebuilt
+    assert (
+        _triton_nm.transposed_pattern(W.indices, W.shape[0], n, m, vector, block)[0] is not first[0]
+    )

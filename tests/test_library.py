@@ -88,6 +88,10 @@ def test_opcheck_column_major_b(columns, backend, gen):
     csr_args = (A.row_offsets, A.column_indices, A.values, b, bias, A.row_order,
                 None, None, None, "relu", backend)  # fmt: skip
     ops = [(torch.ops.sparsekernels.spmm_nm.default, nm_args)]
+    if backend != "reference":  # W^T @ b, the backward of x (triton: the CSR kernel on W^T)
+        b_t = randn(columns, 6, gen=gen).t()
+        t_args = (W.values, W.indices, b_t, None, "none", 2, 8, 1, 1, True, backend)
+        ops.append((torch.ops.sparsekernels.spmm_nm.default, t_args))
     if backend != "triton":  # the CSR kernel writes row-major; linear copies its result
         ops.append((torch.ops.sparsekernels.spmm_csr.default, csr_args))
     for op, args in ops:

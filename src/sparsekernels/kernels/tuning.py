@@ -175,8 +175,8 @@ def spmm_nm_prefers_dense(
     n: int, density: float, vector: int, half_precision: bool, transpose: bool = False
 ) -> bool:
     """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%.
-    W^T @ B (the backward of x) has no N:M kernel: from a few hundred columns on, densifying
-    and cuBLAS beat the reference's gathers and scatters whatever the pattern."""
+    W^T @ B (the backward of x): from a few hundred columns on, densifying and cuBLAS, whatever
+    the pattern (tensor cores against the CUDA-core CSR kernel that runs W^T below that)."""
     if n < DENSE_FALLBACK_MIN_N:
         return False
     if transpose:

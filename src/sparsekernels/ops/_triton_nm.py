@@ -16,6 +16,8 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     from ..kernels import spmm_nm_expand as expand
     from ..kernels import tuning
 
+    if transpose:
+        return _transposed(values, indices, b, bias, activation, n, m, vector, block)
     out = spmm_out(b, values.shape[0])
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     if tuning.spmm_nm_expand_takes(b.shape[1]) and expand.supports(n, m, b.shape[0], b.dtype):
@@ -43,6 +45,55 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         num_stages=config.num_stages,
     )
     return out
+
+
+def _transposed(values, indices, b, bias, activation, n, m, vector, block):
+    """W^T @ b (the backward of x) with the CSR kernel on W^T's pattern, built once per weight,
+    and W's values gathered into its order: no dense copy of W."""
+    from .spmm import _triton_csr
+
+    pattern, perm = transposed_pattern(indices, values.shape[0], n, m, vector, block)
+    t_values = values.reshape(-1)[perm]
+    product = _triton_csr(
+        pattern.row_offsets,
+        pattern.column_indices,
+        t_values,
+        b,
+        bias,
+        pattern.row_order(),
+        activation,
+    )
+    out = spmm_out(b, pattern.shape[0])  # the order the op promises (ops/_layout.py)
+    return product if out.stride() == product.stride() else out.copy_(product)
+
+
+# indices tensor -> ((its version, rows, pattern), W^T's Pattern, permutation of W's values)
+_TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
+    """The CSR pattern of W^T for an N:M weight W (rows, K) and the permutation taking W's
+    values (row-major) to W^T's entry order. A fixed mask makes it a once-per-weight cost
+    (keyed by the indices tensor's identity; an in-place edit bumps its version)."""
+    from ..formats._pattern import Pattern, index_dtype_for
+    from ..formats.nm import nm_columns
+
+    key = (indices._version, rows, n, m, vector, block)
+    hit = _TRANSPOSED.get(indices)
+    if hit is None or hit[0] != key:
+        columns = nm_columns(indices, rows, n, m, vector, block)
+        slots = columns.shape[1]
+        cols = indices.shape[1] * block // n * m
+        offsets = torch.arange(rows + 1, device=indices.device) * slots
+        pattern = Pattern(
+            offsets.to(index_dtype_for(rows * slots)),
+            columns.reshape(-1).to(index_dtype_for(cols)),
+            (rows, cols),
+        )
+        transposed, perm = pattern.transpose()
+        hit = (key, transposed, perm)
+        _TRANSPOSED[indices] = hit
+    return hit[1], hit[2]
 
 
 def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
@@ -121,8 +172,6 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     from ..kernels.tuning import MAX_GRID_YZ
 
     reasons = _dispatch.triton_device_reasons(problem, forced)
-    if problem.facts["transpose"]:
-        reasons.append("W^T @ B (the backward of x) has no N:M kernel yet")
     if -(-problem.facts["n"] // 16) > MAX_GRID_YZ:
         reasons.append(f"N = {problem.facts['n']} needs more column tiles than the grid allows")
     return reasons
