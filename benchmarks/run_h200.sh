@@ -2,7 +2,8 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize scale sweeps quick llm nm e2e dlmc (default: tests quick llm e2e).
+# Steps: tests sanitize scale sweeps expand profile quick llm nm e2e dlmc (default: tests quick
+# llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels.
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
 set -u
@@ -34,7 +35,7 @@ for step in $steps; do
         >"$out/gpu_tests.log" 2>&1
       echo "tests rc=$? $(tail -1 "$out/gpu_tests.log")" ;;
     sanitize)
-      timeout 450 make sanitize >"$out/sanitize.log" 2>&1
+      timeout 400 make sanitize >"$out/sanitize.log" 2>&1
       echo "sanitize rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize.log") clean runs" ;;
     scale)
       timeout 200 python3 -m pytest -q -m "gpu and slow" tests/test_scale.py -p no:cacheprovider \
@@ -45,6 +46,12 @@ for step in $steps; do
         timeout 150 python3 "benchmarks/sweeps/$sweep.py" >"$out/$sweep.txt" 2>&1
         echo "$sweep rc=$? $(tail -1 "$out/$sweep.txt")"
       done ;;
+    expand)
+      BUDGET_S=200 timeout 240 python3 benchmarks/sweeps/nm_expand_sweep.py >"$out/nm_expand_sweep.txt" 2>&1
+      echo "expand rc=$? $(tail -1 "$out/nm_expand_sweep.txt")" ;;
+    profile)
+      timeout 90 python3 benchmarks/sweeps/transformer_profile.py >"$out/transformer_profile.txt" 2>&1
+      echo "profile rc=$? $(head -3 "$out/transformer_profile.txt" | tr '\n' ' ')" ;;
     quick) bench quick 120 --quick ;;
     llm) bench llm 150 --suite llm --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;

@@ -69,3 +69,17 @@ def test_nm_kept_positions_dense_and_reference(pattern, gen):
         got = sddmm_nm_raw(W.indices, x, y, n, m, vector, block, backend=backend)
         dense = W.with_values(got).to_dense()
         torch.testing.assert_close(dense, want, rtol=1e-12, atol=1e-12, msg=backend)
+
+
+def test_dense_positions_cached_per_pattern(gen):
+    from sparsekernels.ops import _dense
+
+    P = random_csr(9, 7, 0.4, gen)
+    first = _dense.flat_positions(P.row_offsets, P.column_indices, 7)
+    assert _dense.flat_positions(P.row_offsets, P.column_indices, 7) is first
+    rows = P.pattern.row_indices()
+    assert torch.equal(first, rows * 7 + P.column_indices.long())
+    P.column_indices.add_(0)  # an in-place edit: recomputed
+    second = _dense.flat_positions(P.row_offsets, P.column_indices, 7)
+    assert second is not first
+    assert _dense.flat_positions(P.row_offsets.clone(), P.column_indices, 7) is not second

@@ -8,6 +8,7 @@ output of its column. It is chosen automatically only on CUDA.
 from __future__ import annotations
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import reference
 from . import _dispatch
@@ -43,9 +44,25 @@ def sddmm_csr(row_offsets, column_indices, x, y):
     gradient's shapes (K = tokens in the thousands) tensor cores finish the dense product long
     before a CUDA-core kernel finishes the sampled one."""
     product = torch.matmul(x, y.transpose(-1, -2))
-    rows = reference.row_indices(row_offsets, column_indices.numel())
-    flat = rows * product.shape[-1] + column_indices.long()
-    return product.flatten(-2)[..., flat]
+    return product.flatten(-2)[..., flat_positions(row_offsets, column_indices, y.shape[-2])]
+
+
+# column indices -> (row offsets, versions, row * cols + column of every stored entry): a
+# pattern's positions in the flattened product, once per pattern (a weight gradient asks every
+# step; computing them costs five launches).
+_FLAT: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def flat_positions(row_offsets, column_indices, cols: int) -> torch.Tensor:
+    """Keyed by the column indices' identity; the entry holds its row offsets, so their identity
+    stays valid, and both versions, so an in-place edit recomputes."""
+    key = (row_offsets._version, column_indices._version, cols)
+    hit = _FLAT.get(column_indices)
+    if hit is None or hit[0] is not row_offsets or hit[1] != key:
+        rows = reference.row_indices(row_offsets, column_indices.numel())
+        hit = (row_offsets, key, rows * cols + column_indices.long())
+        _FLAT[column_indices] = hit
+    return hit[2]
 
 
 def sddmm_nm(indices, x, y, n: int, m: int, vector: int, block: int):
