@@ -127,3 +127,40 @@ def test_every_layer_targets_each_hidden_state():
         student, teacher, batches, epochs=15, lr=3e-3, output=sk.prune.every_layer
     )
     assert losses[-1] < losses[0] and last_error() < 0.7 * before
+
+
+def test_fresh_batches_each_epoch_one_optimizer():
+    """batches as a function of the epoch: each epoch's inputs are new (the teacher labels
+    them), on_epoch sees every epoch, and the error still falls."""
+    teacher, student, fixed = _pair()
+    calls, seen = [], []
+
+    def batches(epoch):
+        calls.append(epoch)
+        g = torch.Generator().manual_seed(epoch)
+        return [{"x": torch.randn(24, 32, generator=g, dtype=torch.float64)} for _ in range(3)]
+
+    before = _error(student, teacher, fixed)
+    losses = sk.prune.distill_(
+        student, teacher, batches, epochs=12, lr=3e-3, on_epoch=lambda e, loss: seen.append(e)
+    )
+    assert calls == list(range(12)) and seen == list(range(12)) and len(losses) == 12
+    assert _error(student, teacher, fixed) < 0.5 * before  # generalises to unseen inputs
+    with pytest.raises(ValueError, match=r"batches\(0\) returned no batch"):
+        sk.prune.distill_(student, teacher, lambda epoch: [], epochs=1)
+    with pytest.raises(TypeError, match="on_epoch must be callable"):
+        sk.prune.distill_(student, teacher, fixed, on_epoch=3)
+
+
+def test_word_mixes():
+    import random
+
+    from sparsekernels.models.sentences import CALIBRATION, word_mixes
+
+    mixes = word_mixes(CALIBRATION, 50, random.Random(0))
+    assert len(mixes) == 50 and mixes == word_mixes(CALIBRATION, 50, random.Random(0))
+    words = {w for s in CALIBRATION for w in s.split()}
+    assert all(m and set(m.split()) <= words for m in mixes)
+    assert len(set(mixes) - set(CALIBRATION)) > 40  # mostly new sentences
+    with pytest.raises(ValueError, match="at least two"):
+        word_mixes(["one sentence"], 3, random.Random(0))

@@ -12,6 +12,9 @@ numbers are not measured on the data the masks (and SparseGPT's updated weights)
 
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
+
 PAIRS: tuple[tuple[str, str], ...] = (
     (
         "How do plants make food from sunlight?",
@@ -423,3 +426,16 @@ CALIBRATION: tuple[str, ...] = (
     "Our neighbours have three children and a big dog.",
     "The pianist practised the same piece for hours.",
 )
+
+
+def word_mixes(sentences: Sequence[str], count: int, rng: random.Random) -> list[str]:
+    """`count` new sentences, each the start of one sentence joined to the end of another (cut
+    at random word boundaries): cheap, varied inputs for distillation, where the dense teacher
+    labels any text. Drawn from `rng`, so a seed reproduces them."""
+    if len(sentences) < 2:
+        raise ValueError(f"sentences must hold at least two sentences, got {len(sentences)}")
+    mixes = []
+    for _ in range(count):
+        a, b = (s.split() for s in rng.sample(list(sentences), 2))
+        mixes.append(" ".join(a[: rng.randint(1, len(a))] + b[rng.randint(0, len(b) - 1) :]))
+    return mixes
