@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize scale sweeps expand profile quick llm nm e2e dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite scale sweeps expand profile quick llm nm e2e dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels.
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
@@ -37,6 +37,9 @@ for step in $steps; do
     sanitize)
       timeout 400 make sanitize >"$out/sanitize.log" 2>&1
       echo "sanitize rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize.log") clean runs" ;;
+    sanitize-suite)
+      timeout 500 make sanitize-suite >"$out/sanitize_suite.log" 2>&1
+      echo "sanitize-suite rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize_suite.log") clean summaries" ;;
     scale)
       timeout 200 python3 -m pytest -q -m "gpu and slow" tests/test_scale.py -p no:cacheprovider \
         >"$out/scale.log" 2>&1
