@@ -33,22 +33,21 @@ def checked(fn, out, ref) -> float | None:
     return bench(fn) if err < 1e-2 else None
 
 
-GRID = [
-    (bm, bk, nw, ns)
-    for bm, bk, nw, ns in itertools.product((64, 128), (64, 128), (4, 8), (2, 3))
-    if not (bm == 128 and bk == 128 and nw == 4)
-]
+# Small row tiles too: 14336 rows in 64-row tiles are only 224 programs for 132 SMs, too few
+# warps in flight for a memory-bound product. Each configuration compiles once per pattern and
+# column tile, which dominates the run: keep the grid small.
+GRID = list(itertools.product((16, 32, 64), (64, 128), (2, 4), (3,)))
 table = []
 print(
     f"# {torch.cuda.get_device_name()} bf16, us; expand configs (block_m, block_k, warps, stages)"
 )
 for M, K in [(14336, 4096), (4096, 14336)]:
     w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    for n, m in [(1, 8), (2, 8), (2, 4), (4, 8)]:
+    for n, m in [(1, 8), (2, 8), (2, 4)]:
         W = sk.NMMatrix.from_dense(w, n, m, mask=nm_mask(w.float(), n, m))
         bits = packed_bits(m, 1)
         words = W.packed_indices(bits)
-        for N in (8, 16, 32):
+        for N in (8, 16, 32):  # 8 and 16 share the 16-wide column tile
             if time.time() - START > BUDGET_S:
                 break
             B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)

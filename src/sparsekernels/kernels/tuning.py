@@ -96,9 +96,10 @@ def spmm_nm_expand_takes(n_cols: int) -> bool:
 
 
 def spmm_nm_expand_config(n_cols: int, m: int) -> SpmmNmExpandConfig:
-    """A first guess (no sweep yet): 64 rows x 64 dense columns a step, the tokens in one tile."""
+    """A first guess (no sweep yet): 32 rows x 64 dense columns a step (448 programs for 14336
+    rows: enough warps in flight for a memory-bound product), the tokens in one tile."""
     block_n = max(16, min(64, triton.next_power_of_2(n_cols)))
-    return SpmmNmExpandConfig(64, max(1, 64 // m), block_n, num_warps=4, num_stages=3)
+    return SpmmNmExpandConfig(32, max(1, 64 // m), block_n, num_warps=4, num_stages=3)
 
 
 @dataclass(frozen=True)
