@@ -134,10 +134,13 @@ def test_eager_inference_skips_the_ops_with_the_same_bits(gen, monkeypatch):
     A, W = random_csr(9, 7, 0.5, gen), random_nm(5, 8, 2, 4, gen)
     B, x, X = randn(7, 5, gen=gen), randn(3, 8, gen=gen), randn(6, 4, gen=gen)
     P = random_csr(6, 6, 0.5, gen)
-    calls = []
+    calls, twins = [], []
     for name in ("spmm_csr", "spmm_nm", "sddmm_csr", "sparse_softmax"):
         op = getattr(_library, name)
         monkeypatch.setattr(_library, name, lambda *a, op=op: calls.append(1) or op(*a))
+    for name in ("spmm_csr_eager", "spmm_nm_eager"):
+        twin = getattr(_library, name)
+        monkeypatch.setattr(_library, name, lambda *a, twin=twin: twins.append(1) or twin(*a))
 
     def program(values, X):
         probs = sk.sparse_softmax(sk.sddmm(X, X, P), 0.5).values
@@ -147,11 +150,38 @@ def test_eager_inference_skips_the_ops_with_the_same_bits(gen, monkeypatch):
         eager = program(A.values, X)
     assert not calls
     graded = program(A.values.clone().requires_grad_(), X.clone().requires_grad_())
-    assert len(calls) == 3  # W's values need no gradient: its product still skips the op
+    # sddmm and softmax through their ops; spmm through its autograd.Function twin; W's values
+    # need no gradient, so its product still runs the backend directly
+    assert len(calls) == 2 and len(twins) == 1
     assert all(torch.equal(a, b.detach()) for a, b in zip(eager, graded, strict=True))
     with torch.no_grad():
         compiled = torch.compile(program, fullgraph=True, backend="eager")(A.values, X)
     assert all(torch.equal(a, b) for a, b in zip(eager, compiled, strict=True))
+
+
+@pytest.mark.parametrize("backend", ["reference", "dense"])
+def test_eager_twin_gives_the_ops_gradients(backend, gen, monkeypatch):
+    """With a gradient, eager spmm and linear run the custom op's autograd.Function twin (the
+    same forward, setup and backward functions): the same bits as the op itself."""
+    from sparsekernels.ops import _library
+
+    A, W = random_csr(9, 7, 0.5, gen), random_nm(5, 8, 2, 4, gen)
+    B, x = randn(7, 5, gen=gen), randn(3, 8, gen=gen)
+    bias_a, bias_w = randn(9, gen=gen), randn(5, gen=gen)
+    g_a, g_w = randn(9, 5, gen=gen), randn(3, 5, gen=gen)
+
+    def run():
+        leaves = [t.clone().requires_grad_() for t in (A.values, B, bias_a, W.values, x, bias_w)]
+        va, b, ba, vw, xx, bw = leaves
+        out_a = sk.spmm(A.with_values(va), b, ba, activation="gelu", backend=backend)
+        out_w = sk.linear(xx, W.with_values(vw), bw, backend=backend)
+        torch.autograd.backward([out_a, out_w], [g_a, g_w])
+        return [out_a.detach(), out_w.detach(), *(t.grad for t in leaves)]
+
+    twin = run()
+    monkeypatch.setattr(_library, "eager", lambda *tensors: False)  # through the custom ops
+    op = run()
+    assert all(torch.equal(a, b) for a, b in zip(twin, op, strict=True))
 
 
 def test_forced_backend_and_reasons(gen, monkeypatch):

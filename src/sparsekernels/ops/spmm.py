@@ -123,19 +123,10 @@ def spmm_csr_raw(
     if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
         args = (row_offsets, column_indices, values, b, bias, row_order, activation)
         return _dispatch.run("spmm_csr", name, *args)
-    return _library.spmm_csr(
-        row_offsets,
-        column_indices,
-        values,
-        b,
-        bias,
-        row_order,
-        t_ro,
-        t_ci,
-        t_perm,
-        activation,
-        name,
-    )
+    args = (row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm)
+    if _library.eager(values, b, bias):  # a gradient, eagerly: the op's autograd.Function twin
+        return _library.spmm_csr_eager(*args, activation, name)
+    return _library.spmm_csr(*args, activation, name)
 
 
 def spmm_nm_raw(
@@ -165,6 +156,8 @@ def spmm_nm_raw(
     args = (values, indices, b, bias, activation, n, m, vector, block, transpose)
     if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
         return _dispatch.run("spmm_nm", name, *args)
+    if _library.eager(values, b, bias):  # a gradient, eagerly: the op's autograd.Function twin
+        return _library.spmm_nm_eager(*args, name)
     return _library.spmm_nm(*args, name)
 
 
