@@ -238,12 +238,13 @@ def test_dispatch_rules(gen, monkeypatch):
 
 # ============================================================================ registration
 def test_eager_inference_skips_the_op_with_the_same_bits(gen, monkeypatch):
-    """Without gradients the kernels run without the custom op's dispatch; with them, through
-    the op (its autograd). Both give the same bits."""
-    from sparsekernels.ops import _attention_library
+    """Without gradients the kernels run without the custom op's dispatch; with them, eagerly,
+    through the op's autograd.Function twin; when traced, through the op. Every route gives
+    the same bits, gradients included."""
+    from sparsekernels.ops import _attention_library, _library
 
     pattern = _pattern(_mask("summary", 32, 32))
-    q, k, v = (randn(1, 2, 32, 16, gen=gen, dtype=torch.float32) for _ in "qkv")
+    q, k, v, g = (randn(1, 2, 32, 16, gen=gen, dtype=torch.float32) for _ in "qkvg")
     through_op = []
     op = _attention_library.block_attention
     monkeypatch.setattr(
@@ -252,9 +253,22 @@ def test_eager_inference_skips_the_op_with_the_same_bits(gen, monkeypatch):
     with torch.no_grad():
         eager = sk.sparse_attention(q, k, v, pattern, backend="triton_flash")
     assert not through_op
-    graded = sk.sparse_attention(q, k, v.requires_grad_(), pattern, backend="triton_flash")
-    assert through_op and graded.requires_grad
-    assert torch.equal(eager, graded.detach())
+
+    def graded():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = sk.sparse_attention(*leaves, pattern, backend="triton_flash")
+        out.backward(g)
+        return [out.detach(), *(t.grad for t in leaves)]
+
+    twin = graded()
+    assert not through_op and torch.equal(eager, twin[0])
+    monkeypatch.setattr(_library, "eager", lambda *tensors: False)
+    from sparsekernels.ops import attention
+
+    monkeypatch.setattr(attention, "eager", lambda *tensors: False)
+    through = graded()
+    assert through_op
+    assert all(torch.equal(a, b) for a, b in zip(twin, through, strict=True))
 
 
 def test_opcheck_and_compile(gen):

@@ -95,6 +95,21 @@ def block_attention_backward(
     config: list[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of block_attention from its output, LSE and the output's gradient."""
+    return block_attention_backward_body(q, k, v, out, lse, grad, layout, scale, config)
+
+
+def block_attention_backward_body(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    grad: Tensor,
+    layout: list[Tensor],
+    scale: float,
+    config: list[int],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward op's body, also called directly by the eager twin below."""
     from ..kernels import attention_block_backward as backward_kernels
 
     d = q.shape[-1]
@@ -153,3 +168,27 @@ def _backward(ctx, grad, grad_lse):
 
 
 block_attention.register_autograd(_backward, setup_context=_setup)
+
+
+class BlockAttentionEager(torch.autograd.Function):
+    """The op's eager twin for calls that record a gradient: the same forward, setup and
+    backward bodies without torch.library's Python-level autograd wrapper and op dispatch
+    (ops/_library._eager_twin has the measurement)."""
+
+    @staticmethod
+    def forward(q, k, v, layout, scale, config):
+        return block_attention_forward(q, k, v, layout, scale, config)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx, grad, grad_lse):
+        q, k, v, out, lse, *layout = ctx.saved_tensors
+        if grad is None:
+            grad = torch.zeros_like(out)
+        dq, dk, dv = block_attention_backward_body(
+            q, k, v, out, lse, grad, layout, ctx.scale, ctx.config
+        )
+        return dq, dk, dv, None, None, None

@@ -22,7 +22,7 @@ from .. import _checks
 from ..formats import CSRMatrix
 from ..formats._pattern import Pattern
 from . import _attention_library, _dispatch
-from ._library import eager_inference
+from ._library import eager, eager_inference
 from .sddmm import sddmm
 from .softmax import sparse_softmax
 from .spmm import spmm
@@ -101,6 +101,8 @@ def _flash(q, k, v, pattern, scale, backend):
     args = (q, k, v, layout.tensors(), scale, config.as_list())
     if eager_inference(q, k, v):
         return _attention_library.block_attention_forward(*args)[0]
+    if eager(q, k, v):  # a gradient, eagerly: the op's autograd.Function twin
+        return _attention_library.BlockAttentionEager.apply(*args)[0]
     return _attention_library.block_attention(*args)[0]
 
 
