@@ -176,12 +176,10 @@ class BlockAttentionEager(torch.autograd.Function):
     (ops/_library._eager_twin has the measurement)."""
 
     @staticmethod
-    def forward(q, k, v, layout, scale, config):
-        return block_attention_forward(q, k, v, layout, scale, config)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _setup(ctx, inputs, output)
+    def forward(ctx, q, k, v, layout, scale, config):  # old style: no per-call signature binding
+        output = block_attention_forward(q, k, v, layout, scale, config)
+        _setup(ctx, (q, k, v, layout, scale, config), output)
+        return output
 
     @staticmethod
     def backward(ctx, grad, grad_lse):

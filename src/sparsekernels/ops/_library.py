@@ -32,13 +32,13 @@ def _eager_twin(name: str, forward, setup, backward):
     """A plain autograd.Function with a custom op's forward, setup_context and backward, for
     eager calls that record a gradient: the same bits, without torch.library's Python-level
     autograd wrapper (a CSR spmm with its gradient: 117 -> 47 us of host time a forward call
-    on the 2-core CPU box, 2026-11-30)."""
+    on the 2-core CPU box, 2026-11-30). Old-style forward(ctx, ...): a separate setup_context
+    makes every apply bind its arguments through inspect.signature."""
 
-    def run_forward(*args):
-        return forward(*args)
-
-    def run_setup(ctx, inputs, output):
-        setup(ctx, inputs, output)
+    def run_forward(ctx, *args):
+        output = forward(*args)
+        setup(ctx, args, output)
+        return output
 
     def run_backward(ctx, *grads):
         return backward(ctx, *grads)
@@ -46,11 +46,7 @@ def _eager_twin(name: str, forward, setup, backward):
     twin = type(
         name,
         (torch.autograd.Function,),
-        {
-            "forward": staticmethod(run_forward),
-            "setup_context": staticmethod(run_setup),
-            "backward": staticmethod(run_backward),
-        },
+        {"forward": staticmethod(run_forward), "backward": staticmethod(run_backward)},
     )
     return twin.apply
 
