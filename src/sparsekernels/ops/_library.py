@@ -31,9 +31,9 @@ def eager_inference(*tensors: Tensor | None) -> bool:
 def _eager_twin(name: str, forward, setup, backward):
     """A plain autograd.Function with a custom op's forward, setup_context and backward, for
     eager calls that record a gradient: the same bits, without torch.library's Python-level
-    autograd wrapper (a CSR spmm with its gradient: 117 -> 47 us of host time a forward call
-    on the 2-core CPU box, 2026-11-30). Old-style forward(ctx, ...): a separate setup_context
-    makes every apply bind its arguments through inspect.signature."""
+    autograd wrapper (110-223 us of host time less a linear forward + backward on the CPU box:
+    benchmarks/results/cpu/2026-11-30-host). Old-style forward(ctx, ...): a separate
+    setup_context makes every apply bind its arguments through inspect.signature."""
 
     def run_forward(ctx, *args):
         output = forward(*args)
