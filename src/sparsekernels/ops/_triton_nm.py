@@ -1,5 +1,7 @@
 """The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens, the
-vector-wise tensor-core kernel, else the gather kernel (kernels/spmm_nm*.py)."""
+vector-wise tensor-core kernel, else the gather kernel (kernels/spmm_nm*.py); the expand-and-dot
+kernel where tuning.EXPAND_MIN_N turns it on; W^T @ B (the backward of x) through the CSR kernel
+on W^T's pattern, built once per weight."""
 
 from __future__ import annotations
 
