@@ -55,6 +55,7 @@ for step in $steps; do
     profile)
       timeout 90 python3 benchmarks/sweeps/transformer_profile.py >"$out/transformer_profile.txt" 2>&1
       timeout 60 python3 benchmarks/sweeps/attention_profile.py >"$out/attention_profile.txt" 2>&1
+      timeout 90 python3 benchmarks/sweeps/llama_profile.py >"$out/llama_profile.txt" 2>&1
       echo "profile rc=$? $(head -3 "$out/transformer_profile.txt" | tr '\n' ' ')" ;;
     quick) bench quick 120 --quick ;;
     llm) bench llm 150 --suite llm --no-plots ;;
