@@ -412,6 +412,8 @@ def test_nm_conversions(pattern, rows, groups, dtype, seed):
 TRITON_OPS = [
     "spmm_csr",
     "spmm_nm",
+    "spmm_nm_expand",
+    "spmm_nm_transposed",
     "sddmm",
     "softmax",
     "attention",
@@ -473,6 +475,31 @@ def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, se
         W = W.to(device)
         bias = fresh(M, g=g, dtype=dtype).to(device)
         _check_spmm(W, fresh(W.shape[1], N, g=g, dtype=dtype).to(device), bias, activation, backend)
+    elif op == "spmm_nm_expand":  # the expand-and-dot kernel, off by default: on for this call
+        from sparsekernels.kernels import tuning
+
+        if device == "cpu" and dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is broken
+            dtype = torch.float16
+        W, _ = make_nm(M, groups, pattern, g, dtype)
+        W = W.to(device)
+        bias = fresh(M, g=g, dtype=dtype).to(device)
+        B = fresh(W.shape[1], N, g=g, dtype=dtype).to(device)
+        saved, tuning.EXPAND_MIN_N = tuning.EXPAND_MIN_N, 1
+        try:
+            _check_spmm(W, B, bias, activation, backend)
+        finally:
+            tuning.EXPAND_MIN_N = saved
+    elif op == "spmm_nm_transposed":  # W^T @ B, the backward of x: the CSR kernel on W^T
+        from sparsekernels.ops.spmm import spmm_nm_raw
+
+        W, _ = make_nm(M, groups, pattern, g, dtype)
+        W = W.to(device)
+        B = fresh(M, N, g=g, dtype=dtype).to(device)
+        n, m, vector, block = pattern
+        args = (W.values, W.indices, B, None, "none", n, m, vector, block, True)
+        got = spmm_nm_raw(*args, backend=backend)
+        dense_t = W.to_dense().t().double()
+        assert_close(got, dense_t @ B.double(), dense_t.abs() @ B.double().abs(), dtype)
     elif op == "sddmm":
         P = make_csr(M, N, density, g, dtype).to(device)
         X, Y = fresh(M, K, g=g, dtype=dtype).to(device), fresh(N, K, g=g, dtype=dtype).to(device)
