@@ -173,9 +173,10 @@ def test_spmm_nm(pattern, rows, groups, N, dtype, with_bias, activation, seed):
     density=densities,
     dtype=dtypes,
     with_bias=st.booleans(),
+    backend=st.sampled_from([None, "dense"]),
     seed=seeds,
 )
-def test_linear(fmt, pattern, out_features, groups, lead, density, dtype, with_bias, seed):
+def test_linear(fmt, pattern, out_features, groups, lead, density, dtype, with_bias, backend, seed):
     g = _gen(seed)
     in_features = groups * pattern[1]
     if fmt == "nm":
@@ -184,14 +185,51 @@ def test_linear(fmt, pattern, out_features, groups, lead, density, dtype, with_b
         W = make_csr(out_features, in_features, density, g, dtype)
     x = fresh(*lead, in_features, g=g, dtype=dtype)
     bias = fresh(out_features, g=g, dtype=dtype) if with_bias else None
-    got = sk.linear(x, W, bias)
+    got = sk.linear(x, W, bias, backend=backend)
     dense = W.to_dense().double()
     want = x.double() @ dense.t()
     bound = x.double().abs() @ dense.abs().t()
     if bias is not None:
         want, bound = want + bias.double(), bound + bias.double().abs()
     assert got.shape == (*lead, out_features) and got.dtype == dtype
+    assert got.is_contiguous()  # what follows a linear (attention above all) expects
     assert_close(got, want, bound, dtype)
+
+
+@_settings(50)
+@given(
+    fmt=st.sampled_from(["csr", "nm"]),
+    pattern=nm_patterns(max_m=8),
+    out_features=dims,
+    groups=small,
+    tokens=small,
+    density=densities,
+    backend=st.sampled_from([None, "dense"]),
+    seed=seeds,
+)
+def test_linear_backward_float64(fmt, pattern, out_features, groups, tokens, density, backend,
+                                 seed):  # fmt: skip
+    """linear's gradients (x, the kept values, bias) equal float64 autograd through the masked
+    dense weight, on each backend's eager path (the autograd.Function twins)."""
+    g = _gen(seed)
+    in_features = groups * pattern[1]
+    if fmt == "nm":
+        W, keep = make_nm(out_features, groups, pattern, g)
+    else:
+        W = make_csr(out_features, in_features, density, g)
+        keep = stored_mask(W)
+    values = W.values.detach().clone().requires_grad_()
+    x = fresh(tokens, in_features, g=g).requires_grad_()
+    bias = fresh(out_features, g=g).requires_grad_()
+    grad = fresh(tokens, out_features, g=g)
+    sk.linear(x, W.with_values(values), bias, backend=backend).backward(grad)
+    got = (x.grad, W.with_values(values.grad).to_dense(), bias.grad)
+    x2, b2 = x.detach().clone().requires_grad_(), bias.detach().clone().requires_grad_()
+    dense = W.to_dense().detach().clone().requires_grad_()
+    (x2 @ dense.t() + b2).backward(grad)
+    want = (x2.grad, dense.grad * keep, b2.grad)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
 # --------------------------------------------------------------------------- sddmm
