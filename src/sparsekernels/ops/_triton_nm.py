@@ -9,7 +9,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import _dispatch
-from ._layout import padded_rows, rows_contiguous, spmm_out
+from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
@@ -65,8 +65,9 @@ def _transposed(values, indices, b, bias, activation, n, m, vector, block):
         pattern.row_order(),
         activation,
     )
-    out = spmm_out(b, pattern.shape[0])  # the order the op promises (ops/_layout.py)
-    return product if out.stride() == product.stride() else out.copy_(product)
+    if not column_major(b):
+        return product
+    return spmm_out(b, pattern.shape[0]).copy_(product)  # the order the op promises (_layout)
 
 
 # indices tensor -> ((its version, rows, pattern), W^T's Pattern, permutation of W's values)
