@@ -1,8 +1,9 @@
-"""Memory layouts of B and of the product for the Triton spmm kernels.
+"""Memory layouts of B and of the product for the spmm backends.
 
-linear passes x^T, a column-major B. The kernels gather whole rows of B, so they want it
-row-major, and at decode sizes padded to an aligned power-of-two width; the product is written
-column-major so that linear's transposed result is contiguous (the fake ops promise the same).
+linear passes x^T, a column-major B. The Triton kernels gather whole rows of B, so they want it
+row-major, and at decode sizes padded to an aligned power-of-two width. The N:M Triton and the
+dense backends write the product column-major, so that linear's transposed result is contiguous
+(the fake ops promise the same strides).
 """
 
 from __future__ import annotations
