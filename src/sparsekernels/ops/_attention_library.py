@@ -82,22 +82,6 @@ def _(q, k, v, layout, scale, config):
     return out, q.new_empty((batch * heads, lq), dtype=torch.float32)
 
 
-@torch.library.custom_op("sparsekernels::block_attention_backward", mutates_args=())
-def block_attention_backward(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
-    lse: Tensor,
-    grad: Tensor,
-    layout: list[Tensor],
-    scale: float,
-    config: list[int],
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) of block_attention from its output, LSE and the output's gradient."""
-    return block_attention_backward_body(q, k, v, out, lse, grad, layout, scale, config)
-
-
 def block_attention_backward_body(
     q: Tensor,
     k: Tensor,
@@ -109,7 +93,8 @@ def block_attention_backward_body(
     scale: float,
     config: list[int],
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The backward op's body, also called directly by the eager twin below."""
+    """(dq, dk, dv) of block_attention from its output, LSE and the output's gradient: the body
+    of the block_attention_backward op below, also called directly by the eager twin."""
     from ..kernels import attention_block_backward as backward_kernels
 
     d = q.shape[-1]
@@ -144,6 +129,11 @@ def block_attention_backward_body(
             num_stages=num_stages,
         )
     return dq[..., :d].to(q.dtype), dk[..., :d].to(k.dtype), dv.to(v.dtype)
+
+
+block_attention_backward = torch.library.custom_op(
+    "sparsekernels::block_attention_backward", mutates_args=()
+)(block_attention_backward_body)
 
 
 @block_attention_backward.register_fake
