@@ -38,12 +38,12 @@ sanitize:
 		tests/test_kernels_spmm_nm_expand.py tests/test_properties.py \
 		tests/test_attention_block.py
 
-# The whole GPU suite under memcheck, six pytest workers (compute-sanitizer follows child
+# The whole GPU suite under memcheck, twelve pytest workers (compute-sanitizer follows child
 # processes): issue 6 asks for the suite, not only the kernel tests above.
 sanitize-suite:
 	PYTORCH_NO_CUDA_MEMORY_CACHING=1 PYTHONPATH=src compute-sanitizer --tool memcheck \
 		--target-processes all --error-exitcode 1 python3 -m pytest -q -m "gpu and not slow" \
-		-p no:cacheprovider -n 6 tests/
+		-p no:cacheprovider -n 12 tests/
 
 lint: setup
 	$(PY) -m pip install -q ruff
