@@ -58,7 +58,7 @@ for step in $steps; do
       timeout 90 python3 benchmarks/sweeps/llama_profile.py >"$out/llama_profile.txt" 2>&1
       echo "profile rc=$? $(head -3 "$out/transformer_profile.txt" | tr '\n' ' ')" ;;
     quick) bench quick 120 --quick ;;
-    llm) bench llm 150 --suite llm --no-plots ;;
+    llm) bench llm 240 --suite llm --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
     e2e) bench e2e 240 --suite e2e --no-plots ;;
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;

@@ -120,13 +120,20 @@ def test_linear_takes_the_decode_kernel_and_caches_packing(gen):
     assert _triton_nm.packed_words(W.indices, 4) is not words  # an in-place edit repacks
 
 
-ROUTES = [(2, 8, 12, True), (1, 8, 16, True), (2, 8, 17, False), (2, 4, 17, False)]
+ROUTES = [
+    (2, 8, 12, True),
+    (2, 8, 16, True),
+    (2, 8, 17, False),
+    (2, 4, 17, False),
+    (1, 8, 32, True),
+    (1, 8, 33, False),
+]
 
 
 @pytest.mark.parametrize(("n", "m", "tokens", "decodes"), ROUTES)
 def test_token_count_picks_decode_or_gather(n, m, tokens, decodes, gen, monkeypatch):
-    """Every pattern leaves the decode kernel after 16 tokens (tuning.DECODE_MAX_N); both
-    paths give the product."""
+    """Patterns leave the decode kernel after 16 tokens, 1:8 and sparser after 32
+    (tuning.decode_max_n); both paths give the product."""
     from sparsekernels.kernels import spmm_nm_decode
 
     calls = []

@@ -295,7 +295,7 @@ def test_spmm_nm_column_tiles_at_the_grid_limit(vector, dtype):
 @pytest.mark.parametrize("op", ["spmm_csr", "sddmm_csr", "sparse_softmax"])
 def test_batch_and_rows_at_the_grid_limits(op):
     """batch sits on grid axis 1 or 2 (65535); rows on axis 0 (2^31 - 1 programs at most)."""
-    facts = {"n": 64, "k": 64, "density": 0.01, "expanded": False}
+    facts = {"n": 16, "k": 64, "density": 0.01, "expanded": False}
     fits = _cuda(batch=tuning.MAX_GRID_YZ, rows=INT32_MAX, **facts)
     assert _dispatch.explain(op, fits)["triton"] == []
     for too_big in ({"batch": tuning.MAX_GRID_YZ + 1}, {"rows": INT32_MAX + 1}):

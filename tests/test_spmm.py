@@ -190,6 +190,35 @@ def test_dense_fallback_is_chosen_only_where_tuning_says():
     assert pick(64, 2, 4) == "dense" and pick(32, 1, 4) == "dense" and pick(1, 1, 8) == "dense"
 
 
+def test_gather_kernels_give_way_to_dense_past_decode_sizes():
+    """On CUDA in half precision, past the decode kernels' token counts the CUDA-core gather
+    kernels (CSR, element-wise N:M) lost 4-50x to densify + cuBLAS (H200, 32 tokens); the
+    vector-wise tensor-core N:M kernel keeps its sizes below 128 tokens."""
+    from sparsekernels.ops import _dispatch
+
+    def pick(op, tokens, dtype=torch.bfloat16, **facts):
+        facts = {"batch": 1, "n": tokens, **facts}
+        return _dispatch.choose(op, _dispatch.Problem(torch.device("cuda"), dtype, facts))
+
+    for density in (0.1, 0.3):
+        assert pick("spmm_csr", 16, density=density) == "triton"
+        assert pick("spmm_csr", 17, density=density) == "dense"
+        assert pick("spmm_csr", 127, density=density) == "dense"
+    assert pick("spmm_csr", 64, torch.float32, density=0.05) == "triton"  # strict fp32, 95%
+    assert pick("spmm_csr", 64, torch.float32, density=0.3) == "dense"
+
+    def nm(tokens, n, m, vector=1, transpose=False):
+        facts = {"pattern": (n, m, vector, 1), "density": n / m, "transpose": transpose}
+        return pick("spmm_nm", tokens, **facts)
+
+    assert nm(16, 2, 4) == "triton" and nm(17, 2, 4) == "dense"
+    assert nm(16, 2, 8) == "triton" and nm(17, 2, 8) == "dense"
+    assert nm(32, 1, 8) == "triton" and nm(33, 1, 8) == "dense"
+    assert nm(17, 2, 8, vector=8) == "dense"  # v < 16 takes the gather kernel
+    assert nm(64, 2, 8, vector=16) == "triton" and nm(127, 2, 8, vector=64) == "triton"
+    assert nm(16, 2, 8, transpose=True) == "triton" and nm(17, 2, 8, transpose=True) == "dense"
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_torch_sparse_backend_matches_reference(dtype, gen):
     A = random_csr(29, 33, 0.3, gen, dtype)

@@ -20,7 +20,7 @@ for M, K in [(14336, 4096), (4096, 14336)]:
             b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
             times, outs = [], []
             for limit in (16, 0):  # decode, then gather
-                tuning.DECODE_MAX_N = limit
+                tuning.DECODE_MAX_N = tuning.DECODE_MAX_N_SPARSEST = limit
                 sk.spmm(W, b, backend="triton")
                 times.append(
                     do_bench_cudagraph(lambda: sk.spmm(W, b, backend="triton"), rep=20) * 1e3
@@ -30,4 +30,4 @@ for M, K in [(14336, 4096), (4096, 14336)]:
             assert torch.allclose(outs[0], outs[1], rtol=2e-2, atol=2e-1), (M, K, n, m, N)
             line += f" | N={N}: {times[0]:.1f}/{times[1]:.1f}/{dense:.1f}"
         print(line, flush=True)
-tuning.DECODE_MAX_N = 16
+tuning.DECODE_MAX_N, tuning.DECODE_MAX_N_SPARSEST = 16, 32

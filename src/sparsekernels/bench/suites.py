@@ -19,7 +19,7 @@ from . import dlmc
 from .cases import Case, attention_case, sddmm_case, softmax_case, weight_case
 
 LLM_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]  # (out, in): attention, MLP up, down
-DECODE_N, PREFILL_N = (1, 4, 16), (2048,)
+DECODE_N, PREFILL_N = (1, 4, 16, 32, 64), (2048,)  # decode: one to a few dozen sequences
 LLM_SPARSITY = (0.5, 0.7, 0.9)
 LLM_NM = [(2, 4), (2, 8), (1, 8)]
 # nmSPARSE's patterns: element-wise, vector-wise (VW4/32/64) and block-wise (BW4x4, BW64x64).
@@ -112,7 +112,7 @@ def quick(ctx: Context) -> list[Case]:
 
 @suite("llm")
 def llm(ctx: Context) -> list[Case]:
-    """LLM layer shapes at decode (N = 1, 4, 16) and prefill (N = 2048) batch sizes."""
+    """LLM layer shapes at decode (N = 1-64) and prefill (N = 2048) batch sizes."""
     d, s = ctx.device, (16 if ctx.cpu else 1)
     cases = []
     for dt in ctx.pick(torch.bfloat16):

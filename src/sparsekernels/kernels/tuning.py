@@ -71,6 +71,15 @@ def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfi
 # (1:8 14336 x 4096 at 8 tokens: 19.2 against 94.2 us) and ties it at 16 (30.8 vs 34.0; 4096 x
 # 14336: 37.9 vs 36.6); H200, results/nvidia-h200/2026-11-30/at-49c3dd1/nm_decode_vs_gather.txt.
 DECODE_MAX_N = 16
+# At 1:8 and sparser the decode kernel still beats densify + cuBLAS at 32 tokens (43 against
+# 75 us, 14336 x 4096 bf16; 2:8: 86 against 80 us), results/nvidia-h200/2026-11-30/at-94ee33f/
+# nm_expand_variants.txt.
+DECODE_MAX_N_SPARSEST = 32
+
+
+def decode_max_n(density: float) -> int:
+    """The most tokens the N:M decode kernel takes for a pattern of this density (n / m)."""
+    return DECODE_MAX_N_SPARSEST if density <= 1 / 8 else DECODE_MAX_N
 
 
 # The expand-and-dot kernel (spmm_nm_expand.py: N:M tiles expanded in registers, tl.dot) takes
@@ -162,12 +171,16 @@ def softmax_csr_config(nnz: int, rows: int) -> SoftmaxCsrConfig:
 # Where cuBLAS on the densified weight beats our kernels (H200 runs of 2026-11-29,
 # benchmarks/results/nvidia-h200/2026-11-29): the CUDA-core kernels lose to tensor cores at
 # batched sizes in half precision, and to strict fp32 below ~90% sparsity. Densifying costs one
-# pass over the dense weight, small next to a GEMM only from a few hundred columns on.
-DENSE_FALLBACK_MIN_N = 128
+# pass over the dense weight (40-75 us for 14336 x 4096 bf16), about as much as the GEMM, yet
+# past the decode sizes the CUDA-core gather kernels lose even to that: at 32 tokens on
+# 14336 x 4096 bf16, N:M gather 380-1480 us, CSR 263-766 us, densify + cuBLAS 75-107 us (dense
+# alone 31 us; results/nvidia-h200/2026-11-30/at-94ee33f/nm_expand_variants.txt).
+DENSE_FALLBACK_MIN_N = 128  # the vector-wise tensor-core N:M kernel's limit
+SPMM_CSR_DECODE_MAX_N = 16  # past this, CSR products (W^T's of N:M weights too) densify
 
 
 def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool) -> bool:
-    if n < DENSE_FALLBACK_MIN_N:
+    if n <= SPMM_CSR_DECODE_MAX_N:
         return False
     return half_precision or density > 0.1
 
@@ -175,14 +188,17 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool) -> bool
 def spmm_nm_prefers_dense(
     n: int, density: float, vector: int, half_precision: bool, transpose: bool = False
 ) -> bool:
-    """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%.
-    W^T @ B (the backward of x): from a few hundred columns on, densifying and cuBLAS, whatever
-    the pattern (tensor cores against the CUDA-core CSR kernel that runs W^T below that)."""
+    """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%,
+    and below DENSE_FALLBACK_MIN_N tokens for every v >= 16. Element-wise (and v < 16)
+    patterns densify past the decode kernel's sizes. W^T @ B (the backward of x) runs on the
+    CSR kernel, so it densifies past that kernel's decode sizes."""
+    if transpose:
+        return n > SPMM_CSR_DECODE_MAX_N
+    tile_rows = _largest_power_of_two_dividing(vector, 64)
+    if tile_rows < 16:  # the gather kernel's patterns
+        return n > decode_max_n(density)
     if n < DENSE_FALLBACK_MIN_N:
         return False
-    if transpose:
-        return True
-    tile_rows = _largest_power_of_two_dividing(vector, 64)
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
 
 

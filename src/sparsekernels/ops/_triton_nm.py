@@ -1,7 +1,7 @@
-"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens, the
-vector-wise tensor-core kernel, else the gather kernel (kernels/spmm_nm*.py); the expand-and-dot
-kernel where tuning.EXPAND_MIN_N turns it on; W^T @ B (the backward of x) through the CSR kernel
-on W^T's pattern, built once per weight."""
+"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens (1-32
+at 1:8 and sparser), the vector-wise tensor-core kernel, else the gather kernel
+(kernels/spmm_nm*.py); the expand-and-dot kernel where tuning.EXPAND_MIN_N turns it on; W^T @ B
+(the backward of x) through the CSR kernel on W^T's pattern, built once per weight."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     if tuning.spmm_nm_expand_takes(b.shape[1]) and expand.supports(n, m, b.shape[0], b.dtype):
         return _expand(values, indices, b, bias, out, activation, n, m, vector, block)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
-    decodes = b.shape[1] <= tuning.DECODE_MAX_N and decode.supports(block)
+    decodes = b.shape[1] <= tuning.decode_max_n(n / m) and decode.supports(block)
     if not config.use_dot and decodes:
         return _decode(values, indices, b, bias, out, activation, n, m, vector, block)
     kernel.spmm_nm(
