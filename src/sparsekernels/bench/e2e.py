@@ -14,7 +14,8 @@ MobileNetV1 with 90% sparse pointwise convolutions, Llama-shaped decode (prefill
 timed call, then `steps` tokens), and a short training run whose loss curves are compared.
 Model weights are not rotated through L2: both models run as a user would run them. Inference
 and decode are timed as CUDA graphs on both sides (as a server captures them; the eager time
-stays in the row as eager_ms): a training step is timed eagerly.
+stays in the row as eager_ms): a training step is timed eagerly until
+benchmarks/sweeps/train_step_graph.py shows it captures on the H200 (never run yet).
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def _infer(model, x):
 
 def _train_step(model, x):
     model = copy.deepcopy(model)  # training changes weights: the inputs keep the initial ones
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    # capturable: the step count stays on the GPU, so the whole step can be a CUDA graph
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=x.is_cuda)
 
     def step():
         with torch.enable_grad():
