@@ -39,7 +39,7 @@ for step in $steps; do
       timeout 400 make sanitize >"$out/sanitize.log" 2>&1
       echo "sanitize rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize.log") clean runs" ;;
     sanitize-suite)
-      timeout 500 make sanitize-suite >"$out/sanitize_suite.log" 2>&1
+      timeout 570 make sanitize-suite >"$out/sanitize_suite.log" 2>&1
       echo "sanitize-suite rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize_suite.log") clean summaries" ;;
     scale)
       timeout 200 python3 -m pytest -q -m "gpu and slow" tests/test_scale.py -p no:cacheprovider \
