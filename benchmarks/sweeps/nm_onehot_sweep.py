@@ -11,6 +11,7 @@ needed a (rows, groups, m) tile reshaped for tl.dot and two strided loads at n =
 
     PYTHONPATH=src python3 benchmarks/sweeps/nm_onehot_sweep.py           # H200 sweep
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/sweeps/nm_onehot_sweep.py --check
+    TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/sweeps/nm_onehot_sweep.py --smoke
 
 Staged search per case (budget BUDGET_S, default 240 s): tiles (rows, slots) first at 4 warps,
 3 stages, no K split; then warps, stages and the K split around the best tile. bf16, element-wise
@@ -25,6 +26,8 @@ import time
 import torch
 import triton
 import triton.language as tl
+
+PATTERNS = [(1, 8), (2, 8), (2, 4)]
 
 
 @triton.jit
@@ -122,9 +125,8 @@ def check() -> None:
         print(f"{n}:{m} {M}x{K}x{N} split {split}: worst row rel. error {worst_row:.1e}")
 
 
-def sweep() -> None:
-    from triton.testing import do_bench_cudagraph
-
+def sweep(device="cuda", M=14336, K=4096, tokens=(16, 32, 64, 8, 128)) -> None:
+    """The H200 sweep; `--smoke` runs its logic on tiny CPU shapes in the interpreter."""
     import sparsekernels as sk
     from sparsekernels.prune.masks import nm_mask
 
@@ -132,6 +134,12 @@ def sweep() -> None:
     torch.manual_seed(0)
 
     def bench(fn) -> float:
+        if device != "cuda":
+            begin = time.perf_counter()
+            fn()
+            return (time.perf_counter() - begin) * 1e6
+        from triton.testing import do_bench_cudagraph
+
         return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
 
     def timed(fn, ref) -> float | None:
@@ -142,41 +150,45 @@ def sweep() -> None:
             return None
         return bench(fn) if err < 1e-2 else None
 
-    print(
-        f"# {torch.cuda.get_device_name()} bf16 us; configs (block_m, block_s, split, warps, stages)"
-    )
+    name = torch.cuda.get_device_name() if device == "cuda" else device
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16  # interpreter: no bf16 dot
+    print(f"# {name} {dtype} us; configs (block_m, block_s, split, warps, stages)")
     table = []
-    M, K = 14336, 4096
-    w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    for n, m in [(1, 8), (2, 8), (2, 4)]:
-        W = sk.NMMatrix.from_dense(w, n, m, mask=nm_mask(w.float(), n, m))
-        for N in (16, 32, 64, 128):
-            if time.time() - start > budget:
+    w = torch.randn(M, K, device=device, dtype=dtype)
+    weights = {nm: sk.NMMatrix.from_dense(w, *nm, mask=nm_mask(w.float(), *nm)) for nm in PATTERNS}
+    for N, (n, m) in itertools.product(tokens, PATTERNS):  # most wanted first
+        if time.time() - start > budget:
+            break
+        W = weights[(n, m)]
+        B = torch.randn(K, N, device=device, dtype=dtype)
+        ref = W.to_dense().float() @ B.float()
+        dense, route = bench(lambda: w @ B), bench(lambda: sk.spmm(W, B))
+
+        def run(config):
+            bm, bs, split, warps, stages = config
+            fn = lambda: onehot_dot(W.values, W.indices, B, n, m, block_m=bm, block_s=bs,  # noqa: E731
+                                    split=split, num_warps=warps, num_stages=stages)  # fmt: skip
+            return timed(fn, ref)
+
+        # staged: tiles, then split x warps around the best tile, then stages around that
+        found = {
+            c: run(c) for c in itertools.product((16, 32, 64, 128), (32, 64), (1,), (4,), (3,))
+        }
+        for stage in ("split x warps", "stages"):
+            ok = sorted((t, c) for c, t in found.items() if t is not None)
+            if not ok or time.time() - start > budget:
                 break
-            B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-            ref = W.to_dense().float() @ B.float()
-            dense, route = bench(lambda: w @ B), bench(lambda: sk.spmm(W, B))
-
-            def run(bm, bs, split, warps, stages):
-                fn = lambda: onehot_dot(W.values, W.indices, B, n, m, block_m=bm, block_s=bs,  # noqa: E731
-                                        split=split, num_warps=warps, num_stages=stages)  # fmt: skip
-                return timed(fn, ref)
-
-            found = {}
-            for bm, bs in itertools.product((16, 32, 64, 128), (32, 64)):
-                found[(bm, bs, 1, 4, 3)] = run(bm, bs, 1, 4, 3)
-            tiles = sorted((t, c) for c, t in found.items() if t is not None)
-            if tiles:
-                bm, bs = tiles[0][1][:2]
-                for split, warps, stages in itertools.product((1, 2, 4), (4, 8), (2, 3, 4)):
-                    if time.time() - start > budget:
-                        break
-                    if (bm, bs, split, warps, stages) not in found:
-                        found[(bm, bs, split, warps, stages)] = run(bm, bs, split, warps, stages)
-            best = sorted((round(t, 1), c) for c, t in found.items() if t is not None)
-            case = f"{n}:{m} N={N}"
-            print(case, f"dense {dense:.1f} route {route:.1f} onehot top {best[:3]}", flush=True)
-            table.append((case, dense, route, best[0] if best else None))
+            bm, bs, split, warps, stages = ok[0][1]
+            near = (
+                itertools.product((bm,), (bs,), (1, 2, 4), (4, 8), (stages,))
+                if stage == "split x warps"
+                else itertools.product((bm,), (bs,), (split,), (warps,), (2, 4))
+            )
+            found.update({c: run(c) for c in near if c not in found})
+        best = sorted((round(t, 1), c) for c, t in found.items() if t is not None)
+        case = f"{n}:{m} N={N}"
+        print(case, f"dense {dense:.1f} route {route:.1f} onehot top {best[:3]}", flush=True)
+        table.append((case, dense, route, best[0] if best else None))
 
     print(f"\n{'case':<12} {'dense':>7} {'route':>7} {'onehot':>7}  x dense  best config")
     for case, dense, route, best in table:
@@ -185,4 +197,9 @@ def sweep() -> None:
 
 
 if __name__ == "__main__":
-    check() if "--check" in sys.argv else sweep()
+    if "--check" in sys.argv:
+        check()
+    elif "--smoke" in sys.argv:
+        sweep("cpu", M=40, K=128, tokens=(5,))
+    else:
+        sweep()
