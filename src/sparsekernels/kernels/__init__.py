@@ -1,1 +1,1 @@
-"""Triton kernels: @triton.jit functions and one thin launcher per file. Imported lazily by ops."""
+"""Triton kernels: @triton.jit functions and one thin launcher per file, imported by ops."""

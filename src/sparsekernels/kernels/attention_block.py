@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import next_power_of_2
+
 LOG2E = 1.4426950408889634
 
 
@@ -201,8 +203,8 @@ def _blocks(q, v, block_m, block_n) -> dict:
     return {
         "BLOCK_M": block_m,
         "BLOCK_N": block_n,
-        "BLOCK_D": max(16, triton.next_power_of_2(q.shape[-1])),
-        "BLOCK_DV": max(16, triton.next_power_of_2(v.shape[-1])),
+        "BLOCK_D": max(16, next_power_of_2(q.shape[-1])),
+        "BLOCK_DV": max(16, next_power_of_2(v.shape[-1])),
         "WORD_BITS": min(32, block_n),
     }
 

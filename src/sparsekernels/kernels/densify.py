@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import cdiv
 from .spmm_nm import _slot_columns
 
 
@@ -170,7 +171,7 @@ def densify_csr(
     if values.shape[-1] == 0:  # no stored entries to point at
         return out.zero_() if write_zeros else out
     assert out.stride(2) == 1 and values.stride(-1) == 1
-    grid = (triton.cdiv(rows, block_rows), batch)
+    grid = (cdiv(rows, block_rows), batch)
     _densify_csr_kernel[grid](
         row_offsets,
         column_indices,
@@ -218,9 +219,9 @@ def densify_nm(
     if select and m & (m - 1):  # select tiles groups of a power-of-two width
         select, write_zeros = False, True
     groups = cols // m
-    per_program = min(groups, max(1, program_cols // m, triton.cdiv(groups, 65535)))
+    per_program = min(groups, max(1, program_cols // m, cdiv(groups, 65535)))
     aligned = per_program == groups or (per_program * m) % block_k == 0
-    grid = (triton.cdiv(rows, block_m), triton.cdiv(groups, per_program))
+    grid = (cdiv(rows, block_m), cdiv(groups, per_program))
     _densify_nm_kernel[grid](
         values,
         indices,

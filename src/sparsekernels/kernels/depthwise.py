@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import cdiv
+
 
 @triton.jit
 def _load_row(x_left, m_left, m_mid, m_right, ih, H, stride_xh, stride_xw, ACC_DTYPE: tl.constexpr):
@@ -177,8 +179,8 @@ def depthwise_conv3x3(
         return out
     if max(image_span(x), image_span(out)) > _INT32_MAX:
         raise ValueError("one image of x or out spans more than 2^31 elements")
-    tiles = triton.cdiv(height_out, block_h) * triton.cdiv(width_out, block_w)
-    grid = (tiles, triton.cdiv(channels, block_c), batch)
+    tiles = cdiv(height_out, block_h) * cdiv(width_out, block_w)
+    grid = (tiles, cdiv(channels, block_c), batch)
     acc = tl.float64 if out.dtype == torch.float64 else tl.float32
     _depthwise3x3_kernel[grid](
         x,

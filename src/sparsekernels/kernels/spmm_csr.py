@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import cdiv
 from .transpose import padded_b
 
 
@@ -117,7 +118,7 @@ def spmm_csr(
     batch, rows, n = out.shape
     if rows == 0 or n == 0 or batch == 0:
         return out
-    grid = (triton.cdiv(rows, block_rows), triton.cdiv(n, block_n), batch)
+    grid = (cdiv(rows, block_rows), cdiv(n, block_n), batch)
     acc = tl.float64 if out.dtype == torch.float64 else tl.float32
     _spmm_csr_kernel[grid](
         row_offsets,

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import cdiv
+
 
 @triton.jit
 def _slot_columns(
@@ -230,7 +232,7 @@ def spmm_nm(
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
-    grid = (triton.cdiv(rows, block_m), triton.cdiv(cols, block_n))
+    grid = (cdiv(rows, block_m), cdiv(cols, block_n))
     common = dict(
         N_KEEP=n,
         M_GROUP=m,

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import cdiv, next_power_of_2
 from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
 from .transpose import padded_b
 
@@ -165,7 +166,7 @@ def packed_bits(m: int, block: int) -> int:
     """Bits per offset in the kernel's packing: enough for m / block positions, rounded up to a
     power of two so that a word holds a power-of-two number of offsets."""
     needed = max(1, (m // block - 1).bit_length())
-    return triton.next_power_of_2(needed)
+    return next_power_of_2(needed)
 
 
 def supports(block: int) -> bool:
@@ -198,7 +199,7 @@ def spmm_nm_decode(
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
-    _nm_decode_kernel[(triton.cdiv(rows, block_m),)](
+    _nm_decode_kernel[(cdiv(rows, block_m),)](
         values,
         words,
         b,
@@ -226,7 +227,7 @@ def spmm_nm_decode(
         ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
         BLOCK_M=block_m,
         BLOCK_W=block_w,
-        BLOCK_N=triton.next_power_of_2(cols),
+        BLOCK_N=next_power_of_2(cols),
         num_warps=num_warps,
         num_stages=num_stages,
     )

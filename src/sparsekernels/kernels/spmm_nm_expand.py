@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import cdiv
 from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
 
 
@@ -142,7 +143,7 @@ def spmm_nm_expand(
         return out
     if min(block_m, block_n, block_g * m) < 16:
         raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_n}, {block_g * m}")
-    grid = (triton.cdiv(rows, block_m), triton.cdiv(cols, block_n))
+    grid = (cdiv(rows, block_m), cdiv(cols, block_n))
     _nm_expand_dot_kernel[grid](
         values,
         words,

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import cdiv, next_power_of_2
+
 
 @triton.jit
 def _row_major_copy_kernel(
@@ -50,8 +52,8 @@ def row_major_copy(
     dst = torch.empty((rows, width), dtype=src.dtype, device=src.device)
     if dst.numel():
         # One axis of at most 2^31 - 1 programs: (2^31 - 1) * 4096 elements, past any memory.
-        tiles_r = triton.cdiv(rows, block_r)
-        _row_major_copy_kernel[(tiles_r * triton.cdiv(width, block_c),)](
+        tiles_r = cdiv(rows, block_r)
+        _row_major_copy_kernel[(tiles_r * cdiv(width, block_c),)](
             src=src,
             dst=dst,
             R=rows,
@@ -70,5 +72,5 @@ def padded_b(b: torch.Tensor, n_cols: int) -> bool:
     """Whether B (K, N) is laid out for the decode kernels' fastest load: (K, next power of two
     of N) row-major with more than one column, as row_major_copy(width=...) leaves it (the
     columns past N must be zero). Its row stride then becomes a compile-time constant."""
-    width = triton.next_power_of_2(n_cols)
+    width = next_power_of_2(n_cols)
     return b.dim() == 2 and n_cols > 1 and b.shape[1] == width and b.stride() == (width, 1)

@@ -1,13 +1,18 @@
 """Every kernel configuration and heuristic, named, in one place.
 
-Per-GPU tuned tables land here as data once the benchmark harness has measured them.
+Per-GPU tuned tables land here as data once the benchmark harness has measured them. The
+configuration functions depend on their arguments only, so each answer is computed once
+(`_memo`): an eager decode call asks for several, and host time is what such calls cost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-import triton
+from ._sizes import cdiv, next_power_of_2
+
+_memo = lru_cache(maxsize=4096)
 
 # CUDA caps grid dimensions 1 and 2 at 65535 programs.
 MAX_GRID_YZ = 65535
@@ -21,6 +26,7 @@ class SpmmCsrConfig:
     num_warps: int
 
 
+@_memo
 def spmm_csr_config(n: int) -> SpmmCsrConfig:
     """From an H200 sweep (4096 and 14336 rows x 4096, 70-90% sparse, bf16, 2026-11-29):
     N = 1 wants one row per program and long runs of stored entries; N <= 16 a few rows per
@@ -28,9 +34,9 @@ def spmm_csr_config(n: int) -> SpmmCsrConfig:
     if n == 1:  # one warp per row: 2.6x dense at 90% (2026-11-29-b/decode_sweep.txt)
         return SpmmCsrConfig(block_rows=1, block_nnz=256, block_n=1, num_warps=1)
     if n <= 16:
-        block_n = triton.next_power_of_2(n)
+        block_n = next_power_of_2(n)
         return SpmmCsrConfig(block_rows=4, block_nnz=128, block_n=block_n, num_warps=2)
-    block_n = min(128, triton.next_power_of_2(n))
+    block_n = min(128, next_power_of_2(n))
     return SpmmCsrConfig(block_rows=4, block_nnz=32, block_n=block_n, num_warps=4)
 
 
@@ -51,15 +57,16 @@ def _largest_power_of_two_dividing(value: int, cap: int) -> int:
     return power
 
 
+@_memo
 def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfig:
     """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores; the rest gather on
     CUDA cores. Decode sizes (N <= 16) use few rows and long slot runs per program, so even a
     4096-row weight spreads over thousands of programs (H200 sweep, 2026-11-29)."""
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     if not dtype_is_fp64 and tile_rows >= 16 and n_cols >= 16:
-        block_n = 256 if n_cols >= 256 else max(16, triton.next_power_of_2(n_cols))
+        block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
         return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
-    block_n = min(16, triton.next_power_of_2(max(n_cols, 1)))
+    block_n = min(16, next_power_of_2(max(n_cols, 1)))
     if n_cols <= 16:
         return SpmmNmConfig(False, 2, min(512, 8192 // (2 * block_n)), block_n, 2, 2)
     return SpmmNmConfig(False, 32, max(8, 4096 // (32 * block_n)), block_n, 4, 2)
@@ -104,10 +111,11 @@ def spmm_nm_expand_takes(n_cols: int) -> bool:
     return EXPAND_MIN_N is not None and EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
 
 
+@_memo
 def spmm_nm_expand_config(n_cols: int, m: int) -> SpmmNmExpandConfig:
     """A first guess (no sweep yet): 32 rows x 64 dense columns a step (448 programs for 14336
     rows: enough warps in flight for a memory-bound product), the tokens in one tile."""
-    block_n = max(16, min(64, triton.next_power_of_2(n_cols)))
+    block_n = max(16, min(64, next_power_of_2(n_cols)))
     return SpmmNmExpandConfig(32, max(1, 64 // m), block_n, num_warps=4, num_stages=3)
 
 
@@ -119,6 +127,7 @@ class SpmmNmDecodeConfig:
     num_stages: int = 2
 
 
+@_memo
 def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
     """Decode kernel (N <= 16), from the H200 sweeps of 2026-11-29 (benchmarks/sweeps/
     nm_decode_configs.py; results/nvidia-h200/2026-11-29-c): one warp and 256 slots a step.
@@ -142,13 +151,14 @@ class SddmmCsrConfig:
 
 def _mean_row(nnz: int, rows: int) -> int:
     """Stored entries in an average row, rounded up to a power of 2."""
-    return triton.next_power_of_2(max(1, -(-nnz // max(rows, 1))))
+    return next_power_of_2(max(1, -(-nnz // max(rows, 1))))
 
 
+@_memo
 def sddmm_csr_config(k: int, nnz: int, rows: int) -> SddmmCsrConfig:
     """First-kernel heuristic: a K chunk as wide as K up to 128; about 4096 products a step
     (BLOCK_NNZ x BLOCK_K), but no more stored entries a step than an average row holds."""
-    block_k = max(16, min(128, triton.next_power_of_2(max(k, 1))))
+    block_k = max(16, min(128, next_power_of_2(max(k, 1))))
     row = _mean_row(nnz, rows)
     block_nnz = max(16, min(4096 // block_k, row))
     return SddmmCsrConfig(block_nnz, block_k, num_warps=4 if block_nnz * block_k >= 2048 else 2)
@@ -160,6 +170,7 @@ class SoftmaxCsrConfig:
     num_warps: int
 
 
+@_memo
 def softmax_csr_config(nnz: int, rows: int) -> SoftmaxCsrConfig:
     """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
     1024 entries; one warp up to 256 entries, then at most 8 entries per thread."""
@@ -230,11 +241,12 @@ class DensifyCsrConfig:
     num_warps: int
 
 
+@_memo
 def densify_csr_config(rows: int, cols: int, nnz: int) -> DensifyCsrConfig:
     """One row per program (a 14336-row weight is 14336 programs): 1024 zeros a step (16 bytes
     a thread for bf16 with 4 warps), then the row's entries in runs as long as an average row,
     128 to 1024. Short rows (under 256 columns) are packed several to a program."""
-    block_k = min(1024, max(16, triton.next_power_of_2(cols)))
+    block_k = min(1024, max(16, next_power_of_2(cols)))
     block_rows = max(1, min(8, 256 // block_k))
     block_nnz = max(128, min(1024, _mean_row(nnz, rows)))
     num_warps = 4 if block_rows * block_k >= 1024 else 2
@@ -252,12 +264,13 @@ class DensifyNmConfig:
     num_warps: int
 
 
+@_memo
 def densify_nm_config(rows: int, cols: int, n: int, m: int) -> DensifyNmConfig:
     """Select for power-of-two m: 2 rows x 1024 columns a step, each thread holding whole groups
     (16-byte stores for m >= 8 in bf16, no shared memory, two loads per kept slot); programs
     of 2048 columns. Other m: zeros then scatter, 4 rows x 256 slots a step."""
-    block_k = min(1024, max(16, triton.next_power_of_2(cols)))
-    block_s = max(16, min(256, triton.next_power_of_2(max(cols // m * n, 1))))
+    block_k = min(1024, max(16, next_power_of_2(cols)))
+    block_s = max(16, min(256, next_power_of_2(max(cols // m * n, 1))))
     if m & (m - 1) == 0:
         return DensifyNmConfig(True, True, 2, max(block_k, m), block_s, 2048, num_warps=4)
     return DensifyNmConfig(False, True, 4, block_k, block_s, 2048, num_warps=4)
@@ -280,6 +293,7 @@ DEPTHWISE_WARPS = 2
 DEPTHWISE_MIN_PROGRAMS = 4 * 132  # a few programs per multiprocessor (132 on an H200)
 
 
+@_memo
 def depthwise_config(
     batch: int,
     channels: int,
@@ -296,7 +310,7 @@ def depthwise_config(
     late-layer planes share a program); channels_last rows span up to 64 channels, then
     columns. Small problems get fewer rows, then fewer channels, per program so that the grid
     still has `min_programs` programs (1 in Triton's interpreter, which runs them one by one)."""
-    p2 = triton.next_power_of_2
+    p2 = next_power_of_2
     # an empty tensor launches nothing, but dispatch still asks for its tile shape
     batch, channels, height_out, width_out = (
         max(1, v) for v in (batch, channels, height_out, width_out)
@@ -310,7 +324,6 @@ def depthwise_config(
     block_h = max(1, min(rows, height_out))
 
     def programs() -> int:
-        cdiv = triton.cdiv
         tiles = cdiv(height_out, block_h) * cdiv(width_out, block_w)
         return batch * cdiv(channels, block_c) * tiles
 
@@ -397,6 +410,7 @@ BLOCK_ATTENTION_MIN_FILL = 1 / 32
 BLOCK_ATTENTION_MAX_HEAD_DIM = 128
 
 
+@_memo
 def block_attention_config(head_dim: int, on_cpu: bool) -> BlockAttentionConfig:
     """64 x 64 tiles (what local windows and strides of 64-128 fill best); 16 x 16 in the CPU
     interpreter, which is slow per element."""

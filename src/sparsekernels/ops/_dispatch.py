@@ -7,11 +7,14 @@ caller can force one with `backend=`, and when none fits the error lists why eac
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from ..kernels.tuning import MAX_GRID_YZ
 
 
 @dataclass(frozen=True)
@@ -75,14 +78,19 @@ def triton_interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+@functools.cache
+def _triton_installed() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
     """Triton runs on CUDA; on CPU only in its interpreter, and only when asked for by name."""
     if problem.device.type == "cuda":
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return ["triton is not installed"]
-        return []
+        return [] if _triton_installed() else ["triton is not installed"]
     if problem.device.type == "cpu" and triton_interpreter_enabled():
         return [] if forced else ["on CPU the interpreter is used only with backend='triton'"]
     return [
@@ -97,8 +105,6 @@ MAX_GRID_X = 2**31 - 1
 def triton_batched_reasons(problem: Problem, forced: bool) -> list[str]:
     """triton_device_reasons, plus the grid limits on the batch (grid axis 1 or 2) and on the
     rows (axis 0: one program per row; int32 row order)."""
-    from ..kernels.tuning import MAX_GRID_YZ
-
     reasons = triton_device_reasons(problem, forced)
     if problem.facts.get("batch", 1) > MAX_GRID_YZ:
         reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels._sizes import next_power_of_2
+from ..kernels.transpose import padded_b, row_major_copy
+
 
 def column_major(b: torch.Tensor) -> bool:
     """b is a column-major matrix with several columns: linear's x^T (tokens are columns)."""
@@ -31,8 +34,6 @@ def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
     if b.shape[1] <= 1 or b.stride(1) == 1:
         return b
     if b.device.type == "cuda":
-        from ..kernels.transpose import row_major_copy
-
         return row_major_copy(src=b)
     return b.contiguous()
 
@@ -42,18 +43,12 @@ def padded_rows(b: torch.Tensor) -> torch.Tensor:
     row-major with zero columns past N, so a gathered row is one aligned vector load; B itself
     when it is laid out so already, has one column or repeats one row. linear's x^T needs a
     copy anyway."""
-    import triton
-
-    from ..kernels.transpose import padded_b
-
     cols = b.shape[1]
     if cols <= 1 or padded_b(b, cols):
         return b
     if b.stride(0) == 0:  # an expanded B (one row for all K) is never copied out: it may be huge
         return rows_contiguous(b)
-    width = triton.next_power_of_2(cols)
+    width = next_power_of_2(cols)
     if b.device.type == "cuda":
-        from ..kernels.transpose import row_major_copy
-
         return row_major_copy(src=b, width=width)
     return torch.nn.functional.pad(b, (0, width - cols)).contiguous()

@@ -8,16 +8,15 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from ..kernels import spmm_nm as kernel
+from ..kernels import spmm_nm_decode as decode
+from ..kernels import spmm_nm_expand as expand
+from ..kernels import tuning
 from . import _dispatch
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
-    from ..kernels import spmm_nm as kernel
-    from ..kernels import spmm_nm_decode as decode
-    from ..kernels import spmm_nm_expand as expand
-    from ..kernels import tuning
-
     if transpose:
         return _transposed(values, indices, b, bias, activation, n, m, vector, block)
     out = spmm_out(b, values.shape[0])
@@ -100,12 +99,8 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
 
 
 def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
-    from ..kernels import spmm_nm_expand as expand
-    from ..kernels.spmm_nm_decode import packed_bits
-    from ..kernels.tuning import spmm_nm_expand_config
-
-    bits = packed_bits(m, block)
-    config = spmm_nm_expand_config(b.shape[1], m)
+    bits = decode.packed_bits(m, block)
+    config = tuning.spmm_nm_expand_config(b.shape[1], m)
     expand.spmm_nm_expand(
         values=values.contiguous(),
         words=packed_words(indices, bits),
@@ -128,12 +123,9 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
 
 
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
-    from ..kernels import spmm_nm_decode as decode
-    from ..kernels.tuning import spmm_nm_decode_config
-
     bits = decode.packed_bits(m, block)
     words = packed_words(indices, bits)
-    config = spmm_nm_decode_config(b.shape[1], vector)
+    config = tuning.spmm_nm_decode_config(b.shape[1], vector)
     slots_per_word = 32 // bits * block
     decode.spmm_nm_decode(
         values=values.contiguous(),
@@ -172,9 +164,7 @@ def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
-    from ..kernels.tuning import MAX_GRID_YZ
-
     reasons = _dispatch.triton_device_reasons(problem, forced)
-    if -(-problem.facts["n"] // 16) > MAX_GRID_YZ:
+    if -(-problem.facts["n"] // 16) > tuning.MAX_GRID_YZ:
         reasons.append(f"N = {problem.facts['n']} needs more column tiles than the grid allows")
     return reasons

@@ -1,0 +1,17 @@
+"""Launch-size arithmetic on the host, in plain Python.
+
+triton.cdiv and triton.next_power_of_2 are constexpr functions in recent Triton (3.9): called
+from host code they cost several microseconds each (argument unwrapping, an import), and an
+eager decode call makes a dozen of them. These give the same results for the sizes we pass.
+"""
+
+from __future__ import annotations
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n; 0 for n = 0, as triton.next_power_of_2."""
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()
