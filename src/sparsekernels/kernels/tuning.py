@@ -1,8 +1,10 @@
 """Every kernel configuration and heuristic, named, in one place.
 
 Per-GPU tuned tables land here as data once the benchmark harness has measured them. The
-configuration functions depend on their arguments only, so each answer is computed once
-(`_memo`): an eager decode call asks for several, and host time is what such calls cost.
+configuration functions of the kernels behind the ops depend on their arguments only, so each
+answer is computed once (`_memo`): an eager decode call asks for several, and host time is what
+such calls cost. Those called in the ops' Python wrappers stay plain: torch.compile traces the
+wrappers and warns about cached functions.
 """
 
 from __future__ import annotations
@@ -293,7 +295,6 @@ DEPTHWISE_WARPS = 2
 DEPTHWISE_MIN_PROGRAMS = 4 * 132  # a few programs per multiprocessor (132 on an H200)
 
 
-@_memo
 def depthwise_config(
     batch: int,
     channels: int,
@@ -410,7 +411,6 @@ BLOCK_ATTENTION_MIN_FILL = 1 / 32
 BLOCK_ATTENTION_MAX_HEAD_DIM = 128
 
 
-@_memo
 def block_attention_config(head_dim: int, on_cpu: bool) -> BlockAttentionConfig:
     """64 x 64 tiles (what local windows and strides of 64-128 fill best); 16 x 16 in the CPU
     interpreter, which is slow per element."""
