@@ -174,6 +174,25 @@ def test_scale_and_strided_inputs(gen):
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dv", [0, 1, 40, 129])
+def test_output_gradient_rowsums(dv, gen):
+    """The backward's delta = rowsum(out * d_out) in fp32, read in place: strided out, an
+    expanded d_out (the gradient of a sum) and a transposed one; rows past a 64-row tile."""
+    from sparsekernels.kernels.attention_block_backward import output_gradient_rowsums
+
+    out = randn(2, 70, 3, dv, gen=gen, dtype=torch.float16).transpose(1, 2)  # (2, 3, 70, dv)
+    grads = [
+        randn(2, 3, 70, dv, gen=gen, dtype=torch.float16),
+        randn(1, 1, 1, dv, gen=gen, dtype=torch.float16).expand(2, 3, 70, dv),
+        randn(2, 3, dv, 70, gen=gen, dtype=torch.float16).transpose(2, 3),
+    ]
+    for grad in grads:
+        delta = output_gradient_rowsums(out, grad)
+        want = (out.double() * grad.double()).sum(-1).reshape(6, 70)
+        assert delta.dtype == torch.float32 and delta.shape == (6, 70)
+        torch.testing.assert_close(delta.double(), want, rtol=1e-6, atol=1e-5)
+
+
 def test_empty_sizes():
     keep = torch.zeros(16, 0, dtype=torch.bool)
     q, k = torch.randn(1, 1, 16, 16), torch.randn(1, 1, 0, 16)

@@ -106,8 +106,7 @@ def block_attention_backward_body(
     dq, dk, dv = (torch.zeros_like(t, dtype=acc) for t in (q, k, v))
     if _empty(q, k, v):
         return dq[..., :d].to(q.dtype), dk[..., :d].to(k.dtype), dv.to(v.dtype)
-    batch, heads, lq, _ = q.shape
-    delta = (grad.float() * out.float()).sum(-1).reshape(batch * heads, lq)
+    delta = backward_kernels.output_gradient_rowsums(out, grad)
     block_m, block_n, _, _, num_warps, num_stages = config
     for component in components:
         backward_kernels.block_attention_backward(
