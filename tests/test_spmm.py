@@ -249,3 +249,24 @@ def test_nm_backward_of_x_densifies_on_cuda_at_batched_sizes():
 
     assert _dispatch.choose("spmm_nm", problem(2048)) == "dense"
     assert _dispatch.choose("spmm_nm", problem(16)) == "triton"
+
+
+@pytest.mark.parametrize("twin", [True, False])
+def test_product_is_saved_for_backward_only_for_relu(twin, gen, monkeypatch):
+    """nn.Linear frees its product once the next op has used it; ours must not keep it alive
+    until backward (the sparse Transformer's training peak was 1.3x dense's) unless ReLU's
+    gradient needs it. Both the eager twin and the registered op."""
+    from sparsekernels.ops import _library
+
+    if not twin:
+        monkeypatch.setattr(_library, "eager", lambda *tensors: False)
+    A, W = random_csr(5, 7, 0.5, gen), random_nm(5, 8, 2, 4, gen)
+    for M, K in ((A, 7), (W, 8)):
+        B = randn(K, 3, gen=gen).requires_grad_()
+        for activation, saved in ((None, False), ("gelu", False), ("relu", True)):
+            out = sk.spmm(M, B, activation=activation)
+            kept = [t for t in out.grad_fn.saved_tensors if t is not None]
+            assert any(t.shape == out.shape for t in kept) == saved, (type(M), activation)
+            out.sum().backward()  # the gradient still flows
+            assert B.grad is not None and torch.isfinite(B.grad).all()
+            B.grad = None
