@@ -1,6 +1,6 @@
-"""The N:M expand-and-dot kernel (sparse tiles expanded in registers, tl.dot on tensor cores):
-in the interpreter on CPU (small shapes, float32 and float16) and compiled on CUDA (gpu),
-against float64 references with poisoned outputs."""
+"""The tensor-core N:M kernel (m tl.dot calls a step, one per position of a group, on the
+compressed tile): in the interpreter on CPU (small shapes, float32 and float16) and compiled on
+CUDA (gpu), against float64 references with poisoned outputs."""
 
 import pytest
 import torch
@@ -13,9 +13,17 @@ DEVICES = [
     pytest.param("cpu", id="interpreter"),
     pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
 ]
-# (n, m, vector, block): element-wise, 1:2, block-wise, vector-wise, a wide group, and a
-# block as wide as n.
-PATTERNS = [(2, 8, 1, 1), (1, 2, 1, 1), (4, 16, 1, 2), (2, 4, 4, 1), (1, 32, 1, 1), (4, 8, 2, 4)]
+# (n, m, vector, block): element-wise, 1:2, block-wise, vector-wise, a wide group, a block as
+# wide as n, and an m that is not a power of two.
+PATTERNS = [
+    (2, 8, 1, 1),
+    (1, 2, 1, 1),
+    (4, 16, 1, 2),
+    (2, 4, 4, 1),
+    (1, 32, 1, 1),
+    (4, 8, 2, 4),
+    (2, 6, 1, 1),
+]
 
 
 def _skip_interpreter_on_gpu_machine(device):
@@ -24,7 +32,8 @@ def _skip_interpreter_on_gpu_machine(device):
 
 
 def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none"):
-    block_m, block_k, block_n = tiles
+    """tiles: (rows, compressed slots, tokens) a step."""
+    block_m, block_s, block_n = tiles
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     bits = packed_bits(W.m, W.block)
     spmm_nm_expand(
@@ -40,7 +49,7 @@ def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none"):
         block=W.block,
         activation=activation,
         block_m=block_m,
-        block_g=max(1, block_k // W.m),
+        block_g=max(1, block_s // W.n),
         block_n=block_n,
         num_warps=4,
         num_stages=2,
@@ -78,6 +87,7 @@ def test_bias_activation_and_wider_tiles(device, dtype, gen):
 
 def test_supports_and_tile_floor(gen):
     assert supports(2, 8, 4096, torch.bfloat16) and not supports(3, 8, 4096, torch.bfloat16)
+    assert supports(2, 6, 4096, torch.float16)  # any m: one dot per position
     assert not supports(2, 8, 2**31, torch.bfloat16) and not supports(2, 8, 64, torch.float64)
     W = random_nm(16, 16, 2, 8, gen, 1, 1, torch.float32)
     with pytest.raises(ValueError, match="at least 16"):

@@ -1,7 +1,8 @@
-"""The N:M expand-and-dot kernel (kernels/spmm_nm_expand.py) against the current route (decode
-or gather kernel) and dense, bf16, CUDA-graph medians, B (K, N) row-major: sets
-tuning.EXPAND_MIN_N / EXPAND_MAX_N and spmm_nm_expand_config. Prints the best configurations
-per case and a table last; BUDGET_S caps the run (default 240 s).
+"""The tensor-core N:M kernel (kernels/spmm_nm_expand.py) against the automatic route (decode
+kernel, or densify + cuBLAS past its sizes) and dense, bf16, CUDA-graph medians, B (K, N)
+row-major: sets tuning.EXPAND_MIN_N / EXPAND_MAX_N and spmm_nm_expand_config. Prints the best
+configurations per case and a table last; BUDGET_S caps the run (default 240 s). Its first run
+(results/nvidia-h200/2026-11-30/at-94ee33f) measured the kernel's first version.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_expand_sweep.py
 """
 
@@ -36,40 +37,38 @@ def checked(fn, out, ref) -> float | None:
 # Small row tiles too: 14336 rows in 64-row tiles are only 224 programs for 132 SMs, too few
 # warps in flight for a memory-bound product. Each configuration compiles once per pattern and
 # column tile, which dominates the run: keep the grid small.
-GRID = list(itertools.product((16, 32, 64), (64, 128), (2, 4), (3,)))
+GRID = list(itertools.product((16, 32, 64, 128), (32, 64), (4, 8), (3,)))
 table = []
-print(
-    f"# {torch.cuda.get_device_name()} bf16, us; expand configs (block_m, block_k, warps, stages)"
-)
+print(f"# {torch.cuda.get_device_name()} bf16, us; configs (block_m, slots a step, warps, stages)")
 for M, K in [(14336, 4096), (4096, 14336)]:
     w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     for n, m in [(1, 8), (2, 8), (2, 4)]:
         W = sk.NMMatrix.from_dense(w, n, m, mask=nm_mask(w.float(), n, m))
         bits = packed_bits(m, 1)
         words = W.packed_indices(bits)
-        for N in (8, 16, 32):  # 8 and 16 share the 16-wide column tile
+        for N in (8, 16, 32, 64):  # 8 and 16 share the 16-wide column tile
             if time.time() - START > BUDGET_S:
                 break
             B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
             ref = W.to_dense().float() @ B.float()
             dense = bench(lambda: w @ B)
-            route = bench(lambda: sk.spmm(W, B, backend="triton"))
+            route = bench(lambda: sk.spmm(W, B))
             out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
             results = []
-            for bm, bk, nw, ns in GRID:
+            for bm, bs, nw, ns in GRID:
                 block_n = max(16, min(64, 1 << (N - 1).bit_length()))
                 fn = lambda: spmm_nm_expand(values=W.values, words=words, bits=bits, b=B,  # noqa: E731
                                             bias=None, out=out, n=n, m=m, vector=1, block=1,
-                                            activation="none", block_m=bm, block_g=bk // m,
+                                            activation="none", block_m=bm, block_g=bs // n,
                                             block_n=block_n, num_warps=nw,
                                             num_stages=ns)  # fmt: skip
                 try:
                     t = checked(fn, out, ref)
                 except Exception as error:  # noqa: BLE001 - a configuration that does not fit
-                    print("  ", bm, bk, nw, ns, type(error).__name__, str(error)[:60])
+                    print("  ", bm, bs, nw, ns, type(error).__name__, str(error)[:60])
                     continue
                 if t is not None:
-                    results.append((round(t, 1), bm, bk, nw, ns))
+                    results.append((round(t, 1), bm, bs, nw, ns))
             results.sort()
             case = f"{M}x{K} {n}:{m} N={N}"
             print(case, f"dense {dense:.1f} route {route:.1f} expand top {results[:3]}", flush=True)

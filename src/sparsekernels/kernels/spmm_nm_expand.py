@@ -1,16 +1,17 @@
 """N:M SpMM for a few to a few dozen tokens on tensor cores: out = act(W @ B + bias).
 
-"Load as sparse, compute as dense" (Flash-LLM, SpInfer): each step reads the compressed values
-and bit-packed offsets of a (BLOCK_M rows x BLOCK_G groups) tile, the only bytes of W that
-travel, expands them in registers into the dense (BLOCK_M, BLOCK_G * m) tile they stand for,
-and multiplies that with B's matching rows on tensor cores (tl.dot). The decode kernel
-(spmm_nm_decode.py) instead multiplies each stored value on CUDA cores, so its arithmetic grows
-with the tokens while a weight-bound product's should not; this kernel's expansion costs
-n compare-selects per dense element, once, whatever the tokens.
+"Load as sparse, compute as dense" (Flash-LLM, SpInfer) without building the dense tile: W @ B
+is the sum over the m positions p of a group of (the kept values whose column in their group is
+p) @ (B's row at position p of each group). So a step loads a (BLOCK_M rows x BLOCK_S slots)
+tile of compressed values and their bit-packed offsets, the only bytes of W that travel, and
+makes m plain tl.dot calls on 2-D tiles: A_p = where(column == p, values, 0) against the
+(BLOCK_S, BLOCK_N) tile of B rows (group * m + p). Tensor cores do n times a dense tile's work
+(idle at these token counts anyway); each slot costs one compare-select per position.
 
-The expansion: the dense tile is sum over a group's n kept slots of
-where(slot's column == position, value, 0); each position holds at most one kept value, so the
-sum adds only zeros to it (exact). n and m must be powers of two (tile axes).
+The first version expanded a (rows, groups, n, m) tile and reshaped it for tl.dot: 0.11-0.36x
+dense at 8-32 tokens on the H200 (results/nvidia-h200/2026-11-30/at-94ee33f/
+nm_expand_sweep.txt). This one avoids 3-D tiles, reshapes and strided loads; it is checked in
+the interpreter and waits for its H200 sweep (benchmarks/sweeps/nm_expand_sweep.py).
 
 Each output is one program's fixed sum order: deterministic, no atomics.
 """
@@ -48,51 +49,47 @@ def _nm_expand_dot_kernel(
     BITS: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
-    IEEE: tl.constexpr,  # float32 operands: IEEE products (TF32 would lose precision)
+    PRECISION: tl.constexpr,  # "ieee" for float32 operands (TF32 would lose precision)
     BLOCK_M: tl.constexpr,
-    BLOCK_G: tl.constexpr,  # groups a step: the dense tile is BLOCK_G * M_GROUP columns wide
+    BLOCK_G: tl.constexpr,  # groups a step: BLOCK_G * N_KEEP slots (at least 16 for tl.dot)
     BLOCK_N: tl.constexpr,
 ):
     PER_WORD: tl.constexpr = 32 // BITS
-    BLOCK_K: tl.constexpr = BLOCK_G * M_GROUP
+    BLOCK_S: tl.constexpr = BLOCK_G * N_KEEP
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
     rows = offs_m.to(tl.int64)
     word_rows = tl.where(mask_m, rows // VECTOR, 0)
-    j = tl.arange(0, N_KEEP)  # kept slot within a group
-    within = (j % BLOCK)[None, None, :]  # position inside the slot's block
-    position = tl.arange(0, M_GROUP)[None, None, None, :]
+    b_cols = offs_n[None, :].to(tl.int64) * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for g0 in range(0, GROUPS, BLOCK_G):
-        g = g0 + tl.arange(0, BLOCK_G)
-        mask_g = g < GROUPS
-        slots = g[:, None].to(tl.int64) * N_KEEP + j[None, :]  # (BLOCK_G, N_KEEP)
-        mask = mask_m[:, None, None] & mask_g[None, :, None]
-        vals = tl.load(values + rows[:, None, None] * stride_vm + slots[None], mask=mask, other=0.0)
+        slots = g0 * N_KEEP + tl.arange(0, BLOCK_S)
+        groups = slots // N_KEEP
+        mask_s = groups < GROUPS
+        mask = mask_m[:, None] & mask_s[None, :]
+        vals = tl.load(values + rows[:, None] * stride_vm + slots[None, :], mask=mask, other=0.0)
         index_col = slots // BLOCK  # a block's slots share one offset
         word = tl.load(
-            words + word_rows[:, None, None] * stride_wm + (index_col // PER_WORD)[None],
+            words + word_rows[:, None] * stride_wm + (index_col // PER_WORD)[None, :],
             mask=mask,
             other=0,
         )
-        offsets = (word >> ((index_col % PER_WORD) * BITS).to(tl.int32)[None]) & ((1 << BITS) - 1)
-        columns = offsets * BLOCK + within  # (BLOCK_M, BLOCK_G, N_KEEP): column inside the group
-        hit = columns[:, :, :, None] == position
-        dense = tl.sum(tl.where(hit, vals[:, :, :, None], 0.0), axis=2)
-        dense = tl.reshape(dense, (BLOCK_M, BLOCK_K))
-        ks = g0 * M_GROUP + tl.arange(0, BLOCK_K)  # K < 2^31 (supports)
-        b_tile = tl.load(
-            b + ks.to(tl.int64)[:, None] * stride_bk + offs_n[None, :] * stride_bn,
-            mask=(ks < GROUPS * M_GROUP)[:, None] & mask_n[None, :],
-            other=0.0,
-        )
-        dense = dense.to(b_tile.dtype)
-        if IEEE:
-            acc = tl.dot(dense, b_tile, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(dense, b_tile, acc)
+        shift = ((index_col % PER_WORD) * BITS).to(tl.int32)[None, :]
+        offsets = (word >> shift) & ((1 << BITS) - 1)
+        column = offsets * BLOCK + (slots % BLOCK)[None, :]  # the slot's column in its group
+        zeros = tl.zeros_like(vals)
+        b_rows = groups.to(tl.int64) * M_GROUP
+        for p in tl.static_range(M_GROUP):
+            a = tl.where(column == p, vals, zeros)
+            b_tile = tl.load(
+                b + (b_rows + p)[:, None] * stride_bk + b_cols,
+                mask=mask_s[:, None] & mask_n[None, :],
+                other=0.0,
+            )
+            a = a.to(b_tile.dtype)
+            acc = tl.dot(a, b_tile, acc, input_precision=PRECISION)
     _epilogue_store(
         acc,
         offs_m,
@@ -110,10 +107,11 @@ def _nm_expand_dot_kernel(
 
 
 def supports(n: int, m: int, k: int, dtype: torch.dtype) -> bool:
-    """Tile axes need powers of two; tensor cores take half precision and float32; columns
-    are int32 (K < 2^31)."""
-    powers = n & (n - 1) == 0 and m & (m - 1) == 0
-    return powers and k < 2**31 and dtype in (torch.float16, torch.bfloat16, torch.float32)
+    """The slot tile (groups x n) must be a power of two; tensor cores take half precision and
+    float32; K < 2^31."""
+    return (
+        n & (n - 1) == 0 and k < 2**31 and dtype in (torch.float16, torch.bfloat16, torch.float32)
+    )
 
 
 def spmm_nm_expand(
@@ -137,12 +135,13 @@ def spmm_nm_expand(
 ) -> torch.Tensor:
     """Launch over out (M, N). values (M, S) and words (`NMMatrix.packed_indices(bits)`, bits
     from spmm_nm_decode.packed_bits) need unit stride along their last dim; block_m, block_n
-    and block_g * m at least 16 (tl.dot's smallest tile)."""
+    and block_g * n (slots a step) at least 16 (tl.dot's smallest tile), block_g a power of
+    two."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
-    if min(block_m, block_n, block_g * m) < 16:
-        raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_n}, {block_g * m}")
+    if min(block_m, block_n, block_g * n) < 16:
+        raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_n}, {block_g * n}")
     grid = (cdiv(rows, block_m), cdiv(cols, block_n))
     _nm_expand_dot_kernel[grid](
         values,
@@ -166,7 +165,7 @@ def spmm_nm_expand(
         BITS=bits,
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
-        IEEE=values.dtype == torch.float32,
+        PRECISION="ieee" if values.dtype == torch.float32 else "tf32",
         BLOCK_M=block_m,
         BLOCK_G=block_g,
         BLOCK_N=block_n,

@@ -91,11 +91,13 @@ def decode_max_n(density: float) -> int:
     return DECODE_MAX_N_SPARSEST if density <= 1 / 8 else DECODE_MAX_N
 
 
-# The expand-and-dot kernel (spmm_nm_expand.py: N:M tiles expanded in registers, tl.dot) takes
-# N:M products with EXPAND_MIN_N..EXPAND_MAX_N tokens in place of the decode and gather
-# kernels. Off (None) until an H200 sweep sets it: benchmarks/sweeps/nm_expand_sweep.py, never
-# run yet. The decode kernel's CUDA-core work grows with the tokens (1:8 14336 x 4096: 10.8 us at
-# 1 token, 30.8 at 16; dense 31 us), this kernel's should not.
+# The tensor-core N:M kernel (spmm_nm_expand.py: m plain tl.dot calls a step on the compressed
+# tile, one per position of a group) takes N:M products with EXPAND_MIN_N..EXPAND_MAX_N tokens
+# in place of the decode and gather kernels. Off (None) until an H200 sweep shows it ahead:
+# benchmarks/sweeps/nm_expand_sweep.py. Its first version (a (rows, groups, n, m) tile reshaped
+# for tl.dot) lost to dense 3-9x at 8-32 tokens (results/nvidia-h200/2026-11-30/at-94ee33f/
+# nm_expand_sweep.txt); this one is not measured yet. The decode kernel's CUDA-core work grows
+# with the tokens (1:8 14336 x 4096: 10.8 us at 1 token, 30.8 at 16; dense 31 us).
 EXPAND_MIN_N: int | None = None
 EXPAND_MAX_N = 256
 
@@ -103,7 +105,7 @@ EXPAND_MAX_N = 256
 @dataclass(frozen=True)
 class SpmmNmExpandConfig:
     block_m: int
-    block_g: int  # groups a step (block_g * m dense columns)
+    block_g: int  # groups a step (block_g * n compressed slots)
     block_n: int
     num_warps: int
     num_stages: int
@@ -114,11 +116,11 @@ def spmm_nm_expand_takes(n_cols: int) -> bool:
 
 
 @_memo
-def spmm_nm_expand_config(n_cols: int, m: int) -> SpmmNmExpandConfig:
-    """A first guess (no sweep yet): 32 rows x 64 dense columns a step (448 programs for 14336
-    rows: enough warps in flight for a memory-bound product), the tokens in one tile."""
+def spmm_nm_expand_config(n_cols: int, n: int) -> SpmmNmExpandConfig:
+    """A first guess (no sweep yet): 64 rows x 64 compressed slots a step (224 programs for
+    14336 rows; the select-tile variant was fastest at 64 rows), the tokens in one tile."""
     block_n = max(16, min(64, next_power_of_2(n_cols)))
-    return SpmmNmExpandConfig(32, max(1, 64 // m), block_n, num_warps=4, num_stages=3)
+    return SpmmNmExpandConfig(64, max(1, 64 // n), block_n, num_warps=4, num_stages=3)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens (1-32
 at 1:8 and sparser), the vector-wise tensor-core kernel, else the gather kernel
-(kernels/spmm_nm*.py); the expand-and-dot kernel where tuning.EXPAND_MIN_N turns it on; W^T @ B
+(kernels/spmm_nm*.py); the tensor-core kernel where tuning.EXPAND_MIN_N turns it on; W^T @ B
 (the backward of x) through the CSR kernel on W^T's pattern, built once per weight."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
 
 def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
     bits = decode.packed_bits(m, block)
-    config = tuning.spmm_nm_expand_config(b.shape[1], m)
+    config = tuning.spmm_nm_expand_config(b.shape[1], n)
     expand.spmm_nm_expand(
         values=values.contiguous(),
         words=packed_words(indices, bits),
