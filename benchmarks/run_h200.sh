@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite scale sweeps expand onehot profile trainstep quick llm nm e2e dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot profile trainstep quick llm nm e2e dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph.
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
@@ -41,6 +41,11 @@ for step in $steps; do
     sanitize-suite)
       timeout 570 make sanitize-suite >"$out/sanitize_suite.log" 2>&1
       echo "sanitize-suite rc=$? $(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize_suite.log") clean summaries" ;;
+    sanitize-workers)  # the suite with each worker under its own sanitizer (Makefile)
+      timeout 570 make sanitize-workers SANITIZE_LOGS="$out/memcheck" >"$out/sanitize_workers.log" 2>&1
+      echo "sanitize-workers rc=$? $(tail -1 "$out/sanitize_workers.log") |" \
+        "$(cat "$out"/memcheck/*.log | grep -c 'ERROR SUMMARY: 0 errors') clean summaries" \
+        "in $(ls "$out"/memcheck | wc -l) worker logs" ;;
     scale)
       timeout 200 python3 -m pytest -q -m "gpu and slow" tests/test_scale.py -p no:cacheprovider \
         >"$out/scale.log" 2>&1
