@@ -166,12 +166,17 @@ def test_every_output_written_and_lse(kind, gen):
 
 
 def test_scale_and_strided_inputs(gen):
-    """Non-contiguous q, k, v (a (B, L, H, D) view) and a custom scale."""
+    """Non-contiguous q, k, v (a (B, L, H, D) view) and a custom scale; the output follows q's
+    layout."""
     keep = _mask("causal", 32, 32)
     q, k, v = (randn(1, 32, 2, 16, gen=gen, dtype=torch.float32).transpose(1, 2) for _ in "qkv")
     got = sk.sparse_attention(q, k, v, _pattern(keep), scale=0.5, backend="triton_flash")
     want = dense_attention(q, k, v, keep, 0.5)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    assert got.transpose(1, 2).is_contiguous()  # q's layout, as SDPA: the reshape after is free
+    contiguous = sk.sparse_attention(*(t.contiguous() for t in (q, k, v)), _pattern(keep),
+                                     scale=0.5, backend="triton_flash")  # fmt: skip
+    assert contiguous.is_contiguous() and torch.equal(contiguous, got)
 
 
 @pytest.mark.parametrize("dv", [0, 1, 40, 129])

@@ -53,8 +53,9 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, dim = x.shape
-        qkv = self.qkv(x).view(B, L, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-        q, k, v = (t.contiguous() for t in qkv)
+        # (B, H, L, D) views into the qkv product, no copies: both attentions take strides. The
+        # fused sparse one writes its output (B, L, H, D) in memory, so the reshape is a view.
+        q, k, v = self.qkv(x).view(B, L, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
         return self.proj(self.core(q, k, v).transpose(1, 2).reshape(B, L, dim))
 
 

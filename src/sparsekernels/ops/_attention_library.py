@@ -35,6 +35,16 @@ def _nonempty_head(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     return q.new_zeros((*q.shape[:-1], 1)), k.new_zeros((*k.shape[:-1], 1))
 
 
+def _output_like(q: Tensor, dv: int, dtype: torch.dtype) -> Tensor:
+    """An empty (B, H, Lq, dv) output laid out in q's order of dimensions, as SDPA's is: for q a
+    (B, L, H, D) view, the output is (B, L, H, dv) in memory, so the usual
+    `out.transpose(1, 2).reshape(B, L, H * dv)` that follows is a view, not a copy."""
+    order = [*sorted(range(3), key=lambda i: -q.stride(i)), 3]  # outermost first, stable
+    shape = (*q.shape[:3], dv)
+    physical = q.new_empty([shape[i] for i in order], dtype=dtype)
+    return physical.permute([order.index(i) for i in range(4)])
+
+
 @torch.library.custom_op("sparsekernels::block_attention", mutates_args=())
 def block_attention(
     q: Tensor, k: Tensor, v: Tensor, layout: list[Tensor], scale: float, config: list[int]
@@ -51,7 +61,7 @@ def block_attention_forward(
     batch, heads, lq, _ = q.shape
     components = _components(layout)
     merged = len(components) > 1  # later passes merge into an fp32 output
-    out = q.new_empty((batch, heads, lq, v.shape[3]), dtype=torch.float32 if merged else q.dtype)
+    out = _output_like(q, v.shape[3], torch.float32 if merged else q.dtype)
     lse = q.new_empty((batch * heads, lq), dtype=torch.float32)
     if _empty(q, k, v):
         return out.zero_().to(q.dtype), lse.fill_(float("-inf"))
@@ -78,7 +88,7 @@ def block_attention_forward(
 @block_attention.register_fake
 def _(q, k, v, layout, scale, config):
     batch, heads, lq, _ = q.shape
-    out = q.new_empty((batch, heads, lq, v.shape[3]))
+    out = _output_like(q, v.shape[3], q.dtype)
     return out, q.new_empty((batch * heads, lq), dtype=torch.float32)
 
 
