@@ -93,32 +93,10 @@ def _(
 
 
 def _spmm_csr_setup(ctx, inputs, output):
-    (
-        row_offsets,
-        column_indices,
-        values,
-        b,
-        bias,
-        row_order,
-        t_ro,
-        t_ci,
-        t_perm,
-        activation,
-        backend,
-    ) = inputs
+    # (row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm), then these
+    *tensors, activation, backend = inputs
     ctx.activation, ctx.backend = activation, backend
-    ctx.save_for_backward(
-        row_offsets,
-        column_indices,
-        values,
-        b,
-        bias,
-        row_order,
-        t_ro,
-        t_ci,
-        t_perm,
-        _output_for_backward(output, activation),
-    )
+    ctx.save_for_backward(*tensors, _output_for_backward(output, activation))
 
 
 def _output_for_backward(output: Tensor, activation: str) -> Tensor | None:
