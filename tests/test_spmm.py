@@ -206,6 +206,10 @@ def test_gather_kernels_give_way_to_dense_past_decode_sizes():
         assert pick("spmm_csr", 127, density=density) == "dense"
     assert pick("spmm_csr", 64, torch.float32, density=0.05) == "triton"  # strict fp32, 95%
     assert pick("spmm_csr", 64, torch.float32, density=0.3) == "dense"
+    # 90% sparse in fp32 stays on the kernel whichever way its kept count rounds; 80% densifies
+    for density in (0.0999, 0.10000038, 0.1001):
+        assert pick("spmm_csr", 2048, torch.float32, density=density) == "triton"
+    assert pick("spmm_csr", 2048, torch.float32, density=0.2) == "dense"
 
     def nm(tokens, n, m, vector=1, transpose=False):
         facts = {"pattern": (n, m, vector, 1), "density": n / m, "transpose": transpose}

@@ -194,10 +194,17 @@ DENSE_FALLBACK_MIN_N = 128  # the vector-wise tensor-core N:M kernel's limit
 SPMM_CSR_DECODE_MAX_N = 16  # past this, CSR products (W^T's of N:M weights too) densify
 
 
+# Strict fp32 (no tensor cores on either side): the CSR kernel against cuBLAS over the DLMC
+# sample (results/nvidia-h200/2026-11-29/dlmc, geometric means): 1.16x at 10% stored, 0.80x at
+# 20%. The crossover is near 14%; a threshold at exactly 10% flipped 90%-sparse layers one way
+# or the other with the rounding of their kept count (MobileNet's: 0.09999 to 0.10010).
+FP32_DENSE_MIN_DENSITY = 0.14
+
+
 def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool) -> bool:
     if n <= SPMM_CSR_DECODE_MAX_N:
         return False
-    return half_precision or density > 0.1
+    return half_precision or density > FP32_DENSE_MIN_DENSITY
 
 
 def spmm_nm_prefers_dense(
