@@ -335,3 +335,17 @@ def test_forced_triton_past_a_limit_raises_before_any_work(gen):
     X = torch.zeros(1, 8, dtype=torch.bfloat16).expand(rows, 8)
     with pytest.raises(ValueError, match=f"{rows} rows exceed the grid limit"):
         sk.sddmm(X, torch.zeros(4, 8, dtype=torch.bfloat16), P, backend="triton")
+
+
+def test_launch_size_arithmetic_matches_triton():
+    """kernels/_sizes.py replaces triton.cdiv / triton.next_power_of_2 in host code (they cost
+    microseconds a call there); the results must be the same."""
+    import triton
+
+    from sparsekernels.kernels._sizes import cdiv, next_power_of_2
+
+    values = [*range(0, 70), 127, 128, 129, 65535, 65536, 2**31 - 1, 2**31, 2**40 + 3]
+    for n in values:
+        assert next_power_of_2(n) == triton.next_power_of_2(n), n
+        for d in (1, 2, 3, 16, 64, 65535):
+            assert cdiv(n, d) == triton.cdiv(n, d), (n, d)
