@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot profile trainstep quick llm nm e2e dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot profile trainstep quick llm llm_large nm e2e dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph.
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
@@ -70,7 +70,8 @@ for step in $steps; do
       timeout 150 python3 benchmarks/sweeps/train_step_graph.py >"$out/train_step_graph.txt" 2>&1
       echo "trainstep rc=$? $(tail -1 "$out/train_step_graph.txt")" ;;
     quick) bench quick 120 --quick ;;
-    llm) bench llm 240 --suite llm --no-plots ;;
+    llm) bench llm 270 --suite llm --no-plots ;;
+    llm_large) bench llm_large 400 --suite llm_large --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
     e2e) bench e2e 240 --suite e2e --no-plots ;;
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;

@@ -248,7 +248,9 @@ def test_gpu_suites_build_without_device_work_and_gate_peers():
     for name in ("quick", "llm", "nm", "sddmm", "softmax", "attention"):
         assert suites.build([name], ctx), name
     llm = suites.build(["llm"], ctx)
-    assert len(llm) == 3 * 6 * 6 and {c.shape[2] for c in llm} == {1, 4, 16, 32, 64, 2048}
+    assert len(llm) == 3 * 7 * 6 and {c.shape[2] for c in llm} == {1, 4, 8, 16, 32, 64, 2048}
+    large = suites.build(["llm_large"], ctx)
+    assert len(large) == (5 + 3) * 6 and (28672, 8192, 8192) in {c.shape for c in large}
     two_four = next(c for c in llm if c.pattern == "2:4" and c.shape[2] == 16)
     status = {e.provider.name: e.status for e in providers_for(two_four)}
     assert status["torch24"] == "ready" and status["cusparse"] == "ready"

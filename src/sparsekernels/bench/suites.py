@@ -19,7 +19,9 @@ from . import dlmc
 from .cases import Case, attention_case, sddmm_case, softmax_case, weight_case
 
 LLM_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]  # (out, in): attention, MLP up, down
-DECODE_N, PREFILL_N = (1, 4, 16, 32, 64), (2048,)  # decode: one to a few dozen sequences
+DECODE_N, PREFILL_N = (1, 4, 8, 16, 32, 64), (2048,)  # decode: one to a few dozen sequences
+# Issue 4's larger sizes, a suite of their own (minutes of cuSPARSE and CUDA-core kernels)
+LARGE_SHAPES, LARGE_N = [(28672, 8192)], (1, 8, 16, 2048, 8192)
 LLM_SPARSITY = (0.5, 0.7, 0.9)
 LLM_NM = [(2, 4), (2, 8), (1, 8)]
 # nmSPARSE's patterns: element-wise, vector-wise (VW4/32/64) and block-wise (BW4x4, BW64x64).
@@ -121,6 +123,21 @@ def llm(ctx: Context) -> list[Case]:
             for N in (*DECODE_N, *(n // s for n in PREFILL_N)):
                 cases += [weight_case("spmm", M, K, N, dt, d, sparsity=sp) for sp in LLM_SPARSITY]
                 cases += [weight_case("spmm", M, K, N, dt, d, nm=(n, m, 1, 1)) for n, m in LLM_NM]
+    return cases
+
+
+@suite("llm_large")
+def llm_large(ctx: Context) -> list[Case]:
+    """Llama-70B's MLP shape (28672 x 8192) at 1-8192 tokens and the LLM shapes at 8192."""
+    d, s = ctx.device, (64 if ctx.cpu else 1)
+    plan = [(M, K, N) for M, K in LARGE_SHAPES for N in LARGE_N]
+    plan += [(M, K, 8192) for M, K in LLM_SHAPES]
+    cases = []
+    for dt in ctx.pick(torch.bfloat16):
+        for M, K, N in plan:
+            M, K, N = M // s, K // s, max(1, N // s)
+            cases += [weight_case("spmm", M, K, N, dt, d, sparsity=sp) for sp in LLM_SPARSITY]
+            cases += [weight_case("spmm", M, K, N, dt, d, nm=(n, m, 1, 1)) for n, m in LLM_NM]
     return cases
 
 
