@@ -1,6 +1,7 @@
 """A Llama-shaped decoder block stack (RMSNorm, GQA attention with RoPE and a KV cache, SwiGLU
-MLP) for decode benchmarks: no embeddings or vocabulary head, only the blocks whose weights a
-sparse format shrinks. Generation feeds each step's final hidden state back as the next input.
+MLP; q/k/v and gate/up projections fused, as serving stacks keep them) for decode benchmarks:
+no embeddings or vocabulary head, only the blocks whose weights a sparse format shrinks.
+Generation feeds each step's final hidden state back as the next input.
 
 The default sizes are Llama-3-8B's (hidden 4096, MLP 14336, 32 heads, 8 KV heads) with 4 layers,
 so a benchmark fits in minutes; tests use tiny configs (hidden 64).
@@ -60,18 +61,20 @@ class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.cfg, d = cfg, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden, cfg.heads * d, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=False)
+        # q, k and v projections in one weight, as serving stacks keep them (vLLM's
+        # QKVParallelLinear): one product a step instead of three small ones.
+        self.qkv_proj = nn.Linear(cfg.hidden, (cfg.heads + 2 * cfg.kv_heads) * d, bias=False)
         self.o_proj = nn.Linear(cfg.heads * d, cfg.hidden, bias=False)
         self.cache: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, start: int, cos, sin) -> torch.Tensor:
         B, T, _ = x.shape
         cfg, d = self.cfg, self.cfg.head_dim
-        q = self.q_proj(x).view(B, T, cfg.heads, d).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, cfg.kv_heads, d).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, cfg.kv_heads, d).transpose(1, 2)
+        widths = [cfg.heads * d, cfg.kv_heads * d, cfg.kv_heads * d]
+        q, k, v = self.qkv_proj(x).split(widths, dim=-1)
+        q = q.view(B, T, cfg.heads, d).transpose(1, 2)
+        k = k.view(B, T, cfg.kv_heads, d).transpose(1, 2)
+        v = v.view(B, T, cfg.kv_heads, d).transpose(1, 2)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         k_cache, v_cache = self.cache
         k_cache[:B, :, start : start + T] = k
@@ -84,16 +87,17 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)), gate and up in one weight (as serving stacks keep
+    them: vLLM's MergedColumnParallelLinear)."""
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden, cfg.intermediate, bias=False)
+        self.gate_up_proj = nn.Linear(cfg.hidden, 2 * cfg.intermediate, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderBlock(nn.Module):
