@@ -39,10 +39,19 @@ def test_automatic_choice_large_n(pattern, gen):
 
 
 def test_dispatch_picks_triton_on_cuda():
+    from sparsekernels.kernels.tuning import SPMM_CSR_DECODE_MAX_N
     from sparsekernels.ops import _dispatch
 
-    problem = _dispatch.Problem(torch.device("cuda"), torch.bfloat16, {"n": 64, "batch": 1})
-    assert _dispatch.choose("spmm_csr", problem) == "triton"
+    def choice(n, dtype, density):
+        facts = {"n": n, "batch": 1, "density": density}
+        return _dispatch.choose("spmm_csr", _dispatch.Problem(torch.device("cuda"), dtype, facts))
+
+    # decode sizes run the kernel; past them half precision densifies for cuBLAS, and strict
+    # fp32 keeps the kernel while it stores at most 14%
+    assert choice(SPMM_CSR_DECODE_MAX_N, torch.bfloat16, 0.3) == "triton"
+    assert choice(SPMM_CSR_DECODE_MAX_N + 1, torch.bfloat16, 0.1) == "dense"
+    assert choice(256, torch.float32, 0.1) == "triton"
+    assert choice(256, torch.float32, 0.3) == "dense"
 
 
 def test_compile_on_cuda(gen):

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from _helpers import assert_close, randn, random_nm, spmm_bound
-from sparsekernels.kernels.spmm_nm_decode import packed_bits
 from sparsekernels.kernels.spmm_nm_expand import spmm_nm_expand, supports
 
 DEVICES = [
@@ -14,9 +13,10 @@ DEVICES = [
     pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
 ]
 # (n, m, vector, block): element-wise, 1:2, block-wise, vector-wise, a wide group, a block as
-# wide as n, and an m that is not a power of two.
+# wide as n, an m that is not a power of two, and an n that is not (groups straddle steps).
 PATTERNS = [
     (2, 8, 1, 1),
+    (3, 8, 1, 1),
     (1, 2, 1, 1),
     (4, 16, 1, 2),
     (2, 4, 4, 1),
@@ -35,11 +35,9 @@ def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none"):
     """tiles: (rows, compressed slots, tokens) a step."""
     block_m, block_s, block_n = tiles
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
-    bits = packed_bits(W.m, W.block)
     spmm_nm_expand(
         values=W.values,
-        words=W.packed_indices(bits),
-        bits=bits,
+        indices=W.indices,
         b=B,
         bias=bias,
         out=out,
@@ -49,7 +47,7 @@ def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none"):
         block=W.block,
         activation=activation,
         block_m=block_m,
-        block_g=max(1, block_s // W.n),
+        block_s=block_s,
         block_n=block_n,
         num_warps=4,
         num_stages=2,
@@ -86,9 +84,8 @@ def test_bias_activation_and_wider_tiles(device, dtype, gen):
 
 
 def test_supports_and_tile_floor(gen):
-    assert supports(2, 8, 4096, torch.bfloat16) and not supports(3, 8, 4096, torch.bfloat16)
-    assert supports(2, 6, 4096, torch.float16)  # any m: one dot per position
-    assert not supports(2, 8, 2**31, torch.bfloat16) and not supports(2, 8, 64, torch.float64)
+    assert supports(4096, torch.bfloat16) and supports(4096, torch.float32)
+    assert not supports(2**31, torch.bfloat16) and not supports(64, torch.float64)
     W = random_nm(16, 16, 2, 8, gen, 1, 1, torch.float32)
     with pytest.raises(ValueError, match="at least 16"):
         _launch_poisoned(W, randn(16, 4, gen=gen, dtype=torch.float32), (16, 8, 16))
@@ -105,24 +102,42 @@ def test_llm_shape_on_gpu(dtype, pattern, gen):
     assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
 
 
-@pytest.mark.parametrize(("tokens", "expands"), [(4, False), (12, True), (40, True)])
-def test_linear_routes_by_expand_min_n(tokens, expands, gen, monkeypatch):
-    """With tuning.EXPAND_MIN_N set, linear takes this kernel from that many tokens on (off by
-    default until an H200 sweep sets it); every route gives the product."""
-    import sparsekernels as sk
-    from sparsekernels.kernels import spmm_nm_expand, tuning
+def test_expand_takes_sparse_half_precision_past_decode():
+    """The measured window: 1:8 and sparser, element-wise or v < 16, half precision, 13-128
+    tokens; 2:8 and 2:4 lose to densify + cuBLAS, v >= 16 has its own tensor-core kernel."""
+    from sparsekernels.kernels import tuning
 
-    assert tuning.EXPAND_MIN_N is None  # off until measured
-    monkeypatch.setattr(tuning, "EXPAND_MIN_N", 8)
+    takes = tuning.spmm_nm_expand_takes
+    assert takes(16, 1 / 8, 1, True) and takes(128, 1 / 16, 4, True) and takes(13, 1 / 32, 1, True)
+    assert not takes(12, 1 / 8, 1, True) and not takes(129, 1 / 8, 1, True)
+    assert not takes(32, 2 / 8, 1, True) and not takes(32, 1 / 8, 16, True)
+    assert not takes(32, 1 / 8, 1, False)
+    # the dense backend steps aside where the kernel takes the product, and only there
+    assert not tuning.spmm_nm_prefers_dense(64, 1 / 8, 1, True)
+    assert tuning.spmm_nm_prefers_dense(64, 2 / 8, 1, True)
+    assert tuning.spmm_nm_prefers_dense(256, 1 / 8, 1, True)
+    assert tuning.spmm_nm_prefers_dense(64, 1 / 8, 1, True, transpose=True)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "tokens", "expands"),
+    [((1, 8), 16, True), ((1, 8), 40, True), ((1, 8), 8, False), ((2, 8), 16, False)],
+)
+def test_linear_routes_to_expand(pattern, tokens, expands, gen, monkeypatch):
+    """linear in half precision takes this kernel in its window (fp16: the interpreter's bf16
+    tl.dot is broken); every route gives the product."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_expand
+
     calls = []
     launch = spmm_nm_expand.spmm_nm_expand
     monkeypatch.setattr(
         spmm_nm_expand, "spmm_nm_expand", lambda **kw: calls.append(1) or launch(**kw)
     )
-    W = random_nm(24, 64, 2, 8, gen, 1, 1, torch.float32)
-    x = randn(tokens, 64, gen=gen, dtype=torch.float32)
+    W = random_nm(24, 64, *pattern, gen, 1, 1, torch.float16)
+    x = randn(tokens, 64, gen=gen, dtype=torch.float16)
     got = sk.linear(x, W, backend="triton")
     assert got.is_contiguous()
     assert_close(got, x.double() @ W.to_dense().double().t(), spmm_bound(x, W.to_dense().t()),
-                 torch.float32)  # fmt: skip
+                 torch.float16)  # fmt: skip
     assert bool(calls) == expands

@@ -513,7 +513,7 @@ def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, se
         W = W.to(device)
         bias = fresh(M, g=g, dtype=dtype).to(device)
         _check_spmm(W, fresh(W.shape[1], N, g=g, dtype=dtype).to(device), bias, activation, backend)
-    elif op == "spmm_nm_expand":  # the expand-and-dot kernel, off by default: on for this call
+    elif op == "spmm_nm_expand":  # the one-hot tensor-core kernel, for every pattern and size
         from sparsekernels.kernels import tuning
 
         if device == "cpu" and dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is broken
@@ -522,11 +522,11 @@ def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, se
         W = W.to(device)
         bias = fresh(M, g=g, dtype=dtype).to(device)
         B = fresh(W.shape[1], N, g=g, dtype=dtype).to(device)
-        saved, tuning.EXPAND_MIN_N = tuning.EXPAND_MIN_N, 1
+        saved, tuning.spmm_nm_expand_takes = tuning.spmm_nm_expand_takes, lambda *_: True
         try:
             _check_spmm(W, B, bias, activation, backend)
         finally:
-            tuning.EXPAND_MIN_N = saved
+            tuning.spmm_nm_expand_takes = saved
     elif op == "spmm_nm_transposed":  # W^T @ B, the backward of x: the CSR kernel on W^T
         from sparsekernels.ops.spmm import spmm_nm_raw
 

@@ -1,8 +1,9 @@
-"""The tensor-core N:M kernel (kernels/spmm_nm_expand.py) against the automatic route (decode
-kernel, or densify + cuBLAS past its sizes) and dense, bf16, CUDA-graph medians, B (K, N)
-row-major: sets tuning.EXPAND_MIN_N / EXPAND_MAX_N and spmm_nm_expand_config. Prints the best
-configurations per case and a table last; BUDGET_S caps the run (default 240 s). Its first run
-(results/nvidia-h200/2026-11-30/at-94ee33f) measured the kernel's first version.
+"""The one-hot tensor-core N:M kernel (kernels/spmm_nm_expand.py) against the automatic route
+and dense, bf16, CUDA-graph medians, B (K, N) row-major: checks tuning.EXPAND_MIN_N /
+EXPAND_MAX_N and spmm_nm_expand_config around the tiles nm_onehot_sweep.py found, on both LLM
+shapes, at 1:8 and 1:16. Prints the best configurations per case and a table last; BUDGET_S caps
+the run (default 240 s). Earlier runs (results/nvidia-h200/2026-11-30/at-94ee33f, at-15b48bc)
+measured the kernel's earlier forms (a reshaped 3-D tile; bit-packed offsets).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_expand_sweep.py
 """
 
@@ -14,8 +15,8 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
-from sparsekernels.kernels.spmm_nm_decode import packed_bits
 from sparsekernels.kernels.spmm_nm_expand import spmm_nm_expand
+from sparsekernels.kernels.tuning import spmm_nm_expand_config
 from sparsekernels.prune.masks import nm_mask
 
 BUDGET_S = float(os.environ.get("BUDGET_S", 240))
@@ -34,19 +35,16 @@ def checked(fn, out, ref) -> float | None:
     return bench(fn) if err < 1e-2 else None
 
 
-# Small row tiles too: 14336 rows in 64-row tiles are only 224 programs for 132 SMs, too few
-# warps in flight for a memory-bound product. Each configuration compiles once per pattern and
+# Around the tiles the one-hot sweep found; each configuration compiles once per pattern and
 # column tile, which dominates the run: keep the grid small.
-GRID = list(itertools.product((16, 32, 64, 128), (32, 64), (4, 8), (3,)))
+GRID = list(itertools.product((64, 128), (32, 64), (4,), (3, 4)))
 table = []
 print(f"# {torch.cuda.get_device_name()} bf16, us; configs (block_m, slots a step, warps, stages)")
 for M, K in [(14336, 4096), (4096, 14336)]:
     w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    for n, m in [(1, 8), (2, 8), (2, 4)]:
+    for n, m in [(1, 8), (1, 16)]:
         W = sk.NMMatrix.from_dense(w, n, m, mask=nm_mask(w.float(), n, m))
-        bits = packed_bits(m, 1)
-        words = W.packed_indices(bits)
-        for N in (8, 16, 32, 64):  # 8 and 16 share the 16-wide column tile
+        for N in (12, 16, 32, 64, 128):
             if time.time() - START > BUDGET_S:
                 break
             B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
@@ -54,12 +52,14 @@ for M, K in [(14336, 4096), (4096, 14336)]:
             dense = bench(lambda: w @ B)
             route = bench(lambda: sk.spmm(W, B))
             out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            chosen = spmm_nm_expand_config(N)
+            chosen = (chosen.block_m, chosen.block_s, chosen.num_warps, chosen.num_stages)
             results = []
-            for bm, bs, nw, ns in GRID:
+            for bm, bs, nw, ns in dict.fromkeys([chosen, *GRID]):
                 block_n = max(16, min(64, 1 << (N - 1).bit_length()))
-                fn = lambda: spmm_nm_expand(values=W.values, words=words, bits=bits, b=B,  # noqa: E731
+                fn = lambda: spmm_nm_expand(values=W.values, indices=W.indices, b=B,  # noqa: E731
                                             bias=None, out=out, n=n, m=m, vector=1, block=1,
-                                            activation="none", block_m=bm, block_g=bs // n,
+                                            activation="none", block_m=bm, block_s=bs,
                                             block_n=block_n, num_warps=nw,
                                             num_stages=ns)  # fmt: skip
                 try:
@@ -71,7 +71,9 @@ for M, K in [(14336, 4096), (4096, 14336)]:
                     results.append((round(t, 1), bm, bs, nw, ns))
             results.sort()
             case = f"{M}x{K} {n}:{m} N={N}"
-            print(case, f"dense {dense:.1f} route {route:.1f} expand top {results[:3]}", flush=True)
+            mine = next((r[0] for r in results if r[1:] == chosen), float("nan"))
+            print(case, f"dense {dense:.1f} route {route:.1f} chosen {mine} expand top "
+                  f"{results[:3]}", flush=True)  # fmt: skip
             table.append((case, dense, route, results[0] if results else None))
 
 print(f"\n{'case':<26} {'dense':>7} {'route':>7} {'expand':>7}  expand x dense  best config")

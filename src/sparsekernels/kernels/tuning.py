@@ -92,35 +92,51 @@ def decode_max_n(density: float) -> int:
 
 
 # The tensor-core N:M kernel (spmm_nm_expand.py: m plain tl.dot calls a step on the compressed
-# tile, one per position of a group) takes N:M products with EXPAND_MIN_N..EXPAND_MAX_N tokens
-# in place of the decode and gather kernels. Off (None) until an H200 sweep shows it ahead:
-# benchmarks/sweeps/nm_expand_sweep.py. Its first version (a (rows, groups, n, m) tile reshaped
-# for tl.dot) lost to dense 3-9x at 8-32 tokens (results/nvidia-h200/2026-11-30/at-94ee33f/
-# nm_expand_sweep.txt); this one is not measured yet. The decode kernel's CUDA-core work grows
-# with the tokens (1:8 14336 x 4096: 10.8 us at 1 token, 30.8 at 16; dense 31 us).
-EXPAND_MIN_N: int | None = None
-EXPAND_MAX_N = 256
+# tile, one per position of a group) takes half-precision products of element-wise (and v < 16)
+# patterns at 1:8 and sparser with EXPAND_MIN_N..EXPAND_MAX_N tokens. H200 sweep
+# (results/nvidia-h200/2026-11-30/at-15b48bc/nm_onehot_sweep.txt), 1:8 bf16 14336 x 4096, us:
+#   tokens     8     16     32     64    128
+#   kernel  31.7   25.7   29.3   31.6   55.7
+#   decode  18.9   30.2   43.6      -      -   (the route before: decode to 32, then densify)
+#   densify    -      -      -   75.6   77.5
+#   dense   30.8   31.4   31.1   32.6   33.8
+# The decode kernel grows ~1.4 us a token and this kernel is flat to 16 (one 16-wide column
+# tile): they cross near 13 tokens. At 2:8 and 2:4 it is slower than densify + cuBLAS (74-244 us).
+EXPAND_MIN_N = 13
+EXPAND_MAX_N = 128
+EXPAND_MAX_DENSITY = 1 / 8
 
 
 @dataclass(frozen=True)
 class SpmmNmExpandConfig:
     block_m: int
-    block_g: int  # groups a step (block_g * n compressed slots)
+    block_s: int  # compressed slots a step
     block_n: int
     num_warps: int
     num_stages: int
 
 
-def spmm_nm_expand_takes(n_cols: int) -> bool:
-    return EXPAND_MIN_N is not None and EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
+def spmm_nm_expand_takes(n_cols: int, density: float, vector: int, half_precision: bool) -> bool:
+    return (
+        half_precision
+        and density <= EXPAND_MAX_DENSITY
+        and _largest_power_of_two_dividing(vector, 64) < 16  # v >= 16: the vector-wise kernel
+        and EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
+    )
 
 
 @_memo
-def spmm_nm_expand_config(n_cols: int, n: int) -> SpmmNmExpandConfig:
-    """A first guess (no sweep yet): 64 rows x 64 compressed slots a step (224 programs for
-    14336 rows; the select-tile variant was fastest at 64 rows), the tokens in one tile."""
+def spmm_nm_expand_config(n_cols: int) -> SpmmNmExpandConfig:
+    """The sweep's best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16 on
+    14336 x 4096; the tokens in one column tile up to 64."""
     block_n = max(16, min(64, next_power_of_2(n_cols)))
-    return SpmmNmExpandConfig(64, max(1, 64 // n), block_n, num_warps=4, num_stages=3)
+    if n_cols <= 16:
+        return SpmmNmExpandConfig(64, 64, block_n, num_warps=4, num_stages=3)
+    if n_cols <= 32:
+        return SpmmNmExpandConfig(64, 32, block_n, num_warps=4, num_stages=3)
+    if n_cols <= 64:
+        return SpmmNmExpandConfig(128, 32, block_n, num_warps=4, num_stages=4)
+    return SpmmNmExpandConfig(128, 32, block_n, num_warps=4, num_stages=2)
 
 
 @dataclass(frozen=True)
@@ -218,7 +234,9 @@ def spmm_nm_prefers_dense(
         return n > SPMM_CSR_DECODE_MAX_N
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     if tile_rows < 16:  # the gather kernel's patterns
-        return n > decode_max_n(density)
+        return n > decode_max_n(density) and not spmm_nm_expand_takes(
+            n, density, vector, half_precision
+        )
     if n < DENSE_FALLBACK_MIN_N:
         return False
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)

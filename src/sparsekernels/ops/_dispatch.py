@@ -7,7 +7,7 @@ caller can force one with `backend=`, and when none fits the error lists why eac
 
 from __future__ import annotations
 
-import functools
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,19 +78,14 @@ def triton_interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-@functools.cache
-def _triton_installed() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+# Looked up once, as a constant: torch.compile traces this module, and it warns on lru_cache.
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 
 
 def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
     """Triton runs on CUDA; on CPU only in its interpreter, and only when asked for by name."""
     if problem.device.type == "cuda":
-        return [] if _triton_installed() else ["triton is not installed"]
+        return [] if _TRITON_INSTALLED else ["triton is not installed"]
     if problem.device.type == "cpu" and triton_interpreter_enabled():
         return [] if forced else ["on CPU the interpreter is used only with backend='triton'"]
     return [

@@ -1,7 +1,8 @@
-"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens (1-32
-at 1:8 and sparser), the vector-wise tensor-core kernel, else the gather kernel
-(kernels/spmm_nm*.py); the tensor-core kernel where tuning.EXPAND_MIN_N turns it on; W^T @ B
-(the backward of x) through the CSR kernel on W^T's pattern, built once per weight."""
+"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens, the
+one-hot tensor-core kernel at 13-128 tokens for 1:8 and sparser in half precision
+(tuning.spmm_nm_expand_takes), the vector-wise tensor-core kernel, else the gather kernel
+(kernels/spmm_nm*.py); W^T @ B (the backward of x) through the CSR kernel on W^T's pattern,
+built once per weight."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         return _transposed(values, indices, b, bias, activation, n, m, vector, block)
     out = spmm_out(b, values.shape[0])
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
-    if tuning.spmm_nm_expand_takes(b.shape[1]) and expand.supports(n, m, b.shape[0], b.dtype):
+    half = b.dtype in (torch.float16, torch.bfloat16)
+    takes = tuning.spmm_nm_expand_takes(b.shape[1], n / m, vector, half)
+    if takes and expand.supports(b.shape[0], b.dtype):
         return _expand(values, indices, b, bias, out, activation, n, m, vector, block)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
     decodes = b.shape[1] <= tuning.decode_max_n(n / m) and decode.supports(block)
@@ -99,12 +102,10 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
 
 
 def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
-    bits = decode.packed_bits(m, block)
-    config = tuning.spmm_nm_expand_config(b.shape[1], n)
+    config = tuning.spmm_nm_expand_config(b.shape[1])
     expand.spmm_nm_expand(
         values=values.contiguous(),
-        words=packed_words(indices, bits),
-        bits=bits,
+        indices=indices.contiguous(),
         b=padded_rows(b) if b.shape[1] <= 16 else rows_contiguous(b),
         bias=bias.contiguous() if bias is not None else None,
         out=out,
@@ -114,7 +115,7 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
         block=block,
         activation=activation,
         block_m=config.block_m,
-        block_g=config.block_g,
+        block_s=config.block_s,
         block_n=config.block_n,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
