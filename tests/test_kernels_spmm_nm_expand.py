@@ -141,3 +141,27 @@ def test_linear_routes_to_expand(pattern, tokens, expands, gen, monkeypatch):
     assert_close(got, x.double() @ W.to_dense().double().t(), spmm_bound(x, W.to_dense().t()),
                  torch.float16)  # fmt: skip
     assert bool(calls) == expands
+
+
+@pytest.mark.parametrize("m", [4, 8, 16, 32, 64])
+@pytest.mark.parametrize("tokens", [13, 16, 32, 64, 128])
+@pytest.mark.parametrize("rows", [1, 4096, 14336])
+@pytest.mark.parametrize("element_bytes", [2, 4])
+def test_expand_config_fits_shared_memory(m, tokens, rows, element_bytes):
+    """Each stage holds the value and offset tiles and m tiles of B: the configuration shrinks
+    until its stages fit (1:16 at 64 tokens once asked for 292 KiB of 227) and keeps tl.dot's
+    16-wide floor."""
+    from sparsekernels.kernels import tuning
+
+    c = tuning.spmm_nm_expand_config(tokens, m, rows, element_bytes)
+    stage = c.block_m * c.block_s * (element_bytes + 1) + m * c.block_s * c.block_n * element_bytes
+    assert c.num_stages * stage <= tuning.EXPAND_SHARED_BYTES or c.num_stages == 1
+    assert min(c.block_m, c.block_s, c.block_n) >= 16
+    assert c.block_n >= min(64, tokens) or stage * 2 > tuning.EXPAND_SHARED_BYTES
+
+
+def test_expand_config_fills_the_grid_on_few_rows():
+    from sparsekernels.kernels import tuning
+
+    assert tuning.spmm_nm_expand_config(16, 8, 14336, 2).block_m == 64
+    assert tuning.spmm_nm_expand_config(16, 8, 4096, 2).block_m == 16  # 256 programs, not 64

@@ -5,6 +5,7 @@ shapes, at 1:8 and 1:16. Prints the best configurations per case and a table las
 the run (default 240 s). Earlier runs (results/nvidia-h200/2026-11-30/at-94ee33f, at-15b48bc)
 measured the kernel's earlier forms (a reshaped 3-D tile; bit-packed offsets).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_expand_sweep.py
+    SHAPES=4096x14336 PATTERNS=1:8 TOKENS=16,32 BLOCK_M=16,32,64 ... (comma-separated lists)
 """
 
 import itertools
@@ -37,14 +38,22 @@ def checked(fn, out, ref) -> float | None:
 
 # Around the tiles the one-hot sweep found; each configuration compiles once per pattern and
 # column tile, which dominates the run: keep the grid small.
-GRID = list(itertools.product((64, 128), (32, 64), (4,), (3, 4)))
+def _env(name: str, default: str) -> list[str]:
+    return os.environ.get(name, default).split(",")
+
+
+SHAPES = [tuple(map(int, s.split("x"))) for s in _env("SHAPES", "14336x4096,4096x14336")]
+PATTERNS = [tuple(map(int, p.split(":"))) for p in _env("PATTERNS", "1:8,1:16")]
+TOKENS = [int(t) for t in _env("TOKENS", "12,16,32,64,128")]
+BLOCK_M = [int(b) for b in _env("BLOCK_M", "64,128")]
+GRID = list(itertools.product(BLOCK_M, (32, 64), (4,), (3, 4)))
 table = []
 print(f"# {torch.cuda.get_device_name()} bf16, us; configs (block_m, slots a step, warps, stages)")
-for M, K in [(14336, 4096), (4096, 14336)]:
+for M, K in SHAPES:
     w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    for n, m in [(1, 8), (1, 16)]:
+    for n, m in PATTERNS:
         W = sk.NMMatrix.from_dense(w, n, m, mask=nm_mask(w.float(), n, m))
-        for N in (12, 16, 32, 64, 128):
+        for N in TOKENS:
             if time.time() - START > BUDGET_S:
                 break
             B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
@@ -52,11 +61,11 @@ for M, K in [(14336, 4096), (4096, 14336)]:
             dense = bench(lambda: w @ B)
             route = bench(lambda: sk.spmm(W, B))
             out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-            chosen = spmm_nm_expand_config(N)
-            chosen = (chosen.block_m, chosen.block_s, chosen.num_warps, chosen.num_stages)
+            config = spmm_nm_expand_config(N, m, M, 2)
+            chosen = (config.block_m, config.block_s, config.num_warps, config.num_stages)
             results = []
             for bm, bs, nw, ns in dict.fromkeys([chosen, *GRID]):
-                block_n = max(16, min(64, 1 << (N - 1).bit_length()))
+                block_n = config.block_n
                 fn = lambda: spmm_nm_expand(values=W.values, indices=W.indices, b=B,  # noqa: E731
                                             bias=None, out=out, n=n, m=m, vector=1, block=1,
                                             activation="none", block_m=bm, block_s=bs,

@@ -125,18 +125,41 @@ def spmm_nm_expand_takes(n_cols: int, density: float, vector: int, half_precisio
     )
 
 
+# Shared memory a program of the expand kernel may use (the H200 allows 227 KiB): each
+# pipeline stage holds the value and offset tiles and m tiles of B.
+EXPAND_SHARED_BYTES = 220 * 1024
+MULTIPROCESSORS = 132  # H200
+
+
 @_memo
-def spmm_nm_expand_config(n_cols: int) -> SpmmNmExpandConfig:
+def spmm_nm_expand_config(n_cols: int, m: int, rows: int, element_bytes: int) -> SpmmNmExpandConfig:
     """The sweep's best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16 on
-    14336 x 4096; the tokens in one column tile up to 64."""
+    14336 x 4096; the tokens in one column tile up to 64. Fewer rows a tile where the grid would
+    not fill the multiprocessors once (4096 rows: 64 programs of 64 rows), and fewer stages, then
+    narrower tiles, where m tiles of B a stage would not fit in shared memory (1:16 at 64
+    tokens needed 292 KiB)."""
     block_n = max(16, min(64, next_power_of_2(n_cols)))
     if n_cols <= 16:
-        return SpmmNmExpandConfig(64, 64, block_n, num_warps=4, num_stages=3)
-    if n_cols <= 32:
-        return SpmmNmExpandConfig(64, 32, block_n, num_warps=4, num_stages=3)
-    if n_cols <= 64:
-        return SpmmNmExpandConfig(128, 32, block_n, num_warps=4, num_stages=4)
-    return SpmmNmExpandConfig(128, 32, block_n, num_warps=4, num_stages=2)
+        block_m, block_s, stages = 64, 64, 3
+    elif n_cols <= 32:
+        block_m, block_s, stages = 64, 32, 3
+    elif n_cols <= 64:
+        block_m, block_s, stages = 128, 32, 4
+    else:
+        block_m, block_s, stages = 128, 32, 2
+    while block_m > 16 and cdiv(rows, block_m) * cdiv(n_cols, block_n) < MULTIPROCESSORS:
+        block_m //= 2
+
+    def stage_bytes() -> int:
+        return block_m * block_s * (element_bytes + 1) + m * block_s * block_n * element_bytes
+
+    while stages > 1 and stages * stage_bytes() > EXPAND_SHARED_BYTES:
+        stages -= 1
+    while block_n > 16 and stage_bytes() > EXPAND_SHARED_BYTES:
+        block_n //= 2
+    while block_s > 16 and stage_bytes() > EXPAND_SHARED_BYTES:
+        block_s //= 2
+    return SpmmNmExpandConfig(block_m, block_s, block_n, num_warps=4, num_stages=stages)
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
 
 
 def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
-    config = tuning.spmm_nm_expand_config(b.shape[1])
+    config = tuning.spmm_nm_expand_config(b.shape[1], m, values.shape[0], values.element_size())
     expand.spmm_nm_expand(
         values=values.contiguous(),
         indices=indices.contiguous(),
