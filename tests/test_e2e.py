@@ -119,3 +119,14 @@ def test_e2e_suite_runs_on_cpu(tmp_path, capsys):
     (curve,) = curves.values()
     assert len(curve["sk_model"]) == 50 and curve["max_rel_diff"] < 1e-4
     capsys.readouterr()
+
+
+def test_e2e_models_are_timed_as_cuda_graphs():
+    """Inference, decode and the training step are timed as graphs on both sides (the step
+    captures on the H200 with AdamW capturable); the 50-step loss run is timed as it runs."""
+    from sparsekernels.bench.e2e import e2e_providers
+
+    cases = suites.build(["e2e"], suites.Context(CPU))
+    for case in cases:
+        graphed = {p.name: p.graph for p in e2e_providers(case)}
+        assert graphed == dict.fromkeys(("sk_model", "dense"), case.op != "e2e_train_curve")
