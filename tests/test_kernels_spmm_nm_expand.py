@@ -2,6 +2,8 @@
 compressed tile): in the interpreter on CPU (small shapes, float32 and float16) and compiled on
 CUDA (gpu), against float64 references with poisoned outputs."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -31,8 +33,8 @@ def _skip_interpreter_on_gpu_machine(device):
         pytest.skip("the interpreter runs only on machines without CUDA")
 
 
-def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none"):
-    """tiles: (rows, compressed slots, tokens) a step."""
+def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none", grouped=False):
+    """tiles: (rows, compressed slots, tokens) a step; grouped: fold each group's slots."""
     block_m, block_s, block_n = tiles
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     spmm_nm_expand(
@@ -51,6 +53,7 @@ def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none"):
         block_n=block_n,
         num_warps=4,
         num_stages=2,
+        grouped=grouped,
     )
     return out
 
@@ -65,8 +68,10 @@ def test_every_element_written(device, pattern, N, gen):
     cols = 5 * m  # groups not a multiple of the tile's
     W = random_nm(rows, cols, n, m, gen, vector, block, torch.float32, device)
     x = randn(N, cols, gen=gen, dtype=torch.float32, device=device)
-    for B in (x.t(), x.t().contiguous()):  # linear's x^T and a row-major B
-        got = _launch_poisoned(W, B)
+    # one slot a dot row, and for n a power of two each group's slots folded into one
+    forms = [False, True] if n & (n - 1) == 0 else [False]
+    for B, grouped in itertools.product((x.t(), x.t().contiguous()), forms):
+        got = _launch_poisoned(W, B, grouped=grouped)  # linear's x^T and a row-major B
         assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), B.dtype)
 
 
@@ -77,10 +82,11 @@ def test_bias_activation_and_wider_tiles(device, dtype, gen):
     W = random_nm(70, 128, 2, 8, gen, 1, 1, dtype, device)
     B = randn(128, 24, gen=gen, dtype=dtype, device=device)
     bias = randn(70, gen=gen, dtype=dtype, device=device)
-    got = _launch_poisoned(W, B, (32, 64, 16), bias, "gelu")
     want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
-    assert_close(got, want, bound, dtype)
+    for grouped in (False, True):
+        got = _launch_poisoned(W, B, (32, 64, 16), bias, "gelu", grouped)
+        assert_close(got, want, bound, dtype)
 
 
 def test_supports_and_tile_floor(gen):
@@ -89,6 +95,9 @@ def test_supports_and_tile_floor(gen):
     W = random_nm(16, 16, 2, 8, gen, 1, 1, torch.float32)
     with pytest.raises(ValueError, match="at least 16"):
         _launch_poisoned(W, randn(16, 4, gen=gen, dtype=torch.float32), (16, 8, 16))
+    W = random_nm(16, 24, 3, 8, gen, 1, 1, torch.float32)
+    with pytest.raises(ValueError, match="power of two"):
+        _launch_poisoned(W, randn(24, 4, gen=gen, dtype=torch.float32), grouped=True)
 
 
 @pytest.mark.gpu
@@ -98,8 +107,9 @@ def test_llm_shape_on_gpu(dtype, pattern, gen):
     n, m, vector, block = pattern
     W = random_nm(4096, 1024, n, m, gen, vector, block, dtype, "cuda")
     B = randn(1024, 16, gen=gen, dtype=dtype, device="cuda")
-    got = _launch_poisoned(W, B, (64, 64, 16))
-    assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
+    for grouped in (False, True):
+        got = _launch_poisoned(W, B, (64, 64, 16), grouped=grouped)
+        assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
 
 
 def test_expand_takes_sparse_half_precision_past_decode():
@@ -143,25 +153,31 @@ def test_linear_routes_to_expand(pattern, tokens, expands, gen, monkeypatch):
     assert bool(calls) == expands
 
 
-@pytest.mark.parametrize("m", [4, 8, 16, 32, 64])
+@pytest.mark.parametrize(("n", "m"), [(1, 4), (1, 8), (2, 16), (1, 32), (4, 32), (1, 64)])
 @pytest.mark.parametrize("tokens", [13, 16, 32, 64, 128])
 @pytest.mark.parametrize("rows", [1, 4096, 14336])
 @pytest.mark.parametrize("element_bytes", [2, 4])
-def test_expand_config_fits_shared_memory(m, tokens, rows, element_bytes):
-    """Each stage holds the value and offset tiles and m tiles of B: the configuration shrinks
-    until its stages fit (1:16 at 64 tokens once asked for 292 KiB of 227) and keeps tl.dot's
-    16-wide floor."""
+@pytest.mark.parametrize("grouped", [False, True])
+def test_expand_config_fits_shared_memory(n, m, tokens, rows, element_bytes, grouped, monkeypatch):
+    """Each stage holds the value and offset tiles and m tiles of B (one row per group when n
+    folds): the configuration shrinks until its stages fit (1:16 at 64 tokens once asked for
+    292 KiB of 227) and keeps tl.dot's 16-deep floor (16 groups when grouped)."""
     from sparsekernels.kernels import tuning
 
-    c = tuning.spmm_nm_expand_config(tokens, m, rows, element_bytes)
-    stage = c.block_m * c.block_s * (element_bytes + 1) + m * c.block_s * c.block_n * element_bytes
+    monkeypatch.setattr(tuning, "EXPAND_GROUPED", grouped)
+    tuning.spmm_nm_expand_config.cache_clear()
+    c = tuning.spmm_nm_expand_config(tokens, n, m, rows, element_bytes)
+    tuning.spmm_nm_expand_config.cache_clear()
+    assert c.grouped == (grouped and n > 1)
+    depth = c.block_s // n if c.grouped else c.block_s
+    stage = c.block_m * c.block_s * (element_bytes + 1) + m * depth * c.block_n * element_bytes
     assert c.num_stages * stage <= tuning.EXPAND_SHARED_BYTES or c.num_stages == 1
-    assert min(c.block_m, c.block_s, c.block_n) >= 16
+    assert min(c.block_m, depth, c.block_n) >= 16
     assert c.block_n >= min(64, tokens) or stage * 2 > tuning.EXPAND_SHARED_BYTES
 
 
 def test_expand_config_fills_the_grid_on_few_rows():
     from sparsekernels.kernels import tuning
 
-    assert tuning.spmm_nm_expand_config(16, 8, 14336, 2).block_m == 64
-    assert tuning.spmm_nm_expand_config(16, 8, 4096, 2).block_m == 16  # 256 programs, not 64
+    assert tuning.spmm_nm_expand_config(16, 1, 8, 14336, 2).block_m == 64
+    assert tuning.spmm_nm_expand_config(16, 1, 8, 4096, 2).block_m == 16  # 256 programs, not 64

@@ -6,6 +6,7 @@ the run (default 240 s). Earlier runs (results/nvidia-h200/2026-11-30/at-94ee33f
 measured the kernel's earlier forms (a reshaped 3-D tile; bit-packed offsets).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_expand_sweep.py
     SHAPES=4096x14336 PATTERNS=1:8 TOKENS=16,32 BLOCK_M=16,32,64 ... (comma-separated lists)
+    PATTERNS=2:8,2:4 GROUPED=1 ...   (the kernel's grouped form)
 """
 
 import itertools
@@ -46,6 +47,7 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in _env("SHAPES", "14336x4096,4096
 PATTERNS = [tuple(map(int, p.split(":"))) for p in _env("PATTERNS", "1:8,1:16")]
 TOKENS = [int(t) for t in _env("TOKENS", "12,16,32,64,128")]
 BLOCK_M = [int(b) for b in _env("BLOCK_M", "64,128")]
+GROUPED = os.environ.get("GROUPED", "0") == "1"  # fold a group's slots (n a power of two > 1)
 GRID = list(itertools.product(BLOCK_M, (32, 64), (4,), (3, 4)))
 table = []
 print(f"# {torch.cuda.get_device_name()} bf16, us; configs (block_m, slots a step, warps, stages)")
@@ -61,7 +63,7 @@ for M, K in SHAPES:
             dense = bench(lambda: w @ B)
             route = bench(lambda: sk.spmm(W, B))
             out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-            config = spmm_nm_expand_config(N, m, M, 2)
+            config = spmm_nm_expand_config(N, n, m, M, 2)
             chosen = (config.block_m, config.block_s, config.num_warps, config.num_stages)
             results = []
             for bm, bs, nw, ns in dict.fromkeys([chosen, *GRID]):
@@ -70,7 +72,7 @@ for M, K in SHAPES:
                                             bias=None, out=out, n=n, m=m, vector=1, block=1,
                                             activation="none", block_m=bm, block_s=bs,
                                             block_n=block_n, num_warps=nw,
-                                            num_stages=ns)  # fmt: skip
+                                            num_stages=ns, grouped=GROUPED and n > 1)  # fmt: skip
                 try:
                     t = checked(fn, out, ref)
                 except Exception as error:  # noqa: BLE001 - a configuration that does not fit

@@ -16,6 +16,12 @@ longer (nm_expand_sweep.txt, same run): uint8 offsets load as wide vectors. At 2
 m dots a step cost more than cuBLAS on the dense weight (0.3-0.4x dense), so the route keeps it
 for 1:8 and sparser (tuning.spmm_nm_expand_takes).
 
+The grouped form (n a power of two above 1, tuning.EXPAND_GROUPED) reshapes the tile to
+(rows, groups, n) and sums over the n slots of a group where their column is p: at most one
+kept slot sits at each position, so the sum is exact and is the dense column p of each group.
+Each dot is then as deep as the step's groups (n times shallower) and each B row loads once, as
+in a dense product; it has never run on a GPU.
+
 Each output is one program's fixed sum order: deterministic, no atomics.
 """
 
@@ -53,8 +59,9 @@ def _nm_expand_dot_kernel(
     ACTIVATION: tl.constexpr,
     PRECISION: tl.constexpr,  # "ieee" for float32 operands (TF32 would lose precision)
     BLOCK_M: tl.constexpr,
-    BLOCK_S: tl.constexpr,  # compressed slots a step (at least 16 for tl.dot)
+    BLOCK_S: tl.constexpr,  # compressed slots a step: at least 16 (GROUPED: 16 groups)
     BLOCK_N: tl.constexpr,
+    GROUPED: tl.constexpr,  # n a power of two above 1: fold each group's slots
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -64,7 +71,7 @@ def _nm_expand_dot_kernel(
     index_rows = tl.where(mask_m, rows // VECTOR, 0)
     b_cols = offs_n[None, :].to(tl.int64) * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s0 in range(0, SLOTS, BLOCK_S):  # a group may straddle two steps: any n works
+    for s0 in range(0, SLOTS, BLOCK_S):
         slots = s0 + tl.arange(0, BLOCK_S)
         mask_s = slots < SLOTS
         mask = mask_m[:, None] & mask_s[None, :]
@@ -75,17 +82,30 @@ def _nm_expand_dot_kernel(
             other=0,
         ).to(tl.int32)
         column = offsets * BLOCK + (slots % BLOCK)[None, :]  # the slot's column in its group
-        zeros = tl.zeros_like(vals)
-        b_rows = (slots // N_KEEP).to(tl.int64) * M_GROUP
-        for p in tl.static_range(M_GROUP):
-            a = tl.where(column == p, vals, zeros)
-            b_tile = tl.load(
-                b + (b_rows + p)[:, None] * stride_bk + b_cols,
-                mask=mask_s[:, None] & mask_n[None, :],
-                other=0.0,
-            )
-            a = a.to(b_tile.dtype)
-            acc = tl.dot(a, b_tile, acc, input_precision=PRECISION)
+        if GROUPED:
+            # whole groups a step: fold a group's n slots into one (rows, groups) tile per
+            # position (at most one kept slot sits at each), so each dot is as deep as the
+            # step's groups and each B row is loaded once
+            GROUPS_A_STEP: tl.constexpr = BLOCK_S // N_KEEP
+            groups = s0 // N_KEEP + tl.arange(0, GROUPS_A_STEP)
+            vals = tl.reshape(vals, (BLOCK_M, GROUPS_A_STEP, N_KEEP))
+            column = tl.reshape(column, (BLOCK_M, GROUPS_A_STEP, N_KEEP))
+            b_rows = groups.to(tl.int64) * M_GROUP
+            b_mask = (groups < SLOTS // N_KEEP)[:, None] & mask_n[None, :]
+            zeros = tl.zeros_like(vals)
+            for p in tl.static_range(M_GROUP):
+                a = tl.sum(tl.where(column == p, vals, zeros), axis=2)
+                b_tile = tl.load(b + (b_rows + p)[:, None] * stride_bk + b_cols, mask=b_mask)
+                acc = tl.dot(a.to(b_tile.dtype), b_tile, acc, input_precision=PRECISION)
+        else:
+            # one slot a row of the dot: a group may straddle two steps, so any n works
+            b_rows = (slots // N_KEEP).to(tl.int64) * M_GROUP
+            b_mask = mask_s[:, None] & mask_n[None, :]
+            zeros = tl.zeros_like(vals)
+            for p in tl.static_range(M_GROUP):
+                a = tl.where(column == p, vals, zeros)
+                b_tile = tl.load(b + (b_rows + p)[:, None] * stride_bk + b_cols, mask=b_mask)
+                acc = tl.dot(a.to(b_tile.dtype), b_tile, acc, input_precision=PRECISION)
     _epilogue_store(
         acc,
         offs_m,
@@ -124,15 +144,21 @@ def spmm_nm_expand(
     block_n: int,
     num_warps: int,
     num_stages: int,
+    grouped: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N). values (M, S) and indices (NMMatrix.indices, uint8) need unit
     stride along their last dim; block_m, block_s and block_n powers of two, at least 16 (tl.dot's
-    smallest tile)."""
+    smallest tile). `grouped` (n a power of two) folds each group's n slots into one row of the
+    dot; block_s then grows to 16 groups if it holds fewer."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
     if min(block_m, block_n, block_s) < 16:
         raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_s}, {block_n}")
+    if grouped:
+        if n & (n - 1):
+            raise ValueError(f"grouped needs n a power of two, got n={n}")
+        block_s = max(block_s, 16 * n)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n))
     _nm_expand_dot_kernel[grid](
         values,
@@ -159,6 +185,7 @@ def spmm_nm_expand(
         BLOCK_M=block_m,
         BLOCK_S=block_s,
         BLOCK_N=block_n,
+        GROUPED=grouped,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -105,6 +105,10 @@ def decode_max_n(density: float) -> int:
 EXPAND_MIN_N = 13
 EXPAND_MAX_N = 128
 EXPAND_MAX_DENSITY = 1 / 8
+# The kernel's grouped form (n a power of two above 1: a group's n slots folded into one dot
+# row, so dots are n times shallower and B rows load once) has never run on a GPU: off until
+# `PATTERNS=2:8,2:4 GROUPED=1 nm_expand_sweep.py` beats the slot form's 74-244 us.
+EXPAND_GROUPED = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ class SpmmNmExpandConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    grouped: bool = False  # fold each group's n slots into one dot row (spmm_nm_expand.py)
 
 
 def spmm_nm_expand_takes(n_cols: int, density: float, vector: int, half_precision: bool) -> bool:
@@ -132,7 +137,9 @@ MULTIPROCESSORS = 132  # H200
 
 
 @_memo
-def spmm_nm_expand_config(n_cols: int, m: int, rows: int, element_bytes: int) -> SpmmNmExpandConfig:
+def spmm_nm_expand_config(
+    n_cols: int, n: int, m: int, rows: int, element_bytes: int
+) -> SpmmNmExpandConfig:
     """The sweep's best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16 on
     14336 x 4096; the tokens in one column tile up to 64. Fewer rows a tile where the grid would
     not fill the multiprocessors once (4096 rows: 64 programs of 64 rows), and fewer stages, then
@@ -149,17 +156,22 @@ def spmm_nm_expand_config(n_cols: int, m: int, rows: int, element_bytes: int) ->
         block_m, block_s, stages = 128, 32, 2
     while block_m > 16 and cdiv(rows, block_m) * cdiv(n_cols, block_n) < MULTIPROCESSORS:
         block_m //= 2
+    # a dot row per group: at least 16 groups a step
+    grouped = EXPAND_GROUPED and n > 1 and n & (n - 1) == 0
+    if grouped:
+        block_s = max(block_s, 16 * n)
 
     def stage_bytes() -> int:
-        return block_m * block_s * (element_bytes + 1) + m * block_s * block_n * element_bytes
+        b_rows = block_s // n if grouped else block_s
+        return block_m * block_s * (element_bytes + 1) + m * b_rows * block_n * element_bytes
 
     while stages > 1 and stages * stage_bytes() > EXPAND_SHARED_BYTES:
         stages -= 1
     while block_n > 16 and stage_bytes() > EXPAND_SHARED_BYTES:
         block_n //= 2
-    while block_s > 16 and stage_bytes() > EXPAND_SHARED_BYTES:
+    while block_s > (16 * n if grouped else 16) and stage_bytes() > EXPAND_SHARED_BYTES:
         block_s //= 2
-    return SpmmNmExpandConfig(block_m, block_s, block_n, num_warps=4, num_stages=stages)
+    return SpmmNmExpandConfig(block_m, block_s, block_n, 4, stages, grouped)
 
 
 @dataclass(frozen=True)

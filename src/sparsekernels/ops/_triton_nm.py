@@ -102,7 +102,7 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
 
 
 def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
-    config = tuning.spmm_nm_expand_config(b.shape[1], m, values.shape[0], values.element_size())
+    config = tuning.spmm_nm_expand_config(b.shape[1], n, m, values.shape[0], values.element_size())
     expand.spmm_nm_expand(
         values=values.contiguous(),
         indices=indices.contiguous(),
@@ -119,6 +119,7 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
         block_n=config.block_n,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        grouped=config.grouped,
     )
     return out
 
