@@ -2,7 +2,7 @@
 sparsify_, and distill_ to recover quality with the masks fixed."""
 
 from .config import METHODS, SparsityConfig
-from .distill import distill_, every_layer, sparse_values
+from .distill import distill_, every_layer, norms_and_biases, sparse_values
 from .masks import magnitude_mask, nm_mask, nm_select, topk_mask
 from .sparsegpt import sparsegpt_prune
 from .sparsify import SparsifySummary, sparsify_
@@ -11,6 +11,7 @@ from .wanda import wanda_mask, wanda_scores
 __all__ = [
     "distill_",
     "every_layer",
+    "norms_and_biases",
     "sparse_values",
     "METHODS",
     "magnitude_mask",
