@@ -2,9 +2,10 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot profile trainstep quick llm llm_large nm e2e dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap profile trainstep quick llm llm_large nm e2e dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
-# onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph.
+# onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
+# bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
 set -u
@@ -66,6 +67,9 @@ for step in $steps; do
     onehot)
       BUDGET_S=240 timeout 290 python3 benchmarks/sweeps/nm_onehot_sweep.py >"$out/nm_onehot_sweep.txt" 2>&1
       echo "onehot rc=$? $(tail -1 "$out/nm_onehot_sweep.txt")" ;;
+    bitmap)  # unstructured sparsity on tensor cores from a bitmap (a prototype)
+      BUDGET_S=200 timeout 250 python3 benchmarks/sweeps/bitmap_sweep.py >"$out/bitmap_sweep.txt" 2>&1
+      echo "bitmap rc=$? $(tail -1 "$out/bitmap_sweep.txt")" ;;
     trainstep)
       timeout 150 python3 benchmarks/sweeps/train_step_graph.py >"$out/train_step_graph.txt" 2>&1
       echo "trainstep rc=$? $(tail -1 "$out/train_step_graph.txt")" ;;
