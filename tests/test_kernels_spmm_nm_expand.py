@@ -181,3 +181,26 @@ def test_expand_config_fills_the_grid_on_few_rows():
 
     assert tuning.spmm_nm_expand_config(16, 1, 8, 14336, 2).block_m == 64
     assert tuning.spmm_nm_expand_config(16, 1, 8, 4096, 2).block_m == 16  # 256 programs, not 64
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "pattern"), [(4096, (1, 8)), (1000, (1, 16)), (333, (2, 16))])
+@pytest.mark.parametrize("tokens", [13, 64, 128])
+def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
+    """linear's automatic route through this kernel in bf16: few-row weights (smaller row
+    tiles), m = 16 at 64 tokens (which once asked for more shared memory than the H200 has),
+    and n = 2 at 1:8 density."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_expand
+
+    W = random_nm(rows, 2048, *pattern, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, 2048, gen=gen, dtype=torch.bfloat16, device="cuda")
+    calls = []
+    launch = spmm_nm_expand.spmm_nm_expand
+    monkeypatch.setattr(
+        spmm_nm_expand, "spmm_nm_expand", lambda **kw: calls.append(1) or launch(**kw)
+    )
+    got = sk.linear(x, W)
+    assert calls, "the route did not take the one-hot kernel"
+    want = x.double() @ W.to_dense().double().t()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)
