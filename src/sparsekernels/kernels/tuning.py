@@ -141,8 +141,10 @@ def spmm_nm_expand_config(
     n_cols: int, n: int, m: int, rows: int, element_bytes: int
 ) -> SpmmNmExpandConfig:
     """The sweep's best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16 on
-    14336 x 4096; the tokens in one column tile up to 64. Fewer rows a tile where the grid would
-    not fill the multiprocessors once (4096 rows: 64 programs of 64 rows), and fewer stages, then
+    14336 x 4096 (in the package, llm suite at dd881b9: 23.9 / 25.5 / 28.2 us at 16 / 32 / 64
+    tokens); the tokens in one column tile up to 64. Fewer rows a tile where the grid would not
+    fill half the multiprocessors (4096 rows: 64 programs of 64 rows ran 0.38-0.79x dense;
+    not measured with fewer rows yet), and fewer stages, then
     narrower tiles, where m tiles of B a stage would not fit in shared memory (1:16 at 64
     tokens needed 292 KiB)."""
     block_n = max(16, min(64, next_power_of_2(n_cols)))
@@ -154,7 +156,8 @@ def spmm_nm_expand_config(
         block_m, block_s, stages = 128, 32, 4
     else:
         block_m, block_s, stages = 128, 32, 2
-    while block_m > 16 and cdiv(rows, block_m) * cdiv(n_cols, block_n) < MULTIPROCESSORS:
+    # half a wave or less: smaller row tiles (the measured 14336-row tiles keep their size)
+    while block_m > 16 and cdiv(rows, block_m) * cdiv(n_cols, block_n) < MULTIPROCESSORS // 2:
         block_m //= 2
     # a dot row per group: at least 16 groups a step
     grouped = EXPAND_GROUPED and n > 1 and n & (n - 1) == 0
