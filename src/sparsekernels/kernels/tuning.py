@@ -296,6 +296,17 @@ def sddmm_prefers_dense(k: int, density: float, cells: int, half_precision: bool
     return density >= (0.05 if half_precision else 0.25)
 
 
+# On the CPU the only sparse SDDMM is the float64 reference, which gathers a (stored entries, K)
+# block: a 2:4 weight gradient (1536 x 384, 640 tokens) took 2.3 s a training step where the BLAS
+# product and a gather take milliseconds (CPU box, 2026-11-30). From a few percent stored the
+# whole product wins.
+SDDMM_CPU_DENSE_MIN_DENSITY = 0.02
+
+
+def sddmm_prefers_dense_on_cpu(density: float, cells: int) -> bool:
+    return density >= SDDMM_CPU_DENSE_MIN_DENSITY and cells <= SDDMM_DENSE_MAX_CELLS
+
+
 # ------------------------------------------------------------------ densify (dense fallback)
 # First configurations, not yet measured on the H200: benchmarks/sweeps/densify_sweep.py times
 # these against the alternatives it lists and prints the best of each case.

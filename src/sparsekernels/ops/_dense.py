@@ -147,11 +147,16 @@ def epilogue(out, bias, activation):
     return reference.apply_activation(out, activation)
 
 
-def reasons(prefers_dense):
+def reasons(prefers_dense, prefers_dense_on_cpu=None):
+    """Why the dense backend is not chosen automatically: on CUDA where `prefers_dense` says a
+    sparse kernel wins; elsewhere unless `prefers_dense_on_cpu` (given) says it wins."""
+
     def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
         if forced:
             return []
         if problem.device.type != "cuda":
+            if prefers_dense_on_cpu is not None and prefers_dense_on_cpu(problem):
+                return []
             return ["chosen automatically only on CUDA (it multiplies structural zeros too)"]
         if not prefers_dense(problem):
             return ["a sparse kernel is expected to be faster here (kernels/tuning.py)"]
@@ -174,6 +179,13 @@ def sddmm_prefers_dense(problem: _dispatch.Problem) -> bool:
     # facts a caller may leave out (sparsekernels info, the bench's peers): not dense
     k, density, cells = facts.get("k", 0), facts.get("density", 0.0), facts.get("cells", 0)
     return sddmm_prefers_dense(k, density, cells, half)
+
+
+def sddmm_prefers_dense_on_cpu(problem: _dispatch.Problem) -> bool:
+    from ..kernels.tuning import sddmm_prefers_dense_on_cpu
+
+    facts = problem.facts
+    return sddmm_prefers_dense_on_cpu(facts.get("density", 0.0), facts.get("cells", 0))
 
 
 def nm_prefers_dense(problem: _dispatch.Problem) -> bool:

@@ -107,7 +107,7 @@ def _triton_csr(row_offsets, column_indices, x, y):
 
 _dispatch.register(
     "sddmm_csr",
-    _dispatch.Backend("dense", _dense.sddmm_csr, _dense.reasons(_dense.sddmm_prefers_dense)),
+    _dispatch.Backend("dense", _dense.sddmm_csr, _dense.reasons(_dense.sddmm_prefers_dense, _dense.sddmm_prefers_dense_on_cpu)),
 )
 _dispatch.register(
     "sddmm_csr", _dispatch.Backend("triton", _triton_csr, _dispatch.triton_batched_reasons)
@@ -117,6 +117,6 @@ _dispatch.register(
 )
 _dispatch.register(
     "sddmm_nm",
-    _dispatch.Backend("dense", _dense.sddmm_nm, _dense.reasons(_dense.sddmm_prefers_dense)),
+    _dispatch.Backend("dense", _dense.sddmm_nm, _dense.reasons(_dense.sddmm_prefers_dense, _dense.sddmm_prefers_dense_on_cpu)),
 )
 _dispatch.register("sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always))

@@ -9,7 +9,10 @@ entries toward zero so the mask settles. Same data and target as distill_mixes.p
 calibration sentences plus 334 new word-mixes each epoch, the dense model's last hidden states,
 Adam). After each epoch: mean cosine on the demo's 40 evaluated sentences, and the share of
 mask entries that changed since SparseGPT's.
-    PYTHONPATH=src python srste.py EPOCHS LR LAMBDA
+    PYTHONPATH=src python srste.py EPOCHS LR LAMBDA [fixed]
+
+With "fixed", the mask stays SparseGPT's (the masked-dense twin trained as is): fixed-mask
+distillation, the control at the same learning rate.
 """
 
 import copy
@@ -28,6 +31,7 @@ from sparsekernels.prune.masks import nm_mask
 
 torch.manual_seed(0)
 epochs, lr, lam = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+fixed = "fixed" in sys.argv[4:]
 model, tok = minilm.load("cpu")
 calib, _ = minilm.batches(tok, list(CALIBRATION), 32, "cpu")
 parts, order = minilm.batches(tok, list(SENTENCES), 8, "cpu")
@@ -59,7 +63,7 @@ def learned_forward(self, x):
 
 layers = [m for m in student.modules() if isinstance(m, MaskedLinear)]
 start_masks = [layer.mask.bool().clone() for layer in layers]
-for layer in layers:
+for layer in layers if not fixed else []:
     layer.forward = learned_forward.__get__(layer)
 train = [layer.weight for layer in layers]
 for p in student.parameters():
@@ -75,7 +79,11 @@ def score(m) -> float:
 
 
 def moved() -> float:
-    changed = sum(int((nm_mask(l.weight.detach(), 2, 4) != s).sum()) for l, s in zip(layers, start_masks, strict=True))  # noqa: E501
+    """The share of mask entries that differ from SparseGPT's."""
+    if fixed:
+        return 0.0
+    pairs = zip(layers, start_masks, strict=True)
+    changed = sum(int((nm_mask(layer.weight.detach(), 2, 4) != s).sum()) for layer, s in pairs)
     return changed / sum(s.numel() for s in start_masks)
 
 
@@ -96,6 +104,6 @@ for epoch in range(epochs):
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        total += float(loss)
+        total += float(loss.detach())
     print("epoch", epoch, round(total / len(data), 5), round(score(student), 4),
           f"mask moved {moved():.4f}", f"{time.time() - begin:.0f}s", flush=True)  # fmt: skip
