@@ -105,18 +105,15 @@ def _triton_csr(row_offsets, column_indices, x, y):
     return out
 
 
-_dispatch.register(
-    "sddmm_csr",
-    _dispatch.Backend("dense", _dense.sddmm_csr, _dense.reasons(_dense.sddmm_prefers_dense, _dense.sddmm_prefers_dense_on_cpu)),
-)
+# the whole product where it wins: on CUDA per tuning.sddmm_prefers_dense, on the CPU (whose
+# only sparse SDDMM is the float64 reference) per tuning.sddmm_prefers_dense_on_cpu
+_DENSE_REASONS = _dense.reasons(_dense.sddmm_prefers_dense, _dense.sddmm_prefers_dense_on_cpu)
+_dispatch.register("sddmm_csr", _dispatch.Backend("dense", _dense.sddmm_csr, _DENSE_REASONS))
 _dispatch.register(
     "sddmm_csr", _dispatch.Backend("triton", _triton_csr, _dispatch.triton_batched_reasons)
 )
 _dispatch.register(
     "sddmm_csr", _dispatch.Backend("reference", reference.sddmm_csr, _dispatch.always)
 )
-_dispatch.register(
-    "sddmm_nm",
-    _dispatch.Backend("dense", _dense.sddmm_nm, _dense.reasons(_dense.sddmm_prefers_dense, _dense.sddmm_prefers_dense_on_cpu)),
-)
+_dispatch.register("sddmm_nm", _dispatch.Backend("dense", _dense.sddmm_nm, _DENSE_REASONS))
 _dispatch.register("sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always))
