@@ -119,8 +119,9 @@ def test_structural_zeros_do_not_spread_nan(device, gen):
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("N", [1, 5, 20])
 def test_transposed_product_without_densifying(device, pattern, N, gen):
-    """W^T @ B, the backward of x: the CSR kernel on W^T's pattern (built once per weight)."""
-    from sparsekernels.ops import _triton_nm
+    """W^T @ B, the backward of x: the CSR kernel (and on the CPU torch's CSR matmul) on W^T's
+    pattern, built once per weight."""
+    from sparsekernels.ops import _nm_transpose
     from sparsekernels.ops.spmm import spmm_nm_raw
 
     _skip_interpreter_on_gpu_machine(device)
@@ -130,13 +131,17 @@ def test_transposed_product_without_densifying(device, pattern, N, gen):
     dense_t = W.to_dense().t()
     for b in (B, B.t().contiguous().t()):  # a gradient comes row- or column-major
         args = (W.values, W.indices, b, None, "none", n, m, vector, block, True)
-        got = spmm_nm_raw(*args, backend="triton")
-        assert got.shape == (W.shape[1], N)
-        assert_close(got, dense_t.double() @ b.double(), spmm_bound(dense_t, b), torch.float32)
-    first = _triton_nm.transposed_pattern(W.indices, W.shape[0], n, m, vector, block)
-    again = _triton_nm.transposed_pattern(W.indices, W.shape[0], n, m, vector, block)
-    assert again[0] is first[0]  # built once per weight
+        backends = ("triton", "torch_sparse") if device == "cpu" else ("triton",)
+        for backend in backends:
+            got = spmm_nm_raw(*args, backend=backend)
+            assert got.shape == (W.shape[1], N)
+            want, bound = dense_t.double() @ b.double(), spmm_bound(dense_t, b)
+            assert_close(got, want, bound, torch.float32)
+
+    def pattern():
+        return _nm_transpose.transposed_pattern(W.indices, W.shape[0], n, m, vector, block)[0]
+
+    first = pattern()
+    assert pattern() is first  # built once per weight
     W.indices.add_(0)  # an in-place edit bumps the version: rebuilt
-    assert (
-        _triton_nm.transposed_pattern(W.indices, W.shape[0], n, m, vector, block)[0] is not first[0]
-    )
+    assert pattern() is not first

@@ -13,6 +13,7 @@ import torch
 
 from .. import reference
 from ..formats.nm import nm_columns
+from ._nm_transpose import transposed_pattern
 
 
 def _csr_matmul(row_offsets, column_indices, values, b, shape) -> torch.Tensor:
@@ -53,16 +54,12 @@ def spmm_csr(row_offsets, column_indices, values, b, bias, row_order, activation
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
     rows, cols = values.shape[0], values.shape[1] // n * m
-    columns = nm_columns(indices, rows, n, m, vector, block).reshape(-1)
     flat = values.reshape(-1)
-    if transpose:  # regroup the kept entries by column: the rows of W^T
-        row_of = torch.arange(rows, device=values.device).repeat_interleave(values.shape[1])
-        order = torch.argsort(columns * max(rows, 1) + row_of, stable=True)
-        lengths = torch.bincount(columns, minlength=cols)
-        offsets = torch.zeros(cols + 1, dtype=torch.int64, device=values.device)
-        offsets[1:] = torch.cumsum(lengths, 0)
-        out = _csr_matmul(offsets, row_of[order], flat[order], b, (cols, rows))
+    if transpose:  # W^T's pattern, built once per weight (a sort: 190 ms for 1536 x 384 at 2:4)
+        pattern, perm = transposed_pattern(indices, rows, n, m, vector, block)
+        out = _csr_matmul(pattern.row_offsets, pattern.column_indices, flat[perm], b, (cols, rows))
     else:
+        columns = nm_columns(indices, rows, n, m, vector, block).reshape(-1)
         offsets = torch.arange(rows + 1, device=values.device) * values.shape[1]
         out = _csr_matmul(offsets, columns, flat, b, (rows, cols))
     return _epilogue(out, bias, activation, b.dtype)
