@@ -1,5 +1,6 @@
-"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens, the
-one-hot tensor-core kernel at 13-128 tokens for 1:8 and sparser in half precision
+"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens (to 32
+at 1:8 and sparser in fp32), the one-hot tensor-core kernel at 13-128 tokens for 1:8 and
+sparser in half precision
 (tuning.spmm_nm_expand_takes), the vector-wise tensor-core kernel, else the gather kernel
 (kernels/spmm_nm*.py); W^T @ B (the backward of x) through the CSR kernel on W^T's pattern,
 built once per weight."""
