@@ -190,7 +190,7 @@ def test_dispatch_cpu_picks_torch(gen):
 
 
 def test_dispatch_cuda_follows_the_tuning_rule(monkeypatch):
-    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels import depthwise_tuning
 
     def choose(dtype=torch.bfloat16, **kw):
         problem = _dispatch.Problem(torch.device("cuda"), dtype, _facts(**kw))
@@ -208,7 +208,7 @@ def test_dispatch_cuda_follows_the_tuning_rule(monkeypatch):
     assert choose(F64)[0] == "torch"
     name, reasons = choose(fits_int32=False)
     assert name == "torch" and "2^31" in reasons["triton"][0]
-    monkeypatch.setattr(tuning, "depthwise_prefers_triton", lambda *args: False)
+    monkeypatch.setattr(depthwise_tuning, "depthwise_prefers_triton", lambda *args: False)
     assert choose()[0] == "torch"
 
 

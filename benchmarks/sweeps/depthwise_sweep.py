@@ -13,7 +13,7 @@ From the repository root on the GPU machine (about 80 s on an H200; --compile ad
     PYTHONPATH=src python3 benchmarks/sweeps/depthwise_sweep.py [--hot] [--compile] [--jobs 8]
 It prints one line per case, then the summary table: per model, the sum over its 13 depthwise
 layers of each provider's time, and the layer shapes where our best configuration beats cuDNN
-by more than 5% (what kernels/tuning.py's depthwise_prefers_triton should say).
+by more than 5% (what kernels/depthwise_tuning.py's depthwise_prefers_triton should say).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from sparsekernels.kernels import depthwise as kernel
-from sparsekernels.kernels.tuning import DepthwiseConfig, depthwise_config
+from sparsekernels.kernels.depthwise_tuning import DepthwiseConfig, depthwise_config
 from sparsekernels.models.mobilenet import BLOCKS, channels
 
 WIDTHS, BATCHES = (1.0, 1.8), (1, 32)

@@ -3,8 +3,8 @@ and activation, MobileNet's other layer (Sputnik ships one beside its SpMM).
 
 Backends, in the order automatic dispatch tries them:
 - "triton": kernels/depthwise.py, one pass over the input and output. On CUDA it is chosen
-  automatically only where kernels/tuning.py's `depthwise_prefers_triton` says it beats cuDNN;
-  on CPU only by name, in Triton's interpreter.
+  automatically only where `depthwise_prefers_triton` (kernels/depthwise_tuning.py) says it
+  beats cuDNN; on CPU only by name, in Triton's interpreter.
 - "torch": F.conv2d (cuDNN on CUDA) + bias + activation, unfused. This backend is plain aten:
   it runs outside the custom op, so it costs no custom-op overhead, keeps PyTorch's own autograd
   and lets torch.compile fuse the epilogue.
@@ -215,7 +215,7 @@ def _torch(x, weight, bias, stride, activation) -> Tensor:
 
 def _triton(x, weight, bias, stride, activation) -> Tensor:
     from ..kernels import depthwise as kernel
-    from ..kernels.tuning import depthwise_config
+    from ..kernels.depthwise_tuning import depthwise_config
 
     channels_last = is_channels_last(x)
     out = x.new_empty(output_shape(x.shape, stride)).contiguous(
@@ -243,13 +243,14 @@ def _triton(x, weight, bias, stride, activation) -> Tensor:
 
 
 def _min_programs(x: Tensor) -> int:
-    from ..kernels.tuning import DEPTHWISE_MIN_PROGRAMS
+    from ..kernels.depthwise_tuning import DEPTHWISE_MIN_PROGRAMS
 
     return DEPTHWISE_MIN_PROGRAMS if x.device.type == "cuda" else 1
 
 
 def _triton_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
-    from ..kernels.tuning import MAX_GRID_YZ, depthwise_config, depthwise_prefers_triton
+    from ..kernels.depthwise_tuning import depthwise_config, depthwise_prefers_triton
+    from ..kernels.tuning import MAX_GRID_YZ
 
     reasons = _dispatch.triton_device_reasons(problem, forced)
     facts = problem.facts
@@ -271,8 +272,8 @@ def _triton_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
             batch, channels, height, width, stride, half, bool(facts.get("channels_last"))
         ):
             reasons.append(
-                "cuDNN is as fast here, or this case was not measured (kernels/tuning.py: "
-                "depthwise_prefers_triton)"
+                "cuDNN is as fast here, or this case was not measured "
+                "(kernels/depthwise_tuning.py: depthwise_prefers_triton)"
             )
     return reasons
 
