@@ -33,8 +33,11 @@ def _skip_interpreter_on_gpu_machine(device):
         pytest.skip("the interpreter runs only on machines without CUDA")
 
 
-def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none", grouped=False):
-    """tiles: (rows, compressed slots, tokens) a step; grouped: fold each group's slots."""
+def _launch_poisoned(
+    W, B, tiles=(16, 16, 16), bias=None, activation="none", grouped=False, split=1
+):
+    """tiles: (rows, compressed slots, tokens) a step; grouped: fold each group's slots; split:
+    ranges of slots summed by the second kernel."""
     block_m, block_s, block_n = tiles
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     spmm_nm_expand(
@@ -54,6 +57,7 @@ def _launch_poisoned(W, B, tiles=(16, 16, 16), bias=None, activation="none", gro
         num_warps=4,
         num_stages=2,
         grouped=grouped,
+        split=split,
     )
     return out
 
@@ -89,6 +93,27 @@ def test_bias_activation_and_wider_tiles(device, dtype, gen):
         assert_close(got, want, bound, dtype)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", [(1, 8, 1, 1), (2, 4, 1, 1), (3, 8, 2, 1)])
+@pytest.mark.parametrize("split", [2, 3, 64])
+def test_split_slots(device, pattern, split, gen):
+    """Split-K: each range of slots sums into the float32 workspace and the second kernel adds
+    them in order, then bias and activation; ragged rows and tokens, a last range shorter than
+    the rest (and, at 64, more ranges asked for than steps: only non-empty ones launch)."""
+    _skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    W = random_nm(37, 21 * m, n, m, gen, vector, block, torch.float32, device)
+    B = randn(21 * m, 19, gen=gen, dtype=torch.float32, device=device)
+    bias = randn(37, gen=gen, dtype=torch.float32, device=device)
+    want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    for grouped in [False, True] if n & (n - 1) == 0 else [False]:
+        got = _launch_poisoned(W, B, bias=bias, activation="relu", grouped=grouped, split=split)
+        assert_close(got, want, bound, torch.float32)
+        again = _launch_poisoned(W, B, bias=bias, activation="relu", grouped=grouped, split=split)
+        assert torch.equal(got, again)  # a fixed sum order
+
+
 def test_supports_and_tile_floor(gen):
     assert supports(4096, torch.bfloat16) and supports(4096, torch.float32)
     assert not supports(2**31, torch.bfloat16) and not supports(64, torch.float64)
@@ -98,6 +123,8 @@ def test_supports_and_tile_floor(gen):
     W = random_nm(16, 24, 3, 8, gen, 1, 1, torch.float32)
     with pytest.raises(ValueError, match="power of two"):
         _launch_poisoned(W, randn(24, 4, gen=gen, dtype=torch.float32), grouped=True)
+    with pytest.raises(ValueError, match="split"):
+        _launch_poisoned(W, randn(24, 4, gen=gen, dtype=torch.float32), split=0)
 
 
 @pytest.mark.gpu
@@ -107,31 +134,44 @@ def test_llm_shape_on_gpu(dtype, pattern, gen):
     n, m, vector, block = pattern
     W = random_nm(4096, 1024, n, m, gen, vector, block, dtype, "cuda")
     B = randn(1024, 16, gen=gen, dtype=dtype, device="cuda")
-    for grouped in (False, True):
-        got = _launch_poisoned(W, B, (64, 64, 16), grouped=grouped)
+    for grouped, split in itertools.product((False, True), (1, 4)):
+        got = _launch_poisoned(W, B, (64, 64, 16), grouped=grouped, split=split)
         assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
 
 
 def test_expand_takes_sparse_half_precision_past_decode():
     """The measured window: 1:8 and sparser, element-wise or v < 16, half precision, 13-128
-    tokens; 2:8 and 2:4 lose to densify + cuBLAS, v >= 16 has its own tensor-core kernel."""
+    tokens; n = 2 at any density (the grouped form) to 64 tokens; v >= 16 has its own
+    tensor-core kernel, and 4:8 is not measured."""
     from sparsekernels.kernels import tuning
 
     takes = tuning.spmm_nm_expand_takes
-    assert takes(16, 1 / 8, 1, True) and takes(128, 1 / 16, 4, True) and takes(13, 1 / 32, 1, True)
-    assert not takes(12, 1 / 8, 1, True) and not takes(129, 1 / 8, 1, True)
-    assert not takes(32, 2 / 8, 1, True) and not takes(32, 1 / 8, 16, True)
-    assert not takes(32, 1 / 8, 1, False)
+    assert takes(16, 1, 8, 1, True) and takes(128, 1, 16, 4, True) and takes(13, 1, 32, 1, True)
+    assert not takes(12, 1, 8, 1, True) and not takes(129, 1, 8, 1, True)
+    assert takes(16, 2, 8, 1, True) and takes(64, 2, 4, 2, True) and takes(128, 2, 16, 1, True)
+    assert not takes(65, 2, 4, 1, True) and not takes(12, 2, 8, 1, True)
+    assert not takes(32, 4, 8, 1, True) and not takes(32, 3, 8, 1, True)
+    assert not takes(32, 1, 8, 16, True) and not takes(32, 2, 8, 64, True)
+    assert not takes(32, 1, 8, 1, False) and not takes(32, 2, 4, 1, False)
     # the dense backend steps aside where the kernel takes the product, and only there
-    assert not tuning.spmm_nm_prefers_dense(64, 1 / 8, 1, True)
-    assert tuning.spmm_nm_prefers_dense(64, 2 / 8, 1, True)
-    assert tuning.spmm_nm_prefers_dense(256, 1 / 8, 1, True)
-    assert tuning.spmm_nm_prefers_dense(64, 1 / 8, 1, True, transpose=True)
+    assert not tuning.spmm_nm_prefers_dense(64, (1, 8), 1, True)
+    assert not tuning.spmm_nm_prefers_dense(64, (2, 8), 1, True)
+    assert tuning.spmm_nm_prefers_dense(96, (2, 8), 1, True)
+    assert tuning.spmm_nm_prefers_dense(64, (4, 8), 1, True)
+    assert tuning.spmm_nm_prefers_dense(256, (1, 8), 1, True)
+    assert tuning.spmm_nm_prefers_dense(64, (1, 8), 1, True, transpose=True)
 
 
 @pytest.mark.parametrize(
     ("pattern", "tokens", "expands"),
-    [((1, 8), 16, True), ((1, 8), 40, True), ((1, 8), 8, False), ((2, 8), 16, False)],
+    [
+        ((1, 8), 16, True),
+        ((1, 8), 40, True),
+        ((1, 8), 8, False),
+        ((2, 8), 16, True),
+        ((2, 4), 80, False),
+        ((4, 8), 16, False),
+    ],
 )
 def test_linear_routes_to_expand(pattern, tokens, expands, gen, monkeypatch):
     """linear in half precision takes this kernel in its window (fp16: the interpreter's bf16
@@ -166,7 +206,7 @@ def test_expand_config_fits_shared_memory(n, m, tokens, rows, element_bytes, gro
 
     monkeypatch.setattr(tuning, "EXPAND_GROUPED", grouped)
     tuning.spmm_nm_expand_config.cache_clear()
-    c = tuning.spmm_nm_expand_config(tokens, n, m, rows, element_bytes)
+    c = tuning.spmm_nm_expand_config(tokens, n, m, rows, 4096 * n // m, element_bytes)
     tuning.spmm_nm_expand_config.cache_clear()
     assert c.grouped == (grouped and n > 1)
     depth = c.block_s // n if c.grouped else c.block_s
@@ -176,21 +216,30 @@ def test_expand_config_fits_shared_memory(n, m, tokens, rows, element_bytes, gro
     assert c.block_n >= min(64, tokens) or stage * 2 > tuning.EXPAND_SHARED_BYTES
 
 
-def test_expand_config_fills_the_grid_on_few_rows():
+def test_expand_config_splits_few_rows():
+    """Split-K where the row tiles leave multiprocessors idle, keeping 4 steps a range; the
+    measured tiles stay (64 rows at 16 tokens on 14336 rows, 128 at 64)."""
     from sparsekernels.kernels import tuning
 
-    assert tuning.spmm_nm_expand_config(16, 1, 8, 14336, 2).block_m == 64  # as measured
-    assert tuning.spmm_nm_expand_config(64, 1, 8, 14336, 2).block_m == 128
-    assert tuning.spmm_nm_expand_config(16, 1, 8, 4096, 2).block_m == 32  # 128 programs, not 64
+    config = tuning.spmm_nm_expand_config
+    assert config(16, 1, 8, 14336, 512, 2).block_m == 64
+    assert config(16, 1, 8, 14336, 512, 2).split == 1  # 224 programs
+    assert config(64, 1, 8, 14336, 512, 2).block_m == 128
+    c = config(16, 1, 8, 4096, 1792, 2)  # the down projection: 64 programs of 28 steps
+    assert c.block_m == 64 and c.split == 4
+    assert config(16, 1, 8, 4096, 64, 2).split == 1  # one step: nothing to split
+    assert config(16, 1, 8, 100, 10**6, 2).split == 128  # 256 programs: capped by the grid
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("rows", "pattern"), [(4096, (1, 8)), (1000, (1, 16)), (333, (2, 16))])
+@pytest.mark.parametrize(
+    ("rows", "pattern"), [(4096, (1, 8)), (1000, (1, 16)), (333, (2, 16)), (300, (2, 4))]
+)
 @pytest.mark.parametrize("tokens", [13, 64, 128])
 def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
-    """linear's automatic route through this kernel in bf16: few-row weights (smaller row
-    tiles), m = 16 at 64 tokens (which once asked for more shared memory than the H200 has),
-    and n = 2 at 1:8 density."""
+    """linear's automatic route through this kernel in bf16: few-row weights (split-K), m = 16
+    at 64 tokens (which once asked for more shared memory than the H200 has), and n = 2 (the
+    grouped form)."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_expand
 
@@ -202,6 +251,7 @@ def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
         spmm_nm_expand, "spmm_nm_expand", lambda **kw: calls.append(1) or launch(**kw)
     )
     got = sk.linear(x, W)
-    assert calls, "the route did not take the one-hot kernel"
+    grouped_only = pattern[0] / pattern[1] > 1 / 8
+    assert bool(calls) == (tokens <= 64 or not grouped_only), "the route missed the kernel"
     want = x.double() @ W.to_dense().double().t()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)

@@ -1,12 +1,12 @@
 """The one-hot tensor-core N:M kernel (kernels/spmm_nm_expand.py) against the automatic route
-and dense, bf16, CUDA-graph medians, B (K, N) row-major: checks tuning.EXPAND_MIN_N /
-EXPAND_MAX_N and spmm_nm_expand_config around the tiles nm_onehot_sweep.py found, on both LLM
-shapes, at 1:8 and 1:16. Prints the best configurations per case and a table last; BUDGET_S caps
-the run (default 240 s). Earlier runs (results/nvidia-h200/2026-11-30/at-94ee33f, at-15b48bc)
-measured the kernel's earlier forms (a reshaped 3-D tile; bit-packed offsets).
+and dense, bf16, CUDA-graph medians, B (K, N) row-major: checks tuning.EXPAND_* and
+spmm_nm_expand_config around the chosen tiles: row tiles (BLOCK_M), split-K ranges (SPLITS),
+the slot and grouped forms (FORMS=both, n a power of two) and, with GRID=1, slots a step and
+stages. Prints the best configurations per case and a table last; BUDGET_S caps the run
+(default 240 s). Earlier runs (results/nvidia-h200/2026-11-30/at-94ee33f, at-15b48bc,
+at-7c6bc6f) measured the kernel's earlier forms and tiles.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_expand_sweep.py
-    SHAPES=4096x14336 PATTERNS=1:8 TOKENS=16,32 BLOCK_M=16,32,64 ... (comma-separated lists)
-    PATTERNS=2:8,2:4 GROUPED=1 ...   (the kernel's grouped form)
+    SHAPES=4096x14336 PATTERNS=1:8,2:8 TOKENS=16,64 SPLITS=1,2,4 ... (comma-separated lists)
 """
 
 import itertools
@@ -47,10 +47,12 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in _env("SHAPES", "14336x4096,4096
 PATTERNS = [tuple(map(int, p.split(":"))) for p in _env("PATTERNS", "1:8,1:16")]
 TOKENS = [int(t) for t in _env("TOKENS", "12,16,32,64,128")]
 BLOCK_M = [int(b) for b in _env("BLOCK_M", "64,128")]
-GROUPED = os.environ.get("GROUPED", "0") == "1"  # fold a group's slots (n a power of two > 1)
-GRID = list(itertools.product(BLOCK_M, (32, 64), (4,), (3, 4)))
+SPLITS = [int(b) for b in _env("SPLITS", "1,2,4,8")]
+FORMS = os.environ.get("FORMS", "config")  # "both": the slot and grouped forms for n = 2, 4, ...
+GRID = os.environ.get("GRID", "0") == "1"  # also slots a step and stages, at the chosen split
 table = []
-print(f"# {torch.cuda.get_device_name()} bf16, us; configs (block_m, slots a step, warps, stages)")
+print(f"# {torch.cuda.get_device_name()} bf16, us; configs "
+      "(block_m, slots a step, warps, stages, split, grouped)")  # fmt: skip
 for M, K in SHAPES:
     w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     for n, m in PATTERNS:
@@ -63,31 +65,41 @@ for M, K in SHAPES:
             dense = bench(lambda: w @ B)
             route = bench(lambda: sk.spmm(W, B))
             out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-            config = spmm_nm_expand_config(N, n, m, M, 2)
-            chosen = (config.block_m, config.block_s, config.num_warps, config.num_stages)
+            c = spmm_nm_expand_config(N, n, m, M, W.values.shape[1], 2)
+            chosen = (c.block_m, c.block_s, c.num_warps, c.num_stages, c.split, c.grouped)
+            forms = [False, True] if FORMS == "both" and n > 1 and n & (n - 1) == 0 else [c.grouped]
+            candidates = [chosen]
+            candidates += [(bm, c.block_s, 4, c.num_stages, sp, g)
+                           for bm, sp, g in itertools.product(BLOCK_M, SPLITS, forms)]  # fmt: skip
+            if GRID:
+                candidates += [(c.block_m, bs, 4, ns, c.split, c.grouped)
+                               for bs, ns in itertools.product((32, 64), (2, 3, 4))]  # fmt: skip
             results = []
-            for bm, bs, nw, ns in dict.fromkeys([chosen, *GRID]):
-                block_n = config.block_n
+            for bm, bs, nw, ns, sp, g in dict.fromkeys(candidates):
                 fn = lambda: spmm_nm_expand(values=W.values, indices=W.indices, b=B,  # noqa: E731
                                             bias=None, out=out, n=n, m=m, vector=1, block=1,
                                             activation="none", block_m=bm, block_s=bs,
-                                            block_n=block_n, num_warps=nw,
-                                            num_stages=ns, grouped=GROUPED and n > 1)  # fmt: skip
+                                            block_n=c.block_n, num_warps=nw, num_stages=ns,
+                                            grouped=g, split=sp)  # fmt: skip
                 try:
                     t = checked(fn, out, ref)
                 except Exception as error:  # noqa: BLE001 - a configuration that does not fit
-                    print("  ", bm, bs, nw, ns, type(error).__name__, str(error)[:60])
+                    print("  ", bm, bs, nw, ns, sp, g, type(error).__name__, str(error)[:60])
                     continue
                 if t is not None:
-                    results.append((round(t, 1), bm, bs, nw, ns))
+                    results.append((round(t, 1), bm, bs, nw, ns, sp, g))
+                else:
+                    print("   WRONG", bm, bs, nw, ns, sp, g)
             results.sort()
             case = f"{M}x{K} {n}:{m} N={N}"
             mine = next((r[0] for r in results if r[1:] == chosen), float("nan"))
-            print(case, f"dense {dense:.1f} route {route:.1f} chosen {mine} expand top "
-                  f"{results[:3]}", flush=True)  # fmt: skip
-            table.append((case, dense, route, results[0] if results else None))
+            print(case, f"dense {dense:.1f} route {route:.1f} chosen {mine} {chosen} top "
+                  f"{results[:4]}", flush=True)  # fmt: skip
+            table.append((case, dense, route, mine, results[0] if results else None))
 
-print(f"\n{'case':<26} {'dense':>7} {'route':>7} {'expand':>7}  expand x dense  best config")
-for case, dense, route, best in table:
+print(
+    f"\n{'case':<26} {'dense':>7} {'route':>7} {'chosen':>7} {'best':>7}  best x dense  best config"
+)
+for case, dense, route, mine, best in table:
     t = best[0] if best else float("nan")
-    print(f"{case:<26} {dense:7.1f} {route:7.1f} {t:7.1f}  {dense / t:5.2f}x  {best[1:] if best else None}")  # fmt: skip
+    print(f"{case:<26} {dense:7.1f} {route:7.1f} {mine:7.1f} {t:7.1f}  {dense / t:5.2f}x  {best[1:] if best else None}")  # fmt: skip

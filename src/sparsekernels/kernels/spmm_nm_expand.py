@@ -22,7 +22,11 @@ kept slot sits at each position, so the sum is exact and is the dense column p o
 Each dot is then as deep as the step's groups (n times shallower) and each B row loads once, as
 in a dense product; it has never run on a GPU.
 
-Each output is one program's fixed sum order: deterministic, no atomics.
+Split-K (`split`): a weight with few rows fills few programs (4096 x 14336 at 16 tokens: 64
+programs of 64 rows for 132 multiprocessors, 0.79x dense), so the slots may be cut into `split`
+ranges, one program each; each writes its float32 partial sum to a workspace, and a second
+kernel adds the partials in a fixed order and applies the epilogue. Each output is a fixed sum
+order either way: deterministic, no atomics.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ def _nm_expand_dot_kernel(
     M,
     N,
     SLOTS,  # S
+    SLOTS_PER_SPLIT,  # a multiple of BLOCK_S: program_id(2) takes its range of slots
+    SPLIT_STRIDE,  # M * N: PARTIAL writes out[program_id(2)] of the (splits, M, N) workspace
     stride_vm,
     stride_im,
     stride_bk,
@@ -62,6 +68,7 @@ def _nm_expand_dot_kernel(
     BLOCK_S: tl.constexpr,  # compressed slots a step: at least 16 (GROUPED: 16 groups)
     BLOCK_N: tl.constexpr,
     GROUPED: tl.constexpr,  # n a power of two above 1: fold each group's slots
+    PARTIAL: tl.constexpr,  # write the float32 sum to out[program_id(2)], no epilogue
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -71,7 +78,8 @@ def _nm_expand_dot_kernel(
     index_rows = tl.where(mask_m, rows // VECTOR, 0)
     b_cols = offs_n[None, :].to(tl.int64) * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s0 in range(0, SLOTS, BLOCK_S):
+    first = tl.program_id(2) * SLOTS_PER_SPLIT
+    for s0 in range(first, tl.minimum(first + SLOTS_PER_SPLIT, SLOTS), BLOCK_S):
         slots = s0 + tl.arange(0, BLOCK_S)
         mask_s = slots < SLOTS
         mask = mask_m[:, None] & mask_s[None, :]
@@ -106,6 +114,51 @@ def _nm_expand_dot_kernel(
                 a = tl.where(column == p, vals, zeros)
                 b_tile = tl.load(b + (b_rows + p)[:, None] * stride_bk + b_cols, mask=b_mask)
                 acc = tl.dot(a.to(b_tile.dtype), b_tile, acc, input_precision=PRECISION)
+    if PARTIAL:
+        ptrs = out + tl.program_id(2).to(tl.int64) * SPLIT_STRIDE + rows[:, None] * N
+        tl.store(ptrs + offs_n[None, :], acc, mask=mask_m[:, None] & mask_n[None, :])
+    else:
+        _epilogue_store(
+            acc,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            bias,
+            out,
+            stride_om,
+            stride_on,
+            HAS_BIAS,
+            ACTIVATION,
+            tl.float32,
+        )
+
+
+@triton.jit
+def _sum_partials_kernel(
+    partials,  # (SPLITS, M, N) float32, contiguous
+    bias,
+    out,  # (M, N): strides stride_om, stride_on
+    M,
+    N,
+    SPLITS,
+    SPLIT_STRIDE,  # M * N
+    stride_om,
+    stride_on,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    mask = mask_m[:, None] & mask_n[None, :]
+    ptrs = partials + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for split in range(SPLITS):  # in order: the same sum every run
+        acc += tl.load(ptrs + split * SPLIT_STRIDE, mask=mask, other=0.0)
     _epilogue_store(
         acc,
         offs_m,
@@ -145,11 +198,13 @@ def spmm_nm_expand(
     num_warps: int,
     num_stages: int,
     grouped: bool = False,
+    split: int = 1,
 ) -> torch.Tensor:
     """Launch over out (M, N). values (M, S) and indices (NMMatrix.indices, uint8) need unit
-    stride along their last dim; block_m, block_s and block_n powers of two, at least 16 (tl.dot's
-    smallest tile). `grouped` (n a power of two) folds each group's n slots into one row of the
-    dot; block_s then grows to 16 groups if it holds fewer."""
+        stride along their last dim; block_m, block_s and block_n powers of two, at least 16 (tl.dot's
+        smallest tile). `grouped` (n a power of two) folds each group's n slots into one row of the
+        dot; block_s then grows to 16 groups if it holds fewer. `split` > 1 cuts the slots into that
+    many ranges (fewer where a range would be empty), summed by a second kernel."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -159,16 +214,24 @@ def spmm_nm_expand(
         if n & (n - 1):
             raise ValueError(f"grouped needs n a power of two, got n={n}")
         block_s = max(block_s, 16 * n)
-    grid = (cdiv(rows, block_m), cdiv(cols, block_n))
+    if split < 1:
+        raise ValueError(f"split must be at least 1, got {split}")
+    slots = values.shape[1]
+    slots_per_split = max(1, cdiv(cdiv(slots, split), block_s)) * block_s
+    splits = max(1, cdiv(slots, slots_per_split))
+    partials = out.new_empty((splits, rows, cols), dtype=torch.float32) if splits > 1 else out
+    grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
     _nm_expand_dot_kernel[grid](
         values,
         indices,
         b,
         bias if bias is not None else values,
-        out,
+        partials,
         rows,
         cols,
-        values.shape[1],
+        slots,
+        slots_per_split,
+        rows * cols,
         values.stride(0),
         indices.stride(0),
         b.stride(0),
@@ -186,7 +249,24 @@ def spmm_nm_expand(
         BLOCK_S=block_s,
         BLOCK_N=block_n,
         GROUPED=grouped,
+        PARTIAL=splits > 1,
         num_warps=num_warps,
         num_stages=num_stages,
     )
+    if splits > 1:
+        _sum_partials_kernel[(cdiv(rows, 64), cdiv(cols, 64))](
+            partials,
+            bias if bias is not None else values,
+            out,
+            rows,
+            cols,
+            splits,
+            rows * cols,
+            out.stride(0),
+            out.stride(1),
+            HAS_BIAS=bias is not None,
+            ACTIVATION=_ACTIVATION_CODES[activation],
+            BLOCK_M=64,
+            BLOCK_N=64,
+        )
     return out

@@ -105,10 +105,15 @@ def decode_max_n(density: float) -> int:
 EXPAND_MIN_N = 13
 EXPAND_MAX_N = 128
 EXPAND_MAX_DENSITY = 1 / 8
-# The kernel's grouped form (n a power of two above 1: a group's n slots folded into one dot
-# row, so dots are n times shallower and B rows load once) has never run on a GPU: off until
-# `PATTERNS=2:8,2:4 GROUPED=1 nm_expand_sweep.py` beats the slot form's 74-244 us.
-EXPAND_GROUPED = False
+# The grouped form (n a power of two above 1: a group's n slots folded into one dot row, so
+# dots are n times shallower and B rows load once) beat the automatic route at 2:8 and 2:4,
+# 14336 x 4096 bf16 (results/nvidia-h200/2026-11-30/at-7c6bc6f/nm_expand_grouped.txt), us:
+#   2:8 at 16 / 64 tokens: 47.6 / 58.6 (route 54.4 / 80.6); 2:4: 52.3 / 59.7 (route 90.2 / 97.1)
+# (dense 30.5-35.2: a sparse weight still loses to the dense one there). So it also takes
+# n = 2 at any density to 64 tokens; 4:8 and 4:16 are not measured.
+EXPAND_GROUPED = True
+EXPAND_GROUPED_N = (2,)
+EXPAND_GROUPED_MAX_N = 64
 
 
 @dataclass(frozen=True)
@@ -119,15 +124,16 @@ class SpmmNmExpandConfig:
     num_warps: int
     num_stages: int
     grouped: bool = False  # fold each group's n slots into one dot row (spmm_nm_expand.py)
+    split: int = 1  # ranges of slots, one program each, summed by a second kernel
 
 
-def spmm_nm_expand_takes(n_cols: int, density: float, vector: int, half_precision: bool) -> bool:
-    return (
-        half_precision
-        and density <= EXPAND_MAX_DENSITY
-        and _largest_power_of_two_dividing(vector, 64) < 16  # v >= 16: the vector-wise kernel
-        and EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
-    )
+def spmm_nm_expand_takes(n_cols: int, n: int, m: int, vector: int, half_precision: bool) -> bool:
+    if not half_precision or _largest_power_of_two_dividing(vector, 64) >= 16:
+        return False  # v >= 16: the vector-wise kernel
+    if n / m <= EXPAND_MAX_DENSITY:
+        return EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
+    grouped = EXPAND_GROUPED and n in EXPAND_GROUPED_N
+    return grouped and EXPAND_MIN_N <= n_cols <= EXPAND_GROUPED_MAX_N
 
 
 # Shared memory a program of the expand kernel may use (the H200 allows 227 KiB): each
@@ -138,17 +144,20 @@ MULTIPROCESSORS = 132  # H200
 
 @_memo
 def spmm_nm_expand_config(
-    n_cols: int, n: int, m: int, rows: int, element_bytes: int
+    n_cols: int, n: int, m: int, rows: int, slots: int, element_bytes: int
 ) -> SpmmNmExpandConfig:
-    """The sweep's best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16 on
+    """The sweeps' best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16 on
     14336 x 4096 (in the package, llm suite at dd881b9: 23.9 / 25.5 / 28.2 us at 16 / 32 / 64
-    tokens); the tokens in one column tile up to 64. Fewer rows a tile where the grid would not
-    fill half the multiprocessors (4096 rows: 64 programs of 64 rows ran 0.38-0.79x dense;
-    not measured with fewer rows yet), and fewer stages, then
-    narrower tiles, where m tiles of B a stage would not fit in shared memory (1:16 at 64
-    tokens needed 292 KiB)."""
+    tokens); the tokens in one column tile up to 64. 1:16 (m = 16 dots a step) ran best at
+    128 x 32 and the grouped form at 64-row tiles (at-7c6bc6f). Fewer stages, then narrower
+    tiles, where m tiles of B a stage would not fit in shared memory (1:16 at 64 tokens once
+    asked for 292 KiB). Split-K where the grid would not fill the multiprocessors: 4096 rows
+    fill 64 programs of 64 rows (0.59-0.79x dense at 16-64 tokens); smaller row tiles there
+    were slower (32 rows: 46.4 us against 40.8 at 16 tokens)."""
     block_n = max(16, min(64, next_power_of_2(n_cols)))
-    if n_cols <= 16:
+    if m >= 16:
+        block_m, block_s, stages = 128, 32, 3
+    elif n_cols <= 16:
         block_m, block_s, stages = 64, 64, 3
     elif n_cols <= 32:
         block_m, block_s, stages = 64, 32, 3
@@ -156,13 +165,10 @@ def spmm_nm_expand_config(
         block_m, block_s, stages = 128, 32, 4
     else:
         block_m, block_s, stages = 128, 32, 2
-    # half a wave or less: smaller row tiles (the measured 14336-row tiles keep their size)
-    while block_m > 16 and cdiv(rows, block_m) * cdiv(n_cols, block_n) < MULTIPROCESSORS // 2:
-        block_m //= 2
     # a dot row per group: at least 16 groups a step
     grouped = EXPAND_GROUPED and n > 1 and n & (n - 1) == 0
     if grouped:
-        block_s = max(block_s, 16 * n)
+        block_m, block_s = 64, max(block_s, 16 * n)
 
     def stage_bytes() -> int:
         b_rows = block_s // n if grouped else block_s
@@ -174,7 +180,11 @@ def spmm_nm_expand_config(
         block_n //= 2
     while block_s > (16 * n if grouped else 16) and stage_bytes() > EXPAND_SHARED_BYTES:
         block_s //= 2
-    return SpmmNmExpandConfig(block_m, block_s, block_n, 4, stages, grouped)
+    programs = cdiv(rows, block_m) * cdiv(n_cols, block_n)
+    split = 1
+    while programs * split < MULTIPROCESSORS and cdiv(slots, block_s) >= 8 * split:
+        split *= 2  # each range keeps at least 4 steps
+    return SpmmNmExpandConfig(block_m, block_s, block_n, 4, stages, grouped, split)
 
 
 @dataclass(frozen=True)
@@ -262,7 +272,7 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool) -> bool
 
 
 def spmm_nm_prefers_dense(
-    n: int, density: float, vector: int, half_precision: bool, transpose: bool = False
+    n: int, pattern: tuple[int, int], vector: int, half_precision: bool, transpose: bool = False
 ) -> bool:
     """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%,
     and below DENSE_FALLBACK_MIN_N tokens for every v >= 16. Element-wise (and v < 16)
@@ -270,10 +280,12 @@ def spmm_nm_prefers_dense(
     CSR kernel, so it densifies past that kernel's decode sizes."""
     if transpose:
         return n > SPMM_CSR_DECODE_MAX_N
+    n_keep, m = pattern
+    density = n_keep / m
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     if tile_rows < 16:  # the gather kernel's patterns
         return n > decode_max_n(density) and not spmm_nm_expand_takes(
-            n, density, vector, half_precision
+            n, n_keep, m, vector, half_precision
         )
     if n < DENSE_FALLBACK_MIN_N:
         return False

@@ -194,4 +194,4 @@ def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
     n, m, vector, block = problem.facts["pattern"]
     half = problem.dtype in (torch.float16, torch.bfloat16)
     transpose = problem.facts.get("transpose", False)
-    return spmm_nm_prefers_dense(problem.facts["n"], n / m, vector, half, transpose)
+    return spmm_nm_prefers_dense(problem.facts["n"], (n, m), vector, half, transpose)

@@ -25,7 +25,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     out = spmm_out(b, values.shape[0])
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     half = b.dtype in (torch.float16, torch.bfloat16)
-    takes = tuning.spmm_nm_expand_takes(b.shape[1], n / m, vector, half)
+    takes = tuning.spmm_nm_expand_takes(b.shape[1], n, m, vector, half)
     if takes and expand.supports(b.shape[0], b.dtype):
         return _expand(values, indices, b, bias, out, activation, n, m, vector, block)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
@@ -75,7 +75,8 @@ def _transposed(values, indices, b, bias, activation, n, m, vector, block):
 
 
 def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
-    config = tuning.spmm_nm_expand_config(b.shape[1], n, m, values.shape[0], values.element_size())
+    rows, slots = values.shape
+    config = tuning.spmm_nm_expand_config(b.shape[1], n, m, rows, slots, values.element_size())
     expand.spmm_nm_expand(
         values=values.contiguous(),
         indices=indices.contiguous(),
@@ -93,6 +94,7 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         grouped=config.grouped,
+        split=config.split,
     )
     return out
 
