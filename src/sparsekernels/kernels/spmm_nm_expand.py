@@ -201,10 +201,11 @@ def spmm_nm_expand(
     split: int = 1,
 ) -> torch.Tensor:
     """Launch over out (M, N). values (M, S) and indices (NMMatrix.indices, uint8) need unit
-        stride along their last dim; block_m, block_s and block_n powers of two, at least 16 (tl.dot's
-        smallest tile). `grouped` (n a power of two) folds each group's n slots into one row of the
-        dot; block_s then grows to 16 groups if it holds fewer. `split` > 1 cuts the slots into that
-    many ranges (fewer where a range would be empty), summed by a second kernel."""
+    stride along their last dim; block_m, block_s and block_n powers of two, at least 16
+    (tl.dot's smallest tile). `grouped` (n a power of two) folds each group's n slots into one
+    row of the dot; block_s then grows to 16 groups if it holds fewer. `split` > 1 cuts the
+    slots into that many ranges (fewer where a range would be empty), summed by a second
+    kernel."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
