@@ -194,7 +194,7 @@ def test_gather_kernels_give_way_to_dense_past_decode_sizes():
     """On CUDA in half precision, past the decode kernels' token counts the CUDA-core gather
     kernels (CSR, element-wise N:M) lost 4-50x to densify + cuBLAS (H200, 32 tokens); the
     vector-wise tensor-core N:M kernel keeps its sizes below 128 tokens, and the one-hot one
-    1:8 and sparser to 128, and n = 2 to 64 (its grouped form)."""
+    1:8 and sparser to 128, and 2:4, 2:8 and 4:8 to 64."""
     from sparsekernels.ops import _dispatch
 
     def pick(op, tokens, dtype=torch.bfloat16, **facts):
@@ -216,17 +216,18 @@ def test_gather_kernels_give_way_to_dense_past_decode_sizes():
         facts = {"pattern": (n, m, vector, 1), "density": n / m, "transpose": transpose}
         return pick("spmm_nm", tokens, **facts)
 
-    # n = 2: the one-hot kernel's grouped form to 64 tokens; 4:8 densifies past decode's 16
+    # 2:4, 2:8, 4:8: the one-hot kernel to 64 tokens; 4:16 densifies past decode's 16
     assert nm(64, 2, 4) == "triton" and nm(65, 2, 4) == "dense"
     assert nm(64, 2, 8) == "triton" and nm(65, 2, 8) == "dense"
-    assert nm(16, 4, 8) == "triton" and nm(17, 4, 8) == "dense"
+    assert nm(64, 4, 8) == "triton" and nm(65, 4, 8) == "dense"
+    assert nm(16, 4, 16) == "triton" and nm(17, 4, 16) == "dense"
     # 1:8 and sparser: the one-hot tensor-core kernel to 128 tokens in half precision; strict
     # fp32 keeps the decode kernel to 32
     assert nm(128, 1, 8) == "triton" and nm(129, 1, 8) == "dense"
     assert nm(128, 1, 16, vector=4) == "triton" and nm(129, 1, 16, vector=4) == "dense"
     assert pick("spmm_nm", 32, torch.float32, pattern=(1, 8, 1, 1), density=1 / 8) == "triton"
     assert pick("spmm_nm", 33, torch.float32, pattern=(1, 8, 1, 1), density=1 / 8) == "dense"
-    assert nm(17, 4, 8, vector=8) == "dense"  # v < 16 takes the gather kernel
+    assert nm(17, 4, 16, vector=8) == "dense"  # v < 16 takes the gather kernel
     assert nm(64, 2, 8, vector=16) == "triton" and nm(127, 2, 8, vector=64) == "triton"
     assert nm(16, 2, 8, transpose=True) == "triton" and nm(17, 2, 8, transpose=True) == "dense"
 

@@ -105,14 +105,18 @@ def decode_max_n(density: float) -> int:
 EXPAND_MIN_N = 13
 EXPAND_MAX_N = 128
 EXPAND_MAX_DENSITY = 1 / 8
-# The grouped form (n a power of two above 1: a group's n slots folded into one dot row, so
-# dots are n times shallower and B rows load once) beat the automatic route at 2:8 and 2:4,
-# 14336 x 4096 bf16 (results/nvidia-h200/2026-11-30/at-7c6bc6f/nm_expand_grouped.txt), us:
-#   2:8 at 16 / 64 tokens: 47.6 / 58.6 (route 54.4 / 80.6); 2:4: 52.3 / 59.7 (route 90.2 / 97.1)
-# (dense 30.5-35.2: a sparse weight still loses to the dense one there). So it also takes
-# n = 2 at any density to 64 tokens; 4:8 and 4:16 are not measured.
+# The grouped form (a group's n slots folded into one dot row, so dots are n times shallower
+# and B rows load once) beat the automatic route at 2:8, 2:4 and 4:8 to 64 tokens, bf16, us
+# (results/nvidia-h200/2026-11-30/at-31eeef3/nm_expand_n2.txt; dense 30-38 us, so a sparse
+# weight still loses to the dense one there):
+#   14336 x 4096      16 tokens        64 tokens        128 tokens
+#   2:8          41.8 (route 54.4)  58.7 (80.6)   94.0 (densify 82.4)
+#   2:4          49.0 (90.2)        62.5 (97.1)  123.5 (99.1)
+#   4:8          77.0 (114.0)       84.6 (92.6)  141.1 (94.3)
+# n = 2 at 16 tokens ran 4-9% faster in the slot form. Other patterns are not measured, and
+# their grouped form compiles slowly (16:32 took minutes), so they keep the slot form.
 EXPAND_GROUPED = True
-EXPAND_GROUPED_N = (2,)
+EXPAND_GROUPED_PATTERNS = ((2, 4), (2, 8), (4, 8))
 EXPAND_GROUPED_MAX_N = 64
 
 
@@ -132,7 +136,7 @@ def spmm_nm_expand_takes(n_cols: int, n: int, m: int, vector: int, half_precisio
         return False  # v >= 16: the vector-wise kernel
     if n / m <= EXPAND_MAX_DENSITY:
         return EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
-    grouped = EXPAND_GROUPED and n in EXPAND_GROUPED_N
+    grouped = EXPAND_GROUPED and (n, m) in EXPAND_GROUPED_PATTERNS
     return grouped and EXPAND_MIN_N <= n_cols <= EXPAND_GROUPED_MAX_N
 
 
@@ -146,27 +150,28 @@ MULTIPROCESSORS = 132  # H200
 def spmm_nm_expand_config(
     n_cols: int, n: int, m: int, rows: int, slots: int, element_bytes: int
 ) -> SpmmNmExpandConfig:
-    """The sweeps' best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16 on
-    14336 x 4096 (in the package, llm suite at dd881b9: 23.9 / 25.5 / 28.2 us at 16 / 32 / 64
-    tokens); the tokens in one column tile up to 64. 1:16 (m = 16 dots a step) ran best at
-    128 x 32 and the grouped form at 64-row tiles (at-7c6bc6f). Fewer stages, then narrower
-    tiles, where m tiles of B a stage would not fit in shared memory (1:16 at 64 tokens once
-    asked for 292 KiB). Split-K where the grid would not fill the multiprocessors: 4096 rows
-    fill 64 programs of 64 rows (0.59-0.79x dense at 16-64 tokens); smaller row tiles there
-    were slower (32 rows: 46.4 us against 40.8 at 16 tokens)."""
+    """The sweeps' best tiles (rows, slots a step, warps, stages) per token count, 1:8 bf16
+    (results/nvidia-h200/2026-11-30/at-31eeef3/nm_expand_split.txt); the tokens in one column
+    tile up to 64; 1:16 (m = 16 dots a step) ran best at 128 x 32, the grouped form at 64-row
+    tiles (at-7c6bc6f). Fewer stages, then narrower tiles, where m tiles of B a stage would not
+    fit in shared memory (1:16 at 64 tokens once asked for 292 KiB).
+
+    Split-K where the grid leaves multiprocessors idle: the most ranges that keep the programs
+    within a wave (two at 128 tokens and in the grouped form), 4 steps a range at least. 1:8 on
+    4096 x 14336 went from 40.8 / 49.7 / 60.1 us at 16 / 32 / 64 tokens (64 or 32 programs) to
+    25.6 / 26.1 / 30.2 (1.20-1.26x dense); on 14336 rows (112-224 programs) splitting was
+    slower. Smaller row tiles instead were slower too (32 rows: 46.4 us at 16 tokens)."""
     block_n = max(16, min(64, next_power_of_2(n_cols)))
     if m >= 16:
         block_m, block_s, stages = 128, 32, 3
     elif n_cols <= 16:
         block_m, block_s, stages = 64, 64, 3
-    elif n_cols <= 32:
-        block_m, block_s, stages = 64, 32, 3
     elif n_cols <= 64:
-        block_m, block_s, stages = 128, 32, 4
+        block_m, block_s, stages = 128, 32, 3 if n_cols <= 32 else 4
     else:
         block_m, block_s, stages = 128, 32, 2
     # a dot row per group: at least 16 groups a step
-    grouped = EXPAND_GROUPED and n > 1 and n & (n - 1) == 0
+    grouped = EXPAND_GROUPED and (n, m) in EXPAND_GROUPED_PATTERNS and (n > 2 or n_cols > 16)
     if grouped:
         block_m, block_s = 64, max(block_s, 16 * n)
 
@@ -181,9 +186,10 @@ def spmm_nm_expand_config(
     while block_s > (16 * n if grouped else 16) and stage_bytes() > EXPAND_SHARED_BYTES:
         block_s //= 2
     programs = cdiv(rows, block_m) * cdiv(n_cols, block_n)
+    waves = 2 if grouped or n_cols > 64 else 1
     split = 1
-    while programs * split < MULTIPROCESSORS and cdiv(slots, block_s) >= 8 * split:
-        split *= 2  # each range keeps at least 4 steps
+    while programs * split * 2 <= waves * MULTIPROCESSORS and cdiv(slots, block_s) >= 8 * split:
+        split *= 2
     return SpmmNmExpandConfig(block_m, block_s, block_n, 4, stages, grouped, split)
 
 
