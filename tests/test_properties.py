@@ -505,8 +505,8 @@ def test_triton_gpu(op, M, K, N, groups, density, dtype, pattern, activation, se
 @_settings(12)
 @given(pattern=nm_patterns(max_m=16), **GPU_SHAPES)
 def test_triton_gpu_expand(M, K, N, groups, density, dtype, pattern, activation, seed):
-    """The one-hot kernel compiles anew for each pattern, dtype and epilogue, twice where the
-    few rows split K (at least 10 s at m = 32 on the H200): fewer examples, m to 16 (the kernel
+    """The one-hot kernel compiles anew for each pattern, dtype and epilogue, twice where few
+    rows split K (seconds each, 10-15 s at m = 32-64): fewer examples, m to 16 (the kernel
     tests cover m = 32 and 64), so the GPU suite stays in its time limit."""
     args = (M, groups, K, N, density, dtype, pattern, activation, seed, "cuda")
     _triton_example("spmm_nm_expand", *args)
