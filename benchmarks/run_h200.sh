@@ -2,10 +2,11 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap profile trainstep quick llm llm_large nm e2e dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit profile trainstep quick llm llm_large nm e2e dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
-# bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py).
+# bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
+# decodesplit: split-K for the N:M decode kernel (nm_decode_split.py).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
 set -u
@@ -33,7 +34,7 @@ bench() {  # bench NAME LIMIT ARGS...
 for step in $steps; do
   case $step in
     tests)
-      timeout 300 python3 -m pytest -q -m "gpu and not slow" tests/ -p no:cacheprovider -n 6 -rf \
+      timeout 300 python3 -m pytest -v -m "gpu and not slow" tests/ -p no:cacheprovider -n 6 -rf \
         >"$out/gpu_tests.log" 2>&1
       echo "tests rc=$? $(tail -1 "$out/gpu_tests.log")" ;;
     sanitize)
@@ -70,6 +71,9 @@ for step in $steps; do
     bitmap)  # unstructured sparsity on tensor cores from a bitmap (a prototype)
       BUDGET_S=200 timeout 250 python3 benchmarks/sweeps/bitmap_sweep.py >"$out/bitmap_sweep.txt" 2>&1
       echo "bitmap rc=$? $(tail -1 "$out/bitmap_sweep.txt")" ;;
+    decodesplit)  # split-K for the N:M decode kernel (sets tuning.DECODE_SPLIT_PROGRAMS)
+      BUDGET_S=150 timeout 190 python3 benchmarks/sweeps/nm_decode_split.py >"$out/nm_decode_split.txt" 2>&1
+      echo "decodesplit rc=$? $(tail -1 "$out/nm_decode_split.txt")" ;;
     trainstep)
       timeout 150 python3 benchmarks/sweeps/train_step_graph.py >"$out/train_step_graph.txt" 2>&1
       echo "trainstep rc=$? $(tail -1 "$out/train_step_graph.txt")" ;;

@@ -26,7 +26,7 @@ def _skip_interpreter_on_gpu_machine(device):
         pytest.skip("the interpreter runs only on machines without CUDA")
 
 
-def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None):
+def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None, split=1):
     cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
     out = torch.full((W.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
     bits = packed_bits(W.m, W.block)
@@ -47,6 +47,7 @@ def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None):
         block_w=block_w,
         num_warps=num_warps,
         num_stages=2,
+        split=split,
     )
     return out
 
@@ -96,6 +97,31 @@ def test_dtypes_bias_activation(device, dtype, gen):
     want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (1, 8, 8, 1), (3, 8, 1, 1)])
+@pytest.mark.parametrize("N", [1, 5])
+@pytest.mark.parametrize("split", [2, 3, 100])
+def test_split_walks(device, dtype, pattern, N, split, gen):
+    """Split-K: each range of steps writes its partial sum (float64 for float64 weights) and
+    split_k adds them in order, then bias and activation. Own-choice rows and rows sharing a
+    choice (v = 8), an odd n, a last range shorter than the rest, and more ranges asked for
+    than steps (only non-empty ones launch); the same bits every run."""
+    _skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    W = random_nm(19, 23 * m, n, m, gen, vector, block, dtype, device)
+    B = randn(23 * m, N, gen=gen, dtype=dtype, device=device)
+    bias = randn(19, gen=gen, dtype=dtype, device=device)
+    want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    config = (8, 1, 1)  # one word a step: 23 * n / (32 / bits) words, several steps
+    got = _launch_poisoned(W, B, config, bias, "relu", split=split)
+    assert_close(got, want, bound, dtype)
+    assert torch.equal(got, _launch_poisoned(W, B, config, bias, "relu", split=split))
+    with pytest.raises(ValueError, match="split"):
+        _launch_poisoned(W, B, config, split=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -155,3 +181,36 @@ def test_llm_shape_on_gpu(gen):
     got = sk.linear(x, W)
     want = x.double() @ W.to_dense().double().t()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)
+
+
+def test_decode_split_rule(monkeypatch):
+    """Off until measured; on, the ranges double while the grid stays under the target and
+    each range keeps 2 steps."""
+    from sparsekernels.kernels import tuning
+
+    assert tuning.spmm_nm_decode_split(4096, 4, 7) == 1  # DECODE_SPLIT_PROGRAMS = 0: off
+    monkeypatch.setattr(tuning, "DECODE_SPLIT_PROGRAMS", 4096)
+    assert tuning.spmm_nm_decode_split(4096, 4, 7) == 2  # 1024 programs, 7 steps
+    assert tuning.spmm_nm_decode_split(4096, 4, 100) == 4  # 4096 programs
+    assert tuning.spmm_nm_decode_split(14336, 4, 100) == 1  # 3584 programs already
+    assert tuning.spmm_nm_decode_split(4096, 4, 3) == 1  # too few steps to split
+
+
+@pytest.mark.parametrize("tokens", [1, 6])
+def test_linear_decodes_with_split(tokens, gen, monkeypatch):
+    """linear's decode route with split-K on (few rows, long K): the product and bias."""
+    from sparsekernels.kernels import spmm_nm_decode, tuning
+
+    monkeypatch.setattr(tuning, "DECODE_SPLIT_PROGRAMS", 1 << 20)
+    splits = []
+    launch = spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: splits.append(kw["split"]) or launch(**kw)
+    )
+    W = random_nm(6, 8192, 1, 8, gen, 1, 1, torch.float32)  # 4 steps of 256 slots a row
+    x = randn(tokens, 8192, gen=gen, dtype=torch.float32)
+    bias = randn(6, gen=gen, dtype=torch.float32)
+    got = sk.linear(x, W, bias, backend="triton")
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float32)
+    assert splits and splits[0] > 1

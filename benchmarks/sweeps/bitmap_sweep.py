@@ -11,6 +11,12 @@ elsewhere) and runs tl.dot on it: "load as sparse, compute as dense", the whole 
 once whatever the token count. Row starts are CSR's row offsets; each step adds its bits to
 them, so no per-tile offsets are stored.
 
+On the H200 it lost everywhere (results/nvidia-h200/2026-11-30/at-31eeef3/bitmap_sweep.txt):
+84-293 us against dense's 30-38 and the CSR route's 9-149 (70% at 1 token: 102 us on
+14336 x 4096 against CSR's 30; 90%: 84 against 11). The per-step expansion, prefix sum and
+gather of (rows, BLOCK_K) elements cost far more than the bytes they save; SpInfer does this
+with warp-level popcounts on shared memory, which Triton does not expose. Not made a format.
+
     PYTHONPATH=src python3 benchmarks/sweeps/bitmap_sweep.py           # H200 sweep
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/sweeps/bitmap_sweep.py --check
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/sweeps/bitmap_sweep.py --smoke

@@ -9,7 +9,12 @@ Each stored value meets its B row through a gather (from L1: B is small). When t
 share one choice (vector-wise, BLOCK_M divides VECTOR) the columns are computed once per tile,
 not once per row; that is what lets vector-wise patterns run at the weight's bandwidth.
 
-Both walk the whole row, so each output is a fixed sum order: deterministic, no atomics.
+Both walk the whole row, or with `split` a range of its steps: each piece writes a partial
+product and split_k.py adds them in order. Each output is a fixed sum order: deterministic, no
+atomics. Split-K is for weights with few rows (4096 rows fill 1024 one-warp programs: 1:8 at
+one token ran 15.7 us on 4096 x 14336 against 11.7 on 14336 x 4096, the same bytes; llm suite,
+results/nvidia-h200/2026-11-30/at-466caa8); tuning.DECODE_SPLIT_PROGRAMS keeps it off until
+benchmarks/sweeps/nm_decode_split.py measures it.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import split_k
 from ._sizes import cdiv, next_power_of_2
 from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
 from .transpose import padded_b
@@ -33,6 +39,8 @@ def _nm_decode_kernel(
     M,
     N,
     S,
+    STEPS_PER_SPLIT,  # program_id(1) walks its range of this many steps
+    SPLIT_STRIDE,  # M * N: PARTIAL writes out[program_id(1)] of the (splits, M, N) workspace
     stride_vm,
     stride_wm,
     stride_bk,
@@ -53,6 +61,7 @@ def _nm_decode_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_W: tl.constexpr,  # packed words per step
     BLOCK_N: tl.constexpr,
+    PARTIAL: tl.constexpr,  # write the sum in ACC_DTYPE to the workspace, no epilogue
 ):
     # Each row its own choice: a step covers BLOCK_W words, a (BLOCK_W, SPW) grid of slots
     # (slot = word * SPW + j); each word is loaded once and unpacked by shifts (2:8 at one
@@ -79,7 +88,9 @@ def _nm_decode_kernel(
         # from L1 per slot (cheaper here than unpacking: 8.2 vs 13.2 us, 2:8 v=64 on the H200).
         PER_WORD: tl.constexpr = 32 // BITS
         group_row = (pid * BLOCK_M // VECTOR).to(tl.int64)
-        for s0 in range(0, S, BLOCK_W * SPW):
+        STEP: tl.constexpr = BLOCK_W * SPW
+        start = tl.program_id(1) * STEPS_PER_SPLIT * STEP
+        for s0 in range(start, tl.minimum(start + STEPS_PER_SPLIT * STEP, S), STEP):
             slots = s0 + tl.arange(0, BLOCK_W * SPW)
             mask_s = slots < S
             vals = tl.load(
@@ -110,7 +121,9 @@ def _nm_decode_kernel(
         row_values = values + rows[:, None, None] * stride_vm
         j = tl.arange(0, SPW)
         shifts = (j // BLOCK) * BITS
-        for w0 in range(0, tl.cdiv(S, SPW), BLOCK_W):
+        words_total = tl.cdiv(S, SPW)
+        start = tl.program_id(1) * STEPS_PER_SPLIT * BLOCK_W
+        for w0 in range(start, tl.minimum(start + STEPS_PER_SPLIT * BLOCK_W, words_total), BLOCK_W):
             w = w0 + tl.arange(0, BLOCK_W)
             slots = w[:, None] * SPW + j[None, :]  # (BLOCK_W, SPW)
             mask_s = slots < S
@@ -120,7 +133,7 @@ def _nm_decode_kernel(
                 other=0.0,
             ).to(ACC_DTYPE)
             slots = tl.where(mask_s, slots, 0)
-            w = tl.where(w < tl.cdiv(S, SPW), w, 0)
+            w = tl.where(w < words_total, w, 0)
             within = slots % N_KEEP
             groups = slots // N_KEEP
             if WIDE:
@@ -146,20 +159,24 @@ def _nm_decode_kernel(
                 )
                 flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
                 acc += tl.sum(flat_vals[:, :, None] * x.to(ACC_DTYPE), axis=1)
-    _epilogue_store(
-        acc,
-        offs_m,
-        offs_n,
-        mask_m,
-        mask_n,
-        bias,
-        out,
-        stride_om,
-        stride_on,
-        HAS_BIAS,
-        ACTIVATION,
-        ACC_DTYPE,
-    )
+    if PARTIAL:
+        ptrs = out + tl.program_id(1).to(tl.int64) * SPLIT_STRIDE + rows[:, None] * N
+        tl.store(ptrs + offs_n[None, :], acc, mask=mask_m[:, None] & mask_n[None, :])
+    else:
+        _epilogue_store(
+            acc,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            bias,
+            out,
+            stride_om,
+            stride_on,
+            HAS_BIAS,
+            ACTIVATION,
+            ACC_DTYPE,
+        )
 
 
 def packed_bits(m: int, block: int) -> int:
@@ -191,23 +208,31 @@ def spmm_nm_decode(
     block_w: int,
     num_warps: int,
     num_stages: int,
+    split: int = 1,
 ) -> torch.Tensor:
     """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
     `transpose.padded_b`), which loads fastest. values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from `packed_bits`) need unit stride along their
-    last dim."""
+    last dim. `split` > 1 cuts each row's walk into that many ranges of steps (fewer where a
+    range would be empty), summed in order by split_k.sum_partials."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
-    _nm_decode_kernel[(cdiv(rows, block_m),)](
+    slots_a_step = block_w * (32 // bits) * block
+    steps_per_split, splits = split_k.ranges(cdiv(values.shape[1], slots_a_step), split)
+    wide_sums = values.dtype == torch.float64
+    partials = split_k.workspace(out, splits, torch.float64 if wide_sums else torch.float32)
+    _nm_decode_kernel[(cdiv(rows, block_m), splits)](
         values,
         words,
         b,
         bias if bias is not None else values,
-        out,
+        partials,
         rows,
         cols,
         values.shape[1],
+        steps_per_split,
+        rows * cols,
         values.stride(0),
         words.stride(0),
         b.stride(0),
@@ -224,11 +249,14 @@ def spmm_nm_decode(
         PADDED_B=padded_b(b, cols),
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
-        ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
+        ACC_DTYPE=tl.float64 if wide_sums else tl.float32,
         BLOCK_M=block_m,
         BLOCK_W=block_w,
         BLOCK_N=next_power_of_2(cols),
+        PARTIAL=splits > 1,
         num_warps=num_warps,
         num_stages=num_stages,
     )
+    if splits > 1:
+        split_k.sum_partials(partials, bias, out, activation)
     return out

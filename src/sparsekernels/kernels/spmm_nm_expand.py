@@ -9,24 +9,26 @@ of W that travel, and makes m plain tl.dot calls on 2-D tiles: A_p = where(colum
 dense tile's work (idle at these token counts anyway); each slot costs one compare-select per
 position.
 
-On the H200 (results/nvidia-h200/2026-11-30/at-15b48bc/nm_onehot_sweep.txt), 1:8 bf16 14336 x
-4096: 25.7 us at 16 tokens, 29.3 at 32, 31.6 at 64 (dense 31-33 us; the decode kernel 30.2 and
-43.6, densify + cuBLAS 76). Offsets bit-packed in int32 words, read one word per slot, took 3.5x
-longer (nm_expand_sweep.txt, same run): uint8 offsets load as wide vectors. At 2:8 and 2:4 the
-m dots a step cost more than cuBLAS on the dense weight (0.3-0.4x dense), so the route keeps it
-for 1:8 and sparser (tuning.spmm_nm_expand_takes).
+On the H200, 1:8 bf16 (results/nvidia-h200/2026-11-30/at-31eeef3/nm_expand_split.txt, CUDA
+graphs): 22.9 / 23.7 / 27.3 us at 16 / 32 / 64 tokens on 14336 x 4096 (1.34x / 1.30x / 1.14x
+dense), 25.6 / 26.1 / 30.2 on 4096 x 14336 (1.26x / 1.26x / 1.20x). Offsets bit-packed in int32
+words, read one word per slot, took 3.5x longer (at-15b48bc): uint8 offsets load as wide
+vectors. At 2:8 and 2:4 it beats the other routes but not cuBLAS on the dense weight
+(tuning.EXPAND_GROUPED_PATTERNS).
 
-The grouped form (n a power of two above 1, tuning.EXPAND_GROUPED) reshapes the tile to
-(rows, groups, n) and sums over the n slots of a group where their column is p: at most one
-kept slot sits at each position, so the sum is exact and is the dense column p of each group.
-Each dot is then as deep as the step's groups (n times shallower) and each B row loads once, as
-in a dense product; it has never run on a GPU.
+The grouped form (tuning.EXPAND_GROUPED_PATTERNS) reshapes the tile to (rows, groups, n) and
+sums over the n slots of a group where their column is p: at most one kept slot sits at each
+position, so the sum is exact and is the dense column p of each group. Each dot is then as deep
+as the step's groups (n times shallower) and each B row loads once, as in a dense product:
+2:8 at 64 tokens 58.7 us against 67.9 in the slot form, 4:8 at 128 tokens 141 against 491. Its
+compile time grows fast with n and m (16:32 took minutes).
 
 Split-K (`split`): a weight with few rows fills few programs (4096 x 14336 at 16 tokens: 64
-programs of 64 rows for 132 multiprocessors, 0.79x dense), so the slots may be cut into `split`
-ranges, one program each; each writes its float32 partial sum to a workspace, and a second
-kernel adds the partials in a fixed order and applies the epilogue. Each output is a fixed sum
-order either way: deterministic, no atomics.
+programs of 64 rows for 132 multiprocessors: 40.8 us, 0.79x dense), so the slots may be cut
+into `split` ranges, one program each (25.6 us with 2-4 ranges); each writes its float32
+partial sum to a workspace, and a second kernel (split_k.py) adds the partials in a fixed
+order and applies the epilogue. Each output is a fixed sum order either way: deterministic, no
+atomics.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import split_k
 from ._sizes import cdiv
 from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
 
@@ -134,47 +137,6 @@ def _nm_expand_dot_kernel(
         )
 
 
-@triton.jit
-def _sum_partials_kernel(
-    partials,  # (SPLITS, M, N) float32, contiguous
-    bias,
-    out,  # (M, N): strides stride_om, stride_on
-    M,
-    N,
-    SPLITS,
-    SPLIT_STRIDE,  # M * N
-    stride_om,
-    stride_on,
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-):
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    mask = mask_m[:, None] & mask_n[None, :]
-    ptrs = partials + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for split in range(SPLITS):  # in order: the same sum every run
-        acc += tl.load(ptrs + split * SPLIT_STRIDE, mask=mask, other=0.0)
-    _epilogue_store(
-        acc,
-        offs_m,
-        offs_n,
-        mask_m,
-        mask_n,
-        bias,
-        out,
-        stride_om,
-        stride_on,
-        HAS_BIAS,
-        ACTIVATION,
-        tl.float32,
-    )
-
-
 def supports(k: int, dtype: torch.dtype) -> bool:
     """Tensor cores take half precision and float32; K < 2^31."""
     return k < 2**31 and dtype in (torch.float16, torch.bfloat16, torch.float32)
@@ -215,12 +177,10 @@ def spmm_nm_expand(
         if n & (n - 1):
             raise ValueError(f"grouped needs n a power of two, got n={n}")
         block_s = max(block_s, 16 * n)
-    if split < 1:
-        raise ValueError(f"split must be at least 1, got {split}")
     slots = values.shape[1]
-    slots_per_split = max(1, cdiv(cdiv(slots, split), block_s)) * block_s
-    splits = max(1, cdiv(slots, slots_per_split))
-    partials = out.new_empty((splits, rows, cols), dtype=torch.float32) if splits > 1 else out
+    steps_per_split, splits = split_k.ranges(cdiv(slots, block_s), split)
+    slots_per_split = steps_per_split * block_s
+    partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
     _nm_expand_dot_kernel[grid](
         values,
@@ -255,19 +215,5 @@ def spmm_nm_expand(
         num_stages=num_stages,
     )
     if splits > 1:
-        _sum_partials_kernel[(cdiv(rows, 64), cdiv(cols, 64))](
-            partials,
-            bias if bias is not None else values,
-            out,
-            rows,
-            cols,
-            splits,
-            rows * cols,
-            out.stride(0),
-            out.stride(1),
-            HAS_BIAS=bias is not None,
-            ACTIVATION=_ACTIVATION_CODES[activation],
-            BLOCK_M=64,
-            BLOCK_N=64,
-        )
+        split_k.sum_partials(partials, bias, out, activation)
     return out

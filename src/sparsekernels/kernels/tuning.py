@@ -93,7 +93,8 @@ def decode_max_n(density: float) -> int:
 
 # The tensor-core N:M kernel (spmm_nm_expand.py: m plain tl.dot calls a step on the compressed
 # tile, one per position of a group) takes half-precision products of element-wise (and v < 16)
-# patterns at 1:8 and sparser with EXPAND_MIN_N..EXPAND_MAX_N tokens. H200 sweep
+# patterns at 1:8 and sparser with EXPAND_MIN_N..EXPAND_MAX_N tokens (and the patterns below to
+# EXPAND_GROUPED_MAX_N). The first H200 sweep
 # (results/nvidia-h200/2026-11-30/at-15b48bc/nm_onehot_sweep.txt), 1:8 bf16 14336 x 4096, us:
 #   tokens     8     16     32     64    128
 #   kernel  31.7   25.7   29.3   31.6   55.7
@@ -101,7 +102,10 @@ def decode_max_n(density: float) -> int:
 #   densify    -      -      -   75.6   77.5
 #   dense   30.8   31.4   31.1   32.6   33.8
 # The decode kernel grows ~1.4 us a token and this kernel is flat to 16 (one 16-wide column
-# tile): they cross near 13 tokens. At 2:8 and 2:4 it is slower than densify + cuBLAS (74-244 us).
+# tile): they cross near 13 tokens. Since then (at-31eeef3, split-K and retuned tiles) it runs
+# 22.9-27.3 us at 16-64 tokens; on 4096 x 14336 the decode kernel took 43.2 us at 8 tokens
+# (llm suite at-466caa8) where this kernel takes ~26: the crossing may sit lower on few-row
+# weights (not measured below 16 tokens since).
 EXPAND_MIN_N = 13
 EXPAND_MAX_N = 128
 EXPAND_MAX_DENSITY = 1 / 8
@@ -213,6 +217,23 @@ def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
     if n_cols == 1:
         return SpmmNmDecodeConfig(4, 256, 1)
     return SpmmNmDecodeConfig(2, 256, 1)
+
+
+# Split-K for the decode kernel (spmm_nm_decode.py): cut each row's walk into ranges while the
+# grid holds fewer than DECODE_SPLIT_PROGRAMS programs, keeping 2 steps a range. 4096 rows make
+# 1024 one-warp programs (8 warps a multiprocessor), and 1:8 at one token ran 15.7 us on
+# 4096 x 14336 against 11.7 on 14336 x 4096 (3584 programs), the same bytes (llm suite,
+# results/nvidia-h200/2026-11-30/at-466caa8). Off (0) until benchmarks/sweeps/
+# nm_decode_split.py measures it on the H200.
+DECODE_SPLIT_PROGRAMS = 0
+
+
+def spmm_nm_decode_split(rows: int, block_m: int, steps: int) -> int:
+    programs = cdiv(rows, block_m)
+    split = 1
+    while programs * split * 2 <= DECODE_SPLIT_PROGRAMS and steps >= 4 * split:
+        split *= 2
+    return split
 
 
 # ------------------------------------------------------------------ sddmm_csr, softmax_csr

@@ -1,7 +1,7 @@
 """The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens (to 32
-at 1:8 and sparser in fp32), the one-hot tensor-core kernel at 13-128 tokens for 1:8 and
-sparser in half precision
-(tuning.spmm_nm_expand_takes), the vector-wise tensor-core kernel, else the gather kernel
+at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
+tokens for 1:8 and sparser and at 13-64 for 2:4, 2:8 and 4:8 (tuning.spmm_nm_expand_takes;
+split-K on few-row weights), the vector-wise tensor-core kernel, else the gather kernel
 (kernels/spmm_nm*.py); W^T @ B (the backward of x) through the CSR kernel on W^T's pattern,
 built once per weight."""
 
@@ -104,6 +104,9 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     words = packed_words(indices, bits)
     config = tuning.spmm_nm_decode_config(b.shape[1], vector)
     slots_per_word = 32 // bits * block
+    block_w = max(1, config.block_slots // slots_per_word)
+    steps = -(-values.shape[1] // (block_w * slots_per_word))
+    split = tuning.spmm_nm_decode_split(values.shape[0], config.block_m, steps)
     decode.spmm_nm_decode(
         values=values.contiguous(),
         words=words,
@@ -117,9 +120,10 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
         block=block,
         activation=activation,
         block_m=config.block_m,
-        block_w=max(1, config.block_slots // slots_per_word),
+        block_w=block_w,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        split=split,
     )
     return out
 
