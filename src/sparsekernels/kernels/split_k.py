@@ -34,6 +34,48 @@ def workspace(out: torch.Tensor, splits: int, accumulator: torch.dtype) -> torch
 
 
 @triton.jit
+def store(
+    acc,
+    offs_m,
+    offs_n,
+    mask_m,
+    mask_n,
+    bias,
+    out,  # the (M, N) output, or with PARTIAL the (splits, M, N) workspace
+    N,
+    SPLIT_STRIDE,  # M * N
+    stride_om,
+    stride_on,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    PARTIAL: tl.constexpr,
+    SPLIT_AXIS: tl.constexpr,  # the grid axis that numbers the pieces
+):
+    """A piece's end: with PARTIAL its sum (in ACC_DTYPE) into its workspace plane, no
+    epilogue; else act(acc + bias) into out."""
+    if PARTIAL:
+        plane = out + tl.program_id(SPLIT_AXIS).to(tl.int64) * SPLIT_STRIDE
+        ptrs = plane + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+        tl.store(ptrs, acc, mask=mask_m[:, None] & mask_n[None, :])
+    else:
+        _epilogue_store(
+            acc,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            bias,
+            out,
+            stride_om,
+            stride_on,
+            HAS_BIAS,
+            ACTIVATION,
+            ACC_DTYPE,
+        )
+
+
+@triton.jit
 def _sum_partials_kernel(
     partials,  # (SPLITS, M, N), contiguous, in the accumulator's type
     bias,

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from . import split_k
 from ._sizes import cdiv, next_power_of_2
-from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
+from .spmm_nm import _ACTIVATION_CODES
 from .transpose import padded_b
 
 
@@ -159,24 +159,24 @@ def _nm_decode_kernel(
                 )
                 flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
                 acc += tl.sum(flat_vals[:, :, None] * x.to(ACC_DTYPE), axis=1)
-    if PARTIAL:
-        ptrs = out + tl.program_id(1).to(tl.int64) * SPLIT_STRIDE + rows[:, None] * N
-        tl.store(ptrs + offs_n[None, :], acc, mask=mask_m[:, None] & mask_n[None, :])
-    else:
-        _epilogue_store(
-            acc,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            bias,
-            out,
-            stride_om,
-            stride_on,
-            HAS_BIAS,
-            ACTIVATION,
-            ACC_DTYPE,
-        )
+    split_k.store(
+        acc,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        bias,
+        out,
+        N,
+        SPLIT_STRIDE,
+        stride_om,
+        stride_on,
+        HAS_BIAS,
+        ACTIVATION,
+        ACC_DTYPE,
+        PARTIAL,
+        1,
+    )
 
 
 def packed_bits(m: int, block: int) -> int:

@@ -39,7 +39,7 @@ import triton.language as tl
 
 from . import split_k
 from ._sizes import cdiv
-from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
+from .spmm_nm import _ACTIVATION_CODES
 
 
 @triton.jit
@@ -117,24 +117,24 @@ def _nm_expand_dot_kernel(
                 a = tl.where(column == p, vals, zeros)
                 b_tile = tl.load(b + (b_rows + p)[:, None] * stride_bk + b_cols, mask=b_mask)
                 acc = tl.dot(a.to(b_tile.dtype), b_tile, acc, input_precision=PRECISION)
-    if PARTIAL:
-        ptrs = out + tl.program_id(2).to(tl.int64) * SPLIT_STRIDE + rows[:, None] * N
-        tl.store(ptrs + offs_n[None, :], acc, mask=mask_m[:, None] & mask_n[None, :])
-    else:
-        _epilogue_store(
-            acc,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            bias,
-            out,
-            stride_om,
-            stride_on,
-            HAS_BIAS,
-            ACTIVATION,
-            tl.float32,
-        )
+    split_k.store(
+        acc,
+        offs_m,
+        offs_n,
+        mask_m,
+        mask_n,
+        bias,
+        out,
+        N,
+        SPLIT_STRIDE,
+        stride_om,
+        stride_on,
+        HAS_BIAS,
+        ACTIVATION,
+        tl.float32,
+        PARTIAL,
+        2,
+    )
 
 
 def supports(k: int, dtype: torch.dtype) -> bool:
