@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit profile trainstep quick llm llm_large nm e2e dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit profile trainstep quick llm llm_large nm e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -34,7 +34,7 @@ bench() {  # bench NAME LIMIT ARGS...
 for step in $steps; do
   case $step in
     tests)
-      timeout 300 python3 -m pytest -v -m "gpu and not slow" tests/ -p no:cacheprovider -n 6 -rf \
+      timeout 400 python3 -m pytest -v -m "gpu and not slow" tests/ -p no:cacheprovider -n 6 -rf \
         >"$out/gpu_tests.log" 2>&1
       echo "tests rc=$? $(tail -1 "$out/gpu_tests.log")" ;;
     sanitize)
@@ -82,6 +82,7 @@ for step in $steps; do
     llm_large) bench llm_large 400 --suite llm_large --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
     e2e) bench e2e 240 --suite e2e --no-plots ;;
+    sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;
     *) echo "unknown step $step" ;;
   esac
