@@ -1,0 +1,121 @@
+"""The split-K kernels compiled for the H200 (sm_90) on a machine without a GPU.
+
+The interpreter accepts code the compiler rejects (a loop-carried value changing type, a
+constexpr passed where a tensor is needed), and the GPU tests run only on the H200. Triton's
+wheel carries ptxas, so CI compiles each variant of these kernels to a cubin here: a compile
+error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped
+forms, with and without the partial plane; the decode kernel's own-row and shared-row walks in
+float32 and float64 sums; the second pass in both sum types.
+
+The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
+interpreted functions that cannot compile: one fresh Python without it compiles every case
+(this file run as a script) and reports each one's outcome.
+"""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _cases() -> dict:
+    """name -> (kernel, pointer types in argument order, constexprs, warps); int32 for the
+    other runtime arguments. Imports Triton, so only the script calls it."""
+    import triton.language as tl
+
+    from sparsekernels.kernels.split_k import _sum_partials_kernel
+    from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
+    from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
+
+    cases = {}
+    for (n, grouped), partial in itertools.product([(1, False), (2, True)], [False, True]):
+        constants = dict(N_KEEP=n, M_GROUP=8, VECTOR=1, BLOCK=1, HAS_BIAS=True, ACTIVATION=1,
+                         PRECISION="tf32", BLOCK_M=64, BLOCK_S=32 * n, BLOCK_N=16,
+                         GROUPED=grouped, PARTIAL=partial)  # fmt: skip
+        out = "*fp32" if partial else "*bf16"
+        pointers = ["*bf16", "*u8", "*bf16", "*bf16", out]
+        cases[f"one-hot n={n} partial={partial}"] = (_nm_expand_dot_kernel, pointers, constants, 4)
+    for shared, partial, wide in itertools.product([False, True], repeat=3):
+        data = "*fp64" if wide else "*bf16"
+        out = ("*fp64" if wide else "*fp32") if partial else data
+        constants = dict(N_KEEP=2, M_GROUP=8, VECTOR=8 if shared else 1, BLOCK=1, BITS=4,
+                         SHARED=shared, WIDE=False, PADDED_B=True, HAS_BIAS=True, ACTIVATION=2,
+                         ACC_DTYPE=tl.float64 if wide else tl.float32,
+                         BLOCK_M=8 if shared else 4, BLOCK_W=32, BLOCK_N=4,
+                         PARTIAL=partial)  # fmt: skip
+        name = f"decode shared={shared} partial={partial} fp64={wide}"
+        cases[name] = (_nm_decode_kernel, [data, "*i32", data, data, out], constants, 1)
+    for sums in ("*fp32", "*fp64"):
+        constants = dict(HAS_BIAS=True, ACTIVATION=2, BLOCK_M=64, BLOCK_N=16)
+        cases[f"sum partials {sums}"] = (
+            _sum_partials_kernel,
+            [sums, "*bf16", "*bf16"],
+            constants,
+            4,
+        )
+    return cases
+
+
+CASE_NAMES = [
+    *(f"one-hot n={n} partial={p}" for n in (1, 2) for p in (False, True)),
+    *(
+        f"decode shared={s} partial={p} fp64={w}"
+        for s, p, w in itertools.product([False, True], repeat=3)
+    ),
+    "sum partials *fp32",
+    "sum partials *fp64",
+]
+
+
+def _compile_all() -> dict[str, str]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    outcome = {}
+    for name, (kernel, pointers, constants, warps) in _cases().items():
+        pointers = list(pointers)
+        signature = {
+            arg: "constexpr" if arg in constants else (pointers.pop(0) if pointers else "i32")
+            for arg in kernel.arg_names
+        }
+        source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
+        try:
+            triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+            outcome[name] = "ok"
+        except Exception as error:  # noqa: BLE001 - reported per case by the test
+            outcome[name] = f"{type(error).__name__}: {error}"[:2000]
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    run = subprocess.run(
+        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900
+    )
+    if "cannot target sm_90" in run.stdout:
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_compiles_for_hopper(compiled, case):
+    assert compiled.get(case) == "ok", compiled.get(case, f"{case} was not compiled")
+
+
+if __name__ == "__main__":
+    try:
+        import triton.backends.nvidia  # noqa: F401 - the backend that carries ptxas
+        from triton.compiler import ASTSource  # noqa: F401
+    except ImportError as error:
+        print(f"this Triton cannot target sm_90: {error}")
+        sys.exit(0)
+    print(json.dumps(_compile_all()))
