@@ -1,6 +1,7 @@
 """distill_: training the kept values toward the dense model, masks fixed."""
 
 import copy
+import itertools
 
 import pytest
 import torch
@@ -50,6 +51,23 @@ def test_distill_lowers_the_error_and_keeps_the_masks():
     assert all(torch.equal(v, teacher_state[k]) for k, v in teacher.state_dict().items())
     assert all(p.requires_grad for p in student.parameters())  # flags restored
     assert not student.training
+
+
+def test_cosine_schedule():
+    """Epoch 0 runs at lr either way; from epoch 1 the cosine rate is lower, so two epochs
+    differ from the constant rate's, and the error still falls."""
+    results = {}
+    for schedule, epochs in itertools.product(("constant", "cosine"), (1, 2)):
+        teacher, student, batches = _pair()
+        before = _error(student, teacher, batches)
+        sk.prune.distill_(student, teacher, batches, epochs=epochs, lr=3e-3, lr_schedule=schedule)
+        assert _error(student, teacher, batches) < before
+        results[schedule, epochs] = student.a.values.detach().clone()
+    assert torch.equal(results["constant", 1], results["cosine", 1])
+    assert not torch.allclose(results["constant", 2], results["cosine", 2])
+    teacher, student, batches = _pair()
+    with pytest.raises(ValueError, match="lr_schedule"):
+        sk.prune.distill_(student, teacher, batches, lr_schedule="linear")
 
 
 def test_masked_mean_ignores_padding():

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+LR_SCHEDULES = ("constant", "cosine")
+
 
 def _hidden_states(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     out = model(**batch)
@@ -57,6 +59,7 @@ def distill_(
     output: Callable[[torch.nn.Module, dict], torch.Tensor] = _hidden_states,
     on_epoch: Callable[[int, float], None] | None = None,
     also: Sequence[torch.nn.Parameter] = (),
+    lr_schedule: str = "constant",
 ) -> list[float]:
     """Train `student`'s sparse values (masks fixed) so that `output(student, batch)` matches
     `output(teacher, batch)` in mean squared error over `batches` (keyword-argument dicts for
@@ -67,7 +70,9 @@ def distill_(
     augmented text such as `models.sentences.word_mixes` adds data), one optimizer throughout.
     `on_epoch(epoch, mean_loss)` runs after each epoch (to evaluate as training goes). `also`:
     more of the student's parameters to train with the kept values (`norms_and_biases`).
-    Returns each epoch's mean loss. The student is left in eval mode.
+    `lr_schedule="cosine"` lowers the rate from `lr` toward zero over the epochs (epoch e runs
+    at lr * (1 + cos(pi * e / epochs)) / 2), which settles long runs higher than a constant
+    rate. Returns each epoch's mean loss. The student is left in eval mode.
 
     Example (all-MiniLM-L6-v2 at 50% with SparseGPT: mean cosine 0.936 -> 0.950 in 4 epochs
     over 334 calibration sentences):
@@ -77,6 +82,8 @@ def distill_(
         raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {lr_schedule!r}")
     if on_epoch is not None and not callable(on_epoch):
         raise TypeError(f"on_epoch must be callable, got {type(on_epoch).__name__}")
     epoch_batches = batches if callable(batches) else (lambda epoch: batches)
@@ -98,6 +105,9 @@ def distill_(
     for p in train:
         p.requires_grad_(True)
     optimizer = torch.optim.Adam(train, lr=lr)
+    schedule = None
+    if lr_schedule == "cosine":
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(epochs, 1))
     student.eval()  # no dropout: the target is the teacher's deterministic output
     losses = []
     try:
@@ -126,6 +136,8 @@ def distill_(
                 optimizer.step()
                 total += float(loss.detach())
             losses.append(total / len(data))
+            if schedule is not None:
+                schedule.step()
             if on_epoch is not None:
                 on_epoch(epoch, losses[-1])
     finally:
