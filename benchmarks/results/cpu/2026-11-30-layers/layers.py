@@ -6,15 +6,17 @@ Same set-up as ../2026-11-30-srste/srste.py "fixed": 2:4 SparseGPT on the encode
 linears, the masked-dense twin (models.masked), each epoch the 334 calibration sentences plus
 334 new word-mixes, Adam over the 36 weights, the mean cosine to the dense embeddings on the
 demo's 40 evaluated sentences after each epoch.
-    PYTHONPATH=src python layers.py EPOCHS LR TARGET DECAY
+    PYTHONPATH=src python layers.py EPOCHS LR TARGET DECAY [docs]
 TARGET: "last" (the last hidden state, as distill_ by default) or "layers" (every layer's hidden
 states, prune.distill.every_layer, each layer's error weighted alike); DECAY: "cos" (cosine to
-zero over the run) or "none".
+zero over the run) or "none"; "docs" adds 334 sentences a epoch drawn from the Python
+documentation shipped with Python (as ../2026-11-30-distill-corpus/: 750 prose sentences).
 """
 
 import copy
 import math
 import random
+import re
 import sys
 import time
 
@@ -29,6 +31,7 @@ from sparsekernels.prune.distill import every_layer
 
 torch.manual_seed(0)
 epochs, lr, target, decay = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+docs = "docs" in sys.argv[5:]
 model, tok = minilm.load("cpu")
 calib, _ = minilm.batches(tok, list(CALIBRATION), 32, "cpu")
 parts, order = minilm.batches(tok, list(SENTENCES), 8, "cpu")
@@ -43,6 +46,20 @@ for p in student.parameters():
     p.requires_grad_(False)
 for p in train:
     p.requires_grad_(True)
+
+
+def python_docs() -> list[str]:
+    import pydoc_data.topics
+
+    text = re.sub(r"\s+", " ", " ".join(pydoc_data.topics.topics.values()))
+    code = re.compile(r"[=_(){}\[\]<>*`|#]|\.\.\.|::|--")
+    return sorted({
+        s for s in re.split(r"(?<=[.!?])\s+", text)
+        if 6 <= len(s.split()) <= 30 and s[0].isupper() and not code.search(s)
+    })  # fmt: skip
+
+
+DOCS = python_docs() if docs else []
 
 
 def states(m, batch):
@@ -65,6 +82,8 @@ for epoch in range(epochs):
     for group in optimizer.param_groups:
         group["lr"] = rate
     sentences = list(CALIBRATION) + word_mixes(CALIBRATION, 334, random.Random(epoch))
+    if docs:
+        sentences += random.Random(10_000 + epoch).sample(DOCS, 334)
     data = minilm.batches(tok, sentences, 32, "cpu")[0]
     total = 0.0
     for batch in data:
