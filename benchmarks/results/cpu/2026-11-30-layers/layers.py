@@ -11,10 +11,12 @@ TARGET: "last" (the last hidden state, as distill_ by default) or "layers" (ever
 states, prune.distill.every_layer, each layer's error weighted alike); DECAY: "cos" (cosine to
 zero over the run) or "none"; "docs" adds 334 sentences a epoch drawn from the Python
 documentation shipped with Python (as ../2026-11-30-distill-corpus/: 750 prose sentences).
+PATTERN=50% (environment) prunes to another pattern than 2:4.
 """
 
 import copy
 import math
+import os
 import random
 import re
 import sys
@@ -37,7 +39,8 @@ calib, _ = minilm.batches(tok, list(CALIBRATION), 32, "cpu")
 parts, order = minilm.batches(tok, list(SENTENCES), 8, "cpu")
 dense_eval = minilm.embed_batches(model, parts, order)
 pruned = copy.deepcopy(model)
-cfg = sk.SparsityConfig.parse("2:4,method=sparsegpt")
+PATTERN = os.environ.get("PATTERN", "2:4")  # e.g. PATTERN=50% for the unstructured target
+cfg = sk.SparsityConfig.parse(f"{PATTERN},method=sparsegpt")
 sk.sparsify_(pruned, cfg, filter_fn=encoder_only, calibration=lambda m: [m(**b) for b in calib])
 student = masked_dense(pruned, torch.float32)
 layers = [m for m in student.modules() if isinstance(m, MaskedLinear)]
