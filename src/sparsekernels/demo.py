@@ -125,8 +125,8 @@ DISTILL_PATTERNS = ("50%", "2:4")  # where the quality target is set
 # states, the rate falling along a cosine over the run. On the CPU box (results/cpu/
 # 2026-11-30-layers/, the masked-dense twin: the same arithmetic) 2:4 reached 0.9502 after 76
 # of 100 epochs and ended at 0.9504, and 50% reached 0.9573 in 4; the constant rate toward the
-# last layer on the calibration text alone leveled off at 0.940-0.944 at 2:4. About 20 s an
-# epoch on 2 cores.
+# last layer on the calibration text alone leveled off at 0.940-0.944 at 2:4. The sparse model
+# follows the twin to four digits (sparse_check.py there), about 35 s an epoch on 2 cores.
 DISTILL_LR = 2e-4
 DISTILL_TEXT = len(CALIBRATION)  # word-mixes and documentation sentences added each epoch
 
@@ -140,7 +140,7 @@ def run(
     """`distill_epochs` > 0 adds a "sparsegpt+distill" row at 50% and 2:4: the SparseGPT model's
     kept values trained toward every layer of the dense model's hidden states on the
     calibration sentences, fresh word-mixes of them and Python documentation sentences each
-    epoch, the rate falling along a cosine (prune.distill_; on a 2-core CPU about 20 s an
+    epoch, the rate falling along a cosine (prune.distill_; on a 2-core CPU about 35 s an
     epoch)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
