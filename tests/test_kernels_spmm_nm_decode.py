@@ -184,16 +184,17 @@ def test_llm_shape_on_gpu(gen):
 
 
 def test_decode_split_rule(monkeypatch):
-    """Off until measured; on, the ranges double while the grid stays under the target and
-    each range keeps 2 steps."""
+    """Only long rows split; the ranges double while each keeps its minimum of steps and the
+    grid stays within its cap."""
     from sparsekernels.kernels import tuning
 
-    assert tuning.spmm_nm_decode_split(4096, 4, 7) == 1  # DECODE_SPLIT_PROGRAMS = 0: off
-    monkeypatch.setattr(tuning, "DECODE_SPLIT_PROGRAMS", 4096)
-    assert tuning.spmm_nm_decode_split(4096, 4, 7) == 2  # 1024 programs, 7 steps
-    assert tuning.spmm_nm_decode_split(4096, 4, 100) == 4  # 4096 programs
-    assert tuning.spmm_nm_decode_split(14336, 4, 100) == 1  # 3584 programs already
-    assert tuning.spmm_nm_decode_split(4096, 4, 3) == 1  # too few steps to split
+    assert tuning.spmm_nm_decode_split(4096, 4, 14) == 1  # under DECODE_SPLIT_MIN_STEPS
+    assert tuning.spmm_nm_decode_split(4096, 4, 28) == 4  # 2:4 on 4096 x 14336: 7 steps a range
+    assert tuning.spmm_nm_decode_split(4096, 2, 28) == 4  # 2048 programs x 4 = the cap
+    assert tuning.spmm_nm_decode_split(4096, 4, 200) == 8  # 1024 programs x 8 = the cap
+    assert tuning.spmm_nm_decode_split(65536, 4, 200) == 1  # 16384 programs: over the cap
+    monkeypatch.setattr(tuning, "DECODE_SPLIT_MIN_STEPS", 4)
+    assert tuning.spmm_nm_decode_split(4096, 4, 12) == 2
 
 
 @pytest.mark.parametrize("tokens", [1, 6])
@@ -202,6 +203,8 @@ def test_linear_decodes_with_split(tokens, gen, monkeypatch):
     from sparsekernels.kernels import spmm_nm_decode, tuning
 
     monkeypatch.setattr(tuning, "DECODE_SPLIT_PROGRAMS", 1 << 20)
+    monkeypatch.setattr(tuning, "DECODE_SPLIT_MIN_STEPS", 2)
+    monkeypatch.setattr(tuning, "DECODE_SPLIT_RANGE_STEPS", 2)
     splits = []
     launch = spmm_nm_decode.spmm_nm_decode
     monkeypatch.setattr(

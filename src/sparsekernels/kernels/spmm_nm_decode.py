@@ -11,10 +11,8 @@ not once per row; that is what lets vector-wise patterns run at the weight's ban
 
 Both walk the whole row, or with `split` a range of its steps: each piece writes a partial
 product and split_k.py adds them in order. Each output is a fixed sum order: deterministic, no
-atomics. Split-K is for weights with few rows (4096 rows fill 1024 one-warp programs: 1:8 at
-one token ran 15.7 us on 4096 x 14336 against 11.7 on 14336 x 4096, the same bytes; llm suite,
-results/nvidia-h200/2026-11-30/at-466caa8); tuning.DECODE_SPLIT_PROGRAMS keeps it off until
-benchmarks/sweeps/nm_decode_split.py measures it.
+atomics. Split-K pays on long rows only (2:4 on 4096 x 14336 at one token: 51.3 -> 36.8 us);
+tuning.spmm_nm_decode_split holds the measured rule.
 """
 
 from __future__ import annotations

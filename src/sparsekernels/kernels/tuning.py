@@ -219,19 +219,27 @@ def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
     return SpmmNmDecodeConfig(2, 256, 1)
 
 
-# Split-K for the decode kernel (spmm_nm_decode.py): cut each row's walk into ranges while the
-# grid holds fewer than DECODE_SPLIT_PROGRAMS programs, keeping 2 steps a range. 4096 rows make
-# 1024 one-warp programs (8 warps a multiprocessor), and 1:8 at one token ran 15.7 us on
-# 4096 x 14336 against 11.7 on 14336 x 4096 (3584 programs), the same bytes (llm suite,
-# results/nvidia-h200/2026-11-30/at-466caa8). Off (0) until benchmarks/sweeps/
-# nm_decode_split.py measures it on the H200.
-DECODE_SPLIT_PROGRAMS = 0
+# Split-K for the decode kernel (spmm_nm_decode.py): rows of at least DECODE_SPLIT_MIN_STEPS
+# steps are cut into ranges of DECODE_SPLIT_RANGE_STEPS steps or more, doubling while the grid
+# stays within DECODE_SPLIT_PROGRAMS programs. Swept on the H200 (benchmarks/sweeps/
+# nm_decode_split.py, results/nvidia-h200/2026-11-30/at-f297d15/nm_decode_split.txt): only long
+# rows gain. 2:4 on 4096 x 14336 (28 steps) ran 51.3 -> 36.8 us at 1 token with 4 ranges, 48.9
+# -> 42.5 at 4, 79.2 -> 58.3 at 8; rows of 7-14 steps (1:8, 2:8, 4096-column 2:4) gained
+# nothing or lost (2:8 at 8 tokens 33.0 -> 41.9 us with 2 ranges).
+DECODE_SPLIT_MIN_STEPS = 24
+DECODE_SPLIT_RANGE_STEPS = 6
+DECODE_SPLIT_PROGRAMS = 8192
 
 
 def spmm_nm_decode_split(rows: int, block_m: int, steps: int) -> int:
+    if steps < DECODE_SPLIT_MIN_STEPS:
+        return 1
     programs = cdiv(rows, block_m)
     split = 1
-    while programs * split * 2 <= DECODE_SPLIT_PROGRAMS and steps >= 4 * split:
+    while (
+        programs * split * 2 <= DECODE_SPLIT_PROGRAMS
+        and steps >= DECODE_SPLIT_RANGE_STEPS * split * 2
+    ):
         split *= 2
     return split
 
