@@ -1,11 +1,12 @@
-"""The split-K kernels compiled for the H200 (sm_90) on a machine without a GPU.
+"""The split-K and tile-gather kernels compiled for the H200 (sm_90) on a machine without a GPU.
 
 The interpreter accepts code the compiler rejects (a loop-carried value changing type, a
 constexpr passed where a tensor is needed), and the GPU tests run only on the H200. Triton's
 wheel carries ptxas, so CI compiles each variant of these kernels to a cubin here: a compile
 error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped
 forms, with and without the partial plane; the decode kernel's own-row and shared-row walks in
-float32 and float64 sums; the second pass in both sum types.
+float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM (a dot, then a
+gather out of the flattened tile) in each dtype it takes.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -27,6 +28,7 @@ def _cases() -> dict:
     other runtime arguments. Imports Triton, so only the script calls it."""
     import triton.language as tl
 
+    from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
     from sparsekernels.kernels.split_k import _sum_partials_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
@@ -57,6 +59,16 @@ def _cases() -> dict:
             constants,
             4,
         )
+    for data, precision in (
+        ("*bf16", "ieee"),
+        ("*fp16", "ieee"),
+        ("*fp32", "ieee"),
+        ("*fp32", "tf32"),
+    ):
+        constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, BLOCK_E=128)
+        pointers = ["*i32", "*i32", "*i16", "*i32", data, data, data]
+        name = f"sddmm tiles {data} {precision}"
+        cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     return cases
 
 
@@ -68,6 +80,10 @@ CASE_NAMES = [
     ),
     "sum partials *fp32",
     "sum partials *fp64",
+    *(
+        f"sddmm tiles {d} {p}"
+        for d, p in (("*bf16", "ieee"), ("*fp16", "ieee"), ("*fp32", "ieee"), ("*fp32", "tf32"))
+    ),
 ]
 
 

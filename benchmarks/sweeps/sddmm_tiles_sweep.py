@@ -1,0 +1,129 @@
+"""CSR SDDMM on tensor cores (kernels/sddmm_tiles.py) against the per-entry gather kernel
+(kernels/sddmm_csr.py), the whole product on cuBLAS plus a gather (the "dense" route), cuSPARSE
+(torch.sparse.sampled_addmm, fp32 only) and the dense product alone; uniform random patterns and
+the Sparse Transformer's local window. Tile configurations (block_m, block_n, block_k, warps,
+stages) are timed each; float32 runs at "ieee" (torch's default "highest" precision) and, as a
+separate row, "tf32". CUDA-graph medians in us (inputs stay in L2 between runs: the harness's
+cold-L2 suite gives the figures of record). Sets tuning.SDDMM_TILE_* ; prints a table last.
+    PYTHONPATH=src python3 benchmarks/sweeps/sddmm_tiles_sweep.py
+    KS=64,256 DENSITIES=0.02,0.1 DTYPES=bf16 BUDGET_S=100 ...
+"""
+
+import os
+import time
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+import sparsekernels as sk
+from sparsekernels.kernels import sddmm_tiles, tuning
+from sparsekernels.kernels.sddmm_csr import sddmm_csr
+from sparsekernels.ops import _dense
+
+BUDGET_S = float(os.environ.get("BUDGET_S", 200))
+START = time.time()
+torch.manual_seed(0)
+
+
+def _env(name: str, default: str) -> list[str]:
+    return os.environ.get(name, default).split(",")
+
+
+SIZE = int(os.environ.get("SIZE", 4096))
+KS = [int(k) for k in _env("KS", "64,256,2048")]
+DENSITIES = [float(d) for d in _env("DENSITIES", "0.005,0.02,0.1,0.5")]
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = {name: DTYPES[name] for name in _env("DTYPES", "bf16,fp32")}
+CONFIGS = [
+    (64, 64, 64, 4, 3),
+    (128, 64, 64, 4, 3),
+    (64, 128, 64, 4, 3),
+    (128, 128, 64, 8, 3),
+    (128, 128, 32, 4, 3),
+    (32, 64, 64, 4, 2),
+]
+
+
+def bench(fn) -> float:
+    return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+
+
+def patterns():
+    rows = torch.arange(SIZE, device="cuda")
+    local = (rows[:, None] - rows[None, :]).abs() < 128
+    yield "local:256 x16 heads", sk.CSRMatrix.from_dense(local.float()), 16
+    for density in DENSITIES:
+        mask = torch.rand(SIZE, SIZE, device="cuda") < density
+        yield f"random d={density}", sk.CSRMatrix.from_dense(mask.float()), 1
+
+
+table = []
+print(f"# {torch.cuda.get_device_name()}, {SIZE}x{SIZE} output, us")
+for name, P, heads in patterns():
+    ro, ci = P.row_offsets, P.column_indices
+    row_order = P.pattern.row_order()
+    plans = {}
+    for config in CONFIGS:
+        bm, bn = config[:2]
+        if (bm, bn) not in plans:
+            torch.cuda.synchronize()
+            t0 = time.time()
+            plans[bm, bn] = sddmm_tiles.build_plan(ro, ci, SIZE, bm, bn)
+            torch.cuda.synchronize()
+            built = (time.time() - t0) * 1e3
+            print(f"{name}: plan {bm}x{bn} fill {plans[bm, bn].fill:.3f} built in {built:.1f} ms")
+    for K in KS:
+        for dname, dtype in DTYPES.items():
+            if time.time() - START > BUDGET_S:
+                break
+            shape = (heads, SIZE, K) if heads > 1 else (SIZE, K)
+            x = torch.randn(shape, device="cuda", dtype=dtype)
+            y = torch.randn(shape, device="cuda", dtype=dtype)
+            rows = _dense.flat_positions(ro, ci, SIZE)
+            want = (x.double() @ y.double().transpose(-1, -2)).flatten(-2)[..., rows]
+            want = want.reshape(heads, -1)
+            out = torch.empty(heads, P.nnz, device="cuda", dtype=dtype)
+
+            def ok(fn) -> bool:
+                out.fill_(float("nan"))
+                fn()
+                err = ((out.double() - want).norm() / want.norm()).item()
+                return err < (1e-2 if dtype != torch.float32 else 1e-5)
+
+            times = {}
+            c = tuning.sddmm_csr_config(K, P.nnz, SIZE)
+            gather = lambda: sddmm_csr(row_offsets=ro, column_indices=ci, x=x, y=y,  # noqa: E731
+                                       row_order=row_order, out=out, block_nnz=c.block_nnz,
+                                       block_k=c.block_k, num_warps=c.num_warps)  # fmt: skip
+            times["gather"] = bench(gather) if ok(gather) else float("nan")
+            times["dense route"] = bench(lambda: _dense.sddmm_csr(ro, ci, x, y))
+            times["dense product"] = bench(lambda: x @ y.transpose(-1, -2))
+            if dtype == torch.float32 and heads == 1:
+                T = P.to_torch()
+                times["cusparse"] = bench(lambda: torch.sparse.sampled_addmm(T, x, y.t(), beta=0))
+            precisions = ["ieee", "tf32"] if dtype == torch.float32 else ["ieee"]
+            for precision, config in ((p, c) for p in precisions for c in CONFIGS):
+                bm, bn, bk, warps, stages = config
+                fn = lambda: sddmm_tiles.sddmm_tiles(plan=plans[bm, bn], x=x, y=y, out=out,  # noqa: E731
+                                                     block_k=bk, block_e=128, precision=precision,
+                                                     num_warps=warps, num_stages=stages)  # fmt: skip
+                try:
+                    good = ok(fn) if precision == "ieee" else True
+                    times[f"{precision} {config}"] = bench(fn) if good else float("nan")
+                except Exception as error:  # noqa: BLE001 - a config that fails is reported
+                    print(f"  {config} {precision}: {type(error).__name__}: {error}"[:300])
+                    times[f"{precision} {config}"] = float("nan")
+            case = f"{name} K={K} {dname}"
+            print(case, {k: round(v, 1) for k, v in times.items()}, flush=True)
+            table.append((case, times))
+
+print(f"\n{'case':<34} {'gather':>7} {'dense':>7} {'cuSP':>7} {'ieee':>7} best ieee config  tf32")
+for case, times in table:
+    ieee = {k: v for k, v in times.items() if k.startswith("ieee") and v == v}
+    tf32 = [v for k, v in times.items() if k.startswith("tf32") and v == v]
+    best = min(ieee, key=ieee.get) if ieee else "-"
+    print(
+        f"{case:<34} {times['gather']:7.1f} {times['dense route']:7.1f} "
+        f"{times.get('cusparse', float('nan')):7.1f} {ieee.get(best, float('nan')):7.1f} "
+        f"{best[5:]:<22} {min(tf32) if tf32 else float('nan'):6.1f}"
+    )
