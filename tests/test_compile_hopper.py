@@ -1,4 +1,4 @@
-"""The split-K and tile-gather kernels compiled for the H200 (sm_90) on a machine without a GPU.
+"""The split-K and tensor-core SDDMM kernels compiled for the H200 (sm_90) without a GPU.
 
 The interpreter accepts code the compiler rejects (a loop-carried value changing type, a
 constexpr passed where a tensor is needed), and the GPU tests run only on the H200. Triton's
@@ -6,7 +6,7 @@ wheel carries ptxas, so CI compiles each variant of these kernels to a cubin her
 error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped
 forms, with and without the partial plane; the decode kernel's own-row and shared-row walks in
 float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM (a dot, then a
-gather out of the flattened tile) in each dtype it takes.
+masked scatter of the tile) in each dtype it takes.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -65,8 +65,8 @@ def _cases() -> dict:
         ("*fp32", "ieee"),
         ("*fp32", "tf32"),
     ):
-        constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, BLOCK_E=128)
-        pointers = ["*i32", "*i32", "*i16", "*i32", data, data, data]
+        constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)
+        pointers = ["*i32", "*i32", "*u8", data, data, data]
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     return cases

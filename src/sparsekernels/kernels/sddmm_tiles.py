@@ -1,17 +1,19 @@
 """CSR SDDMM on tensor cores: the dense product of each output tile that holds stored entries,
-then a gather of those entries out of the tile.
+then a masked scatter of those entries to their CSR places.
 
 out[b, e] = dot(x[b, row(e), :], y[b, col(e), :]). The first kernel (sddmm_csr.py) gathers a
 row of y for every stored entry: K values of traffic per entry on CUDA cores. Here a program
-owns one (BLOCK_M, BLOCK_N) tile of the output that holds stored entries, computes the whole
-tile with `tl.dot` over K (the loads of a GEMM main loop), flattens it and gathers its entries
-by their place in the tile ("load as dense, compute as dense, keep the sparse"). A tile whose
-entries are a few percent of its cells still costs less on tensor cores than the per-entry
-gathers; empty tiles are never visited. Tiles are listed row-major, so neighbouring programs
-share their x panel in L2.
+owns one (BLOCK_M, BLOCK_N) tile of the output that holds stored entries and computes the whole
+tile with `tl.dot` over K (a GEMM main loop). Each cell then knows where it goes: the plan holds
+its rank within its row's run of entries in the tile (uint8, 255 where nothing is stored) and
+each row's first CSR place, so the tile is stored in its own layout with a mask, no gather. A
+tl.gather out of the flattened tile measured 5-10x slower than this on the H200 (results/
+nvidia-h200/2026-11-30/at-f297d15/sddmm_tiles_gather_sweep.txt). Empty tiles are never visited;
+tiles are listed row-major, so neighbouring programs share their x panel in L2.
 
-The plan (build_plan) lists the non-empty tiles and, for each, its entries' places in the tile
-and in CSR order: 6 bytes per entry, computed once per pattern by the caller's cache.
+The plan (build_plan) costs one byte per cell of the visited tiles plus a CSR place per tile row,
+built once per pattern by the caller's cache; the route takes this kernel where tiles are full
+enough for that to pay (tuning.sddmm_tiles_takes).
 """
 
 from __future__ import annotations
@@ -24,30 +26,34 @@ import triton.language as tl
 
 from ._sizes import cdiv
 
+ABSENT = 255  # the rank of a cell that holds no stored entry
+
 
 @dataclass(frozen=True)
 class TilePlan:
-    """Where each stored entry sits in the tiling of the output by (block_m, block_n) tiles."""
+    """Where each stored entry lands from the tiling of the output by (block_m, block_n) tiles."""
 
     block_m: int
     block_n: int
+    nnz: int
     tiles: torch.Tensor  # (T,) int32: row-major id (tile_row * tiles_n + tile_col), non-empty only
-    tile_starts: torch.Tensor  # (T + 1,) int32/int64: each tile's range in `local` and `dest`
-    local: torch.Tensor  # (nnz,) int16/int32: row_in_tile * block_n + col_in_tile, tile order
-    dest: torch.Tensor  # (nnz,) int32/int64: the entry's position in CSR order
+    row_starts: torch.Tensor  # (T, block_m) int32/int64: CSR place of each tile row's first entry
+    ranks: torch.Tensor  # (T, block_m, block_n) uint8: place in the row's run, ABSENT if none
 
     @property
     def fill(self) -> float:
         """Stored entries per cell of the visited tiles."""
-        cells = self.tiles.numel() * self.block_m * self.block_n
-        return self.local.numel() / cells if cells else 0.0
+        return self.nnz / self.ranks.numel() if self.ranks.numel() else 0.0
 
 
 def build_plan(
     row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int, block_m: int, block_n: int
 ) -> TilePlan:
-    """The TilePlan of a CSR pattern (rows = row_offsets.numel() - 1, `cols` columns): a stable
-    sort of the entries by tile, so each tile's entries stay in CSR order (row-major)."""
+    """The TilePlan of a CSR pattern (rows = row_offsets.numel() - 1, `cols` columns). A row's
+    entries inside one tile are consecutive in CSR order (columns ascend within a row), so the
+    place of each is its row's first place in the tile plus its rank there."""
+    if not 16 <= block_n < ABSENT:
+        raise ValueError(f"block_n must be in [16, {ABSENT}), got {block_n}")
     nnz = column_indices.numel()
     rows = row_offsets.numel() - 1
     device = column_indices.device
@@ -58,28 +64,30 @@ def build_plan(
     entry_cols = column_indices.long()
     tiles_n = cdiv(cols, block_n)
     tile_of = (entry_rows // block_m) * tiles_n + entry_cols // block_n
-    order = torch.argsort(tile_of, stable=True)
-    tiles, counts = torch.unique_consecutive(tile_of[order], return_counts=True)
-    starts = torch.zeros(tiles.numel() + 1, dtype=torch.int64, device=device)
-    torch.cumsum(counts, 0, out=starts[1:])
-    local = (entry_rows[order] % block_m) * block_n + entry_cols[order] % block_n
+    tiles, visit = torch.unique(tile_of, return_inverse=True)
+    tile_row = visit * block_m + entry_rows % block_m
+    places = torch.arange(nnz, device=device)
+    starts = torch.zeros(tiles.numel() * block_m, dtype=torch.int64, device=device)
+    starts.scatter_reduce_(0, tile_row, places, "amin", include_self=False)
+    ranks = torch.full((tiles.numel(), block_m, block_n), ABSENT, dtype=torch.uint8, device=device)
+    cell = tile_row * block_n + entry_cols % block_n
+    ranks.view(-1)[cell] = (places - starts[tile_row]).to(torch.uint8)
     wide = nnz > torch.iinfo(torch.int32).max
     return TilePlan(
         block_m,
         block_n,
+        nnz,
         tiles.to(torch.int32),
-        starts if wide else starts.to(torch.int32),
-        local.to(torch.int16 if block_m * block_n <= 1 << 15 else torch.int32),
-        order if wide else order.to(torch.int32),
+        (starts if wide else starts.to(torch.int32)).view(-1, block_m),
+        ranks,
     )
 
 
 @triton.jit
 def _sddmm_tiles_kernel(
     tiles,  # (T,) int32: program_id(0)'s tile, tile_row * tiles_n + tile_col
-    tile_starts,  # (T + 1,) int32/int64
-    local,  # (nnz,) int16/int32: place in the flattened (BLOCK_M, BLOCK_N) tile
-    dest,  # (nnz,) int32/int64: place in out's nnz axis
+    row_starts,  # (T, BLOCK_M) int32/int64: CSR place of each tile row's first entry
+    ranks,  # (T, BLOCK_M, BLOCK_N) uint8: each cell's place in its row's run, 255 if none
     x,  # (M, K) or (batch, M, K): strides stride_xb (0 when unbatched), stride_xm, stride_xk
     y,  # (N, K) or (batch, N, K): strides stride_yb (0 when unbatched), stride_yn, stride_yk
     out,  # (batch, nnz): stride_ob between matrices, unit stride along nnz
@@ -98,13 +106,14 @@ def _sddmm_tiles_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    BLOCK_E: tl.constexpr,  # entries gathered a step
 ):
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)
     batch = tl.program_id(1).to(tl.int64)
     tile = tl.load(tiles + pid)
-    offs_m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    offs_m = (tile // tiles_n) * BLOCK_M + rows
+    offs_n = (tile % tiles_n) * BLOCK_N + cols
     mask_m = offs_m < M
     mask_n = offs_n < N
     x_rows = x + batch * stride_xb + offs_m.to(tl.int64)[:, None] * stride_xm
@@ -118,17 +127,11 @@ def _sddmm_tiles_kernel(
         b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & mask_n[None, :], 0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
-    flat = tl.reshape(acc, (BLOCK_M * BLOCK_N,))
-    start = tl.load(tile_starts + pid).to(tl.int64)
-    end = tl.load(tile_starts + pid + 1).to(tl.int64)
-    out += batch * stride_ob
-    for e in range(start, end, BLOCK_E):
-        offs = e + tl.arange(0, BLOCK_E).to(tl.int64)
-        mask = offs < end
-        place = tl.load(local + offs, mask=mask, other=0).to(tl.int32)
-        values = tl.gather(flat, place, 0)
-        to = tl.load(dest + offs, mask=mask, other=0).to(tl.int64)
-        tl.store(out + to, values.to(out.dtype.element_ty), mask=mask)
+    # cells past M or N were never given a rank, so the mask covers the edges too
+    rank = tl.load(ranks + pid * (BLOCK_M * BLOCK_N) + rows[:, None] * BLOCK_N + cols[None, :])
+    start = tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
+    to = out + batch * stride_ob + start[:, None] + rank.to(tl.int64)
+    tl.store(to, acc.to(out.dtype.element_ty), mask=rank != 255)
 
 
 def sddmm_tiles(
@@ -138,7 +141,6 @@ def sddmm_tiles(
     y: torch.Tensor,
     out: torch.Tensor,
     block_k: int,
-    block_e: int,
     precision: str,
     num_warps: int,
     num_stages: int,
@@ -153,9 +155,8 @@ def sddmm_tiles(
     rows, cols = x.shape[-2], y.shape[-2]
     _sddmm_tiles_kernel[(tiles, batch)](
         plan.tiles,
-        plan.tile_starts,
-        plan.local,
-        plan.dest,
+        plan.row_starts,
+        plan.ranks,
         x,
         y,
         out,
@@ -174,7 +175,6 @@ def sddmm_tiles(
         BLOCK_M=plan.block_m,
         BLOCK_N=plan.block_n,
         BLOCK_K=block_k,
-        BLOCK_E=block_e,
         num_warps=num_warps,
         num_stages=num_stages,
     )
