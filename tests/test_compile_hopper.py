@@ -65,7 +65,9 @@ def _cases() -> dict:
         ("*fp32", "ieee"),
         ("*fp32", "tf32"),
     ):
-        constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64)
+        compact = data == "*bf16"  # the gather form in one dtype, the scatter form in the rest
+        constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64,
+                         BLOCK_J=16 if compact else 64, COMPACT=compact)  # fmt: skip
         pointers = ["*i32", "*i32", "*u8", data, data, data]
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)

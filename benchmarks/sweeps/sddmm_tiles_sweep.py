@@ -37,11 +37,10 @@ DTYPES = {name: DTYPES[name] for name in _env("DTYPES", "bf16,fp32")}
 CONFIGS = [
     (64, 64, 64, 4, 3),
     (128, 64, 64, 4, 3),
-    (64, 128, 64, 4, 3),
     (128, 128, 64, 8, 3),
-    (128, 128, 32, 4, 3),
     (32, 64, 64, 4, 2),
 ]
+FORMS = {"scatter": False, "compact": True}  # the plan's two ways out of the tile
 
 
 def bench(fn) -> float:
@@ -63,15 +62,17 @@ for name, P, heads in patterns():
     ro, ci = P.row_offsets, P.column_indices
     row_order = P.pattern.row_order()
     plans = {}
-    for config in CONFIGS:
+    for config, form in ((c, f) for c in CONFIGS for f in FORMS):
         bm, bn = config[:2]
-        if (bm, bn) not in plans:
+        if (bm, bn, form) not in plans:
             torch.cuda.synchronize()
             t0 = time.time()
-            plans[bm, bn] = sddmm_tiles.build_plan(ro, ci, SIZE, bm, bn)
+            plan = sddmm_tiles.build_plan(ro, ci, SIZE, bm, bn, FORMS[form])
             torch.cuda.synchronize()
             built = (time.time() - t0) * 1e3
-            print(f"{name}: plan {bm}x{bn} fill {plans[bm, bn].fill:.3f} built in {built:.1f} ms")
+            plans[bm, bn, form] = plan
+            print(f"{name}: {form} plan {bm}x{bn} fill {plan.fill:.3f} map {tuple(plan.cells.shape)}"
+                  f" built in {built:.1f} ms")  # fmt: skip
     for K in KS:
         for dname, dtype in DTYPES.items():
             if time.time() - START > BUDGET_S:
@@ -101,29 +102,39 @@ for name, P, heads in patterns():
             if dtype == torch.float32 and heads == 1:
                 T = P.to_torch()
                 times["cusparse"] = bench(lambda: torch.sparse.sampled_addmm(T, x, y.t(), beta=0))
-            precisions = ["ieee", "tf32"] if dtype == torch.float32 else ["ieee"]
-            for precision, config in ((p, c) for p in precisions for c in CONFIGS):
+            variants = [("ieee", c, f) for c in CONFIGS for f in FORMS]
+            if dtype == torch.float32:
+                variants += [("tf32", c, "compact") for c in CONFIGS]
+            for precision, config, form in variants:
                 bm, bn, bk, warps, stages = config
-                fn = lambda: sddmm_tiles.sddmm_tiles(plan=plans[bm, bn], x=x, y=y, out=out,  # noqa: E731
+                plan = plans[bm, bn, form]
+                fn = lambda: sddmm_tiles.sddmm_tiles(plan=plan, x=x, y=y, out=out,  # noqa: E731
                                                      block_k=bk, precision=precision,
                                                      num_warps=warps, num_stages=stages)  # fmt: skip
                 try:
                     good = ok(fn) if precision == "ieee" else True
-                    times[f"{precision} {config}"] = bench(fn) if good else float("nan")
+                    times[f"{precision} {form} {config}"] = bench(fn) if good else float("nan")
                 except Exception as error:  # noqa: BLE001 - a config that fails is reported
-                    print(f"  {config} {precision}: {type(error).__name__}: {error}"[:300])
-                    times[f"{precision} {config}"] = float("nan")
+                    print(f"  {config} {form} {precision}: {type(error).__name__}: {error}"[:300])
+                    times[f"{precision} {form} {config}"] = float("nan")
             case = f"{name} K={K} {dname}"
             print(case, {k: round(v, 1) for k, v in times.items()}, flush=True)
             table.append((case, times))
 
-print(f"\n{'case':<34} {'gather':>7} {'dense':>7} {'cuSP':>7} {'ieee':>7} best ieee config  tf32")
+print(
+    f"\n{'case':<34} {'gather':>7} {'dense':>7} {'product':>7} {'cuSP':>7} {'scatter':>7} "
+    f"{'compact':>7} {'tf32':>7}  best ieee variant"
+)
+nan = float("nan")
 for case, times in table:
-    ieee = {k: v for k, v in times.items() if k.startswith("ieee") and v == v}
-    tf32 = [v for k, v in times.items() if k.startswith("tf32") and v == v]
-    best = min(ieee, key=ieee.get) if ieee else "-"
+
+    def best(prefix):
+        found = {k: v for k, v in times.items() if k.startswith(prefix) and v == v}
+        return (min(found, key=found.get), min(found.values())) if found else ("-", nan)
+
     print(
         f"{case:<34} {times['gather']:7.1f} {times['dense route']:7.1f} "
-        f"{times.get('cusparse', float('nan')):7.1f} {ieee.get(best, float('nan')):7.1f} "
-        f"{best[5:]:<22} {min(tf32) if tf32 else float('nan'):6.1f}"
+        f"{times['dense product']:7.1f} {times.get('cusparse', nan):7.1f} "
+        f"{best('ieee scatter')[1]:7.1f} {best('ieee compact')[1]:7.1f} {best('tf32')[1]:7.1f}  "
+        f"{best('ieee')[0][5:]}"
     )

@@ -38,20 +38,31 @@ class TilePlan:
     nnz: int
     tiles: torch.Tensor  # (T,) int32: row-major id (tile_row * tiles_n + tile_col), non-empty only
     row_starts: torch.Tensor  # (T, block_m) int32/int64: CSR place of each tile row's first entry
-    ranks: torch.Tensor  # (T, block_m, block_n) uint8: place in the row's run, ABSENT if none
+    # compact: (T, block_m, J) uint8, the column in the tile of each row's j-th entry;
+    # else (T, block_m, block_n) uint8, each cell's place in its row's run; ABSENT where none
+    cells: torch.Tensor
+    compact: bool
 
     @property
     def fill(self) -> float:
         """Stored entries per cell of the visited tiles."""
-        return self.nnz / self.ranks.numel() if self.ranks.numel() else 0.0
+        cells = self.tiles.numel() * self.block_m * self.block_n
+        return self.nnz / cells if cells else 0.0
 
 
 def build_plan(
-    row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int, block_m: int, block_n: int
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    cols: int,
+    block_m: int,
+    block_n: int,
+    compact: bool = False,
 ) -> TilePlan:
     """The TilePlan of a CSR pattern (rows = row_offsets.numel() - 1, `cols` columns). A row's
     entries inside one tile are consecutive in CSR order (columns ascend within a row), so the
-    place of each is its row's first place in the tile plus its rank there."""
+    place of each is its row's first place in the tile plus its rank there. `compact` lists
+    each row's columns by rank (as long as the longest run, a power of 2) instead of each
+    cell's rank."""
     if not 16 <= block_n < ABSENT:
         raise ValueError(f"block_n must be in [16, {ABSENT}), got {block_n}")
     nnz = column_indices.numel()
@@ -69,9 +80,16 @@ def build_plan(
     places = torch.arange(nnz, device=device)
     starts = torch.zeros(tiles.numel() * block_m, dtype=torch.int64, device=device)
     starts.scatter_reduce_(0, tile_row, places, "amin", include_self=False)
-    ranks = torch.full((tiles.numel(), block_m, block_n), ABSENT, dtype=torch.uint8, device=device)
-    cell = tile_row * block_n + entry_cols % block_n
-    ranks.view(-1)[cell] = (places - starts[tile_row]).to(torch.uint8)
+    rank = places - starts[tile_row]
+    if compact:
+        runs = triton.next_power_of_2(int(rank.max()) + 1) if nnz else 1
+        cells = torch.full((tiles.numel(), block_m, runs), ABSENT, dtype=torch.uint8, device=device)
+        cells.view(-1)[tile_row * runs + rank] = (entry_cols % block_n).to(torch.uint8)
+    else:
+        cells = torch.full(
+            (tiles.numel(), block_m, block_n), ABSENT, dtype=torch.uint8, device=device
+        )
+        cells.view(-1)[tile_row * block_n + entry_cols % block_n] = rank.to(torch.uint8)
     wide = nnz > torch.iinfo(torch.int32).max
     return TilePlan(
         block_m,
@@ -79,7 +97,8 @@ def build_plan(
         nnz,
         tiles.to(torch.int32),
         (starts if wide else starts.to(torch.int32)).view(-1, block_m),
-        ranks,
+        cells,
+        compact,
     )
 
 
@@ -87,7 +106,8 @@ def build_plan(
 def _sddmm_tiles_kernel(
     tiles,  # (T,) int32: program_id(0)'s tile, tile_row * tiles_n + tile_col
     row_starts,  # (T, BLOCK_M) int32/int64: CSR place of each tile row's first entry
-    ranks,  # (T, BLOCK_M, BLOCK_N) uint8: each cell's place in its row's run, 255 if none
+    cells,  # (T, BLOCK_M, BLOCK_J) uint8: COMPACT, each row's columns by rank; else BLOCK_J =
+    # BLOCK_N and each cell's rank in its row's run; 255 where none
     x,  # (M, K) or (batch, M, K): strides stride_xb (0 when unbatched), stride_xm, stride_xk
     y,  # (N, K) or (batch, N, K): strides stride_yb (0 when unbatched), stride_yn, stride_yk
     out,  # (batch, nnz): stride_ob between matrices, unit stride along nnz
@@ -106,6 +126,8 @@ def _sddmm_tiles_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    COMPACT: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     batch = tl.program_id(1).to(tl.int64)
@@ -127,11 +149,17 @@ def _sddmm_tiles_kernel(
         b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & mask_n[None, :], 0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
-    # cells past M or N were never given a rank, so the mask covers the edges too
-    rank = tl.load(ranks + pid * (BLOCK_M * BLOCK_N) + rows[:, None] * BLOCK_N + cols[None, :])
-    start = tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
-    to = out + batch * stride_ob + start[:, None] + rank.to(tl.int64)
-    tl.store(to, acc.to(out.dtype.element_ty), mask=rank != 255)
+    # cells past M or N hold no entry, so the mask covers the edges too
+    js = tl.arange(0, BLOCK_J)
+    cell = tl.load(cells + pid * (BLOCK_M * BLOCK_J) + rows[:, None] * BLOCK_J + js[None, :])
+    present = cell != 255
+    start = out + batch * stride_ob + tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
+    if COMPACT:  # each row's entries gathered in rank order: consecutive places, one store
+        values = tl.gather(acc, tl.where(present, cell, 0).to(tl.int32), 1)
+        tl.store(start[:, None] + js[None, :], values.to(out.dtype.element_ty), mask=present)
+    else:
+        to = start[:, None] + cell.to(tl.int64)
+        tl.store(to, acc.to(out.dtype.element_ty), mask=present)
 
 
 def sddmm_tiles(
@@ -156,7 +184,7 @@ def sddmm_tiles(
     _sddmm_tiles_kernel[(tiles, batch)](
         plan.tiles,
         plan.row_starts,
-        plan.ranks,
+        plan.cells,
         x,
         y,
         out,
@@ -175,6 +203,8 @@ def sddmm_tiles(
         BLOCK_M=plan.block_m,
         BLOCK_N=plan.block_n,
         BLOCK_K=block_k,
+        BLOCK_J=plan.cells.shape[-1],
+        COMPACT=plan.compact,
         num_warps=num_warps,
         num_stages=num_stages,
     )
