@@ -6,7 +6,7 @@ wheel carries ptxas, so CI compiles each variant of these kernels to a cubin her
 error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped
 forms, with and without the partial plane; the decode kernel's own-row and shared-row walks in
 float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM (a dot, then a
-masked scatter of the tile) in each dtype it takes.
+gather along each tile row) in each dtype it takes.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -65,9 +65,8 @@ def _cases() -> dict:
         ("*fp32", "ieee"),
         ("*fp32", "tf32"),
     ):
-        compact = data == "*bf16"  # the gather form in one dtype, the scatter form in the rest
         constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64,
-                         BLOCK_J=16 if compact else 64, COMPACT=compact)  # fmt: skip
+                         BLOCK_J=64 if data == "*fp32" else 8)  # fmt: skip
         pointers = ["*i32", "*i32", "*u8", data, data, data]
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)

@@ -1,10 +1,11 @@
 """CSR SDDMM on tensor cores (kernels/sddmm_tiles.py) against the per-entry gather kernel
 (kernels/sddmm_csr.py), the whole product on cuBLAS plus a gather (the "dense" route), cuSPARSE
 (torch.sparse.sampled_addmm, fp32 only) and the dense product alone, on uniform random
-patterns and the Sparse Transformer's local window. Tile configurations (block_m, block_n, block_k, warps,
-stages) are timed each; float32 runs at "ieee" (torch's default "highest" precision) and, as a
-separate row, "tf32". CUDA-graph medians in us (inputs stay in L2 between runs: the harness's
-cold-L2 suite gives the figures of record). Sets tuning.SDDMM_TILE_* ; prints a table last.
+patterns and the Sparse Transformer's local window. Tile configurations (block_m, block_n,
+block_k, warps, stages) are timed each; float32 runs at "ieee" (torch's default "highest"
+precision) and, as a separate column, "tf32". CUDA-graph medians in us (inputs stay in L2
+between runs: the harness's cold-L2 suite gives the figures of record). Sets tuning.SDDMM_TILES_*
+and the SDDMM_DENSE_* densities; prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/sddmm_tiles_sweep.py
     KS=64,256 DENSITIES=0.02,0.1 DTYPES=bf16 BUDGET_S=100 ...
 """
@@ -40,7 +41,6 @@ CONFIGS = [
     (128, 128, 64, 8, 3),
     (32, 64, 64, 4, 2),
 ]
-FORMS = {"scatter": False, "compact": True}  # the plan's two ways out of the tile
 
 
 def bench(fn) -> float:
@@ -62,16 +62,15 @@ for name, P, heads in patterns():
     ro, ci = P.row_offsets, P.column_indices
     row_order = P.pattern.row_order()
     plans = {}
-    for config, form in ((c, f) for c in CONFIGS for f in FORMS):
-        bm, bn = config[:2]
-        if (bm, bn, form) not in plans:
+    for bm, bn, *_ in CONFIGS:
+        if (bm, bn) not in plans:
             torch.cuda.synchronize()
             t0 = time.time()
-            plan = sddmm_tiles.build_plan(ro, ci, SIZE, bm, bn, FORMS[form])
+            plan = sddmm_tiles.build_plan(ro, ci, SIZE, bm, bn)
             torch.cuda.synchronize()
             built = (time.time() - t0) * 1e3
-            plans[bm, bn, form] = plan
-            print(f"{name}: {form} plan {bm}x{bn} fill {plan.fill:.3f} map {tuple(plan.cells.shape)}"
+            plans[bm, bn] = plan
+            print(f"{name}: plan {bm}x{bn} fill {plan.fill:.3f} map {tuple(plan.columns.shape)}"
                   f" built in {built:.1f} ms")  # fmt: skip
     for K in KS:
         for dname, dtype in DTYPES.items():
@@ -102,28 +101,28 @@ for name, P, heads in patterns():
             if dtype == torch.float32 and heads == 1:
                 T = P.to_torch()
                 times["cusparse"] = bench(lambda: torch.sparse.sampled_addmm(T, x, y.t(), beta=0))
-            variants = [("ieee", c, f) for c in CONFIGS for f in FORMS]
+            variants = [("ieee", c) for c in CONFIGS]
             if dtype == torch.float32:
-                variants += [("tf32", c, "compact") for c in CONFIGS]
-            for precision, config, form in variants:
+                variants += [("tf32", c) for c in CONFIGS]
+            for precision, config in variants:
                 bm, bn, bk, warps, stages = config
-                plan = plans[bm, bn, form]
+                plan = plans[bm, bn]
                 fn = lambda: sddmm_tiles.sddmm_tiles(plan=plan, x=x, y=y, out=out,  # noqa: E731
                                                      block_k=bk, precision=precision,
                                                      num_warps=warps, num_stages=stages)  # fmt: skip
                 try:
                     good = ok(fn) if precision == "ieee" else True
-                    times[f"{precision} {form} {config}"] = bench(fn) if good else float("nan")
+                    times[f"{precision} {config}"] = bench(fn) if good else float("nan")
                 except Exception as error:  # noqa: BLE001 - a config that fails is reported
-                    print(f"  {config} {form} {precision}: {type(error).__name__}: {error}"[:300])
-                    times[f"{precision} {form} {config}"] = float("nan")
+                    print(f"  {config} {precision}: {type(error).__name__}: {error}"[:300])
+                    times[f"{precision} {config}"] = float("nan")
             case = f"{name} K={K} {dname}"
             print(case, {k: round(v, 1) for k, v in times.items()}, flush=True)
             table.append((case, times))
 
 print(
-    f"\n{'case':<34} {'gather':>7} {'dense':>7} {'product':>7} {'cuSP':>7} {'scatter':>7} "
-    f"{'compact':>7} {'tf32':>7}  best ieee variant"
+    f"\n{'case':<34} {'gather':>7} {'dense':>7} {'product':>7} {'cuSP':>7} {'tiles':>7} "
+    f"{'tf32':>7}  best tile"
 )
 nan = float("nan")
 for case, times in table:
@@ -135,6 +134,6 @@ for case, times in table:
     print(
         f"{case:<34} {times['gather']:7.1f} {times['dense route']:7.1f} "
         f"{times['dense product']:7.1f} {times.get('cusparse', nan):7.1f} "
-        f"{best('ieee scatter')[1]:7.1f} {best('ieee compact')[1]:7.1f} {best('tf32')[1]:7.1f}  "
+        f"{best('ieee')[1]:7.1f} {best('tf32')[1]:7.1f}  "
         f"{best('ieee')[0][5:]}"
     )

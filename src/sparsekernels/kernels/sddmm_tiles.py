@@ -1,19 +1,19 @@
 """CSR SDDMM on tensor cores: the dense product of each output tile that holds stored entries,
-then a masked scatter of those entries to their CSR places.
+then each tile row's entries gathered out of it and stored in CSR order.
 
 out[b, e] = dot(x[b, row(e), :], y[b, col(e), :]). The first kernel (sddmm_csr.py) gathers a
-row of y for every stored entry: K values of traffic per entry on CUDA cores. Here a program
-owns one (BLOCK_M, BLOCK_N) tile of the output that holds stored entries and computes the whole
-tile with `tl.dot` over K (a GEMM main loop). Each cell then knows where it goes: the plan holds
-its rank within its row's run of entries in the tile (uint8, 255 where nothing is stored) and
-each row's first CSR place, so the tile is stored in its own layout with a mask, no gather. A
-tl.gather out of the flattened tile measured 5-10x slower than this on the H200 (results/
-nvidia-h200/2026-11-30/at-f297d15/sddmm_tiles_gather_sweep.txt). Empty tiles are never visited;
-tiles are listed row-major, so neighbouring programs share their x panel in L2.
+row of y for every stored entry: K values of L2 traffic per entry on CUDA cores. Here a program
+owns one (BLOCK_M, BLOCK_N) output tile that holds stored entries and computes all of it with
+`tl.dot` over K (a GEMM main loop). A row's entries inside a tile sit next to each other in CSR
+order, so the plan lists, per tile row, the place of its first entry and the columns of its
+entries in order (uint8, 255 past the last): a gather along the row (warp shuffles, the row
+lives in one warp) lines them up, and one masked store writes each row's run contiguously.
 
-The plan (build_plan) costs one byte per cell of the visited tiles plus a CSR place per tile row,
-built once per pattern by the caller's cache; the route takes this kernel where tiles are full
-enough for that to pay (tuning.sddmm_tiles_takes).
+On the H200 this beat the per-entry kernel and cuBLAS's whole product plus a gather wherever
+tiles are well filled (results/nvidia-h200/2026-11-30/at-e10ccc9/sddmm_tiles_sweep.txt): a 256-wide local window over 4096 positions, 16 heads, K = 64, bf16, 52.7 us against 245 for
+the whole product plus a gather. Two forms lost there: a gather out of the flattened tile
+(5-10x slower) and a scatter of each cell to its place (2-byte stores that do not coalesce).
+Empty tiles are never visited; tiles are listed row-major, so neighbours share their x panel.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import triton.language as tl
 
 from ._sizes import cdiv
 
-ABSENT = 255  # the rank of a cell that holds no stored entry
+ABSENT = 255  # the column of a rank past the row's last entry
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,7 @@ class TilePlan:
     nnz: int
     tiles: torch.Tensor  # (T,) int32: row-major id (tile_row * tiles_n + tile_col), non-empty only
     row_starts: torch.Tensor  # (T, block_m) int32/int64: CSR place of each tile row's first entry
-    # compact: (T, block_m, J) uint8, the column in the tile of each row's j-th entry;
-    # else (T, block_m, block_n) uint8, each cell's place in its row's run; ABSENT where none
-    cells: torch.Tensor
-    compact: bool
+    columns: torch.Tensor  # (T, block_m, J) uint8: each tile row's columns by rank, then ABSENT
 
     @property
     def fill(self) -> float:
@@ -56,13 +53,11 @@ def build_plan(
     cols: int,
     block_m: int,
     block_n: int,
-    compact: bool = False,
 ) -> TilePlan:
     """The TilePlan of a CSR pattern (rows = row_offsets.numel() - 1, `cols` columns). A row's
     entries inside one tile are consecutive in CSR order (columns ascend within a row), so the
-    place of each is its row's first place in the tile plus its rank there. `compact` lists
-    each row's columns by rank (as long as the longest run, a power of 2) instead of each
-    cell's rank."""
+    place of each is its row's first place in the tile plus its rank there. J, the ranks a row
+    holds, is the longest run rounded up to a power of 2."""
     if not 16 <= block_n < ABSENT:
         raise ValueError(f"block_n must be in [16, {ABSENT}), got {block_n}")
     nnz = column_indices.numel()
@@ -81,15 +76,9 @@ def build_plan(
     starts = torch.zeros(tiles.numel() * block_m, dtype=torch.int64, device=device)
     starts.scatter_reduce_(0, tile_row, places, "amin", include_self=False)
     rank = places - starts[tile_row]
-    if compact:
-        runs = triton.next_power_of_2(int(rank.max()) + 1) if nnz else 1
-        cells = torch.full((tiles.numel(), block_m, runs), ABSENT, dtype=torch.uint8, device=device)
-        cells.view(-1)[tile_row * runs + rank] = (entry_cols % block_n).to(torch.uint8)
-    else:
-        cells = torch.full(
-            (tiles.numel(), block_m, block_n), ABSENT, dtype=torch.uint8, device=device
-        )
-        cells.view(-1)[tile_row * block_n + entry_cols % block_n] = rank.to(torch.uint8)
+    runs = triton.next_power_of_2(int(rank.max()) + 1) if nnz else 1
+    columns = torch.full((tiles.numel(), block_m, runs), ABSENT, dtype=torch.uint8, device=device)
+    columns.view(-1)[tile_row * runs + rank] = (entry_cols % block_n).to(torch.uint8)
     wide = nnz > torch.iinfo(torch.int32).max
     return TilePlan(
         block_m,
@@ -97,8 +86,7 @@ def build_plan(
         nnz,
         tiles.to(torch.int32),
         (starts if wide else starts.to(torch.int32)).view(-1, block_m),
-        cells,
-        compact,
+        columns,
     )
 
 
@@ -106,8 +94,7 @@ def build_plan(
 def _sddmm_tiles_kernel(
     tiles,  # (T,) int32: program_id(0)'s tile, tile_row * tiles_n + tile_col
     row_starts,  # (T, BLOCK_M) int32/int64: CSR place of each tile row's first entry
-    cells,  # (T, BLOCK_M, BLOCK_J) uint8: COMPACT, each row's columns by rank; else BLOCK_J =
-    # BLOCK_N and each cell's rank in its row's run; 255 where none
+    columns,  # (T, BLOCK_M, BLOCK_J) uint8: each tile row's columns by rank, 255 past the last
     x,  # (M, K) or (batch, M, K): strides stride_xb (0 when unbatched), stride_xm, stride_xk
     y,  # (N, K) or (batch, N, K): strides stride_yb (0 when unbatched), stride_yn, stride_yk
     out,  # (batch, nnz): stride_ob between matrices, unit stride along nnz
@@ -127,7 +114,6 @@ def _sddmm_tiles_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_J: tl.constexpr,
-    COMPACT: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     batch = tl.program_id(1).to(tl.int64)
@@ -149,17 +135,13 @@ def _sddmm_tiles_kernel(
         b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & mask_n[None, :], 0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
-    # cells past M or N hold no entry, so the mask covers the edges too
+    # rows and columns past M or N hold no entry, so the mask covers the edges too
     js = tl.arange(0, BLOCK_J)
-    cell = tl.load(cells + pid * (BLOCK_M * BLOCK_J) + rows[:, None] * BLOCK_J + js[None, :])
-    present = cell != 255
+    column = tl.load(columns + pid * (BLOCK_M * BLOCK_J) + rows[:, None] * BLOCK_J + js[None, :])
+    present = column != 255
+    values = tl.gather(acc, tl.where(present, column, 0).to(tl.int32), 1)
     start = out + batch * stride_ob + tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
-    if COMPACT:  # each row's entries gathered in rank order: consecutive places, one store
-        values = tl.gather(acc, tl.where(present, cell, 0).to(tl.int32), 1)
-        tl.store(start[:, None] + js[None, :], values.to(out.dtype.element_ty), mask=present)
-    else:
-        to = start[:, None] + cell.to(tl.int64)
-        tl.store(to, acc.to(out.dtype.element_ty), mask=present)
+    tl.store(start[:, None] + js[None, :], values.to(out.dtype.element_ty), mask=present)
 
 
 def sddmm_tiles(
@@ -184,7 +166,7 @@ def sddmm_tiles(
     _sddmm_tiles_kernel[(tiles, batch)](
         plan.tiles,
         plan.row_starts,
-        plan.cells,
+        plan.columns,
         x,
         y,
         out,
@@ -203,8 +185,7 @@ def sddmm_tiles(
         BLOCK_M=plan.block_m,
         BLOCK_N=plan.block_n,
         BLOCK_K=block_k,
-        BLOCK_J=plan.cells.shape[-1],
-        COMPACT=plan.compact,
+        BLOCK_J=plan.columns.shape[-1],
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -337,10 +337,68 @@ SDDMM_DENSE_MIN_K = 64
 SDDMM_DENSE_MAX_CELLS = 2**27  # elements of the whole product, all batches
 
 
-def sddmm_prefers_dense(k: int, density: float, cells: int, half_precision: bool) -> bool:
+# From the H200 sweep of 2026-11-30 (results/nvidia-h200/2026-11-30/at-e10ccc9/
+# sddmm_tiles_sweep.txt, 4096 x 4096, uniform random): in half precision the whole product wins
+# from 10% stored at K = 64 (30.5 us against the per-entry kernel's 38.5; at 5% the kernel's
+# 22.3 against 24.4) and from 2% at K >= 128 (K = 256: 28.7 against 31.0); in float32 from 25%.
+SDDMM_DENSE_MIN_DENSITY_HALF_SHORT_K = 0.08  # K < 128
+SDDMM_DENSE_MIN_DENSITY_HALF = 0.02
+SDDMM_DENSE_MIN_DENSITY_FP32 = 0.25
+
+
+def sddmm_prefers_dense(
+    k: int, density: float, cells: int, half_precision: bool, tile_fill: float = 0.0
+) -> bool:
     if k < SDDMM_DENSE_MIN_K or cells > SDDMM_DENSE_MAX_CELLS:
         return False
-    return density >= (0.05 if half_precision else 0.25)
+    if sddmm_tiles_takes(k, density, tile_fill, half_precision):
+        return False
+    if not half_precision:
+        return density >= SDDMM_DENSE_MIN_DENSITY_FP32
+    if k < 128:
+        return density >= SDDMM_DENSE_MIN_DENSITY_HALF_SHORT_K
+    return density >= SDDMM_DENSE_MIN_DENSITY_HALF
+
+
+# The tensor-core SDDMM (sddmm_tiles.py) computes every cell of the tiles holding entries, then
+# keeps the entries. It wins where those tiles are well filled and, against cuBLAS's whole
+# product, where they are a part of the product or K is short (same sweep): a 256-wide local
+# window (fill 0.8, 8% of the cells in visited tiles, 16 heads) ran 52.7 us against 245 for the
+# whole product at K = 64 bf16, 303 against 1800 at K = 2048, 226 against 513 (per-entry
+# kernel) in float32; uniform 30% at K = 64 bf16 42.7 against 50.9; at 10% it lost (34.3
+# against 30.5), and with every tile visited it lost to cuBLAS at K = 2048 (171.5 against 135.0)
+# and in float32 (146.4 against 118.5). `fill` is entries per cell of the visited 64 x 64 tiles.
+SDDMM_TILES_MIN_FILL = 0.2
+SDDMM_TILES_MAX_VISITED = 0.5  # share of the product's cells in visited tiles, past short K
+SDDMM_TILES_SHORT_K = 256
+
+
+def sddmm_tiles_takes(k: int, density: float, fill: float, half_precision: bool) -> bool:
+    if fill < SDDMM_TILES_MIN_FILL:
+        return False
+    visited = density / fill
+    return visited <= SDDMM_TILES_MAX_VISITED or (half_precision and k <= SDDMM_TILES_SHORT_K)
+
+
+@dataclass(frozen=True)
+class SddmmTilesConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+# the tile the route measures its fill on (and runs at short K)
+SDDMM_TILES_PROBE = (64, 64)
+
+
+@_memo
+def sddmm_tiles_config(k: int) -> SddmmTilesConfig:
+    """64 x 64 tiles at K <= 256, 128 x 128 past it (the same sweep's fastest)."""
+    if k <= SDDMM_TILES_SHORT_K:
+        return SddmmTilesConfig(*SDDMM_TILES_PROBE, 64, 4, 3)
+    return SddmmTilesConfig(128, 128, 64, 8, 3)
 
 
 # On the CPU the only sparse SDDMM is the float64 reference, which gathers a (stored entries, K)

@@ -6,8 +6,7 @@ import torch
 
 from .. import _checks, reference
 from ..formats import CSRMatrix
-from ..formats._pattern import Pattern
-from . import _dense, _dispatch, _library
+from . import _dense, _dispatch, _library, _sddmm_plans
 
 
 def sddmm(
@@ -60,6 +59,8 @@ def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None,
     cells = batch * rows * cols
     density = column_indices.numel() / (rows * cols) if rows * cols else 1.0
     facts = {"k": x.shape[-1], "batch": batch, "rows": rows, "density": density, "cells": cells}
+    if x.is_cuda and x.dtype in _TILE_DTYPES:  # the tensor-core kernel's case (cached per pattern)
+        facts["tile_fill"] = _sddmm_plans.tile_fill(row_offsets, column_indices, cols)
     problem = _dispatch.Problem(x.device, x.dtype, facts)
     name = _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
     if _library.eager_inference(x, y):  # no gradient: skip the op's dispatch cost
@@ -79,18 +80,25 @@ def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
 
 
 # ----------------------------------------------------------------------- backends
+_TILE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
 def _triton_csr(row_offsets, column_indices, x, y):
     from ..kernels import sddmm_csr as kernel
-    from ..kernels.tuning import sddmm_csr_config
+    from ..kernels import tuning
 
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
-    nnz, rows = column_indices.numel(), row_offsets.numel() - 1
+    nnz, rows, cols, k = column_indices.numel(), row_offsets.numel() - 1, y.shape[-2], x.shape[-1]
     out = x.new_empty((*batch, nnz))
     if out.numel() == 0:
         return out
-    # The op carries no row order, so the row swizzle is derived here (an argsort over rows).
-    row_order = Pattern(row_offsets, column_indices, (rows, y.shape[-2])).row_order()
-    config = sddmm_csr_config(x.shape[-1], nnz, rows)
+    if x.dtype in _TILE_DTYPES:
+        fill = _sddmm_plans.tile_fill(row_offsets, column_indices, cols)
+        half = x.dtype != torch.float32
+        if tuning.sddmm_tiles_takes(k, nnz / (rows * cols), fill, half):
+            return _triton_tiles(row_offsets, column_indices, x, y, out)
+    row_order = _sddmm_plans.row_order(row_offsets, column_indices, cols)
+    config = tuning.sddmm_csr_config(k, nnz, rows)
     kernel.sddmm_csr(
         row_offsets=row_offsets,
         column_indices=column_indices,
@@ -101,6 +109,29 @@ def _triton_csr(row_offsets, column_indices, x, y):
         block_nnz=config.block_nnz,
         block_k=config.block_k,
         num_warps=config.num_warps,
+    )
+    return out
+
+
+def _triton_tiles(row_offsets, column_indices, x, y, out):
+    """The tensor-core kernel; float32 at torch's matmul precision ("highest", the default:
+    exact float32 products; otherwise TF32, as torch.matmul would)."""
+    from ..kernels import sddmm_tiles, tuning
+
+    config = tuning.sddmm_tiles_config(x.shape[-1])
+    plan = _sddmm_plans.tile_plan(
+        row_offsets, column_indices, y.shape[-2], config.block_m, config.block_n
+    )
+    highest = torch.get_float32_matmul_precision() == "highest"
+    sddmm_tiles.sddmm_tiles(
+        plan=plan,
+        x=x,
+        y=y,
+        out=out.view(-1, out.shape[-1]),
+        block_k=config.block_k,
+        precision="ieee" if highest else "tf32",
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return out
 

@@ -1,0 +1,58 @@
+"""What the SDDMM kernels derive from a pattern, once per pattern: the row order of the
+per-entry kernel and the tile plans of the tensor-core one.
+
+The op receives raw CSR tensors, not a Pattern, so its plans are cached here by the identity of
+the column indices (the entry holds the row offsets, so their identity stays valid) with both
+tensors' versions: an in-place edit of either recomputes. A weight's gradient or an attention
+mask asks every step; the first call pays the argsort or the tile sort (1-2 ms on the H200 at
+4096 x 4096), later calls a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+from ..formats._pattern import Pattern
+from ..kernels import sddmm_tiles
+
+# column indices -> (row offsets, (versions, columns), {plan name: plan})
+_PLANS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _plans(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int) -> dict:
+    key = (row_offsets._version, column_indices._version, cols)
+    hit = _PLANS.get(column_indices)
+    if hit is None or hit[0] is not row_offsets or hit[1] != key:
+        hit = (row_offsets, key, {})
+        _PLANS[column_indices] = hit
+    return hit[2]
+
+
+def row_order(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int) -> torch.Tensor:
+    """Rows longest first (Sputnik's row swizzle), int32."""
+    plans = _plans(row_offsets, column_indices, cols)
+    if "row_order" not in plans:
+        rows = row_offsets.numel() - 1
+        plans["row_order"] = Pattern(row_offsets, column_indices, (rows, cols)).row_order()
+    return plans["row_order"]
+
+
+def tile_plan(
+    row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int, block_m: int, block_n: int
+) -> sddmm_tiles.TilePlan:
+    plans = _plans(row_offsets, column_indices, cols)
+    name = f"tiles:{block_m}x{block_n}"
+    if name not in plans:
+        plans[name] = sddmm_tiles.build_plan(row_offsets, column_indices, cols, block_m, block_n)
+    return plans[name]
+
+
+def tile_fill(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int) -> float:
+    """Entries per cell of the tiles the tensor-core kernel would visit, at its probe tile; 0
+    while torch.compile traces (building a plan reads the pattern's values)."""
+    if torch.compiler.is_compiling() or column_indices.numel() == 0:
+        return 0.0
+    from ..kernels.tuning import SDDMM_TILES_PROBE
+
+    return tile_plan(row_offsets, column_indices, cols, *SDDMM_TILES_PROBE).fill
