@@ -10,8 +10,9 @@ entries in order (uint8, 255 past the last): a gather along the row (warp shuffl
 lives in one warp) lines them up, and one masked store writes each row's run contiguously.
 
 On the H200 this beat the per-entry kernel and cuBLAS's whole product plus a gather wherever
-tiles are well filled (results/nvidia-h200/2026-11-30/at-e10ccc9/sddmm_tiles_sweep.txt): a 256-wide local window over 4096 positions, 16 heads, K = 64, bf16, 52.7 us against 245 for
-the whole product plus a gather. Two forms lost there: a gather out of the flattened tile
+tiles are well filled (results/nvidia-h200/2026-11-30/at-e10ccc9/sddmm_tiles_sweep.txt): a
+256-wide local window over 4096 positions, 16 heads, K = 64, bf16, 52.7 us against 245 for the
+whole product plus a gather. Two forms lost there: a gather out of the flattened tile
 (5-10x slower) and a scatter of each cell to its place (2-byte stores that do not coalesce).
 Empty tiles are never visited; tiles are listed row-major, so neighbours share their x panel.
 """
