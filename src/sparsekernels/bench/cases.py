@@ -206,34 +206,60 @@ def _row_length(P: CSRMatrix) -> int:
     return int(P.row_offsets.diff().max()) if P.shape[0] else 0
 
 
-def sddmm_case(M: int, K: int, N: int, density: float, dtype, device, *, suite: str = "") -> Case:
-    """(X @ Y^T) at a random pattern (M, N) of the given density; X (M, K), Y (N, K)."""
+def sddmm_case(
+    M: int,
+    K: int,
+    N: int,
+    density: float,
+    dtype,
+    device,
+    *,
+    kind: str = "random",
+    batch: int = 1,
+    suite: str = "",
+) -> Case:
+    """(X @ Y^T) at a pattern (M, N): uniform random of the given density, or an attention
+    pattern (`kind` as attention_mask takes it; M = N, density drawn with it) shared by `batch`
+    heads; X (batch, M, K), Y (batch, N, K) (2-D when batch is 1)."""
 
     def build(seed: int) -> dict:
         g = _generator(device, seed)
-        mask = torch.rand(M, N, generator=g, device=device) < density
+        if kind == "random":
+            mask = torch.rand(M, N, generator=g, device=device) < density
+        else:
+            mask = attention_mask(kind, M, device, g)
+        lead = (batch,) if batch > 1 else ()
         return {
             "P": _pattern_from_mask(mask, dtype),
-            "X": _randn((M, K), g, dtype, device),
-            "Y": _randn((N, K), g, dtype, device),
+            "X": _randn((*lead, M, K), g, dtype, device),
+            "Y": _randn((*lead, N, K), g, dtype, device),
         }
 
-    return Case("sddmm", "csr", "random", (M, K, N), density, dtype, device, build, suite=suite)
+    if kind != "random":
+        density = math.nan  # drawn with the pattern
+    return Case(
+        "sddmm", "csr", kind, (M, K, N), density, dtype, device, build, batch=batch, suite=suite
+    )
 
 
 def _sddmm_expected(case: Case, inputs: dict) -> Expected:
     P, X, Y = inputs["P"], inputs["X"].double(), inputs["Y"].double()
     rows, cols = P.pattern.row_indices(), P.column_indices.long()
-    value = (X @ Y.t())[rows, cols]
-    scale = (X.abs() @ Y.abs().t())[rows, cols]
+    if X.dim() == 2:
+        return Expected((X @ Y.t())[rows, cols], (X.abs() @ Y.abs().t())[rows, cols], X.shape[1])
+    value = X.new_empty((X.shape[0], P.nnz))
+    scale = torch.empty_like(value)
+    for b in range(X.shape[0]):  # one float64 product at a time bounds memory
+        value[b] = (X[b] @ Y[b].t())[rows, cols]
+        scale[b] = (X[b].abs() @ Y[b].abs().t())[rows, cols]
     return Expected(value, scale, case.shape[1])
 
 
 def _sddmm_work(case: Case, inputs: dict) -> tuple[int, int]:
     P = inputs["P"]
     M, K, N = case.shape
-    es = case.dtype.itemsize
-    return 2 * P.nnz * K, (M * K + N * K + P.nnz) * es + pattern_bytes(P)
+    es, b = case.dtype.itemsize, case.batch
+    return 2 * P.nnz * K * b, (M * K + N * K + P.nnz) * es * b + pattern_bytes(P)
 
 
 def softmax_case(L: int, batch: int, kind: str, dtype, device, *, suite: str = "") -> Case:

@@ -67,7 +67,7 @@ def _matmul(case: Case, x: dict) -> Callable[[], object]:
         xx, W = x["x"], x["W"]
         return lambda: F.linear(xx, W)
     X, Y = x["X"], x["Y"]
-    return lambda: X @ Y.t()
+    return lambda: X @ Y.transpose(-1, -2)
 
 
 def _at_pattern(out, x: dict) -> torch.Tensor:
@@ -120,6 +120,8 @@ def _torch_csr_reasons(case: Case) -> list[str]:
         return ["torch's CPU sparse CSR matmul (MKL) has no fp16/bf16 kernel"]
     if case.op == "sddmm" and not fp32:
         return ["torch.sparse.sampled_addmm (cuSPARSE SDDMM) takes fp32/fp64 only"]
+    if case.op == "sddmm" and case.batch > 1:
+        return ["torch.sparse.sampled_addmm takes one pattern per matrix (a batched CSR)"]
     return []
 
 

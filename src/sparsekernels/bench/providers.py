@@ -163,7 +163,7 @@ def _flops_estimate(case: Case) -> float:
     return {
         "spmm": 2 * d * M * K * N,
         "linear": 2 * d * M * K * N,
-        "sddmm": 2 * d * M * N * K,
+        "sddmm": 2 * d * M * N * K * case.batch,
         "softmax": 5 * d * M * N * case.batch,
         "attention": 4 * d * M * N * K * case.batch,
     }[case.op]

@@ -6,6 +6,7 @@ On CPU every suite shrinks to sizes the reference path runs in seconds.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,14 +158,25 @@ def nm(ctx: Context) -> list[Case]:
 
 @suite("sddmm")
 def sddmm(ctx: Context) -> list[Case]:
-    """SDDMM at Sputnik's sparsities; K of attention (64, 256) and of backward (2048)."""
+    """SDDMM at Sputnik's sparsities; K of attention (64, 256) and of backward (2048); and the
+    Sparse Transformer's attention patterns over 16 heads at K = 64 and 256."""
     d, s = ctx.device, (16 if ctx.cpu else 1)
     size = 4096 // s
+    heads = 2 if ctx.cpu else 16
+    kinds = ("local:32",) if ctx.cpu else ("local:256", "strided:128:128")
     return [
-        sddmm_case(size, K if not ctx.cpu else max(16, K // s), size, 1 - sp, dt, d)
-        for dt in ctx.pick(torch.bfloat16, torch.float32)
-        for K in (64, 256, 2048)
-        for sp in (0.5, 0.7, 0.9, 0.98)
+        *(
+            sddmm_case(size, K if not ctx.cpu else max(16, K // s), size, 1 - sp, dt, d)
+            for dt in ctx.pick(torch.bfloat16, torch.float32)
+            for K in (64, 256, 2048)
+            for sp in (0.5, 0.7, 0.9, 0.98)
+        ),
+        *(
+            sddmm_case(size, K // s, size, math.nan, dt, d, kind=kind, batch=heads)
+            for dt in ctx.pick(torch.bfloat16, torch.float32)
+            for K in (64, 256)
+            for kind in kinds
+        ),
     ]
 
 
