@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import sparsekernels as sk
+
+# a Triton kernel test's two places: the interpreter on a CPU machine, the compiled kernel on CUDA
+KERNEL_DEVICES = [
+    pytest.param("cpu", id="interpreter"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
+]
+
+
+def skip_interpreter_on_gpu_machine(device) -> None:
+    if device == "cpu" and torch.cuda.is_available():
+        pytest.skip("the interpreter runs only on machines without CUDA")
+
 
 ALL_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
 
@@ -89,6 +102,15 @@ def dense_sddmm(X, Y, P):
     want = (X.double() @ Y.double().transpose(-1, -2))[..., rows, cols]
     bound = (X.double().abs() @ Y.double().abs().transpose(-1, -2))[..., rows, cols]
     return want, bound
+
+
+def sddmm_want_and_bound(P: sk.CSRMatrix, x: torch.Tensor, y: torch.Tensor):
+    """(x @ y^T) and |x| @ |y|^T in float64 at P's stored positions (x, y batched or not)."""
+    rows, cols = P.pattern.row_indices().to(x.device), P.column_indices.long()
+    xd, yd = x.double(), y.double()
+    want = (xd @ yd.transpose(-1, -2))[..., rows, cols]
+    bound = (xd.abs() @ yd.abs().transpose(-1, -2))[..., rows, cols]
+    return want, bound + 1e-6 * bound.max().clamp_min(1e-30)
 
 
 def dense_softmax(S: sk.CSRMatrix, scale: float = 1.0) -> torch.Tensor:

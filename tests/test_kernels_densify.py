@@ -6,7 +6,14 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, randn, random_csr, random_nm
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    randn,
+    random_csr,
+    random_nm,
+    skip_interpreter_on_gpu_machine,
+)
 from sparsekernels.kernels import densify as kernel
 from sparsekernels.kernels.tuning import (
     DensifyCsrConfig,
@@ -16,16 +23,7 @@ from sparsekernels.kernels.tuning import (
 )
 from sparsekernels.ops import _dense as dense_module
 
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
 _BITS = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
 
 
 def assert_bitwise(got: torch.Tensor, want: torch.Tensor):
@@ -71,35 +69,35 @@ def _csr_configs(A):
     }
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("config_name", ["default", "small-steps", "prezeroed"])
 @pytest.mark.parametrize(
     "shape,density",
     [((1, 1), 1.0), ((1, 37), 0.5), ((37, 100), 0.3), ((20, 300), 0.05), ((9, 40), 0.0)],
 )
 def test_csr_every_element_written(device, config_name, shape, density, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(*shape, density, gen, torch.float32, device)  # every third row empty
     config = _csr_configs(A)[config_name]
     got = _csr_launch(A.row_offsets, A.column_indices, A.values, A.shape, config)
     assert_bitwise(got, A.to_dense())
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("index", [torch.int16, torch.int32, torch.int64])
 def test_csr_column_index_types(device, index, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(29, 70, 0.3, gen, torch.float32, device)
     for config in _csr_configs(A).values():
         got = _csr_launch(A.row_offsets, A.column_indices.to(index), A.values, A.shape, config)
         assert_bitwise(got, A.to_dense())
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_csr_dtypes_copy_bits(device, dtype, gen):
     """NaN, Inf and -0.0 among the stored values come out as stored."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(23, 50, 0.4, gen, dtype, device)
     values = A.values.clone()
     values[:3] = torch.tensor([float("nan"), float("-inf"), -0.0], dtype=dtype)
@@ -110,9 +108,9 @@ def test_csr_dtypes_copy_bits(device, dtype, gen):
     assert_bitwise(got, A.to_dense())
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_csr_batched_values(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(19, 33, 0.3, gen, torch.float16, device)
     A = A.with_values(randn(3, A.nnz, gen=gen, dtype=torch.float16, device=device))
     for config in _csr_configs(A).values():
@@ -178,22 +176,22 @@ def _nm_configs(W):
     }
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("config_name", ["default", "scatter", "select", "prezeroed"])
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_nm_every_element_written(device, config_name, pattern, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     rows = vector + vector // 2 + 1 if vector > 1 else 37  # a partial last row group
     W = random_nm(rows, 3 * m, n, m, gen, vector, block, torch.float32, device)
     assert_bitwise(_nm_launch(W, _nm_configs(W)[config_name]), W.to_dense())
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("select", [False, True])
 def test_nm_dtypes_copy_bits(device, dtype, select, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     W = random_nm(13, 32, 2, 8, gen, 1, 1, dtype, device)
     values = W.values.clone()
     values[0, :3] = torch.tensor([float("nan"), float("inf"), -0.0], dtype=dtype)

@@ -8,18 +8,16 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    sddmm_want_and_bound,
+    skip_interpreter_on_gpu_machine,
+)
 from sparsekernels.ops import _dispatch
-
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
 
 
 def _launch_poisoned(P, x, y, block_nnz=None, block_k=None):
@@ -43,43 +41,34 @@ def _launch_poisoned(P, x, y, block_nnz=None, block_k=None):
     return out
 
 
-def _want_and_bound(P, x, y):
-    """(x @ y^T) and |x| @ |y|^T in float64 at P's stored positions."""
-    rows, cols = P.pattern.row_indices().to(x.device), P.column_indices.long()
-    xd, yd = x.double(), y.double()
-    want = (xd @ yd.transpose(-1, -2))[..., rows, cols]
-    bound = (xd.abs() @ yd.abs().transpose(-1, -2))[..., rows, cols]
-    return want, bound + 1e-6 * bound.max().clamp_min(1e-30)
-
-
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_every_entry_written(device, dtype, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     P = random_csr(19, 23, 0.3, gen, dtype, device)  # empty rows, 19 rows, K not a power of 2
     x = randn(19, 37, gen=gen, dtype=dtype, device=device)
     y = randn(23, 37, gen=gen, dtype=dtype, device=device)
-    assert_close(_launch_poisoned(P, x, y), *_want_and_bound(P, x, y), dtype)
+    assert_close(_launch_poisoned(P, x, y), *sddmm_want_and_bound(P, x, y), dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_chunks_along_row_and_k(device, gen):
     """Rows longer than BLOCK_NNZ and K longer than BLOCK_K, with partial last chunks."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     P = random_csr(3, 70, 0.9, gen, torch.float64, device, empty_rows=False)
     x, y = randn(3, 45, gen=gen, device=device), randn(70, 45, gen=gen, device=device)
     got = _launch_poisoned(P, x, y, block_nnz=16, block_k=16)
-    assert_close(got, *_want_and_bound(P, x, y), torch.float64)
+    assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_degenerate_shapes(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     for M, N, K, density in [(1, 1, 1, 1.0), (1, 40, 3, 0.5), (6, 4, 1, 0.9), (4, 7, 200, 0.5)]:
         P = random_csr(M, N, density, gen, torch.float64, device, empty_rows=False)
         x, y = randn(M, K, gen=gen, device=device), randn(N, K, gen=gen, device=device)
         got = sk.sddmm(x, y, P, backend="triton").values
-        assert_close(got, *_want_and_bound(P, x, y), torch.float64)
+        assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
     empty = random_csr(3, 5, 0.0, gen, torch.float64, device)  # no stored entries
     x, y = randn(3, 2, gen=gen, device=device), randn(5, 2, gen=gen, device=device)
     assert sk.sddmm(x, y, empty, backend="triton").values.shape == (0,)
@@ -87,19 +76,19 @@ def test_degenerate_shapes(device, gen):
     assert sk.sddmm(x[:0], y, no_rows, backend="triton").values.shape == (0,)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_batched_strided_and_nan(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     P = random_csr(11, 9, 0.4, gen, torch.float64, device)
     x = randn(2, 6, 11, gen=gen, device=device).transpose(1, 2)  # strided (2, 11, 6)
     y = randn(6, 9, gen=gen, device=device).t()  # strided, unbatched (9, 6)
     got = _launch_poisoned(P, x, y)
     assert got.shape == (2, P.nnz)
-    assert_close(got, *_want_and_bound(P, x, y), torch.float64)
+    assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
     x1 = randn(11, 6, gen=gen, device=device)[:, ::2]  # column stride 2, unbatched
     y3 = randn(3, 9, 3, gen=gen, device=device)
     got = sk.sddmm(x1, y3, P, backend="triton").values
-    assert_close(got, *_want_and_bound(P, x1, y3), torch.float64)
+    assert_close(got, *sddmm_want_and_bound(P, x1, y3), torch.float64)
 
     y2 = randn(9, 4, gen=gen, device=device)
     unused = ~(P.to_dense() != 0).any(0)
@@ -107,13 +96,13 @@ def test_batched_strided_and_nan(device, gen):
     x2 = randn(11, 4, gen=gen, device=device)
     x2[0] = float("nan")  # row 0 of x reaches row 0's entries only
     got = _launch_poisoned(P, x2, y2)
-    want, bound = _want_and_bound(P, x2, y2)
+    want, bound = sddmm_want_and_bound(P, x2, y2)
     assert_close(got, want, bound.nan_to_num(1.0), torch.float64)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_backward_through_kernel(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     P = random_csr(10, 8, 0.4, gen, torch.float64, device)
     x = randn(2, 10, 5, gen=gen, device=device).requires_grad_()
     y = randn(8, 5, gen=gen, device=device).requires_grad_()
@@ -146,12 +135,12 @@ def test_large_on_cuda(dtype, shape, density, gen):
     y = randn(N, K, gen=gen, dtype=dtype, device="cuda")
     for backend in (None, "triton", "dense"):  # the automatic choice, then each path
         got = sk.sddmm(x, y, P, backend=backend).values
-        assert_close(got, *_want_and_bound(P, x, y), dtype)
+        assert_close(got, *sddmm_want_and_bound(P, x, y), dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_opcheck_triton(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     P = random_csr(6, 5, 0.5, gen, torch.float64, device)
     t, perm = P.pattern.transpose()
     x = randn(2, 6, 3, gen=gen, device=device).requires_grad_()

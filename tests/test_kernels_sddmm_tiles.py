@@ -9,27 +9,16 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import assert_close, randn, random_csr
+from _helpers import (
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    sddmm_want_and_bound,
+    skip_interpreter_on_gpu_machine,
+)
 from sparsekernels.kernels import sddmm_tiles, tuning
 from sparsekernels.ops import _sddmm_plans
-
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
-
-
-def _want_and_bound(P, x, y):
-    rows, cols = P.pattern.row_indices().to(x.device), P.column_indices.long()
-    xd, yd = x.double(), y.double()
-    want = (xd @ yd.transpose(-1, -2))[..., rows, cols]
-    bound = (xd.abs() @ yd.abs().transpose(-1, -2))[..., rows, cols]
-    return want, bound + 1e-6 * bound.max().clamp_min(1e-30)
 
 
 def _launch(P, x, y, block_m=16, block_n=16, block_k=16, precision="ieee"):
@@ -70,39 +59,39 @@ def test_plan_places_every_entry(gen):
     assert runs == 1 << (int((plan.columns != sddmm_tiles.ABSENT).sum(-1).max()) - 1).bit_length()
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_every_entry_written(device, dtype, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     P = random_csr(37, 45, 0.3, gen, dtype, device)  # empty rows, partial edge tiles
     x = randn(37, 20, gen=gen, dtype=dtype, device=device)  # K not a multiple of BLOCK_K
     y = randn(45, 20, gen=gen, dtype=dtype, device=device)
-    assert_close(_launch(P, x, y), *_want_and_bound(P, x, y), dtype)
+    assert_close(_launch(P, x, y), *sddmm_want_and_bound(P, x, y), dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_degenerate_and_long_k(device, gen):
     """One row, one column, K = 1, a full row of one tile (J = BLOCK_N), K of several steps."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     for M, N, K, density in [(1, 40, 3, 0.5), (6, 1, 1, 0.9), (3, 16, 70, 1.0), (20, 33, 1, 0.4)]:
         P = random_csr(M, N, density, gen, torch.float32, device, empty_rows=False)
         x = randn(M, K, gen=gen, dtype=torch.float32, device=device)
         y = randn(N, K, gen=gen, dtype=torch.float32, device=device)
-        assert_close(_launch(P, x, y), *_want_and_bound(P, x, y), torch.float32)
+        assert_close(_launch(P, x, y), *sddmm_want_and_bound(P, x, y), torch.float32)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_batched_strided_and_nan(device, gen):
     """Batched x against unbatched strided y; a NaN in a row of x reaches that row's entries
     only (the tile computes it into every column; only stored cells leave the tile)."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     f32 = torch.float32
     P = random_csr(21, 18, 0.5, gen, f32, device)
     x = randn(2, 6, 21, gen=gen, dtype=f32, device=device).transpose(1, 2)  # (2, 21, 6) strided
     y = randn(6, 18, gen=gen, dtype=f32, device=device).t()  # (18, 6) strided
     got = _launch(P, x, y)
     assert got.shape == (2, P.nnz)
-    assert_close(got, *_want_and_bound(P, x, y), f32)
+    assert_close(got, *sddmm_want_and_bound(P, x, y), f32)
 
     rows = P.pattern.row_indices().to(device)
     poisoned = int(rows[P.nnz // 2])
@@ -111,7 +100,7 @@ def test_batched_strided_and_nan(device, gen):
     y2 = randn(18, 4, gen=gen, dtype=f32, device=device)
     got = _launch(P, x2, y2)
     assert got[rows == poisoned].isnan().all()
-    want, bound = _want_and_bound(P, x2, y2)
+    want, bound = sddmm_want_and_bound(P, x2, y2)
     keep = rows != poisoned
     assert_close(got[keep], want[keep], bound[keep], f32)
 
@@ -134,11 +123,11 @@ def _local_window(n, width, device, dtype):
     return sk.CSRMatrix.from_dense(((i[:, None] - i[None, :]).abs() < width).to(dtype))
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_route_takes_tiles_where_filled(device, gen, monkeypatch):
     """sk.sddmm runs the tensor-core kernel on a banded pattern and the per-entry kernel on a
     sparse uniform one, both right; the tile plan is built once per pattern."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     launches = []
     launch = sddmm_tiles.sddmm_tiles
@@ -152,16 +141,16 @@ def test_route_takes_tiles_where_filled(device, gen, monkeypatch):
     for P, tiles in ((band, True), (sparse, False)):
         launches.clear()
         got = sk.sddmm(x, y, P, backend="triton").values
-        assert_close(got, *_want_and_bound(P, x, y), dtype)
+        assert_close(got, *sddmm_want_and_bound(P, x, y), dtype)
         assert bool(launches) == tiles
     plan = _sddmm_plans.tile_plan(band.row_offsets, band.column_indices, 512, 64, 64)
     sk.sddmm(x, y, band, backend="triton")
     assert launches[-1]["plan"] is plan  # cached
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_float32_follows_torch_matmul_precision(device, gen, monkeypatch):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     precisions = []
     launch = sddmm_tiles.sddmm_tiles
     monkeypatch.setattr(
@@ -204,5 +193,5 @@ def test_route_on_gpu_at_its_tiles(dtype, k, gen, monkeypatch):
     x = randn(16, 700, k, gen=gen, dtype=dtype, device="cuda")
     y = randn(16, 700, k, gen=gen, dtype=dtype, device="cuda")
     got = sk.sddmm(x, y, P).values
-    assert_close(got, *_want_and_bound(P, x, y), dtype)
+    assert_close(got, *sddmm_want_and_bound(P, x, y), dtype)
     assert launches and launches[0]["plan"].block_m == (64 if k <= 256 else 128)

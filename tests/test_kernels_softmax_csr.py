@@ -9,19 +9,16 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    skip_interpreter_on_gpu_machine,
+)
 from sparsekernels import reference
 from sparsekernels.ops import _dispatch
-
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
 
 
 def _config(S, block):
@@ -78,10 +75,10 @@ def _check_forward(got, want, dtype):
     assert_close(got, want, want.abs().nan_to_num(1.0) + 1e-4, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_forward_every_entry_written(device, dtype, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     S = random_csr(19, 80, 0.3, gen, dtype, device)  # empty rows; rows span several blocks of 32
     for scale in (0.3, -2.0):
         got = _forward_poisoned(S, S.values, scale, block=32)
@@ -91,11 +88,11 @@ def test_forward_every_entry_written(device, dtype, gen):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on inf and NaN
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_forward_special_values(device, dtype, gen):
     """-inf rows give NaN, NaN and +inf poison their row, big values stay finite; across blocks."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     S = random_csr(7, 40, 1.0, gen, torch.float64, device, empty_rows=False)  # 40 entries a row
     v = S.values.clone().view(7, 40)
     v[0] = float("-inf")  # all masked: NaN, as dense softmax
@@ -114,9 +111,9 @@ def test_forward_special_values(device, dtype, gen):
     )
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_forward_batched_strided_single_row(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     S = random_csr(9, 12, 0.5, gen, torch.float64, device)
     values = randn(S.nnz, 3, gen=gen, device=device).t()  # (3, nnz) with stride (1, 3)
     _check_forward(_forward_poisoned(S, values, 0.7), _dense_softmax(S, values, 0.7), torch.float64)
@@ -141,10 +138,10 @@ def _backward_want_and_bound(S, probs, grad, scale):
     return want, abs(scale) * p * (g.abs() + abs_dots[..., rows]) + 1e-4
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_backward_every_entry_written(device, dtype, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     S = random_csr(19, 80, 0.3, gen, dtype, device)
     probs = sk.sparse_softmax(S, 0.3).values
     grad = randn(2, S.nnz, gen=gen, dtype=dtype, device=device)  # batched grad, unbatched probs
@@ -152,9 +149,9 @@ def test_backward_every_entry_written(device, dtype, gen):
     assert_close(got, *_backward_want_and_bound(S, probs, grad, 0.3), dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_backward_through_kernel(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     S = random_csr(10, 12, 0.5, gen, torch.float64, device)
     values = randn(2, S.nnz, gen=gen, device=device).requires_grad_()
     grad = randn(2, S.nnz, gen=gen, device=device)
@@ -196,9 +193,9 @@ def test_large_on_cuda(dtype, shape, density, gen):
     assert_close(d_values, want, bound, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_opcheck_triton(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     S = random_csr(6, 5, 0.5, gen, torch.float64, device)
     values = randn(2, S.nnz, gen=gen, device=device).requires_grad_()
     torch.library.opcheck(

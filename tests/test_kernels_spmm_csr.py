@@ -8,17 +8,15 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, assert_close, randn, random_csr, spmm_bound
-
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
 
 
 def _launch_poisoned(A, B, bias=None, activation="none", cols=None):
@@ -45,24 +43,24 @@ def _launch_poisoned(A, B, bias=None, activation="none", cols=None):
     return out[0]
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_every_element_written(device, dtype, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(19, 40, 0.2, gen, dtype, device)  # empty rows, 19 rows, N not a power of 2
     B = randn(40, 37, gen=gen, dtype=dtype, device=device)
     got = _launch_poisoned(A, B)
     assert_close(got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("N", [2, 5, 8, 16])
 def test_decode_sizes_in_every_b_layout(device, N, gen):
     """x^T (linear's column-major B), row-major B, and B padded to an aligned power-of-two
     width (the fast load, ops._layout.padded_rows) give the same product."""
     from sparsekernels.ops._layout import padded_rows
 
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(23, 40, 0.3, gen, torch.float32, device)
     x = randn(N, 40, gen=gen, dtype=torch.float32, device=device)
     want, bound = A.to_dense().double() @ x.t().double(), spmm_bound(A.to_dense(), x.t())
@@ -70,10 +68,10 @@ def test_decode_sizes_in_every_b_layout(device, N, gen):
         assert_close(_launch_poisoned(A, B, cols=N), want, bound, torch.float32)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_bias_activation(device, activation, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(13, 21, 0.3, gen, torch.float64, device)
     B, bias = randn(21, 9, gen=gen, device=device), randn(13, gen=gen, device=device)
     got = sk.spmm(A, B, bias, activation, backend="triton")
@@ -81,9 +79,9 @@ def test_bias_activation(device, activation, gen):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_degenerate_shapes(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     for M, K, N, density in [
         (1, 1, 1, 1.0),
         (1, 50, 3, 0.5),
@@ -98,9 +96,9 @@ def test_degenerate_shapes(device, gen):
     assert sk.spmm(empty, randn(5, 3, gen=gen, device=device), backend="triton").shape == (0, 3)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_batched_strided_and_nan(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(11, 16, 0.3, gen, torch.float64, device)
     values = randn(2, A.nnz, gen=gen, device=device)
     B = randn(2, 9, 16, gen=gen, device=device).transpose(1, 2)  # strided (2, 16, 9)
@@ -113,9 +111,9 @@ def test_batched_strided_and_nan(device, gen):
     assert not torch.isnan(got[:, 0]).any()
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_backward_through_kernel(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     A = random_csr(10, 12, 0.4, gen, torch.float64, device)
     values = A.values.clone().requires_grad_()
     B = randn(12, 5, gen=gen, device=device).requires_grad_()

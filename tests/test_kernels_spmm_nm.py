@@ -6,13 +6,17 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_nm,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
 from sparsekernels.kernels.tuning import spmm_nm_config
 
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
 # (n, m, vector, block): element-wise, vector-wise below and above the tensor-core threshold,
 # block-wise (BW4x4 = vector 4, block 4), odd n.
 PATTERNS = [
@@ -23,11 +27,6 @@ PATTERNS = [
     (3, 32, 16, 1),
     (1, 2, 64, 1),
 ]
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
 
 
 def _launch_poisoned(W, B, bias=None, activation="none"):
@@ -56,11 +55,11 @@ def _launch_poisoned(W, B, bias=None, activation="none"):
     return out, config.use_dot
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("N", [1, 7, 40])
 def test_every_element_written(device, pattern, N, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     dtype = torch.float32
     rows = 2 * max(vector, 16) + vector // 2 + 1 if vector > 1 else 37  # a partial last group
@@ -70,11 +69,11 @@ def test_every_element_written(device, pattern, N, gen):
     assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("use_dot", [False, True])
 def test_dtypes_and_both_paths(device, dtype, use_dot, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     if use_dot and dtype == torch.float64:
         pytest.skip("fp64 always takes the gather path")
     vector, N = (32, 48) if use_dot else (1, 5)
@@ -88,9 +87,9 @@ def test_dtypes_and_both_paths(device, dtype, use_dot, gen):
     assert_close(got, want, bound, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_linear_and_backward_through_kernel(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     W = random_nm(32, 32, 2, 8, gen, 16, 2, torch.float64, device)
     values = W.values.clone().requires_grad_()
     x = randn(3, 32, gen=gen, device=device).requires_grad_()
@@ -103,9 +102,9 @@ def test_linear_and_backward_through_kernel(device, gen):
     torch.testing.assert_close(x.grad, x2.grad)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_structural_zeros_do_not_spread_nan(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     W = random_nm(16, 16, 1, 8, gen, 16, 1, torch.float32, device)  # one kept column per group
     B = randn(16, 16, gen=gen, dtype=torch.float32, device=device)
     kept = W.column_indices()[0]
@@ -115,7 +114,7 @@ def test_structural_zeros_do_not_spread_nan(device, gen):
     assert not torch.isnan(sk.spmm(W, B, backend="triton")).any()
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("N", [1, 5, 20])
 def test_transposed_product_without_densifying(device, pattern, N, gen):
@@ -124,7 +123,7 @@ def test_transposed_product_without_densifying(device, pattern, N, gen):
     from sparsekernels.ops import _nm_transpose
     from sparsekernels.ops.spmm import spmm_nm_raw
 
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     W = random_nm(2 * vector + 3, 3 * m, n, m, gen, vector, block, torch.float32, device)
     B = randn(W.shape[0], N, gen=gen, dtype=torch.float32, device=device)

@@ -5,25 +5,24 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import ALL_DTYPES, assert_close, randn, random_nm, spmm_bound
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_nm,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
 from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
 from sparsekernels.kernels.transpose import padded_b
 from sparsekernels.ops._layout import padded_rows
 
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
 # (n, m, vector, block): element-wise, 1:2 (1-bit offsets), odd n, vector-wise, block-wise,
 # and a wide group (8-bit offsets).
 PATTERNS = [(2, 8, 1, 1), (1, 2, 1, 1), (3, 8, 1, 1), (2, 4, 4, 1), (4, 16, 1, 2), (1, 32, 2, 1)]
 # (block_m, block_w, num_warps): one row, rows sharing a choice, more rows than a vector.
 CONFIGS = [(1, 1, 1), (2, 4, 1), (16, 2, 2)]
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
 
 
 def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None, split=1):
@@ -52,12 +51,12 @@ def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None, spli
     return out
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("N", [1, 5, 16])
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_element_written(device, pattern, N, config, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     dtype = torch.float32
     rows = 2 * vector + vector // 2 + 17  # a partial last vector group and a partial tile
@@ -72,11 +71,11 @@ def test_every_element_written(device, pattern, N, config, gen):
         assert_close(got, want, spmm_bound(W.to_dense(), B[:, :N]), dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("N", [2, 3, 8, 12])
 def test_padded_b_layout(device, N, gen):
     """padded_rows: (K, next power of two) row-major, zeros past N, recognised by padded_b."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     x = randn(N, 40, gen=gen, device=device)
     B = padded_rows(x.t())
     width = 1 << (N - 1).bit_length()
@@ -86,10 +85,10 @@ def test_padded_b_layout(device, N, gen):
     assert not padded_b(x.t(), N) and padded_rows(x[:1].t()).shape == (40, 1)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_dtypes_bias_activation(device, dtype, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     W = random_nm(70, 64, 2, 8, gen, 1, 1, dtype, device)
     B = randn(64, 3, gen=gen, dtype=dtype, device=device)
     bias = randn(70, gen=gen, dtype=dtype, device=device)
@@ -99,7 +98,7 @@ def test_dtypes_bias_activation(device, dtype, gen):
     assert_close(got, want, bound, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (1, 8, 8, 1), (3, 8, 1, 1)])
 @pytest.mark.parametrize("N", [1, 5])
@@ -109,7 +108,7 @@ def test_split_walks(device, dtype, pattern, N, split, gen):
     split_k adds them in order, then bias and activation. Own-choice rows and rows sharing a
     choice (v = 8), an odd n, a last range shorter than the rest, and more ranges asked for
     than steps (only non-empty ones launch); the same bits every run."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     W = random_nm(19, 23 * m, n, m, gen, vector, block, dtype, device)
     B = randn(23 * m, N, gen=gen, dtype=dtype, device=device)
@@ -124,9 +123,9 @@ def test_split_walks(device, dtype, pattern, N, split, gen):
         _launch_poisoned(W, B, config, split=0)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_k_of_one_group_and_single_row(device, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     W = random_nm(1, 8, 2, 8, gen, 1, 1, torch.float64, device)
     B = randn(8, 1, gen=gen, device=device)
     got = _launch_poisoned(W, B, (1, 1, 1))

@@ -7,13 +7,16 @@ import itertools
 import pytest
 import torch
 
-from _helpers import assert_close, randn, random_nm, spmm_bound
+from _helpers import (
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_nm,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
 from sparsekernels.kernels.spmm_nm_expand import spmm_nm_expand, supports
 
-DEVICES = [
-    pytest.param("cpu", id="interpreter"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
 # (n, m, vector, block): element-wise, 1:2, block-wise, vector-wise, a wide group, a block as
 # wide as n, an m that is not a power of two, and an n that is not (groups straddle steps).
 PATTERNS = [
@@ -26,11 +29,6 @@ PATTERNS = [
     (4, 8, 2, 4),
     (2, 6, 1, 1),
 ]
-
-
-def _skip_interpreter_on_gpu_machine(device):
-    if device == "cpu" and torch.cuda.is_available():
-        pytest.skip("the interpreter runs only on machines without CUDA")
 
 
 def _launch_poisoned(
@@ -62,11 +60,11 @@ def _launch_poisoned(
     return out
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("N", [1, 3, 16, 20])
 def test_every_element_written(device, pattern, N, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     rows = 2 * vector + 17  # a partial last tile of rows
     cols = 5 * m  # groups not a multiple of the tile's
@@ -79,10 +77,10 @@ def test_every_element_written(device, pattern, N, gen):
         assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), B.dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_bias_activation_and_wider_tiles(device, dtype, gen):
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     W = random_nm(70, 128, 2, 8, gen, 1, 1, dtype, device)
     B = randn(128, 24, gen=gen, dtype=dtype, device=device)
     bias = randn(70, gen=gen, dtype=dtype, device=device)
@@ -93,14 +91,14 @@ def test_bias_activation_and_wider_tiles(device, dtype, gen):
         assert_close(got, want, bound, dtype)
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", [(1, 8, 1, 1), (2, 4, 1, 1), (3, 8, 2, 1)])
 @pytest.mark.parametrize("split", [2, 3, 64])
 def test_split_slots(device, pattern, split, gen):
     """Split-K: each range of slots sums into the float32 workspace and the second kernel adds
     them in order, then bias and activation; ragged rows and tokens, a last range shorter than
     the rest (and, at 64, more ranges asked for than steps: only non-empty ones launch)."""
-    _skip_interpreter_on_gpu_machine(device)
+    skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     W = random_nm(37, 21 * m, n, m, gen, vector, block, torch.float32, device)
     B = randn(21 * m, 19, gen=gen, dtype=torch.float32, device=device)
