@@ -15,7 +15,7 @@ shift
 steps=${*:-tests quick llm e2e}
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 # the newest committed run of each suite is its "previous version"
-previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
+previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
 mkdir -p "$out"
 bench() {  # bench NAME LIMIT ARGS...
   local name=$1 limit=$2
