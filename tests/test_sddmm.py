@@ -40,20 +40,26 @@ def test_backward(gen):
 
 
 def test_dense_backend_rule():
-    """The whole product on cuBLAS for a weight gradient's shapes (half precision from 5%
-    stored, fp32 from 25%, K >= 64); never for attention-sized products or short K."""
+    """The whole product on cuBLAS for a weight gradient's shapes (half precision from 8%
+    stored at K < 128 and 2% from 128, fp32 from 25%, K >= 64); never for many attention-sized
+    products or short K; one matrix, a weight's gradient, up to 2^30 cells."""
     from sparsekernels.ops import _dispatch
 
-    def chosen(dtype, k, density, cells):
-        facts = {"k": k, "batch": 1, "rows": 512, "density": density, "cells": cells}
+    def chosen(dtype, k, density, cells, batch=1):
+        facts = {"k": k, "batch": batch, "rows": 512, "density": density, "cells": cells}
         return _dispatch.choose("sddmm_csr", _dispatch.Problem(torch.device("cuda"), dtype, facts))
 
-    assert chosen(torch.bfloat16, 8192, 0.1, 512 * 2048) == "dense"
-    assert chosen(torch.float32, 8192, 0.1, 512 * 2048) == "triton"
-    assert chosen(torch.float32, 8192, 0.3, 512 * 2048) == "dense"
-    assert chosen(torch.bfloat16, 32, 0.1, 512 * 2048) == "triton"
-    assert chosen(torch.bfloat16, 64, 0.1, 8 * 8192 * 8192) == "triton"  # attention scores
-    assert chosen(torch.bfloat16, 8192, 0.01, 512 * 2048) == "triton"
+    bf16, fp32 = torch.bfloat16, torch.float32
+    assert chosen(bf16, 8192, 0.1, 512 * 2048) == "dense"
+    assert chosen(bf16, 8192, 0.01, 512 * 2048) == "triton"
+    assert chosen(bf16, 64, 0.05, 512 * 2048) == "triton"  # short K: from 8%
+    assert chosen(bf16, 64, 0.1, 512 * 2048) == "dense"
+    assert chosen(fp32, 8192, 0.1, 512 * 2048) == "triton"
+    assert chosen(fp32, 8192, 0.3, 512 * 2048) == "dense"
+    assert chosen(bf16, 32, 0.1, 512 * 2048) == "triton"
+    assert chosen(bf16, 64, 0.1, 8 * 8192 * 8192, batch=8) == "triton"  # attention scores
+    assert chosen(bf16, 2048, 0.25, 28672 * 8192) == "dense"  # one large weight's gradient
+    assert chosen(bf16, 2048, 0.25, 2**31) == "triton"  # past 2^30 cells
 
 
 def test_dense_backend_on_cpu():

@@ -332,9 +332,12 @@ def spmm_nm_prefers_dense(
 # 90% sparse weight's gradient (512 x 2048, K = 8192 tokens, bf16) took 936 us a call in the
 # sddmm kernel, while the dense product is ~25 us (H200, results/nvidia-h200/2026-11-30/
 # at-a179149/transformer_profile.txt).
-# The product must stay small (attention's L x L scores per head would not).
+# The product must stay small where there are many matrices (attention's L x L scores per
+# head); one matrix is a weight's gradient, as large as the weight itself, so a layer of 28672 x
+# 8192 (2^27.8 cells) still takes the product rather than a per-entry walk over K.
 SDDMM_DENSE_MIN_K = 64
 SDDMM_DENSE_MAX_CELLS = 2**27  # elements of the whole product, all batches
+SDDMM_DENSE_MAX_CELLS_ONE_MATRIX = 2**30
 
 
 # From the H200 sweep of 2026-11-30 (results/nvidia-h200/2026-11-30/at-e10ccc9/
@@ -347,9 +350,15 @@ SDDMM_DENSE_MIN_DENSITY_FP32 = 0.25
 
 
 def sddmm_prefers_dense(
-    k: int, density: float, cells: int, half_precision: bool, tile_fill: float = 0.0
+    k: int,
+    density: float,
+    cells: int,
+    half_precision: bool,
+    tile_fill: float = 0.0,
+    batch: int = 1,
 ) -> bool:
-    if k < SDDMM_DENSE_MIN_K or cells > SDDMM_DENSE_MAX_CELLS:
+    largest = SDDMM_DENSE_MAX_CELLS if batch > 1 else SDDMM_DENSE_MAX_CELLS_ONE_MATRIX
+    if k < SDDMM_DENSE_MIN_K or cells > largest:
         return False
     if sddmm_tiles_takes(k, density, tile_fill, half_precision):
         return False

@@ -178,7 +178,8 @@ def sddmm_prefers_dense(problem: _dispatch.Problem) -> bool:
     facts, half = problem.facts, problem.dtype in (torch.float16, torch.bfloat16)
     # facts a caller may leave out (sparsekernels info, the bench's peers): not dense
     k, density, cells = facts.get("k", 0), facts.get("density", 0.0), facts.get("cells", 0)
-    return sddmm_prefers_dense(k, density, cells, half, facts.get("tile_fill", 0.0))
+    fill, batch = facts.get("tile_fill", 0.0), facts.get("batch", 1)
+    return sddmm_prefers_dense(k, density, cells, half, fill, batch)
 
 
 def sddmm_prefers_dense_on_cpu(problem: _dispatch.Problem) -> bool:
