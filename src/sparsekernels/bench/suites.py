@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -261,7 +261,8 @@ def _loader(path: Path, dtype: torch.dtype, device: torch.device) -> Callable:
 @suite("e2e")
 def e2e(ctx: Context) -> list[Case]:
     """Whole models, sparse against dense (bench/e2e.py). GPU: the Sparse Transformer at
-    L = 8192 (3 layers, dim 512; 90% unstructured weights, and 1:8 v=64 for inference),
+    L = 8192 (3 layers, dim 512; 90% unstructured weights, and 1:8 v=64 for inference, also at
+    L = 16384),
     MobileNetV1 width 1.0 and 1.8 at batch 1 and 32, a 4-layer
     Llama-3-8B-shaped stack decoding 32 tokens after a 128-token prompt; CPU: tiny sizes."""
     from ..models.llama import LlamaConfig
@@ -285,6 +286,8 @@ def e2e(ctx: Context) -> list[Case]:
     for dt in ctx.pick(torch.bfloat16):
         cases += [e2e_cases.transformer_case(tcfg, 1, "90%", dt, d, train=t) for t in (0, 1)]
         cases += [e2e_cases.transformer_case(tcfg, 1, vector_nm, dt, d)]
+        if not cpu:  # where attention's share grows (dense attention is quadratic in L)
+            cases += [e2e_cases.transformer_case(replace(tcfg, seq_len=16384), 1, vector_nm, dt, d)]
     for dt in ctx.pick(torch.float32, torch.bfloat16):
         cases += [e2e_cases.mobilenet_case(w, b, resolution, dt, d) for w in widths for b in images]
     for dt in ctx.pick(torch.bfloat16):
