@@ -195,3 +195,20 @@ def test_route_on_gpu_at_its_tiles(dtype, k, gen, monkeypatch):
     got = sk.sddmm(x, y, P).values
     assert_close(got, *sddmm_want_and_bound(P, x, y), dtype)
     assert launches and launches[0]["plan"].block_m == (64 if k <= 256 else 128)
+
+
+def test_fill_estimate_samples_row_blocks(gen, monkeypatch):
+    """The route's fill reads a sample of row blocks: exact when the sample is every block,
+    within a few percent of the plan's own fill on a banded and a uniform pattern otherwise."""
+    band = _local_window(3000, 100, "cpu", torch.float64)  # 47 row blocks of 64
+    uniform = random_csr(3000, 900, 0.1, gen)
+    for P, cols in ((band, 3000), (uniform, 900)):
+        exact = sddmm_tiles.build_plan(P.row_offsets, P.column_indices, cols, 64, 64).fill
+        estimate = _sddmm_plans._sampled_fill(P.row_offsets, P.column_indices, cols)
+        assert estimate == pytest.approx(exact, rel=0.05)
+        monkeypatch.setattr(_sddmm_plans, "FILL_SAMPLE_BLOCKS", 1000)
+        every = _sddmm_plans._sampled_fill(P.row_offsets, P.column_indices, cols)
+        assert every == pytest.approx(exact, rel=1e-12)
+        monkeypatch.undo()
+    empty = random_csr(100, 100, 0.0, gen)
+    assert _sddmm_plans.tile_fill(empty.row_offsets, empty.column_indices, 100) == 0.0
