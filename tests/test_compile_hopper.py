@@ -1,12 +1,13 @@
-"""The split-K and tensor-core SDDMM kernels compiled for the H200 (sm_90) without a GPU.
+"""The split-K, tensor-core SDDMM and softmax kernels compiled for the H200 (sm_90), no GPU.
 
 The interpreter accepts code the compiler rejects (a loop-carried value changing type, a
 constexpr passed where a tensor is needed), and the GPU tests run only on the H200. Triton's
 wheel carries ptxas, so CI compiles each variant of these kernels to a cubin here: a compile
 error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped
 forms, with and without the partial plane; the decode kernel's own-row and shared-row walks in
-float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM (a dot, then a
-gather along each tile row) in each dtype it takes.
+float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM in each dtype
+it takes (a dot, then a gather along each tile row); the row softmax, forward and backward (its
+single-read branch returns early).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -29,6 +30,7 @@ def _cases() -> dict:
     import triton.language as tl
 
     from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
+    from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
     from sparsekernels.kernels.split_k import _sum_partials_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
@@ -70,6 +72,11 @@ def _cases() -> dict:
         pointers = ["*i32", "*i32", "*u8", data, data, data]
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
+    for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
+        constants = dict(ACC_DTYPE=tl.float32, BLOCK=256)
+        cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], constants, 1)
+        pointers = ["*i32", data, data, data]
+        cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 1)
     return cases
 
 
@@ -85,6 +92,7 @@ CASE_NAMES = [
         f"sddmm tiles {d} {p}"
         for d, p in (("*bf16", "ieee"), ("*fp16", "ieee"), ("*fp32", "ieee"), ("*fp32", "tf32"))
     ),
+    *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
 ]
 
 

@@ -80,8 +80,8 @@ def _check_forward(got, want, dtype):
 def test_forward_every_entry_written(device, dtype, gen):
     skip_interpreter_on_gpu_machine(device)
     S = random_csr(19, 80, 0.3, gen, dtype, device)  # empty rows; rows span several blocks of 32
-    for scale in (0.3, -2.0):
-        got = _forward_poisoned(S, S.values, scale, block=32)
+    for scale, block in ((0.3, 32), (-2.0, 32), (0.3, 128)):  # 128: every row in one block
+        got = _forward_poisoned(S, S.values, scale, block=block)
         _check_forward(got, _dense_softmax(S, S.values, scale), dtype)
     got = sk.sparse_softmax(S, 0.125, backend="triton").values  # the tuned block
     _check_forward(got, _dense_softmax(S, S.values, 0.125), dtype)
@@ -90,8 +90,10 @@ def test_forward_every_entry_written(device, dtype, gen):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on inf and NaN
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_forward_special_values(device, dtype, gen):
-    """-inf rows give NaN, NaN and +inf poison their row, big values stay finite; across blocks."""
+@pytest.mark.parametrize("block", [32, 64])  # rows across two blocks; each row in one block
+def test_forward_special_values(device, dtype, block, gen):
+    """-inf rows give NaN, NaN and +inf poison their row, big values stay finite; across
+    blocks (the online walk) and within one (the single read)."""
     skip_interpreter_on_gpu_machine(device)
     S = random_csr(7, 40, 1.0, gen, torch.float64, device, empty_rows=False)  # 40 entries a row
     v = S.values.clone().view(7, 40)
@@ -103,7 +105,7 @@ def test_forward_special_values(device, dtype, gen):
     v[5, :32] = -1e4  # the running max grows in the second block
     v[6, ::3] = float("-inf")
     values = v.reshape(-1).to(dtype)
-    got = _forward_poisoned(S, values, 0.5, block=32)
+    got = _forward_poisoned(S, values, 0.5, block=block)
     want = _dense_softmax(S, values, 0.5)
     _check_forward(got, want, dtype)
     torch.testing.assert_close(
@@ -145,8 +147,9 @@ def test_backward_every_entry_written(device, dtype, gen):
     S = random_csr(19, 80, 0.3, gen, dtype, device)
     probs = sk.sparse_softmax(S, 0.3).values
     grad = randn(2, S.nnz, gen=gen, dtype=dtype, device=device)  # batched grad, unbatched probs
-    got = _backward_poisoned(S, probs, grad, 0.3, block=32)
-    assert_close(got, *_backward_want_and_bound(S, probs, grad, 0.3), dtype)
+    for block in (32, 128):  # rows across blocks (two passes); every row in one block
+        got = _backward_poisoned(S, probs, grad, 0.3, block=block)
+        assert_close(got, *_backward_want_and_bound(S, probs, grad, 0.3), dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

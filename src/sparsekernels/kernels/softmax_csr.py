@@ -1,13 +1,15 @@
 """CSR row softmax, forward and backward: one program owns one row of one matrix.
 
-Forward: probs = softmax(scale * values) over the row's stored entries. The program walks the
-row BLOCK entries at a time keeping a running max and a running sum of exponentials per lane
-(online softmax, fp32; fp64 for fp64), combines the lanes, then walks the row again to write
-exp(z - max) / sum. As the reference does, a row whose max is -inf is shifted by 0 instead, so
-a row of all -inf gives 0 / 0 = NaN like dense softmax; a NaN or +inf makes its row NaN; empty
-rows are not touched.
+Forward: probs = softmax(scale * values) over the row's stored entries. A row of at most BLOCK
+entries (the block is sized to an average row) is read once and its probabilities written from
+registers. A longer row is walked BLOCK entries at a time keeping a running max and a running
+sum of exponentials per lane (online softmax, fp32; fp64 for fp64), the lanes combined, then
+walked again to write exp(z - max) / sum. As the reference does, a row whose max is -inf is
+shifted by 0 instead, so a row of all -inf gives 0 / 0 = NaN like dense softmax; a NaN or +inf
+makes its row NaN; empty rows are not touched.
 
-Backward: d(values) = scale * p * (g - sum_row(p * g)), one pass for the dot, one to write.
+Backward: d(values) = scale * p * (g - sum_row(p * g)): a row within BLOCK in one read, a
+longer one in a pass for the dot and one to write.
 
 `scale` travels as two fp32 numbers (scale_hi + scale_lo, rebuilt in the accumulation dtype),
 because Triton passes Python floats as fp32: fp64 inputs see scale to ~48 bits, fp32 inputs see
@@ -47,6 +49,18 @@ def _softmax_csr_kernel(
     out += batch * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
     lanes = tl.arange(0, BLOCK).to(tl.int64)  # e + lanes is int64 whatever e's type (interpreter)
+
+    if end - start <= BLOCK:  # the whole row in registers: one read (an empty row: no store)
+        offs = start + lanes
+        mask = offs < end
+        z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
+        z = tl.where(mask, z * scale, float("-inf"))
+        row_max = tl.max(z, axis=0)
+        shift = tl.where(row_max == float("-inf"), 0.0, row_max)
+        e = tl.exp(z - shift)  # a masked lane: exp(-inf) = 0
+        p = e / tl.sum(e, axis=0)
+        tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
+        return
 
     # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
     m = tl.full((BLOCK,), float("-inf"), dtype=ACC_DTYPE)
@@ -99,6 +113,15 @@ def _softmax_csr_backward_kernel(
     out += batch * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
     lanes = tl.arange(0, BLOCK).to(tl.int64)
+
+    if end - start <= BLOCK:  # the whole row in registers: one read of p and g
+        offs = start + lanes
+        mask = offs < end
+        p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
+        g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
+        d = scale * p * (g - tl.sum(p * g, axis=0))
+        tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
+        return
 
     acc = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
     for e in range(start, end, BLOCK):
