@@ -1,6 +1,6 @@
 """The N:M decode kernel (kernels/spmm_nm_decode.py) against the first gather kernel
 (kernels/spmm_nm.py) and dense, at 1 and 16 tokens (or TOKENS=2,4,8) on the 14336 x 4096
-MLP weight, bf16,
+MLP weight (or SHAPES=4096x14336,...: few-row weights fill fewer programs), bf16,
 CUDA-graph medians. Prints the best configurations per case; writes every timing to
 OUT/nm_decode.json when OUT is set."""
 
@@ -32,17 +32,21 @@ def checked(fn, out, ref):
     return bench(fn) if err < 1e-2 else None
 
 
-M, K = 14336, 4096
-w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get("SHAPES", "14336x4096").split(",")]
 CASES = [(1, (2, 8, 1)), (1, (1, 8, 1)), (1, (2, 4, 1)), (1, (2, 8, 64))]
 CASES += [(16, (2, 8, 1)), (16, (2, 8, 64)), (4, (2, 8, 1))]
 if os.environ.get("TOKENS"):  # e.g. TOKENS=2,4,8,16: element-wise 2:8, 1:8, 2:4 at those counts
     tokens = [int(t) for t in os.environ["TOKENS"].split(",")]
     CASES = [(N, (n, m, 1)) for N in tokens for n, m in ((2, 8), (1, 8), (2, 4))]
+CASES = [(shape, *case) for shape in SHAPES for case in CASES]
 rows, table = [], []
-for N, (n, m, v) in CASES:
+weights = {}
+for (M, K), N, (n, m, v) in CASES:
     if time.time() - start > BUDGET_S:
         break
+    if (M, K) not in weights:
+        weights[M, K] = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = weights[M, K]
     x = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
     B = x.t().contiguous()  # what the op passes for N > 1
     dense = bench(lambda: x @ w.t())
@@ -76,7 +80,7 @@ for N, (n, m, v) in CASES:
         if t is not None:
             results.append((t, bm, bs, nw))
     results.sort()
-    case = f"{n}:{m} v={v} N={N}"
+    case = f"{M}x{K} {n}:{m} v={v} N={N}"
     rows.append({"case": case, "dense_us": dense, "old_us": t_old, "all": results})
     table.append((case, dense, t_old, results[0] if results else None))
     print(case, f"dense {dense:.1f} old {t_old} top {results[:4]}", flush=True)
@@ -84,8 +88,8 @@ for N, (n, m, v) in CASES:
 if os.environ.get("OUT"):
     with open(os.path.join(os.environ["OUT"], "nm_decode.json"), "w") as f:
         json.dump(rows, f, indent=1)
-print(f"\n{'case':<18} {'dense':>7} {'old':>7} {'new':>7}  new x dense  (block_m, slots, warps)")
+print(f"\n{'case':<28} {'dense':>7} {'old':>7} {'new':>7}  new x dense  (block_m, slots, warps)")
 for case, dense, t_old, best in table:
     new = best[0] if best else float("nan")
-    print(f"{case:<18} {dense:7.1f} {t_old or float('nan'):7.1f} {new:7.1f}  {dense / new:5.2f}x"
+    print(f"{case:<28} {dense:7.1f} {t_old or float('nan'):7.1f} {new:7.1f}  {dense / new:5.2f}x"
           f"  {best[1:] if best else None}")  # fmt: skip
