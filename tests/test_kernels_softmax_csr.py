@@ -28,7 +28,7 @@ def _config(S, block):
     return block or config.block, config.num_warps
 
 
-def _forward_poisoned(S, values, scale, block=None):
+def _forward_poisoned(S, values, scale, block=None, heads=1):
     from sparsekernels.kernels import softmax_csr as kernel
 
     block, num_warps = _config(S, block)
@@ -39,12 +39,13 @@ def _forward_poisoned(S, values, scale, block=None):
         out=out.view(-1, S.nnz),
         scale=scale,
         block=block,
-        num_warps=num_warps,
+        num_warps=num_warps * heads,
+        heads=heads,
     )
     return out
 
 
-def _backward_poisoned(S, probs, grad, scale, block=None):
+def _backward_poisoned(S, probs, grad, scale, block=None, heads=1):
     from sparsekernels.kernels import softmax_csr as kernel
 
     block, num_warps = _config(S, block)
@@ -57,7 +58,8 @@ def _backward_poisoned(S, probs, grad, scale, block=None):
         out=out.view(-1, S.nnz),
         scale=scale,
         block=block,
-        num_warps=num_warps,
+        num_warps=num_warps * heads,
+        heads=heads,
     )
     return out
 
@@ -126,6 +128,36 @@ def test_forward_batched_strided_single_row(device, gen):
     _check_forward(got, _dense_softmax(one, one.values, 1.0), torch.float32)
     none = random_csr(4, 3, 0.0, gen, torch.float32, device)  # no stored entries
     assert sk.sparse_softmax(none, backend="triton").values.shape == (0,)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("block", [16, 64])  # rows across blocks; every row in one block
+def test_heads_share_a_program(device, block, gen):
+    """Several matrices of one row per program: 5 heads in programs of 2 and 4 (the last one
+    partly past the batch), strided values, forward and backward, each against float64."""
+    skip_interpreter_on_gpu_machine(device)
+    S = random_csr(11, 40, 0.5, gen, torch.float64, device)  # empty rows; rows up to 40
+    values = randn(S.nnz, 5, gen=gen, device=device).t()  # (5, nnz) with stride (1, 5)
+    grad = randn(5, S.nnz, gen=gen, device=device)
+    for heads in (2, 4):
+        got = _forward_poisoned(S, values, 0.7, block=block, heads=heads)
+        _check_forward(got, _dense_softmax(S, values, 0.7), torch.float64)
+        got = _backward_poisoned(S, got, grad, 0.7, block=block, heads=heads)
+        want, bound = _backward_want_and_bound(S, _dense_softmax(S, values, 0.7), grad, 0.7)
+        assert_close(got, want, bound, torch.float64)
+        one = _forward_poisoned(S, values[0], 0.7, block=block, heads=heads)  # unbatched
+        _check_forward(one, _dense_softmax(S, values[0], 0.7), torch.float64)
+
+
+def test_heads_per_program_rule():
+    from sparsekernels.kernels.tuning import softmax_csr_config
+
+    assert softmax_csr_config(4096 * 256, 4096, 16).heads == 4  # rows of 256: one warp each
+    assert softmax_csr_config(4096 * 256, 4096, 16).num_warps == 4
+    assert softmax_csr_config(4096 * 512, 4096, 16).heads == 2  # two warps a row
+    assert softmax_csr_config(4096 * 2048, 4096, 16).heads == 1  # four warps a row
+    assert softmax_csr_config(4096 * 256, 4096, 3).heads == 4  # the last program half full
+    assert softmax_csr_config(4096 * 256, 4096, 1).heads == 1
 
 
 def _backward_want_and_bound(S, probs, grad, scale):

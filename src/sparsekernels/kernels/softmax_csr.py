@@ -1,4 +1,5 @@
-"""CSR row softmax, forward and backward: one program owns one row of one matrix.
+"""CSR row softmax, forward and backward: one program owns one row of BLOCK_H matrices that
+share the pattern (attention heads), one warp or more each.
 
 Forward: probs = softmax(scale * values) over the row's stored entries. A row of at most BLOCK
 entries (the block is sized to an average row) is read once and its probabilities written from
@@ -34,54 +35,57 @@ def _softmax_csr_kernel(
     out,  # (batch, nnz): strides stride_ob, stride_oe
     scale_hi,
     scale_lo,
+    batch,  # matrices in out; program_id(1) takes BLOCK_H of them
     stride_vb,
     stride_ve,
     stride_ob,
     stride_oe,
     ACC_DTYPE: tl.constexpr,
     BLOCK: tl.constexpr,
+    BLOCK_H: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    batch = tl.program_id(1).to(tl.int64)
+    heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = heads < batch
     start = tl.load(row_offsets + row).to(tl.int64)
     end = tl.load(row_offsets + row + 1).to(tl.int64)
-    values += batch * stride_vb
-    out += batch * stride_ob
+    values += heads[:, None] * stride_vb
+    out += heads[:, None] * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
     lanes = tl.arange(0, BLOCK).to(tl.int64)  # e + lanes is int64 whatever e's type (interpreter)
 
     if end - start <= BLOCK:  # the whole row in registers: one read (an empty row: no store)
-        offs = start + lanes
-        mask = offs < end
+        offs = (start + lanes)[None, :]
+        mask = mask_h[:, None] & (offs < end)
         z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
         z = tl.where(mask, z * scale, float("-inf"))
-        row_max = tl.max(z, axis=0)
+        row_max = tl.max(z, axis=1)
         shift = tl.where(row_max == float("-inf"), 0.0, row_max)
-        e = tl.exp(z - shift)  # a masked lane: exp(-inf) = 0
-        p = e / tl.sum(e, axis=0)
+        e = tl.exp(z - shift[:, None])  # a masked lane: exp(-inf) = 0
+        p = e / tl.sum(e, axis=1)[:, None]
         tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
         return
 
     # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
-    m = tl.full((BLOCK,), float("-inf"), dtype=ACC_DTYPE)
-    s = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
+    m = tl.full((BLOCK_H, BLOCK), float("-inf"), dtype=ACC_DTYPE)
+    s = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
     for e in range(start, end, BLOCK):
-        offs = e + lanes
-        mask = offs < end
+        offs = (e + lanes)[None, :]
+        mask = mask_h[:, None] & (offs < end)
         z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
         z = tl.where(mask, z * scale, float("-inf"))
         m_new = tl.maximum(m, z)
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         s = s * tl.exp(m - shift) + tl.exp(z - shift)
         m = m_new
-    row_max = tl.max(m, axis=0)
-    shift = tl.where(row_max == float("-inf"), 0.0, row_max)
-    total = tl.sum(s * tl.exp(m - shift), axis=0)  # a lane with m = -inf has s = 0: adds 0
+    row_max = tl.max(m, axis=1)
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+    total = tl.sum(s * tl.exp(m - shift), axis=1)[:, None]  # a lane with m = -inf adds 0
 
     # Pass 2: write the probabilities.
     for e in range(start, end, BLOCK):
-        offs = e + lanes
-        mask = offs < end
+        offs = (e + lanes)[None, :]
+        mask = mask_h[:, None] & (offs < end)
         z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE) * scale
         p = tl.exp(z - shift) / total
         tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
@@ -95,6 +99,7 @@ def _softmax_csr_backward_kernel(
     out,  # (batch, nnz): strides stride_ob, stride_oe
     scale_hi,
     scale_lo,
+    batch,  # matrices in out; program_id(1) takes BLOCK_H of them
     stride_pb,
     stride_pe,
     stride_gb,
@@ -103,38 +108,40 @@ def _softmax_csr_backward_kernel(
     stride_oe,
     ACC_DTYPE: tl.constexpr,
     BLOCK: tl.constexpr,
+    BLOCK_H: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    batch = tl.program_id(1).to(tl.int64)
+    heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = heads < batch
     start = tl.load(row_offsets + row).to(tl.int64)
     end = tl.load(row_offsets + row + 1).to(tl.int64)
-    probs += batch * stride_pb
-    grad += batch * stride_gb
-    out += batch * stride_ob
+    probs += heads[:, None] * stride_pb
+    grad += heads[:, None] * stride_gb
+    out += heads[:, None] * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
     lanes = tl.arange(0, BLOCK).to(tl.int64)
 
     if end - start <= BLOCK:  # the whole row in registers: one read of p and g
-        offs = start + lanes
-        mask = offs < end
+        offs = (start + lanes)[None, :]
+        mask = mask_h[:, None] & (offs < end)
         p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
         g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
-        d = scale * p * (g - tl.sum(p * g, axis=0))
+        d = scale * p * (g - tl.sum(p * g, axis=1)[:, None])
         tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
         return
 
-    acc = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
+    acc = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
     for e in range(start, end, BLOCK):
-        offs = e + lanes
-        mask = offs < end
+        offs = (e + lanes)[None, :]
+        mask = mask_h[:, None] & (offs < end)
         p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
         g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
         acc += p * g
-    dot = tl.sum(acc, axis=0)
+    dot = tl.sum(acc, axis=1)[:, None]
 
     for e in range(start, end, BLOCK):
-        offs = e + lanes
-        mask = offs < end
+        offs = (e + lanes)[None, :]
+        mask = mask_h[:, None] & (offs < end)
         p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
         g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
         d = scale * p * (g - dot)
@@ -158,25 +165,29 @@ def sparse_softmax(
     scale: float,
     block: int,
     num_warps: int,
+    heads: int = 1,
 ) -> torch.Tensor:
-    """Launch over out (batch, nnz); values may be unbatched (nnz,) (its batch stride is 0)."""
+    """Launch over out (batch, nnz), `heads` matrices of a row per program; values may be
+    unbatched (nnz,) (its batch stride is 0)."""
     batch, nnz = out.shape
     rows = row_offsets.numel() - 1
     if rows == 0 or nnz == 0 or batch == 0:
         return out
     hi, lo = _split_scale(scale)
-    _softmax_csr_kernel[(rows, batch)](
+    _softmax_csr_kernel[(rows, -(-batch // heads))](
         row_offsets,
         values,
         out,
         hi,
         lo,
+        batch,
         _batch_stride(values),
         values.stride(-1),
         out.stride(0),
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
         BLOCK=block,
+        BLOCK_H=heads,
         num_warps=num_warps,
     )
     return out
@@ -191,20 +202,23 @@ def sparse_softmax_backward(
     scale: float,
     block: int,
     num_warps: int,
+    heads: int = 1,
 ) -> torch.Tensor:
-    """Launch over out (batch, nnz); probs and grad may be unbatched (nnz,) (batch stride 0)."""
+    """Launch over out (batch, nnz), `heads` matrices of a row per program; probs and grad may
+    be unbatched (nnz,) (batch stride 0)."""
     batch, nnz = out.shape
     rows = row_offsets.numel() - 1
     if rows == 0 or nnz == 0 or batch == 0:
         return out
     hi, lo = _split_scale(scale)
-    _softmax_csr_backward_kernel[(rows, batch)](
+    _softmax_csr_backward_kernel[(rows, -(-batch // heads))](
         row_offsets,
         probs,
         grad,
         out,
         hi,
         lo,
+        batch,
         _batch_stride(probs),
         probs.stride(-1),
         _batch_stride(grad),
@@ -213,6 +227,7 @@ def sparse_softmax_backward(
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
         BLOCK=block,
+        BLOCK_H=heads,
         num_warps=num_warps,
     )
     return out

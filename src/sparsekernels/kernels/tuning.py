@@ -271,14 +271,26 @@ def sddmm_csr_config(k: int, nnz: int, rows: int) -> SddmmCsrConfig:
 class SoftmaxCsrConfig:
     block: int
     num_warps: int
+    heads: int = 1  # matrices sharing the pattern (attention heads) per program
+
+
+# Heads per program: a row of up to 256 entries is one warp's work, and one-warp programs meet
+# the limit of 32 programs a multiprocessor (32 of its 64 warps): 16 heads x 4096 rows of ~256
+# entries (local:256, bf16) ran 42.8 us, 1565 GB/s against the 1940 of the 70%-of-copy target
+# (results/nvidia-h200/2026-11-30/at-25e62da/sddmm). Up to SOFTMAX_MAX_WARPS warps a program,
+# a row of several heads each; not yet timed against one head a program.
+SOFTMAX_MAX_WARPS = 4
 
 
 @_memo
-def softmax_csr_config(nnz: int, rows: int) -> SoftmaxCsrConfig:
+def softmax_csr_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
     """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
-    1024 entries; one warp up to 256 entries, then at most 8 entries per thread."""
+    1024 entries; one warp a head up to 256 entries, then at most 8 entries per thread; heads
+    of the same row share a program up to SOFTMAX_MAX_WARPS warps."""
     block = max(32, min(1024, _mean_row(nnz, rows)))
-    return SoftmaxCsrConfig(block, num_warps=max(1, min(4, block // 256)))
+    warps = max(1, min(4, block // 256))
+    heads = min(next_power_of_2(max(batch, 1)), max(1, SOFTMAX_MAX_WARPS // warps))
+    return SoftmaxCsrConfig(block, num_warps=warps * heads, heads=heads)
 
 
 # ------------------------------------------------------------------ dense fallback

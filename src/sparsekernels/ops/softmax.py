@@ -52,14 +52,16 @@ def _triton_softmax(row_offsets, values, scale):
     out = torch.empty_like(values, memory_format=torch.contiguous_format)
     if out.numel() == 0:
         return out
-    config = softmax_csr_config(values.shape[-1], row_offsets.numel() - 1)
+    flat = out.view(-1, values.shape[-1])
+    config = softmax_csr_config(values.shape[-1], row_offsets.numel() - 1, flat.shape[0])
     kernel.sparse_softmax(
         row_offsets=row_offsets,
         values=values,
-        out=out.view(-1, values.shape[-1]),
+        out=flat,
         scale=scale,
         block=config.block,
         num_warps=config.num_warps,
+        heads=config.heads,
     )
     return out
 
@@ -72,15 +74,17 @@ def _triton_softmax_backward(row_offsets, probs, grad, scale):
     out = probs.new_empty((*torch.broadcast_shapes(probs.shape[:-1], grad.shape[:-1]), nnz))
     if out.numel() == 0:
         return out
-    config = softmax_csr_config(nnz, row_offsets.numel() - 1)
+    flat = out.view(-1, nnz)
+    config = softmax_csr_config(nnz, row_offsets.numel() - 1, flat.shape[0])
     kernel.sparse_softmax_backward(
         row_offsets=row_offsets,
         probs=probs,
         grad=grad,
-        out=out.view(-1, nnz),
+        out=flat,
         scale=scale,
         block=config.block,
         num_warps=config.num_warps,
+        heads=config.heads,
     )
     return out
 
