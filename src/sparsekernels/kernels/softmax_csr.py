@@ -59,36 +59,36 @@ def _softmax_csr_kernel(
         mask = mask_h[:, None] & (offs < end)
         z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
         z = tl.where(mask, z * scale, float("-inf"))
+        # (names apart from the else branch's: Triton needs one type per name across branches)
         row_max = tl.max(z, axis=1)
-        shift = tl.where(row_max == float("-inf"), 0.0, row_max)
-        e = tl.exp(z - shift[:, None])  # a masked lane: exp(-inf) = 0
-        p = e / tl.sum(e, axis=1)[:, None]
+        row_shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+        exps = tl.exp(z - row_shift)  # a masked lane: exp(-inf) = 0
+        p = exps / tl.sum(exps, axis=1)[:, None]
         tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
-        return
+    else:
+        # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
+        m = tl.full((BLOCK_H, BLOCK), float("-inf"), dtype=ACC_DTYPE)
+        s = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
+        for e in range(start, end, BLOCK):
+            offs = (e + lanes)[None, :]
+            mask = mask_h[:, None] & (offs < end)
+            z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
+            z = tl.where(mask, z * scale, float("-inf"))
+            m_new = tl.maximum(m, z)
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s * tl.exp(m - shift) + tl.exp(z - shift)
+            m = m_new
+        row_max = tl.max(m, axis=1)
+        shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+        total = tl.sum(s * tl.exp(m - shift), axis=1)[:, None]  # a lane with m = -inf adds 0
 
-    # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
-    m = tl.full((BLOCK_H, BLOCK), float("-inf"), dtype=ACC_DTYPE)
-    s = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
-        z = tl.where(mask, z * scale, float("-inf"))
-        m_new = tl.maximum(m, z)
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s = s * tl.exp(m - shift) + tl.exp(z - shift)
-        m = m_new
-    row_max = tl.max(m, axis=1)
-    shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
-    total = tl.sum(s * tl.exp(m - shift), axis=1)[:, None]  # a lane with m = -inf adds 0
-
-    # Pass 2: write the probabilities.
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE) * scale
-        p = tl.exp(z - shift) / total
-        tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
+        # Pass 2: write the probabilities.
+        for e in range(start, end, BLOCK):
+            offs = (e + lanes)[None, :]
+            mask = mask_h[:, None] & (offs < end)
+            z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE) * scale
+            p = tl.exp(z - shift) / total
+            tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -128,24 +128,23 @@ def _softmax_csr_backward_kernel(
         g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
         d = scale * p * (g - tl.sum(p * g, axis=1)[:, None])
         tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
-        return
+    else:
+        acc = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
+        for e in range(start, end, BLOCK):
+            offs = (e + lanes)[None, :]
+            mask = mask_h[:, None] & (offs < end)
+            p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
+            g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
+            acc += p * g
+        dot = tl.sum(acc, axis=1)[:, None]
 
-    acc = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
-        g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
-        acc += p * g
-    dot = tl.sum(acc, axis=1)[:, None]
-
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
-        g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
-        d = scale * p * (g - dot)
-        tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
+        for e in range(start, end, BLOCK):
+            offs = (e + lanes)[None, :]
+            mask = mask_h[:, None] & (offs < end)
+            p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
+            g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
+            d = scale * p * (g - dot)
+            tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
 
 
 def _split_scale(scale: float) -> tuple[float, float]:
