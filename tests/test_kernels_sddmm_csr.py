@@ -22,7 +22,7 @@ from sparsekernels.ops import _dispatch
 
 def _launch_poisoned(P, x, y, block_nnz=None, block_k=None):
     from sparsekernels.kernels import sddmm_csr as kernel
-    from sparsekernels.kernels.tuning import sddmm_csr_config
+    from sparsekernels.kernels.sddmm_tuning import sddmm_csr_config
 
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.full((*batch, P.nnz), float("nan"), dtype=x.dtype, device=x.device)

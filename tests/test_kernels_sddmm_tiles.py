@@ -17,7 +17,7 @@ from _helpers import (
     sddmm_want_and_bound,
     skip_interpreter_on_gpu_machine,
 )
-from sparsekernels.kernels import sddmm_tiles, tuning
+from sparsekernels.kernels import sddmm_tiles, sddmm_tuning
 from sparsekernels.ops import _sddmm_plans
 
 
@@ -108,14 +108,14 @@ def test_batched_strided_and_nan(device, gen):
 def test_rule():
     """Well-filled tiles take the kernel; against the whole product only where the visited
     tiles are a part of it, or K is short in half precision."""
-    assert tuning.sddmm_tiles_takes(64, 0.06, 0.8, True)  # a local window
-    assert tuning.sddmm_tiles_takes(2048, 0.06, 0.8, False)
-    assert tuning.sddmm_tiles_takes(64, 0.3, 0.3, True)  # uniform 30%, every tile visited
-    assert not tuning.sddmm_tiles_takes(2048, 0.3, 0.3, True)
-    assert not tuning.sddmm_tiles_takes(64, 0.3, 0.3, False)
-    assert not tuning.sddmm_tiles_takes(64, 0.1, 0.1, True)  # too sparse a fill
-    assert not tuning.sddmm_prefers_dense(64, 0.3, 4096 * 4096, True, tile_fill=0.3)
-    assert tuning.sddmm_prefers_dense(64, 0.3, 4096 * 4096, True, tile_fill=0.0)
+    assert sddmm_tuning.sddmm_tiles_takes(64, 0.06, 0.8, True)  # a local window
+    assert sddmm_tuning.sddmm_tiles_takes(2048, 0.06, 0.8, False)
+    assert sddmm_tuning.sddmm_tiles_takes(64, 0.3, 0.3, True)  # uniform 30%, every tile visited
+    assert not sddmm_tuning.sddmm_tiles_takes(2048, 0.3, 0.3, True)
+    assert not sddmm_tuning.sddmm_tiles_takes(64, 0.3, 0.3, False)
+    assert not sddmm_tuning.sddmm_tiles_takes(64, 0.1, 0.1, True)  # too sparse a fill
+    assert not sddmm_tuning.sddmm_prefers_dense(64, 0.3, 4096 * 4096, True, tile_fill=0.3)
+    assert sddmm_tuning.sddmm_prefers_dense(64, 0.3, 4096 * 4096, True, tile_fill=0.0)
 
 
 def _local_window(n, width, device, dtype):

@@ -22,7 +22,7 @@ from sparsekernels.ops import _dispatch
 
 
 def _config(S, block):
-    from sparsekernels.kernels.tuning import softmax_csr_config
+    from sparsekernels.kernels.sddmm_tuning import softmax_csr_config
 
     config = softmax_csr_config(S.nnz, S.shape[0])
     return block or config.block, config.num_warps
@@ -150,7 +150,7 @@ def test_heads_share_a_program(device, block, gen):
 
 
 def test_heads_per_program_rule():
-    from sparsekernels.kernels.tuning import softmax_csr_config
+    from sparsekernels.kernels.sddmm_tuning import softmax_csr_config
 
     assert softmax_csr_config(4096 * 256, 4096, 16).heads == 4  # rows of 256: one warp each
     assert softmax_csr_config(4096 * 256, 4096, 16).num_warps == 4

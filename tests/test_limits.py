@@ -17,7 +17,7 @@ import torch
 
 import sparsekernels as sk
 from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
-from sparsekernels.kernels import tuning
+from sparsekernels.kernels import sddmm_tuning, tuning
 from sparsekernels.ops import _dispatch
 
 INT32_MAX = 2**31 - 1
@@ -111,7 +111,7 @@ def test_sddmm_csr_kernel_offsets_past_2_31(layout, gen):
     assert past_2_31(x) and past_2_31(y)
     P = random_csr(x_shape[0], y_shape[0], 0.5, gen, torch.bfloat16, empty_rows=False)
     out = torch.full((1, P.nnz), NAN, dtype=torch.bfloat16)
-    config = tuning.sddmm_csr_config(x_shape[1], P.nnz, P.shape[0])
+    config = sddmm_tuning.sddmm_csr_config(x_shape[1], P.nnz, P.shape[0])
     kernel.sddmm_csr(
         row_offsets=P.row_offsets,
         column_indices=P.column_indices,
@@ -137,7 +137,7 @@ def test_softmax_csr_kernels_offsets_past_2_31(gen):
     values = far_view((144,), (FAR,), gen)
     probs = far_view((144,), (FAR,), gen, fill=False)
     assert past_2_31(values) and past_2_31(probs)
-    config = tuning.softmax_csr_config(144, 3)
+    config = sddmm_tuning.softmax_csr_config(144, 3)
     kernel.sparse_softmax(
         row_offsets=offsets,
         values=values,

@@ -4,7 +4,7 @@
 patterns and the Sparse Transformer's local window. Tile configurations (block_m, block_n,
 block_k, warps, stages) are timed each; float32 runs at "ieee" (torch's default "highest"
 precision) and, as a separate column, "tf32". CUDA-graph medians in us (inputs stay in L2
-between runs: the harness's cold-L2 suite gives the figures of record). Sets tuning.SDDMM_TILES_*
+between runs: the harness's cold-L2 suite gives the figures of record). Sets sddmm_tuning.SDDMM_TILES_*
 and the SDDMM_DENSE_* densities; prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/sddmm_tiles_sweep.py
     KS=64,256 DENSITIES=0.02,0.1 DTYPES=bf16 BUDGET_S=100 ...
@@ -17,7 +17,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
-from sparsekernels.kernels import sddmm_tiles, tuning
+from sparsekernels.kernels import sddmm_tiles, sddmm_tuning
 from sparsekernels.kernels.sddmm_csr import sddmm_csr
 from sparsekernels.ops import _dense
 
@@ -91,7 +91,7 @@ for name, P, heads in patterns():
                 return err < (1e-2 if dtype != torch.float32 else 1e-5)
 
             times = {}
-            c = tuning.sddmm_csr_config(K, P.nnz, SIZE)
+            c = sddmm_tuning.sddmm_csr_config(K, P.nnz, SIZE)
             gather = lambda: sddmm_csr(row_offsets=ro, column_indices=ci, x=x, y=y,  # noqa: E731
                                        row_order=row_order, out=out, block_nnz=c.block_nnz,
                                        block_k=c.block_k, num_warps=c.num_warps)  # fmt: skip

@@ -15,3 +15,8 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n; 0 for n = 0, as triton.next_power_of_2."""
     return 0 if n <= 0 else 1 << (n - 1).bit_length()
+
+
+def mean_row(nnz: int, rows: int) -> int:
+    """Stored entries in an average row, rounded up to a power of 2."""
+    return next_power_of_2(max(1, -(-nnz // max(rows, 1))))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ._sizes import cdiv, next_power_of_2
+from ._sizes import cdiv, mean_row, next_power_of_2
 
 _memo = lru_cache(maxsize=4096)
 
@@ -244,55 +244,6 @@ def spmm_nm_decode_split(rows: int, block_m: int, steps: int) -> int:
     return split
 
 
-# ------------------------------------------------------------------ sddmm_csr, softmax_csr
-@dataclass(frozen=True)
-class SddmmCsrConfig:
-    block_nnz: int
-    block_k: int
-    num_warps: int
-
-
-def _mean_row(nnz: int, rows: int) -> int:
-    """Stored entries in an average row, rounded up to a power of 2."""
-    return next_power_of_2(max(1, -(-nnz // max(rows, 1))))
-
-
-@_memo
-def sddmm_csr_config(k: int, nnz: int, rows: int) -> SddmmCsrConfig:
-    """First-kernel heuristic: a K chunk as wide as K up to 128; about 4096 products a step
-    (BLOCK_NNZ x BLOCK_K), but no more stored entries a step than an average row holds."""
-    block_k = max(16, min(128, next_power_of_2(max(k, 1))))
-    row = _mean_row(nnz, rows)
-    block_nnz = max(16, min(4096 // block_k, row))
-    return SddmmCsrConfig(block_nnz, block_k, num_warps=4 if block_nnz * block_k >= 2048 else 2)
-
-
-@dataclass(frozen=True)
-class SoftmaxCsrConfig:
-    block: int
-    num_warps: int
-    heads: int = 1  # matrices sharing the pattern (attention heads) per program
-
-
-# Heads per program: a row of up to 256 entries is one warp's work, and one-warp programs meet
-# the limit of 32 programs a multiprocessor (32 of its 64 warps): 16 heads x 4096 rows of ~256
-# entries (local:256, bf16) ran 42.8 us, 1565 GB/s against the 1940 of the 70%-of-copy target
-# (results/nvidia-h200/2026-11-30/at-25e62da/sddmm). Up to SOFTMAX_MAX_WARPS warps a program,
-# a row of several heads each; not yet timed against one head a program.
-SOFTMAX_MAX_WARPS = 4
-
-
-@_memo
-def softmax_csr_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
-    """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
-    1024 entries; one warp a head up to 256 entries, then at most 8 entries per thread; heads
-    of the same row share a program up to SOFTMAX_MAX_WARPS warps."""
-    block = max(32, min(1024, _mean_row(nnz, rows)))
-    warps = max(1, min(4, block // 256))
-    heads = min(next_power_of_2(max(batch, 1)), max(1, SOFTMAX_MAX_WARPS // warps))
-    return SoftmaxCsrConfig(block, num_warps=warps * heads, heads=heads)
-
-
 # ------------------------------------------------------------------ dense fallback
 # Where cuBLAS on the densified weight beats our kernels (H200 runs of 2026-11-29,
 # benchmarks/results/nvidia-h200/2026-11-29): the CUDA-core kernels lose to tensor cores at
@@ -339,100 +290,6 @@ def spmm_nm_prefers_dense(
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
 
 
-# The whole product x @ y^T on cuBLAS, then the stored entries picked out, beats a sampled
-# product on CUDA cores wherever tensor cores do more than 1/density times the work faster: a
-# 90% sparse weight's gradient (512 x 2048, K = 8192 tokens, bf16) took 936 us a call in the
-# sddmm kernel, while the dense product is ~25 us (H200, results/nvidia-h200/2026-11-30/
-# at-a179149/transformer_profile.txt).
-# The product must stay small where there are many matrices (attention's L x L scores per
-# head); one matrix is a weight's gradient, as large as the weight itself, so a layer of 28672 x
-# 8192 (2^27.8 cells) still takes the product rather than a per-entry walk over K.
-SDDMM_DENSE_MIN_K = 64
-SDDMM_DENSE_MAX_CELLS = 2**27  # elements of the whole product, all batches
-SDDMM_DENSE_MAX_CELLS_ONE_MATRIX = 2**30
-
-
-# From the H200 sweep of 2026-11-30 (results/nvidia-h200/2026-11-30/at-e10ccc9/
-# sddmm_tiles_sweep.txt, 4096 x 4096, uniform random): in half precision the whole product wins
-# from 10% stored at K = 64 (30.5 us against the per-entry kernel's 38.5; at 5% the kernel's
-# 22.3 against 24.4) and from 2% at K >= 128 (K = 256: 28.7 against 31.0); in float32 from 25%.
-SDDMM_DENSE_MIN_DENSITY_HALF_SHORT_K = 0.08  # K < 128
-SDDMM_DENSE_MIN_DENSITY_HALF = 0.02
-SDDMM_DENSE_MIN_DENSITY_FP32 = 0.25
-
-
-def sddmm_prefers_dense(
-    k: int,
-    density: float,
-    cells: int,
-    half_precision: bool,
-    tile_fill: float = 0.0,
-    batch: int = 1,
-) -> bool:
-    largest = SDDMM_DENSE_MAX_CELLS if batch > 1 else SDDMM_DENSE_MAX_CELLS_ONE_MATRIX
-    if k < SDDMM_DENSE_MIN_K or cells > largest:
-        return False
-    if sddmm_tiles_takes(k, density, tile_fill, half_precision):
-        return False
-    if not half_precision:
-        return density >= SDDMM_DENSE_MIN_DENSITY_FP32
-    if k < 128:
-        return density >= SDDMM_DENSE_MIN_DENSITY_HALF_SHORT_K
-    return density >= SDDMM_DENSE_MIN_DENSITY_HALF
-
-
-# The tensor-core SDDMM (sddmm_tiles.py) computes every cell of the tiles holding entries, then
-# keeps the entries. It wins where those tiles are well filled and, against cuBLAS's whole
-# product, where they are a part of the product or K is short (same sweep): a 256-wide local
-# window (fill 0.8, 8% of the cells in visited tiles, 16 heads) ran 52.7 us against 245 for the
-# whole product at K = 64 bf16, 303 against 1800 at K = 2048, 226 against 513 (per-entry
-# kernel) in float32; uniform 30% at K = 64 bf16 42.7 against 50.9; at 10% it lost (34.3
-# against 30.5), and with every tile visited it lost to cuBLAS at K = 2048 (171.5 against 135.0)
-# and in float32 (146.4 against 118.5). `fill` is entries per cell of the visited 64 x 64 tiles.
-SDDMM_TILES_MIN_FILL = 0.2
-SDDMM_TILES_MAX_VISITED = 0.5  # share of the product's cells in visited tiles, past short K
-SDDMM_TILES_SHORT_K = 256
-
-
-def sddmm_tiles_takes(k: int, density: float, fill: float, half_precision: bool) -> bool:
-    if fill < SDDMM_TILES_MIN_FILL:
-        return False
-    visited = density / fill
-    return visited <= SDDMM_TILES_MAX_VISITED or (half_precision and k <= SDDMM_TILES_SHORT_K)
-
-
-@dataclass(frozen=True)
-class SddmmTilesConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-
-
-# the tile the route measures its fill on (and runs at short K)
-SDDMM_TILES_PROBE = (64, 64)
-
-
-@_memo
-def sddmm_tiles_config(k: int) -> SddmmTilesConfig:
-    """64 x 64 tiles at K <= 256, 128 x 128 past it (the same sweep's fastest)."""
-    if k <= SDDMM_TILES_SHORT_K:
-        return SddmmTilesConfig(*SDDMM_TILES_PROBE, 64, 4, 3)
-    return SddmmTilesConfig(128, 128, 64, 8, 3)
-
-
-# On the CPU the only sparse SDDMM is the float64 reference, which gathers a (stored entries, K)
-# block: a 2:4 weight gradient (1536 x 384, 640 tokens) took 2.3 s a training step where the BLAS
-# product and a gather take milliseconds (CPU box, 2026-11-30). From a few percent stored the
-# whole product wins.
-SDDMM_CPU_DENSE_MIN_DENSITY = 0.02
-
-
-def sddmm_prefers_dense_on_cpu(density: float, cells: int) -> bool:
-    return density >= SDDMM_CPU_DENSE_MIN_DENSITY and cells <= SDDMM_DENSE_MAX_CELLS
-
-
 # ------------------------------------------------------------------ densify (dense fallback)
 # First configurations, not yet measured on the H200: benchmarks/sweeps/densify_sweep.py times
 # these against the alternatives it lists and prints the best of each case.
@@ -452,7 +309,7 @@ def densify_csr_config(rows: int, cols: int, nnz: int) -> DensifyCsrConfig:
     128 to 1024. Short rows (under 256 columns) are packed several to a program."""
     block_k = min(1024, max(16, next_power_of_2(cols)))
     block_rows = max(1, min(8, 256 // block_k))
-    block_nnz = max(128, min(1024, _mean_row(nnz, rows)))
+    block_nnz = max(128, min(1024, mean_row(nnz, rows)))
     num_warps = 4 if block_rows * block_k >= 1024 else 2
     return DensifyCsrConfig(True, block_rows, block_k, block_nnz, num_warps)
 

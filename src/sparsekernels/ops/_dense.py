@@ -173,7 +173,7 @@ def csr_prefers_dense(problem: _dispatch.Problem) -> bool:
 
 
 def sddmm_prefers_dense(problem: _dispatch.Problem) -> bool:
-    from ..kernels.tuning import sddmm_prefers_dense
+    from ..kernels.sddmm_tuning import sddmm_prefers_dense
 
     facts, half = problem.facts, problem.dtype in (torch.float16, torch.bfloat16)
     # facts a caller may leave out (sparsekernels info, the bench's peers): not dense
@@ -183,7 +183,7 @@ def sddmm_prefers_dense(problem: _dispatch.Problem) -> bool:
 
 
 def sddmm_prefers_dense_on_cpu(problem: _dispatch.Problem) -> bool:
-    from ..kernels.tuning import sddmm_prefers_dense_on_cpu
+    from ..kernels.sddmm_tuning import sddmm_prefers_dense_on_cpu
 
     facts = problem.facts
     return sddmm_prefers_dense_on_cpu(facts.get("density", 0.0), facts.get("cells", 0))

@@ -66,7 +66,7 @@ def tile_fill(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int
 
 
 def _sampled_fill(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int) -> float:
-    from ..kernels.tuning import SDDMM_TILES_PROBE
+    from ..kernels.sddmm_tuning import SDDMM_TILES_PROBE
 
     block_m, block_n = SDDMM_TILES_PROBE
     rows = row_offsets.numel() - 1

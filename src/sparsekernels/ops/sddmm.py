@@ -85,7 +85,7 @@ _TILE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def _triton_csr(row_offsets, column_indices, x, y):
     from ..kernels import sddmm_csr as kernel
-    from ..kernels import tuning
+    from ..kernels import sddmm_tuning
 
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     nnz, rows, cols, k = column_indices.numel(), row_offsets.numel() - 1, y.shape[-2], x.shape[-1]
@@ -95,10 +95,10 @@ def _triton_csr(row_offsets, column_indices, x, y):
     if x.dtype in _TILE_DTYPES:
         fill = _sddmm_plans.tile_fill(row_offsets, column_indices, cols)
         half = x.dtype != torch.float32
-        if tuning.sddmm_tiles_takes(k, nnz / (rows * cols), fill, half):
+        if sddmm_tuning.sddmm_tiles_takes(k, nnz / (rows * cols), fill, half):
             return _triton_tiles(row_offsets, column_indices, x, y, out)
     row_order = _sddmm_plans.row_order(row_offsets, column_indices, cols)
-    config = tuning.sddmm_csr_config(k, nnz, rows)
+    config = sddmm_tuning.sddmm_csr_config(k, nnz, rows)
     kernel.sddmm_csr(
         row_offsets=row_offsets,
         column_indices=column_indices,
@@ -116,9 +116,9 @@ def _triton_csr(row_offsets, column_indices, x, y):
 def _triton_tiles(row_offsets, column_indices, x, y, out):
     """The tensor-core kernel; float32 at torch's matmul precision ("highest", the default:
     exact float32 products; otherwise TF32, as torch.matmul would)."""
-    from ..kernels import sddmm_tiles, tuning
+    from ..kernels import sddmm_tiles, sddmm_tuning
 
-    config = tuning.sddmm_tiles_config(x.shape[-1])
+    config = sddmm_tuning.sddmm_tiles_config(x.shape[-1])
     plan = _sddmm_plans.tile_plan(
         row_offsets, column_indices, y.shape[-2], config.block_m, config.block_n
     )
@@ -136,8 +136,8 @@ def _triton_tiles(row_offsets, column_indices, x, y, out):
     return out
 
 
-# the whole product where it wins: on CUDA per tuning.sddmm_prefers_dense, on the CPU (whose
-# only sparse SDDMM is the float64 reference) per tuning.sddmm_prefers_dense_on_cpu
+# the whole product where it wins: on CUDA per sddmm_tuning.sddmm_prefers_dense, on the CPU (whose
+# only sparse SDDMM is the float64 reference) per sddmm_tuning.sddmm_prefers_dense_on_cpu
 _DENSE_REASONS = _dense.reasons(_dense.sddmm_prefers_dense, _dense.sddmm_prefers_dense_on_cpu)
 _dispatch.register("sddmm_csr", _dispatch.Backend("dense", _dense.sddmm_csr, _DENSE_REASONS))
 _dispatch.register(

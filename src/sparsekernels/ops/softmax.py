@@ -47,7 +47,7 @@ def sparse_softmax_backward_raw(row_offsets, probs, grad, scale, hint=None):
 # ----------------------------------------------------------------------- backends
 def _triton_softmax(row_offsets, values, scale):
     from ..kernels import softmax_csr as kernel
-    from ..kernels.tuning import softmax_csr_config
+    from ..kernels.sddmm_tuning import softmax_csr_config
 
     out = torch.empty_like(values, memory_format=torch.contiguous_format)
     if out.numel() == 0:
@@ -68,7 +68,7 @@ def _triton_softmax(row_offsets, values, scale):
 
 def _triton_softmax_backward(row_offsets, probs, grad, scale):
     from ..kernels import softmax_csr as kernel
-    from ..kernels.tuning import softmax_csr_config
+    from ..kernels.sddmm_tuning import softmax_csr_config
 
     nnz = probs.shape[-1]
     out = probs.new_empty((*torch.broadcast_shapes(probs.shape[:-1], grad.shape[:-1]), nnz))
