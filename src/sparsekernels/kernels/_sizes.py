@@ -20,3 +20,9 @@ def next_power_of_2(n: int) -> int:
 def mean_row(nnz: int, rows: int) -> int:
     """Stored entries in an average row, rounded up to a power of 2."""
     return next_power_of_2(max(1, -(-nnz // max(rows, 1))))
+
+
+def operand_strides(t) -> tuple[int, int, int]:
+    """(batch, row, column) strides of a 2-D operand or a batched 3-D one; batch 0 when 2-D,
+    so every matrix of the batch reads the same operand."""
+    return (t.stride(0) if t.dim() == 3 else 0, t.stride(-2), t.stride(-1))

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import operand_strides
+
 
 @triton.jit
 def _sddmm_csr_kernel(
@@ -93,12 +95,8 @@ def sddmm_csr(
         row_order,
         out,
         x.shape[-1],
-        x.stride(0) if x.dim() == 3 else 0,
-        x.stride(-2),
-        x.stride(-1),
-        y.stride(0) if y.dim() == 3 else 0,
-        y.stride(-2),
-        y.stride(-1),
+        *operand_strides(x),
+        *operand_strides(y),
         out.stride(0),
         ACC_DTYPE=acc,
         BLOCK_NNZ=block_nnz,

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._sizes import cdiv
+from ._sizes import cdiv, operand_strides
 
 ABSENT = 255  # the column of a rank past the row's last entry
 
@@ -175,12 +175,8 @@ def sddmm_tiles(
         cols,
         x.shape[-1],
         cdiv(cols, plan.block_n),
-        x.stride(0) if x.dim() == 3 else 0,
-        x.stride(-2),
-        x.stride(-1),
-        y.stride(0) if y.dim() == 3 else 0,
-        y.stride(-2),
-        y.stride(-1),
+        *operand_strides(x),
+        *operand_strides(y),
         out.stride(0),
         PRECISION=precision,
         BLOCK_M=plan.block_m,
