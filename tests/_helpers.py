@@ -110,7 +110,8 @@ def sddmm_want_and_bound(P: sk.CSRMatrix, x: torch.Tensor, y: torch.Tensor):
     xd, yd = x.double(), y.double()
     want = (xd @ yd.transpose(-1, -2))[..., rows, cols]
     bound = (xd.abs() @ yd.abs().transpose(-1, -2))[..., rows, cols]
-    return want, bound + 1e-6 * bound.max().clamp_min(1e-30)
+    largest = bound.max() if bound.numel() else bound.new_tensor(0.0)
+    return want, bound + 1e-6 * largest.clamp_min(1e-30)
 
 
 def dense_softmax(S: sk.CSRMatrix, scale: float = 1.0) -> torch.Tensor:

@@ -5,8 +5,12 @@ bfloat16 dot is wrong) and compiled on CUDA (gpu), against a float64 product on 
 data, outputs poisoned with NaN first so an entry never written shows.
 """
 
+import math
+
+import hypothesis.strategies as st
 import pytest
 import torch
+from hypothesis import given, settings
 
 import sparsekernels as sk
 from _helpers import (
@@ -25,7 +29,8 @@ def _launch(P, x, y, block_m=16, block_n=16, block_k=16, precision="ieee"):
     plan = sddmm_tiles.build_plan(P.row_offsets, P.column_indices, P.shape[1], block_m, block_n)
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.full((*batch, P.nnz), float("nan"), dtype=x.dtype, device=x.device)
-    sddmm_tiles.sddmm_tiles(plan=plan, x=x, y=y, out=out.view(-1, P.nnz), block_k=block_k,
+    flat = out.view(math.prod(batch), P.nnz)  # (1, nnz) when unbatched; nnz may be 0
+    sddmm_tiles.sddmm_tiles(plan=plan, x=x, y=y, out=flat, block_k=block_k,
                             precision=precision, num_warps=4, num_stages=2)  # fmt: skip
     return out
 
@@ -212,3 +217,31 @@ def test_fill_estimate_samples_row_blocks(gen, monkeypatch):
         monkeypatch.undo()
     empty = random_csr(100, 100, 0.0, gen)
     assert _sddmm_plans.tile_fill(empty.row_offsets, empty.column_indices, 100) == 0.0
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    M=st.integers(1, 40),
+    N=st.integers(1, 40),
+    K=st.integers(1, 40),
+    density=st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0.0, 1.0)),
+    band=st.one_of(st.none(), st.integers(1, 12)),
+    batch=st.sampled_from([None, 1, 3]),
+    dtype=st.sampled_from([torch.float16, torch.float32]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_kernel_property(M, N, K, density, band, batch, dtype, seed):
+    """Random shapes, uniform or banded patterns (runs up to a full tile row), batched or not,
+    at 16 x 16 tiles in the interpreter (compiled on CUDA): every entry against float64."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(seed)
+    if band is None:
+        mask = torch.rand(M, N, generator=g) < density
+    else:
+        i, j = torch.arange(M)[:, None], torch.arange(N)[None, :]
+        mask = (i - j).abs() < band
+    P = sk.CSRMatrix.from_dense(mask.to(dtype)).to(device)
+    lead = () if batch is None else (batch,)
+    x = torch.randn(*lead, M, K, generator=g).to(device, dtype)
+    y = torch.randn(N, K, generator=g).to(device, dtype)
+    assert_close(_launch(P, x, y), *sddmm_want_and_bound(P, x, y), dtype)
