@@ -2,11 +2,12 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit profile trainstep quick llm llm_large nm e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads profile trainstep quick llm llm_large nm e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
-# decodesplit: split-K for the N:M decode kernel (nm_decode_split.py).
+# decodesplit: split-K for the N:M decode kernel (nm_decode_split.py); softmaxheads: heads per
+# softmax program (softmax_heads_sweep.py).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
 set -u
@@ -74,6 +75,9 @@ for step in $steps; do
     decodesplit)  # split-K for the N:M decode kernel (sets tuning.DECODE_SPLIT_PROGRAMS)
       BUDGET_S=150 timeout 190 python3 benchmarks/sweeps/nm_decode_split.py >"$out/nm_decode_split.txt" 2>&1
       echo "decodesplit rc=$? $(tail -1 "$out/nm_decode_split.txt")" ;;
+    softmaxheads)  # heads of a row per softmax program (sets sddmm_tuning.SOFTMAX_MAX_WARPS)
+      BUDGET_S=120 timeout 160 python3 benchmarks/sweeps/softmax_heads_sweep.py >"$out/softmax_heads_sweep.txt" 2>&1
+      echo "softmaxheads rc=$? $(tail -1 "$out/softmax_heads_sweep.txt")" ;;
     trainstep)
       timeout 150 python3 benchmarks/sweeps/train_step_graph.py >"$out/train_step_graph.txt" 2>&1
       echo "trainstep rc=$? $(tail -1 "$out/train_step_graph.txt")" ;;
