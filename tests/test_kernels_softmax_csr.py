@@ -163,7 +163,7 @@ def test_heads_per_program_rule():
 def _backward_want_and_bound(S, probs, grad, scale):
     """scale * p * (g - sum_row(p g)) in float64, and its bound scale p (|g| + sum_row(p |g|))."""
     rows = S.pattern.row_indices()
-    p, g = probs.double(), grad.double()
+    p, g = probs.double().to(rows.device), grad.double()
     shape = (*torch.broadcast_shapes(p.shape[:-1], g.shape[:-1]), S.shape[0])
     dots = torch.zeros(shape, dtype=torch.float64, device=p.device).index_add_(-1, rows, p * g)
     abs_dots = torch.zeros_like(dots).index_add_(-1, rows, (p * g).abs())
