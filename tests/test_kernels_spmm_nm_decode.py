@@ -21,8 +21,9 @@ from sparsekernels.ops._layout import padded_rows
 # (n, m, vector, block): element-wise, 1:2 (1-bit offsets), odd n, vector-wise, block-wise,
 # and a wide group (8-bit offsets).
 PATTERNS = [(2, 8, 1, 1), (1, 2, 1, 1), (3, 8, 1, 1), (2, 4, 4, 1), (4, 16, 1, 2), (1, 32, 2, 1)]
-# (block_m, block_w, num_warps): one row, rows sharing a choice, more rows than a vector.
-CONFIGS = [(1, 1, 1), (2, 4, 1), (16, 2, 2)]
+# (block_m, block_w, num_warps): one row, rows sharing a choice, more rows than a vector, a
+# step wider than the row on two warps (few-row weights at one token).
+CONFIGS = [(1, 1, 1), (2, 4, 1), (16, 2, 2), (4, 32, 2)]
 
 
 def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None, split=1):
@@ -196,14 +197,31 @@ def test_decode_split_rule(monkeypatch):
     assert tuning.spmm_nm_decode_split(4096, 4, 12) == 2
 
 
+def test_decode_config_rule():
+    """Few-row weights at one token step over a row's slots up to 1024 (two warps from 1024);
+    many rows, more tokens and vector-wise tiles keep 256-slot steps."""
+    from sparsekernels.kernels.tuning import SpmmNmDecodeConfig, spmm_nm_decode_config
+
+    assert spmm_nm_decode_config(1, 1, 4096, 3584) == SpmmNmDecodeConfig(4, 1024, 2)  # 2:8
+    assert spmm_nm_decode_config(1, 1, 4096, 512) == SpmmNmDecodeConfig(4, 512, 1)  # 1:8, 4096
+    assert spmm_nm_decode_config(1, 1, 4096, 40) == SpmmNmDecodeConfig(4, 256, 1)
+    assert spmm_nm_decode_config(1, 1, 14336, 1024) == SpmmNmDecodeConfig(4, 256, 1)
+    assert spmm_nm_decode_config(1, 1) == SpmmNmDecodeConfig(4, 256, 1)  # rows unknown
+    assert spmm_nm_decode_config(4, 1, 4096, 3584) == SpmmNmDecodeConfig(2, 256, 1)
+    assert spmm_nm_decode_config(1, 64, 4096, 3584) == SpmmNmDecodeConfig(8, 256, 1)
+
+
 @pytest.mark.parametrize("tokens", [1, 6])
-def test_linear_decodes_with_split(tokens, gen, monkeypatch):
+def test_linear_decodes_with_split(tokens, gen, monkeypatch, request):
     """linear's decode route with split-K on (few rows, long K): the product and bias."""
     from sparsekernels.kernels import spmm_nm_decode, tuning
 
     monkeypatch.setattr(tuning, "DECODE_SPLIT_PROGRAMS", 1 << 20)
     monkeypatch.setattr(tuning, "DECODE_SPLIT_MIN_STEPS", 2)
     monkeypatch.setattr(tuning, "DECODE_SPLIT_RANGE_STEPS", 2)
+    monkeypatch.setattr(tuning, "DECODE_FEW_ROW_PROGRAMS", 0)  # keep 256-slot steps
+    tuning.spmm_nm_decode_config.cache_clear()
+    request.addfinalizer(tuning.spmm_nm_decode_config.cache_clear)  # drop the patched answers
     splits = []
     launch = spmm_nm_decode.spmm_nm_decode
     monkeypatch.setattr(

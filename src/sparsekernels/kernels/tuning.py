@@ -205,16 +205,34 @@ class SpmmNmDecodeConfig:
     num_stages: int = 2
 
 
+# Few-row weights at one token: 4 rows a program leave 4096 x 14336 with 1024 one-warp programs,
+# under 8 warps a multiprocessor, too few loads in flight. Steps as wide as a row's slots up to
+# 1024, on two warps from 1024, were faster there (benchmarks/sweeps/nm_decode_configs.py,
+# results/nvidia-h200/2026-11-30/at-e11396c/nm_decode_configs.txt, bf16 us, warm L2):
+#   4096 x 14336   2:8 18.6 -> 16.7   1:8 12.6 -> 11.7   2:4 52.0 -> 34.4 (split-K gave 36.8)
+#   4096 x 4096    2:8  6.2 ->  5.6   1:8  5.0 ->  4.4   2:4 12.0 -> 10.5
+# On 14336 rows (3584 programs) 256-slot steps on one warp stay best (2:8 13.8 against 16.4 us,
+# results/nvidia-h200/2026-11-29-c). Grids between were not measured: the bound is the one seen.
+DECODE_FEW_ROW_PROGRAMS = 1024
+DECODE_WIDE_SLOTS = 1024
+
+
 @_memo
-def spmm_nm_decode_config(n_cols: int, vector: int) -> SpmmNmDecodeConfig:
+def spmm_nm_decode_config(
+    n_cols: int, vector: int, rows: int = 0, row_slots: int = 0
+) -> SpmmNmDecodeConfig:
     """Decode kernel (N <= 16), from the H200 sweeps of 2026-11-29 (benchmarks/sweeps/
     nm_decode_configs.py; results/nvidia-h200/2026-11-29-c): one warp and 256 slots a step.
     Element-wise, 4 rows a program at one token (2:8 13.8 us, 2.2x dense; 1:8 10.7 us; 2:4 30.4
     us), 2 rows from 4 tokens on. Vector-wise tiles of 8 rows share their columns (2:8 v=64:
-    8.2 us, 3.7x dense)."""
+    8.2 us, 3.7x dense). Few-row weights at one token step over up to 1024 slots (above);
+    `rows` and `row_slots` (compressed slots a row) 0 when unknown."""
     if vector % 8 == 0:
         return SpmmNmDecodeConfig(8, 256, 1)
     if n_cols == 1:
+        if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:
+            slots = min(DECODE_WIDE_SLOTS, max(256, next_power_of_2(row_slots)))
+            return SpmmNmDecodeConfig(4, slots, 2 if slots >= DECODE_WIDE_SLOTS else 1)
         return SpmmNmDecodeConfig(4, 256, 1)
     return SpmmNmDecodeConfig(2, 256, 1)
 
