@@ -40,20 +40,27 @@ class SoftmaxCsrConfig:
 
 # Heads per program: a row of up to 256 entries is one warp's work, and one-warp programs meet
 # the limit of 32 programs a multiprocessor (32 of its 64 warps): 16 heads x 4096 rows of ~256
-# entries (local:256, bf16) ran 42.8 us, 1565 GB/s against the 1940 of the 70%-of-copy target
-# (results/nvidia-h200/2026-11-30/at-25e62da/sddmm). Up to SOFTMAX_MAX_WARPS warps a program,
-# a row of several heads each; not yet timed against one head a program.
+# entries (local:256, bf16) ran 42.8 us (results/nvidia-h200/2026-11-30/at-25e62da/sddmm).
+# Heads of a row share a program, two at most: the sweep over 1-8 heads a program
+# (benchmarks/sweeps/softmax_heads_sweep.py, results/nvidia-h200/2026-11-30/at-e11396c/
+# softmax_heads_sweep.txt, 16 heads x 4096 rows, forward) found two fastest on every pattern,
+# us for 1 / 2 / 4 heads:
+#   local:256 bf16 41.5 / 25.0 / 30.9    strided:128:128 bf16 41.4 / 23.1 / 28.9
+#   random:0.1 bf16 (512 a row) 59.5 / 45.7 / 62.1    causal (1024 a row) 385 / 397 / 442
+# Rows of 1024 and more keep one head (four warps already).
+SOFTMAX_MAX_HEADS = 2
 SOFTMAX_MAX_WARPS = 4
 
 
 @_memo
 def softmax_csr_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
     """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
-    1024 entries; one warp a head up to 256 entries, then at most 8 entries per thread; heads
-    of the same row share a program up to SOFTMAX_MAX_WARPS warps."""
+    1024 entries; one warp a head up to 256 entries, then at most 8 entries per thread; up to
+    SOFTMAX_MAX_HEADS heads of the same row share a program, within SOFTMAX_MAX_WARPS warps."""
     block = max(32, min(1024, mean_row(nnz, rows)))
     warps = max(1, min(4, block // 256))
-    heads = min(next_power_of_2(max(batch, 1)), max(1, SOFTMAX_MAX_WARPS // warps))
+    fit = max(1, min(SOFTMAX_MAX_HEADS, SOFTMAX_MAX_WARPS // warps))
+    heads = min(next_power_of_2(max(batch, 1)), fit)
     return SoftmaxCsrConfig(block, num_warps=warps * heads, heads=heads)
 
 

@@ -1,0 +1,64 @@
+"""Host time of an eager call (no grad) of the public ops, and where it goes (cProfile):
+SDDMM, the row softmax, linear with a 2:8 and a 70% CSR weight at one token, and torch's
+matmul, each in a host-bound loop of 200 calls. Prints a table last.
+    PYTHONPATH=src python3 benchmarks/sweeps/host_overhead.py
+"""
+
+import cProfile
+import os
+import pstats
+import time
+
+import torch
+
+import sparsekernels as sk
+
+torch.manual_seed(0)
+
+dev, bf = os.environ.get("DEV", "cuda"), torch.bfloat16
+
+
+def nm_weight(rows, cols, n, m):
+    w = torch.randn(rows, cols, device=dev, dtype=bf)
+    g = w.view(rows, -1, m)
+    keep = torch.zeros_like(g, dtype=torch.bool).scatter_(-1, g.abs().topk(n, -1).indices, True)
+    return sk.NMMatrix.from_dense((g * keep).view(rows, cols), n, m)
+
+
+mask = torch.rand(4096, 4096, device=dev) < 0.02
+P = sk.CSRMatrix.from_dense(torch.randn(4096, 4096, device=dev, dtype=bf) * mask)
+X = torch.randn(4096, 64, device=dev, dtype=bf)
+Y = torch.randn(4096, 64, device=dev, dtype=bf)
+W28 = nm_weight(4096, 14336, 2, 8)
+x1 = torch.randn(1, 14336, device=dev, dtype=bf)
+wc = torch.randn(4096, 14336, device=dev, dtype=bf)
+Wcsr = sk.CSRMatrix.from_dense(wc * (torch.rand_like(wc, dtype=torch.float32) < 0.3))
+S = sk.sddmm(X, Y, P)
+CALLS = {
+    "sddmm bf16 2% K=64": lambda: sk.sddmm(X, Y, P),
+    "sparse_softmax": lambda: sk.sparse_softmax(S, 0.125),
+    "linear 2:8 1 token": lambda: sk.linear(x1, W28),
+    "linear csr 70% 1 token": lambda: sk.linear(x1, Wcsr),
+    "torch matmul": lambda: x1 @ wc.t(),
+}
+rows = []
+for name, fn in CALLS.items():
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / 200 * 1e6
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(200):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    print(f"==== {name}: {wall:.1f} us a call (host-bound loop)")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+    rows.append((name, wall))
+for name, wall in rows:
+    print(f"{name:28s} {wall:8.1f} us")
