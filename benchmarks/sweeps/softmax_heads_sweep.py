@@ -2,7 +2,8 @@
 (sddmm_tuning.SOFTMAX_MAX_HEADS and SOFTMAX_MAX_WARPS pick the default), forward, on the
 softmax suite's attention patterns at L = 4096 with 16 heads, bf16 and fp32; GB/s on the values
 read and written against the copy bandwidth measured here (the target: 70% of it). CUDA-graph
-medians of one launch per copy of the values, the copies together larger than L2. Prints a table last.
+medians of one launch per copy of the values, the copies together larger than L2.
+Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
     KINDS=local:256 DTYPES=bf16 HEADS=1,4 BUDGET_S=60 ...
 """
