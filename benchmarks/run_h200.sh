@@ -85,7 +85,7 @@ for step in $steps; do
     llm) bench llm 270 --suite llm --no-plots ;;
     llm_large) bench llm_large 400 --suite llm_large --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
-    e2e) bench e2e 300 --suite e2e --no-plots ;;
+    e2e) bench e2e 420 --suite e2e --no-plots ;;
     sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;
     *) echo "unknown step $step" ;;
