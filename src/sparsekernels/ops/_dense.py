@@ -8,10 +8,10 @@ output of its column. It is chosen automatically only on CUDA.
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import reference
 from . import _dispatch
+from ._identity_cache import IdentityCache
 from ._layout import column_major
 
 
@@ -50,7 +50,7 @@ def sddmm_csr(row_offsets, column_indices, x, y):
 # column indices -> (row offsets, versions, row * cols + column of every stored entry): a
 # pattern's positions in the flattened product, once per pattern (a weight gradient asks every
 # step; computing them costs five launches).
-_FLAT: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_FLAT = IdentityCache()
 
 
 def flat_positions(row_offsets, column_indices, cols: int) -> torch.Tensor:

@@ -4,10 +4,11 @@ runs as a CSR product on it, on the GPU (the CSR kernel) and on the CPU (torch's
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
+
+from ._identity_cache import IdentityCache
 
 # indices tensor -> ((its version, rows, pattern), W^T's Pattern, permutation of W's values)
-_TRANSPOSED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_TRANSPOSED = IdentityCache()
 
 
 def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):

@@ -11,13 +11,13 @@ mask asks every step; the first call pays the argsort or the tile sort (1-2 ms o
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..formats._pattern import Pattern
 from ..kernels import sddmm_tiles
+from ._identity_cache import IdentityCache
 
 # column indices -> (row offsets, (versions, columns), {plan name: plan})
-_PLANS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_PLANS = IdentityCache()
 
 
 def _plans(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int) -> dict:

@@ -8,13 +8,13 @@ built once per weight."""
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
 from ..kernels import tuning
 from . import _dispatch
+from ._identity_cache import IdentityCache
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
 from ._nm_transpose import transposed_pattern
 
@@ -130,7 +130,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
 
 # indices tensor -> (its version, bits, packed words): packing costs a few passes over the
 # offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
-_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+_PACKED = IdentityCache()
 
 
 def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:

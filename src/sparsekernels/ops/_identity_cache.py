@@ -1,0 +1,40 @@
+"""A cache keyed by a tensor's identity, for what the ops derive once per weight or pattern
+(packed offsets, transposed patterns, tile plans, flat positions).
+
+torch.utils.weak.WeakIdKeyDictionary does the same but builds a weak reference for every lookup
+(2.8 us a lookup on the CPU box, and an eager SDDMM call makes six). Here the key is id(tensor)
+and the entry keeps a weak reference that a lookup checks (0.3 us); its callback drops the entry
+when the tensor dies, before the id can be reused. An entry's value must not refer to its
+tensor, or the tensor would never die.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+
+class IdentityCache:
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref, object]] = {}
+
+    def get(self, tensor: torch.Tensor):
+        """The value stored for this very tensor, else None."""
+        entry = self._entries.get(id(tensor))
+        if entry is None or entry[0]() is not tensor:
+            return None
+        return entry[1]
+
+    def __setitem__(self, tensor: torch.Tensor, value: object) -> None:
+        key, entries = id(tensor), self._entries
+
+        def drop(ref: weakref.ref) -> None:
+            current = entries.get(key)
+            if current is not None and current[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(tensor, drop), value)
+
+    def __len__(self) -> int:
+        return len(self._entries)
