@@ -9,11 +9,15 @@ step as a dense (groups, m) chunk, coalesced, and pick each slot's element from 
 - "select": m compare-selects a slot against x loaded per position p (m strided loads a step);
 - "gather": tl.gather along the group's m positions of the chunk (shared memory or shuffles,
   as Triton lowers it);
-- "direct": the same loop with the plain per-slot gather, to separate the loop from the gather.
+- "direct": the same loop with the plain per-slot gather, to separate the loop from the gather;
+- "prefetch": "direct" with the next step's values and words loaded before this step's gather,
+  by hand (the gather's address depends on the words, so Triton's pipelining cannot overlap
+  it; here only the gather waits).
 Offsets are read as the decode kernel stores them (bit-packed int32 words), re-read per slot
 from L1. Element-wise, one token, bf16; CUDA-graph medians in us against dense and the
 library's route. Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_select.py
+    MODES=direct,prefetch BUDGET_S=120 ...  (a subset of the forms)
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_select.py --check
 """
 
@@ -31,7 +35,8 @@ from sparsekernels.kernels.spmm_nm_decode import packed_bits
 
 CHECK = "--check" in sys.argv
 BUDGET_S = float(os.environ.get("BUDGET_S", 150))
-MODES = {"select": 0, "gather": 1, "direct": 2}
+MODES = {"select": 0, "gather": 1, "direct": 2, "prefetch": 3}
+RUN = os.environ.get("MODES", ",".join(MODES)).split(",")
 
 
 @triton.jit
@@ -91,9 +96,61 @@ def _select_kernel(
     tl.store(out + offs_m, total, mask=mask_m)
 
 
+@triton.jit
+def _prefetch_kernel(
+    values,
+    words,
+    x,
+    out,
+    M,
+    S,
+    stride_vm,
+    stride_wm,
+    N_KEEP: tl.constexpr,
+    M_GROUP: tl.constexpr,
+    BITS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+):
+    SPW: tl.constexpr = 32 // BITS
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < M
+    rows = tl.where(mask_m, offs_m, 0).to(tl.int64)
+    g = tl.arange(0, BLOCK_G)
+    j = tl.arange(0, N_KEEP)
+    groups_total = S // N_KEEP
+    value_rows = values + rows[:, None, None] * stride_vm
+    word_rows = words + rows[:, None, None] * stride_wm
+    groups = g
+    slots = groups[:, None] * N_KEEP + j[None, :]
+    mask = mask_m[:, None, None] & (groups < groups_total)[None, :, None]
+    vals = tl.load(value_rows + slots[None, :, :], mask=mask, other=0.0)
+    word = tl.load(word_rows + (slots // SPW)[None, :, :], mask=mask, other=0)
+    acc = tl.zeros((BLOCK_M, BLOCK_G, N_KEEP), dtype=tl.float32)
+    for g0 in range(0, groups_total, BLOCK_G):
+        next_groups = g0 + BLOCK_G + g
+        next_slots = next_groups[:, None] * N_KEEP + j[None, :]
+        next_mask = mask_m[:, None, None] & (next_groups < groups_total)[None, :, None]
+        next_vals = tl.load(value_rows + next_slots[None, :, :], mask=next_mask, other=0.0)
+        next_word = tl.load(word_rows + (next_slots // SPW)[None, :, :], mask=next_mask, other=0)
+        offsets = (word >> ((slots % SPW) * BITS)[None, :, :]) & ((1 << BITS) - 1)
+        picked = tl.load(x + groups[None, :, None] * M_GROUP + offsets, mask=mask, other=0.0)
+        acc += vals.to(tl.float32) * picked.to(tl.float32)
+        groups, slots, mask, vals, word = next_groups, next_slots, next_mask, next_vals, next_word
+    total = tl.sum(tl.sum(acc, axis=2), axis=1)
+    tl.store(out + offs_m, total, mask=mask_m)
+
+
 def launch(W, words, bits, x, out, mode, block_m, block_g, warps):
     rows, slots = W.values.shape
     grid = (triton.cdiv(rows, block_m),)
+    if mode == "prefetch":
+        _prefetch_kernel[grid](
+            W.values, words, x, out, rows, slots, W.values.stride(0), words.stride(0),
+            N_KEEP=W.n, M_GROUP=W.m, BITS=bits, BLOCK_M=block_m, BLOCK_G=block_g,
+            num_warps=warps, num_stages=1,
+        )  # fmt: skip
+        return out
     _select_kernel[grid](
         W.values, words, x, out, rows, slots, W.values.stride(0), words.stride(0),
         N_KEEP=W.n, M_GROUP=W.m, BITS=bits, MODE=MODES[mode], BLOCK_M=block_m, BLOCK_G=block_g,
@@ -143,7 +200,7 @@ def sweep():
         route = bench(lambda: sk.linear(x, W))
         out = torch.empty(M, device="cuda")
         results = []
-        for mode, bm, bg, nw in itertools.product(MODES, (4, 8), (64, 256), (1, 4)):
+        for mode, bm, bg, nw in itertools.product(RUN, (4, 8), (64, 256), (1, 4)):
             if time.time() - start > BUDGET_S or bm * bg * n > 4096:
                 continue
             fn = lambda: launch(W, words, bits, x[0], out, mode, bm, bg, nw)  # noqa: E731
@@ -157,14 +214,14 @@ def sweep():
                 results.append((bench(fn), mode, bm, bg, nw))
             except Exception as error:  # noqa: BLE001 - a config that does not compile
                 print(mode, bm, bg, nw, type(error).__name__, str(error)[:100])
-        best = {mode: min((r for r in results if r[1] == mode), default=None) for mode in MODES}
+        best = {mode: min((r for r in results if r[1] == mode), default=None) for mode in RUN}
         case = f"{M}x{K} {n}:{m}"
         print(case, f"dense {dense:.1f} route {route:.1f}", best, flush=True)
         table.append((case, dense, route, best))
-    print(f"\n{'case':<18} {'dense':>6} {'route':>6} " + " ".join(f"{k:>24}" for k in MODES))
+    print(f"\n{'case':<18} {'dense':>6} {'route':>6} " + " ".join(f"{k:>24}" for k in RUN))
     for case, dense, route, best in table:
         cells = [
-            f"{b[0]:6.1f} {b[2:]!s:>17}" if b else f"{'-':>24}" for b in (best[k] for k in MODES)
+            f"{b[0]:6.1f} {b[2:]!s:>17}" if b else f"{'-':>24}" for b in (best[k] for k in RUN)
         ]
         print(f"{case:<18} {dense:6.1f} {route:6.1f} " + " ".join(cells))
 
