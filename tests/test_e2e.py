@@ -67,6 +67,24 @@ def test_llama_decode_matches_masked_dense(weights):
     assert outs[0].shape == (2, 4, 64)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_llama_rms_norm_matches_float64(dtype):
+    """x / sqrt(mean(x^2) + eps) * weight, rows of fresh data, one row scaled far up."""
+    from sparsekernels.models.llama import RMSNorm
+
+    g = torch.Generator().manual_seed(3)
+    norm = RMSNorm(96, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(96, generator=g))
+    x = torch.randn(5, 7, 96, generator=g)
+    x[2, 3] *= 1000.0
+    x64 = x.double()
+    want = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight.double()
+    got = norm.to(dtype)(x.to(dtype)).double()
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    assert (got - want).abs().max() <= tolerance * want.abs().max()
+
+
 def test_sparse_training_follows_the_masked_dense_curve():
     cfg = dataclasses.replace(TINY, layers=1)
     sparse, _ = transformer_pair(cfg, "80%", dtype=F64)
