@@ -40,9 +40,9 @@ class LlamaConfig:
 
 class RMSNorm(nn.Module):
     """torch's RMSNorm: one fused kernel on CUDA (aten::_fused_rms_norm), sums in float32.
-    The composed form (casts, square, mean, rsqrt, two products) launched a small kernel per
-    step, 9 norms a decode step of the 4-layer stack, on the dense and the sparse side alike
-    (results/nvidia-h200/2026-11-30/at-94ee33f/llama_profile.txt)."""
+    The composed form (casts, square, mean, rsqrt, two products) launched a small kernel for
+    each, in the 9 norms of a decode step of the 4-layer stack, on the dense and the sparse
+    side alike (results/nvidia-h200/2026-11-30/at-94ee33f/llama_profile.txt)."""
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
