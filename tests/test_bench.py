@@ -146,6 +146,30 @@ def test_check_catches_one_bad_row():
     assert harness.check(good[:3], want, torch.bfloat16)[0] == math.inf
 
 
+@pytest.mark.parametrize(
+    ("eager", "method", "ms"),
+    [
+        ((2.6, 0.3), "cudagraph", 0.015),  # a transient: the rerun is short, so the graph times it
+        ((2.6, 2.5), "do_bench", 2.5),  # slow both times: the faster eager time, no graph
+        ((0.3,), "cudagraph", 0.015),  # short at once: one eager run, then the graph
+    ],
+)
+def test_cuda_timer_retimes_a_slow_eager_call(monkeypatch, eager, method, ms):
+    """The CUDA path with triton's timers stubbed (no GPU here): a slow eager time is timed
+    once more before it is final, and the graph takes over when the rerun is short."""
+    import triton.testing
+
+    runs = iter(eager)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: next(runs))
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, **kw: 0.015)
+    monkeypatch.setattr(harness.Timer, "sync", lambda self: None)
+    timing = harness.Timer(torch.device("cuda")).time([lambda: None])
+    assert (timing.method, timing.ms) == (method, ms)
+    assert next(runs, None) is None  # every eager run the case expects was made
+    if method == "cudagraph":
+        assert timing.eager_ms == eager[-1]
+
+
 def test_cpu_timer_and_no_rotation_on_cpu():
     timer = harness.Timer(CPU, warmup_ms=1, rep_ms=2)
     timing = timer.time([lambda: torch.ones(8).sum()])

@@ -3,7 +3,8 @@
 CUDA: triton.testing.do_bench medians (it flushes L2 between reps) on rotated input copies;
 calls shorter than CUDA_GRAPH_BELOW_MS are re-timed with CUDA graphs, because the Python
 launch path (tens to hundreds of microseconds for a custom op that launches Triton) would
-otherwise be what the events measure; the eager time stays in the row as eager_ms.
+otherwise be what the events measure; the eager time stays in the row as eager_ms. A longer
+eager time is timed twice and the faster kept, so one transient does not become the result.
 CPU: a time.perf_counter median. Triton is imported only when timing on CUDA.
 """
 
@@ -161,9 +162,18 @@ class Timer:
             return Timing(self._cpu(fn), "perf_counter")
         from triton.testing import do_bench, do_bench_cudagraph
 
-        ms = do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
+        def eager() -> float:
+            return do_bench(fn, warmup=self.warmup_ms, rep=self.rep_ms, return_mode="median")
+
+        ms = eager()
         if ms >= self.graph_below_ms and not graph:
-            return Timing(ms, "do_bench")
+            # An eager time this long is final (no graph), so a transient stays in the results
+            # (bf16 SDDMM at 2%: 2.63 ms once, 15 us as a graph in the rerun; results/
+            # nvidia-h200/2026-11-30/at-c6174e6): timed once more, the faster counts, and a
+            # fast second run goes on to the graph like any short call.
+            ms = min(ms, eager())
+            if ms >= self.graph_below_ms:
+                return Timing(ms, "do_bench")
         try:
             graph_ms = do_bench_cudagraph(fn, rep=GRAPH_REP_MS, return_mode="median")
         except Exception as error:  # capture can fail (host syncs, uncapturable libraries)
