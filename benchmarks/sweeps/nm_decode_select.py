@@ -40,6 +40,15 @@ RUN = os.environ.get("MODES", ",".join(MODES)).split(",")
 
 
 @triton.jit
+def _tile(M, N_KEEP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
+    """The program's rows (offsets, mask, clamped int64 rows) and its group and slot ranges."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < M
+    rows = tl.where(mask_m, offs_m, 0).to(tl.int64)
+    return offs_m, mask_m, rows, tl.arange(0, BLOCK_G), tl.arange(0, N_KEEP)
+
+
+@triton.jit
 def _select_kernel(
     values,  # (M, S) bf16, unit stride along S
     words,  # (M, W) int32 packed offsets, BITS each
@@ -57,11 +66,7 @@ def _select_kernel(
     BLOCK_G: tl.constexpr,  # groups a step
 ):
     SPW: tl.constexpr = 32 // BITS
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < M
-    rows = tl.where(mask_m, offs_m, 0).to(tl.int64)
-    g = tl.arange(0, BLOCK_G)
-    j = tl.arange(0, N_KEEP)
+    offs_m, mask_m, rows, g, j = _tile(M, N_KEEP, BLOCK_M, BLOCK_G)
     p = tl.arange(0, M_GROUP)
     acc = tl.zeros((BLOCK_M, BLOCK_G, N_KEEP), dtype=tl.float32)
     groups_total = S // N_KEEP
@@ -113,11 +118,7 @@ def _prefetch_kernel(
     BLOCK_G: tl.constexpr,
 ):
     SPW: tl.constexpr = 32 // BITS
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < M
-    rows = tl.where(mask_m, offs_m, 0).to(tl.int64)
-    g = tl.arange(0, BLOCK_G)
-    j = tl.arange(0, N_KEEP)
+    offs_m, mask_m, rows, g, j = _tile(M, N_KEEP, BLOCK_M, BLOCK_G)
     groups_total = S // N_KEEP
     value_rows = values + rows[:, None, None] * stride_vm
     word_rows = words + rows[:, None, None] * stride_wm
