@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROTOTYPES = ["nm_decode_select.py", "csr_decode_chunks.py", "bitmap_sweep.py"]
+PROTOTYPES = [
+    "nm_decode_select.py",
+    "csr_decode_chunks.py",
+    "csr_decode_delta.py",
+    "bitmap_sweep.py",
+]
 
 
 @pytest.mark.parametrize("script", PROTOTYPES)
