@@ -7,7 +7,8 @@ error shows before any device time is spent. Variants: the one-hot kernel's slot
 forms, with and without the partial plane; the decode kernel's own-row and shared-row walks in
 float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM in each dtype
 it takes (a dot, then a gather along each tile row); the row softmax, forward and backward (its
-single-read branch returns early).
+single-read branch returns early); the CSR one-token walk (bf16 with int16 columns, fp64 with
+int64).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -32,6 +33,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
     from sparsekernels.kernels.split_k import _sum_partials_kernel
+    from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
 
@@ -77,6 +79,11 @@ def _cases() -> dict:
         cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], constants, 4)
         pointers = ["*i32", data, data, data]
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)
+    for data, cols in (("*bf16", "*i16"), ("*fp64", "*i64")):  # the CSR one-token walk
+        constants = dict(HAS_BIAS=True, ACTIVATION=2, BLOCK=256, GROUP=16,
+                         ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32)  # fmt: skip
+        pointers = ["*i32", cols, data, data, data, "*i32", data]
+        cases[f"csr token {data}"] = (_spmm_csr_token_kernel, pointers, constants, 1)
     return cases
 
 
@@ -93,6 +100,8 @@ CASE_NAMES = [
         for d, p in (("*bf16", "ieee"), ("*fp16", "ieee"), ("*fp32", "ieee"), ("*fp32", "tf32"))
     ),
     *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
+    "csr token *bf16",
+    "csr token *fp64",
 ]
 
 

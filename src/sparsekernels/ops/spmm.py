@@ -8,7 +8,7 @@ from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
-from ..kernels import tuning
+from ..kernels import spmm_csr_token, tuning
 from . import _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
 from ._layout import padded_rows
 
@@ -190,6 +190,21 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
         return out
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
+    if b.dim() == 2 and b.shape[1] == 1 and values.dim() == 1:  # one token: aligned vector loads
+        config = tuning.spmm_csr_token_config()
+        spmm_csr_token.spmm_csr_token(
+            row_offsets=row_offsets,
+            column_indices=column_indices,
+            values=values.contiguous(),
+            x=b[:, 0],
+            bias=bias.contiguous() if bias is not None else None,
+            row_order=row_order,
+            out=out[:, 0],
+            activation=activation,
+            block=config.block,
+            num_warps=config.num_warps,
+        )
+        return out
     config = tuning.spmm_csr_config(b.shape[-1])
     if b.dim() == 2 and 1 < b.shape[1] <= 16:  # decode sizes: rows as aligned vectors
         b = padded_rows(b)

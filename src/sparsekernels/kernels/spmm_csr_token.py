@@ -1,0 +1,126 @@
+"""CSR times one column (one token: a decode step's matrix-vector product), a row a program.
+
+At one token the product is bound by the stored entries' bytes (a value and a column each). Two
+things keep those loads at full speed:
+- Aligned groups. A row's entries start anywhere, so loads masked entry by entry are scalar. The
+  walk starts at the GROUP-entry boundary below the row's start and masks whole groups, a mask
+  the compiler can see is constant across a 16-byte vector; entries of the neighbouring rows in
+  the first and last group are loaded and then zeroed. Groups reaching past the last full group
+  of the arrays are never loaded as vectors: the few entries there (fewer than GROUP) are read
+  one by one after the walk, by the rows that own them, so no load leaves the arrays.
+- A hand-pipelined walk: the next step's values and columns are loaded before this step's
+  gather of x, whose addresses depend on loaded columns (Triton's own pipelining cannot overlap
+  it). The H200 sweep benchmarks/sweeps/csr_decode_delta.py measured 1.27-1.36x the general
+  kernel's one-row form at 70% sparsity (at-84bb050).
+
+Rows are visited in `row_order` (longest first), as in spmm_csr.py; bias and activation are
+fused; fp32 sums (fp64 for fp64 inputs).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .spmm_csr import _ACTIVATION_CODES
+
+GROUP = 16  # entries a group: whole 16-byte vectors of int16 columns and half-precision values
+
+
+@triton.jit
+def _spmm_csr_token_kernel(
+    row_offsets,  # (M + 1,) int32/int64
+    column_indices,  # (nnz,) int16/int32/int64
+    values,  # (nnz,)
+    x,  # (K,) with stride stride_x
+    bias,  # (M,) when HAS_BIAS
+    row_order,  # (M,) int32: rows by length, longest first
+    out,  # (M,) with stride stride_o
+    full,  # entries in whole groups (a multiple of GROUP): what may be loaded as vectors
+    stride_x,
+    stride_o,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
+    ACC_DTYPE: tl.constexpr,
+    BLOCK: tl.constexpr,  # entries a step, a multiple of GROUP
+    GROUP: tl.constexpr,
+):
+    row = tl.load(row_order + tl.program_id(0)).to(tl.int64)
+    start = tl.load(row_offsets + row).to(tl.int64)
+    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    walk_end = tl.minimum(end, full)
+    k = tl.arange(0, BLOCK)
+    first = tl.multiple_of(start // GROUP * GROUP, GROUP)
+    offs = first + k
+    groups = first + k // GROUP * GROUP  # each entry's group: constant across a vector
+    load_mask = groups < walk_end
+    cols = tl.load(column_indices + offs, mask=load_mask, other=0)
+    vals = tl.load(values + offs, mask=load_mask, other=0.0)
+    acc = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
+    for _ in range(first, walk_end, BLOCK):
+        next_offs = offs + BLOCK
+        groups += BLOCK
+        next_mask = groups < walk_end
+        next_cols = tl.load(column_indices + next_offs, mask=next_mask, other=0)
+        next_vals = tl.load(values + next_offs, mask=next_mask, other=0.0)
+        live = (offs >= start) & (offs < walk_end)
+        picked = tl.load(x + cols.to(tl.int64) * stride_x, mask=live, other=0.0)
+        acc += tl.where(live, vals.to(ACC_DTYPE), 0.0) * picked.to(ACC_DTYPE)
+        offs, load_mask, cols, vals = next_offs, next_mask, next_cols, next_vals
+    total = tl.sum(acc, axis=0)
+    if end > full:  # the row owns some of the last, partial group: entry by entry
+        tail = full + tl.arange(0, GROUP)
+        owned = (tail >= start) & (tail < end)
+        tail_cols = tl.load(column_indices + tail, mask=owned, other=0).to(tl.int64)
+        tail_vals = tl.load(values + tail, mask=owned, other=0.0).to(ACC_DTYPE)
+        picked = tl.load(x + tail_cols * stride_x, mask=owned, other=0.0).to(ACC_DTYPE)
+        total += tl.sum(tail_vals * picked, axis=0)
+
+    if HAS_BIAS:
+        total += tl.load(bias + row).to(ACC_DTYPE)
+    if ACTIVATION == 1:
+        total = tl.where(total < 0, 0.0, total)  # NaN stays NaN, as torch.relu
+    elif ACTIVATION == 2:
+        total = 0.5 * total * (1.0 + tl.erf(total * 0.7071067811865476))
+    tl.store(out + row * stride_o, total.to(out.dtype.element_ty))
+
+
+def spmm_csr_token(
+    *,
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    values: torch.Tensor,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    row_order: torch.Tensor,
+    out: torch.Tensor,
+    activation: str,
+    block: int,
+    num_warps: int,
+) -> torch.Tensor:
+    """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided."""
+    rows = out.shape[0]
+    if rows == 0:
+        return out
+    acc = tl.float64 if out.dtype == torch.float64 else tl.float32
+    _spmm_csr_token_kernel[(rows,)](
+        row_offsets,
+        column_indices,
+        values,
+        x,
+        bias if bias is not None else values,
+        row_order,
+        out,
+        values.numel() // GROUP * GROUP,
+        x.stride(0),
+        out.stride(0),
+        HAS_BIAS=bias is not None,
+        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACC_DTYPE=acc,
+        BLOCK=block,
+        GROUP=GROUP,
+        num_warps=num_warps,
+        num_stages=1,
+    )
+    return out

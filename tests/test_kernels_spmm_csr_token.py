@@ -1,0 +1,125 @@
+"""The CSR one-token kernel (kernels/spmm_csr_token.py): aligned groups, a hand-pipelined walk
+and the entries of the arrays' last partial group read one by one.
+
+Float64 references on fresh random data, outputs poisoned with NaN. The shapes put rows'
+starts inside groups, rows shorter than a group, rows across many steps (a 32-entry step is
+tested beside the tuned 256), several rows owning the last partial group, fewer entries than one
+group, and x with a stride; x's elements no stored entry uses hold NaN, which must not spread.
+"""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
+
+
+def _token(A, x, bias=None, activation="none", block=256):
+    from sparsekernels.kernels import spmm_csr_token as kernel
+
+    out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
+    kernel.spmm_csr_token(
+        row_offsets=A.row_offsets,
+        column_indices=A.column_indices,
+        values=A.values,
+        x=x,
+        bias=bias,
+        row_order=A.row_order,
+        out=out,
+        activation=activation,
+        block=block,
+        num_warps=1,
+    )
+    return out
+
+
+def _x_with_nan_where_unused(A, gen, dtype, device):
+    """x (K,) with a stride of 2, NaN at the columns no stored entry reads."""
+    x = randn(A.shape[1], 2, gen=gen, dtype=dtype, device=device)[:, 0]
+    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
+    used[A.column_indices.long()] = True
+    x[~used] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("block", [32, 256])
+def test_matches_float64(device, dtype, block, gen):
+    skip_interpreter_on_gpu_machine(device)
+    # 37 rows x 300: ~15-150 entries a row, empty rows, nnz not a multiple of 16
+    for rows, cols, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1)]:
+        A = random_csr(rows, cols, density, gen, dtype, device)
+        x = _x_with_nan_where_unused(A, gen, dtype, device)
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        assert_close(_token(A, x, block=block), want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_last_partial_group_shared_by_rows(device, gen):
+    """The arrays end in a partial group owned by three short rows (and an empty one), one
+    starting in the last full group: the walk must stop at the full groups and the tail read
+    every owned entry exactly once."""
+    skip_interpreter_on_gpu_machine(device)
+    dense = randn(6, 50, gen=gen)
+    mask = torch.zeros(6, 50, dtype=torch.bool)
+    mask[0, :20] = True  # entries 0-19: row 0 ends past the first group
+    mask[1, 3:14] = True  # 20-30: crosses into the last full group (16-31)
+    mask[2, 7:9] = True  # 31-32: starts in the full groups, ends in the tail
+    mask[4, 40:43] = True  # 33-35, tail only (row 3 is empty)
+    mask[5, 0:2] = True  # 36-37, tail only
+    A = sk.CSRMatrix.from_dense(dense * mask, mask=mask).to(device=device)
+    assert A.nnz == 38
+    x = randn(50, gen=gen, device=device)
+    want = A.to_dense() @ x
+    torch.testing.assert_close(_token(A, x, block=32), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_fewer_entries_than_a_group(device, gen):
+    skip_interpreter_on_gpu_machine(device)
+    for rows, cols in [(1, 1), (3, 5), (1, 11)]:
+        A = random_csr(rows, cols, 0.6, gen, torch.float64, device, empty_rows=False)
+        assert A.nnz < 16
+        x = randn(cols, gen=gen, device=device)
+        torch.testing.assert_close(_token(A, x), A.to_dense() @ x, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_bias_activation(device, activation, gen):
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(21, 90, 0.3, gen, torch.float64, device)
+    x, bias = randn(90, gen=gen, device=device), randn(21, gen=gen, device=device)
+    got = _token(A, x, bias, activation, block=32)
+    want = sk.spmm(A, x[:, None], bias, activation, backend="reference")[:, 0]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_linear_at_one_token_takes_it(device, gen, monkeypatch):
+    """sk.linear and sk.spmm at one token run this kernel, with int16 columns; the bias and
+    the gradient path agree with float64."""
+    from sparsekernels.kernels import spmm_csr_token as kernel
+
+    skip_interpreter_on_gpu_machine(device)
+    calls = []
+    launch = kernel.spmm_csr_token
+    monkeypatch.setattr(kernel, "spmm_csr_token", lambda **kw: calls.append(kw) or launch(**kw))
+    A = random_csr(33, 70, 0.3, gen, torch.float32, device)
+    x = randn(1, 70, gen=gen, dtype=torch.float32, device=device)
+    bias = randn(33, gen=gen, dtype=torch.float32, device=device)
+    got = sk.linear(x, A, bias, backend="triton")
+    assert len(calls) == 1 and calls[0]["column_indices"].dtype == torch.int16
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(A.to_dense(), x.t())[:, 0] + bias.abs()
+    assert_close(got[0], want[0], bound, torch.float32)
