@@ -3,7 +3,8 @@ and the entries of the arrays' last partial group read one by one.
 
 Float64 references on fresh random data, outputs poisoned with NaN. The shapes put rows'
 starts inside groups, rows shorter than a group, rows across many steps (a 32-entry step is
-tested beside the tuned 256), several rows owning the last partial group, fewer entries than one
+tested beside the tuned 256), programs of one row and of several (21 and 37 rows leave the
+last program partial), several rows owning the last partial group, fewer entries than one
 group, and x with a stride; x's elements no stored entry uses hold NaN, which must not spread.
 """
 
@@ -22,7 +23,7 @@ from _helpers import (
 )
 
 
-def _token(A, x, bias=None, activation="none", block=256):
+def _token(A, x, bias=None, activation="none", block=256, rows=1):
     from sparsekernels.kernels import spmm_csr_token as kernel
 
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
@@ -35,8 +36,9 @@ def _token(A, x, bias=None, activation="none", block=256):
         row_order=A.row_order,
         out=out,
         activation=activation,
+        rows_per_program=rows,
         block=block,
-        num_warps=1,
+        num_warps=rows,
     )
     return out
 
@@ -52,16 +54,16 @@ def _x_with_nan_where_unused(A, gen, dtype, device):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
-@pytest.mark.parametrize("block", [32, 256])
-def test_matches_float64(device, dtype, block, gen):
+@pytest.mark.parametrize("block, rows", [(32, 1), (256, 1), (32, 4)])
+def test_matches_float64(device, dtype, block, rows, gen):
     skip_interpreter_on_gpu_machine(device)
     # 37 rows x 300: ~15-150 entries a row, empty rows, nnz not a multiple of 16
-    for rows, cols, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1)]:
-        A = random_csr(rows, cols, density, gen, dtype, device)
+    for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1)]:
+        A = random_csr(M, K, density, gen, dtype, device)
         x = _x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
-        assert_close(_token(A, x, block=block), want, bound, dtype)
+        assert_close(_token(A, x, block=block, rows=rows), want, bound, dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -81,7 +83,9 @@ def test_last_partial_group_shared_by_rows(device, gen):
     assert A.nnz == 38
     x = randn(50, gen=gen, device=device)
     want = A.to_dense() @ x
-    torch.testing.assert_close(_token(A, x, block=32), want, rtol=1e-12, atol=1e-12)
+    for rows in (1, 2, 4):  # the tail's rows alone in programs, and sharing them
+        got = _token(A, x, block=32, rows=rows)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -100,7 +104,7 @@ def test_bias_activation(device, activation, gen):
     skip_interpreter_on_gpu_machine(device)
     A = random_csr(21, 90, 0.3, gen, torch.float64, device)
     x, bias = randn(90, gen=gen, device=device), randn(21, gen=gen, device=device)
-    got = _token(A, x, bias, activation, block=32)
+    got = _token(A, x, bias, activation, block=32, rows=2)
     want = sk.spmm(A, x[:, None], bias, activation, backend="reference")[:, 0]
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 

@@ -1,4 +1,4 @@
-"""CSR times one column (one token: a decode step's matrix-vector product), a row a program.
+"""CSR times one column (one token: a decode step's matrix-vector product), a few rows a program.
 
 At one token the product is bound by the stored entries' bytes (a value and a column each). Two
 things keep those loads at full speed:
@@ -35,30 +35,36 @@ def _spmm_csr_token_kernel(
     values,  # (nnz,)
     x,  # (K,) with stride stride_x
     bias,  # (M,) when HAS_BIAS
-    row_order,  # (M,) int32: rows by length, longest first
+    row_order,  # (M,) int32: rows by length, longest first; a program takes ROWS of them
     out,  # (M,) with stride stride_o
+    M,
     full,  # entries in whole groups (a multiple of GROUP): what may be loaded as vectors
     stride_x,
     stride_o,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
     ACC_DTYPE: tl.constexpr,
-    BLOCK: tl.constexpr,  # entries a step, a multiple of GROUP
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,  # entries of a row a step, a multiple of GROUP
     GROUP: tl.constexpr,
 ):
-    row = tl.load(row_order + tl.program_id(0)).to(tl.int64)
-    start = tl.load(row_offsets + row).to(tl.int64)
-    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    order = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    mask_r = order < M
+    row = tl.load(row_order + order, mask=mask_r, other=0).to(tl.int64)
+    start = tl.load(row_offsets + row, mask=mask_r, other=0).to(tl.int64)
+    first = tl.multiple_of(start // GROUP * GROUP, GROUP)[:, None]
+    start = start[:, None]
+    end = tl.load(row_offsets + row + 1, mask=mask_r, other=0).to(tl.int64)[:, None]
     walk_end = tl.minimum(end, full)
-    k = tl.arange(0, BLOCK)
-    first = tl.multiple_of(start // GROUP * GROUP, GROUP)
+    k = tl.arange(0, BLOCK)[None, :]
     offs = first + k
     groups = first + k // GROUP * GROUP  # each entry's group: constant across a vector
     load_mask = groups < walk_end
     cols = tl.load(column_indices + offs, mask=load_mask, other=0)
     vals = tl.load(values + offs, mask=load_mask, other=0.0)
-    acc = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
-    for _ in range(first, walk_end, BLOCK):
+    acc = tl.zeros((ROWS, BLOCK), dtype=ACC_DTYPE)
+    # Rows come longest first: a program's rows have similar lengths, so few steps idle.
+    for _ in range(0, tl.max(walk_end - first), BLOCK):
         next_offs = offs + BLOCK
         groups += BLOCK
         next_mask = groups < walk_end
@@ -68,22 +74,22 @@ def _spmm_csr_token_kernel(
         picked = tl.load(x + cols.to(tl.int64) * stride_x, mask=live, other=0.0)
         acc += tl.where(live, vals.to(ACC_DTYPE), 0.0) * picked.to(ACC_DTYPE)
         offs, load_mask, cols, vals = next_offs, next_mask, next_cols, next_vals
-    total = tl.sum(acc, axis=0)
-    if end > full:  # the row owns some of the last, partial group: entry by entry
-        tail = full + tl.arange(0, GROUP)
+    total = tl.sum(acc, axis=1)
+    if tl.max(end) > full:  # rows owning some of the last, partial group: entry by entry
+        tail = full + tl.arange(0, GROUP)[None, :]
         owned = (tail >= start) & (tail < end)
         tail_cols = tl.load(column_indices + tail, mask=owned, other=0).to(tl.int64)
         tail_vals = tl.load(values + tail, mask=owned, other=0.0).to(ACC_DTYPE)
         picked = tl.load(x + tail_cols * stride_x, mask=owned, other=0.0).to(ACC_DTYPE)
-        total += tl.sum(tail_vals * picked, axis=0)
+        total += tl.sum(tail_vals * picked, axis=1)
 
     if HAS_BIAS:
-        total += tl.load(bias + row).to(ACC_DTYPE)
+        total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
     if ACTIVATION == 1:
         total = tl.where(total < 0, 0.0, total)  # NaN stays NaN, as torch.relu
     elif ACTIVATION == 2:
         total = 0.5 * total * (1.0 + tl.erf(total * 0.7071067811865476))
-    tl.store(out + row * stride_o, total.to(out.dtype.element_ty))
+    tl.store(out + row * stride_o, total.to(out.dtype.element_ty), mask=mask_r)
 
 
 def spmm_csr_token(
@@ -96,6 +102,7 @@ def spmm_csr_token(
     row_order: torch.Tensor,
     out: torch.Tensor,
     activation: str,
+    rows_per_program: int,
     block: int,
     num_warps: int,
 ) -> torch.Tensor:
@@ -104,7 +111,7 @@ def spmm_csr_token(
     if rows == 0:
         return out
     acc = tl.float64 if out.dtype == torch.float64 else tl.float32
-    _spmm_csr_token_kernel[(rows,)](
+    _spmm_csr_token_kernel[(triton.cdiv(rows, rows_per_program),)](
         row_offsets,
         column_indices,
         values,
@@ -112,12 +119,14 @@ def spmm_csr_token(
         bias if bias is not None else values,
         row_order,
         out,
+        rows,
         values.numel() // GROUP * GROUP,
         x.stride(0),
         out.stride(0),
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
+        ROWS=rows_per_program,
         BLOCK=block,
         GROUP=GROUP,
         num_warps=num_warps,

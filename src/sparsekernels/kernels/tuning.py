@@ -44,14 +44,15 @@ def spmm_csr_config(n: int) -> SpmmCsrConfig:
 
 @dataclass(frozen=True)
 class SpmmCsrTokenConfig:
-    block: int  # stored entries a step, a multiple of spmm_csr_token.GROUP
+    rows_per_program: int
+    block: int  # stored entries of a row a step, a multiple of spmm_csr_token.GROUP
     num_warps: int
 
 
 def spmm_csr_token_config() -> SpmmCsrTokenConfig:
     """One token (spmm_csr_token.py): a warp walks a row 256 entries a step, the fastest form
     on the 70%-sparse LLM shapes of the H200 sweep (at-84bb050/csr_decode_delta.txt)."""
-    return SpmmCsrTokenConfig(block=256, num_warps=1)
+    return SpmmCsrTokenConfig(rows_per_program=1, block=256, num_warps=1)
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
             row_order=row_order,
             out=out[:, 0],
             activation=activation,
+            rows_per_program=config.rows_per_program,
             block=config.block,
             num_warps=config.num_warps,
         )
