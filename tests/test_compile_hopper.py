@@ -81,7 +81,8 @@ def _cases() -> dict:
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)
     for data, cols in (("*bf16", "*i16"), ("*fp64", "*i64")):  # the CSR one-token walk
         constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
-                         ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32)  # fmt: skip
+                         ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
+                         INDEX=tl.int64 if data == "*fp64" else tl.int32)  # fmt: skip
         pointers = ["*i32", cols, data, data, data, "*i32", data]
         cases[f"csr token {data}"] = (_spmm_csr_token_kernel, pointers, constants, 1)
     return cases

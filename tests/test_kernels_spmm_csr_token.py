@@ -55,8 +55,13 @@ def _x_with_nan_where_unused(A, gen, dtype, device):
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("block, rows", [(32, 1), (256, 1), (32, 4)])
-def test_matches_float64(device, dtype, block, rows, gen):
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_matches_float64(device, dtype, block, rows, wide, gen, monkeypatch):
+    from sparsekernels.kernels import spmm_csr_token as kernel
+
     skip_interpreter_on_gpu_machine(device)
+    if wide:  # the int64 offsets of matrices past 2^31 entries, on a small one
+        monkeypatch.setattr(kernel, "INT32_LIMIT", 0)
     # 37 rows x 300: ~15-150 entries a row, empty rows, nnz not a multiple of 16
     for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1)]:
         A = random_csr(M, K, density, gen, dtype, device)

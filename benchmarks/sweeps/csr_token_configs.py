@@ -4,20 +4,26 @@ entries of a row a step, warps. Sets tuning.spmm_csr_token_config.
 One-warp programs of one row fill at most half an SM's warp slots (32 resident blocks), which
 may leave short rows latency-bound (14336 x 4096 at 90%: ~410 entries, two steps a row); a
 program of several rows, a warp each, fills them all. Against dense and the general CSR kernel's
-one-row form (the route before the one-token kernel). bf16, magnitude-pruned LLM weights at 70%
+one-row form (the route before the one-token kernel) and the prototype it came from
+(csr_decode_delta.py's "aligned" form: one row a program, no row order, no tail step). bf16, magnitude-pruned LLM weights at 70%
 and 90%, CUDA-graph medians in us; BUDGET_S caps the run. Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_token_configs.py
 """
 
 import itertools
 import os
+import sys
 import time
+from pathlib import Path
 
 import torch
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.kernels import spmm_csr, spmm_csr_token
+
+sys.path.insert(0, str(Path(__file__).parent))
+import csr_decode_delta  # noqa: E402 - the prototype this kernel came from, timed beside it
 
 BUDGET_S = float(os.environ.get("BUDGET_S", 120))
 CONFIGS = [(1, 256, 1), (1, 128, 1), (1, 512, 2), (2, 256, 2), (2, 128, 2), (4, 128, 4),
@@ -49,6 +55,9 @@ def main():
                 block_rows=1, block_nnz=256, block_n=1, num_warps=1,
             )
         )  # fmt: skip
+        ops = csr_decode_delta.operands(A)
+        out32 = torch.empty(M, device="cuda")
+        proto = bench(lambda: csr_decode_delta.launch(A, ops, x, out32, "aligned", 256, 1))
         timed = {}
         for rows, block, warps in CONFIGS:
             if time.time() - started > BUDGET_S:
@@ -70,13 +79,19 @@ def main():
             timed[(rows, block, warps)] = bench(run)
         case = f"{M}x{K} {sparsity:.0%}"
         ranked = sorted(timed.items(), key=lambda kv: kv[1])
-        print(case, f"dense {dense:.1f} general {general:.1f}", ranked, flush=True)
-        table.append((case, dense, general, timed))
+        print(
+            case,
+            f"dense {dense:.1f} general {general:.1f} prototype {proto:.1f}",
+            ranked,
+            flush=True,
+        )
+        table.append((case, dense, general, proto, timed))
     names = [f"{r}x{b}/{w}w" for r, b, w in CONFIGS]
-    print(f"\n{'case':<16} {'dense':>6} {'general':>7} " + " ".join(f"{n:>10}" for n in names))
-    for case, dense, general, timed in table:
+    head = f"\n{'case':<16} {'dense':>6} {'general':>7} {'proto':>6} "
+    print(head + " ".join(f"{n:>10}" for n in names))
+    for case, dense, general, proto, timed in table:
         cells = [f"{timed[c]:10.1f}" if c in timed else f"{'-':>10}" for c in CONFIGS]
-        print(f"{case:<16} {dense:6.1f} {general:7.1f} " + " ".join(cells))
+        print(f"{case:<16} {dense:6.1f} {general:7.1f} {proto:6.1f} " + " ".join(cells))
 
 
 if __name__ == "__main__":
