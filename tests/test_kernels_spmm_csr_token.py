@@ -129,6 +129,19 @@ def test_linear_at_one_token_takes_it(device, gen, monkeypatch):
     bias = randn(33, gen=gen, dtype=torch.float32, device=device)
     got = sk.linear(x, A, bias, backend="triton")
     assert len(calls) == 1 and calls[0]["column_indices"].dtype == torch.int16
+    assert calls[0]["rows_per_program"] == 2  # a small matrix: two rows a program
     want = x.double() @ A.to_dense().double().t() + bias.double()
     bound = spmm_bound(A.to_dense(), x.t())[:, 0] + bias.abs()
     assert_close(got[0], want[0], bound, torch.float32)
+
+
+def test_config_rule():
+    """Two rows a program below CSR_TOKEN_TWO_ROWS_BELOW_NNZ entries, one from it (the sweep's
+    90% and 70% LLM weights fall either side)."""
+    from sparsekernels.kernels import tuning
+
+    limit = tuning.CSR_TOKEN_TWO_ROWS_BELOW_NNZ
+    assert tuning.spmm_csr_token_config(5_900_000).rows_per_program == 2
+    assert tuning.spmm_csr_token_config(17_600_000).rows_per_program == 1
+    assert tuning.spmm_csr_token_config(limit - 1).rows_per_program == 2
+    assert tuning.spmm_csr_token_config(limit).rows_per_program == 1

@@ -116,7 +116,7 @@ def spmm_csr_token(
         return out
     acc = tl.float64 if out.dtype == torch.float64 else tl.float32
     nnz, cols = values.numel(), x.shape[0]
-    largest = max(nnz + 2 * block, cols * x.stride(0), rows * out.stride(0), rows + rows_per_program)
+    reach = (nnz + 2 * block, cols * x.stride(0), rows * out.stride(0), rows + rows_per_program)
     _spmm_csr_token_kernel[(triton.cdiv(rows, rows_per_program),)](
         row_offsets,
         column_indices,
@@ -132,7 +132,7 @@ def spmm_csr_token(
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
-        INDEX=tl.int32 if largest < INT32_LIMIT else tl.int64,
+        INDEX=tl.int32 if max(reach) < INT32_LIMIT else tl.int64,
         ROWS=rows_per_program,
         BLOCK=block,
         GROUP=GROUP,

@@ -49,10 +49,17 @@ class SpmmCsrTokenConfig:
     num_warps: int
 
 
-def spmm_csr_token_config() -> SpmmCsrTokenConfig:
-    """One token (spmm_csr_token.py): a warp walks a row 256 entries a step, the fastest form
-    on the 70%-sparse LLM shapes of the H200 sweep (at-84bb050/csr_decode_delta.txt)."""
-    return SpmmCsrTokenConfig(rows_per_program=1, block=256, num_warps=1)
+# Below this many stored entries, a one-token walk is short enough to be latency-bound: two rows
+# a program (one warp) keep twice the loads in flight. H200 sweep (at-56c4c49/
+# csr_token_configs.txt): 2 rows 8-19% faster at 1.7-5.9M entries (90% on the LLM shapes),
+# 1 row 1-10% faster at 17.6M (70% on 4096 x 14336 and 14336 x 4096); even at 5.0M.
+CSR_TOKEN_TWO_ROWS_BELOW_NNZ = 10_000_000
+
+
+def spmm_csr_token_config(nnz: int) -> SpmmCsrTokenConfig:
+    """One token (spmm_csr_token.py): a warp walks its rows 256 entries a step."""
+    rows = 2 if nnz < CSR_TOKEN_TWO_ROWS_BELOW_NNZ else 1
+    return SpmmCsrTokenConfig(rows_per_program=rows, block=256, num_warps=1)
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
     if b.dim() == 2 and b.shape[1] == 1 and values.dim() == 1:  # one token: aligned vector loads
-        config = tuning.spmm_csr_token_config()
+        config = tuning.spmm_csr_token_config(column_indices.numel())
         spmm_csr_token.spmm_csr_token(
             row_offsets=row_offsets,
             column_indices=column_indices,
