@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn import SparseAttention, SparseConv2d, SparseLinear
+from ._chunked_sdpa import sdpa
 
 _ACTIVATIONS = {None: lambda x: x, "relu": F.relu, "gelu": F.gelu}
 
@@ -57,7 +58,7 @@ class MaskedAttention(nn.Module):
         self.scale = scale
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, scale=self.scale)
+        return sdpa(q, k, v, mask=self.mask, scale=self.scale)  # query blocks in float64
 
 
 def _kept(layer: SparseLinear | SparseConv2d) -> torch.Tensor:

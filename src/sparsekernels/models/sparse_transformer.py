@@ -23,6 +23,7 @@ from torch import nn
 
 from ..nn import SparseAttention
 from ..prune import sparsify_
+from ._chunked_sdpa import sdpa
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,11 @@ class TransformerConfig:
 
 
 class CausalSDPA(nn.Module):
-    """Full causal attention with torch's scaled_dot_product_attention (flash on CUDA)."""
+    """Full causal attention with torch's scaled_dot_product_attention (flash on CUDA; query
+    blocks in float64, the reference, whose scores would not fit at long lengths)."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return sdpa(q, k, v, causal=True)
 
 
 class SelfAttention(nn.Module):
