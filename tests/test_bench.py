@@ -318,3 +318,19 @@ def test_compare_with_a_previous_run(quick_run, tmp_path):
     assert (
         cli.main(["--quick", "--device", "cpu", "--compare", str(tmp_path / "missing.jsonl")]) == 2
     )
+
+
+def test_match_keeps_the_named_cases(tmp_path):
+    """--match runs only the cases whose name contains the text; a text no case has is an
+    error before any timing."""
+    all_cases = suites.build(["quick"], suites.Context(CPU))
+    wanted = all_cases[1].name.split(" ")[0]  # an op name, e.g. "linear"
+    config = runner.RunConfig(["quick"], CPU, out=tmp_path, match=(wanted,), plots=False)
+    result = runner.run(config, console=Console(file=io.StringIO()))
+    assert result.rows and all(r.case.startswith(wanted) for r in result.rows)
+    kept = [c for c in all_cases if wanted in c.name]
+    assert 0 < len(kept) < len(all_cases)
+    assert len({r.case for r in result.rows}) == len(kept)
+    none = runner.RunConfig(["quick"], CPU, out=tmp_path, match=("no such case",))
+    with pytest.raises(ValueError, match="no such case"):
+        runner.run(none, console=Console(file=io.StringIO()))

@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="dlmc: at most N matrices per model; other suites: at most N cases, evenly spread",
     )
     parser.add_argument(
+        "--match",
+        action="append",
+        metavar="TEXT",
+        help="only the cases whose name (as the log prints it) contains TEXT (repeatable)",
+    )
+    parser.add_argument(
         "--providers",
         action="append",
         metavar="LIST",
@@ -145,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         out=args.out,
         dlmc=args.dlmc,
         limit=args.limit,
+        match=tuple(args.match or ()),
         providers=only,
         argv=list(sys.argv[1:] if argv is None else argv),
         plots=not args.no_plots,

@@ -27,6 +27,7 @@ class RunConfig:
     out: Path | None = None
     dlmc: Path | None = None
     limit: int | None = None
+    match: tuple[str, ...] = ()  # only cases whose name contains one of these
     providers: set[str] | None = None  # only these names ('sk' = every backend of ours)
     argv: list[str] | None = None
     plots: bool = True
@@ -49,6 +50,10 @@ def run(config: RunConfig, console: Console | None = None) -> RunResult:
     timer = Timer(device, warmup_ms=warmup_ms, rep_ms=rep_ms)
     ctx = suites.Context(device, config.dtypes, config.dlmc, config.limit)
     cases = suites.build(config.suites, ctx)  # before any device work: a bad suite fails fast
+    if config.match:
+        cases = [c for c in cases if any(text in c.name for text in config.match)]
+        if not cases:
+            raise ValueError(f"no case's name contains any of {list(config.match)}")
 
     meta = harness.run_metadata(device, config.argv)
     meta["suites"] = list(config.suites)
