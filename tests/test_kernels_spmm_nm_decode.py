@@ -73,6 +73,25 @@ def test_every_element_written(device, pattern, N, config, gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (2, 4, 4, 1), (4, 16, 1, 2)])
+@pytest.mark.parametrize("N", [1, 5])
+def test_int64_offsets_into_b(device, pattern, N, gen, monkeypatch):
+    """The int64 gather (B past 2^31 elements), forced on a small B, in each walk."""
+    from sparsekernels.kernels import spmm_nm_decode as kernel
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(kernel, "INT32_LIMIT", 0)
+    n, m, vector, block = pattern
+    W = random_nm(2 * vector + 9, 5 * m, n, m, gen, vector, block, torch.float32, device)
+    x = randn(N, 5 * m, gen=gen, dtype=torch.float32, device=device)
+    for config in ((1, 1, 1), (4, 4, 1)):  # own rows; rows sharing a choice (vector-wise)
+        for B in (x.t(), padded_rows(x.t())):
+            got = _launch_poisoned(W, B, config, cols=N)
+            want = W.to_dense().double() @ B[:, :N].double()
+            assert_close(got, want, spmm_bound(W.to_dense(), B[:, :N]), torch.float32)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("N", [2, 3, 8, 12])
 def test_padded_b_layout(device, N, gen):
     """padded_rows: (K, next power of two) row-major, zeros past N, recognised by padded_b."""

@@ -7,7 +7,9 @@ tiny (K x N) and stays in L1/L2, so it is read with any strides (no copy of x^T)
 
 Each stored value meets its B row through a gather (from L1: B is small). When the tile's rows
 share one choice (vector-wise, BLOCK_M divides VECTOR) the columns are computed once per tile,
-not once per row; that is what lets vector-wise patterns run at the weight's bandwidth.
+not once per row; that is what lets vector-wise patterns run at the weight's bandwidth. The
+gather's offsets into B are int32 where every one fits (INT32_LIMIT), sparing a 64-bit multiply
+a slot.
 
 Both walk the whole row, or with `split` a range of its steps: each piece writes a partial
 product and split_k.py adds them in order. Each output is a fixed sum order: deterministic, no
@@ -53,6 +55,7 @@ def _nm_decode_kernel(
     SHARED: tl.constexpr,  # BLOCK_M divides VECTOR: the tile's rows share their columns
     WIDE: tl.constexpr,  # K > 2^31 - 1: columns need 64 bits (int32 is cheaper when they fit)
     PADDED_B: tl.constexpr,  # b is (K, BLOCK_N) row-major, zero past column N (see the launcher)
+    B_INDEX: tl.constexpr,  # int32 when every offset into b fits, else int64
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
@@ -109,7 +112,7 @@ def _nm_decode_kernel(
             if not PADDED_B:
                 x_mask = x_mask & mask_n[None, :]
             x = tl.load(
-                b + cols.to(tl.int64)[:, None] * b_row + offs_n[None, :] * b_col,
+                b + cols.to(B_INDEX)[:, None] * b_row + offs_n[None, :] * b_col,
                 mask=x_mask,
                 other=0.0,
             ).to(ACC_DTYPE)
@@ -141,12 +144,12 @@ def _nm_decode_kernel(
             offsets = (word[:, :, None] >> shifts[None, None, :]) & ((1 << BITS) - 1)
             cols = first[None, :, :] + offsets * BLOCK
             if BLOCK_N == 1:  # decode of one token: a plain gather, no column axis
-                x = tl.load(b + cols.to(tl.int64) * stride_bk, mask=mask_s[None, :, :], other=0.0)
+                x = tl.load(b + cols.to(B_INDEX) * stride_bk, mask=mask_s[None, :, :], other=0.0)
                 acc += tl.sum(tl.sum(vals * x.to(ACC_DTYPE), axis=2), axis=1)[:, None]
             else:
                 flat_cols = tl.reshape(cols, (BLOCK_M, BLOCK_W * SPW))
                 flat_mask = tl.reshape(mask_s, (BLOCK_W * SPW,))
-                b_rows = b + flat_cols.to(tl.int64)[:, :, None] * b_row
+                b_rows = b + flat_cols.to(B_INDEX)[:, :, None] * b_row
                 x_mask = flat_mask[None, :, None]
                 if not PADDED_B:
                     x_mask = x_mask & mask_n[None, None, :]
@@ -175,6 +178,15 @@ def _nm_decode_kernel(
         PARTIAL,
         1,
     )
+
+
+INT32_LIMIT = 2**31  # offsets into b below it are computed in int32
+
+
+def _b_reach(b: torch.Tensor) -> int:
+    """A bound on the element offsets the kernel forms into b."""
+    sizes_strides = zip(b.shape, b.stride(), strict=True)
+    return sum(max(size, 1) * max(abs(stride), 1) for size, stride in sizes_strides)
 
 
 def packed_bits(m: int, block: int) -> int:
@@ -245,6 +257,7 @@ def spmm_nm_decode(
         SHARED=vector % block_m == 0,
         WIDE=b.shape[0] > 2**31 - 1,
         PADDED_B=padded_b(b, cols),
+        B_INDEX=tl.int32 if _b_reach(b) < INT32_LIMIT else tl.int64,
         HAS_BIAS=bias is not None,
         ACTIVATION=_ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if wide_sums else tl.float32,
