@@ -8,7 +8,7 @@ forms, with and without the partial plane; the decode kernel's own-row and share
 float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM in each dtype
 it takes (a dot, then a gather along each tile row); the row softmax, forward and backward (its
 single-read branch returns early); the CSR one-token walk (bf16 with int16 columns, fp64 with
-int64).
+int64); the general CSR kernel with int32 and int64 offsets.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -33,6 +33,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
     from sparsekernels.kernels.split_k import _sum_partials_kernel
+    from sparsekernels.kernels.spmm_csr import _spmm_csr_kernel
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
@@ -86,6 +87,12 @@ def _cases() -> dict:
                          INDEX=tl.int64 if data == "*fp64" else tl.int32)  # fmt: skip
         pointers = ["*i32", cols, data, data, data, "*i32", data]
         cases[f"csr token {data}"] = (_spmm_csr_token_kernel, pointers, constants, 1)
+    for index in ("int32", "int64"):  # the general CSR kernel, padded B, both offset widths
+        constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32,
+                         INDEX=getattr(tl, index), BLOCK_ROWS=4, BLOCK_NNZ=128, BLOCK_N=16,
+                         PADDED_B=True)  # fmt: skip
+        pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+        cases[f"csr spmm {index}"] = (_spmm_csr_kernel, pointers, constants, 2)
     return cases
 
 
@@ -104,6 +111,8 @@ CASE_NAMES = [
     *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
     "csr token *bf16",
     "csr token *fp64",
+    "csr spmm int32",
+    "csr spmm int64",
 ]
 
 

@@ -45,8 +45,13 @@ def _launch_poisoned(A, B, bias=None, activation="none", cols=None):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
-def test_every_element_written(device, dtype, gen):
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_every_element_written(device, dtype, wide, gen, monkeypatch):
+    from sparsekernels.kernels import spmm_csr as kernel
+
     skip_interpreter_on_gpu_machine(device)
+    if wide:  # the int64 offsets of matrices past 2^31 elements, on a small one
+        monkeypatch.setattr(kernel, "INT32_LIMIT", 0)
     A = random_csr(19, 40, 0.2, gen, dtype, device)  # empty rows, 19 rows, N not a power of 2
     B = randn(40, 37, gen=gen, dtype=dtype, device=device)
     got = _launch_poisoned(A, B)
@@ -97,8 +102,13 @@ def test_degenerate_shapes(device, gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-def test_batched_strided_and_nan(device, gen):
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_batched_strided_and_nan(device, wide, gen, monkeypatch):
+    from sparsekernels.kernels import spmm_csr as kernel
+
     skip_interpreter_on_gpu_machine(device)
+    if wide:
+        monkeypatch.setattr(kernel, "INT32_LIMIT", 0)
     A = random_csr(11, 16, 0.3, gen, torch.float64, device)
     values = randn(2, A.nnz, gen=gen, device=device)
     B = randn(2, 9, 16, gen=gen, device=device).transpose(1, 2)  # strided (2, 16, 9)
