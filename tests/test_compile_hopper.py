@@ -8,7 +8,8 @@ forms, with and without the partial plane; the decode kernel's own-row and share
 float32 and float64 sums; the second pass in both sum types; the tensor-core SDDMM in each dtype
 it takes (a dot, then a gather along each tile row); the row softmax, forward and backward (its
 single-read branch returns early); the CSR one-token walk (bf16 with int16 columns, fp64 with
-int64); the general CSR kernel with int32 and int64 offsets.
+int64); the general CSR kernel with int32 and int64 offsets; the CSR few-token walk with B padded
+and strided.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -34,6 +35,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
     from sparsekernels.kernels.split_k import _sum_partials_kernel
     from sparsekernels.kernels.spmm_csr import _spmm_csr_kernel
+    from sparsekernels.kernels.spmm_csr_few import _spmm_csr_few_kernel
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
@@ -93,6 +95,11 @@ def _cases() -> dict:
                          PADDED_B=True)  # fmt: skip
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"csr spmm {index}"] = (_spmm_csr_kernel, pointers, constants, 2)
+    for padded, block_n in ((True, 16), (False, 4)):  # the few-token walk, B padded or strided
+        constants = dict(HAS_BIAS=True, ACTIVATION=2, ACC_DTYPE=tl.float32, INDEX=tl.int32,
+                         ROWS=2, BLOCK=64, BLOCK_N=block_n, PADDED_B=padded, GROUP=16)  # fmt: skip
+        pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+        cases[f"csr few padded={padded}"] = (_spmm_csr_few_kernel, pointers, constants, 2)
     return cases
 
 
@@ -113,6 +120,8 @@ CASE_NAMES = [
     "csr token *fp64",
     "csr spmm int32",
     "csr spmm int64",
+    "csr few padded=True",
+    "csr few padded=False",
 ]
 
 

@@ -32,6 +32,21 @@ GROUP = 16  # entries a group: whole 16-byte vectors of int16 columns and half-p
 
 
 @triton.jit
+def rows_of_program(row_offsets, row_order, M, full, INDEX: tl.constexpr, ROWS: tl.constexpr,
+                    GROUP: tl.constexpr):  # fmt: skip
+    """The program's ROWS rows in row order: (row, mask_r) of shape (ROWS,), and as (ROWS, 1)
+    columns their first entry, the group boundary at or below it, their end, and where the
+    vector walk stops (the end, or the last whole group of the arrays)."""
+    order = tl.program_id(0).to(INDEX) * ROWS + tl.arange(0, ROWS)
+    mask_r = order < M
+    row = tl.load(row_order + order, mask=mask_r, other=0).to(INDEX)
+    start = tl.load(row_offsets + row, mask=mask_r, other=0).to(INDEX)
+    first = tl.multiple_of(start // GROUP * GROUP, GROUP)[:, None]
+    end = tl.load(row_offsets + row + 1, mask=mask_r, other=0).to(INDEX)[:, None]
+    return row, mask_r, start[:, None], first, end, tl.minimum(end, full)
+
+
+@triton.jit
 def _spmm_csr_token_kernel(
     row_offsets,  # (M + 1,) int32/int64
     column_indices,  # (nnz,) int16/int32/int64
@@ -52,14 +67,9 @@ def _spmm_csr_token_kernel(
     BLOCK: tl.constexpr,  # entries of a row a step, a multiple of GROUP
     GROUP: tl.constexpr,
 ):
-    order = tl.program_id(0).to(INDEX) * ROWS + tl.arange(0, ROWS)
-    mask_r = order < M
-    row = tl.load(row_order + order, mask=mask_r, other=0).to(INDEX)
-    start = tl.load(row_offsets + row, mask=mask_r, other=0).to(INDEX)
-    first = tl.multiple_of(start // GROUP * GROUP, GROUP)[:, None]
-    start = start[:, None]
-    end = tl.load(row_offsets + row + 1, mask=mask_r, other=0).to(INDEX)[:, None]
-    walk_end = tl.minimum(end, full)
+    row, mask_r, start, first, end, walk_end = rows_of_program(
+        row_offsets, row_order, M, full, INDEX, ROWS, GROUP
+    )
     k = tl.arange(0, BLOCK)[None, :]
     offs = first + k
     groups = first + k // GROUP * GROUP  # each entry's group: constant across a vector

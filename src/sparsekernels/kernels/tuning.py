@@ -62,6 +62,19 @@ def spmm_csr_token_config(nnz: int) -> SpmmCsrTokenConfig:
     return SpmmCsrTokenConfig(rows_per_program=rows, block=256, num_warps=1)
 
 
+# The largest N (tokens) the CSR row walk takes: 1 is the one-token kernel; 2..this, the
+# few-token kernel (spmm_csr_few.py); past it the general kernel. Not yet timed on the H200
+# (benchmarks/sweeps/csr_few_tokens.py decides), so the few-token kernel is not routed yet.
+CSR_ROW_WALK_MAX_N = 1
+
+
+def spmm_csr_few_config(n: int) -> SpmmCsrTokenConfig:
+    """First guess for the few-token kernel: 512 sums an entry block holds (BLOCK x N, 16 a
+    lane on one warp), one row a program; the sweep sets it."""
+    block = max(32, min(256, 512 // next_power_of_2(n)))
+    return SpmmCsrTokenConfig(rows_per_program=1, block=block, num_warps=1)
+
+
 @dataclass(frozen=True)
 class SpmmNmConfig:
     use_dot: bool  # tensor-core path: rows of a tile share one choice (vector-wise)

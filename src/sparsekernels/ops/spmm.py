@@ -8,7 +8,7 @@ from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
-from ..kernels import spmm_csr_token, tuning
+from ..kernels import spmm_csr_few, spmm_csr_token, tuning
 from . import _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
 from ._layout import padded_rows
 
@@ -200,6 +200,22 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
             bias=bias.contiguous() if bias is not None else None,
             row_order=row_order,
             out=out[:, 0],
+            activation=activation,
+            rows_per_program=config.rows_per_program,
+            block=config.block,
+            num_warps=config.num_warps,
+        )
+        return out
+    if b.dim() == 2 and 1 < b.shape[1] <= tuning.CSR_ROW_WALK_MAX_N and values.dim() == 1:
+        config = tuning.spmm_csr_few_config(b.shape[1])
+        spmm_csr_few.spmm_csr_few(
+            row_offsets=row_offsets,
+            column_indices=column_indices,
+            values=values.contiguous(),
+            b=padded_rows(b),
+            bias=bias.contiguous() if bias is not None else None,
+            row_order=row_order,
+            out=out,
             activation=activation,
             rows_per_program=config.rows_per_program,
             block=config.block,

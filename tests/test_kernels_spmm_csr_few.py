@@ -1,0 +1,135 @@
+"""The CSR few-token kernel (kernels/spmm_csr_few.py): the one-token kernel's aligned walk with a
+row of B gathered per entry, for 2-16 columns.
+
+Float64 references on fresh random data, outputs poisoned with NaN. Shapes as for the one-token
+kernel (rows starting inside groups, rows shorter than a group, rows across many steps, the
+arrays' last partial group shared by rows, fewer entries than a group), in each B layout the
+routes pass (linear's strided x^T, row-major, padded to a power-of-two width), N not a power
+of two; the rows of B no stored entry reads hold NaN, which must not spread.
+"""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
+from sparsekernels.ops._layout import padded_rows
+
+
+def _few(A, B, n, bias=None, activation="none", block=32, rows=1):
+    from sparsekernels.kernels import spmm_csr_few as kernel
+
+    out = torch.full((A.shape[0], n + 3), float("nan"), dtype=B.dtype, device=B.device)[:, :n]
+    kernel.spmm_csr_few(
+        row_offsets=A.row_offsets,
+        column_indices=A.column_indices,
+        values=A.values,
+        b=B,
+        bias=bias,
+        row_order=A.row_order,
+        out=out,
+        activation=activation,
+        rows_per_program=rows,
+        block=block,
+        num_warps=rows,
+    )
+    return out
+
+
+def _layouts(x):
+    """x (N, K) as B = x^T: strided (linear's), row-major, and padded."""
+    return {"strided": x.t(), "row-major": x.t().contiguous(), "padded": padded_rows(x.t())}
+
+
+def _x_with_nan_where_unused(A, n, gen, dtype, device):
+    x = randn(n, A.shape[1], gen=gen, dtype=dtype, device=device)
+    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
+    used[A.column_indices.long()] = True
+    x[:, ~used] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("n", [2, 5, 16])
+@pytest.mark.parametrize("block, rows", [(32, 1), (64, 2)])
+def test_matches_float64(device, dtype, n, block, rows, gen):
+    skip_interpreter_on_gpu_machine(device)
+    for M, K, density in [(37, 300, 0.25), (5, 200, 0.6), (9, 40, 0.1)]:
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = _x_with_nan_where_unused(A, n, gen, dtype, device)
+        clean = torch.nan_to_num(x)
+        want = A.to_dense().double() @ clean.t().double()
+        bound = spmm_bound(A.to_dense(), clean.t())
+        for layout, B in _layouts(x).items():
+            got = _few(A, B, n, block=block, rows=rows)
+            assert_close(got, want, bound, dtype), layout
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_int64_offsets_and_the_last_partial_group(device, gen, monkeypatch):
+    """The arrays end in a partial group owned by several short rows; offsets forced to int64
+    (as past 2^31) and int32 give the float64 product."""
+    from sparsekernels.kernels import spmm_csr_token
+
+    skip_interpreter_on_gpu_machine(device)
+    dense = randn(6, 50, gen=gen)
+    mask = torch.zeros(6, 50, dtype=torch.bool)
+    mask[0, :20] = True
+    mask[1, 3:14] = True
+    mask[2, 7:9] = True  # starts in the whole groups, ends in the partial one
+    mask[4, 40:43] = True  # row 3 is empty
+    mask[5, 0:2] = True
+    A = sk.CSRMatrix.from_dense(dense * mask, mask=mask).to(device=device)
+    x = randn(3, 50, gen=gen, device=device)
+    want = A.to_dense() @ x.t()
+    for limit in (2**31, 0):
+        monkeypatch.setattr(spmm_csr_token, "INT32_LIMIT", limit)
+        for rows in (1, 4):
+            for B in _layouts(x).values():
+                got = _few(A, B, 3, rows=rows)
+                torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_bias_activation_and_tiny_shapes(device, activation, gen):
+    skip_interpreter_on_gpu_machine(device)
+    for M, K in [(21, 90), (1, 1), (3, 5)]:
+        A = random_csr(M, K, 0.4, gen, torch.float64, device, empty_rows=False)
+        x, bias = randn(4, K, gen=gen, device=device), randn(M, gen=gen, device=device)
+        got = _few(A, padded_rows(x.t()), 4, bias, activation, rows=2)
+        want = sk.spmm(A, x.t(), bias, activation, backend="reference")
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_routes_take_it_up_to_the_tuned_n(device, gen, monkeypatch):
+    """With tuning.CSR_ROW_WALK_MAX_N at 8, linear at 2-8 tokens runs this kernel and at 9 the
+    general one; both agree with float64."""
+    from sparsekernels.kernels import spmm_csr_few as kernel
+    from sparsekernels.kernels import tuning
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(tuning, "CSR_ROW_WALK_MAX_N", 8)
+    calls = []
+    launch = kernel.spmm_csr_few
+    monkeypatch.setattr(kernel, "spmm_csr_few", lambda **kw: calls.append(kw) or launch(**kw))
+    A = random_csr(33, 70, 0.3, gen, torch.float32, device)
+    bias = randn(33, gen=gen, dtype=torch.float32, device=device)
+    for tokens, takes in [(2, True), (8, True), (9, False)]:
+        calls.clear()
+        x = randn(tokens, 70, gen=gen, dtype=torch.float32, device=device)
+        got = sk.linear(x, A, bias, backend="triton")
+        assert bool(calls) == takes, tokens
+        want = x.double() @ A.to_dense().double().t() + bias.double()
+        bound = spmm_bound(A.to_dense(), x.t()).t() + bias.abs()
+        assert_close(got, want, bound, torch.float32)
