@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._activation import ACTIVATION_CODES, activate
 from ._sizes import cdiv
 
 
@@ -43,10 +44,7 @@ def _taps(acc, w_left, w_mid, w_right, left, mid, right):
 def _store_row(acc, bias, out_row, mask, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
     if HAS_BIAS:
         acc += bias
-    if ACTIVATION == 1:
-        acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
-    elif ACTIVATION == 2:
-        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    acc = activate(acc, ACTIVATION)
     tl.store(out_row, acc.to(out_row.dtype.element_ty), mask=mask)
 
 
@@ -149,7 +147,6 @@ def _depthwise3x3_kernel(
             t0, t1, t2 = b0, b1, b2
 
 
-_ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2}
 _INT32_MAX = 2**31 - 1
 
 
@@ -196,7 +193,7 @@ def depthwise_conv3x3(
         *out.stride(),
         STRIDE=stride,
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
         BLOCK_C=block_c,
         BLOCK_H=block_h,

@@ -13,8 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
-from .spmm_nm import _ACTIVATION_CODES, _epilogue_store
+from .spmm_nm import _epilogue_store
 
 
 def ranges(steps: int, split: int) -> tuple[int, int]:
@@ -133,7 +134,7 @@ def sum_partials(
         out.stride(0),
         out.stride(1),
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         BLOCK_M=64,
         BLOCK_N=block_n,
     )

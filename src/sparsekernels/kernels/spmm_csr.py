@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._activation import ACTIVATION_CODES, activate
 from ._sizes import cdiv
 from .transpose import padded_b
 
@@ -89,15 +90,11 @@ def _spmm_csr_kernel(
 
     if HAS_BIAS:
         acc += tl.load(bias + rows, mask=mask_r, other=0.0).to(ACC_DTYPE)[:, None]
-    if ACTIVATION == 1:
-        acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
-    elif ACTIVATION == 2:
-        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    acc = activate(acc, ACTIVATION)
     out_ptrs = out + batch * stride_ob + rows[:, None] * stride_om + out_cols[None, :]
     tl.store(out_ptrs, acc.to(out.dtype.element_ty), mask=mask_r[:, None] & mask_n[None, :])
 
 
-_ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2}
 INT32_LIMIT = 2**31  # offsets within one matrix below it are computed in int32
 
 
@@ -153,7 +150,7 @@ def spmm_csr(
         out.stride(1),
         out.stride(2),
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
         INDEX=tl.int32 if _reach(values, b, out, block_rows, block_nnz) < INT32_LIMIT else tl.int64,
         BLOCK_ROWS=block_rows,

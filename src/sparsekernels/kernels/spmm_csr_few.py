@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from . import spmm_csr_token
-from .spmm_csr import _ACTIVATION_CODES
+from ._activation import ACTIVATION_CODES, activate
 from .spmm_csr_token import GROUP, rows_of_program
 from .transpose import padded_b
 
@@ -99,10 +99,7 @@ def _spmm_csr_few_kernel(
 
     if HAS_BIAS:
         total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)[:, None]
-    if ACTIVATION == 1:
-        total = tl.where(total < 0, 0.0, total)  # NaN stays NaN, as torch.relu
-    elif ACTIVATION == 2:
-        total = 0.5 * total * (1.0 + tl.erf(total * 0.7071067811865476))
+    total = activate(total, ACTIVATION)
     out_ptrs = out + row[:, None] * stride_om + offs_n.to(INDEX)[None, :] * stride_on
     tl.store(out_ptrs, total.to(out.dtype.element_ty), mask=mask_r[:, None] & mask_n[None, :])
 
@@ -151,7 +148,7 @@ def spmm_csr_few(
         out.stride(0),
         out.stride(1),
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
         INDEX=tl.int32 if max(reach) < spmm_csr_token.INT32_LIMIT else tl.int64,
         ROWS=rows_per_program,

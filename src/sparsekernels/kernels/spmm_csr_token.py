@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .spmm_csr import _ACTIVATION_CODES
+from ._activation import ACTIVATION_CODES, activate
 
 INT32_LIMIT = 2**31  # offsets below it are computed in int32
 GROUP = 16  # entries a group: whole 16-byte vectors of int16 columns and half-precision values
@@ -99,10 +99,7 @@ def _spmm_csr_token_kernel(
 
     if HAS_BIAS:
         total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
-    if ACTIVATION == 1:
-        total = tl.where(total < 0, 0.0, total)  # NaN stays NaN, as torch.relu
-    elif ACTIVATION == 2:
-        total = 0.5 * total * (1.0 + tl.erf(total * 0.7071067811865476))
+    total = activate(total, ACTIVATION)
     tl.store(out + row * stride_o, total.to(out.dtype.element_ty), mask=mask_r)
 
 
@@ -140,7 +137,7 @@ def spmm_csr_token(
         x.stride(0),
         out.stride(0),
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
         INDEX=tl.int32 if max(reach) < INT32_LIMIT else tl.int64,
         ROWS=rows_per_program,

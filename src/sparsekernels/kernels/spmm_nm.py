@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._activation import ACTIVATION_CODES, activate
 from ._sizes import cdiv
 
 
@@ -56,10 +57,7 @@ def _epilogue_store(
 ):
     if HAS_BIAS:
         acc += tl.load(bias + offs_m, mask=mask_m, other=0.0).to(ACC_DTYPE)[:, None]
-    if ACTIVATION == 1:
-        acc = tl.where(acc < 0, 0.0, acc)  # NaN stays NaN, as torch.relu
-    elif ACTIVATION == 2:
-        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    acc = activate(acc, ACTIVATION)
     ptrs = out + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :].to(tl.int64) * stride_on
     tl.store(ptrs, acc.to(out.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -206,9 +204,6 @@ def _spmm_nm_dot_kernel(
     )
 
 
-_ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2}
-
-
 def spmm_nm(
     *,
     values: torch.Tensor,
@@ -239,7 +234,7 @@ def spmm_nm(
         VECTOR=vector,
         BLOCK=block,
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         BLOCK_M=block_m,
         BLOCK_S=block_s,
         BLOCK_N=block_n,

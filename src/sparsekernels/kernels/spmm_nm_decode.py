@@ -24,8 +24,8 @@ import triton
 import triton.language as tl
 
 from . import split_k
+from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv, next_power_of_2
-from .spmm_nm import _ACTIVATION_CODES
 from .transpose import padded_b
 
 
@@ -259,7 +259,7 @@ def spmm_nm_decode(
         PADDED_B=padded_b(b, cols),
         B_INDEX=tl.int32 if _b_reach(b) < INT32_LIMIT else tl.int64,
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if wide_sums else tl.float32,
         BLOCK_M=block_m,
         BLOCK_W=block_w,

@@ -38,8 +38,8 @@ import triton
 import triton.language as tl
 
 from . import split_k
+from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
-from .spmm_nm import _ACTIVATION_CODES
 
 
 @triton.jit
@@ -204,7 +204,7 @@ def spmm_nm_expand(
         VECTOR=vector,
         BLOCK=block,
         HAS_BIAS=bias is not None,
-        ACTIVATION=_ACTIVATION_CODES[activation],
+        ACTIVATION=ACTIVATION_CODES[activation],
         PRECISION="ieee" if values.dtype == torch.float32 else "tf32",
         BLOCK_M=block_m,
         BLOCK_S=block_s,
