@@ -2,12 +2,13 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads profile trainstep quick llm llm_large nm e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew profile trainstep quick llm llm_large nm e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
 # decodesplit: split-K for the N:M decode kernel (nm_decode_split.py); softmaxheads: heads per
-# softmax program (softmax_heads_sweep.py).
+# softmax program (softmax_heads_sweep.py); indexwidth: int32 against int64 offsets in the
+# decode kernels (decode_index_width.py); csrfew: the CSR few-token kernel (csr_few_tokens.py).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
 set -u
@@ -16,7 +17,7 @@ shift
 steps=${*:-tests quick llm e2e}
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 # the newest committed run of each suite is its "previous version"
-previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
+previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
 mkdir -p "$out"
 bench() {  # bench NAME LIMIT ARGS...
   local name=$1 limit=$2
@@ -35,7 +36,7 @@ bench() {  # bench NAME LIMIT ARGS...
 for step in $steps; do
   case $step in
     tests)
-      timeout 400 python3 -m pytest -v -m "gpu and not slow" tests/ -p no:cacheprovider -n 6 -rf \
+      timeout 400 python3 -m pytest -v -m "gpu and not slow" tests/ -p no:cacheprovider -n 10 -rf \
         >"$out/gpu_tests.log" 2>&1
       echo "tests rc=$? $(tail -1 "$out/gpu_tests.log")" ;;
     sanitize)
@@ -78,6 +79,12 @@ for step in $steps; do
     softmaxheads)  # heads of a row per softmax program (sets sddmm_tuning.SOFTMAX_MAX_WARPS)
       BUDGET_S=120 timeout 160 python3 benchmarks/sweeps/softmax_heads_sweep.py >"$out/softmax_heads_sweep.txt" 2>&1
       echo "softmaxheads rc=$? $(tail -1 "$out/softmax_heads_sweep.txt")" ;;
+    indexwidth)  # int32 against int64 offsets in the decode kernels (sets their INT32_LIMIT)
+      timeout 150 python3 benchmarks/sweeps/decode_index_width.py >"$out/decode_index_width.txt" 2>&1
+      echo "indexwidth rc=$? $(tail -1 "$out/decode_index_width.txt")" ;;
+    csrfew)  # the CSR few-token kernel (sets tuning.CSR_ROW_WALK_MAX_N, spmm_csr_few_config)
+      BUDGET_S=150 timeout 200 python3 benchmarks/sweeps/csr_few_tokens.py >"$out/csr_few_tokens.txt" 2>&1
+      echo "csrfew rc=$? $(tail -1 "$out/csr_few_tokens.txt")" ;;
     trainstep)
       timeout 150 python3 benchmarks/sweeps/train_step_graph.py >"$out/train_step_graph.txt" 2>&1
       echo "trainstep rc=$? $(tail -1 "$out/train_step_graph.txt")" ;;
