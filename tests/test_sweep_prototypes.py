@@ -14,6 +14,7 @@ PROTOTYPES = [
     "nm_decode_select.py",
     "csr_decode_chunks.py",
     "csr_decode_delta.py",
+    "softmax_aligned.py",
     "bitmap_sweep.py",
 ]
 
