@@ -8,7 +8,7 @@
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
 # decodesplit: split-K for the N:M decode kernel (nm_decode_split.py); softmaxheads: heads per
 # softmax program (softmax_heads_sweep.py); indexwidth: int32 against int64 offsets in the
-# decode kernels (decode_index_width.py); csrfew: the CSR few-token kernel (csr_few_tokens.py);
+# decode kernels and the row softmax (index_width.py); csrfew: the CSR few-token kernel (csr_few_tokens.py);
 # softmaxaligned: the row softmax with 16-byte loads and stores (softmax_aligned.py).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
@@ -80,9 +80,9 @@ for step in $steps; do
     softmaxheads)  # heads of a row per softmax program (sets sddmm_tuning.SOFTMAX_MAX_WARPS)
       BUDGET_S=120 timeout 160 python3 benchmarks/sweeps/softmax_heads_sweep.py >"$out/softmax_heads_sweep.txt" 2>&1
       echo "softmaxheads rc=$? $(tail -1 "$out/softmax_heads_sweep.txt")" ;;
-    indexwidth)  # int32 against int64 offsets in the decode kernels (sets their INT32_LIMIT)
-      timeout 150 python3 benchmarks/sweeps/decode_index_width.py >"$out/decode_index_width.txt" 2>&1
-      echo "indexwidth rc=$? $(tail -1 "$out/decode_index_width.txt")" ;;
+    indexwidth)  # int32 against int64 offsets in the kernels (sets their INT32_LIMIT)
+      timeout 150 python3 benchmarks/sweeps/index_width.py >"$out/index_width.txt" 2>&1
+      echo "indexwidth rc=$? $(tail -1 "$out/index_width.txt")" ;;
     csrfew)  # the CSR few-token kernel (sets tuning.CSR_ROW_WALK_MAX_N, spmm_csr_few_config)
       BUDGET_S=150 timeout 200 python3 benchmarks/sweeps/csr_few_tokens.py >"$out/csr_few_tokens.txt" 2>&1
       echo "csrfew rc=$? $(tail -1 "$out/csr_few_tokens.txt")" ;;

@@ -79,7 +79,7 @@ def _cases() -> dict:
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
-        constants = dict(ACC_DTYPE=tl.float32, BLOCK=256, BLOCK_H=4)
+        constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
         cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], constants, 4)
         pointers = ["*i32", data, data, data]
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)

@@ -132,10 +132,16 @@ def test_forward_batched_strided_single_row(device, gen):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("block", [16, 64])  # rows across blocks; every row in one block
-def test_heads_share_a_program(device, block, gen):
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_heads_share_a_program(device, block, wide, gen, monkeypatch):
     """Several matrices of one row per program: 5 heads in programs of 2 and 4 (the last one
-    partly past the batch), strided values, forward and backward, each against float64."""
+    partly past the batch), strided values, forward and backward, each against float64; entry
+    offsets in int32 and (forced, as past 2^31) int64."""
+    from sparsekernels.kernels import softmax_csr
+
     skip_interpreter_on_gpu_machine(device)
+    if wide:
+        monkeypatch.setattr(softmax_csr, "INT32_LIMIT", 0)
     S = random_csr(11, 40, 0.5, gen, torch.float64, device)  # empty rows; rows up to 40
     values = randn(S.nnz, 5, gen=gen, device=device).t()  # (5, nnz) with stride (1, 5)
     grad = randn(5, S.nnz, gen=gen, device=device)

@@ -16,9 +16,10 @@ longer one in a pass for the dot and one to write.
 because Triton passes Python floats as fp32: fp64 inputs see scale to ~48 bits, fp32 inputs see
 fp32(scale) exactly as PyTorch's `tensor * scale` does.
 
-Index arithmetic is int64 throughout: row, batch and the row's entry offsets are widened before
-any product, so nnz and batch * nnz may pass 2^31. The entry offsets are int64 explicitly (the
-loop variable is int64 when compiled, a small Python int in the interpreter).
+Head offsets are int64 (batch * nnz may pass 2^31); a row's entry offsets are INDEX, int32
+unless one within a matrix could pass 2^31 (INT32_LIMIT): int64 arithmetic on every entry cost
+the CSR one-token kernel a third of its speed (spmm_csr_token.py). `lanes` carries INDEX into
+the loops (the loop variable is a small Python int in the interpreter).
 """
 
 from __future__ import annotations
@@ -41,18 +42,19 @@ def _softmax_csr_kernel(
     stride_ob,
     stride_oe,
     ACC_DTYPE: tl.constexpr,
+    INDEX: tl.constexpr,  # int32 when every entry offset within a matrix fits, else int64
     BLOCK: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
+    row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = heads < batch
-    start = tl.load(row_offsets + row).to(tl.int64)
-    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    start = tl.load(row_offsets + row).to(INDEX)
+    end = tl.load(row_offsets + row + 1).to(INDEX)
     values += heads[:, None] * stride_vb
     out += heads[:, None] * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
-    lanes = tl.arange(0, BLOCK).to(tl.int64)  # e + lanes is int64 whatever e's type (interpreter)
+    lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
     if end - start <= BLOCK:  # the whole row in registers: one read (an empty row: no store)
         offs = (start + lanes)[None, :]
@@ -107,19 +109,20 @@ def _softmax_csr_backward_kernel(
     stride_ob,
     stride_oe,
     ACC_DTYPE: tl.constexpr,
+    INDEX: tl.constexpr,  # int32 when every entry offset within a matrix fits, else int64
     BLOCK: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
+    row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = heads < batch
-    start = tl.load(row_offsets + row).to(tl.int64)
-    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    start = tl.load(row_offsets + row).to(INDEX)
+    end = tl.load(row_offsets + row + 1).to(INDEX)
     probs += heads[:, None] * stride_pb
     grad += heads[:, None] * stride_gb
     out += heads[:, None] * stride_ob
     scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
-    lanes = tl.arange(0, BLOCK).to(tl.int64)
+    lanes = tl.arange(0, BLOCK).to(INDEX)
 
     if end - start <= BLOCK:  # the whole row in registers: one read of p and g
         offs = (start + lanes)[None, :]
@@ -145,6 +148,15 @@ def _softmax_csr_backward_kernel(
             g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
             d = scale * p * (g - dot)
             tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
+
+
+INT32_LIMIT = 2**31  # entry offsets within a matrix below it are computed in int32
+
+
+def _index(nnz: int, rows: int, block: int, *strides: int) -> tl.dtype:
+    """int32 when every entry offset the kernels form within one matrix fits, else int64."""
+    reach = max(rows + 1, *((nnz + block) * max(abs(s), 1) for s in strides))
+    return tl.int32 if reach < INT32_LIMIT else tl.int64
 
 
 def _split_scale(scale: float) -> tuple[float, float]:
@@ -185,6 +197,7 @@ def sparse_softmax(
         out.stride(0),
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
+        INDEX=_index(nnz, rows, block, values.stride(-1), out.stride(1)),
         BLOCK=block,
         BLOCK_H=heads,
         num_warps=num_warps,
@@ -225,6 +238,7 @@ def sparse_softmax_backward(
         out.stride(0),
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
+        INDEX=_index(nnz, rows, block, probs.stride(-1), grad.stride(-1), out.stride(1)),
         BLOCK=block,
         BLOCK_H=heads,
         num_warps=num_warps,

@@ -1,10 +1,11 @@
-"""Decode with the kernels' offsets in int32 against int64 (each kernel's INT32_LIMIT, forced
-to 0 for int64): the N:M decode kernel at one token (2:8, 1:8, 2:4; only the gather's offsets
+"""Kernels with their offsets in int32 against int64 (each kernel's INT32_LIMIT, forced to 0
+for int64): the N:M decode kernel at one token (2:8, 1:8, 2:4; only the gather's offsets
 change) and the general CSR kernel at 4 and 16 tokens (70%; every entry's offsets), through
-sk.linear on the LLM shapes, bf16, CUDA-graph medians in us against dense. The CSR one-token
-kernel ran 28.7 us with int64 offsets and 21.6 with int32 (70% on 4096 x 14336, at-a58e7c0
-and at-56c4c49). Prints a table last.
-    PYTHONPATH=src python3 benchmarks/sweeps/decode_index_width.py
+sk.linear on the LLM shapes against dense; the row softmax (every entry's offsets) through
+sk.sparse_softmax on attention patterns, 16 heads at L = 4096. bf16, CUDA-graph medians in
+us. The CSR one-token kernel ran 28.7 us with int64 offsets and 21.6 with int32 (70% on
+4096 x 14336, at-a58e7c0 and at-56c4c49). Prints a table last.
+    PYTHONPATH=src python3 benchmarks/sweeps/index_width.py
 """
 
 import itertools
@@ -13,7 +14,8 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
-from sparsekernels.kernels import spmm_csr, spmm_nm_decode
+from sparsekernels.bench.cases import _pattern_from_mask, attention_mask
+from sparsekernels.kernels import softmax_csr, spmm_csr, spmm_nm_decode
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 
@@ -22,14 +24,13 @@ def bench(fn) -> float:
     return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
 
 
-def timed_both(kernel, W, x, want) -> dict:
-    """{"int32": us, "int64": us} of sk.linear(x, W), `kernel.INT32_LIMIT` set for each."""
+def timed_both(kernel, fn, want) -> dict:
+    """{"int32": us, "int64": us} of fn(), `kernel.INT32_LIMIT` set for each."""
     limit, timed = kernel.INT32_LIMIT, {}
-    for name, bound in (("int32", limit), ("int64", 0)):
+    for name, bound in (("int32", 2**31), ("int64", 0)):
         kernel.INT32_LIMIT = bound  # read at each launch
-        got = sk.linear(x, W)
-        err = ((got.double() - want).norm() / want.norm()).item()
-        timed[name] = bench(lambda: sk.linear(x, W)) if err < 1e-2 else float("nan")
+        err = ((fn().double() - want).norm() / want.norm()).item()
+        timed[name] = bench(fn) if err < 1e-2 else float("nan")
     kernel.INT32_LIMIT = limit
     return timed
 
@@ -53,10 +54,20 @@ def main():
         x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
         want = x.double() @ W.to_dense().double().t()
         dense = bench(lambda: x @ w.t())
-        timed = timed_both(kernel, W, x, want)
+        timed = timed_both(kernel, lambda W=W, x=x: sk.linear(x, W), want)
         case = f"{M}x{K} {pattern} x{tokens}"
         print(case, f"dense {dense:.1f}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
         rows.append((case, dense, timed))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for kind in ("local:256", "random:0.1", "causal"):
+        mask = attention_mask(kind, 4096, torch.device("cuda"), g)
+        S = _pattern_from_mask(mask, torch.float32).with_values(
+            torch.randn(16, int(mask.sum()), device="cuda", dtype=torch.bfloat16)
+        )
+        want = sk.sparse_softmax(S.with_values(S.values.double()), 0.5).values
+        timed = timed_both(softmax_csr, lambda S=S: sk.sparse_softmax(S, 0.5).values, want)
+        print(f"softmax {kind}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
+        rows.append((f"softmax {kind} x16", float("nan"), timed))
     print(f"\n{'case':<22} {'dense':>6} {'int32':>6} {'int64':>6}")
     for case, dense, timed in rows:
         print(f"{case:<22} {dense:6.1f} {timed['int32']:6.1f} {timed['int64']:6.1f}")
