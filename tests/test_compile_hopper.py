@@ -9,7 +9,7 @@ float32 and float64 sums; the second pass in both sum types; the tensor-core SDD
 it takes (a dot, then a gather along each tile row); the row softmax, forward and backward (its
 single-read branch returns early); the CSR one-token walk (bf16 with int16 columns, fp64 with
 int64); the general CSR kernel with int32 and int64 offsets; the CSR few-token walk with B padded
-and strided.
+and strided; the per-entry SDDMM with int32 and int64 offsets.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -31,6 +31,7 @@ def _cases() -> dict:
     other runtime arguments. Imports Triton, so only the script calls it."""
     import triton.language as tl
 
+    from sparsekernels.kernels.sddmm_csr import _sddmm_csr_kernel
     from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
     from sparsekernels.kernels.split_k import _sum_partials_kernel
@@ -95,6 +96,10 @@ def _cases() -> dict:
                          PADDED_B=True)  # fmt: skip
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"csr spmm {index}"] = (_spmm_csr_kernel, pointers, constants, 2)
+    for index in ("int32", "int64"):  # the per-entry SDDMM, both offset widths
+        constants = dict(ACC_DTYPE=tl.float32, INDEX=getattr(tl, index), BLOCK_NNZ=32, BLOCK_K=64)
+        pointers = ["*i32", "*i16", "*bf16", "*bf16", "*i32", "*bf16"]
+        cases[f"sddmm csr {index}"] = (_sddmm_csr_kernel, pointers, constants, 4)
     for padded, block_n in ((True, 16), (False, 4)):  # the few-token walk, B padded or strided
         constants = dict(HAS_BIAS=True, ACTIVATION=2, ACC_DTYPE=tl.float32, INDEX=tl.int32,
                          ROWS=2, BLOCK=64, BLOCK_N=block_n, PADDED_B=padded, GROUP=16)  # fmt: skip
@@ -122,6 +127,8 @@ CASE_NAMES = [
     "csr spmm int64",
     "csr few padded=True",
     "csr few padded=False",
+    "sddmm csr int32",
+    "sddmm csr int64",
 ]
 
 

@@ -52,13 +52,20 @@ def test_every_entry_written(device, dtype, gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-def test_chunks_along_row_and_k(device, gen):
-    """Rows longer than BLOCK_NNZ and K longer than BLOCK_K, with partial last chunks."""
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_chunks_along_row_and_k(device, wide, gen, monkeypatch):
+    """Rows longer than BLOCK_NNZ and K longer than BLOCK_K, with partial last chunks; offsets
+    in int32 and (forced, as past 2^31) int64, with x transposed (a stride along K)."""
+    from sparsekernels.kernels import sddmm_csr
+
     skip_interpreter_on_gpu_machine(device)
+    if wide:
+        monkeypatch.setattr(sddmm_csr, "INT32_LIMIT", 0)
     P = random_csr(3, 70, 0.9, gen, torch.float64, device, empty_rows=False)
     x, y = randn(3, 45, gen=gen, device=device), randn(70, 45, gen=gen, device=device)
-    got = _launch_poisoned(P, x, y, block_nnz=16, block_k=16)
-    assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
+    for xs in (x, x.t().contiguous().t()):  # row-major and transposed (stride_xk = 3)
+        got = _launch_poisoned(P, xs, y, block_nnz=16, block_k=16)
+        assert_close(got, *sddmm_want_and_bound(P, xs, y), torch.float64)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

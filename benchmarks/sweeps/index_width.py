@@ -2,8 +2,9 @@
 for int64): the N:M decode kernel at one token (2:8, 1:8, 2:4; only the gather's offsets
 change) and the general CSR kernel at 4 and 16 tokens (70%; every entry's offsets), through
 sk.linear on the LLM shapes against dense; the row softmax (every entry's offsets) through
-sk.sparse_softmax on attention patterns, 16 heads at L = 4096. bf16, CUDA-graph medians in
-us. The CSR one-token kernel ran 28.7 us with int64 offsets and 21.6 with int32 (70% on
+sk.sparse_softmax on attention patterns, 16 heads at L = 4096; the per-entry SDDMM (the route
+for uniform patterns at 2-10%) on 4096 x 4096 at K = 64 and 256, fp32. bf16 unless said,
+CUDA-graph medians in us. The CSR one-token kernel ran 28.7 us with int64 offsets and 21.6 with int32 (70% on
 4096 x 14336, at-a58e7c0 and at-56c4c49). Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/index_width.py
 """
@@ -15,7 +16,7 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.cases import _pattern_from_mask, attention_mask
-from sparsekernels.kernels import softmax_csr, spmm_csr, spmm_nm_decode
+from sparsekernels.kernels import sddmm_csr, softmax_csr, spmm_csr, spmm_nm_decode
 
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
 
@@ -68,6 +69,16 @@ def main():
         timed = timed_both(softmax_csr, lambda S=S: sk.sparse_softmax(S, 0.5).values, want)
         print(f"softmax {kind}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
         rows.append((f"softmax {kind} x16", float("nan"), timed))
+    for density, k in itertools.product((0.02, 0.1), (64, 256)):
+        torch.manual_seed(0)
+        mask = torch.rand(4096, 4096, device="cuda") < density
+        P = sk.CSRMatrix.from_dense(mask.float(), mask=mask)
+        x, y = (torch.randn(4096, k, device="cuda") for _ in range(2))
+        want = sk.sddmm(x.double(), y.double(), P.to(dtype=torch.float64)).values
+        timed = timed_both(sddmm_csr, lambda P=P, x=x, y=y: sk.sddmm(x, y, P).values, want)
+        case = f"sddmm {density:.0%} K={k} fp32"
+        print(case, {key: round(v, 1) for key, v in timed.items()}, flush=True)
+        rows.append((case, float("nan"), timed))
     print(f"\n{'case':<22} {'dense':>6} {'int32':>6} {'int64':>6}")
     for case, dense, timed in rows:
         print(f"{case:<22} {dense:6.1f} {timed['int32']:6.1f} {timed['int64']:6.1f}")

@@ -7,9 +7,11 @@ gathering the y rows (BLOCK_NNZ, BLOCK_K) its column indices pick, and multiply-
 in fp32 (fp64 for fp64 inputs). Only stored entries are computed, so a NaN in x or y reaches only
 the entries whose row or column holds it.
 
-Index arithmetic is int64 wherever a product can pass 2^31: the row, entry offsets and column
-indices are widened once loaded, and so is the K offset before it meets a stride (a transposed
-operand, x^T in the backward of `linear`, has a stride along K as large as its row count).
+Index arithmetic within a matrix is INDEX: int64 wherever a product can pass 2^31 (a
+transposed operand, x^T in the backward of `linear`, has a stride along K as large as its row
+count), else int32 (INT32_LIMIT; int64 arithmetic on every entry cost the CSR one-token kernel
+a third of its speed, spmm_csr_token.py). The row, entry offsets, column indices and the K
+offsets take it once loaded; batch offsets are int64.
 """
 
 from __future__ import annotations
@@ -38,25 +40,26 @@ def _sddmm_csr_kernel(
     stride_yk,
     stride_ob,
     ACC_DTYPE: tl.constexpr,
+    INDEX: tl.constexpr,  # int32 when every offset within a matrix fits, else int64
     BLOCK_NNZ: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    row = tl.load(row_order + tl.program_id(0)).to(tl.int64)
+    row = tl.load(row_order + tl.program_id(0)).to(INDEX)
     batch = tl.program_id(1).to(tl.int64)
-    start = tl.load(row_offsets + row).to(tl.int64)
-    end = tl.load(row_offsets + row + 1).to(tl.int64)
+    start = tl.load(row_offsets + row).to(INDEX)
+    end = tl.load(row_offsets + row + 1).to(INDEX)
 
     x += batch * stride_xb + row * stride_xm
     y += batch * stride_yb
     out += batch * stride_ob
     for e in range(start, end, BLOCK_NNZ):
-        offs = e + tl.arange(0, BLOCK_NNZ).to(tl.int64)  # int64 in the interpreter too
+        offs = e + tl.arange(0, BLOCK_NNZ).to(INDEX)  # INDEX in the interpreter too
         mask = offs < end
-        cols = tl.load(column_indices + offs, mask=mask, other=0).to(tl.int64)
+        cols = tl.load(column_indices + offs, mask=mask, other=0).to(INDEX)
         acc = tl.zeros((BLOCK_NNZ,), dtype=ACC_DTYPE)
         for k in range(0, K, BLOCK_K):
-            # int64 before the strides: BLOCK_K values, and the tile's sum is int64 anyway.
-            offs_k = k + tl.arange(0, BLOCK_K).to(tl.int64)
+            # INDEX before the strides (k is a small Python int in the interpreter)
+            offs_k = k + tl.arange(0, BLOCK_K).to(INDEX)
             mask_k = offs_k < K
             x_chunk = tl.load(x + offs_k * stride_xk, mask=mask_k, other=0.0).to(ACC_DTYPE)
             y_tile = tl.load(
@@ -66,6 +69,19 @@ def _sddmm_csr_kernel(
             ).to(ACC_DTYPE)
             acc += tl.sum(x_chunk[None, :] * y_tile, axis=1)
         tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
+
+
+INT32_LIMIT = 2**31  # offsets within a matrix below it are computed in int32
+
+
+def _reach(x: torch.Tensor, y: torch.Tensor, nnz: int, rows: int, block_nnz: int) -> int:
+    """A bound on the offsets the kernel forms within one matrix of x, y and out."""
+
+    def span(t: torch.Tensor) -> int:  # the last two dims: one matrix
+        dims = zip(t.shape[-2:], t.stride()[-2:], strict=True)
+        return sum(max(n, 1) * max(abs(s), 1) for n, s in dims)
+
+    return max(nnz + block_nnz, span(x), span(y), rows + 1)
 
 
 def sddmm_csr(
@@ -99,6 +115,7 @@ def sddmm_csr(
         *operand_strides(y),
         out.stride(0),
         ACC_DTYPE=acc,
+        INDEX=tl.int32 if _reach(x, y, nnz, rows, block_nnz) < INT32_LIMIT else tl.int64,
         BLOCK_NNZ=block_nnz,
         BLOCK_K=block_k,
         num_warps=num_warps,
