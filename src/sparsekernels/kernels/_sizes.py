@@ -26,3 +26,10 @@ def operand_strides(t) -> tuple[int, int, int]:
     """(batch, row, column) strides of a 2-D operand or a batched 3-D one; batch 0 when 2-D,
     so every matrix of the batch reads the same operand."""
     return (t.stride(0) if t.dim() == 3 else 0, t.stride(-2), t.stride(-1))
+
+
+def matrix_span(t) -> int:
+    """A bound on the element offsets within one matrix (the last two dims) of t: the kernels
+    compute offsets below 2^31 in int32."""
+    dims = zip(t.shape[-2:], t.stride()[-2:], strict=True)
+    return sum(max(n, 1) * max(abs(s), 1) for n, s in dims)

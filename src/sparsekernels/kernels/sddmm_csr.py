@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._sizes import operand_strides
+from ._sizes import matrix_span, operand_strides
 
 
 @triton.jit
@@ -77,11 +77,7 @@ INT32_LIMIT = 2**31  # offsets within a matrix below it are computed in int32
 def _reach(x: torch.Tensor, y: torch.Tensor, nnz: int, rows: int, block_nnz: int) -> int:
     """A bound on the offsets the kernel forms within one matrix of x, y and out."""
 
-    def span(t: torch.Tensor) -> int:  # the last two dims: one matrix
-        dims = zip(t.shape[-2:], t.stride()[-2:], strict=True)
-        return sum(max(n, 1) * max(abs(s), 1) for n, s in dims)
-
-    return max(nnz + block_nnz, span(x), span(y), rows + 1)
+    return max(nnz + block_nnz, matrix_span(x), matrix_span(y), rows + 1)
 
 
 def sddmm_csr(

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from ._activation import ACTIVATION_CODES, activate
-from ._sizes import cdiv
+from ._sizes import cdiv, matrix_span
 from .transpose import padded_b
 
 
@@ -101,13 +101,8 @@ INT32_LIMIT = 2**31  # offsets within one matrix below it are computed in int32
 def _reach(values, b, out, block_rows: int, block_nnz: int) -> int:
     """A bound on the element offsets the kernel forms within one matrix of the batch (the
     batch offsets are added to the pointers separately, in int64)."""
-
-    def span(t: torch.Tensor) -> int:  # the last two dims: one matrix
-        dims = zip(t.shape[-2:], t.stride()[-2:], strict=True)
-        return sum(max(n, 1) * max(abs(s), 1) for n, s in dims)
-
     rows = out.shape[1]
-    return max(values.shape[-1] + block_nnz, span(b), span(out), rows + block_rows)
+    return max(values.shape[-1] + block_nnz, matrix_span(b), matrix_span(out), rows + block_rows)
 
 
 def spmm_csr(

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
-from ._sizes import cdiv, next_power_of_2
+from ._sizes import cdiv, matrix_span, next_power_of_2
 from .transpose import padded_b
 
 
@@ -183,12 +183,6 @@ def _nm_decode_kernel(
 INT32_LIMIT = 2**31  # offsets into b below it are computed in int32
 
 
-def _b_reach(b: torch.Tensor) -> int:
-    """A bound on the element offsets the kernel forms into b."""
-    sizes_strides = zip(b.shape, b.stride(), strict=True)
-    return sum(max(size, 1) * max(abs(stride), 1) for size, stride in sizes_strides)
-
-
 def packed_bits(m: int, block: int) -> int:
     """Bits per offset in the kernel's packing: enough for m / block positions, rounded up to a
     power of two so that a word holds a power-of-two number of offsets."""
@@ -257,7 +251,7 @@ def spmm_nm_decode(
         SHARED=vector % block_m == 0,
         WIDE=b.shape[0] > 2**31 - 1,
         PADDED_B=padded_b(b, cols),
-        B_INDEX=tl.int32 if _b_reach(b) < INT32_LIMIT else tl.int64,
+        B_INDEX=tl.int32 if matrix_span(b) < INT32_LIMIT else tl.int64,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if wide_sums else tl.float32,
