@@ -113,23 +113,40 @@ def test_bias_activation_and_tiny_shapes(device, activation, gen):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_routes_take_it_up_to_the_tuned_n(device, gen, monkeypatch):
-    """With tuning.CSR_ROW_WALK_MAX_N at 8, linear at 2-8 tokens runs this kernel and at 9 the
-    general one; both agree with float64."""
+    """linear runs this kernel from 2 tokens up to tuning.CSR_ROW_WALK_MAX_N (16, from the H200
+    sweep) with that N's configuration, and the general kernel past it; all agree with float64."""
     from sparsekernels.kernels import spmm_csr_few as kernel
     from sparsekernels.kernels import tuning
 
     skip_interpreter_on_gpu_machine(device)
-    monkeypatch.setattr(tuning, "CSR_ROW_WALK_MAX_N", 8)
+    assert tuning.CSR_ROW_WALK_MAX_N == 16
     calls = []
     launch = kernel.spmm_csr_few
     monkeypatch.setattr(kernel, "spmm_csr_few", lambda **kw: calls.append(kw) or launch(**kw))
     A = random_csr(33, 70, 0.3, gen, torch.float32, device)
     bias = randn(33, gen=gen, dtype=torch.float32, device=device)
-    for tokens, takes in [(2, True), (8, True), (9, False)]:
+    for tokens, takes in [(2, True), (5, True), (16, True), (17, False)]:
         calls.clear()
         x = randn(tokens, 70, gen=gen, dtype=torch.float32, device=device)
         got = sk.linear(x, A, bias, backend="triton")
         assert bool(calls) == takes, tokens
+        if takes:
+            config = tuning.spmm_csr_few_config(tokens)
+            assert calls[0]["rows_per_program"] == config.rows_per_program
+            assert calls[0]["block"] == config.block
         want = x.double() @ A.to_dense().double().t() + bias.double()
         bound = spmm_bound(A.to_dense(), x.t()).t() + bias.abs()
         assert_close(got, want, bound, torch.float32)
+
+
+@pytest.mark.parametrize("n", range(2, 17))
+def test_config_by_tokens_is_a_whole_number_of_groups(n):
+    """Every configuration the route may pick walks whole aligned groups and gives each row of a
+    program its own warp or shares one: what the kernel's layout assumes."""
+    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels.spmm_csr_token import GROUP
+
+    config = tuning.spmm_csr_few_config(n)
+    assert config.block % GROUP == 0 and config.block >= GROUP
+    assert config.rows_per_program in (1, 2, 4)
+    assert config.num_warps in (1, 2, 4)

@@ -1,6 +1,7 @@
 """Kernels with their offsets in int32 against int64 (each kernel's INT32_LIMIT, forced to 0
 for int64): the N:M decode kernel at one token (2:8, 1:8, 2:4; only the gather's offsets
-change) and the general CSR kernel at 4 and 16 tokens (70%; every entry's offsets), through
+change) and the general CSR kernel at 32 and 256 tokens (70%; every entry's offsets; at 2-16
+tokens the row walk of spmm_csr_few.py runs, int32 like the one-token kernel), through
 sk.linear on the LLM shapes against dense; the row softmax (every entry's offsets) through
 sk.sparse_softmax on attention patterns, 16 heads at L = 4096; the per-entry SDDMM (the route
 for uniform patterns at 2-10%) on 4096 x 4096 at K = 64 and 256, fp32. bf16 unless said,
@@ -40,7 +41,7 @@ def main():
     rows = []
     cases = [(shape, f"{n}:{m}", 1) for shape, (n, m) in itertools.product(
         SHAPES, [(2, 8), (1, 8), (2, 4)])]  # fmt: skip
-    cases += [(shape, "70%", tokens) for shape in SHAPES for tokens in (4, 16)]
+    cases += [(shape, "70%", tokens) for shape in SHAPES for tokens in (32, 256)]  # general kernel
     for (M, K), pattern, tokens in cases:
         torch.manual_seed(0)
         w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -51,7 +52,8 @@ def main():
             )
         else:
             n, m = map(int, pattern.split(":"))
-            W, kernel = sk.NMMatrix.from_dense(w, n=n, m=m), spmm_nm_decode
+            mask = sk.prune.nm_mask(w.float(), n, m)
+            W, kernel = sk.NMMatrix.from_dense(w, n, m, mask=mask), spmm_nm_decode
         x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
         want = x.double() @ W.to_dense().double().t()
         dense = bench(lambda: x @ w.t())

@@ -63,16 +63,23 @@ def spmm_csr_token_config(nnz: int) -> SpmmCsrTokenConfig:
 
 
 # The largest N (tokens) the CSR row walk takes: 1 is the one-token kernel; 2..this, the
-# few-token kernel (spmm_csr_few.py); past it the general kernel. Not yet timed on the H200
-# (benchmarks/sweeps/csr_few_tokens.py decides), so the few-token kernel is not routed yet.
-CSR_ROW_WALK_MAX_N = 1
+# few-token kernel (spmm_csr_few.py); past it the general kernel. H200 sweep (2026-11-30,
+# csr_few_tokens.txt, 4096 x 14336, 14336 x 4096 and 4096 x 4096 at 70% and 90%, bf16): the
+# few-token kernel's best configuration beat the general kernel in every case, 1.2-2.2x (70% on
+# 4096 x 14336: 58.3 -> 26.5 us at 2 tokens, 120.7 -> 69.9 us at 16).
+CSR_ROW_WALK_MAX_N = 16
 
 
 def spmm_csr_few_config(n: int) -> SpmmCsrTokenConfig:
-    """First guess for the few-token kernel: 512 sums an entry block holds (BLOCK x N, 16 a
-    lane on one warp), one row a program; the sweep sets it."""
-    block = max(32, min(256, 512 // next_power_of_2(n)))
-    return SpmmCsrTokenConfig(rows_per_program=1, block=block, num_warps=1)
+    """The few-token kernel's configuration by N, the best of the H200 sweep in most of its six
+    cases per N (csr_few_tokens.txt): up to 4 tokens two rows a program, a warp each, 128
+    entries a step; up to 8, a warp on one row, 64 entries a step (its B tile is 8 wide); up to
+    16, 128 entries."""
+    if n <= 4:
+        return SpmmCsrTokenConfig(rows_per_program=2, block=128, num_warps=2)
+    if n <= 8:
+        return SpmmCsrTokenConfig(rows_per_program=1, block=64, num_warps=1)
+    return SpmmCsrTokenConfig(rows_per_program=1, block=128, num_warps=1)
 
 
 @dataclass(frozen=True)
