@@ -142,6 +142,8 @@ def test_heads_share_a_program(device, block, wide, gen, monkeypatch):
     skip_interpreter_on_gpu_machine(device)
     if wide:
         monkeypatch.setattr(softmax_csr, "INT32_LIMIT", 0)
+    else:  # int32 whatever the rows' lengths
+        monkeypatch.setattr(softmax_csr, "INT32_ONLY_FOR_WALKS", False)
     S = random_csr(11, 40, 0.5, gen, torch.float64, device)  # empty rows; rows up to 40
     values = randn(S.nnz, 5, gen=gen, device=device).t()  # (5, nnz) with stride (1, 5)
     grad = randn(5, S.nnz, gen=gen, device=device)
@@ -153,6 +155,20 @@ def test_heads_share_a_program(device, block, wide, gen, monkeypatch):
         assert_close(got, want, bound, torch.float64)
         one = _forward_poisoned(S, values[0], 0.7, block=block, heads=heads)  # unbatched
         _check_forward(one, _dense_softmax(S, values[0], 0.7), torch.float64)
+
+
+def test_index_width_rule(monkeypatch):
+    """int32 offsets where the average row is walked past a block and every offset fits; int64
+    for rows read once (faster there on the H200) and past 2^31."""
+    import triton.language as tl
+
+    from sparsekernels.kernels import softmax_csr
+
+    assert softmax_csr._index(4096 * 2048, 4096, 1024, 1, 1) == tl.int32  # causal-like
+    assert softmax_csr._index(4096 * 256, 4096, 256, 1, 1) == tl.int64  # one read a row
+    assert softmax_csr._index(2**30, 4, 1024, 2, 1) == tl.int64  # offsets past 2^31
+    monkeypatch.setattr(softmax_csr, "INT32_ONLY_FOR_WALKS", False)
+    assert softmax_csr._index(4096 * 256, 4096, 256, 1, 1) == tl.int32
 
 
 def test_heads_per_program_rule():

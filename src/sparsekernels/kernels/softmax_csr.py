@@ -16,9 +16,9 @@ longer one in a pass for the dot and one to write.
 because Triton passes Python floats as fp32: fp64 inputs see scale to ~48 bits, fp32 inputs see
 fp32(scale) exactly as PyTorch's `tensor * scale` does.
 
-Head offsets are int64 (batch * nnz may pass 2^31); a row's entry offsets are INDEX, int32
-unless one within a matrix could pass 2^31 (INT32_LIMIT): int64 arithmetic on every entry cost
-the CSR one-token kernel a third of its speed (spmm_csr_token.py). `lanes` carries INDEX into
+Head offsets are int64 (batch * nnz may pass 2^31); a row's entry offsets are INDEX: int32 where
+rows are long enough to be walked (_index says why) unless one within a matrix could pass 2^31
+(INT32_LIMIT). `lanes` carries INDEX into
 the loops (the loop variable is a small Python int in the interpreter).
 """
 
@@ -150,13 +150,21 @@ def _softmax_csr_backward_kernel(
             tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
 
 
-INT32_LIMIT = 2**31  # entry offsets within a matrix below it are computed in int32
+INT32_LIMIT = 2**31  # entry offsets within a matrix below it may be computed in int32
+# int32 only where the average row is longer than a block. H200 (2026-11-30, index_width.txt,
+# 16 heads at L = 4096, bf16): int32 ran causal rows (walked twice) 13% faster (338 against
+# 387 us) but rows read once 9-14% slower (local:256 27.4 against 25.1 us, random:0.1 52.3
+# against 46.0).
+INT32_ONLY_FOR_WALKS = True
 
 
 def _index(nnz: int, rows: int, block: int, *strides: int) -> tl.dtype:
-    """int32 when every entry offset the kernels form within one matrix fits, else int64."""
+    """int32 when every entry offset the kernels form within one matrix fits and (with
+    INT32_ONLY_FOR_WALKS) the average row walks past one block; else int64."""
     reach = max(rows + 1, *((nnz + block) * max(abs(s), 1) for s in strides))
-    return tl.int32 if reach < INT32_LIMIT else tl.int64
+    if reach >= INT32_LIMIT or (INT32_ONLY_FOR_WALKS and nnz <= rows * block):
+        return tl.int64
+    return tl.int32
 
 
 def _split_scale(scale: float) -> tuple[float, float]:
