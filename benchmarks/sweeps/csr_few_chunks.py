@@ -44,7 +44,7 @@ def launcher(parts, B, outs, n):
     config = tuning.spmm_csr_few_config(n)
 
     def run():
-        for (A, c0), out in zip(parts, outs):
+        for (A, c0), out in zip(parts, outs, strict=True):
             spmm_csr_few.spmm_csr_few(
                 row_offsets=A.row_offsets, column_indices=A.pattern.column_indices_int16(),
                 values=A.values, b=B[c0 : c0 + A.shape[1]], bias=None, row_order=A.row_order,
