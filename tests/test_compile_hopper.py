@@ -57,7 +57,7 @@ def _cases() -> dict:
                          B_INDEX=tl.int64 if wide else tl.int32,
                          ACC_DTYPE=tl.float64 if wide else tl.float32,
                          BLOCK_M=8 if shared else 4, BLOCK_W=32, BLOCK_N=4,
-                         PARTIAL=partial)  # fmt: skip
+                         PARTIAL=partial, KEEP_SUMS=not (shared or partial))  # fmt: skip
         name = f"decode shared={shared} partial={partial} fp64={wide}"
         cases[name] = (_nm_decode_kernel, [data, "*i32", data, data, out], constants, 1)
     for sums in ("*fp32", "*fp64"):

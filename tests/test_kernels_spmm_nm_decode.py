@@ -26,7 +26,9 @@ PATTERNS = [(2, 8, 1, 1), (1, 2, 1, 1), (3, 8, 1, 1), (2, 4, 4, 1), (4, 16, 1, 2
 CONFIGS = [(1, 1, 1), (2, 4, 1), (16, 2, 2), (4, 32, 2)]
 
 
-def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None, split=1):
+def _launch_poisoned(
+    W, B, config, bias=None, activation="none", cols=None, split=1, keep_sums=False
+):
     cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
     out = torch.full((W.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
     bits = packed_bits(W.m, W.block)
@@ -48,8 +50,31 @@ def _launch_poisoned(W, B, config, bias=None, activation="none", cols=None, spli
         num_warps=num_warps,
         num_stages=2,
         split=split,
+        keep_sums=keep_sums,
     )
     return out
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (3, 8, 1, 1), (4, 16, 1, 2), (2, 4, 4, 1)])
+@pytest.mark.parametrize("config", [(1, 1, 1), (2, 4, 1), (4, 2, 2)])
+def test_keep_sums(device, pattern, config, gen):
+    """Each slot's sums kept to the end of the walk (element-wise rows at N > 1; rows sharing a
+    choice and one token ignore it): every layout of B, N not a power of two, split walks,
+    bias and activation, against float64."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    rows, cols = 2 * vector + 13, 7 * m  # partial tiles; slots not a multiple of a word
+    W = random_nm(rows, cols, n, m, gen, vector, block, torch.float32, device)
+    bias = randn(rows, gen=gen, dtype=torch.float32, device=device)
+    for N, split in [(2, 1), (5, 2), (16, 3), (1, 1)]:
+        x = randn(N, cols, gen=gen, dtype=torch.float32, device=device)
+        dense = W.to_dense().double()
+        for B in (x.t(), padded_rows(x.t())):
+            got = _launch_poisoned(W, B, config, bias, "relu", N, split, keep_sums=True)
+            want = torch.relu(dense @ B[:, :N].double() + bias.double()[:, None])
+            bound = spmm_bound(W.to_dense(), B[:, :N]) + bias.abs()[:, None]
+            assert_close(got, want, bound, torch.float32)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -63,6 +63,7 @@ def _nm_decode_kernel(
     BLOCK_W: tl.constexpr,  # packed words per step
     BLOCK_N: tl.constexpr,
     PARTIAL: tl.constexpr,  # write the sum in ACC_DTYPE to the workspace, no epilogue
+    KEEP_SUMS: tl.constexpr,  # element-wise, N > 1: each slot's sums kept to the end
 ):
     # Each row its own choice: a step covers BLOCK_W words, a (BLOCK_W, SPW) grid of slots
     # (slot = word * SPW + j); each word is loaded once and unpacked by shifts (2:8 at one
@@ -75,6 +76,9 @@ def _nm_decode_kernel(
     mask_n = offs_n < N
     rows = offs_m.to(tl.int64)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+    # KEEP_SUMS: a step adds into per-slot sums, reduced across slots once after the walk (the
+    # CSR few-token kernel's way) instead of at every step.
+    slot_sums = tl.zeros((BLOCK_M, BLOCK_W * SPW if KEEP_SUMS else 1, BLOCK_N), dtype=ACC_DTYPE)
     # A padded b's row stride is a compile-time power of two with no column mask, so each
     # gathered row is one aligned vector load; a runtime stride like 8 or 12 is not known to be
     # aligned, and an N of 8 ran 1.8x slower than 16 (H200, nm_decode_vs_gather.py, 2026-11-30).
@@ -159,7 +163,12 @@ def _nm_decode_kernel(
                     other=0.0,
                 )
                 flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
-                acc += tl.sum(flat_vals[:, :, None] * x.to(ACC_DTYPE), axis=1)
+                if KEEP_SUMS:
+                    slot_sums += flat_vals[:, :, None] * x.to(ACC_DTYPE)
+                else:
+                    acc += tl.sum(flat_vals[:, :, None] * x.to(ACC_DTYPE), axis=1)
+        if KEEP_SUMS:
+            acc += tl.sum(slot_sums, axis=1)
     split_k.store(
         acc,
         offs_m,
@@ -213,6 +222,7 @@ def spmm_nm_decode(
     num_warps: int,
     num_stages: int,
     split: int = 1,
+    keep_sums: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
     `transpose.padded_b`), which loads fastest. values (M, S) and words
@@ -259,6 +269,7 @@ def spmm_nm_decode(
         BLOCK_W=block_w,
         BLOCK_N=next_power_of_2(cols),
         PARTIAL=splits > 1,
+        KEEP_SUMS=keep_sums and cols > 1 and vector % block_m != 0,
         num_warps=num_warps,
         num_stages=num_stages,
     )
