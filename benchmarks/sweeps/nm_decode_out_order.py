@@ -118,6 +118,45 @@ def csr_few():
         print(f"{case:<24} {timed[0]:10.1f} {timed[1]:13.1f} {timed[2]:14.1f}", flush=True)
 
 
+def configs_into_column_major():
+    """Other tiles for the decode kernel into linear's column-major output at 5-12 tokens
+    (rows a program, slots a step, warps): does a program owning more rows, so each of its
+    output columns is one longer run, lose the store's cost?"""
+    print("\nN:M decode, column-major output, configurations (rows x slots / warps)")
+    configs = [(2, 256, 1), (1, 256, 1), (4, 256, 1), (4, 256, 2), (8, 128, 2), (16, 64, 4)]
+    print(f"{'case':<24} " + " ".join(f"{f'{r}x{s}/{w}w':>10}" for r, s, w in configs))
+    for (M, K), (n, m), tokens in [((4096, 14336), (2, 8), 8), ((4096, 14336), (1, 8), 8),
+                                   ((14336, 4096), (2, 8), 8), ((4096, 14336), (2, 8), 12)]:  # fmt: skip
+        torch.manual_seed(0)
+        w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        W = sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
+        x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
+        want = W.to_dense().double() @ x.t().double()
+        B, bits = padded_rows(x.t()), packed_bits(m, 1)
+        words = packed_words(W.indices, bits)
+        out = torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()
+        cells = []
+        for block_m, slots, warps in configs:
+            block_w = max(1, slots // (32 // bits))
+            steps = -(-W.values.shape[1] // (block_w * (32 // bits)))
+
+            def run(block_m=block_m, block_w=block_w, warps=warps, steps=steps):
+                spmm_nm_decode(
+                    values=W.values, words=words, bits=bits, b=B, bias=None, out=out, n=n, m=m,
+                    vector=1, block=1, activation="none", block_m=block_m, block_w=block_w,
+                    num_warps=warps, num_stages=2,
+                    split=tuning.spmm_nm_decode_split(M, block_m, steps),
+                )  # fmt: skip
+
+            out.fill_(float("nan"))
+            run()
+            err = ((out.double() - want).norm() / want.norm()).item()
+            cells.append(do_bench_cudagraph(run, rep=20) * 1e3 if err < 1e-2 else float("nan"))
+        case = f"{M}x{K} {n}:{m} x{tokens}"
+        print(f"{case:<24} " + " ".join(f"{c:10.1f}" for c in cells), flush=True)
+
+
 if __name__ == "__main__":
     main()
     csr_few()
+    configs_into_column_major()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import _dispatch
-from ._layout import spmm_out
+from ._layout import csr_row_walk_in_b_order, spmm_out
 
 Tensor = torch.Tensor
 
@@ -88,6 +88,8 @@ def _(
 ):
     shape = (*_batch(values.shape[:-1], b.shape[:-2]), row_offsets.shape[0] - 1, b.shape[-1])
     if backend == "dense" and len(shape) == 2:  # the dense path writes in b's order
+        return spmm_out(b, shape[0])
+    if backend == "triton" and csr_row_walk_in_b_order(values, b):  # so does the few-token walk
         return spmm_out(b, shape[0])
     return b.new_empty(shape)
 

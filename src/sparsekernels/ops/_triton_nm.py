@@ -69,7 +69,7 @@ def _transposed(values, indices, b, bias, activation, n, m, vector, block):
         pattern.row_order(),
         activation,
     )
-    if not column_major(b):
+    if not column_major(b) or product.t().is_contiguous():  # already in b's order
         return product
     return spmm_out(b, pattern.shape[0]).copy_(product)  # the order the op promises (_layout)
 

@@ -47,7 +47,8 @@ def linear(
         )
     # (W @ x^T)^T: the token dimension becomes spmm's N.
     tokens = x.reshape(math.prod(x.shape[:-1]), W.shape[1])  # not -1: ambiguous when K = 0
-    # The N:M kernels write W @ x^T column-major, so the transpose is already contiguous; the
-    # other paths pay a copy here, as a strided output slows what follows (attention above all).
+    # The N:M kernels and the CSR few-token walk write W @ x^T column-major, so the transpose is
+    # already contiguous; the other paths pay a copy here, as a strided output slows what
+    # follows (attention above all).
     out = spmm(W, tokens.t(), bias, backend=backend).t().contiguous()
     return out.view(*x.shape[:-1], W.shape[0])

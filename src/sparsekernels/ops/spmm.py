@@ -10,7 +10,7 @@ from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
 from ..kernels import spmm_csr_few, spmm_csr_token, tuning
 from . import _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
-from ._layout import padded_rows
+from ._layout import csr_row_walk_in_b_order, padded_rows, spmm_out
 
 
 def spmm(
@@ -185,7 +185,8 @@ def _batch_shape(a: torch.Size, b: torch.Size) -> torch.Size:
 def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
     batch = _batch_shape(values.shape[:-1], b.shape[:-2])
     rows = row_offsets.numel() - 1
-    out = b.new_empty((*batch, rows, b.shape[-1]))
+    walk_in_b_order = csr_row_walk_in_b_order(values, b)
+    out = spmm_out(b, rows) if walk_in_b_order else b.new_empty((*batch, rows, b.shape[-1]))
     if out.numel() == 0:
         return out
     if row_order is None:
@@ -206,7 +207,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
             num_warps=config.num_warps,
         )
         return out
-    if b.dim() == 2 and 1 < b.shape[1] <= tuning.CSR_ROW_WALK_MAX_N and values.dim() == 1:
+    if walk_in_b_order:
         config = tuning.spmm_csr_few_config(b.shape[1])
         spmm_csr_few.spmm_csr_few(
             row_offsets=row_offsets,
