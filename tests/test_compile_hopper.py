@@ -101,8 +101,10 @@ def _cases() -> dict:
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"sddmm csr {index}"] = (_sddmm_csr_kernel, pointers, constants, 4)
     for padded, block_n in ((True, 16), (False, 4)):  # the few-token walk, B padded or strided
+        hints = (".cg", "evict_last") if padded else ("", "")  # the cache-hint sweep's too
         constants = dict(HAS_BIAS=True, ACTIVATION=2, ACC_DTYPE=tl.float32, INDEX=tl.int32,
-                         ROWS=2, BLOCK=64, BLOCK_N=block_n, PADDED_B=padded, GROUP=16)  # fmt: skip
+                         ROWS=2, BLOCK=64, BLOCK_N=block_n, PADDED_B=padded, GROUP=16,
+                         STREAM_CACHE=hints[0], GATHER_EVICTION=hints[1])  # fmt: skip
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"csr few padded={padded}"] = (_spmm_csr_few_kernel, pointers, constants, 2)
     return cases

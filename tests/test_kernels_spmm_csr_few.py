@@ -24,7 +24,7 @@ from _helpers import (
 from sparsekernels.ops._layout import padded_rows
 
 
-def _few(A, B, n, bias=None, activation="none", block=32, rows=1):
+def _few(A, B, n, bias=None, activation="none", block=32, rows=1, **hints):
     from sparsekernels.kernels import spmm_csr_few as kernel
 
     out = torch.full((A.shape[0], n + 3), float("nan"), dtype=B.dtype, device=B.device)[:, :n]
@@ -40,8 +40,23 @@ def _few(A, B, n, bias=None, activation="none", block=32, rows=1):
         rows_per_program=rows,
         block=block,
         num_warps=rows,
+        **hints,
     )
     return out
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_cache_hints_change_nothing_but_speed(device, gen):
+    """The sweep's cache hints (the weight's streams past L1, B's rows kept) give the product
+    bit for bit, poisoned outputs written everywhere."""
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(37, 80, 0.3, gen, torch.float32, device)
+    B = padded_rows(randn(5, 80, gen=gen, dtype=torch.float32, device=device).t())
+    plain = _few(A, B, 5, block=32, rows=2)
+    hinted = _few(A, B, 5, block=32, rows=2, stream_cache=".cg", gather_eviction="evict_last")
+    assert torch.equal(plain, hinted)
+    want = A.to_dense().double() @ B[:, :5].double()
+    assert_close(hinted, want, spmm_bound(A.to_dense(), B[:, :5]), torch.float32)
 
 
 def _layouts(x):

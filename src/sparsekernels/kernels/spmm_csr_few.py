@@ -48,6 +48,8 @@ def _spmm_csr_few_kernel(
     BLOCK_N: tl.constexpr,
     PADDED_B: tl.constexpr,
     GROUP: tl.constexpr,
+    STREAM_CACHE: tl.constexpr = "",  # ".cg": the weight's streams skip L1 (an experiment)
+    GATHER_EVICTION: tl.constexpr = "",  # "evict_last": B's rows stay cached (an experiment)
 ):
     row, mask_r, start, first, end, walk_end = rows_of_program(
         row_offsets, row_order, M, full, INDEX, ROWS, GROUP
@@ -66,20 +68,25 @@ def _spmm_csr_few_kernel(
     offs = first + k
     groups = first + k // GROUP * GROUP  # each entry's group: constant across a vector
     load_mask = groups < walk_end
-    cols = tl.load(column_indices + offs, mask=load_mask, other=0)
-    vals = tl.load(values + offs, mask=load_mask, other=0.0)
+    cols = tl.load(column_indices + offs, mask=load_mask, other=0, cache_modifier=STREAM_CACHE)
+    vals = tl.load(values + offs, mask=load_mask, other=0.0, cache_modifier=STREAM_CACHE)
     acc = tl.zeros((ROWS, BLOCK, BLOCK_N), dtype=ACC_DTYPE)
     for _ in range(0, tl.max(walk_end - first), BLOCK):
         next_offs = offs + BLOCK
         groups += BLOCK
         next_mask = groups < walk_end
-        next_cols = tl.load(column_indices + next_offs, mask=next_mask, other=0)
-        next_vals = tl.load(values + next_offs, mask=next_mask, other=0.0)
+        next_cols = tl.load(
+            column_indices + next_offs, mask=next_mask, other=0, cache_modifier=STREAM_CACHE
+        )
+        next_vals = tl.load(
+            values + next_offs, mask=next_mask, other=0.0, cache_modifier=STREAM_CACHE
+        )
         live = (offs >= start) & (offs < walk_end)
         tile = tl.load(
             b + cols.to(INDEX)[:, :, None] * b_row + b_cols,
             mask=live[:, :, None] & col_mask,
             other=0.0,
+            eviction_policy=GATHER_EVICTION,
         )
         live_vals = tl.where(live, vals.to(ACC_DTYPE), 0.0)
         acc += live_vals[:, :, None] * tile.to(ACC_DTYPE)
@@ -117,9 +124,14 @@ def spmm_csr_few(
     rows_per_program: int,
     block: int,
     num_warps: int,
+    stream_cache: str = "",
+    gather_eviction: str = "",
 ) -> torch.Tensor:
     """out (M, N) = A @ b for a CSR A (one matrix of values) and b (K, N), any strides; b padded
-    to a power-of-two width (transpose.padded_b) with out's N columns loads fastest."""
+    to a power-of-two width (transpose.padded_b) with out's N columns loads fastest.
+    `stream_cache` (a load cache modifier for the values and columns) and `gather_eviction`
+    (an eviction policy for B's rows) are for benchmarks/sweeps/csr_few_cache_hints.py: can
+    the weight's one-pass streams be kept from evicting B's rows from L1?"""
     rows, n = out.shape
     if rows == 0 or n == 0:
         return out
@@ -156,6 +168,8 @@ def spmm_csr_few(
         BLOCK_N=block_n,
         PADDED_B=padded,
         GROUP=GROUP,
+        STREAM_CACHE=stream_cache,
+        GATHER_EVICTION=gather_eviction,
         num_warps=num_warps,
         num_stages=1,
     )
