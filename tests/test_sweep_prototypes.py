@@ -15,6 +15,7 @@ PROTOTYPES = [
     "csr_decode_chunks.py",
     "csr_decode_delta.py",
     "softmax_aligned.py",
+    "softmax_rows.py",
     "bitmap_sweep.py",
 ]
 
