@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrhints ncu profile trainstep quick llm llm_large nm e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_large nm e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -11,7 +11,8 @@
 # decode kernels and the row softmax (index_width.py); csrfew: the CSR few-token kernel (csr_few_tokens.py);
 # softmaxaligned: the row softmax with 16-byte loads and stores (softmax_aligned.py);
 # nmtall: the N:M decode kernel with 16-128 rows a program and 16-64 slots a step
-# (nm_decode_tall.py); softmaxrows: the row softmax walking many rows a program, the next row's loads first
+# (nm_decode_tall.py); csrlanes: the CSR one-token walk with lanes on consecutive entries
+# (csr_token_lanes.py); softmaxrows: the row softmax walking many rows a program, the next row's loads first
 # (softmax_rows.py); csrhints: cache hints for the CSR few-token kernel (csr_few_cache_hints.py); ncu: Nsight
 # Compute sections of the kernels in ncu_cases.py (never run yet: try it early in a call).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
@@ -99,6 +100,9 @@ for step in $steps; do
     nmtall)  # the N:M decode kernel with tall, narrow tiles (nm_decode_tall.py)
       TOKENS=1,8 BUDGET_S=170 timeout 220 python3 benchmarks/sweeps/nm_decode_tall.py >"$out/nm_decode_tall.txt" 2>&1
       echo "nmtall rc=$? $(tail -1 "$out/nm_decode_tall.txt")" ;;
+    csrlanes)  # the CSR one-token walk with lanes on consecutive entries (a prototype)
+      timeout 120 python3 benchmarks/sweeps/csr_token_lanes.py >"$out/csr_token_lanes.txt" 2>&1
+      echo "csrlanes rc=$? $(tail -1 "$out/csr_token_lanes.txt")" ;;
     csrhints)  # cache hints for the CSR few-token kernel's loads
       timeout 120 python3 benchmarks/sweeps/csr_few_cache_hints.py >"$out/csr_few_cache_hints.txt" 2>&1
       echo "csrhints rc=$? $(tail -1 "$out/csr_few_cache_hints.txt")" ;;
