@@ -16,13 +16,12 @@ import os
 import time
 
 import torch
+from _nm_cases import nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.kernels import tuning
-from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
-from sparsekernels.ops._layout import padded_rows
-from sparsekernels.ops._triton_nm import packed_words
+from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
 BUDGET_S = float(os.environ.get("BUDGET_S", 150))
 SHAPES = [(4096, 14336), (14336, 4096)]
@@ -41,14 +40,10 @@ def main():
     for (M, K), (n, m), tokens in itertools.product(SHAPES, ((2, 8), (1, 8), (2, 4)), TOKENS):
         if time.time() - started > BUDGET_S:
             break
-        torch.manual_seed(0)
-        w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        W = sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
-        x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
-        want = W.to_dense().double() @ x.t().double()
-        B = padded_rows(x.t())
-        bits = packed_bits(m, 1)
-        words = packed_words(W.indices, bits)
+        case = nm_case(M, K, n, m, tokens)
+        w, W, x, want, B, bits, words = (
+            case[k] for k in ("w", "W", "x", "want", "B", "bits", "words")
+        )
         out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
         timed = {"dense": bench(lambda: x @ w.t()), "route": bench(lambda: sk.linear(x, W))}
         for block_m, slots, warps, keep in CONFIGS:

@@ -13,27 +13,14 @@ kernel's layout toward M (the gathered B rows then load as scalars).
 
 import torch
 import triton
+from _nm_cases import nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.kernels import spmm_nm_decode as decode_module
 from sparsekernels.kernels import tuning
-from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
+from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 from sparsekernels.ops._layout import padded_rows
-from sparsekernels.ops._triton_nm import packed_words
-
-
-def nm_case(M: int, K: int, n: int, m: int, tokens: int):
-    """A magnitude-pruned n:m weight, its float64 product with fresh x, B as the route pads it,
-    and the packed offsets."""
-    torch.manual_seed(0)
-    w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    W = sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
-    x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
-    bits = packed_bits(m, 1)
-    want = W.to_dense().double() @ x.t().double()
-    return W, want, padded_rows(x.t()), bits, packed_words(W.indices, bits)
-
 
 SPECIALIZED = decode_module._nm_decode_kernel
 UNSPECIALIZED = triton.jit(SPECIALIZED.fn, do_not_specialize=["stride_om", "stride_on"])
@@ -48,7 +35,8 @@ def main():
         for pattern in ((2, 8), (1, 8))
         for t in (2, 4, 8, 16)
     ]:
-        W, want, B, bits, words = nm_case(M, K, n, m, tokens)
+        case = nm_case(M, K, n, m, tokens)
+        W, want, B, bits, words = (case[k] for k in ("W", "want", "B", "bits", "words"))
         config = tuning.spmm_nm_decode_config(tokens, 1, M, W.values.shape[1])
         block_w = max(1, config.block_slots // (32 // bits))
         steps = -(-W.values.shape[1] // (block_w * (32 // bits)))
@@ -134,7 +122,8 @@ def configs_into_column_major():
     print(f"{'case':<24} " + " ".join(f"{f'{r}x{s}/{w}w':>10}" for r, s, w in configs))
     for (M, K), (n, m), tokens in [((4096, 14336), (2, 8), 8), ((4096, 14336), (1, 8), 8),
                                    ((14336, 4096), (2, 8), 8), ((4096, 14336), (2, 8), 12)]:  # fmt: skip
-        W, want, B, bits, words = nm_case(M, K, n, m, tokens)
+        case = nm_case(M, K, n, m, tokens)
+        W, want, B, bits, words = (case[k] for k in ("W", "want", "B", "bits", "words"))
         out = torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()
         cells = []
         for block_m, slots, warps in configs:

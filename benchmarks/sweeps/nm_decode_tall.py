@@ -24,13 +24,12 @@ import os
 import time
 
 import torch
+from _nm_cases import nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.kernels._sizes import cdiv
-from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
-from sparsekernels.ops._layout import padded_rows
-from sparsekernels.ops._triton_nm import packed_words
+from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
 BUDGET_S = float(os.environ.get("BUDGET_S", 150))
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
@@ -51,13 +50,11 @@ def main():
     for tokens, (M, K), (n, m) in itertools.product(TOKENS, SHAPES, PATTERNS):
         if time.time() - started > BUDGET_S:
             break
-        torch.manual_seed(0)
-        w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        W = sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
-        x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
-        want, B = W.to_dense().double() @ x.t().double(), padded_rows(x.t())
-        bits = packed_bits(m, 1)
-        words, spw = packed_words(W.indices, bits), 32 // bits
+        case = nm_case(M, K, n, m, tokens)
+        w, W, x, want, B, bits, words = (
+            case[k] for k in ("w", "W", "x", "want", "B", "bits", "words")
+        )
+        spw = 32 // bits
         out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
         timed = {"dense": bench(lambda: x @ w.t()), "route": bench(lambda: sk.linear(x, W))}
         splits = {}

@@ -23,15 +23,13 @@ the bytes moved against the copy bandwidth measured here. Prints a table last.
 
 import os
 import sys
-import time
 
+import _softmax_proto
 import torch
 import triton
 import triton.language as tl
 
 from sparsekernels.bench.cases import _pattern_from_mask, attention_mask
-from sparsekernels.kernels import sddmm_tuning
-from sparsekernels.kernels.softmax_csr import sparse_softmax
 
 CHECK = "--check" in sys.argv
 BUDGET_S = float(os.environ.get("BUDGET_S", 60))
@@ -111,71 +109,21 @@ def check():
             values.copy_(torch.randn(3, P.nnz))
             out = padded_like(P.nnz, 3, dtype, "cpu").fill_(float("nan"))
             launch_aligned(P, values, out, 0.7, aligned_block(P), 2, 1)
-            dense = torch.full((3, 70, 70), float("-inf"), dtype=torch.float64)
-            rows, cols = P.pattern.row_indices(), P.column_indices.long()
-            dense[:, rows, cols] = values.double() * 0.7
-            want = torch.softmax(dense, -1)[:, rows, cols]
+            want = _softmax_proto.reference(P, values, 0.7)
             err = (out.double() - want).abs().max().item()
             assert err < (1e-6 if dtype == torch.float32 else 2e-3), (kind, dtype, err)
             print(f"{kind} {dtype}: max error {err:.1e}")
 
 
-def bench(fn) -> float:
-    from triton.testing import do_bench_cudagraph
-
-    return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
-
-
 def sweep():
-    started, L, heads = time.time(), 4096, 16
-    src = torch.empty(2**28, dtype=torch.uint8, device="cuda")
-    copy = 2 * src.numel() / bench(lambda: torch.empty_like(src).copy_(src)) / 1e3
-    print(f"# {torch.cuda.get_device_name()}, L = {L}, {heads} heads; copy {copy:.0f} GB/s")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    table = []
-    for kind in ("local:256", "strided:128:128", "random:0.1"):
-        P = _pattern_from_mask(attention_mask(kind, L, torch.device("cuda"), g), torch.float32)
-        for dtype in (torch.bfloat16, torch.float32):
-            if time.time() - started > BUDGET_S:
-                break
-            copies = max(2, -(-(200 << 20) // (heads * P.nnz * dtype.itemsize)))
-            values = [padded_like(P.nnz, heads, dtype, "cuda") for _ in range(copies)]
-            for v in values:
-                v.copy_(torch.randn(heads, P.nnz, device="cuda"))
-            out = padded_like(P.nnz, heads, dtype, "cuda")
-            config = sddmm_tuning.softmax_csr_config(P.nnz, L, heads)
-            want = torch.empty(heads, P.nnz, device="cuda", dtype=torch.float64)
-            sparse_softmax(row_offsets=P.row_offsets, values=values[0].double(), out=want,
-                           scale=0.5, block=config.block, num_warps=config.num_warps)  # fmt: skip
-            block = aligned_block(P)
-            forms = {
-                "library": lambda v: sparse_softmax(
-                    row_offsets=P.row_offsets, values=v, out=out, scale=0.5, block=config.block,
-                    num_warps=config.num_warps, heads=config.heads),
-                "aligned h2": lambda v: launch_aligned(P, v, out, 0.5, block, 2,
-                                                       max(1, block // 128)),
-                "aligned h1": lambda v: launch_aligned(P, v, out, 0.5, block, 1,
-                                                       max(1, block // 256)),
-            }  # fmt: skip
-            times = {}
-            for name, form in forms.items():
-                out.fill_(float("nan"))
-                form(values[0])
-                err = (out.double() - want).abs().max().item()
-                times[name] = (
-                    bench(lambda form=form: [form(v) for v in values]) / copies
-                    if err < 1e-2
-                    else float("nan")
-                )
-            moved = 2 * heads * P.nnz * dtype.itemsize
-            case = f"{kind} {str(dtype)[6:]}"
-            print(case, {k: round(t, 1) for k, t in times.items()}, flush=True)
-            table.append((case, moved, times))
-    for case, moved, times in table:
-        cells = "  ".join(
-            f"{k}: {t:6.1f} us {moved / t / 1e3 / copy:4.0%}" for k, t in times.items()
-        )
-        print(f"{case:<22} {cells}")
+    def forms(P, out, config):
+        block = aligned_block(P)
+        return {
+            "aligned h2": lambda v: launch_aligned(P, v, out, 0.5, block, 2, max(1, block // 128)),
+            "aligned h1": lambda v: launch_aligned(P, v, out, 0.5, block, 1, max(1, block // 256)),
+        }
+
+    _softmax_proto.sweep(forms, lambda h, nnz, dtype: padded_like(nnz, h, dtype, "cuda"), BUDGET_S)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,13 @@ GB/s on the bytes moved against the copy bandwidth measured here. Prints a table
 
 import os
 import sys
-import time
 
+import _softmax_proto
 import torch
 import triton
 import triton.language as tl
 
 from sparsekernels.bench.cases import _pattern_from_mask, attention_mask
-from sparsekernels.kernels import sddmm_tuning
-from sparsekernels.kernels.softmax_csr import sparse_softmax
 
 CHECK = "--check" in sys.argv
 BUDGET_S = float(os.environ.get("BUDGET_S", 90))
@@ -113,70 +111,28 @@ def check():
             values = torch.randn(3, P.nnz, generator=g).to(dtype)
             out = torch.full_like(values, float("nan"))
             launch_rows(P, values, out, 0.7, R, strided, 2, 1)
-            dense = torch.full((3, 70, 70), float("-inf"), dtype=torch.float64)
-            rows, cols = P.pattern.row_indices(), P.column_indices.long()
-            dense[:, rows, cols] = values.double() * 0.7
-            want = torch.softmax(dense, -1)[:, rows, cols]
+            want = _softmax_proto.reference(P, values, 0.7)
             err = (out.double() - want).abs().max().item()
             assert err < (1e-6 if dtype == torch.float32 else 2e-3), (kind, dtype, R, err)
             print(f"{kind} {dtype} rows {R} strided={strided}: max error {err:.1e}")
 
 
-def bench(fn) -> float:
-    from triton.testing import do_bench_cudagraph
-
-    return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
-
-
 def sweep():
-    started, L, heads = time.time(), 4096, 16
-    src = torch.empty(2**28, dtype=torch.uint8, device="cuda")
-    copy = 2 * src.numel() / bench(lambda: torch.empty_like(src).copy_(src)) / 1e3
-    print(f"# {torch.cuda.get_device_name()}, L = {L}, {heads} heads; copy {copy:.0f} GB/s")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    table = []
-    for kind in ("local:256", "strided:128:128", "random:0.1"):
-        P = _pattern_from_mask(attention_mask(kind, L, torch.device("cuda"), g), torch.float32)
-        for dtype in (torch.bfloat16, torch.float32):
-            if time.time() - started > BUDGET_S:
-                break
-            copies = max(2, -(-(200 << 20) // (heads * P.nnz * dtype.itemsize)))
-            values = [torch.randn(heads, P.nnz, device="cuda", dtype=dtype) for _ in range(copies)]
-            out = torch.empty_like(values[0])
-            config = sddmm_tuning.softmax_csr_config(P.nnz, L, heads)
-            want = torch.empty(heads, P.nnz, device="cuda", dtype=torch.float64)
-            sparse_softmax(row_offsets=P.row_offsets, values=values[0].double(), out=want,
-                           scale=0.5, block=config.block, num_warps=config.num_warps)  # fmt: skip
-            forms = {
-                "library": lambda v: sparse_softmax(
-                    row_offsets=P.row_offsets, values=v, out=out, scale=0.5, block=config.block,
-                    num_warps=config.num_warps, heads=config.heads),
-            }  # fmt: skip
-            for R, strided, h in ((4, False, 2), (16, False, 2), (8, True, 2), (32, True, 2),
-                                  (16, False, 1), (32, True, 1)):  # fmt: skip
-                warps = max(1, config.num_warps * h // max(config.heads, 1))
-                name = f"rows {R}{' strided' if strided else ''} h{h}"
-                forms[name] = lambda v, R=R, s=strided, h=h, w=warps: launch_rows(
-                    P, v, out, 0.5, R, s, h, w
-                )
-            times = {}
-            for name, form in forms.items():
-                out.fill_(float("nan"))
-                form(values[0])
-                err = (out.double() - want).abs().max().item()
-                times[name] = (
-                    bench(lambda form=form: [form(v) for v in values]) / copies
-                    if err < 1e-2
-                    else float("nan")
-                )
-            moved = 2 * heads * P.nnz * dtype.itemsize
-            case = f"{kind} {str(dtype)[6:]}"
-            print(case, {k: round(t, 1) for k, t in times.items()}, flush=True)
-            table.append((case, moved, times))
-    for case, moved, times in table:
-        print(case)
-        for name, t in times.items():
-            print(f"    {name:<22} {t:7.1f} us {moved / t / 1e3 / copy:5.0%} of copy")
+    def forms(P, out, config):
+        found = {}
+        for R, strided, h in ((4, False, 2), (16, False, 2), (8, True, 2), (32, True, 2),
+                              (16, False, 1), (32, True, 1)):  # fmt: skip
+            warps = max(1, config.num_warps * h // max(config.heads, 1))
+            name = f"rows {R}{' strided' if strided else ''} h{h}"
+            found[name] = lambda v, R=R, s=strided, h=h, w=warps: launch_rows(
+                P, v, out, 0.5, R, s, h, w
+            )
+        return found
+
+    def allocate(heads, nnz, dtype):
+        return torch.empty(heads, nnz, device="cuda", dtype=dtype)
+
+    _softmax_proto.sweep(forms, allocate, BUDGET_S)
 
 
 if __name__ == "__main__":

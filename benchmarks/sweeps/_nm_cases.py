@@ -1,0 +1,28 @@
+"""One N:M decode case for the sweeps that time spmm_nm_decode directly: a magnitude-pruned bf16
+n:m weight on the GPU, fresh x, the float64 product, B as the route pads it, the packed offsets.
+"""
+
+import torch
+
+import sparsekernels as sk
+from sparsekernels.kernels.spmm_nm_decode import packed_bits
+from sparsekernels.ops._layout import padded_rows
+from sparsekernels.ops._triton_nm import packed_words
+
+
+def nm_case(M: int, K: int, n: int, m: int, tokens: int) -> dict:
+    """w (dense), W, x, want = W x^T in float64, B, bits and words (packed offsets)."""
+    torch.manual_seed(0)
+    w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    W = sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
+    x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
+    bits = packed_bits(m, 1)
+    return {
+        "w": w,
+        "W": W,
+        "x": x,
+        "want": W.to_dense().double() @ x.t().double(),
+        "B": padded_rows(x.t()),
+        "bits": bits,
+        "words": packed_words(W.indices, bits),
+    }
