@@ -11,8 +11,9 @@
 # decode kernels and the row softmax (index_width.py); csrfew: the CSR few-token kernel (csr_few_tokens.py);
 # softmaxaligned: the row softmax with 16-byte loads and stores (softmax_aligned.py);
 # nmtall: the N:M decode kernel with 16-128 rows a program and 16-64 slots a step
-# (nm_decode_tall.py); csrlanes: the CSR one-token walk with lanes on consecutive entries
-# (csr_token_lanes.py); softmaxrows: the row softmax walking many rows a program, the next row's loads first
+# (nm_decode_tall.py); csrlanes: the CSR one-token kernel's lane-major walk against its
+# vectors (csr_token_lanes.py); softmaxrows: the row softmax walking many rows a program, the
+# next row's loads first
 # (softmax_rows.py); csrhints: cache hints for the CSR few-token kernel (csr_few_cache_hints.py); ncu: Nsight
 # Compute sections of the kernels in ncu_cases.py (never run yet: try it early in a call).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
@@ -100,7 +101,7 @@ for step in $steps; do
     nmtall)  # the N:M decode kernel with tall, narrow tiles (nm_decode_tall.py)
       TOKENS=1,8 BUDGET_S=170 timeout 220 python3 benchmarks/sweeps/nm_decode_tall.py >"$out/nm_decode_tall.txt" 2>&1
       echo "nmtall rc=$? $(tail -1 "$out/nm_decode_tall.txt")" ;;
-    csrlanes)  # the CSR one-token walk with lanes on consecutive entries (a prototype)
+    csrlanes)  # the CSR one-token kernel: lane-major walk against aligned vectors
       timeout 120 python3 benchmarks/sweeps/csr_token_lanes.py >"$out/csr_token_lanes.txt" 2>&1
       echo "csrlanes rc=$? $(tail -1 "$out/csr_token_lanes.txt")" ;;
     csrhints)  # cache hints for the CSR few-token kernel's loads

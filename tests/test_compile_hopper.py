@@ -85,11 +85,14 @@ def _cases() -> dict:
         pointers = ["*i32", data, data, data]
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)
     for data, cols in (("*bf16", "*i16"), ("*fp64", "*i64")):  # the CSR one-token walk
-        constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
-                         ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
-                         INDEX=tl.int64 if data == "*fp64" else tl.int32)  # fmt: skip
-        pointers = ["*i32", cols, data, data, data, "*i32", data]
-        cases[f"csr token {data}"] = (_spmm_csr_token_kernel, pointers, constants, 1)
+        for lane_major in (False, True):
+            constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
+                             ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
+                             INDEX=tl.int64 if data == "*fp64" else tl.int32,
+                             LANE_MAJOR=lane_major)  # fmt: skip
+            pointers = ["*i32", cols, data, data, data, "*i32", data]
+            name = f"csr token {data}" + (" lane-major" if lane_major else "")
+            cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
     for index in ("int32", "int64"):  # the general CSR kernel, padded B, both offset widths
         constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32,
                          INDEX=getattr(tl, index), BLOCK_ROWS=4, BLOCK_NNZ=128, BLOCK_N=16,
@@ -125,6 +128,8 @@ CASE_NAMES = [
     *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
     "csr token *bf16",
     "csr token *fp64",
+    "csr token *bf16 lane-major",
+    "csr token *fp64 lane-major",
     "csr spmm int32",
     "csr spmm int64",
     "csr few padded=True",

@@ -23,7 +23,7 @@ from _helpers import (
 )
 
 
-def _token(A, x, bias=None, activation="none", block=256, rows=1):
+def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=False):
     from sparsekernels.kernels import spmm_csr_token as kernel
 
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
@@ -39,6 +39,7 @@ def _token(A, x, bias=None, activation="none", block=256, rows=1):
         rows_per_program=rows,
         block=block,
         num_warps=rows,
+        lane_major=lane_major,
     )
     return out
 
@@ -56,7 +57,8 @@ def _x_with_nan_where_unused(A, gen, dtype, device):
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("block, rows", [(32, 1), (256, 1), (32, 4)])
 @pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
-def test_matches_float64(device, dtype, block, rows, wide, gen, monkeypatch):
+@pytest.mark.parametrize("lane_major", [False, True], ids=["vectors", "lane-major"])
+def test_matches_float64(device, dtype, block, rows, wide, lane_major, gen, monkeypatch):
     from sparsekernels.kernels import spmm_csr_token as kernel
 
     skip_interpreter_on_gpu_machine(device)
@@ -68,7 +70,8 @@ def test_matches_float64(device, dtype, block, rows, wide, gen, monkeypatch):
         x = _x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
-        assert_close(_token(A, x, block=block, rows=rows), want, bound, dtype)
+        got = _token(A, x, block=block, rows=rows, lane_major=lane_major)
+        assert_close(got, want, bound, dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -100,7 +103,9 @@ def test_fewer_entries_than_a_group(device, gen):
         A = random_csr(rows, cols, 0.6, gen, torch.float64, device, empty_rows=False)
         assert A.nnz < 16
         x = randn(cols, gen=gen, device=device)
-        torch.testing.assert_close(_token(A, x), A.to_dense() @ x, rtol=1e-12, atol=1e-12)
+        for lane_major in (False, True):
+            got = _token(A, x, lane_major=lane_major)
+            torch.testing.assert_close(got, A.to_dense() @ x, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -109,9 +114,10 @@ def test_bias_activation(device, activation, gen):
     skip_interpreter_on_gpu_machine(device)
     A = random_csr(21, 90, 0.3, gen, torch.float64, device)
     x, bias = randn(90, gen=gen, device=device), randn(21, gen=gen, device=device)
-    got = _token(A, x, bias, activation, block=32, rows=2)
     want = sk.spmm(A, x[:, None], bias, activation, backend="reference")[:, 0]
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for lane_major in (False, True):
+        got = _token(A, x, bias, activation, block=32, rows=2, lane_major=lane_major)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -16,7 +16,6 @@ PROTOTYPES = [
     "csr_decode_delta.py",
     "softmax_aligned.py",
     "softmax_rows.py",
-    "csr_token_lanes.py",
     "bitmap_sweep.py",
 ]
 

@@ -47,29 +47,11 @@ def rows_of_program(row_offsets, row_order, M, full, INDEX: tl.constexpr, ROWS: 
 
 
 @triton.jit
-def _spmm_csr_token_kernel(
-    row_offsets,  # (M + 1,) int32/int64
-    column_indices,  # (nnz,) int16/int32/int64
-    values,  # (nnz,)
-    x,  # (K,) with stride stride_x
-    bias,  # (M,) when HAS_BIAS
-    row_order,  # (M,) int32: rows by length, longest first; a program takes ROWS of them
-    out,  # (M,) with stride stride_o
-    M,
-    full,  # entries in whole groups (a multiple of GROUP): what may be loaded as vectors
-    stride_x,
-    stride_o,
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
-    ACC_DTYPE: tl.constexpr,
-    INDEX: tl.constexpr,  # int32 when every offset fits (fewer instructions a step), else int64
-    ROWS: tl.constexpr,
-    BLOCK: tl.constexpr,  # entries of a row a step, a multiple of GROUP
-    GROUP: tl.constexpr,
-):
-    row, mask_r, start, first, end, walk_end = rows_of_program(
-        row_offsets, row_order, M, full, INDEX, ROWS, GROUP
-    )
+def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, stride_x,
+                  INDEX: tl.constexpr, ACC_DTYPE: tl.constexpr, ROWS: tl.constexpr,
+                  BLOCK: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+    """Each row's sum from whole aligned groups loaded as vectors, then the arrays' last partial
+    group entry by entry (the module's docstring says why)."""
     k = tl.arange(0, BLOCK)[None, :]
     offs = first + k
     groups = first + k // GROUP * GROUP  # each entry's group: constant across a vector
@@ -97,6 +79,67 @@ def _spmm_csr_token_kernel(
         picked = tl.load(x + tail_cols * stride_x, mask=owned, other=0.0).to(ACC_DTYPE)
         total += tl.sum(tail_vals * picked, axis=1)
 
+    return total
+
+
+@triton.jit
+def _lane_major_walk(column_indices, values, x, start, end, stride_x, lane_stride,
+                     INDEX: tl.constexpr, ACC_DTYPE: tl.constexpr, ROWS: tl.constexpr,
+                     BLOCK: tl.constexpr):  # fmt: skip
+    """Each row's sum with lane i on entries i, i + 32, ...: the entry offsets are multiplied by
+    `lane_stride` (1, never specialized), so the compiler cannot prove them contiguous and lays
+    a step out lane-major. Loads are then scalar (64 bytes a warp instruction) and a gather of x
+    reaches 32 consecutive entries instead of 32 entries 8 apart. Masked entry by entry: no
+    groups, no tail. Hand-pipelined like the vector walk."""
+    offs = start + (tl.arange(0, BLOCK) * lane_stride).to(INDEX)[None, :]
+    mask = offs < end
+    cols = tl.load(column_indices + offs, mask=mask, other=0)
+    vals = tl.load(values + offs, mask=mask, other=0.0)
+    acc = tl.zeros((ROWS, BLOCK), dtype=ACC_DTYPE)
+    for _ in range(0, tl.max(end - start), BLOCK):
+        next_offs = offs + BLOCK
+        next_mask = next_offs < end
+        next_cols = tl.load(column_indices + next_offs, mask=next_mask, other=0)
+        next_vals = tl.load(values + next_offs, mask=next_mask, other=0.0)
+        picked = tl.load(x + cols.to(INDEX) * stride_x, mask=mask, other=0.0)
+        acc += vals.to(ACC_DTYPE) * picked.to(ACC_DTYPE)  # masked values are 0
+        offs, mask, cols, vals = next_offs, next_mask, next_cols, next_vals
+    return tl.sum(acc, axis=1)
+
+
+@triton.jit(do_not_specialize=["lane_stride"])
+def _spmm_csr_token_kernel(
+    row_offsets,  # (M + 1,) int32/int64
+    column_indices,  # (nnz,) int16/int32/int64
+    values,  # (nnz,)
+    x,  # (K,) with stride stride_x
+    bias,  # (M,) when HAS_BIAS
+    row_order,  # (M,) int32: rows by length, longest first; a program takes ROWS of them
+    out,  # (M,) with stride stride_o
+    M,
+    full,  # entries in whole groups (a multiple of GROUP): what may be loaded as vectors
+    stride_x,
+    stride_o,
+    lane_stride,  # 1: see _lane_major_walk
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
+    ACC_DTYPE: tl.constexpr,
+    INDEX: tl.constexpr,  # int32 when every offset fits (fewer instructions a step), else int64
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,  # entries of a row a step, a multiple of GROUP
+    GROUP: tl.constexpr,
+    LANE_MAJOR: tl.constexpr,  # the lane-major walk instead of aligned vectors (an experiment)
+):
+    row, mask_r, start, first, end, walk_end = rows_of_program(
+        row_offsets, row_order, M, full, INDEX, ROWS, GROUP
+    )
+    if LANE_MAJOR:
+        total = _lane_major_walk(column_indices, values, x, start, end, stride_x, lane_stride,
+                                 INDEX, ACC_DTYPE, ROWS, BLOCK)  # fmt: skip
+    else:
+        total = _aligned_walk(column_indices, values, x, start, first, end, walk_end, full,
+                              stride_x, INDEX, ACC_DTYPE, ROWS, BLOCK, GROUP)  # fmt: skip
+
     if HAS_BIAS:
         total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
     total = activate(total, ACTIVATION)
@@ -116,8 +159,11 @@ def spmm_csr_token(
     rows_per_program: int,
     block: int,
     num_warps: int,
+    lane_major: bool = False,
 ) -> torch.Tensor:
-    """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided."""
+    """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided.
+    `lane_major` takes _lane_major_walk instead of the aligned vectors (for the sweep
+    benchmarks/sweeps/csr_token_lanes.py; not routed)."""
     rows = out.shape[0]
     if rows == 0:
         return out
@@ -136,6 +182,7 @@ def spmm_csr_token(
         nnz // GROUP * GROUP,
         x.stride(0),
         out.stride(0),
+        1,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
@@ -143,6 +190,7 @@ def spmm_csr_token(
         ROWS=rows_per_program,
         BLOCK=block,
         GROUP=GROUP,
+        LANE_MAJOR=lane_major,
         num_warps=num_warps,
         num_stages=1,
     )
