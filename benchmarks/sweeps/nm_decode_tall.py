@@ -55,7 +55,7 @@ def main():
             case[k] for k in ("w", "W", "x", "want", "B", "bits", "words")
         )
         spw = 32 // bits
-        out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()  # linear's order
         timed = {"dense": bench(lambda: x @ w.t()), "route": bench(lambda: sk.linear(x, W))}
         splits = {}
         for block_m, slots, warps in TILES:
