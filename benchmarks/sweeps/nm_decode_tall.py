@@ -37,7 +37,7 @@ PATTERNS = [(2, 8), (1, 8), (2, 4)]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "1").split(",")]
 TARGET_PROGRAMS = 2048  # split-K until the grid reaches this many programs
 # (rows a program, slots a step, warps)
-TILES = [(16, 32, 1), (32, 16, 1), (32, 32, 1), (32, 64, 2), (64, 16, 2), (64, 32, 2),
+TILES = [(16, 16, 1), (16, 32, 1), (16, 64, 1), (32, 16, 1), (32, 32, 1), (32, 64, 2), (64, 16, 2), (64, 32, 2),
          (64, 64, 4), (128, 16, 4), (128, 32, 4)]  # fmt: skip
 
 

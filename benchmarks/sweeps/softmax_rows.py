@@ -84,9 +84,14 @@ def _rows_softmax_kernel(
         z, offs, mask = next_z, next_offs, next_mask
 
 
-def launch_rows(P, values, out, scale, rows_per_program, strided, heads, warps):
+def row_block(P) -> int:
+    """The longest row as a power of two: read once, outside a CUDA-graph capture."""
+    return max(16, triton.next_power_of_2(int(P.row_offsets.diff().max())))
+
+
+def launch_rows(P, values, out, scale, rows_per_program, strided, heads, warps, block=None):
     rows = P.shape[0]
-    block = max(16, triton.next_power_of_2(int(P.row_offsets.diff().max())))
+    block = block or row_block(P)
     programs = triton.cdiv(rows, rows_per_program)
     _rows_softmax_kernel[(programs, triton.cdiv(values.shape[0], heads))](
         P.row_offsets, values, out, scale, rows, values.shape[0],
@@ -119,13 +124,13 @@ def check():
 
 def sweep():
     def forms(P, out, config):
-        found = {}
+        found, block = {}, row_block(P)
         for R, strided, h in ((4, False, 2), (16, False, 2), (8, True, 2), (32, True, 2),
                               (16, False, 1), (32, True, 1)):  # fmt: skip
             warps = max(1, config.num_warps * h // max(config.heads, 1))
             name = f"rows {R}{' strided' if strided else ''} h{h}"
             found[name] = lambda v, R=R, s=strided, h=h, w=warps: launch_rows(
-                P, v, out, 0.5, R, s, h, w
+                P, v, out, 0.5, R, s, h, w, block
             )
         return found
 
