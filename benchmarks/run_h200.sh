@@ -24,7 +24,7 @@ shift
 steps=${*:-tests quick llm e2e}
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 # the newest committed run of each suite is its "previous version"
-previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
+previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-94aadcc benchmarks/results/nvidia-h200/2026-11-30/at-a36e480 benchmarks/results/nvidia-h200/2026-11-30/at-b10f6fc benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
 mkdir -p "$out"
 bench() {  # bench NAME LIMIT ARGS...
   local name=$1 limit=$2
@@ -99,7 +99,7 @@ for step in $steps; do
       BUDGET_S=90 timeout 130 python3 benchmarks/sweeps/softmax_rows.py >"$out/softmax_rows.txt" 2>&1
       echo "softmaxrows rc=$? $(tail -1 "$out/softmax_rows.txt")" ;;
     nmtall)  # the N:M decode kernel with tall, narrow tiles (nm_decode_tall.py)
-      TOKENS=1,8 BUDGET_S=170 timeout 220 python3 benchmarks/sweeps/nm_decode_tall.py >"$out/nm_decode_tall.txt" 2>&1
+      TOKENS=${TOKENS:-1,8} BUDGET_S=170 timeout 220 python3 benchmarks/sweeps/nm_decode_tall.py >"$out/nm_decode_tall.txt" 2>&1
       echo "nmtall rc=$? $(tail -1 "$out/nm_decode_tall.txt")" ;;
     csrlanes)  # the CSR one-token kernel: lane-major walk against aligned vectors
       timeout 120 python3 benchmarks/sweeps/csr_token_lanes.py >"$out/csr_token_lanes.txt" 2>&1

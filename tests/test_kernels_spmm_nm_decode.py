@@ -255,6 +255,51 @@ def test_decode_config_rule():
     assert spmm_nm_decode_config(1, 64, 4096, 3584) == SpmmNmDecodeConfig(8, 256, 1)
 
 
+def test_decode_tall_tile_rule():
+    """Tall tiles at 5-8 tokens for element-wise weights of 75% sparsity and more; not at 4 or
+    9 tokens, not at 2:4, not vector- or block-wise, not with the pattern unknown. Their split
+    brings the grid toward 2048 programs, 4 steps a range at least."""
+    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels.tuning import spmm_nm_decode_config
+
+    tall = tuning.DECODE_TALL
+    for tokens in (5, 8):
+        for n, m in ((2, 8), (1, 8), (1, 4), (4, 32)):
+            assert spmm_nm_decode_config(tokens, 1, 4096, 3584, n, m) == tall, (tokens, n, m)
+    assert spmm_nm_decode_config(4, 1, 4096, 3584, 2, 8) != tall
+    assert spmm_nm_decode_config(9, 1, 4096, 3584, 2, 8) != tall
+    assert spmm_nm_decode_config(8, 1, 4096, 7168, 2, 4) != tall
+    assert spmm_nm_decode_config(8, 4, 4096, 3584, 2, 8) != tall
+    assert spmm_nm_decode_config(8, 1, 4096, 3584, 2, 8, block=2) != tall
+    assert spmm_nm_decode_config(8, 1, 4096, 3584) != tall
+    # 4096 rows: 128 programs of 32, 16 ranges; 14336 rows: 448 programs, 4 ranges
+    assert tuning.spmm_nm_decode_split(4096, 32, 224, tall.split_programs) == 16
+    assert tuning.spmm_nm_decode_split(14336, 32, 64, tall.split_programs) == 4
+    assert tuning.spmm_nm_decode_split(4096, 32, 9, tall.split_programs) == 2  # 4 steps a range
+    assert tuning.spmm_nm_decode_split(4096, 32, 3, tall.split_programs) == 1
+    assert tuning.spmm_nm_decode_split(1 << 20, 32, 999, tall.split_programs) == 1
+
+
+@pytest.mark.parametrize("tokens", [5, 8])
+def test_linear_takes_tall_tiles(tokens, gen, monkeypatch):
+    """linear at 5-8 tokens on a 1:8 weight runs the tall tiles, split: rows not a multiple of
+    32, a last step past the row's end, bias; each element against float64."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches = []
+    launch = spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(45, 1000, 1, 8, gen, 1, 1, torch.float32)  # 125 slots: 8 steps of 16
+    x = randn(tokens, 1000, gen=gen, dtype=torch.float32)
+    bias = randn(45, gen=gen, dtype=torch.float32)
+    got = sk.linear(x, W, bias, backend="triton")
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float32)
+    assert [(k["block_m"], k["block_w"], k["split"]) for k in launches] == [(32, 2, 2)]
+
+
 @pytest.mark.parametrize("tokens", [1, 6])
 def test_linear_decodes_with_split(tokens, gen, monkeypatch, request):
     """linear's decode route with split-K on (few rows, long K): the product and bias."""

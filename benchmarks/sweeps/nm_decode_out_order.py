@@ -37,10 +37,10 @@ def main():
     ]:
         case = nm_case(M, K, n, m, tokens)
         W, want, B, bits, words = (case[k] for k in ("W", "want", "B", "bits", "words"))
-        config = tuning.spmm_nm_decode_config(tokens, 1, M, W.values.shape[1])
+        config = tuning.spmm_nm_decode_config(tokens, 1, M, W.values.shape[1], n, m)
         block_w = max(1, config.block_slots // (32 // bits))
         steps = -(-W.values.shape[1] // (block_w * (32 // bits)))
-        split = tuning.spmm_nm_decode_split(M, config.block_m, steps)
+        split = tuning.spmm_nm_decode_split(M, config.block_m, steps, config.split_programs)
         timed = []
         for out in (torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16),
                     torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()):  # fmt: skip

@@ -243,6 +243,7 @@ class SpmmNmDecodeConfig:
     block_slots: int  # compressed slots per step (the launcher converts it to packed words)
     num_warps: int
     num_stages: int = 2
+    split_programs: int = 0  # > 0: split-K toward this many programs (spmm_nm_decode_split)
 
 
 # Few-row weights at one token: 4 rows a program leave 4096 x 14336 with 1024 one-warp programs,
@@ -256,19 +257,45 @@ class SpmmNmDecodeConfig:
 DECODE_FEW_ROW_PROGRAMS = 1024
 DECODE_WIDE_SLOTS = 1024
 
+# Element-wise weights of 75% sparsity and more at 5-8 tokens (B padded to 8 columns): tall
+# tiles, 32 rows a program and 16 slots a step on one warp, split-K toward 2048 programs. The
+# lanes of a gather then cover rows of the same few groups, ~2 sectors of B a gather instead of
+# ~16, and the column-major output linear asks for is stored 32 rows at a time. H200, bf16,
+# linear's route against the tall kernel (benchmarks/sweeps/nm_decode_tall.py,
+# results/nvidia-h200/2026-11-30/at-02f1e78/nm_decode_tall*.txt, us):
+#   8 tokens   2:8  4096 x 14336 45.2 -> 30.8   14336 x 4096 34.1 -> 31.0   4096^2 15.9 -> 13.6
+#              1:8               25.8 -> 18.9                21.3 -> 17.8          10.5 ->  8.8
+# 2:4 lost (59.3 -> 64.7 us); at 2 and 4 tokens the tiles were within 10% of the route either
+# way, at 16 tokens 5-15% slower, at one token slower on 2:8.
+DECODE_TALL = SpmmNmDecodeConfig(32, 16, 1, split_programs=2048)
+DECODE_TALL_COLS = 8  # B's padded width (next_power_of_2 of the tokens) where it runs
+DECODE_TALL_MAX_DENSITY = 0.25  # n / m at most
+
 
 @_memo
 def spmm_nm_decode_config(
-    n_cols: int, vector: int, rows: int = 0, row_slots: int = 0
+    n_cols: int,
+    vector: int,
+    rows: int = 0,
+    row_slots: int = 0,
+    n: int = 0,
+    m: int = 0,
+    block: int = 1,
 ) -> SpmmNmDecodeConfig:
     """Decode kernel (N <= 16), from the H200 sweeps of 2026-11-29 (benchmarks/sweeps/
     nm_decode_configs.py; results/nvidia-h200/2026-11-29-c): one warp and 256 slots a step.
     Element-wise, 4 rows a program at one token (2:8 13.8 us, 2.2x dense; 1:8 10.7 us; 2:4 30.4
     us), 2 rows from 4 tokens on. Vector-wise tiles of 8 rows share their columns (2:8 v=64:
     8.2 us, 3.7x dense). Few-row weights at one token step over up to 1024 slots (above);
-    `rows` and `row_slots` (compressed slots a row) 0 when unknown."""
+    sparse element-wise weights at 5-8 tokens take tall tiles (DECODE_TALL, above). `rows` and
+    `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown; `block` the
+    pattern's block along K."""
     if vector % 8 == 0:
         return SpmmNmDecodeConfig(8, 256, 1)
+    sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
+    element_wise = vector == 1 and block == 1
+    if element_wise and sparse and next_power_of_2(n_cols) == DECODE_TALL_COLS:
+        return DECODE_TALL
     if n_cols == 1:
         if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:
             slots = min(DECODE_WIDE_SLOTS, max(256, next_power_of_2(row_slots)))
@@ -289,10 +316,14 @@ DECODE_SPLIT_RANGE_STEPS = 6
 DECODE_SPLIT_PROGRAMS = 8192
 
 
-def spmm_nm_decode_split(rows: int, block_m: int, steps: int) -> int:
+def spmm_nm_decode_split(rows: int, block_m: int, steps: int, target_programs: int = 0) -> int:
+    """The ranges a row's walk is cut into. `target_programs` (a config's split_programs, the
+    tall tiles'): as many as bring the grid toward it, 4 steps a range at least."""
+    programs = cdiv(rows, block_m)
+    if target_programs:
+        return max(1, min(steps // 4, target_programs // programs))
     if steps < DECODE_SPLIT_MIN_STEPS:
         return 1
-    programs = cdiv(rows, block_m)
     split = 1
     while (
         programs * split * 2 <= DECODE_SPLIT_PROGRAMS

@@ -102,11 +102,15 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     bits = decode.packed_bits(m, block)
     words = packed_words(indices, bits)
-    config = tuning.spmm_nm_decode_config(b.shape[1], vector, values.shape[0], values.shape[1])
+    config = tuning.spmm_nm_decode_config(
+        b.shape[1], vector, values.shape[0], values.shape[1], n, m, block
+    )
     slots_per_word = 32 // bits * block
     block_w = max(1, config.block_slots // slots_per_word)
     steps = -(-values.shape[1] // (block_w * slots_per_word))
-    split = tuning.spmm_nm_decode_split(values.shape[0], config.block_m, steps)
+    split = tuning.spmm_nm_decode_split(
+        values.shape[0], config.block_m, steps, config.split_programs
+    )
     decode.spmm_nm_decode(
         values=values.contiguous(),
         words=words,
