@@ -1,0 +1,79 @@
+"""The N:M decode kernel's tall tiles against its 2-row tiles at 5 and 8 tokens, cold L2, into a
+row-major output (spmm of a row-major B) and a column-major one (linear's).
+
+nm_decode_tall.py timed with the weight warm in L2 (36 MB for 2:8 on 4096 x 14336 fits the
+H200's 50 MB): there the tall tiles won 1.2-1.5x at 8 tokens, yet in the llm suite (cold L2,
+row-major output) they lost on two of three shapes (4096^2 1:8 9.5 -> 13.8 us). Here each
+timing rotates independent weight copies that together overflow L2 twice, as the harness does;
+CUDA-graph medians in us a call, each configuration checked against float64 first.
+    PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_tall_cold.py
+"""
+
+import itertools
+
+import torch
+from _nm_cases import nm_case
+from triton.testing import do_bench_cudagraph
+
+from sparsekernels.kernels import tuning
+from sparsekernels.kernels._sizes import cdiv
+from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
+
+L2_BYTES = 50 << 20
+SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
+PATTERNS = [(2, 8), (1, 8)]
+TOKENS = [8, 5]
+# name: (rows a program, slots a step, warps, split target; 0: the library's split rule)
+CONFIGS = {
+    "2x256/1w": (2, 256, 1, 0),
+    "32x16/1w": (32, 16, 1, 2048),
+    "16x32/1w": (16, 32, 1, 2048),
+    "32x32/1w": (32, 32, 1, 2048),
+}
+
+
+def main():
+    table = []
+    for (M, K), (n, m), tokens in itertools.product(SHAPES, PATTERNS, TOKENS):
+        case = nm_case(M, K, n, m, tokens)
+        W, want, B, bits, words = (case[k] for k in ("W", "want", "B", "bits", "words"))
+        weight_bytes = W.values.nbytes + words.nbytes
+        copies = max(2, cdiv(2 * L2_BYTES, weight_bytes))
+        weights = [(W.values.clone(), words.clone()) for _ in range(copies)]
+        spw = 32 // bits
+        timed = {}
+        for order, (name, (block_m, slots, warps, target)) in itertools.product(
+            ("row", "col"), CONFIGS.items()
+        ):
+            if order == "row":
+                out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
+            else:
+                out = torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()
+            block_w = max(1, slots // spw)
+            steps = cdiv(W.values.shape[1], block_w * spw)
+            split = tuning.spmm_nm_decode_split(M, block_m, steps, target)
+
+            def run(values, words, out=out, block_m=block_m, block_w=block_w, warps=warps,
+                    split=split):  # fmt: skip
+                spmm_nm_decode(
+                    values=values, words=words, bits=bits, b=B, bias=None, out=out, n=n, m=m,
+                    vector=1, block=1, activation="none", block_m=block_m, block_w=block_w,
+                    num_warps=warps, num_stages=2, split=split,
+                )  # fmt: skip
+
+            out.fill_(float("nan"))
+            run(*weights[0])
+            err = ((out.double() - want).norm() / want.norm()).item()
+            total = do_bench_cudagraph(lambda: [run(*w) for w in weights], rep=30) * 1e3
+            timed[f"{order} {name}"] = total / copies if err < 1e-2 else float("nan")
+        label = f"{M}x{K} {n}:{m} x{tokens}"
+        print(label, f"copies {copies}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
+        table.append((label, timed))
+    names = list(table[0][1])
+    print(f"\n{'case':<22} " + " ".join(f"{c:>13}" for c in names))
+    for label, timed in table:
+        print(f"{label:<22} " + " ".join(f"{timed[c]:13.1f}" for c in names))
+
+
+if __name__ == "__main__":
+    main()
