@@ -256,22 +256,32 @@ def test_decode_config_rule():
 
 
 def test_decode_tall_tile_rule():
-    """Tall tiles at 5-8 tokens for element-wise weights of 75% sparsity and more; not at 4 or
-    9 tokens, not at 2:4, not vector- or block-wise, not with the pattern unknown. Their split
-    brings the grid toward 2048 programs, 4 steps a range at least."""
+    """Tall tiles at 5-8 tokens into a column-major output for element-wise weights of 75%
+    sparsity and more with rows of 8192 columns or more; not into a row-major output, not at 4
+    or 9 tokens, not at 2:4, not on 4096-column rows, not vector- or block-wise, not with the
+    pattern unknown. Their split brings the grid toward 2048 programs, 4 steps a range at
+    least."""
     from sparsekernels.kernels import tuning
     from sparsekernels.kernels.tuning import spmm_nm_decode_config
+
+    def config(tokens, row_slots, n=2, m=8, vector=1, block=1, column_major_out=True):
+        return spmm_nm_decode_config(
+            tokens, vector, 4096, row_slots, n, m, block, column_major_out=column_major_out
+        )
 
     tall = tuning.DECODE_TALL
     for tokens in (5, 8):
         for n, m in ((2, 8), (1, 8), (1, 4), (4, 32)):
-            assert spmm_nm_decode_config(tokens, 1, 4096, 3584, n, m) == tall, (tokens, n, m)
-    assert spmm_nm_decode_config(4, 1, 4096, 3584, 2, 8) != tall
-    assert spmm_nm_decode_config(9, 1, 4096, 3584, 2, 8) != tall
-    assert spmm_nm_decode_config(8, 1, 4096, 7168, 2, 4) != tall
-    assert spmm_nm_decode_config(8, 4, 4096, 3584, 2, 8) != tall
-    assert spmm_nm_decode_config(8, 1, 4096, 3584, 2, 8, block=2) != tall
-    assert spmm_nm_decode_config(8, 1, 4096, 3584) != tall
+            assert config(tokens, 14336 * n // m, n, m) == tall, (tokens, n, m)
+    assert config(8, 2048) == tall  # K = 8192
+    assert config(8, 2047) != tall
+    assert config(8, 3584, column_major_out=False) != tall
+    assert config(4, 3584) != tall
+    assert config(9, 3584) != tall
+    assert config(8, 7168, 2, 4) != tall
+    assert config(8, 3584, vector=4) != tall
+    assert config(8, 3584, block=2) != tall
+    assert spmm_nm_decode_config(8, 1, 4096, 3584, column_major_out=True) != tall
     # 4096 rows: 128 programs of 32, 16 ranges; 14336 rows: 448 programs, 4 ranges
     assert tuning.spmm_nm_decode_split(4096, 32, 224, tall.split_programs) == 16
     assert tuning.spmm_nm_decode_split(14336, 32, 64, tall.split_programs) == 4
@@ -282,8 +292,9 @@ def test_decode_tall_tile_rule():
 
 @pytest.mark.parametrize("tokens", [5, 8])
 def test_linear_takes_tall_tiles(tokens, gen, monkeypatch):
-    """linear at 5-8 tokens on a 1:8 weight runs the tall tiles, split: rows not a multiple of
-    32, a last step past the row's end, bias; each element against float64."""
+    """linear at 5-8 tokens on a 1:8 weight with 8200-column rows runs the tall tiles, split:
+    rows not a multiple of 32, a last step past the row's end, bias; each element against
+    float64. spmm of a row-major B keeps the 2-row tiles."""
     from sparsekernels.kernels import spmm_nm_decode
 
     launches = []
@@ -291,13 +302,15 @@ def test_linear_takes_tall_tiles(tokens, gen, monkeypatch):
     monkeypatch.setattr(
         spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
     )
-    W = random_nm(45, 1000, 1, 8, gen, 1, 1, torch.float32)  # 125 slots: 8 steps of 16
-    x = randn(tokens, 1000, gen=gen, dtype=torch.float32)
-    bias = randn(45, gen=gen, dtype=torch.float32)
+    W = random_nm(37, 8200, 1, 8, gen, 1, 1, torch.float32)  # 1025 slots: 65 steps of 16
+    x = randn(tokens, 8200, gen=gen, dtype=torch.float32)
+    bias = randn(37, gen=gen, dtype=torch.float32)
     got = sk.linear(x, W, bias, backend="triton")
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float32)
-    assert [(k["block_m"], k["block_w"], k["split"]) for k in launches] == [(32, 2, 2)]
+    assert [(k["block_m"], k["block_w"], k["split"]) for k in launches] == [(32, 2, 16)]
+    sk.spmm(W, x.t().contiguous(), backend="triton")
+    assert launches[1]["block_m"] == 2
 
 
 @pytest.mark.parametrize("tokens", [1, 6])

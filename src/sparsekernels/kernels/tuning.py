@@ -257,19 +257,26 @@ class SpmmNmDecodeConfig:
 DECODE_FEW_ROW_PROGRAMS = 1024
 DECODE_WIDE_SLOTS = 1024
 
-# Element-wise weights of 75% sparsity and more at 5-8 tokens (B padded to 8 columns): tall
-# tiles, 32 rows a program and 16 slots a step on one warp, split-K toward 2048 programs. The
-# lanes of a gather then cover rows of the same few groups, ~2 sectors of B a gather instead of
-# ~16, and the column-major output linear asks for is stored 32 rows at a time. H200, bf16,
-# linear's route against the tall kernel (benchmarks/sweeps/nm_decode_tall.py,
-# results/nvidia-h200/2026-11-30/at-02f1e78/nm_decode_tall*.txt, us):
-#   8 tokens   2:8  4096 x 14336 45.2 -> 30.8   14336 x 4096 34.1 -> 31.0   4096^2 15.9 -> 13.6
-#              1:8               25.8 -> 18.9                21.3 -> 17.8          10.5 ->  8.8
-# 2:4 lost (59.3 -> 64.7 us); at 2 and 4 tokens the tiles were within 10% of the route either
-# way, at 16 tokens 5-15% slower, at one token slower on 2:8.
+# Element-wise weights of 75% sparsity and more with long rows (K >= 8192) at 5-8 tokens (B
+# padded to 8 columns) into linear's column-major output: tall tiles, 32 rows a program and 16
+# slots a step on one warp, split-K toward 2048 programs. The lanes of a gather then cover rows
+# of the same few groups (~2 sectors of B a gather instead of ~16), and the output is stored 32
+# rows at a time. H200, bf16, cold L2 (rotated weight copies), 2-row tiles -> tall, us
+# (benchmarks/sweeps/nm_decode_tall_cold.py, results/nvidia-h200/2026-11-30/at-ab4d15f):
+#                      column-major out           row-major out
+#   4096 x 14336  2:8  63.9 -> 34.8 (8 tokens)    48.1 -> 40.2
+#                 1:8  26.6 -> 20.9               21.5 -> 26.4
+#   14336 x 4096  2:8  33.6 -> 35.7               31.7 -> 37.1
+#                 1:8  21.3 -> 20.1               20.1 -> 21.5
+#   4096 x 4096   2:8  15.1 -> 15.3               12.8 -> 20.7
+# 5 tokens alike. The 2-row tiles' slow column-major store on long rows is what the tall tiles
+# remove; elsewhere they lose or tie. Warm-L2 timings (nm_decode_tall.py, at-02f1e78) had them
+# winning everywhere at 8 tokens, the weight then served from L2; 2:4 lost even there, and at
+# 2, 4 and 16 tokens they were within 10% or slower.
 DECODE_TALL = SpmmNmDecodeConfig(32, 16, 1, split_programs=2048)
 DECODE_TALL_COLS = 8  # B's padded width (next_power_of_2 of the tokens) where it runs
 DECODE_TALL_MAX_DENSITY = 0.25  # n / m at most
+DECODE_TALL_MIN_K = 8192  # the weight's dense row length at least
 
 
 @_memo
@@ -281,20 +288,23 @@ def spmm_nm_decode_config(
     n: int = 0,
     m: int = 0,
     block: int = 1,
+    column_major_out: bool = False,
 ) -> SpmmNmDecodeConfig:
     """Decode kernel (N <= 16), from the H200 sweeps of 2026-11-29 (benchmarks/sweeps/
     nm_decode_configs.py; results/nvidia-h200/2026-11-29-c): one warp and 256 slots a step.
     Element-wise, 4 rows a program at one token (2:8 13.8 us, 2.2x dense; 1:8 10.7 us; 2:4 30.4
     us), 2 rows from 4 tokens on. Vector-wise tiles of 8 rows share their columns (2:8 v=64:
     8.2 us, 3.7x dense). Few-row weights at one token step over up to 1024 slots (above);
-    sparse element-wise weights at 5-8 tokens take tall tiles (DECODE_TALL, above). `rows` and
-    `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown; `block` the
-    pattern's block along K."""
+    sparse element-wise weights with long rows at 5-8 tokens into a column-major output take
+    tall tiles (DECODE_TALL, above). `rows` and `row_slots` (compressed slots a row), `n` and
+    `m` (the pattern) 0 when unknown; `block` the pattern's block along K."""
     if vector % 8 == 0:
         return SpmmNmDecodeConfig(8, 256, 1)
     sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
+    long_rows = n > 0 and row_slots * m // n >= DECODE_TALL_MIN_K
     element_wise = vector == 1 and block == 1
-    if element_wise and sparse and next_power_of_2(n_cols) == DECODE_TALL_COLS:
+    tall_width = next_power_of_2(n_cols) == DECODE_TALL_COLS
+    if element_wise and sparse and long_rows and tall_width and column_major_out:
         return DECODE_TALL
     if n_cols == 1:
         if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:

@@ -103,7 +103,14 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     bits = decode.packed_bits(m, block)
     words = packed_words(indices, bits)
     config = tuning.spmm_nm_decode_config(
-        b.shape[1], vector, values.shape[0], values.shape[1], n, m, block
+        b.shape[1],
+        vector,
+        values.shape[0],
+        values.shape[1],
+        n,
+        m,
+        block,
+        column_major_out=column_major(out),
     )
     slots_per_word = 32 // bits * block
     block_w = max(1, config.block_slots // slots_per_word)
