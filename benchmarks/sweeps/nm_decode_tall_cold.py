@@ -7,9 +7,11 @@ row-major output) they lost on two of three shapes (4096^2 1:8 9.5 -> 13.8 us). 
 timing rotates independent weight copies that together overflow L2 twice, as the harness does;
 CUDA-graph medians in us a call, each configuration checked against float64 first.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_tall_cold.py
+    SHAPES=28672x8192,8192x28672 TOKENS=8 ...
 """
 
 import itertools
+import os
 
 import torch
 from _nm_cases import nm_case
@@ -20,9 +22,12 @@ from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
 L2_BYTES = 50 << 20
-SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
+SHAPES = [
+    tuple(int(d) for d in s.split("x"))
+    for s in os.environ.get("SHAPES", "4096x14336,14336x4096,4096x4096").split(",")
+]
 PATTERNS = [(2, 8), (1, 8)]
-TOKENS = [8, 5]
+TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,5").split(",")]
 # name: (rows a program, slots a step, warps, split target; 0: the library's split rule)
 CONFIGS = {
     "2x256/1w": (2, 256, 1, 0),
