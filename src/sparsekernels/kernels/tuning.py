@@ -269,6 +269,11 @@ DECODE_WIDE_SLOTS = 1024
 #   14336 x 4096  2:8  33.6 -> 35.7               31.7 -> 37.1
 #                 1:8  21.3 -> 20.1               20.1 -> 21.5
 #   4096 x 4096   2:8  15.1 -> 15.3               12.8 -> 20.7
+#   28672 x 8192  2:8  157.8 -> 128.1 (at-9520baa) 114.4 -> 128.7
+#                 1:8  75.0 -> 68.2               64.0 -> 69.1
+#   8192 x 28672  2:8  163.3 -> 113.5             164.4 -> 116.7
+#                 1:8  88.0 -> 61.9               62.8 -> 65.0
+#   8192 x 8192   2:8  48.4 -> 37.5 (1:8 21.6 -> 21.7)
 # 5 tokens alike. The 2-row tiles' slow column-major store on long rows is what the tall tiles
 # remove; elsewhere they lose or tie. Warm-L2 timings (nm_decode_tall.py, at-02f1e78) had them
 # winning everywhere at 8 tokens, the weight then served from L2; 2:4 lost even there, and at
