@@ -83,8 +83,8 @@ for step in $steps; do
     decodesplit)  # split-K for the N:M decode kernel (sets tuning.DECODE_SPLIT_PROGRAMS)
       BUDGET_S=150 timeout 190 python3 benchmarks/sweeps/nm_decode_split.py >"$out/nm_decode_split.txt" 2>&1
       echo "decodesplit rc=$? $(tail -1 "$out/nm_decode_split.txt")" ;;
-    softmaxheads)  # heads of a row per softmax program (sets sddmm_tuning.SOFTMAX_MAX_WARPS)
-      BUDGET_S=120 timeout 160 python3 benchmarks/sweeps/softmax_heads_sweep.py >"$out/softmax_heads_sweep.txt" 2>&1
+    softmaxheads)  # heads, warps and offset width per softmax program (sddmm_tuning.softmax_csr_config)
+      BUDGET_S=150 timeout 190 python3 benchmarks/sweeps/softmax_heads_sweep.py >"$out/softmax_heads_sweep.txt" 2>&1
       echo "softmaxheads rc=$? $(tail -1 "$out/softmax_heads_sweep.txt")" ;;
     indexwidth)  # int32 against int64 offsets in the kernels (sets their INT32_LIMIT)
       timeout 150 python3 benchmarks/sweeps/index_width.py >"$out/index_width.txt" 2>&1

@@ -1,11 +1,17 @@
-"""The row softmax (kernels/softmax_csr.py) with 1, 2, 4 and 8 heads of a row per program
-(sddmm_tuning.SOFTMAX_MAX_HEADS and SOFTMAX_MAX_WARPS pick the default), forward, on the
-softmax suite's attention patterns at L = 4096 with 16 heads, bf16 and fp32; GB/s on the values
-read and written against the copy bandwidth measured here (the target: 70% of it). CUDA-graph
-medians of one launch per copy of the values, the copies together larger than L2.
-Prints a table last.
+"""The row softmax (kernels/softmax_csr.py) by heads of a row per program, warps per program
+and offset width (sddmm_tuning.softmax_csr_config and softmax_csr.INT32_ONLY_FOR_WALKS pick the
+defaults), forward, on the softmax suite's attention patterns at L = 4096 with 16 heads, bf16
+and fp32; GB/s on the values read and written against the copy bandwidth measured here (the
+target: 70% of it). CUDA-graph medians of one launch per copy of the values, the copies
+together larger than L2. Prints a table last.
+
+Nsight Compute found the kernel bound by instructions issued, not memory (at-02f1e78/ncu.txt:
+SM 79%, DRAM 37% on local:256 bf16). Compiled for sm_90, the single-read branch issues per
+512 entries (2 heads of 256): 2 warps 542 warp-instructions with int64 offsets, 460 with int32;
+1 warp 441 / 349 (no barrier in its reductions); 4 warps 648 / 636. FORMS are
+"heads/warps/offsets"; "default" is the library's choice.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
-    KINDS=local:256 DTYPES=bf16 HEADS=1,4 BUDGET_S=60 ...
+    KINDS=local:256 DTYPES=bf16 FORMS=2/1/i32,4/2/i32 BUDGET_S=60 ...
 """
 
 import os
@@ -15,7 +21,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from sparsekernels.bench.cases import _pattern_from_mask, attention_mask
-from sparsekernels.kernels import sddmm_tuning
+from sparsekernels.kernels import sddmm_tuning, softmax_csr
 from sparsekernels.kernels.softmax_csr import sparse_softmax
 
 BUDGET_S = float(os.environ.get("BUDGET_S", 120))
@@ -24,7 +30,10 @@ L, BATCH = int(os.environ.get("L", 4096)), 16
 KINDS = os.environ.get("KINDS", "local:256,strided:128:128,random:0.1,causal").split(",")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPES = {k: DTYPES[k] for k in os.environ.get("DTYPES", "bf16,fp32").split(",")}
-HEADS = [int(h) for h in os.environ.get("HEADS", "1,2,4,8").split(",")]
+# heads/warps per program (0: the library's warps a head times the heads)/offsets (i32, i64)
+FORMS = os.environ.get(
+    "FORMS", "default,1/0/i64,2/0/i64,4/0/i64,2/1/i64,2/1/i32,2/2/i32,4/2/i32,4/1/i32,8/2/i32"
+).split(",")
 
 
 def bench(fn) -> float:
@@ -38,6 +47,7 @@ def copy_bandwidth() -> float:
 
 
 copy = copy_bandwidth()
+default_walks = softmax_csr.INT32_ONLY_FOR_WALKS
 print(f"# {torch.cuda.get_device_name()}, L = {L}, {BATCH} heads; copy {copy:.0f} GB/s")
 g = torch.Generator(device="cuda").manual_seed(0)
 table = []
@@ -55,26 +65,36 @@ for kind in KINDS:
                        block=config.block, num_warps=config.num_warps)  # fmt: skip
         moved = 2 * BATCH * P.nnz * dtype.itemsize
         times = {}
-        for heads in HEADS:
-            warps = config.num_warps * heads
+        for form in FORMS:
+            if form == "default":
+                chosen = sddmm_tuning.softmax_csr_config(P.nnz, L, BATCH)
+                heads, warps, int32 = chosen.heads, chosen.num_warps, None
+            else:
+                h, w, offsets = form.split("/")
+                heads, warps, int32 = int(h), int(w) or config.num_warps * int(h), offsets == "i32"
 
-            def run(heads=heads, warps=warps, only=None):
+            def run(heads=heads, warps=warps, int32=int32, only=None):
                 for v in values if only is None else [only]:  # each copy once: cold in L2
                     sparse_softmax(row_offsets=P.row_offsets, values=v, out=out, scale=0.5,
                                    block=config.block, num_warps=warps, heads=heads)  # fmt: skip
 
+            if int32 is not None:  # int32 wherever offsets fit, or int64 everywhere
+                softmax_csr.INT32_ONLY_FOR_WALKS = False
+                softmax_csr.INT32_LIMIT = 2**31 if int32 else 0
             run(only=values[0])
             err = (out.double() - want).abs().max().item()
-            times[heads] = bench(run) / copies if err < 1e-2 else float("nan")
-        chosen = sddmm_tuning.softmax_csr_config(P.nnz, L, BATCH).heads
+            times[form] = bench(run) / copies if err < 1e-2 else float("nan")
+            softmax_csr.INT32_ONLY_FOR_WALKS, softmax_csr.INT32_LIMIT = default_walks, 2**31
+        chosen = sddmm_tuning.softmax_csr_config(P.nnz, L, BATCH)
+        default = f"{chosen.heads}/{chosen.num_warps}"
         case = f"{kind} {name} block={config.block}"
-        print(case, {h: round(t, 1) for h, t in times.items()}, f"default {chosen}", flush=True)
-        table.append((case, moved, times, chosen))
+        print(case, {f: round(t, 1) for f, t in times.items()}, f"default {default}", flush=True)
+        table.append((case, moved, times, default))
 
-print(f"\n{'case':<36} " + " ".join(f"{f'{h} heads':>14}" for h in HEADS) + "  default")
-for case, moved, times, chosen in table:
+print(f"\n{'case':<36} " + " ".join(f"{f:>14}" for f in FORMS) + "  default")
+for case, moved, times, default in table:
     cells = " ".join(
-        f"{times[h]:6.1f} {moved / times[h] / 1e3 / copy:5.0%}  " if times[h] == times[h] else
-        f"{'nan':>14}" for h in HEADS
+        f"{times[f]:6.1f} {moved / times[f] / 1e3 / copy:5.0%}  " if times[f] == times[f] else
+        f"{'nan':>14}" for f in FORMS
     )  # fmt: skip
-    print(f"{case:<36} {cells} {chosen}")
+    print(f"{case:<36} {cells} {default}")

@@ -5,7 +5,10 @@ Forward: probs = softmax(scale * values) over the row's stored entries. A row of
 entries (the block is sized to an average row) is read once and its probabilities written from
 registers. A longer row is walked BLOCK entries at a time keeping a running max and a running
 sum of exponentials per lane (online softmax, fp32; fp64 for fp64), the lanes combined, then
-walked again to write exp(z - max) / sum. As the reference does, a row whose max is -inf is
+walked again to write exp(z - max) / sum. Exponentials are taken in base 2 (log2(e) folded into
+the scale) and each row's sum inverted once: the kernel is bound by instructions issued, and
+compiled for sm_90 its single-read branch then issues 13% fewer (27-31% fewer in the walks).
+As the reference does, a row whose max is -inf is
 shifted by 0 instead, so a row of all -inf gives 0 / 0 = NaN like dense softmax; a NaN or +inf
 makes its row NaN; empty rows are not touched.
 
@@ -27,6 +30,9 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+
+LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
@@ -53,7 +59,10 @@ def _softmax_csr_kernel(
     end = tl.load(row_offsets + row + 1).to(INDEX)
     values += heads[:, None] * stride_vb
     out += heads[:, None] * stride_ob
-    scale = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
+    # z in base 2 (log2(e) folded into the scale) and one reciprocal a row: the kernel is bound
+    # by instructions issued (Nsight Compute), and exp's multiply and a division an entry cost
+    # more instructions than the loads and stores.
+    scale = (tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)) * LOG2_E
     lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
     if end - start <= BLOCK:  # the whole row in registers: one read (an empty row: no store)
@@ -64,8 +73,8 @@ def _softmax_csr_kernel(
         # (names apart from the else branch's: Triton needs one type per name across branches)
         row_max = tl.max(z, axis=1)
         row_shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
-        exps = tl.exp(z - row_shift)  # a masked lane: exp(-inf) = 0
-        p = exps / tl.sum(exps, axis=1)[:, None]
+        exps = tl.exp2(z - row_shift)  # a masked lane: 2^-inf = 0
+        p = exps * (1.0 / tl.sum(exps, axis=1))[:, None]
         tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
     else:
         # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
@@ -78,18 +87,19 @@ def _softmax_csr_kernel(
             z = tl.where(mask, z * scale, float("-inf"))
             m_new = tl.maximum(m, z)
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-            s = s * tl.exp(m - shift) + tl.exp(z - shift)
+            s = s * tl.exp2(m - shift) + tl.exp2(z - shift)
             m = m_new
         row_max = tl.max(m, axis=1)
         shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
-        total = tl.sum(s * tl.exp(m - shift), axis=1)[:, None]  # a lane with m = -inf adds 0
+        total = tl.sum(s * tl.exp2(m - shift), axis=1)  # a lane with m = -inf adds 0
+        inverse = (1.0 / total)[:, None]
 
         # Pass 2: write the probabilities.
         for e in range(start, end, BLOCK):
             offs = (e + lanes)[None, :]
             mask = mask_h[:, None] & (offs < end)
             z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE) * scale
-            p = tl.exp(z - shift) / total
+            p = tl.exp2(z - shift) * inverse
             tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
 
 
