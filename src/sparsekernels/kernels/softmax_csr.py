@@ -31,7 +31,6 @@ import torch
 import triton
 import triton.language as tl
 
-
 LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
