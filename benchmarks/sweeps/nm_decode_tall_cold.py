@@ -8,7 +8,7 @@ timing rotates independent weight copies that together overflow L2 twice, as the
 CUDA-graph medians in us a call, each configuration checked against float64 first; "linear"
 is the library's whole route (at 12-16 tokens not the decode kernel: TOKENS=12,16 compares).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_tall_cold.py
-    SHAPES=28672x8192,8192x28672 TOKENS=8 ...
+    SHAPES=28672x8192,8192x28672 TOKENS=1 CONFIGS=4x1024/2w,4x256/1w,32x16/1w ...
 """
 
 import itertools
@@ -30,13 +30,22 @@ SHAPES = [
 ]
 PATTERNS = [(2, 8), (1, 8)]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,5").split(",")]
-# name: (rows a program, slots a step, warps, split target; 0: the library's split rule)
-CONFIGS = {
-    "2x256/1w": (2, 256, 1, 0),
-    "32x16/1w": (32, 16, 1, 2048),
-    "16x32/1w": (16, 32, 1, 2048),
-    "32x32/1w": (32, 32, 1, 2048),
-}
+# "RxS/Ww": R rows a program, S slots a step, W warps; tiles of 16 rows or more split toward
+# 2048 programs as tuning.DECODE_TALL does, smaller ones by the library's split rule
+CONFIGS = os.environ.get("CONFIGS", "2x256/1w,32x16/1w,16x32/1w,32x32/1w").split(",")
+
+
+def parse(name: str) -> tuple[int, int, int, int]:
+    tile, warps = name.split("/")
+    rows, slots = (int(d) for d in tile.split("x"))
+    return rows, slots, int(warps.rstrip("w")), 2048 if rows >= 16 else 0
+
+
+def dense_cold(case: dict) -> float:
+    """cuBLAS on the dense weight (x @ w^T), rotated copies as for the sparse forms."""
+    ws = [case["w"].clone() for _ in range(max(2, cdiv(2 * L2_BYTES, case["w"].nbytes)))]
+    x = case["x"]
+    return do_bench_cudagraph(lambda: [x @ w.t() for w in ws], rep=30) * 1e3 / len(ws)
 
 
 def linear_cold(case: dict, copies: int, n: int, m: int) -> float:
@@ -61,10 +70,9 @@ def main():
         copies = max(2, cdiv(2 * L2_BYTES, weight_bytes))
         weights = [(W.values.clone(), words.clone()) for _ in range(copies)]
         spw = 32 // bits
-        timed = {"linear": linear_cold(case, copies, n, m)}
-        for order, (name, (block_m, slots, warps, target)) in itertools.product(
-            ("row", "col"), CONFIGS.items()
-        ):
+        timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
+        for order, name in itertools.product(("row", "col"), CONFIGS):
+            block_m, slots, warps, target = parse(name)
             if order == "row":
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
             else:
