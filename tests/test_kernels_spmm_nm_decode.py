@@ -27,7 +27,15 @@ CONFIGS = [(1, 1, 1), (2, 4, 1), (16, 2, 2), (4, 32, 2)]
 
 
 def _launch_poisoned(
-    W, B, config, bias=None, activation="none", cols=None, split=1, keep_sums=False
+    W,
+    B,
+    config,
+    bias=None,
+    activation="none",
+    cols=None,
+    split=1,
+    keep_sums=False,
+    prefetch=False,
 ):
     cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
     out = torch.full((W.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
@@ -51,6 +59,7 @@ def _launch_poisoned(
         num_stages=2,
         split=split,
         keep_sums=keep_sums,
+        prefetch=prefetch,
     )
     return out
 
@@ -166,6 +175,25 @@ def test_split_walks(device, dtype, pattern, N, split, gen):
     assert torch.equal(got, _launch_poisoned(W, B, config, bias, "relu", split=split))
     with pytest.raises(ValueError, match="split"):
         _launch_poisoned(W, B, config, split=0)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (1, 2, 1, 1), (3, 8, 1, 1), (4, 16, 1, 2)])
+@pytest.mark.parametrize("N", [1, 5, 16])
+@pytest.mark.parametrize(("config", "split"), [((1, 1, 1), 1), ((4, 2, 2), 1), ((8, 1, 1), 3)])
+def test_prefetch_walk(device, pattern, N, config, split, gen):
+    """The own-row walk loading the next step before this step's gather: the same sums as
+    the plain walk (one word a step and several, rows past M, a last step past the row's
+    end, split ranges that end mid-row), float32 against float64, every element written."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    W = random_nm(13, 37 * m, n, m, gen, vector, block, torch.float32, device)
+    B = randn(37 * m, N, gen=gen, dtype=torch.float32, device=device)
+    bias = randn(13, gen=gen, dtype=torch.float32, device=device)
+    got = _launch_poisoned(W, B, config, bias, "relu", split=split, prefetch=True)
+    want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, torch.float32)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -8,7 +8,7 @@ timing rotates independent weight copies that together overflow L2 twice, as the
 CUDA-graph medians in us a call, each configuration checked against float64 first; "linear"
 is the library's whole route (at 12-16 tokens not the decode kernel: TOKENS=12,16 compares).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_tall_cold.py
-    SHAPES=28672x8192,8192x28672 TOKENS=1 CONFIGS=4x1024/2w,4x256/1w,32x16/1w ...
+    SHAPES=28672x8192,8192x28672 TOKENS=1 CONFIGS=4x1024/2w,4x1024/2w/p,4x256/1w/p ...
 """
 
 import itertools
@@ -30,15 +30,17 @@ SHAPES = [
 ]
 PATTERNS = [(2, 8), (1, 8)]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,5").split(",")]
-# "RxS/Ww": R rows a program, S slots a step, W warps; tiles of 16 rows or more split toward
-# 2048 programs as tuning.DECODE_TALL does, smaller ones by the library's split rule
+# "RxS/Ww[/p]": R rows a program, S slots a step, W warps, p: the next step's loads before this
+# step's gather (prefetch); tiles of 16 rows or more split toward 2048 programs as
+# tuning.DECODE_TALL does, smaller ones by the library's split rule
 CONFIGS = os.environ.get("CONFIGS", "2x256/1w,32x16/1w,16x32/1w,32x32/1w").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, int]:
-    tile, warps = name.split("/")
+def parse(name: str) -> tuple[int, int, int, int, bool]:
+    """A configuration's name: RxS/Ww, or RxS/Ww/p for the walk prefetching its next step."""
+    tile, warps, *flags = name.split("/")
     rows, slots = (int(d) for d in tile.split("x"))
-    return rows, slots, int(warps.rstrip("w")), 2048 if rows >= 16 else 0
+    return rows, slots, int(warps.rstrip("w")), 2048 if rows >= 16 else 0, "p" in flags
 
 
 def dense_cold(case: dict) -> float:
@@ -72,7 +74,7 @@ def main():
         spw = 32 // bits
         timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
         for order, name in itertools.product(("row", "col"), CONFIGS):
-            block_m, slots, warps, target = parse(name)
+            block_m, slots, warps, target, prefetch = parse(name)
             if order == "row":
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
             else:
@@ -82,11 +84,11 @@ def main():
             split = tuning.spmm_nm_decode_split(M, block_m, steps, target)
 
             def run(values, words, out=out, block_m=block_m, block_w=block_w, warps=warps,
-                    split=split):  # fmt: skip
+                    split=split, prefetch=prefetch):  # fmt: skip
                 spmm_nm_decode(
                     values=values, words=words, bits=bits, b=B, bias=None, out=out, n=n, m=m,
                     vector=1, block=1, activation="none", block_m=block_m, block_w=block_w,
-                    num_warps=warps, num_stages=2, split=split,
+                    num_warps=warps, num_stages=2, split=split, prefetch=prefetch,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

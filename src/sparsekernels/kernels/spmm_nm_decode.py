@@ -15,6 +15,12 @@ Both walk the whole row, or with `split` a range of its steps: each piece writes
 product and split_k.py adds them in order. Each output is a fixed sum order: deterministic, no
 atomics. Split-K pays on long rows only (2:4 on 4096 x 14336 at one token: 51.3 -> 36.8 us);
 tuning.spmm_nm_decode_split holds the measured rule.
+
+With PREFETCH the own-row walk loads the next step's values and words before this step's
+gather of B, so a step's weight loads are in flight a whole step before they are used (Nsight
+Compute, cold caches: the one-token walk stalls on loads with no eligible warp 47% of cycles).
+A hand-pipelined walk lost with the weight warm in L2 (20.3 against 16.6 us, 2:8 on 4096 x
+14336); off by default until timed cold (benchmarks/sweeps/nm_decode_tall_cold.py).
 """
 
 from __future__ import annotations
@@ -27,6 +33,69 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv, matrix_span, next_power_of_2
 from .transpose import padded_b
+
+
+@triton.jit
+def _own_row_loads(
+    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m,
+    BLOCK_W: tl.constexpr, SPW: tl.constexpr,
+):  # fmt: skip
+    """A step's compressed values (BLOCK_M, BLOCK_W, SPW) and packed words (BLOCK_M, BLOCK_W)
+    for rows with their own choice; nothing loaded at or past `stop` (words) or S (slots)."""
+    w = w0 + tl.arange(0, BLOCK_W)
+    mask_w = w < stop
+    slots = w[:, None] * SPW + tl.arange(0, SPW)[None, :]  # (BLOCK_W, SPW)
+    mask_s = mask_w[:, None] & (slots < S)
+    vals = tl.load(
+        row_values + slots[None, :, :], mask=mask_m[:, None, None] & mask_s[None, :, :], other=0.0
+    )
+    word = tl.load(
+        words + group_rows * stride_wm + tl.where(mask_w, w, 0)[None, :],
+        mask=mask_w[None, :],
+        other=0,
+    )
+    return vals, word
+
+
+@triton.jit
+def _own_row_step(
+    acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n, stride_bk,
+    N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BLOCK: tl.constexpr, BITS: tl.constexpr,
+    WIDE: tl.constexpr, PADDED_B: tl.constexpr, B_INDEX: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPW: tl.constexpr, KEEP_SUMS: tl.constexpr,
+):  # fmt: skip
+    """Unpack a step's offsets, gather its B rows and add the products (the loads' masks
+    already zeroed the values of slots past the row or the range)."""
+    j = tl.arange(0, SPW)
+    slots = (w0 + tl.arange(0, BLOCK_W))[:, None] * SPW + j[None, :]  # (BLOCK_W, SPW)
+    mask_s = slots < S
+    slots = tl.where(mask_s, slots, 0)
+    within = slots % N_KEEP
+    groups = slots // N_KEEP
+    if WIDE:
+        groups = groups.to(tl.int64)
+    first = groups * M_GROUP + within % BLOCK
+    offsets = (word[:, :, None] >> ((j // BLOCK) * BITS)[None, None, :]) & ((1 << BITS) - 1)
+    cols = first[None, :, :] + offsets * BLOCK
+    vals = vals.to(ACC_DTYPE)
+    if BLOCK_N == 1:  # decode of one token: a plain gather, no column axis
+        x = tl.load(b + cols.to(B_INDEX) * stride_bk, mask=mask_s[None, :, :], other=0.0)
+        acc += tl.sum(tl.sum(vals * x.to(ACC_DTYPE), axis=2), axis=1)[:, None]
+    else:
+        flat_cols = tl.reshape(cols, (BLOCK_M, BLOCK_W * SPW))
+        flat_mask = tl.reshape(mask_s, (BLOCK_W * SPW,))
+        b_rows = b + flat_cols.to(B_INDEX)[:, :, None] * b_row
+        x_mask = flat_mask[None, :, None]
+        if not PADDED_B:
+            x_mask = x_mask & mask_n[None, None, :]
+        x = tl.load(b_rows + offs_n[None, None, :] * b_col, mask=x_mask, other=0.0)
+        flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
+        if KEEP_SUMS:
+            slot_sums += flat_vals[:, :, None] * x.to(ACC_DTYPE)
+        else:
+            acc += tl.sum(flat_vals[:, :, None] * x.to(ACC_DTYPE), axis=1)
+    return acc, slot_sums
 
 
 @triton.jit
@@ -64,6 +133,7 @@ def _nm_decode_kernel(
     BLOCK_N: tl.constexpr,
     PARTIAL: tl.constexpr,  # write the sum in ACC_DTYPE to the workspace, no epilogue
     KEEP_SUMS: tl.constexpr,  # element-wise, N > 1: each slot's sums kept to the end
+    PREFETCH: tl.constexpr,  # own-row walk: the next step's weight loads before this gather
 ):
     # Each row its own choice: a step covers BLOCK_W words, a (BLOCK_W, SPW) grid of slots
     # (slot = word * SPW + j); each word is loaded once and unpacked by shifts (2:8 at one
@@ -124,49 +194,36 @@ def _nm_decode_kernel(
     else:
         group_rows = tl.where(mask_m, rows // VECTOR, 0)[:, None]
         row_values = values + rows[:, None, None] * stride_vm
-        j = tl.arange(0, SPW)
-        shifts = (j // BLOCK) * BITS
         words_total = tl.cdiv(S, SPW)
         start = tl.program_id(1) * STEPS_PER_SPLIT * BLOCK_W
-        for w0 in range(start, tl.minimum(start + STEPS_PER_SPLIT * BLOCK_W, words_total), BLOCK_W):
-            w = w0 + tl.arange(0, BLOCK_W)
-            slots = w[:, None] * SPW + j[None, :]  # (BLOCK_W, SPW)
-            mask_s = slots < S
-            vals = tl.load(
-                row_values + slots[None, :, :],
-                mask=mask_m[:, None, None] & mask_s[None, :, :],
-                other=0.0,
-            ).to(ACC_DTYPE)
-            slots = tl.where(mask_s, slots, 0)
-            w = tl.where(w < words_total, w, 0)
-            within = slots % N_KEEP
-            groups = slots // N_KEEP
-            if WIDE:
-                groups = groups.to(tl.int64)
-            first = groups * M_GROUP + within % BLOCK
-            word = tl.load(words + group_rows * stride_wm + w[None, :])  # (BLOCK_M, BLOCK_W)
-            offsets = (word[:, :, None] >> shifts[None, None, :]) & ((1 << BITS) - 1)
-            cols = first[None, :, :] + offsets * BLOCK
-            if BLOCK_N == 1:  # decode of one token: a plain gather, no column axis
-                x = tl.load(b + cols.to(B_INDEX) * stride_bk, mask=mask_s[None, :, :], other=0.0)
-                acc += tl.sum(tl.sum(vals * x.to(ACC_DTYPE), axis=2), axis=1)[:, None]
-            else:
-                flat_cols = tl.reshape(cols, (BLOCK_M, BLOCK_W * SPW))
-                flat_mask = tl.reshape(mask_s, (BLOCK_W * SPW,))
-                b_rows = b + flat_cols.to(B_INDEX)[:, :, None] * b_row
-                x_mask = flat_mask[None, :, None]
-                if not PADDED_B:
-                    x_mask = x_mask & mask_n[None, None, :]
-                x = tl.load(
-                    b_rows + offs_n[None, None, :] * b_col,
-                    mask=x_mask,
-                    other=0.0,
+        stop = tl.minimum(start + STEPS_PER_SPLIT * BLOCK_W, words_total)
+        if PREFETCH:
+            # the next step's values and words are loaded before this step's gather of B, so
+            # the weight's loads of two steps are in flight while the gather waits
+            vals, word = _own_row_loads(
+                row_values, words, group_rows, stride_wm, start, stop, S, mask_m, BLOCK_W, SPW
+            )
+            for w0 in range(start, stop, BLOCK_W):
+                next_vals, next_word = _own_row_loads(
+                    row_values, words, group_rows, stride_wm, w0 + BLOCK_W, stop, S, mask_m,
+                    BLOCK_W, SPW,
+                )  # fmt: skip
+                acc, slot_sums = _own_row_step(
+                    acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
+                    stride_bk, N_KEEP, M_GROUP, BLOCK, BITS, WIDE, PADDED_B, B_INDEX,
+                    ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS,
+                )  # fmt: skip
+                vals, word = next_vals, next_word
+        else:
+            for w0 in range(start, stop, BLOCK_W):
+                vals, word = _own_row_loads(
+                    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m, BLOCK_W, SPW
                 )
-                flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
-                if KEEP_SUMS:
-                    slot_sums += flat_vals[:, :, None] * x.to(ACC_DTYPE)
-                else:
-                    acc += tl.sum(flat_vals[:, :, None] * x.to(ACC_DTYPE), axis=1)
+                acc, slot_sums = _own_row_step(
+                    acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
+                    stride_bk, N_KEEP, M_GROUP, BLOCK, BITS, WIDE, PADDED_B, B_INDEX,
+                    ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS,
+                )  # fmt: skip
         if KEEP_SUMS:
             acc += tl.sum(slot_sums, axis=1)
     split_k.store(
@@ -223,12 +280,14 @@ def spmm_nm_decode(
     num_stages: int,
     split: int = 1,
     keep_sums: bool = False,
+    prefetch: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
     `transpose.padded_b`), which loads fastest. values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from `packed_bits`) need unit stride along their
     last dim. `split` > 1 cuts each row's walk into that many ranges of steps (fewer where a
-    range would be empty), summed in order by split_k.sum_partials."""
+    range would be empty), summed in order by split_k.sum_partials. `prefetch`: rows with
+    their own choice load the next step's values and words before this step's gather."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -270,6 +329,7 @@ def spmm_nm_decode(
         BLOCK_N=next_power_of_2(cols),
         PARTIAL=splits > 1,
         KEEP_SUMS=keep_sums and cols > 1 and vector % block_m != 0,
+        PREFETCH=prefetch,
         num_warps=num_warps,
         num_stages=num_stages,
     )
