@@ -19,11 +19,12 @@ from _nm_cases import nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
+from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels import tuning
 from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
-L2_BYTES = 50 << 20
+DEVICE = torch.device("cuda")
 SHAPES = [
     tuple(int(d) for d in s.split("x"))
     for s in os.environ.get("SHAPES", "4096x14336,14336x4096,4096x4096").split(",")
@@ -45,7 +46,7 @@ def parse(name: str) -> tuple[int, int, int, int, bool]:
 
 def dense_cold(case: dict) -> float:
     """cuBLAS on the dense weight (x @ w^T), rotated copies as for the sparse forms."""
-    ws = [case["w"].clone() for _ in range(max(2, cdiv(2 * L2_BYTES, case["w"].nbytes)))]
+    ws = [case["w"].clone() for _ in range(max(2, copies_for(case["w"].nbytes, DEVICE)))]
     x = case["x"]
     return do_bench_cudagraph(lambda: [x @ w.t() for w in ws], rep=30) * 1e3 / len(ws)
 
@@ -69,7 +70,7 @@ def main():
         case = nm_case(M, K, n, m, tokens)
         W, want, B, bits, words = (case[k] for k in ("W", "want", "B", "bits", "words"))
         weight_bytes = W.values.nbytes + words.nbytes
-        copies = max(2, cdiv(2 * L2_BYTES, weight_bytes))
+        copies = max(2, copies_for(weight_bytes, DEVICE))
         weights = [(W.values.clone(), words.clone()) for _ in range(copies)]
         spw = 32 // bits
         timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
