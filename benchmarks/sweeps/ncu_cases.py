@@ -3,14 +3,16 @@ times (compiling, caches warm), then once between torch.cuda.profiler.start() an
 NVTX range named after the case, so `ncu --profile-from-start off --nvtx` profiles exactly
 those launches and labels them. Without ncu it just runs the calls.
 
-The open questions these answer (benchmarks/NOTES.md):
+The open questions these answer (benchmarks/NOTES.md; the first run's reading is in the
+thirteenth session's entry, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt):
 - the N:M decode kernel at one token moves its weight at ~2 TB/s where cuBLAS's GEMV reads
-  3.7 TB/s (dense GEMV profiled beside it);
-- the same kernel at 8 tokens runs 5-10 us slower into linear's column-major output than into
-  a row-major one, from the same compiled loop;
-- the CSR few-token kernel at 16 tokens takes ~1 stored entry a clock per multiprocessor:
-  is it L1 (tag) bound, L2 bound, or latency bound?
-- the row softmax in bf16 reaches ~60% of the copy bandwidth (target 70%).
+  3.8 TB/s, stalled on loads with no eligible warp 47% of cycles: does the prefetching walk
+  (the next step's loads before this step's gather) keep more loads in flight?
+- the one-hot (expand) kernel at 16 tokens takes 43-45 us for 2:8 where its weight's bytes
+  need ~10: what bounds it (the expansion's instructions, shared memory, the dot, latency)?
+- the row softmax in bf16 is bound by instructions issued: how many does each form issue now
+  (base-2 exponentials, one reciprocal a row), with two heads on two warps or on one warp, and
+  which pipe is busiest?
     ncu --clock-control none --profile-from-start off --nvtx --section ... \\
         python3 benchmarks/sweeps/ncu_cases.py
 """
@@ -33,28 +35,38 @@ def weight(pattern: str, M: int, K: int):
 
 def cases() -> dict:
     """name -> a call that launches the kernel(s) to read."""
-    calls = {}
-    for pattern, tokens in [("2:8", 1), ("2:8", 8), ("70%", 1), ("70%", 16)]:
-        w, W = weight(pattern, 4096, 14336)
-        x = torch.randn(tokens, 14336, device="cuda", dtype=torch.bfloat16)
-        calls[f"linear {pattern} 4096x14336 x{tokens}"] = lambda W=W, x=x: sk.linear(x, W)
-        if tokens == 1:
-            calls["dense GEMV 4096x14336"] = lambda w=w, x=x: x @ w.t()
-    # the decode kernel into a row-major output (linear's is column-major), 2:8 at 8 tokens
-    from sparsekernels.ops import _triton_nm
+    from sparsekernels.kernels.softmax_csr import sparse_softmax
+    from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
+    from sparsekernels.ops._triton_nm import packed_words
 
-    _, W = weight("2:8", 4096, 14336)
-    b = torch.randn(8, 14336, device="cuda", dtype=torch.bfloat16).t()
-    row_major = torch.empty(4096, 8, device="cuda", dtype=torch.bfloat16)
-    calls["decode 2:8 x8 into row-major"] = lambda: _triton_nm._decode(
-        W.values, W.indices, b, None, row_major, "none", 2, 8, 1, 1
-    )
+    calls = {}
+    w, W = weight("2:8", 4096, 14336)
+    x1 = torch.randn(1, 14336, device="cuda", dtype=torch.bfloat16)
+    calls["linear 2:8 4096x14336 x1"] = lambda: sk.linear(x1, W)
+    calls["dense GEMV 4096x14336"] = lambda: x1 @ w.t()
+    words = packed_words(W.indices, packed_bits(8, 1))
+    out = torch.empty(4096, 1, device="cuda", dtype=torch.bfloat16)
+    for prefetch in (False, True):  # the route's one-token tile: 4 rows, 1024 slots, 2 warps
+        calls[f"decode 2:8 x1 prefetch={prefetch}"] = lambda prefetch=prefetch: spmm_nm_decode(
+            values=W.values, words=words, bits=4, b=x1.t(), bias=None, out=out, n=2, m=8,
+            vector=1, block=1, activation="none", block_m=4, block_w=128, num_warps=2,
+            num_stages=2, prefetch=prefetch,
+        )  # fmt: skip
+    for M, K in ((4096, 14336), (14336, 4096)):
+        _, W16 = weight("2:8", M, K)
+        x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
+        calls[f"linear 2:8 {M}x{K} x16 (expand)"] = lambda W16=W16, x16=x16: sk.linear(x16, W16)
     g = torch.Generator(device="cuda").manual_seed(0)
     P = _pattern_from_mask(
         attention_mask("local:256", 4096, torch.device("cuda"), g), torch.float32
     )
     S = P.with_values(torch.randn(16, P.nnz, device="cuda", dtype=torch.bfloat16))
     calls["softmax local:256 16 heads bf16"] = lambda: sk.sparse_softmax(S, 0.5)
+    probs = torch.empty_like(S.values)
+    calls["softmax local:256 bf16, 2 heads on 1 warp"] = lambda: sparse_softmax(
+        row_offsets=P.row_offsets, values=S.values, out=probs, scale=0.5, block=256,
+        num_warps=1, heads=2,
+    )  # fmt: skip
     return calls
 
 
