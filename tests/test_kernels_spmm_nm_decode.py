@@ -318,6 +318,26 @@ def test_decode_tall_tile_rule():
     assert tuning.spmm_nm_decode_split(1 << 20, 32, 999, tall.split_programs) == 1
 
 
+def test_linear_passes_the_configs_prefetch(gen, monkeypatch):
+    """A decode configuration asking for the prefetching walk gets it through linear."""
+    from sparsekernels.kernels import spmm_nm_decode, tuning
+
+    monkeypatch.setattr(tuning, "DECODE_FEW_ROW_PROGRAMS", 0)
+    config = tuning.SpmmNmDecodeConfig(4, 32, 1, prefetch=True)
+    monkeypatch.setattr(tuning, "spmm_nm_decode_config", lambda *a, **k: config)
+    launches = []
+    launch = spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(9, 256, 2, 8, gen, 1, 1, torch.float32)
+    x = randn(1, 256, gen=gen, dtype=torch.float32)
+    got = sk.linear(x, W, backend="triton")
+    assert_close(got, x.double() @ W.to_dense().double().t(), spmm_bound(x, W.to_dense().t()),
+                 torch.float32)  # fmt: skip
+    assert launches and launches[0]["prefetch"] is True
+
+
 @pytest.mark.parametrize("tokens", [5, 8])
 def test_linear_takes_tall_tiles(tokens, gen, monkeypatch):
     """linear at 5-8 tokens on a 1:8 weight with 8200-column rows runs the tall tiles, split:

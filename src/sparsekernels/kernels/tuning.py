@@ -244,6 +244,7 @@ class SpmmNmDecodeConfig:
     num_warps: int
     num_stages: int = 2
     split_programs: int = 0  # > 0: split-K toward this many programs (spmm_nm_decode_split)
+    prefetch: bool = False  # own-row walk: the next step's loads before this step's gather
 
 
 # Few-row weights at one token: 4 rows a program leave 4096 x 14336 with 1024 one-warp programs,

@@ -135,6 +135,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         split=split,
+        prefetch=config.prefetch,
     )
     return out
 
