@@ -15,7 +15,7 @@ from _helpers import (
     skip_interpreter_on_gpu_machine,
 )
 from sparsekernels.kernels import densify as kernel
-from sparsekernels.kernels.tuning import (
+from sparsekernels.kernels.densify_tuning import (
     DensifyCsrConfig,
     DensifyNmConfig,
     densify_csr_config,

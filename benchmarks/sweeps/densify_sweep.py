@@ -19,7 +19,7 @@ import sparsekernels as sk
 from sparsekernels import reference
 from sparsekernels.formats.nm import nm_columns
 from sparsekernels.kernels import densify as kernel
-from sparsekernels.kernels.tuning import (
+from sparsekernels.kernels.densify_tuning import (
     DensifyCsrConfig,
     DensifyNmConfig,
     densify_csr_config,

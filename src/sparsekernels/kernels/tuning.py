@@ -1,4 +1,7 @@
-"""Every kernel configuration and heuristic, named, in one place.
+"""The SpMM kernels' configurations and routing heuristics (CSR, N:M), the dense fallback's
+thresholds, cuSPARSELt's and fused attention's, named in one place; SDDMM and softmax
+(sddmm_tuning.py), depthwise (depthwise_tuning.py) and densify (densify_tuning.py) keep theirs
+beside their kernels.
 
 Per-GPU tuned tables land here as data once the benchmark harness has measured them. The
 configuration functions of the kernels behind the ops depend on their arguments only, so each
@@ -12,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ._sizes import cdiv, mean_row, next_power_of_2
+from ._sizes import cdiv, next_power_of_2
 
 _memo = lru_cache(maxsize=4096)
 
@@ -393,53 +396,6 @@ def spmm_nm_prefers_dense(
     if n < DENSE_FALLBACK_MIN_N:
         return False
     return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
-
-
-# ------------------------------------------------------------------ densify (dense fallback)
-# First configurations, not yet measured on the H200: benchmarks/sweeps/densify_sweep.py times
-# these against the alternatives it lists and prints the best of each case.
-@dataclass(frozen=True)
-class DensifyCsrConfig:
-    write_zeros: bool  # False: the caller zeroes the output (torch.zeros) and the kernel scatters
-    block_rows: int
-    block_k: int  # zeros stored per row and step
-    block_nnz: int  # stored entries scattered per row and step
-    num_warps: int
-
-
-@_memo
-def densify_csr_config(rows: int, cols: int, nnz: int) -> DensifyCsrConfig:
-    """One row per program (a 14336-row weight is 14336 programs): 1024 zeros a step (16 bytes
-    a thread for bf16 with 4 warps), then the row's entries in runs as long as an average row,
-    128 to 1024. Short rows (under 256 columns) are packed several to a program."""
-    block_k = min(1024, max(16, next_power_of_2(cols)))
-    block_rows = max(1, min(8, 256 // block_k))
-    block_nnz = max(128, min(1024, mean_row(nnz, rows)))
-    num_warps = 4 if block_rows * block_k >= 1024 else 2
-    return DensifyCsrConfig(True, block_rows, block_k, block_nnz, num_warps)
-
-
-@dataclass(frozen=True)
-class DensifyNmConfig:
-    select: bool  # True: each element stored once (power-of-two m); False: zeros, then scatter
-    write_zeros: bool  # scatter: False when the caller zeroes the output
-    block_m: int
-    block_k: int  # output columns a step (select: block_k / m whole groups)
-    block_s: int  # compressed slots a step (scatter)
-    program_cols: int  # columns a program covers (whole groups; at least one group)
-    num_warps: int
-
-
-@_memo
-def densify_nm_config(rows: int, cols: int, n: int, m: int) -> DensifyNmConfig:
-    """Select for power-of-two m: 2 rows x 1024 columns a step, each thread holding whole groups
-    (16-byte stores for m >= 8 in bf16, no shared memory, two loads per kept slot); programs
-    of 2048 columns. Other m: zeros then scatter, 4 rows x 256 slots a step."""
-    block_k = min(1024, max(16, next_power_of_2(cols)))
-    block_s = max(16, min(256, next_power_of_2(max(cols // m * n, 1))))
-    if m & (m - 1) == 0:
-        return DensifyNmConfig(True, True, 2, max(block_k, m), block_s, 2048, num_warps=4)
-    return DensifyNmConfig(False, True, 4, block_k, block_s, 2048, num_warps=4)
 
 
 # ------------------------------------------------------------------ cuSPARSELt (2:4)

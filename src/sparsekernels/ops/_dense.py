@@ -90,7 +90,7 @@ def densify_csr(row_offsets, column_indices, values, cols: int) -> torch.Tensor:
         weight[..., entry_rows, column_indices.long()] = values
         return weight
     from ..kernels import densify as kernel
-    from ..kernels.tuning import densify_csr_config
+    from ..kernels.densify_tuning import densify_csr_config
 
     config = densify_csr_config(rows, cols, column_indices.numel())
     make = values.new_empty if config.write_zeros else values.new_zeros
@@ -118,7 +118,7 @@ def densify_nm(values, indices, n: int, m: int, vector: int, block: int) -> torc
         weight = values.new_zeros((rows, cols))
         return weight.scatter_(1, nm_columns(indices, rows, n, m, vector, block), values)
     from ..kernels import densify as kernel
-    from ..kernels.tuning import densify_nm_config
+    from ..kernels.densify_tuning import densify_nm_config
 
     config = densify_nm_config(rows, cols, n, m)
     zeroed = config.write_zeros or config.select
