@@ -278,8 +278,9 @@ DECODE_WIDE_SLOTS = 1024
 #   8192 x 28672  2:8  163.3 -> 113.5             164.4 -> 116.7
 #                 1:8  88.0 -> 61.9               62.8 -> 65.0
 #   8192 x 8192   2:8  48.4 -> 37.5 (1:8 21.6 -> 21.7)
-# 5 tokens alike. The 2-row tiles' slow column-major store on long rows is what the tall tiles
-# remove; elsewhere they lose or tie. Warm-L2 timings (nm_decode_tall.py, at-02f1e78) had them
+# 5 tokens alike. The 2-row tiles run slowly into a column-major output on long rows (the two
+# orders compile differently: Nsight Compute, at-02f1e78/ncu.txt); the tall tiles remove that,
+# and elsewhere lose or tie. Warm-L2 timings (nm_decode_tall.py, at-02f1e78) had them
 # winning everywhere at 8 tokens, the weight then served from L2; 2:4 lost even there, and at
 # 2, 4 and 16 tokens they were within 10% or slower.
 DECODE_TALL = SpmmNmDecodeConfig(32, 16, 1, split_programs=2048)
