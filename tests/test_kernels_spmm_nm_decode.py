@@ -255,6 +255,29 @@ def test_llm_shape_on_gpu(gen):
     assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [5, 8])
+@pytest.mark.parametrize(("n", "m"), [(2, 8), (1, 8)])
+def test_tall_tiles_on_gpu(tokens, n, m, gen, monkeypatch):
+    """linear's tall tiles (5-8 tokens, rows of 8192+ columns) compiled on the H200: a row
+    count that is not a multiple of 32, split-K and bias, against float64."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches = []
+    launch = spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(1000 + 5, 8192 + 64, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, 8192 + 64, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(1005, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, bias)
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
+    assert_close(got, want, bound, torch.bfloat16)
+    assert launches[0]["block_m"] == 32 and launches[0]["split"] > 1
+
+
 def test_decode_split_rule(monkeypatch):
     """Only long rows split; the ranges double while each keeps its minimum of steps and the
     grid stays within its cap."""
