@@ -30,6 +30,17 @@ NM_RATIOS = [(2, 4), (1, 4), (2, 8), (1, 8), (2, 16), (1, 16)]
 NM_VECTORS = (1, 4, 32, 64)
 NM_BLOCKED = [(4, 8, 4, 4), (4, 16, 4, 4), (4, 32, 4, 4), (64, 128, 64, 64), (64, 256, 64, 64)]
 ATTENTION_KINDS = ("causal", "local:256", "strided:128:128", "random:0.1")
+# nmSPARSE's evaluation (MLSys 2023): weights (K in, N out) at batch 1 (SpMV) to 4096 (SpMM)
+NMSPARSE_SHAPES = [(1024, 1024), (4096, 4096), (8192, 8192), (1024, 4096), (4096, 1024),
+                   (5120, 20480), (20480, 5120)]  # fmt: skip
+NMSPARSE_BATCH = (1, 256, 1024, 4096)
+# Issue 4's targets by dtype: in half precision element-wise and vector-wise v = 64 (against
+# dense and torch's 2:4); in strict fp32 vector-wise v = 32 at 8:32 and 4:32 (nmSPARSE's VW32:
+# ~2x and ~4.3x dense on the H200) and element-wise from 75% sparsity.
+NMSPARSE_HALF = [(2, 4, 1, 1), (2, 8, 1, 1), (1, 8, 1, 1), (2, 4, 64, 1), (2, 8, 64, 1),
+                 (1, 8, 64, 1), (16, 32, 64, 1)]  # fmt: skip
+NMSPARSE_FP32 = [(2, 8, 1, 1), (1, 8, 1, 1), (8, 32, 32, 1), (4, 32, 32, 1)]
+NMSPARSE_FP32_BATCH = (1, 4096)
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,24 @@ def nm(ctx: Context) -> list[Case]:
             M, K = max(64, M // s), max(256, K // s)
             for N in (1, 16, 2048 // s):
                 cases += [weight_case("spmm", M, K, N, dt, d, nm=p) for p in patterns]
+    return cases
+
+
+@suite("nmsparse")
+def nmsparse(ctx: Context) -> list[Case]:
+    """nmSPARSE's weight shapes at its batch sizes with issue 4's patterns: half precision at
+    batch 1-4096, strict fp32 at 1 and 4096 (`--dtype fp32` runs those alone)."""
+    d, s = ctx.device, (16 if ctx.cpu else 1)
+    cases = []
+    for dt in ctx.pick(torch.bfloat16, torch.float32):
+        fp32 = dt == torch.float32
+        patterns = NMSPARSE_FP32 if fp32 else NMSPARSE_HALF
+        for K, N_out in NMSPARSE_SHAPES:
+            M, K = max(64, N_out // s), max(256, K // s)
+            for batch in NMSPARSE_FP32_BATCH if fp32 else NMSPARSE_BATCH:
+                cases += [
+                    weight_case("spmm", M, K, max(1, batch // s), dt, d, nm=p) for p in patterns
+                ]
     return cases
 
 
