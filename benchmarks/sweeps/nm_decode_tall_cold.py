@@ -31,17 +31,20 @@ SHAPES = [
 ]
 PATTERNS = [(2, 8), (1, 8)]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,5").split(",")]
-# "RxS/Ww[/p]": R rows a program, S slots a step, W warps, p: the next step's loads before this
-# step's gather (prefetch); tiles of 16 rows or more split toward 2048 programs as
-# tuning.DECODE_TALL does, smaller ones by the library's split rule
+# "RxS/Ww[/p][/sN]": R rows a program, S slots a step, W warps, p: the next step's loads before
+# this step's gather (prefetch), sN: N split-K ranges; without sN tiles of 16 rows or more split
+# toward 2048 programs as tuning.DECODE_TALL does, smaller ones by the library's split rule
 CONFIGS = os.environ.get("CONFIGS", "2x256/1w,32x16/1w,16x32/1w,32x32/1w").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, int, bool]:
-    """A configuration's name: RxS/Ww, or RxS/Ww/p for the walk prefetching its next step."""
+def parse(name: str) -> tuple[int, int, int, int, bool, int]:
+    """A configuration's name: RxS/Ww, then /p for the walk prefetching its next step and /sN
+    for N split-K ranges (else the split rule above)."""
     tile, warps, *flags = name.split("/")
     rows, slots = (int(d) for d in tile.split("x"))
-    return rows, slots, int(warps.rstrip("w")), 2048 if rows >= 16 else 0, "p" in flags
+    ranges = [int(f[1:]) for f in flags if f.startswith("s")]
+    target = 2048 if rows >= 16 else 0
+    return rows, slots, int(warps.rstrip("w")), target, "p" in flags, ranges[0] if ranges else 0
 
 
 def dense_cold(case: dict) -> float:
@@ -75,14 +78,14 @@ def main():
         spw = 32 // bits
         timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
         for order, name in itertools.product(("row", "col"), CONFIGS):
-            block_m, slots, warps, target, prefetch = parse(name)
+            block_m, slots, warps, target, prefetch, ranges = parse(name)
             if order == "row":
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
             else:
                 out = torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()
             block_w = max(1, slots // spw)
             steps = cdiv(W.values.shape[1], block_w * spw)
-            split = tuning.spmm_nm_decode_split(M, block_m, steps, target)
+            split = ranges or tuning.spmm_nm_decode_split(M, block_m, steps, target)
 
             def run(values, words, out=out, block_m=block_m, block_w=block_w, warps=warps,
                     split=split, prefetch=prefetch):  # fmt: skip
