@@ -28,7 +28,7 @@ def _config(S, block):
     return block or config.block, config.num_warps
 
 
-def _forward_poisoned(S, values, scale, block=None, heads=1):
+def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None):
     from sparsekernels.kernels import softmax_csr as kernel
 
     block, num_warps = _config(S, block)
@@ -39,8 +39,9 @@ def _forward_poisoned(S, values, scale, block=None, heads=1):
         out=out.view(-1, S.nnz),
         scale=scale,
         block=block,
-        num_warps=num_warps * heads,
+        num_warps=warps or num_warps * heads,
         heads=heads,
+        tail=tail,
     )
     return out
 
@@ -116,7 +117,31 @@ def test_forward_special_values(device, dtype, block, gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-def test_forward_batched_strided_single_row(device, gen):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "warps"), [(1, 1), (2, 1), (4, 2)])
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_forward_tail(device, dtype, heads, warps, wide, gen, monkeypatch):
+    """Rows read once as a block and a tail (block 16, tail 8): rows within the block, rows
+    reaching into the tail, rows of exactly 24 entries, longer rows (the walk), empty rows,
+    a row of -inf (NaN) and a NaN entry; 5 heads, the last program partly past the batch."""
+    from sparsekernels.kernels import softmax_csr
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(softmax_csr, "INT32_LIMIT", 0 if wide else 2**31)
+    monkeypatch.setattr(softmax_csr, "INT32_ONLY_FOR_WALKS", False)
+    lengths = [0, 3, 16, 17, 23, 24, 25, 40, 9, 0, 20]
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    cols = torch.cat([torch.randperm(48, generator=gen)[:k].sort().values for k in lengths])
+    S = sk.CSRMatrix(offsets.to(device), cols.to(torch.int32).to(device),
+                     torch.zeros(cols.numel(), dtype=dtype, device=device), (11, 48))  # fmt: skip
+    values = randn(5, S.nnz, gen=gen, device=device).to(dtype)
+    values[1, 19:35] = float("-inf")  # row 3 (17 entries): only its tail entry is finite
+    values[2, 59:83] = float("-inf")  # row 5 (24 entries) all -inf: NaN, as dense softmax
+    values[3, 55] = float("nan")  # row 4 (23 entries): a NaN in the tail
+    got = _forward_poisoned(S, values, 0.7, block=16, heads=heads, tail=8, warps=warps)
+    want = _dense_softmax(S, values, 0.7)
+    _check_forward(got, want, dtype)
+
     skip_interpreter_on_gpu_machine(device)
     S = random_csr(9, 12, 0.5, gen, torch.float64, device)
     values = randn(S.nnz, 3, gen=gen, device=device).t()  # (3, nnz) with stride (1, 3)

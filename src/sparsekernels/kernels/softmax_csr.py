@@ -50,6 +50,7 @@ def _softmax_csr_kernel(
     INDEX: tl.constexpr,  # int32 when every entry offset within a matrix fits, else int64
     BLOCK: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    TAIL: tl.constexpr,  # > 0: rows up to BLOCK + TAIL entries are read once, as two pieces
 ):
     row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -64,17 +65,30 @@ def _softmax_csr_kernel(
     scale = (tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)) * LOG2_E
     lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
-    if end - start <= BLOCK:  # the whole row in registers: one read (an empty row: no store)
+    if end - start <= BLOCK + TAIL:  # the whole row in registers: one read (empty: no store)
         offs = (start + lanes)[None, :]
         mask = mask_h[:, None] & (offs < end)
         z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
         z = tl.where(mask, z * scale, float("-inf"))
         # (names apart from the else branch's: Triton needs one type per name across branches)
         row_max = tl.max(z, axis=1)
+        if TAIL > 0:  # the entries past BLOCK, on TAIL lanes instead of another BLOCK
+            tail_offs = (start + BLOCK + tl.arange(0, TAIL).to(INDEX))[None, :]
+            tail_mask = mask_h[:, None] & (tail_offs < end)
+            zt = tl.load(values + tail_offs * stride_ve, mask=tail_mask, other=float("-inf"))
+            zt = tl.where(tail_mask, zt.to(ACC_DTYPE) * scale, float("-inf"))
+            row_max = tl.maximum(row_max, tl.max(zt, axis=1))
         row_shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
         exps = tl.exp2(z - row_shift)  # a masked lane: 2^-inf = 0
-        p = exps * (1.0 / tl.sum(exps, axis=1))[:, None]
-        tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
+        row_sum = tl.sum(exps, axis=1)
+        if TAIL > 0:
+            tail_exps = tl.exp2(zt - row_shift)
+            row_sum += tl.sum(tail_exps, axis=1)
+        inverse = (1.0 / row_sum)[:, None]
+        tl.store(out + offs * stride_oe, (exps * inverse).to(out.dtype.element_ty), mask=mask)
+        if TAIL > 0:
+            tail_p = (tail_exps * inverse).to(out.dtype.element_ty)
+            tl.store(out + tail_offs * stride_oe, tail_p, mask=tail_mask)
     else:
         # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
         m = tl.full((BLOCK_H, BLOCK), float("-inf"), dtype=ACC_DTYPE)
@@ -194,9 +208,11 @@ def sparse_softmax(
     block: int,
     num_warps: int,
     heads: int = 1,
+    tail: int = 0,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), `heads` matrices of a row per program; values may be
-    unbatched (nnz,) (its batch stride is 0)."""
+    unbatched (nnz,) (its batch stride is 0). `tail` (0 or a power of two): rows of up to
+    block + tail entries are read once, the last ones on `tail` lanes."""
     batch, nnz = out.shape
     rows = row_offsets.numel() - 1
     if rows == 0 or nnz == 0 or batch == 0:
@@ -214,9 +230,10 @@ def sparse_softmax(
         out.stride(0),
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
-        INDEX=_index(nnz, rows, block, values.stride(-1), out.stride(1)),
+        INDEX=_index(nnz, rows, block + tail, values.stride(-1), out.stride(1)),
         BLOCK=block,
         BLOCK_H=heads,
+        TAIL=tail,
         num_warps=num_warps,
     )
     return out
