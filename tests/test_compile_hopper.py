@@ -5,11 +5,12 @@ constexpr passed where a tensor is needed), and the GPU tests run only on the H2
 wheel carries ptxas, so CI compiles each variant of these kernels to a cubin here: a compile
 error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped forms,
 with and without the partial plane; the decode kernel's own-row and shared-row walks in float32 and
-float64 sums, and the own-row walk with its next step prefetched; the second pass in both sum types;
-the tensor-core SDDMM in each dtype it takes (a dot, then a gather along each tile row); the row
-softmax, forward and backward (its single-read branch returns early); the CSR one-token walk (bf16
-with int16 columns, fp64 with int64); the general CSR kernel with int32 and int64 offsets; the CSR
-few-token walk with B padded and strided; the per-entry SDDMM with int32 and int64 offsets.
+float64 sums, and the own-row walk with its next step prefetched; the second pass in both sum
+types; the tensor-core SDDMM in each dtype it takes (a dot, then a gather along each tile row); the
+row softmax, forward and backward (its single-read branch returns early) and with a tail; the CSR
+one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR kernel with int32 and
+int64 offsets; the CSR few-token walk with B padded and strided; the per-entry SDDMM with int32 and
+int64 offsets.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -90,9 +91,12 @@ def _cases() -> dict:
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
-        cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], constants, 4)
+        forward = dict(constants, TAIL=0)
+        cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], forward, 4)
         pointers = ["*i32", data, data, data]
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)
+    tail = dict(ACC_DTYPE=tl.float32, INDEX=tl.int64, BLOCK=128, BLOCK_H=2, TAIL=32)
+    cases["softmax tail"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], tail, 1)
     for data, cols in (("*bf16", "*i16"), ("*fp64", "*i64")):  # the CSR one-token walk
         for lane_major in (False, True):
             constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
@@ -137,6 +141,7 @@ CASE_NAMES = [
         for d, p in (("*bf16", "ieee"), ("*fp16", "ieee"), ("*fp32", "ieee"), ("*fp32", "tf32"))
     ),
     *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
+    "softmax tail",
     "csr token *bf16",
     "csr token *fp64",
     "csr token *bf16 lane-major",
