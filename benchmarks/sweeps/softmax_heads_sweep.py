@@ -9,7 +9,9 @@ Nsight Compute found the kernel bound by instructions issued, not memory (at-02f
 SM 79%, DRAM 37% on local:256 bf16). Compiled for sm_90, the single-read branch issues per
 512 entries (2 heads of 256): 2 warps 542 warp-instructions with int64 offsets, 460 with int32;
 1 warp 441 / 349 (no barrier in its reductions); 4 warps 648 / 636. FORMS are
-"heads/warps/offsets"; "default" is the library's choice.
+"heads/warps/offsets", "/t" after them for a block and a tail sized to the longest row
+(block_and_tail: rows of ~160 entries on 128 + 32 lanes, 183 against 230 instructions a warp);
+"default" is the library's choice.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
     KINDS=local:256 DTYPES=bf16 FORMS=2/1/i32,4/2/i32 BUDGET_S=60 ...
 """
@@ -32,7 +34,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPES = {k: DTYPES[k] for k in os.environ.get("DTYPES", "bf16,fp32").split(",")}
 # heads/warps per program (0: the library's warps a head times the heads)/offsets (i32, i64)
 FORMS = os.environ.get(
-    "FORMS", "default,1/0/i64,2/0/i64,4/0/i64,2/1/i64,2/1/i32,2/2/i32,4/2/i32,4/1/i32,8/2/i32"
+    "FORMS",
+    "default,1/0/i64,2/0/i64,4/0/i64,2/1/i64,2/1/i32,2/2/i32,4/2/i32,4/1/i32,8/2/i32,"
+    "2/1/i32/t,2/2/i32/t,4/2/i32/t",
 ).split(",")
 
 
@@ -44,6 +48,17 @@ def copy_bandwidth() -> float:
     src = torch.empty(2**28, dtype=torch.uint8, device="cuda")  # 256 MiB, past L2
     dst = torch.empty_like(src)
     return 2 * src.numel() / bench(lambda: dst.copy_(src)) / 1e3  # GB/s
+
+
+def block_and_tail(longest: int) -> tuple[int, int]:
+    """The largest power of two under the longest row, and the power of two that covers the
+    rest (0 when the row is a power of two): strided:128:128's ~160 entries take 128 + 32
+    lanes instead of 256."""
+    block = 1 << (max(longest, 2) - 1).bit_length()
+    if block == longest:
+        return block, 0
+    block //= 2
+    return block, 1 << (longest - block - 1).bit_length()
 
 
 copy = copy_bandwidth()
@@ -61,6 +76,7 @@ for kind in KINDS:
         out = torch.empty_like(values[0])
         want = torch.empty(BATCH, P.nnz, device="cuda", dtype=torch.float64)
         config = sddmm_tuning.softmax_csr_config(P.nnz, L, 1)  # one head a program: the block
+        longest = int(P.row_offsets.diff().max())
         sparse_softmax(row_offsets=P.row_offsets, values=values[0].double(), out=want, scale=0.5,
                        block=config.block, num_warps=config.num_warps)  # fmt: skip
         moved = 2 * BATCH * P.nnz * dtype.itemsize
@@ -70,13 +86,17 @@ for kind in KINDS:
                 chosen = sddmm_tuning.softmax_csr_config(P.nnz, L, BATCH)
                 heads, warps, int32 = chosen.heads, chosen.num_warps, None
             else:
-                h, w, offsets = form.split("/")
+                h, w, offsets, *flags = form.split("/")
                 heads, warps, int32 = int(h), int(w) or config.num_warps * int(h), offsets == "i32"
+            block, tail = config.block, 0
+            if form.endswith("/t") and longest <= 1024:  # the longest row read once: block + tail
+                block, tail = block_and_tail(longest)
 
-            def run(heads=heads, warps=warps, int32=int32, only=None):
+            def run(heads=heads, warps=warps, block=block, tail=tail, only=None):
                 for v in values if only is None else [only]:  # each copy once: cold in L2
                     sparse_softmax(row_offsets=P.row_offsets, values=v, out=out, scale=0.5,
-                                   block=config.block, num_warps=warps, heads=heads)  # fmt: skip
+                                   block=block, num_warps=warps, heads=heads,
+                                   tail=tail)  # fmt: skip
 
             if int32 is not None:  # int32 wherever offsets fit, or int64 everywhere
                 softmax_csr.INT32_ONLY_FOR_WALKS = False
