@@ -208,6 +208,52 @@ def test_heads_per_program_rule():
     assert softmax_csr_config(4096 * 256, 4096, 1).heads == 1
 
 
+def test_tail_rule(monkeypatch, request):
+    """Off by default; on, an average row whose entries past half its block, and an eighth
+    more, fit fewer lanes than the other half gets a tail (strided:128:128's 141: 128 + 32)."""
+    from sparsekernels.kernels import sddmm_tuning
+
+    assert sddmm_tuning.softmax_csr_config(4096 * 141, 4096, 16).tail == 0
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_TAIL", True)
+    sddmm_tuning.softmax_csr_config.cache_clear()
+    request.addfinalizer(sddmm_tuning.softmax_csr_config.cache_clear)
+    config = sddmm_tuning.softmax_csr_config(4096 * 141, 4096, 16)
+    assert (config.block, config.tail) == (256, 32)  # 141 + 17 - 128 = 30
+    assert sddmm_tuning.softmax_csr_config(4096 * 129, 4096, 16).tail == 32  # 129 + 16 - 128
+    assert sddmm_tuning.softmax_csr_config(4096 * 200, 4096, 16).tail == 0  # 97 past: no saving
+    assert sddmm_tuning.softmax_csr_config(4096 * 256, 4096, 16).tail == 0
+    assert sddmm_tuning.softmax_csr_config(4096 * 410, 4096, 16).tail == 0  # 205 past 256
+    assert sddmm_tuning.softmax_csr_config(4096 * 300, 4096, 16).tail == 128  # 256 + 128 of 512
+    assert sddmm_tuning.softmax_csr_config(4096 * 20, 4096, 16).tail == 0  # a block of 32
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_op_with_tail(device, gen, monkeypatch, request):
+    """The op with the forward's tail on: rows around the average (read once as a half block
+    and a tail), longer ones (walked), empty ones; 3 heads; forward and backward against
+    float64."""
+    from sparsekernels.kernels import sddmm_tuning
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_TAIL", True)
+    sddmm_tuning.softmax_csr_config.cache_clear()
+    request.addfinalizer(sddmm_tuning.softmax_csr_config.cache_clear)
+    lengths = [37, 40, 0, 35, 33, 64, 39, 90, 36, 38, 1, 49]  # average 39: block 64, tail 16
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    cols = torch.cat([torch.randperm(96, generator=gen)[:k].sort().values for k in lengths])
+    nnz = cols.numel()
+    assert sddmm_tuning.softmax_csr_config(nnz, len(lengths), 3).tail == 16  # rows up to 48
+    S = sk.CSRMatrix(offsets.to(device), cols.to(torch.int32).to(device),
+                     torch.zeros(nnz, dtype=torch.float64, device=device), (12, 96))  # fmt: skip
+    values = randn(3, nnz, gen=gen, device=device).requires_grad_()
+    probs = sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values
+    _check_forward(probs.detach(), _dense_softmax(S, values.detach(), 0.6), torch.float64)
+    grad = randn(3, nnz, gen=gen, device=device)
+    probs.backward(grad)
+    want, bound = _backward_want_and_bound(S, probs.detach(), grad, 0.6)
+    assert_close(values.grad, want, bound, torch.float64)
+
+
 def _backward_want_and_bound(S, probs, grad, scale):
     """scale * p * (g - sum_row(p g)) in float64, and its bound scale p (|g| + sum_row(p |g|))."""
     rows = S.pattern.row_indices()

@@ -9,8 +9,9 @@ Nsight Compute found the kernel bound by instructions issued, not memory (at-02f
 SM 79%, DRAM 37% on local:256 bf16). Compiled for sm_90, the single-read branch issues per
 512 entries (2 heads of 256): 2 warps 542 warp-instructions with int64 offsets, 460 with int32;
 1 warp 441 / 349 (no barrier in its reductions); 4 warps 648 / 636. FORMS are
-"heads/warps/offsets", "/t" after them for a block and a tail sized to the longest row
-(block_and_tail: rows of ~160 entries on 128 + 32 lanes, 183 against 230 instructions a warp);
+"heads/warps/offsets", "/t" after them for half the block and a tail as
+sddmm_tuning.softmax_tail routes them with SOFTMAX_TAIL on (strided:128:128's rows on 128 + 32
+lanes: 183 against 230 instructions a warp; patterns without a saving run as before);
 "default" is the library's choice.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
     KINDS=local:256 DTYPES=bf16 FORMS=2/1/i32,4/2/i32 BUDGET_S=60 ...
@@ -50,17 +51,6 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / bench(lambda: dst.copy_(src)) / 1e3  # GB/s
 
 
-def block_and_tail(longest: int) -> tuple[int, int]:
-    """The largest power of two under the longest row, and the power of two that covers the
-    rest (0 when the row is a power of two): strided:128:128's ~160 entries take 128 + 32
-    lanes instead of 256."""
-    block = 1 << (max(longest, 2) - 1).bit_length()
-    if block == longest:
-        return block, 0
-    block //= 2
-    return block, 1 << (longest - block - 1).bit_length()
-
-
 copy = copy_bandwidth()
 default_walks = softmax_csr.INT32_ONLY_FOR_WALKS
 print(f"# {torch.cuda.get_device_name()}, L = {L}, {BATCH} heads; copy {copy:.0f} GB/s")
@@ -76,7 +66,6 @@ for kind in KINDS:
         out = torch.empty_like(values[0])
         want = torch.empty(BATCH, P.nnz, device="cuda", dtype=torch.float64)
         config = sddmm_tuning.softmax_csr_config(P.nnz, L, 1)  # one head a program: the block
-        longest = int(P.row_offsets.diff().max())
         sparse_softmax(row_offsets=P.row_offsets, values=values[0].double(), out=want, scale=0.5,
                        block=config.block, num_warps=config.num_warps)  # fmt: skip
         moved = 2 * BATCH * P.nnz * dtype.itemsize
@@ -89,8 +78,11 @@ for kind in KINDS:
                 h, w, offsets, *flags = form.split("/")
                 heads, warps, int32 = int(h), int(w) or config.num_warps * int(h), offsets == "i32"
             block, tail = config.block, 0
-            if form.endswith("/t") and longest <= 1024:  # the longest row read once: block + tail
-                block, tail = block_and_tail(longest)
+            if form.endswith("/t"):  # the library's tail, as SOFTMAX_TAIL would route it
+                sddmm_tuning.SOFTMAX_TAIL = True
+                tail = sddmm_tuning.softmax_tail(P.nnz, L, config.block)
+                sddmm_tuning.SOFTMAX_TAIL = False
+                block = config.block // 2 if tail else config.block
 
             def run(heads=heads, warps=warps, block=block, tail=tail, only=None):
                 for v in values if only is None else [only]:  # each copy once: cold in L2

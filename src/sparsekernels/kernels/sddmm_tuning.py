@@ -36,6 +36,7 @@ class SoftmaxCsrConfig:
     block: int
     num_warps: int
     heads: int = 1  # matrices sharing the pattern (attention heads) per program
+    tail: int = 0  # > 0: the forward reads rows up to block / 2 + tail once (softmax_tail)
 
 
 # Heads per program: a row of up to 256 entries is one warp's work, and one-warp programs meet
@@ -52,16 +53,38 @@ SOFTMAX_MAX_HEADS = 2
 SOFTMAX_MAX_WARPS = 4
 
 
+# The forward may read a row once as half a block and a tail: the kernel is bound by
+# instructions issued (Nsight Compute, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt), and
+# masked lanes issue them too, so strided:128:128's rows (~141 entries on average, 256 lanes, 38%
+# of copy in bf16) would run on 128 + 32 lanes: 366 warp-instructions per two heads against 460
+# compiled for sm_90. Rows longer than that take the walk. Off until timed
+# (benchmarks/sweeps/softmax_heads_sweep.py, its forms ending "/t").
+SOFTMAX_TAIL = False
+
+
+def softmax_tail(nnz: int, rows: int, block: int) -> int:
+    """With SOFTMAX_TAIL: the power of two covering an average row's entries past block / 2
+    and an eighth more (strided:128:128 averages 141 entries a row, its longest 159: 128 + 32),
+    where that is fewer lanes than the block's other half (else 0, as without it)."""
+    if not SOFTMAX_TAIL or block < 64:
+        return 0
+    average = -(-nnz // max(rows, 1))
+    tail = next_power_of_2(max(1, average + average // 8 - block // 2))
+    return tail if tail < block // 2 else 0
+
+
 @_memo
 def softmax_csr_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
     """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
     1024 entries; one warp a head up to 256 entries, then at most 8 entries per thread; up to
-    SOFTMAX_MAX_HEADS heads of the same row share a program, within SOFTMAX_MAX_WARPS warps."""
+    SOFTMAX_MAX_HEADS heads of the same row share a program, within SOFTMAX_MAX_WARPS warps;
+    the forward's tail by softmax_tail."""
     block = max(32, min(1024, mean_row(nnz, rows)))
     warps = max(1, min(4, block // 256))
     fit = max(1, min(SOFTMAX_MAX_HEADS, SOFTMAX_MAX_WARPS // warps))
     heads = min(next_power_of_2(max(batch, 1)), fit)
-    return SoftmaxCsrConfig(block, num_warps=warps * heads, heads=heads)
+    tail = softmax_tail(nnz, rows, block)
+    return SoftmaxCsrConfig(block, num_warps=warps * heads, heads=heads, tail=tail)
 
 
 # ------------------------------------------------------------------ routes

@@ -59,9 +59,10 @@ def _triton_softmax(row_offsets, values, scale):
         values=values,
         out=flat,
         scale=scale,
-        block=config.block,
+        block=config.block // 2 if config.tail else config.block,
         num_warps=config.num_warps,
         heads=config.heads,
+        tail=config.tail,
     )
     return out
 
