@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_large nm nmsparse nmsparse32 nmcold csrcold sddmmentry e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold csrcold sddmmentry e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -133,6 +133,7 @@ for step in $steps; do
     quick) bench quick 120 --quick ;;
     llm) bench llm 270 --suite llm --no-plots ;;
     llm_large) bench llm_large 400 --suite llm_large --no-plots ;;
+    llm_linear) bench llm_linear 200 --suite llm_linear --no-plots ;;  # never run
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
     nmsparse) bench nmsparse 560 --suite nmsparse --dtype bf16 --limit 100 --no-plots ;;  # never run
     nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;  # never run

@@ -269,7 +269,7 @@ def test_gpu_suites_build_without_device_work_and_gate_peers():
     ctx = suites.Context(torch.device("cuda"))
     from sparsekernels.bench.providers import providers_for
 
-    for name in ("quick", "llm", "nm", "nmsparse", "sddmm", "softmax", "attention"):
+    for name in ("quick", "llm", "llm_linear", "nm", "nmsparse", "sddmm", "softmax", "attention"):
         assert suites.build([name], ctx), name
     llm = suites.build(["llm"], ctx)
     assert len(llm) == 3 * 7 * 6 and {c.shape[2] for c in llm} == {1, 4, 8, 16, 32, 64, 2048}
@@ -282,6 +282,8 @@ def test_gpu_suites_build_without_device_work_and_gate_peers():
     dense_fp32 = next(c for c in suites.build(["sddmm"], ctx) if c.dtype == torch.float32)
     assert "dense_tf32" in {e.provider.name for e in providers_for(dense_fp32)}
     assert len(suites.build(["nm"], suites.Context(torch.device("cuda"), limit=5))) == 5
+    lin = suites.build(["llm_linear"], ctx)
+    assert len(lin) == 3 * 4 * 5 and {c.op for c in lin} == {"linear"}
     nms = suites.build(["nmsparse"], ctx)
     assert len(nms) == 7 * 4 * 7 + 7 * 2 * 4  # bf16: 4 batches x 7 patterns; fp32: 2 x 4
     fp32_vw = {(c.pattern, c.shape) for c in nms if c.dtype == torch.float32}

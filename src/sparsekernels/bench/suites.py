@@ -138,6 +138,22 @@ def llm(ctx: Context) -> list[Case]:
     return cases
 
 
+@suite("llm_linear")
+def llm_linear(ctx: Context) -> list[Case]:
+    """linear (x @ W^T, nn.Linear's convention, the call a model makes) at decode sizes on the
+    LLM shapes: its output is column-major in W @ x^T's terms, and some routes differ from
+    spmm's by that (the N:M decode kernel's tall tiles at 5-8 tokens)."""
+    d, s = ctx.device, (16 if ctx.cpu else 1)
+    cases = []
+    for dt in ctx.pick(torch.bfloat16):
+        for M, K in LLM_SHAPES:
+            M, K = M // s, K // s
+            for N in (1, 4, 8, 16):
+                cases += [weight_case("linear", M, K, N, dt, d, sparsity=sp) for sp in (0.7, 0.9)]
+                cases += [weight_case("linear", M, K, N, dt, d, nm=(n, m, 1, 1)) for n, m in LLM_NM]
+    return cases
+
+
 @suite("llm_large")
 def llm_large(ctx: Context) -> list[Case]:
     """Llama-70B's MLP shape (28672 x 8192) at 1-8192 tokens and the LLM shapes at 8192."""
