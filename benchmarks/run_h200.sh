@@ -103,10 +103,10 @@ for step in $steps; do
       echo "nmtall rc=$? $(tail -1 "$out/nm_decode_tall.txt")" ;;
     nmcold)  # decode tiles, prefetch and split cold at 1 token, then 8 and 16 (nm_decode_tall_cold.py)
       CONFIGS=4x1024/2w,4x1024/2w/p,4x512/1w/p,4x256/1w,4x256/1w/p,2x256/1w/p,1x256/1w/p,4x256/1w/p/s2,8x256/2w,8x256/2w/p,32x16/1w,32x16/1w/p \
-        TOKENS=1 timeout 200 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_1.txt" 2>&1
+        TOKENS=1 timeout 260 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_1.txt" 2>&1
       echo "nmcold x1 rc=$? $(tail -1 "$out/nm_cold_1.txt")"
       CONFIGS=2x256/1w,2x256/1w/p,4x256/2w,32x16/1w,32x16/1w/p,32x16/2w,16x32/1w/p \
-        TOKENS=8,16 timeout 200 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_8_16.txt" 2>&1
+        TOKENS=8,16 timeout 260 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_8_16.txt" 2>&1
       echo "nmcold x8,16 rc=$? $(tail -1 "$out/nm_cold_8_16.txt")" ;;
     csrcold)  # the CSR one-token kernel's configurations cold (csr_token_cold.py, never run)
       timeout 200 python3 benchmarks/sweeps/csr_token_cold.py >"$out/csr_token_cold.txt" 2>&1
