@@ -12,9 +12,9 @@ in us a call, each checked against float64 first. Prints a table last.
 import itertools
 
 import torch
+from _csr_cases import csr_case
 from triton.testing import do_bench_cudagraph
 
-import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels import spmm_csr_token, tuning
 
@@ -33,12 +33,8 @@ def rotated(fn, copies: list) -> float:
 def main():
     table = []
     for (M, K), sparsity in itertools.product(SHAPES, (0.9, 0.7)):
-        torch.manual_seed(0)
-        w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), sparsity))
-        cols = A.pattern.column_indices_int16()
-        x = torch.randn(K, device="cuda", dtype=torch.bfloat16)
-        want = A.to_dense().double() @ x.double()
+        case = csr_case(M, K, sparsity)
+        w, A, cols, x, want = (case[k] for k in ("w", "A", "cols", "x", "want"))
         out = torch.empty(M, device="cuda", dtype=torch.bfloat16)
         weight_bytes = A.values.nbytes + cols.nbytes + A.row_offsets.nbytes
         count = max(2, copies_for(weight_bytes, DEVICE))
