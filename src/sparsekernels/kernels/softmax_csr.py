@@ -111,7 +111,10 @@ def _softmax_csr_kernel(
         for e in range(start, end, BLOCK):
             offs = (e + lanes)[None, :]
             mask = mask_h[:, None] & (offs < end)
-            z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE) * scale
+            z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE)
+            # rounded as in pass 1: a bare z * scale - shift contracts to one fma, which for
+            # the row's max gives 2^(rounding error) instead of 1 (fp32, large values)
+            z = tl.where(mask, z * scale, float("-inf"))
             p = tl.exp2(z - shift) * inverse
             tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
 
