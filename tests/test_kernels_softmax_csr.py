@@ -209,22 +209,45 @@ def test_heads_per_program_rule():
 
 
 def test_tail_rule(monkeypatch, request):
-    """Off by default; on, an average row whose entries past half its block, and an eighth
-    more, fit fewer lanes than the other half gets a tail (strided:128:128's 141: 128 + 32)."""
+    """On by default; an average row whose entries past half its block, and an eighth more, fit
+    fewer lanes than the other half gets a tail (strided:128:128's 141: 128 + 32); off, none.
+    The backward's configuration never has one."""
     from sparsekernels.kernels import sddmm_tuning
 
-    assert sddmm_tuning.softmax_csr_config(4096 * 141, 4096, 16).tail == 0
-    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_TAIL", True)
-    sddmm_tuning.softmax_csr_config.cache_clear()
-    request.addfinalizer(sddmm_tuning.softmax_csr_config.cache_clear)
-    config = sddmm_tuning.softmax_csr_config(4096 * 141, 4096, 16)
+    forward = sddmm_tuning.softmax_forward_config
+    request.addfinalizer(forward.cache_clear)
+    config = forward(4096 * 141, 4096, 16)
     assert (config.block, config.tail) == (256, 32)  # 141 + 17 - 128 = 30
-    assert sddmm_tuning.softmax_csr_config(4096 * 129, 4096, 16).tail == 32  # 129 + 16 - 128
-    assert sddmm_tuning.softmax_csr_config(4096 * 200, 4096, 16).tail == 0  # 97 past: no saving
-    assert sddmm_tuning.softmax_csr_config(4096 * 256, 4096, 16).tail == 0
-    assert sddmm_tuning.softmax_csr_config(4096 * 410, 4096, 16).tail == 0  # 205 past 256
-    assert sddmm_tuning.softmax_csr_config(4096 * 300, 4096, 16).tail == 128  # 256 + 128 of 512
-    assert sddmm_tuning.softmax_csr_config(4096 * 20, 4096, 16).tail == 0  # a block of 32
+    assert sddmm_tuning.softmax_csr_config(4096 * 141, 4096, 16).tail == 0
+    assert forward(4096 * 129, 4096, 16).tail == 32  # 129 + 16 - 128
+    assert forward(4096 * 200, 4096, 16).tail == 0  # 97 past: no saving
+    assert forward(4096 * 256, 4096, 16).tail == 0
+    assert forward(4096 * 410, 4096, 16).tail == 0  # 205 past 256
+    assert forward(4096 * 300, 4096, 16).tail == 128  # 256 + 128 of 512
+    assert forward(4096 * 20, 4096, 16).tail == 0  # a block of 32
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_TAIL", False)
+    forward.cache_clear()
+    assert forward(4096 * 141, 4096, 16).tail == 0
+
+
+def test_forward_tiles_rule():
+    """The forward's heads and warps (the H200 sweep in sddmm_tuning): a tail's rows of up to
+    256 lanes four heads on two warps in int32; blocks of 512 one warp a head; else the
+    backward's."""
+    from sparsekernels.kernels.sddmm_tuning import softmax_csr_config, softmax_forward_config
+
+    tail = softmax_forward_config(4096 * 141, 4096, 16)  # 128 + 32 lanes
+    assert (tail.heads, tail.num_warps, tail.int32) == (4, 2, True)
+    assert softmax_forward_config(4096 * 141, 4096, 1).heads == 1  # one matrix: one head
+    assert softmax_forward_config(4096 * 141, 4096, 1).num_warps == 1
+    wide_tail = softmax_forward_config(4096 * 300, 4096, 16)  # 256 + 128 lanes
+    assert (wide_tail.heads, wide_tail.num_warps, wide_tail.int32) == (2, 2, False)
+    assert softmax_forward_config(4096 * 410, 4096, 16).num_warps == 2  # two heads of 512
+    assert softmax_csr_config(4096 * 410, 4096, 16).num_warps == 4
+    for average in (256, 2048):  # no tail, not 512: the backward's
+        assert softmax_forward_config(4096 * average, 4096, 16) == softmax_csr_config(
+            4096 * average, 4096, 16
+        )
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -236,13 +259,14 @@ def test_op_with_tail(device, gen, monkeypatch, request):
 
     skip_interpreter_on_gpu_machine(device)
     monkeypatch.setattr(sddmm_tuning, "SOFTMAX_TAIL", True)
-    sddmm_tuning.softmax_csr_config.cache_clear()
-    request.addfinalizer(sddmm_tuning.softmax_csr_config.cache_clear)
+    sddmm_tuning.softmax_forward_config.cache_clear()
+    request.addfinalizer(sddmm_tuning.softmax_forward_config.cache_clear)
     lengths = [37, 40, 0, 35, 33, 64, 39, 90, 36, 38, 1, 49]  # average 39: block 64, tail 16
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
     cols = torch.cat([torch.randperm(96, generator=gen)[:k].sort().values for k in lengths])
     nnz = cols.numel()
-    assert sddmm_tuning.softmax_csr_config(nnz, len(lengths), 3).tail == 16  # rows up to 48
+    config = sddmm_tuning.softmax_forward_config(nnz, len(lengths), 3)
+    assert (config.tail, config.heads, config.int32) == (16, 4, True)  # rows up to 48
     S = sk.CSRMatrix(offsets.to(device), cols.to(torch.int32).to(device),
                      torch.zeros(nnz, dtype=torch.float64, device=device), (12, 96))  # fmt: skip
     values = randn(3, nnz, gen=gen, device=device).requires_grad_()

@@ -1,5 +1,5 @@
 """The row softmax (kernels/softmax_csr.py) by heads of a row per program, warps per program
-and offset width (sddmm_tuning.softmax_csr_config and softmax_csr.INT32_ONLY_FOR_WALKS pick the
+and offset width (sddmm_tuning.softmax_forward_config and softmax_csr.INT32_ONLY_FOR_WALKS pick the
 defaults), forward, on the softmax suite's attention patterns at L = 4096 with 16 heads, bf16
 and fp32; GB/s on the values read and written against the copy bandwidth measured here (the
 target: 70% of it). CUDA-graph medians of one launch per copy of the values, the copies
@@ -71,24 +71,27 @@ for kind in KINDS:
         moved = 2 * BATCH * P.nnz * dtype.itemsize
         times = {}
         for form in FORMS:
-            if form == "default":
-                chosen = sddmm_tuning.softmax_csr_config(P.nnz, L, BATCH)
+            block, tail, library_int32 = config.block, 0, False
+            if form == "default":  # the library's forward route, its tail and offsets included
+                chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH)
                 heads, warps, int32 = chosen.heads, chosen.num_warps, None
+                tail, library_int32 = chosen.tail, chosen.int32
+                block = chosen.block // 2 if tail else chosen.block
             else:
                 h, w, offsets, *flags = form.split("/")
                 heads, warps, int32 = int(h), int(w) or config.num_warps * int(h), offsets == "i32"
-            block, tail = config.block, 0
-            if form.endswith("/t"):  # the library's tail, as SOFTMAX_TAIL would route it
+            if form.endswith("/t"):  # the library's tail, as SOFTMAX_TAIL routes it
+                tail_was = sddmm_tuning.SOFTMAX_TAIL
                 sddmm_tuning.SOFTMAX_TAIL = True
                 tail = sddmm_tuning.softmax_tail(P.nnz, L, config.block)
-                sddmm_tuning.SOFTMAX_TAIL = False
+                sddmm_tuning.SOFTMAX_TAIL = tail_was
                 block = config.block // 2 if tail else config.block
 
-            def run(heads=heads, warps=warps, block=block, tail=tail, only=None):
+            def run(heads=heads, warps=warps, block=block, tail=tail, i32=library_int32, only=None):
                 for v in values if only is None else [only]:  # each copy once: cold in L2
                     sparse_softmax(row_offsets=P.row_offsets, values=v, out=out, scale=0.5,
-                                   block=block, num_warps=warps, heads=heads,
-                                   tail=tail)  # fmt: skip
+                                   block=block, num_warps=warps, heads=heads, tail=tail,
+                                   int32=i32)  # fmt: skip
 
             if int32 is not None:  # int32 wherever offsets fit, or int64 everywhere
                 softmax_csr.INT32_ONLY_FOR_WALKS = False
@@ -97,8 +100,8 @@ for kind in KINDS:
             err = (out.double() - want).abs().max().item()
             times[form] = bench(run) / copies if err < 1e-2 else float("nan")
             softmax_csr.INT32_ONLY_FOR_WALKS, softmax_csr.INT32_LIMIT = default_walks, 2**31
-        chosen = sddmm_tuning.softmax_csr_config(P.nnz, L, BATCH)
-        default = f"{chosen.heads}/{chosen.num_warps}"
+        chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH)
+        default = f"{chosen.heads}/{chosen.num_warps}" + ("/t" if chosen.tail else "")
         case = f"{kind} {name} block={config.block}"
         print(case, {f: round(t, 1) for f, t in times.items()}, f"default {default}", flush=True)
         table.append((case, moved, times, default))

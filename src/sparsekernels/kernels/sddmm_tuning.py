@@ -5,7 +5,7 @@ beside each rule. Memoised where the inputs are plain integers (lru_cache)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ._sizes import mean_row, next_power_of_2
@@ -37,6 +37,7 @@ class SoftmaxCsrConfig:
     num_warps: int
     heads: int = 1  # matrices sharing the pattern (attention heads) per program
     tail: int = 0  # > 0: the forward reads rows up to block / 2 + tail once (softmax_tail)
+    int32: bool = False  # the forward's offsets in int32 wherever they fit (its tail's rows)
 
 
 # Heads per program: a row of up to 256 entries is one warp's work, and one-warp programs meet
@@ -55,11 +56,17 @@ SOFTMAX_MAX_WARPS = 4
 
 # The forward may read a row once as half a block and a tail: the kernel is bound by
 # instructions issued (Nsight Compute, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt), and
-# masked lanes issue them too, so strided:128:128's rows (~141 entries on average, 256 lanes, 38%
-# of copy in bf16) would run on 128 + 32 lanes: 366 warp-instructions per two heads against 460
-# compiled for sm_90. Rows longer than that take the walk. Off until timed
-# (benchmarks/sweeps/softmax_heads_sweep.py, its forms ending "/t").
-SOFTMAX_TAIL = False
+# masked lanes issue them too, so strided:128:128's rows (~141 entries on average, 256 lanes)
+# run on 128 + 32 lanes. Rows longer than that take the walk.
+SOFTMAX_TAIL = True
+# The forward's own tiles, from the sweep of heads x warps x offset width (benchmarks/sweeps/
+# softmax_heads_sweep.py, results/nvidia-h200/2026-11-30/at-92edd26/softmax_heads_sweep.txt,
+# 16 heads x 4096 rows, cold L2, us): rows on a half block and a tail of at most 256 lanes ran
+# fastest four heads on two warps with int32 offsets (strided:128:128 bf16 22.4 -> 16.7, 39% ->
+# 52% of copy; fp32 24.2 -> 22.4); rows of 257-512 entries one warp a head (random:0.1 bf16
+# 45.6 -> 41.9, fp32 58.4 -> 56.2). The backward keeps softmax_csr_config's.
+SOFTMAX_TAIL_HEADS = 4
+SOFTMAX_TAIL_MAX_LANES = 256
 
 
 def softmax_tail(nnz: int, rows: int, block: int) -> int:
@@ -75,16 +82,30 @@ def softmax_tail(nnz: int, rows: int, block: int) -> int:
 
 @_memo
 def softmax_csr_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
-    """First-kernel heuristic (forward and backward): a chunk the size of an average row, 32 to
-    1024 entries; one warp a head up to 256 entries, then at most 8 entries per thread; up to
-    SOFTMAX_MAX_HEADS heads of the same row share a program, within SOFTMAX_MAX_WARPS warps;
-    the forward's tail by softmax_tail."""
+    """First-kernel heuristic (the backward's; the forward starts from it): a chunk the size of
+    an average row, 32 to 1024 entries; one warp a head up to 256 entries, then at most 8
+    entries per thread; up to SOFTMAX_MAX_HEADS heads of the same row share a program, within
+    SOFTMAX_MAX_WARPS warps."""
     block = max(32, min(1024, mean_row(nnz, rows)))
     warps = max(1, min(4, block // 256))
     fit = max(1, min(SOFTMAX_MAX_HEADS, SOFTMAX_MAX_WARPS // warps))
     heads = min(next_power_of_2(max(batch, 1)), fit)
-    tail = softmax_tail(nnz, rows, block)
-    return SoftmaxCsrConfig(block, num_warps=warps * heads, heads=heads, tail=tail)
+    return SoftmaxCsrConfig(block, num_warps=warps * heads, heads=heads)
+
+
+@_memo
+def softmax_forward_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
+    """The forward's: softmax_csr_config with the tail (softmax_tail); a tail's rows up to
+    SOFTMAX_TAIL_MAX_LANES lanes on SOFTMAX_TAIL_HEADS heads a program, two a warp, int32
+    offsets; blocks of 512 one warp a head (the sweep above)."""
+    base = softmax_csr_config(nnz, rows, batch)
+    tail = softmax_tail(nnz, rows, base.block)
+    if tail and base.block // 2 + tail <= SOFTMAX_TAIL_MAX_LANES:
+        heads = min(next_power_of_2(max(batch, 1)), SOFTMAX_TAIL_HEADS)
+        return SoftmaxCsrConfig(base.block, max(1, heads // 2), heads, tail, int32=True)
+    if base.block == 512:
+        return replace(base, num_warps=base.heads, tail=tail)
+    return replace(base, tail=tail)
 
 
 # ------------------------------------------------------------------ routes

@@ -184,11 +184,14 @@ INT32_LIMIT = 2**31  # entry offsets within a matrix below it may be computed in
 INT32_ONLY_FOR_WALKS = True
 
 
-def _index(nnz: int, rows: int, block: int, *strides: int) -> tl.dtype:
+def _index(nnz: int, rows: int, block: int, *strides: int, int32: bool = False) -> tl.dtype:
     """int32 when every entry offset the kernels form within one matrix fits and (with
-    INT32_ONLY_FOR_WALKS) the average row walks past one block; else int64."""
+    INT32_ONLY_FOR_WALKS, unless `int32` asks for it) the average row walks past one block;
+    else int64."""
     reach = max(rows + 1, *((nnz + block) * max(abs(s), 1) for s in strides))
-    if reach >= INT32_LIMIT or (INT32_ONLY_FOR_WALKS and nnz <= rows * block):
+    if reach >= INT32_LIMIT:
+        return tl.int64
+    if INT32_ONLY_FOR_WALKS and not int32 and nnz <= rows * block:
         return tl.int64
     return tl.int32
 
@@ -212,10 +215,12 @@ def sparse_softmax(
     num_warps: int,
     heads: int = 1,
     tail: int = 0,
+    int32: bool = False,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), `heads` matrices of a row per program; values may be
     unbatched (nnz,) (its batch stride is 0). `tail` (0 or a power of two): rows of up to
-    block + tail entries are read once, the last ones on `tail` lanes."""
+    block + tail entries are read once, the last ones on `tail` lanes. `int32`: int32 offsets
+    wherever they fit, rows read once included (_index)."""
     batch, nnz = out.shape
     rows = row_offsets.numel() - 1
     if rows == 0 or nnz == 0 or batch == 0:
@@ -233,7 +238,7 @@ def sparse_softmax(
         out.stride(0),
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
-        INDEX=_index(nnz, rows, block + tail, values.stride(-1), out.stride(1)),
+        INDEX=_index(nnz, rows, block + tail, values.stride(-1), out.stride(1), int32=int32),
         BLOCK=block,
         BLOCK_H=heads,
         TAIL=tail,

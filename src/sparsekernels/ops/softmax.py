@@ -47,13 +47,13 @@ def sparse_softmax_backward_raw(row_offsets, probs, grad, scale, hint=None):
 # ----------------------------------------------------------------------- backends
 def _triton_softmax(row_offsets, values, scale):
     from ..kernels import softmax_csr as kernel
-    from ..kernels.sddmm_tuning import softmax_csr_config
+    from ..kernels.sddmm_tuning import softmax_forward_config
 
     out = torch.empty_like(values, memory_format=torch.contiguous_format)
     if out.numel() == 0:
         return out
     flat = out.view(-1, values.shape[-1])
-    config = softmax_csr_config(values.shape[-1], row_offsets.numel() - 1, flat.shape[0])
+    config = softmax_forward_config(values.shape[-1], row_offsets.numel() - 1, flat.shape[0])
     kernel.sparse_softmax(
         row_offsets=row_offsets,
         values=values,
@@ -63,6 +63,7 @@ def _triton_softmax(row_offsets, values, scale):
         num_warps=config.num_warps,
         heads=config.heads,
         tail=config.tail,
+        int32=config.int32,
     )
     return out
 
