@@ -325,7 +325,12 @@ def test_decode_tall_tile_rule():
         for n, m in ((2, 8), (1, 8), (1, 4), (4, 32)):
             assert config(tokens, 14336 * n // m, n, m) == tall, (tokens, n, m)
     assert config(8, 2048) == tall  # K = 8192
-    assert config(8, 2047) != tall
+    assert config(8, 2047) == tuning.DECODE_SHORT_ROWS  # shorter rows: prefetching 2-row tiles
+    assert config(5, 512, 1, 8) == tuning.DECODE_SHORT_ROWS  # 1:8, K = 4096
+    assert tuning.DECODE_SHORT_ROWS.prefetch and tuning.DECODE_SHORT_ROWS.block_m == 2
+    assert not config(8, 1024, 2, 8, column_major_out=False).prefetch  # row-major: plain
+    assert not config(8, 2048, 2, 4).prefetch  # 2:4: plain
+    assert not config(12, 1024).prefetch
     assert config(8, 3584, column_major_out=False) != tall
     assert config(4, 3584) != tall
     assert config(9, 3584) != tall

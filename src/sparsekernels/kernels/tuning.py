@@ -287,6 +287,13 @@ DECODE_TALL = SpmmNmDecodeConfig(32, 16, 1, split_programs=2048)
 DECODE_TALL_COLS = 8  # B's padded width (next_power_of_2 of the tokens) where it runs
 DECODE_TALL_MAX_DENSITY = 0.25  # n / m at most
 DECODE_TALL_MIN_K = 8192  # the weight's dense row length at least
+# The same weights on shorter rows into the column-major output keep 2-row tiles, their walk
+# issuing the next step's loads before this step's gather (prefetch). Cold L2, 8 tokens, us
+# (nm_decode_tall_cold.py, results/nvidia-h200/2026-11-30/at-92edd26/nm_cold_8_16.txt):
+#   4096 x 4096 2:8 12.4 -> 11.7, 1:8 8.1 -> 7.8; 14336 x 4096 2:8 30.9 -> 30.9, 1:8 20.6 -> 19.6
+# Into a row-major output it won on 4096^2 and lost on 14336 x 4096 1:8 (19.2 -> 19.9): off
+# there. At one token the same sweep found the routes' tiles best and prefetch no gain.
+DECODE_SHORT_ROWS = SpmmNmDecodeConfig(2, 256, 1, prefetch=True)
 
 
 @_memo
@@ -305,17 +312,18 @@ def spmm_nm_decode_config(
     Element-wise, 4 rows a program at one token (2:8 13.8 us, 2.2x dense; 1:8 10.7 us; 2:4 30.4
     us), 2 rows from 4 tokens on. Vector-wise tiles of 8 rows share their columns (2:8 v=64:
     8.2 us, 3.7x dense). Few-row weights at one token step over up to 1024 slots (above);
-    sparse element-wise weights with long rows at 5-8 tokens into a column-major output take
-    tall tiles (DECODE_TALL, above). `rows` and `row_slots` (compressed slots a row), `n` and
-    `m` (the pattern) 0 when unknown; `block` the pattern's block along K."""
+    sparse element-wise weights at 5-8 tokens into a column-major output take tall tiles on
+    long rows (DECODE_TALL, above), else prefetching 2-row tiles (DECODE_SHORT_ROWS). `rows`
+    and `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown;
+    `block` the pattern's block along K."""
     if vector % 8 == 0:
         return SpmmNmDecodeConfig(8, 256, 1)
     sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
     long_rows = n > 0 and row_slots * m // n >= DECODE_TALL_MIN_K
     element_wise = vector == 1 and block == 1
     tall_width = next_power_of_2(n_cols) == DECODE_TALL_COLS
-    if element_wise and sparse and long_rows and tall_width and column_major_out:
-        return DECODE_TALL
+    if element_wise and sparse and tall_width and column_major_out:
+        return DECODE_TALL if long_rows else DECODE_SHORT_ROWS
     if n_cols == 1:
         if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:
             slots = min(DECODE_WIDE_SLOTS, max(256, next_power_of_2(row_slots)))
