@@ -63,8 +63,8 @@ SOFTMAX_TAIL = True
 # softmax_heads_sweep.py, results/nvidia-h200/2026-11-30/at-92edd26/softmax_heads_sweep.txt,
 # 16 heads x 4096 rows, cold L2, us): rows on a half block and a tail of at most 256 lanes ran
 # fastest four heads on two warps with int32 offsets (strided:128:128 bf16 22.4 -> 16.7, 39% ->
-# 52% of copy; fp32 24.2 -> 22.4); rows of 257-512 entries one warp a head (random:0.1 bf16
-# 45.6 -> 41.9, fp32 58.4 -> 56.2). The backward keeps softmax_csr_config's.
+# 52% of copy; fp32 24.2 -> 22.4); rows of 257-512 entries one warp a head, int32 (random:0.1
+# bf16 45.6 -> 41.9, fp32 58.4 -> 56.2). The backward keeps softmax_csr_config's.
 SOFTMAX_TAIL_HEADS = 4
 SOFTMAX_TAIL_MAX_LANES = 256
 
@@ -103,8 +103,8 @@ def softmax_forward_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrCon
     if tail and base.block // 2 + tail <= SOFTMAX_TAIL_MAX_LANES:
         heads = min(next_power_of_2(max(batch, 1)), SOFTMAX_TAIL_HEADS)
         return SoftmaxCsrConfig(base.block, max(1, heads // 2), heads, tail, int32=True)
-    if base.block == 512:
-        return replace(base, num_warps=base.heads, tail=tail)
+    if base.block == 512:  # int32 too: with int64 offsets one warp a head ran 59.9 us
+        return replace(base, num_warps=base.heads, tail=tail, int32=True)
     return replace(base, tail=tail)
 
 
