@@ -241,7 +241,7 @@ def test_forward_tiles_rule():
     assert softmax_forward_config(4096 * 141, 4096, 1).heads == 1  # one matrix: one head
     assert softmax_forward_config(4096 * 141, 4096, 1).num_warps == 1
     wide_tail = softmax_forward_config(4096 * 300, 4096, 16)  # 256 + 128 lanes
-    assert (wide_tail.heads, wide_tail.num_warps, wide_tail.int32) == (2, 2, False)
+    assert (wide_tail.heads, wide_tail.num_warps, wide_tail.int32) == (2, 2, True)
     rows_512 = softmax_forward_config(4096 * 410, 4096, 16)  # two heads of 512
     assert (rows_512.heads, rows_512.num_warps, rows_512.int32) == (2, 2, True)
     assert softmax_csr_config(4096 * 410, 4096, 16).num_warps == 4
