@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold csrcold sddmmentry e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -24,7 +24,7 @@ shift
 steps=${*:-tests quick llm e2e}
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 # the newest committed run of each suite is its "previous version"
-previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-94aadcc benchmarks/results/nvidia-h200/2026-11-30/at-a36e480 benchmarks/results/nvidia-h200/2026-11-30/at-b10f6fc benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
+previous_runs="benchmarks/results/nvidia-h200/2026-11-30/at-3cf23ad benchmarks/results/nvidia-h200/2026-11-30/at-0488441 benchmarks/results/nvidia-h200/2026-11-30/at-ac18a5d benchmarks/results/nvidia-h200/2026-11-30/at-94aadcc benchmarks/results/nvidia-h200/2026-11-30/at-a36e480 benchmarks/results/nvidia-h200/2026-11-30/at-b10f6fc benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
 mkdir -p "$out"
 bench() {  # bench NAME LIMIT ARGS...
   local name=$1 limit=$2
@@ -108,10 +108,13 @@ for step in $steps; do
       CONFIGS=2x256/1w,2x256/1w/p,4x256/2w,32x16/1w,32x16/1w/p,32x16/2w,16x32/1w/p \
         TOKENS=8,16 timeout 260 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_8_16.txt" 2>&1
       echo "nmcold x8,16 rc=$? $(tail -1 "$out/nm_cold_8_16.txt")" ;;
-    csrcold)  # the CSR one-token kernel's configurations cold (csr_token_cold.py, never run)
+    csrcold)  # the CSR one-token kernel's configurations cold (csr_token_cold.py)
       timeout 200 python3 benchmarks/sweeps/csr_token_cold.py >"$out/csr_token_cold.txt" 2>&1
       echo "csrcold rc=$? $(tail -1 "$out/csr_token_cold.txt")" ;;
-    sddmmentry)  # the per-entry SDDMM's configurations (sddmm_entry_configs.py, never run)
+    csrdlmc)  # the general CSR kernel's tiles on DLMC matrices, cold (csr_dlmc_configs.py; carry .dlmc)
+      BUDGET_S=230 timeout 290 python3 benchmarks/sweeps/csr_dlmc_configs.py >"$out/csr_dlmc_configs.txt" 2>&1
+      echo "csrdlmc rc=$? $(tail -1 "$out/csr_dlmc_configs.txt")" ;;
+    sddmmentry)  # the per-entry SDDMM's configurations (sddmm_entry_configs.py)
       timeout 200 python3 benchmarks/sweeps/sddmm_entry_configs.py >"$out/sddmm_entry_configs.txt" 2>&1
       echo "sddmmentry rc=$? $(tail -1 "$out/sddmm_entry_configs.txt")" ;;
     csrlanes)  # the CSR one-token kernel: lane-major walk against aligned vectors
@@ -133,10 +136,10 @@ for step in $steps; do
     quick) bench quick 120 --quick ;;
     llm) bench llm 270 --suite llm --no-plots ;;
     llm_large) bench llm_large 400 --suite llm_large --no-plots ;;
-    llm_linear) bench llm_linear 200 --suite llm_linear --no-plots ;;  # never run
+    llm_linear) bench llm_linear 200 --suite llm_linear --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
-    nmsparse) bench nmsparse 560 --suite nmsparse --dtype bf16 --limit 100 --no-plots ;;  # never run
-    nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;  # never run
+    nmsparse) bench nmsparse 560 --suite nmsparse --dtype bf16 --limit 100 --no-plots ;;
+    nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;
     e2e) bench e2e 420 --suite e2e --no-plots ;;
     sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;

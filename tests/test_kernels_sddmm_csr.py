@@ -154,3 +154,16 @@ def test_opcheck_triton(device, gen):
     y = randn(5, 3, gen=gen, device=device).requires_grad_()
     args = (P.row_offsets, P.column_indices, x, y, t.row_offsets, t.column_indices, perm, "triton")
     torch.library.opcheck(torch.ops.sparsekernels.sddmm_csr.default, args)
+
+
+def test_entry_config_rule():
+    """K 64 at a time, ~2048 products a step on two warps (the H200 sweep in sddmm_tuning), no
+    more entries a step than an average row holds."""
+    from sparsekernels.kernels.sddmm_tuning import SddmmCsrConfig, sddmm_csr_config
+
+    assert sddmm_csr_config(64, 4096 * 82, 4096) == SddmmCsrConfig(32, 64, 2)
+    assert sddmm_csr_config(256, 4096 * 410, 4096) == SddmmCsrConfig(32, 64, 2)
+    assert sddmm_csr_config(16, 4096 * 410, 4096) == SddmmCsrConfig(128, 16, 2)
+    assert sddmm_csr_config(64, 4096 * 20, 4096) == SddmmCsrConfig(32, 64, 2)  # rows of 20: 32
+    assert sddmm_csr_config(64, 4096 * 9, 4096) == SddmmCsrConfig(16, 64, 2)  # short rows
+    assert sddmm_csr_config(8, 4096 * 3, 4096) == SddmmCsrConfig(16, 16, 1)

@@ -1,5 +1,5 @@
 """The per-entry CSR SDDMM kernel (kernels/sddmm_csr.py) over entries a step, K a step and warps,
-against its configuration (sddmm_tuning.sddmm_csr_config, a first heuristic never swept), the
+against its configuration (sddmm_tuning.sddmm_csr_config, set from this sweep), the
 library's route (sk.sddmm) and the dense product (X @ Y^T, then nothing: the dense peer).
 
 Uniform random patterns at 2-10% stored on 4096 x 4096, K = 64 and 256, bf16 and fp32, one

@@ -21,14 +21,27 @@ class SddmmCsrConfig:
     num_warps: int
 
 
+# The per-entry kernel's steps: K 64 at a time, about 2048 products a step (32 entries at K >=
+# 64) on two warps. H200 sweep (benchmarks/sweeps/sddmm_entry_configs.py, results/nvidia-h200/
+# 2026-11-30/at-92edd26/sddmm_entry_configs.txt, 4096^2 at 2-10% stored, us): the first
+# heuristic (up to 128 of K, 4096 products, 4 warps) against 32 entries x 64 of K on 2 warps:
+#   fp32 K = 64   16.3 -> 13.5, 30.2 -> 27.3, 53.9 -> 50.5   (2%, 5%, 10%)
+#   fp32 K = 256  42.7 -> 38.7, 96.5 -> 85.5, 184.2 -> 159.6
+#   bf16 K = 64   11.4 -> 10.0, 19.8 -> 19.1, 34.2 -> 35.2;  K = 256 28.2 -> 26.1 (2%)
+# (bf16 at 5-10% with K = 256 takes the tensor-core tiles.) One warp on 16 entries was as fast
+# at 2% and slower at 10%.
+SDDMM_BLOCK_K = 64
+SDDMM_STEP_PRODUCTS = 2048
+
+
 @_memo
 def sddmm_csr_config(k: int, nnz: int, rows: int) -> SddmmCsrConfig:
-    """First-kernel heuristic: a K chunk as wide as K up to 128; about 4096 products a step
+    """A K chunk as wide as K up to SDDMM_BLOCK_K; about SDDMM_STEP_PRODUCTS products a step
     (BLOCK_NNZ x BLOCK_K), but no more stored entries a step than an average row holds."""
-    block_k = max(16, min(128, next_power_of_2(max(k, 1))))
+    block_k = max(16, min(SDDMM_BLOCK_K, next_power_of_2(max(k, 1))))
     row = mean_row(nnz, rows)
-    block_nnz = max(16, min(4096 // block_k, row))
-    return SddmmCsrConfig(block_nnz, block_k, num_warps=4 if block_nnz * block_k >= 2048 else 2)
+    block_nnz = max(16, min(SDDMM_STEP_PRODUCTS // block_k, row))
+    return SddmmCsrConfig(block_nnz, block_k, num_warps=2 if block_nnz * block_k >= 1024 else 1)
 
 
 @dataclass(frozen=True)
