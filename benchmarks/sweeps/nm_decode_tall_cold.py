@@ -9,6 +9,7 @@ CUDA-graph medians in us a call, each configuration checked against float64 firs
 is the library's whole route (at 12-16 tokens not the decode kernel: TOKENS=12,16 compares).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_tall_cold.py
     SHAPES=28672x8192,8192x28672 TOKENS=1 CONFIGS=4x1024/2w,4x1024/2w/p,4x256/1w/p ...
+    PATTERNS=2:4 TOKENS=1 ...   (patterns n:m, default 2:8,1:8)
 """
 
 import itertools
@@ -29,7 +30,9 @@ SHAPES = [
     tuple(int(d) for d in s.split("x"))
     for s in os.environ.get("SHAPES", "4096x14336,14336x4096,4096x4096").split(",")
 ]
-PATTERNS = [(2, 8), (1, 8)]
+PATTERNS = [
+    tuple(int(d) for d in p.split(":")) for p in os.environ.get("PATTERNS", "2:8,1:8").split(",")
+]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,5").split(",")]
 # "RxS/Ww[/p][/sN]": R rows a program, S slots a step, W warps, p: the next step's loads before
 # this step's gather (prefetch), sN: N split-K ranges; without sN tiles of 16 rows or more split
