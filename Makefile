@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-gpu sanitize sanitize-suite sanitize-workers lint bench
+.PHONY: setup demo test test-gpu sanitize sanitize-suite sanitize-workers lint bench dlmc-subset
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,3 +64,8 @@ lint: setup
 
 bench: setup
 	$(VENV)/bin/sparsekernels bench --quick
+
+# 24 DLMC matrices a model from ../shared/data/dlmc into .dlmc (18 MB, git-ignored), the folder
+# `run_h200.sh OUT dlmc` and the csrdlmc sweep read (the device run carries it: carry [".dlmc"]).
+dlmc-subset: setup
+	$(PY) -c "from sparsekernels.bench import dlmc; dlmc.write_subset('.dlmc', 24)"

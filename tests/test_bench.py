@@ -221,6 +221,11 @@ def test_dlmc_archives_are_extracted_once_and_sampled(tmp_path):
     dlmc.find(source, cache)
     assert marker.stat().st_mtime_ns == stamp  # not extracted twice
     assert len(dlmc.sample(matrices, 1)) == 1
+    subset = tmp_path / "subset"
+    chosen = dlmc.write_subset(subset, 1, source, cache)
+    again, sizes_again = dlmc.find(subset, tmp_path / "unused")
+    assert [m.label for m in again] == [m.label for m in chosen] and len(again) == 1
+    assert sizes_again == sizes
 
 
 def test_dlmc_suite_runs_from_a_folder(tmp_path, monkeypatch):

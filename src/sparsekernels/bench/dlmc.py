@@ -30,6 +30,7 @@ class Matrix:
     rows: int
     cols: int
     nnz: int
+    root: Path | None = None  # the folder its path is laid out under (an extracted archive)
 
     @property
     def label(self) -> str:
@@ -96,7 +97,7 @@ def _describe(path: Path, root: Path) -> Matrix:
     if technique == model:  # a checkout laid out model/technique/sparsity without the prefix
         technique = "unknown"
     rows, cols, nnz = _header(path)
-    return Matrix(path, model, technique, sparsity, path.stem, rows, cols, nnz)
+    return Matrix(path, model, technique, sparsity, path.stem, rows, cols, nnz, root)
 
 
 def find(
@@ -146,3 +147,25 @@ def sample(matrices: list[Matrix], limit: int | None) -> list[Matrix]:
         else:
             picked += [group[(i * len(group)) // limit] for i in range(limit)]
     return picked
+
+
+def write_subset(
+    dest: Path, limit: int, source: Path | None = None, cache: Path | None = None
+) -> list[Matrix]:
+    """Copy `sample(find(source), limit)` and the rn50 batch sizes into `dest`, laid out as
+    find() reads them back (the same labels): a small folder to send to a GPU machine (24
+    matrices a model: 18 MB)."""
+    source = Path(source) if source is not None else default_source()
+    matrices, _ = find(source, cache)
+    chosen = sample(matrices, limit)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for folder in (source, *dict.fromkeys(m.root for m in matrices)):
+        if (folder / _BATCH_FILE).exists():
+            shutil.copy(folder / _BATCH_FILE, dest / _BATCH_FILE)
+            break
+    for m in chosen:
+        target = dest / m.root.name / m.path.relative_to(m.root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(m.path, target)
+    return chosen
