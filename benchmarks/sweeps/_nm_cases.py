@@ -1,6 +1,9 @@
 """One N:M decode case for the sweeps that time spmm_nm_decode directly: a magnitude-pruned bf16
-n:m weight on the GPU, fresh x, the float64 product, B as the route pads it, the packed offsets.
+n:m weight on the GPU, fresh x, the float64 product, B as the route pads it, the packed offsets;
+and the SHAPES / PATTERNS / TOKENS environment lists those sweeps take.
 """
+
+import os
 
 import torch
 
@@ -26,3 +29,16 @@ def nm_case(M: int, K: int, n: int, m: int, tokens: int) -> dict:
         "bits": bits,
         "words": packed_words(W.indices, bits),
     }
+
+
+def env_cases(shapes: str, patterns: str, tokens: str) -> tuple[list, list, list]:
+    """SHAPES ("4096x14336,..."), PATTERNS ("2:8,...") and TOKENS ("1,8") from the environment,
+    else the defaults given."""
+    return (
+        [tuple(int(d) for d in s.split("x")) for s in os.environ.get("SHAPES", shapes).split(",")],
+        [
+            tuple(int(d) for d in p.split(":"))
+            for p in os.environ.get("PATTERNS", patterns).split(",")
+        ],
+        [int(t) for t in os.environ.get("TOKENS", tokens).split(",")],
+    )

@@ -16,7 +16,7 @@ import itertools
 import os
 
 import torch
-from _nm_cases import nm_case
+from _nm_cases import env_cases, nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
@@ -26,14 +26,7 @@ from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
 DEVICE = torch.device("cuda")
-SHAPES = [
-    tuple(int(d) for d in s.split("x"))
-    for s in os.environ.get("SHAPES", "4096x14336,14336x4096,4096x4096").split(",")
-]
-PATTERNS = [
-    tuple(int(d) for d in p.split(":")) for p in os.environ.get("PATTERNS", "2:8,1:8").split(",")
-]
-TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,5").split(",")]
+SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:8,1:8", "8,5")
 # "RxS/Ww[/p][/sN]": R rows a program, S slots a step, W warps, p: the next step's loads before
 # this step's gather (prefetch), sN: N split-K ranges; without sN tiles of 16 rows or more split
 # toward 2048 programs as tuning.DECODE_TALL does, smaller ones by the library's split rule

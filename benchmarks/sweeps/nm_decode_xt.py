@@ -16,10 +16,9 @@ and dense (x @ w^T). Each checked against float64 first. Prints a table last.
 """
 
 import itertools
-import os
 
 import torch
-from _nm_cases import nm_case
+from _nm_cases import env_cases, nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
@@ -29,14 +28,7 @@ from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
 DEVICE = torch.device("cuda")
-SHAPES = [
-    tuple(int(d) for d in s.split("x"))
-    for s in os.environ.get("SHAPES", "4096x4096,14336x4096,4096x14336").split(",")
-]
-PATTERNS = [
-    tuple(int(d) for d in p.split(":")) for p in os.environ.get("PATTERNS", "2:8,1:8").split(",")
-]
-TOKENS = [int(t) for t in os.environ.get("TOKENS", "4,8").split(",")]
+SHAPES, PATTERNS, TOKENS = env_cases("4096x4096,14336x4096,4096x14336", "2:8,1:8", "4,8")
 
 
 def rotated(fn, copies: list) -> float:
