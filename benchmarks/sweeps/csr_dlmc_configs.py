@@ -8,7 +8,10 @@ N = 3136 took 11.7 us in fp32 and 22.3 in bf16 where its bytes need ~2 (results/
 few programs, each walking four rows 32 entries at a time. This times a grid of tiles per
 matrix, fp32 and bf16, against the library's choice, as the harness does: the matrix (fresh
 N(0, 1) values) and B rotated through copies that together overflow L2 twice; CUDA-graph
-medians in us a call, each checked against float64 first. Prints a table last.
+medians in us a call, each checked against float64 first. Narrow column tiles with many rows
+(e.g. 16x16x32) keep a program's slice of B (K x 32) in L1 across its rows: at N = 2048 every
+entry re-reads its B row, and from L2 that caps the kernel near 8 TFLOP/s in fp32. Prints a
+table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_dlmc_configs.py   # DLMC=.dlmc (extracted)
     DTYPES=fp32 CONFIGS=1x32x64/2w,2x32x128/4w BUDGET_S=60 ...
 """
@@ -35,7 +38,8 @@ DTYPES = {k: DTYPES[k] for k in os.environ.get("DTYPES", "fp32,bf16").split(",")
 CONFIGS = os.environ.get(
     "CONFIGS",
     "1x16x64/2w,1x32x64/2w,1x32x128/4w,1x64x64/4w,1x64x128/4w,2x16x128/4w,2x32x64/4w,"
-    "2x32x128/4w,4x16x128/4w,4x32x64/4w,8x16x64/4w,1x32x256/8w",
+    "2x32x128/4w,4x16x128/4w,4x32x64/4w,8x16x64/4w,1x32x256/8w,8x16x32/4w,16x16x32/8w,"
+    "4x32x32/4w",
 ).split(",")
 DENSITIES = (0.5, 0.2, 0.05)  # per DLMC layer shape, the matrix nearest each
 
