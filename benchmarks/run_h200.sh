@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmxt csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmxt csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -109,9 +109,13 @@ for step in $steps; do
         TOKENS=8,16 timeout 260 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_8_16.txt" 2>&1
       echo "nmcold x8,16 rc=$? $(tail -1 "$out/nm_cold_8_16.txt")" ;;
     nmcold24)  # 2:4 decode tiles cold at 1 and 8 tokens (2:4 runs 0.64x dense at one token)
-      PATTERNS=2:4 TOKENS=1,8 CONFIGS=4x1024/2w,4x1024/2w/p,2x1024/2w/p,4x1024/4w,4x512/1w,4x512/1w/p,4x256/1w,4x256/1w/p,8x256/2w/p,2x256/1w,2x256/1w/p,4x1024/2w/s2 \
+      PATTERNS=2:4 TOKENS=1,8 CONFIGS=4x1024/2w,4x1024/2w/c,4x1024/2w/p,2x1024/2w/p,4x1024/4w,4x512/1w,4x512/1w/c,4x256/1w,4x256/1w/c,2x256/1w,2x256/1w/p,4x1024/2w/s2 \
         timeout 280 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_24.txt" 2>&1
       echo "nmcold24 rc=$? $(tail -1 "$out/nm_cold_24.txt")" ;;
+    nmcoldc)  # the decode's cache hints (/c: weight past L1, x kept) cold, 2:8 and 1:8 at one token
+      TOKENS=1 CONFIGS=4x1024/2w,4x1024/2w/c,4x512/1w/c,4x256/1w,4x256/1w/c,4x256/1w/p/c,2x256/1w/c,1x256/1w/c \
+        timeout 200 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_hints.txt" 2>&1
+      echo "nmcoldc rc=$? $(tail -1 "$out/nm_cold_hints.txt")" ;;
     nmxt)  # linear's copy of x^T at 4-8 tokens against the decode kernel reading x^T strided (nm_decode_xt.py)
       timeout 200 python3 benchmarks/sweeps/nm_decode_xt.py >"$out/nm_decode_xt.txt" 2>&1
       echo "nmxt rc=$? $(tail -1 "$out/nm_decode_xt.txt")" ;;

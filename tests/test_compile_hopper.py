@@ -59,7 +59,7 @@ def _cases() -> dict:
                          ACC_DTYPE=tl.float64 if wide else tl.float32,
                          BLOCK_M=8 if shared else 4, BLOCK_W=32, BLOCK_N=4,
                          PARTIAL=partial, KEEP_SUMS=not (shared or partial),
-                         PREFETCH=False)  # fmt: skip
+                         PREFETCH=False, STREAM_CACHE="", GATHER_EVICTION="")  # fmt: skip
         name = f"decode shared={shared} partial={partial} fp64={wide}"
         cases[name] = (_nm_decode_kernel, [data, "*i32", data, data, out], constants, 1)
     for block_n in (1, 8):  # the own-row walk loading the next step before the gather
@@ -67,9 +67,11 @@ def _cases() -> dict:
                          WIDE=False, PADDED_B=True, HAS_BIAS=False, ACTIVATION=0,
                          B_INDEX=tl.int32, ACC_DTYPE=tl.float32, BLOCK_M=4, BLOCK_W=128,
                          BLOCK_N=block_n, PARTIAL=True, KEEP_SUMS=False,
-                         PREFETCH=True)  # fmt: skip
+                         PREFETCH=True, STREAM_CACHE="", GATHER_EVICTION="")  # fmt: skip
         pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*fp32"]
         cases[f"decode prefetch N={block_n}"] = (_nm_decode_kernel, pointers, constants, 2)
+        hinted = dict(constants, PREFETCH=False, STREAM_CACHE=".cg", GATHER_EVICTION="evict_last")
+        cases[f"decode cache hints N={block_n}"] = (_nm_decode_kernel, pointers, hinted, 2)
     for sums in ("*fp32", "*fp64"):
         constants = dict(HAS_BIAS=True, ACTIVATION=2, BLOCK_M=64, BLOCK_N=16)
         cases[f"sum partials {sums}"] = (
@@ -134,6 +136,8 @@ CASE_NAMES = [
     ),
     "decode prefetch N=1",
     "decode prefetch N=8",
+    "decode cache hints N=1",
+    "decode cache hints N=8",
     "sum partials *fp32",
     "sum partials *fp64",
     *(

@@ -36,6 +36,7 @@ def _launch_poisoned(
     split=1,
     keep_sums=False,
     prefetch=False,
+    hints=("", ""),
 ):
     cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
     out = torch.full((W.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
@@ -60,6 +61,8 @@ def _launch_poisoned(
         split=split,
         keep_sums=keep_sums,
         prefetch=prefetch,
+        stream_cache=hints[0],
+        gather_eviction=hints[1],
     )
     return out
 
@@ -194,6 +197,20 @@ def test_prefetch_walk(device, pattern, N, config, split, gen):
     want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, torch.float32)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("N", [1, 8])
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_cache_hints(device, N, prefetch, gen):
+    """The weight's loads past L1 and the gather kept in cache (the sweep's "/c" forms): the
+    same products, every element written (rows past M, a last step past the row's end)."""
+    skip_interpreter_on_gpu_machine(device)
+    W = random_nm(13, 37 * 8, 2, 8, gen, 1, 1, torch.float32, device)
+    B = randn(37 * 8, N, gen=gen, dtype=torch.float32, device=device)
+    got = _launch_poisoned(W, B, (4, 2, 2), prefetch=prefetch, hints=(".cg", "evict_last"))
+    want = W.to_dense().double() @ B.double()
+    assert_close(got, want, spmm_bound(W.to_dense(), B), torch.float32)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

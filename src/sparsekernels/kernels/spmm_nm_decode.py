@@ -38,21 +38,26 @@ from .transpose import padded_b
 @triton.jit
 def _own_row_loads(
     row_values, words, group_rows, stride_wm, w0, stop, S, mask_m,
-    BLOCK_W: tl.constexpr, SPW: tl.constexpr,
+    BLOCK_W: tl.constexpr, SPW: tl.constexpr, STREAM_CACHE: tl.constexpr,
 ):  # fmt: skip
     """A step's compressed values (BLOCK_M, BLOCK_W, SPW) and packed words (BLOCK_M, BLOCK_W)
-    for rows with their own choice; nothing loaded at or past `stop` (words) or S (slots)."""
+    for rows with their own choice; nothing loaded at or past `stop` (words) or S (slots).
+    STREAM_CACHE: the loads' cache modifier ("" or ".cg", past L1: see the launcher)."""
     w = w0 + tl.arange(0, BLOCK_W)
     mask_w = w < stop
     slots = w[:, None] * SPW + tl.arange(0, SPW)[None, :]  # (BLOCK_W, SPW)
     mask_s = mask_w[:, None] & (slots < S)
     vals = tl.load(
-        row_values + slots[None, :, :], mask=mask_m[:, None, None] & mask_s[None, :, :], other=0.0
+        row_values + slots[None, :, :],
+        mask=mask_m[:, None, None] & mask_s[None, :, :],
+        other=0.0,
+        cache_modifier=STREAM_CACHE,
     )
     word = tl.load(
         words + group_rows * stride_wm + tl.where(mask_w, w, 0)[None, :],
         mask=mask_w[None, :],
         other=0,
+        cache_modifier=STREAM_CACHE,
     )
     return vals, word
 
@@ -64,9 +69,11 @@ def _own_row_step(
     WIDE: tl.constexpr, PADDED_B: tl.constexpr, B_INDEX: tl.constexpr,
     ACC_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr,
     BLOCK_N: tl.constexpr, SPW: tl.constexpr, KEEP_SUMS: tl.constexpr,
+    GATHER_EVICTION: tl.constexpr,
 ):  # fmt: skip
     """Unpack a step's offsets, gather its B rows and add the products (the loads' masks
-    already zeroed the values of slots past the row or the range)."""
+    already zeroed the values of slots past the row or the range). GATHER_EVICTION: the
+    gather's eviction policy ("" or "evict_last")."""
     j = tl.arange(0, SPW)
     slots = (w0 + tl.arange(0, BLOCK_W))[:, None] * SPW + j[None, :]  # (BLOCK_W, SPW)
     mask_s = slots < S
@@ -80,7 +87,12 @@ def _own_row_step(
     cols = first[None, :, :] + offsets * BLOCK
     vals = vals.to(ACC_DTYPE)
     if BLOCK_N == 1:  # decode of one token: a plain gather, no column axis
-        x = tl.load(b + cols.to(B_INDEX) * stride_bk, mask=mask_s[None, :, :], other=0.0)
+        x = tl.load(
+            b + cols.to(B_INDEX) * stride_bk,
+            mask=mask_s[None, :, :],
+            other=0.0,
+            eviction_policy=GATHER_EVICTION,
+        )
         acc += tl.sum(tl.sum(vals * x.to(ACC_DTYPE), axis=2), axis=1)[:, None]
     else:
         flat_cols = tl.reshape(cols, (BLOCK_M, BLOCK_W * SPW))
@@ -89,7 +101,12 @@ def _own_row_step(
         x_mask = flat_mask[None, :, None]
         if not PADDED_B:
             x_mask = x_mask & mask_n[None, None, :]
-        x = tl.load(b_rows + offs_n[None, None, :] * b_col, mask=x_mask, other=0.0)
+        x = tl.load(
+            b_rows + offs_n[None, None, :] * b_col,
+            mask=x_mask,
+            other=0.0,
+            eviction_policy=GATHER_EVICTION,
+        )
         flat_vals = tl.reshape(vals, (BLOCK_M, BLOCK_W * SPW))
         if KEEP_SUMS:
             slot_sums += flat_vals[:, :, None] * x.to(ACC_DTYPE)
@@ -134,6 +151,8 @@ def _nm_decode_kernel(
     PARTIAL: tl.constexpr,  # write the sum in ACC_DTYPE to the workspace, no epilogue
     KEEP_SUMS: tl.constexpr,  # element-wise, N > 1: each slot's sums kept to the end
     PREFETCH: tl.constexpr,  # own-row walk: the next step's weight loads before this gather
+    STREAM_CACHE: tl.constexpr,  # own-row walk: the weight's loads' cache modifier
+    GATHER_EVICTION: tl.constexpr,  # own-row walk: the gather's eviction policy
 ):
     # Each row its own choice: a step covers BLOCK_W words, a (BLOCK_W, SPW) grid of slots
     # (slot = word * SPW + j); each word is loaded once and unpacked by shifts (2:8 at one
@@ -201,28 +220,30 @@ def _nm_decode_kernel(
             # the next step's values and words are loaded before this step's gather of B, so
             # the weight's loads of two steps are in flight while the gather waits
             vals, word = _own_row_loads(
-                row_values, words, group_rows, stride_wm, start, stop, S, mask_m, BLOCK_W, SPW
-            )
+                row_values, words, group_rows, stride_wm, start, stop, S, mask_m, BLOCK_W, SPW,
+                STREAM_CACHE,
+            )  # fmt: skip
             for w0 in range(start, stop, BLOCK_W):
                 next_vals, next_word = _own_row_loads(
                     row_values, words, group_rows, stride_wm, w0 + BLOCK_W, stop, S, mask_m,
-                    BLOCK_W, SPW,
+                    BLOCK_W, SPW, STREAM_CACHE,
                 )  # fmt: skip
                 acc, slot_sums = _own_row_step(
                     acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
                     stride_bk, N_KEEP, M_GROUP, BLOCK, BITS, WIDE, PADDED_B, B_INDEX,
-                    ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS,
+                    ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS, GATHER_EVICTION,
                 )  # fmt: skip
                 vals, word = next_vals, next_word
         else:
             for w0 in range(start, stop, BLOCK_W):
                 vals, word = _own_row_loads(
-                    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m, BLOCK_W, SPW
-                )
+                    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m, BLOCK_W, SPW,
+                    STREAM_CACHE,
+                )  # fmt: skip
                 acc, slot_sums = _own_row_step(
                     acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
                     stride_bk, N_KEEP, M_GROUP, BLOCK, BITS, WIDE, PADDED_B, B_INDEX,
-                    ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS,
+                    ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS, GATHER_EVICTION,
                 )  # fmt: skip
         if KEEP_SUMS:
             acc += tl.sum(slot_sums, axis=1)
@@ -281,13 +302,19 @@ def spmm_nm_decode(
     split: int = 1,
     keep_sums: bool = False,
     prefetch: bool = False,
+    stream_cache: str = "",
+    gather_eviction: str = "",
 ) -> torch.Tensor:
     """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
     `transpose.padded_b`), which loads fastest. values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from `packed_bits`) need unit stride along their
     last dim. `split` > 1 cuts each row's walk into that many ranges of steps (fewer where a
     range would be empty), summed in order by split_k.sum_partials. `prefetch`: rows with
-    their own choice load the next step's values and words before this step's gather."""
+    their own choice load the next step's values and words before this step's gather.
+    `stream_cache` (".cg": the weight's values and words past L1) and `gather_eviction`
+    ("evict_last": B's rows kept) are for benchmarks/sweeps/nm_decode_tall_cold.py (forms "/c"):
+    at one token x is 28 KB and the weight streams ~280 KB through each multiprocessor's L1,
+    which may evict x between gathers (Nsight Compute: L1TEX stalls, at-02f1e78/ncu.txt)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -330,6 +357,8 @@ def spmm_nm_decode(
         PARTIAL=splits > 1,
         KEEP_SUMS=keep_sums and cols > 1 and vector % block_m != 0,
         PREFETCH=prefetch,
+        STREAM_CACHE=stream_cache,
+        GATHER_EVICTION=gather_eviction,
         num_warps=num_warps,
         num_stages=num_stages,
     )
