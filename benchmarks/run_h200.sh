@@ -15,7 +15,10 @@
 # vectors (csr_token_lanes.py); softmaxrows: the row softmax walking many rows a program, the
 # next row's loads first
 # (softmax_rows.py); csrhints: cache hints for the CSR few-token kernel (csr_few_cache_hints.py); ncu: Nsight
-# Compute sections of the kernels in ncu_cases.py (never run yet: try it early in a call).
+# Compute sections of the kernels in ncu_cases.py. nmcold24 / nmcoldc: 2:4 decode tiles and the
+# decode's cache hints cold (nm_decode_tall_cold.py); nmxt: linear's x^T copy against a strided
+# read (nm_decode_xt.py); csrdlmc: the general CSR kernel's tiles on DLMC (carry .dlmc, built by
+# `make dlmc-subset`).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
 # Results land in OUT_DIR/<step>/ with logs; bench steps compare with the last committed run.
 set -u
