@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmxt csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmxt csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -86,6 +86,10 @@ for step in $steps; do
     decodesplit)  # split-K for the N:M decode kernel (sets tuning.DECODE_SPLIT_PROGRAMS)
       BUDGET_S=150 timeout 190 python3 benchmarks/sweeps/nm_decode_split.py >"$out/nm_decode_split.txt" 2>&1
       echo "decodesplit rc=$? $(tail -1 "$out/nm_decode_split.txt")" ;;
+    softmaxalign)  # the row softmax reading whole 16-byte groups ("/a", SOFTMAX_ALIGN) against the route
+      FORMS=default,2/2/i64,2/2/i32,2/2/i32/a,2/2/i64/a,2/4/i32/a,4/2/i32/t,4/2/i32/t/a,4/4/i32/t/a,1/4/i32,1/4/i32/a \
+        BUDGET_S=150 timeout 190 python3 benchmarks/sweeps/softmax_heads_sweep.py >"$out/softmax_align.txt" 2>&1
+      echo "softmaxalign rc=$? $(tail -1 "$out/softmax_align.txt")" ;;
     softmaxheads)  # heads, warps and offset width per softmax program (sddmm_tuning.softmax_csr_config)
       BUDGET_S=150 timeout 190 python3 benchmarks/sweeps/softmax_heads_sweep.py >"$out/softmax_heads_sweep.txt" 2>&1
       echo "softmaxheads rc=$? $(tail -1 "$out/softmax_heads_sweep.txt")" ;;

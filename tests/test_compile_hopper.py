@@ -93,12 +93,20 @@ def _cases() -> dict:
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
-        forward = dict(constants, TAIL=0)
+        forward = dict(constants, TAIL=0, ALIGN=0)
         cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], forward, 4)
         pointers = ["*i32", data, data, data]
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)
-    tail = dict(ACC_DTYPE=tl.float32, INDEX=tl.int64, BLOCK=128, BLOCK_H=2, TAIL=32)
+    tail = dict(ACC_DTYPE=tl.float32, INDEX=tl.int64, BLOCK=128, BLOCK_H=2, TAIL=32, ALIGN=0)
     cases["softmax tail"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], tail, 1)
+    for block, tail_lanes in ((256, 8), (128, 32)):  # whole 16-byte groups (an early return)
+        aligned = dict(tail, INDEX=tl.int32, BLOCK=block, TAIL=tail_lanes, ALIGN=8)
+        cases[f"softmax aligned {block}+{tail_lanes}"] = (
+            _softmax_csr_kernel,
+            ["*i32", "*bf16", "*bf16"],
+            aligned,
+            2,
+        )
     for data, cols in (("*bf16", "*i16"), ("*fp64", "*i64")):  # the CSR one-token walk
         for lane_major in (False, True):
             constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
@@ -146,6 +154,8 @@ CASE_NAMES = [
     ),
     *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
     "softmax tail",
+    "softmax aligned 256+8",
+    "softmax aligned 128+32",
     "csr token *bf16",
     "csr token *fp64",
     "csr token *bf16 lane-major",

@@ -28,7 +28,7 @@ def _config(S, block):
     return block or config.block, config.num_warps
 
 
-def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None):
+def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None, align=0):
     from sparsekernels.kernels import softmax_csr as kernel
 
     block, num_warps = _config(S, block)
@@ -42,6 +42,7 @@ def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None)
         num_warps=warps or num_warps * heads,
         heads=heads,
         tail=tail,
+        align=align,
     )
     return out
 
@@ -156,6 +157,41 @@ def test_forward_tail(device, dtype, heads, warps, wide, gen, monkeypatch):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("tail", [0, 8])
+@pytest.mark.parametrize(("heads", "warps"), [(1, 1), (4, 2)])
+@pytest.mark.parametrize("whole", [False, True], ids=["ragged-end", "whole-groups"])
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, monkeypatch):
+    """Rows read once as whole 16-byte groups (align: 8 entries in bf16, 4 in fp32), block 16:
+    rows starting at every offset within a group, rows whose groups overflow the lanes (read
+    entry by entry instead), longer rows (the walk), empty rows and a single entry; the last
+    row ending mid-group at the array's end (entry by entry: its group would pass the array)
+    or on a group's end; 5 heads, a NaN entry and a row of -inf."""
+    from sparsekernels.kernels import softmax_csr
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(softmax_csr, "INT32_LIMIT", 0 if wide else 2**31)
+    align = 16 // dtype.itemsize
+    lengths = [0, 3, 5, 16, 17, 9, 13, 24, 40, 1, 7, 23, 11, 15, 2]
+    if whole:  # the matrix ends on a group: its last row is read as groups too
+        lengths.append(-sum(lengths) % 16 or 16)
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    cols = torch.cat([torch.randperm(48, generator=gen)[:k].sort().values for k in lengths])
+    S = sk.CSRMatrix(offsets.to(device), cols.to(torch.int32).to(device),
+                     torch.zeros(cols.numel(), dtype=dtype, device=device),
+                     (len(lengths), 48))  # fmt: skip
+    assert (S.nnz % 16 == 0) == whole
+    values = randn(5, S.nnz, gen=gen, device=device).to(dtype)
+    values[1, 8:24] = float("-inf")  # row 3 (16 entries) all -inf: NaN, as dense softmax
+    values[3, 45] = float("nan")  # a NaN in row 5
+    got = _forward_poisoned(
+        S, values, 0.7, block=16, heads=heads, tail=tail, warps=warps, align=align
+    )
+    _check_forward(got, _dense_softmax(S, values, 0.7), dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("block", [16, 64])  # rows across blocks; every row in one block
 @pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
 def test_heads_share_a_program(device, block, wide, gen, monkeypatch):
@@ -249,6 +285,41 @@ def test_forward_tiles_rule():
         assert softmax_forward_config(4096 * average, 4096, 16) == softmax_csr_config(
             4096 * average, 4096, 16
         )
+
+
+def test_forward_align_rule(monkeypatch, request):
+    """Off by default; on, 16-bit values read in groups of 8 entries (16 bytes), fp32 and fp64
+    entry by entry."""
+    from sparsekernels.kernels import sddmm_tuning
+
+    forward = sddmm_tuning.softmax_forward_config
+    request.addfinalizer(forward.cache_clear)
+    assert forward(4096 * 256, 4096, 16, 2).align == 0
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_ALIGN", True)
+    forward.cache_clear()
+    for average in (141, 256, 410, 2048):  # the tail's rows, one block, 512, the walk
+        assert forward(4096 * average, 4096, 16, 2).align == 8
+        assert forward(4096 * average, 4096, 16, 4).align == 0
+        assert forward(4096 * average, 4096, 16, 8).align == 0
+    assert forward(4096 * 141, 4096, 16, 2).tail == 32  # the tail stays
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_op_aligned(device, dtype, gen, monkeypatch, request):
+    """The op with SOFTMAX_ALIGN on, 16-bit values: 3 heads over rows of every length and
+    start, empty rows; forward against float64 dense softmax."""
+    from sparsekernels.kernels import sddmm_tuning
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_ALIGN", True)
+    sddmm_tuning.softmax_forward_config.cache_clear()
+    request.addfinalizer(sddmm_tuning.softmax_forward_config.cache_clear)
+    S = random_csr(37, 70, 0.4, gen, dtype, device)  # ~28 a row: block 32, rows past it walk
+    assert sddmm_tuning.softmax_forward_config(S.nnz, 37, 3, dtype.itemsize).align == 8
+    values = randn(3, S.nnz, gen=gen, device=device).to(dtype)
+    probs = sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values
+    _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -9,10 +9,11 @@ Nsight Compute found the kernel bound by instructions issued, not memory (at-02f
 SM 79%, DRAM 37% on local:256 bf16). Compiled for sm_90, the single-read branch issues per
 512 entries (2 heads of 256): 2 warps 542 warp-instructions with int64 offsets, 460 with int32;
 1 warp 441 / 349 (no barrier in its reductions); 4 warps 648 / 636. FORMS are
-"heads/warps/offsets", "/t" after them for half the block and a tail as
+"heads/warps/offsets", then "/t" for half the block and a tail as
 sddmm_tuning.softmax_tail routes them with SOFTMAX_TAIL on (strided:128:128's rows on 128 + 32
-lanes: 183 against 230 instructions a warp; patterns without a saving run as before);
-"default" is the library's choice.
+lanes: 183 against 230 instructions a warp; patterns without a saving run as before), "/a"
+for whole 16-byte groups as SOFTMAX_ALIGN routes them (vector loads; in bf16 24-35% fewer
+instructions compiled for sm_90); "default" is the library's choice.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
     KINDS=local:256 DTYPES=bf16 FORMS=2/1/i32,4/2/i32 BUDGET_S=60 ...
 """
@@ -71,27 +72,30 @@ for kind in KINDS:
         moved = 2 * BATCH * P.nnz * dtype.itemsize
         times = {}
         for form in FORMS:
-            block, tail, library_int32 = config.block, 0, False
+            block, tail, library_int32, align, flags = config.block, 0, False, 0, []
             if form == "default":  # the library's forward route, its tail and offsets included
-                chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH)
+                chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH, dtype.itemsize)
                 heads, warps, int32 = chosen.heads, chosen.num_warps, None
-                tail, library_int32 = chosen.tail, chosen.int32
+                tail, library_int32, align = chosen.tail, chosen.int32, chosen.align
                 block = chosen.block // 2 if tail else chosen.block
             else:
                 h, w, offsets, *flags = form.split("/")
                 heads, warps, int32 = int(h), int(w) or config.num_warps * int(h), offsets == "i32"
-            if form.endswith("/t"):  # the library's tail, as SOFTMAX_TAIL routes it
+            if "a" in flags:  # whole 16-byte groups, as SOFTMAX_ALIGN routes them
+                align = 16 // dtype.itemsize
+            if "t" in flags:  # the library's tail, as SOFTMAX_TAIL routes it
                 tail_was = sddmm_tuning.SOFTMAX_TAIL
                 sddmm_tuning.SOFTMAX_TAIL = True
                 tail = sddmm_tuning.softmax_tail(P.nnz, L, config.block)
                 sddmm_tuning.SOFTMAX_TAIL = tail_was
                 block = config.block // 2 if tail else config.block
 
-            def run(heads=heads, warps=warps, block=block, tail=tail, i32=library_int32, only=None):
+            def run(heads=heads, warps=warps, block=block, tail=tail, i32=library_int32,
+                    align=align, only=None):  # fmt: skip
                 for v in values if only is None else [only]:  # each copy once: cold in L2
                     sparse_softmax(row_offsets=P.row_offsets, values=v, out=out, scale=0.5,
                                    block=block, num_warps=warps, heads=heads, tail=tail,
-                                   int32=i32)  # fmt: skip
+                                   int32=i32, align=align)  # fmt: skip
 
             if int32 is not None:  # int32 wherever offsets fit, or int64 everywhere
                 softmax_csr.INT32_ONLY_FOR_WALKS = False
@@ -100,8 +104,9 @@ for kind in KINDS:
             err = (out.double() - want).abs().max().item()
             times[form] = bench(run) / copies if err < 1e-2 else float("nan")
             softmax_csr.INT32_ONLY_FOR_WALKS, softmax_csr.INT32_LIMIT = default_walks, 2**31
-        chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH)
+        chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH, dtype.itemsize)
         default = f"{chosen.heads}/{chosen.num_warps}" + ("/t" if chosen.tail else "")
+        default += "/a" if chosen.align else ""
         case = f"{kind} {name} block={config.block}"
         print(case, {f: round(t, 1) for f, t in times.items()}, f"default {default}", flush=True)
         table.append((case, moved, times, default))

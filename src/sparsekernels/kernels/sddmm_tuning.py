@@ -51,6 +51,7 @@ class SoftmaxCsrConfig:
     heads: int = 1  # matrices sharing the pattern (attention heads) per program
     tail: int = 0  # > 0: the forward reads rows up to block / 2 + tail once (softmax_tail)
     int32: bool = False  # the forward's offsets in int32 wherever they fit (its tail's rows)
+    align: int = 0  # > 1: the forward reads rows in whole 16-byte groups of this many entries
 
 
 # Heads per program: a row of up to 256 entries is one warp's work, and one-warp programs meet
@@ -80,6 +81,12 @@ SOFTMAX_TAIL = True
 # bf16 45.6 -> 41.9, fp32 58.4 -> 56.2). The backward keeps softmax_csr_config's.
 SOFTMAX_TAIL_HEADS = 4
 SOFTMAX_TAIL_MAX_LANES = 256
+# Rows read once may load whole 16-byte groups from the one holding their start (vector loads,
+# the neighbours' entries masked out; softmax_csr._read_once). Compiled for sm_90, in bf16 the
+# single read then issues 24-35% fewer instructions (local:256's 2 heads on 2 warps 313 -> 205
+# a thread, strided's tail form 403 -> 301); in fp32 about as many (+3% to -19%): 16-bit
+# values only. Off until timed (benchmarks/sweeps/softmax_heads_sweep.py, forms with "/a").
+SOFTMAX_ALIGN = False
 
 
 def softmax_tail(nnz: int, rows: int, block: int) -> int:
@@ -107,18 +114,22 @@ def softmax_csr_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
 
 
 @_memo
-def softmax_forward_config(nnz: int, rows: int, batch: int = 1) -> SoftmaxCsrConfig:
+def softmax_forward_config(
+    nnz: int, rows: int, batch: int = 1, itemsize: int = 4
+) -> SoftmaxCsrConfig:
     """The forward's: softmax_csr_config with the tail (softmax_tail); a tail's rows up to
     SOFTMAX_TAIL_MAX_LANES lanes on SOFTMAX_TAIL_HEADS heads a program, two a warp, int32
-    offsets; blocks of 512 one warp a head (the sweep above)."""
+    offsets; blocks of 512 one warp a head (the sweep above); with SOFTMAX_ALIGN, 16-bit
+    values (`itemsize` bytes an entry) read in 16-byte groups."""
     base = softmax_csr_config(nnz, rows, batch)
     tail = softmax_tail(nnz, rows, base.block)
+    align = 16 // itemsize if SOFTMAX_ALIGN and itemsize == 2 else 0
     if tail and base.block // 2 + tail <= SOFTMAX_TAIL_MAX_LANES:
         heads = min(next_power_of_2(max(batch, 1)), SOFTMAX_TAIL_HEADS)
-        return SoftmaxCsrConfig(base.block, max(1, heads // 2), heads, tail, int32=True)
+        return SoftmaxCsrConfig(base.block, max(1, heads // 2), heads, tail, True, align)
     if base.block == 512:  # int32 too: with int64 offsets one warp a head ran 59.9 us
-        return replace(base, num_warps=base.heads, tail=tail, int32=True)
-    return replace(base, tail=tail)
+        return replace(base, num_warps=base.heads, tail=tail, int32=True, align=align)
+    return replace(base, tail=tail, align=align)
 
 
 # ------------------------------------------------------------------ routes

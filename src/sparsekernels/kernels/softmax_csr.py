@@ -8,6 +8,10 @@ sum of exponentials per lane (online softmax, fp32; fp64 for fp64), the lanes co
 walked again to write exp(z - max) / sum. Exponentials are taken in base 2 (log2(e) folded into
 the scale) and each row's sum inverted once: the kernel is bound by instructions issued, and
 compiled for sm_90 its single-read branch then issues 13% fewer (27-31% fewer in the walks).
+Rows read once may also load whole 16-byte groups from the one holding their start (ALIGN):
+the masks are then the same across a group, so the loads become vector loads (a row's
+start is otherwise any entry, and each entry a load); rows whose groups would not fit the
+lanes, or would pass the array's end, are read entry by entry.
 As the reference does, a row whose max is -inf is
 shifted by 0 instead, so a row of all -inf gives 0 / 0 = NaN like dense softmax; a NaN or +inf
 makes its row NaN; empty rows are not touched.
@@ -35,6 +39,52 @@ LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
+def _read_once(
+    values, out, first, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
+    GROUP: tl.constexpr,
+):  # fmt: skip
+    """A row of at most BLOCK + TAIL entries from `first` on, in registers: one read, one
+    write. GROUP > 1: `first` is the row's start rounded down to GROUP entries (16 bytes) and
+    the loads take whole groups (one mask a group: vector loads), the neighbours' entries
+    masked out after the load; the stores stay entry by entry (a neighbour's program writes
+    them). GROUP = 1: `first` is the start."""
+    offs = (first + lanes)[None, :]
+    if GROUP > 1:  # start <= offs < end as one unsigned compare
+        width = tl.cast(end - start, tl.uint32 if INDEX == tl.int32 else tl.uint64)  # noqa: SIM300
+        live = mask_h[:, None] & (tl.cast(offs - start, width.dtype) < width)
+        load_mask = mask_h[:, None] & ((first + lanes // GROUP * GROUP)[None, :] < end)
+    else:
+        live = mask_h[:, None] & (offs < end)
+        load_mask = live
+    z = tl.load(values + offs * stride_ve, mask=load_mask, other=float("-inf")).to(ACC_DTYPE)
+    z = tl.where(live, z * scale, float("-inf"))
+    row_max = tl.max(z, axis=1)
+    if TAIL > 0:  # the entries past BLOCK, on TAIL lanes instead of another BLOCK
+        tail_lanes = tl.arange(0, TAIL).to(INDEX)
+        tail_offs = (first + BLOCK + tail_lanes)[None, :]  # past the start: first + BLOCK > start
+        tail_live = mask_h[:, None] & (tail_offs < end)
+        tail_load = tail_live
+        if GROUP > 1:
+            tail_groups = (first + BLOCK + tail_lanes // GROUP * GROUP)[None, :]
+            tail_load = mask_h[:, None] & (tail_groups < end)
+        zt = tl.load(values + tail_offs * stride_ve, mask=tail_load, other=float("-inf"))
+        zt = tl.where(tail_live, zt.to(ACC_DTYPE) * scale, float("-inf"))
+        row_max = tl.maximum(row_max, tl.max(zt, axis=1))
+    row_shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+    exps = tl.exp2(z - row_shift)  # a masked lane: 2^-inf = 0
+    row_sum = tl.sum(exps, axis=1)
+    if TAIL > 0:
+        tail_exps = tl.exp2(zt - row_shift)
+        row_sum += tl.sum(tail_exps, axis=1)
+    inverse = (1.0 / row_sum)[:, None]
+    tl.store(out + offs * stride_oe, (exps * inverse).to(out.dtype.element_ty), mask=live)
+    if TAIL > 0:
+        tail_p = (tail_exps * inverse).to(out.dtype.element_ty)
+        tl.store(out + tail_offs * stride_oe, tail_p, mask=tail_live)
+
+
+@triton.jit
 def _softmax_csr_kernel(
     row_offsets,  # (M + 1,) int32/int64
     values,  # (nnz,) or (batch, nnz): strides stride_vb (0 when unbatched), stride_ve
@@ -42,6 +92,7 @@ def _softmax_csr_kernel(
     scale_hi,
     scale_lo,
     batch,  # matrices in out; program_id(1) takes BLOCK_H of them
+    nnz,  # entries of one matrix (a group read past it would leave the array)
     stride_vb,
     stride_ve,
     stride_ob,
@@ -51,6 +102,7 @@ def _softmax_csr_kernel(
     BLOCK: tl.constexpr,
     BLOCK_H: tl.constexpr,
     TAIL: tl.constexpr,  # > 0: rows up to BLOCK + TAIL entries are read once, as two pieces
+    ALIGN: tl.constexpr,  # > 1: rows read once load whole groups of ALIGN entries (_read_once)
 ):
     row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -65,30 +117,19 @@ def _softmax_csr_kernel(
     scale = (tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)) * LOG2_E
     lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
+    if ALIGN > 1:  # rows whose 16-byte groups fit the lanes and end within the array
+        first = tl.multiple_of(start // ALIGN * ALIGN, ALIGN)
+        if (end - first <= BLOCK + TAIL) & ((end + ALIGN - 1) // ALIGN * ALIGN <= nnz):
+            _read_once(
+                values, out, first, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+                ACC_DTYPE, INDEX, BLOCK, TAIL, ALIGN,
+            )  # fmt: skip
+            return
     if end - start <= BLOCK + TAIL:  # the whole row in registers: one read (empty: no store)
-        offs = (start + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
-        z = tl.where(mask, z * scale, float("-inf"))
-        # (names apart from the else branch's: Triton needs one type per name across branches)
-        row_max = tl.max(z, axis=1)
-        if TAIL > 0:  # the entries past BLOCK, on TAIL lanes instead of another BLOCK
-            tail_offs = (start + BLOCK + tl.arange(0, TAIL).to(INDEX))[None, :]
-            tail_mask = mask_h[:, None] & (tail_offs < end)
-            zt = tl.load(values + tail_offs * stride_ve, mask=tail_mask, other=float("-inf"))
-            zt = tl.where(tail_mask, zt.to(ACC_DTYPE) * scale, float("-inf"))
-            row_max = tl.maximum(row_max, tl.max(zt, axis=1))
-        row_shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
-        exps = tl.exp2(z - row_shift)  # a masked lane: 2^-inf = 0
-        row_sum = tl.sum(exps, axis=1)
-        if TAIL > 0:
-            tail_exps = tl.exp2(zt - row_shift)
-            row_sum += tl.sum(tail_exps, axis=1)
-        inverse = (1.0 / row_sum)[:, None]
-        tl.store(out + offs * stride_oe, (exps * inverse).to(out.dtype.element_ty), mask=mask)
-        if TAIL > 0:
-            tail_p = (tail_exps * inverse).to(out.dtype.element_ty)
-            tl.store(out + tail_offs * stride_oe, tail_p, mask=tail_mask)
+        _read_once(
+            values, out, start, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+            ACC_DTYPE, INDEX, BLOCK, TAIL, 1,
+        )  # fmt: skip
     else:
         # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
         m = tl.full((BLOCK_H, BLOCK), float("-inf"), dtype=ACC_DTYPE)
@@ -216,11 +257,14 @@ def sparse_softmax(
     heads: int = 1,
     tail: int = 0,
     int32: bool = False,
+    align: int = 0,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), `heads` matrices of a row per program; values may be
     unbatched (nnz,) (its batch stride is 0). `tail` (0 or a power of two): rows of up to
     block + tail entries are read once, the last ones on `tail` lanes. `int32`: int32 offsets
-    wherever they fit, rows read once included (_index)."""
+    wherever they fit, rows read once included (_index). `align` (0, or the entries in 16
+    bytes): rows read once load whole 16-byte groups from the one holding their start
+    (vector loads where the arrays are 16-byte aligned), when the groups fit block + tail."""
     batch, nnz = out.shape
     rows = row_offsets.numel() - 1
     if rows == 0 or nnz == 0 or batch == 0:
@@ -233,6 +277,7 @@ def sparse_softmax(
         hi,
         lo,
         batch,
+        nnz,
         _batch_stride(values),
         values.stride(-1),
         out.stride(0),
@@ -242,6 +287,7 @@ def sparse_softmax(
         BLOCK=block,
         BLOCK_H=heads,
         TAIL=tail,
+        ALIGN=align if align > 1 else 0,
         num_warps=num_warps,
     )
     return out

@@ -53,7 +53,9 @@ def _triton_softmax(row_offsets, values, scale):
     if out.numel() == 0:
         return out
     flat = out.view(-1, values.shape[-1])
-    config = softmax_forward_config(values.shape[-1], row_offsets.numel() - 1, flat.shape[0])
+    config = softmax_forward_config(
+        values.shape[-1], row_offsets.numel() - 1, flat.shape[0], values.element_size()
+    )
     kernel.sparse_softmax(
         row_offsets=row_offsets,
         values=values,
@@ -64,6 +66,7 @@ def _triton_softmax(row_offsets, values, scale):
         heads=config.heads,
         tail=config.tail,
         int32=config.int32,
+        align=config.align,
     )
     return out
 
