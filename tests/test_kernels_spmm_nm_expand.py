@@ -153,6 +153,11 @@ def test_expand_takes_sparse_half_precision_past_decode():
     assert not takes(32, 4, 16, 1, True) and not takes(32, 3, 8, 1, True)
     assert not takes(32, 1, 8, 16, True) and not takes(32, 2, 8, 64, True)
     assert not takes(32, 1, 8, 1, False) and not takes(32, 2, 4, 1, False)
+    # small element-wise weights at 1:4 and sparser keep the decode kernel to 16 tokens
+    small, large = 4096 * 4096, 14336 * 4096
+    assert not takes(16, 2, 8, 1, True, small) and not takes(13, 1, 8, 1, True, small)
+    assert takes(17, 1, 8, 1, True, small) and takes(16, 2, 8, 1, True, large)
+    assert takes(16, 2, 4, 1, True, small) and takes(16, 1, 8, 4, True, small)
     # the dense backend steps aside where the kernel takes the product, and only there
     assert not tuning.spmm_nm_prefers_dense(64, (1, 8), 1, True)
     assert not tuning.spmm_nm_prefers_dense(64, (2, 8), 1, True)
@@ -166,10 +171,13 @@ def test_expand_takes_sparse_half_precision_past_decode():
 @pytest.mark.parametrize(
     ("pattern", "tokens", "expands"),
     [
-        ((1, 8), 16, True),
+        ((1, 8), 16, False),  # a small weight: the decode kernel to 16 tokens
+        ((1, 8), 17, True),
         ((1, 8), 40, True),
         ((1, 8), 8, False),
-        ((2, 8), 16, True),
+        ((2, 8), 16, False),
+        ((2, 8), 24, True),
+        ((2, 4), 16, True),
         ((2, 4), 80, False),
         ((4, 8), 16, True),
         ((4, 16), 16, False),

@@ -178,9 +178,23 @@ class SpmmNmExpandConfig:
     split: int = 1  # ranges of slots, one program each, summed by a second kernel
 
 
-def spmm_nm_expand_takes(n_cols: int, n: int, m: int, vector: int, half_precision: bool) -> bool:
+# Small weights keep the decode kernel to 16 tokens: on 4096 x 4096 at 16 tokens, linear's
+# column-major output, cold L2, it ran 2:8 16.4 us against this kernel's 18.7 and 1:8 10.5
+# against 12.5; on 14336 x 4096 and 4096 x 14336 this kernel won (2:8 45.8 against 49.5, 1:8
+# 26.7 against 27.4), results/nvidia-h200/2026-11-30/at-92edd26/nm_cold_8_16.txt.
+EXPAND_SMALL_WEIGHT = 4096 * 4096  # elements (rows x K) at most
+
+
+def spmm_nm_expand_takes(
+    n_cols: int, n: int, m: int, vector: int, half_precision: bool, elements: int = 0
+) -> bool:
+    """Whether the tensor-core N:M kernel takes the product; `elements` (rows x K, 0 when
+    unknown) leaves small element-wise weights to the decode kernel to DECODE_MAX_N tokens."""
     if not half_precision or _largest_power_of_two_dividing(vector, 64) >= 16:
         return False  # v >= 16: the vector-wise kernel
+    small = 0 < elements <= EXPAND_SMALL_WEIGHT and vector == 1 and n * 4 <= m
+    if small and n_cols <= DECODE_MAX_N:
+        return False
     if n / m <= EXPAND_MAX_DENSITY:
         return EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
     grouped = EXPAND_GROUPED and (n, m) in EXPAND_GROUPED_PATTERNS

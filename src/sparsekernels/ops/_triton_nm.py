@@ -1,7 +1,8 @@
 """The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens (to 32
 at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
 tokens for 1:8 and sparser and at 13-64 for 2:4, 2:8 and 4:8 (tuning.spmm_nm_expand_takes;
-split-K on few-row weights), the vector-wise tensor-core kernel, else the gather kernel
+from 17 on element-wise weights of up to 4096 x 4096 at 1:4 and sparser; split-K on few-row
+weights), the vector-wise tensor-core kernel, else the gather kernel
 (kernels/spmm_nm*.py); W^T @ B (the backward of x) through the CSR kernel on W^T's pattern,
 built once per weight."""
 
@@ -25,7 +26,8 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     out = spmm_out(b, values.shape[0])
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     half = b.dtype in (torch.float16, torch.bfloat16)
-    takes = tuning.spmm_nm_expand_takes(b.shape[1], n, m, vector, half)
+    elements = values.shape[0] * b.shape[0]
+    takes = tuning.spmm_nm_expand_takes(b.shape[1], n, m, vector, half, elements)
     if takes and expand.supports(b.shape[0], b.dtype):
         return _expand(values, indices, b, bias, out, activation, n, m, vector, block)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
