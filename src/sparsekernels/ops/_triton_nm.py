@@ -26,7 +26,8 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     out = spmm_out(b, values.shape[0])
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     half = b.dtype in (torch.float16, torch.bfloat16)
-    elements = values.shape[0] * b.shape[0]
+    # (the size only counts where the decode kernel could take the product instead)
+    elements = values.shape[0] * b.shape[0] if decode.supports(block) else 0
     takes = tuning.spmm_nm_expand_takes(b.shape[1], n, m, vector, half, elements)
     if takes and expand.supports(b.shape[0], b.dtype):
         return _expand(values, indices, b, bias, out, activation, n, m, vector, block)
