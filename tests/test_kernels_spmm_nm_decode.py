@@ -298,21 +298,22 @@ def test_tall_tiles_on_gpu(tokens, n, m, gen, monkeypatch):
 def test_decode_split_rule(monkeypatch):
     """Only long rows split; the ranges double while each keeps its minimum of steps and the
     grid stays within its cap."""
-    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels import nm_decode_tuning
 
-    assert tuning.spmm_nm_decode_split(4096, 4, 14) == 1  # under DECODE_SPLIT_MIN_STEPS
-    assert tuning.spmm_nm_decode_split(4096, 4, 28) == 4  # 2:4 on 4096 x 14336: 7 steps a range
-    assert tuning.spmm_nm_decode_split(4096, 2, 28) == 4  # 2048 programs x 4 = the cap
-    assert tuning.spmm_nm_decode_split(4096, 4, 200) == 8  # 1024 programs x 8 = the cap
-    assert tuning.spmm_nm_decode_split(65536, 4, 200) == 1  # 16384 programs: over the cap
-    monkeypatch.setattr(tuning, "DECODE_SPLIT_MIN_STEPS", 4)
-    assert tuning.spmm_nm_decode_split(4096, 4, 12) == 2
+    split = nm_decode_tuning.spmm_nm_decode_split
+    assert split(4096, 4, 14) == 1  # under DECODE_SPLIT_MIN_STEPS
+    assert split(4096, 4, 28) == 4  # 2:4 on 4096 x 14336: 7 steps a range
+    assert split(4096, 2, 28) == 4  # 2048 programs x 4 = the cap
+    assert split(4096, 4, 200) == 8  # 1024 programs x 8 = the cap
+    assert split(65536, 4, 200) == 1  # 16384 programs: over the cap
+    monkeypatch.setattr(nm_decode_tuning, "DECODE_SPLIT_MIN_STEPS", 4)
+    assert split(4096, 4, 12) == 2
 
 
 def test_decode_config_rule():
     """Few-row weights at one token step over a row's slots up to 1024 (two warps from 1024);
     many rows, more tokens and vector-wise tiles keep 256-slot steps."""
-    from sparsekernels.kernels.tuning import SpmmNmDecodeConfig, spmm_nm_decode_config
+    from sparsekernels.kernels.nm_decode_tuning import SpmmNmDecodeConfig, spmm_nm_decode_config
 
     assert spmm_nm_decode_config(1, 1, 4096, 3584) == SpmmNmDecodeConfig(4, 1024, 2)  # 2:8
     assert spmm_nm_decode_config(1, 1, 4096, 512) == SpmmNmDecodeConfig(4, 512, 1)  # 1:8, 4096
@@ -329,22 +330,23 @@ def test_decode_tall_tile_rule():
     or 9 tokens, not at 2:4, not on 4096-column rows, not vector- or block-wise, not with the
     pattern unknown. Their split brings the grid toward 2048 programs, 4 steps a range at
     least."""
-    from sparsekernels.kernels import tuning
-    from sparsekernels.kernels.tuning import spmm_nm_decode_config
+    from sparsekernels.kernels import nm_decode_tuning
+    from sparsekernels.kernels.nm_decode_tuning import spmm_nm_decode_config
 
     def config(tokens, row_slots, n=2, m=8, vector=1, block=1, column_major_out=True):
         return spmm_nm_decode_config(
             tokens, vector, 4096, row_slots, n, m, block, column_major_out=column_major_out
         )
 
-    tall = tuning.DECODE_TALL
+    tall = nm_decode_tuning.DECODE_TALL
     for tokens in (5, 8):
         for n, m in ((2, 8), (1, 8), (1, 4), (4, 32)):
             assert config(tokens, 14336 * n // m, n, m) == tall, (tokens, n, m)
     assert config(8, 2048) == tall  # K = 8192
-    assert config(8, 2047) == tuning.DECODE_SHORT_ROWS  # shorter rows: prefetching 2-row tiles
-    assert config(5, 512, 1, 8) == tuning.DECODE_SHORT_ROWS  # 1:8, K = 4096
-    assert tuning.DECODE_SHORT_ROWS.prefetch and tuning.DECODE_SHORT_ROWS.block_m == 2
+    short = nm_decode_tuning.DECODE_SHORT_ROWS
+    assert config(8, 2047) == short  # shorter rows: prefetching 2-row tiles
+    assert config(5, 512, 1, 8) == short  # 1:8, K = 4096
+    assert short.prefetch and short.block_m == 2
     assert not config(8, 1024, 2, 8, column_major_out=False).prefetch  # row-major: plain
     assert not config(8, 2048, 2, 4).prefetch  # 2:4: plain
     assert not config(12, 1024).prefetch
@@ -356,20 +358,21 @@ def test_decode_tall_tile_rule():
     assert config(8, 3584, block=2) != tall
     assert spmm_nm_decode_config(8, 1, 4096, 3584, column_major_out=True) != tall
     # 4096 rows: 128 programs of 32, 16 ranges; 14336 rows: 448 programs, 4 ranges
-    assert tuning.spmm_nm_decode_split(4096, 32, 224, tall.split_programs) == 16
-    assert tuning.spmm_nm_decode_split(14336, 32, 64, tall.split_programs) == 4
-    assert tuning.spmm_nm_decode_split(4096, 32, 9, tall.split_programs) == 2  # 4 steps a range
-    assert tuning.spmm_nm_decode_split(4096, 32, 3, tall.split_programs) == 1
-    assert tuning.spmm_nm_decode_split(1 << 20, 32, 999, tall.split_programs) == 1
+    split = nm_decode_tuning.spmm_nm_decode_split
+    assert split(4096, 32, 224, tall.split_programs) == 16
+    assert split(14336, 32, 64, tall.split_programs) == 4
+    assert split(4096, 32, 9, tall.split_programs) == 2  # 4 steps a range
+    assert split(4096, 32, 3, tall.split_programs) == 1
+    assert split(1 << 20, 32, 999, tall.split_programs) == 1
 
 
 def test_linear_passes_the_configs_prefetch(gen, monkeypatch):
     """A decode configuration asking for the prefetching walk gets it through linear."""
-    from sparsekernels.kernels import spmm_nm_decode, tuning
+    from sparsekernels.kernels import nm_decode_tuning, spmm_nm_decode
 
-    monkeypatch.setattr(tuning, "DECODE_FEW_ROW_PROGRAMS", 0)
-    config = tuning.SpmmNmDecodeConfig(4, 32, 1, prefetch=True)
-    monkeypatch.setattr(tuning, "spmm_nm_decode_config", lambda *a, **k: config)
+    monkeypatch.setattr(nm_decode_tuning, "DECODE_FEW_ROW_PROGRAMS", 0)
+    config = nm_decode_tuning.SpmmNmDecodeConfig(4, 32, 1, prefetch=True)
+    monkeypatch.setattr(nm_decode_tuning, "spmm_nm_decode_config", lambda *a, **k: config)
     launches = []
     launch = spmm_nm_decode.spmm_nm_decode
     monkeypatch.setattr(
@@ -409,14 +412,16 @@ def test_linear_takes_tall_tiles(tokens, gen, monkeypatch):
 @pytest.mark.parametrize("tokens", [1, 6])
 def test_linear_decodes_with_split(tokens, gen, monkeypatch, request):
     """linear's decode route with split-K on (few rows, long K): the product and bias."""
-    from sparsekernels.kernels import spmm_nm_decode, tuning
+    from sparsekernels.kernels import nm_decode_tuning, spmm_nm_decode
 
-    monkeypatch.setattr(tuning, "DECODE_SPLIT_PROGRAMS", 1 << 20)
-    monkeypatch.setattr(tuning, "DECODE_SPLIT_MIN_STEPS", 2)
-    monkeypatch.setattr(tuning, "DECODE_SPLIT_RANGE_STEPS", 2)
-    monkeypatch.setattr(tuning, "DECODE_FEW_ROW_PROGRAMS", 0)  # keep 256-slot steps
-    tuning.spmm_nm_decode_config.cache_clear()
-    request.addfinalizer(tuning.spmm_nm_decode_config.cache_clear)  # drop the patched answers
+    monkeypatch.setattr(nm_decode_tuning, "DECODE_SPLIT_PROGRAMS", 1 << 20)
+    monkeypatch.setattr(nm_decode_tuning, "DECODE_SPLIT_MIN_STEPS", 2)
+    monkeypatch.setattr(nm_decode_tuning, "DECODE_SPLIT_RANGE_STEPS", 2)
+    monkeypatch.setattr(nm_decode_tuning, "DECODE_FEW_ROW_PROGRAMS", 0)  # keep 256-slot steps
+    nm_decode_tuning.spmm_nm_decode_config.cache_clear()
+    request.addfinalizer(
+        nm_decode_tuning.spmm_nm_decode_config.cache_clear
+    )  # drop the patched answers
     splits = []
     launch = spmm_nm_decode.spmm_nm_decode
     monkeypatch.setattr(

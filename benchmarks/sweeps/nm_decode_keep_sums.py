@@ -1,6 +1,6 @@
 """The N:M decode kernel at 2-16 tokens with each slot's sums kept to the end (keep_sums) against
 its reduction at every step (the route), over a few tile shapes; sets the decode configuration
-for N > 1 (tuning.spmm_nm_decode_config).
+for N > 1 (nm_decode_tuning.spmm_nm_decode_config).
 
 At 8 tokens the route ran 2:8 on 4096 x 14336 in 53.1 us, slower than at 16 tokens (45.3,
 the expand kernel) and than dense (34.1; llm suite at-94aadcc). The CSR few-token kernel
@@ -20,7 +20,7 @@ from _nm_cases import nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
-from sparsekernels.kernels import tuning
+from sparsekernels.kernels import nm_decode_tuning
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
 BUDGET_S = float(os.environ.get("BUDGET_S", 150))
@@ -55,7 +55,7 @@ def main():
                     values=W.values, words=words, bits=bits, b=B, bias=None, out=out, n=n, m=m,
                     vector=1, block=1, activation="none", block_m=block_m, block_w=block_w,
                     num_warps=warps, num_stages=2, keep_sums=keep,
-                    split=tuning.spmm_nm_decode_split(M, block_m, steps),
+                    split=nm_decode_tuning.spmm_nm_decode_split(M, block_m, steps),
                 )  # fmt: skip
 
             out.fill_(float("nan"))

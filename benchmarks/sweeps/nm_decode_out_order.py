@@ -17,8 +17,8 @@ from _nm_cases import nm_case
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
+from sparsekernels.kernels import nm_decode_tuning, tuning
 from sparsekernels.kernels import spmm_nm_decode as decode_module
-from sparsekernels.kernels import tuning
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 from sparsekernels.ops._layout import padded_rows
 
@@ -37,10 +37,12 @@ def main():
     ]:
         case = nm_case(M, K, n, m, tokens)
         W, want, B, bits, words = (case[k] for k in ("W", "want", "B", "bits", "words"))
-        config = tuning.spmm_nm_decode_config(tokens, 1, M, W.values.shape[1], n, m)
+        config = nm_decode_tuning.spmm_nm_decode_config(tokens, 1, M, W.values.shape[1], n, m)
         block_w = max(1, config.block_slots // (32 // bits))
         steps = -(-W.values.shape[1] // (block_w * (32 // bits)))
-        split = tuning.spmm_nm_decode_split(M, config.block_m, steps, config.split_programs)
+        split = nm_decode_tuning.spmm_nm_decode_split(
+            M, config.block_m, steps, config.split_programs
+        )
         timed = []
         for out in (torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16),
                     torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()):  # fmt: skip
@@ -135,7 +137,7 @@ def configs_into_column_major():
                     values=W.values, words=words, bits=bits, b=B, bias=None, out=out, n=n, m=m,
                     vector=1, block=1, activation="none", block_m=block_m, block_w=block_w,
                     num_warps=warps, num_stages=2,
-                    split=tuning.spmm_nm_decode_split(M, block_m, steps),
+                    split=nm_decode_tuning.spmm_nm_decode_split(M, block_m, steps),
                 )  # fmt: skip
 
             out.fill_(float("nan"))

@@ -1,8 +1,8 @@
 """Split-K for the N:M decode kernel (kernels/spmm_nm_decode.py): each row's walk cut into 1, 2,
 4, 8 ranges (SPLITS) at the default tiles, against dense, bf16, CUDA-graph medians, x (tokens,
 K) @ W^T as linear runs it. Few-row weights (4096 rows: 1024 one-warp programs) should gain;
-sets tuning.DECODE_SPLIT_PROGRAMS (off until this runs). Prints a table last; BUDGET_S caps
-the run (default 150 s).
+sets nm_decode_tuning.DECODE_SPLIT_PROGRAMS. Prints a table last; BUDGET_S caps the run
+(default 150 s).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_decode_split.py
     SHAPES=4096x14336 PATTERNS=1:8 TOKENS=1,8 SPLITS=1,2,4,8,16 ...
 """
@@ -14,7 +14,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
-from sparsekernels.kernels import tuning
+from sparsekernels.kernels import nm_decode_tuning
 from sparsekernels.kernels.spmm_nm_decode import packed_bits, spmm_nm_decode
 from sparsekernels.ops._layout import padded_rows
 from sparsekernels.prune.masks import nm_mask
@@ -54,7 +54,7 @@ for M, K in SHAPES:
             out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
             ref = x.float() @ W.to_dense().float().t()
             dense = bench(lambda: x @ w.t())
-            c = tuning.spmm_nm_decode_config(N, 1)
+            c = nm_decode_tuning.spmm_nm_decode_config(N, 1)
             block_w = max(1, c.block_slots // (32 // bits))
             times = {}
             for split in SPLITS:

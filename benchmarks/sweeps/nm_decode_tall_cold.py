@@ -21,7 +21,7 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.kernels import tuning
+from sparsekernels.kernels import nm_decode_tuning
 from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
@@ -30,7 +30,7 @@ SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:8,1:8
 # "RxS/Ww[/p][/c][/sN]": R rows a program, S slots a step, W warps, p: the next step's loads
 # before this step's gather (prefetch), c: the weight's loads past L1 (".cg") and the gather
 # kept ("evict_last"), sN: N split-K ranges; without sN tiles of 16 rows or more split toward
-# 2048 programs as tuning.DECODE_TALL does, smaller ones by the library's split rule
+# 2048 programs as nm_decode_tuning.DECODE_TALL does, smaller ones by the library's split rule
 CONFIGS = os.environ.get("CONFIGS", "2x256/1w,32x16/1w,16x32/1w,32x32/1w").split(",")
 
 
@@ -84,7 +84,7 @@ def main():
                 out = torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()
             block_w = max(1, slots // spw)
             steps = cdiv(W.values.shape[1], block_w * spw)
-            split = ranges or tuning.spmm_nm_decode_split(M, block_m, steps, target)
+            split = ranges or nm_decode_tuning.spmm_nm_decode_split(M, block_m, steps, target)
 
             def run(values, words, out=out, block_m=block_m, block_w=block_w, warps=warps,
                     split=split, prefetch=prefetch, hints=hints):  # fmt: skip

@@ -23,7 +23,7 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.kernels import tuning
+from sparsekernels.kernels import nm_decode_tuning
 from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.kernels.spmm_nm_decode import spmm_nm_decode
 
@@ -52,13 +52,15 @@ def main():
         ok = ((got.t().double() - want).norm() / want.norm()).item() < 1e-2
         timed["route"] = rotated(lambda Wc: sk.linear(x, Wc), as_nm) if ok else float("nan")
 
-        config = tuning.spmm_nm_decode_config(
+        config = nm_decode_tuning.spmm_nm_decode_config(
             tokens, 1, M, W.values.shape[1], n, m, 1, column_major_out=True
         )
         spw = 32 // bits
         block_w = max(1, config.block_slots // spw)
         steps = cdiv(W.values.shape[1], block_w * spw)
-        split = tuning.spmm_nm_decode_split(M, config.block_m, steps, config.split_programs)
+        split = nm_decode_tuning.spmm_nm_decode_split(
+            M, config.block_m, steps, config.split_programs
+        )
         out = torch.empty(tokens, M, device="cuda", dtype=torch.bfloat16).t()  # linear's order
         for label, b in (("padded", B), ("direct", x.t())):
 

@@ -14,7 +14,7 @@ a slot.
 Both walk the whole row, or with `split` a range of its steps: each piece writes a partial
 product and split_k.py adds them in order. Each output is a fixed sum order: deterministic, no
 atomics. Split-K pays on long rows only (2:4 on 4096 x 14336 at one token: 51.3 -> 36.8 us);
-tuning.spmm_nm_decode_split holds the measured rule.
+nm_decode_tuning.spmm_nm_decode_split holds the measured rule.
 
 With PREFETCH the own-row walk loads the next step's values and words before this step's
 gather of B, so a step's weight loads are in flight a whole step before they are used (Nsight

@@ -1,7 +1,7 @@
 """The SpMM kernels' configurations and routing heuristics (CSR, N:M), the dense fallback's
 thresholds, cuSPARSELt's and fused attention's, named in one place; SDDMM and softmax
-(sddmm_tuning.py), depthwise (depthwise_tuning.py) and densify (densify_tuning.py) keep theirs
-beside their kernels.
+(sddmm_tuning.py), depthwise (depthwise_tuning.py), densify (densify_tuning.py) and the N:M
+decode kernel's tiles (nm_decode_tuning.py) keep theirs beside their kernels.
 
 Per-GPU tuned tables land here as data once the benchmark harness has measured them. The
 configuration functions of the kernels behind the ops depend on their arguments only, so each
@@ -252,127 +252,6 @@ def spmm_nm_expand_config(
     while programs * split * 2 <= waves * MULTIPROCESSORS and cdiv(slots, block_s) >= 8 * split:
         split *= 2
     return SpmmNmExpandConfig(block_m, block_s, block_n, 4, stages, grouped, split)
-
-
-@dataclass(frozen=True)
-class SpmmNmDecodeConfig:
-    block_m: int
-    block_slots: int  # compressed slots per step (the launcher converts it to packed words)
-    num_warps: int
-    num_stages: int = 2
-    split_programs: int = 0  # > 0: split-K toward this many programs (spmm_nm_decode_split)
-    prefetch: bool = False  # own-row walk: the next step's loads before this step's gather
-
-
-# Few-row weights at one token: 4 rows a program leave 4096 x 14336 with 1024 one-warp programs,
-# under 8 warps a multiprocessor, too few loads in flight. Steps as wide as a row's slots up to
-# 1024, on two warps from 1024, were faster there (benchmarks/sweeps/nm_decode_configs.py,
-# results/nvidia-h200/2026-11-30/at-e11396c/nm_decode_configs.txt, bf16 us, warm L2):
-#   4096 x 14336   2:8 18.6 -> 16.7   1:8 12.6 -> 11.7   2:4 52.0 -> 34.4 (split-K gave 36.8)
-#   4096 x 4096    2:8  6.2 ->  5.6   1:8  5.0 ->  4.4   2:4 12.0 -> 10.5
-# On 14336 rows (3584 programs) 256-slot steps on one warp stay best (2:8 13.8 against 16.4 us,
-# results/nvidia-h200/2026-11-29-c). Grids between were not measured: the bound is the one seen.
-DECODE_FEW_ROW_PROGRAMS = 1024
-DECODE_WIDE_SLOTS = 1024
-
-# Element-wise weights of 75% sparsity and more with long rows (K >= 8192) at 5-8 tokens (B
-# padded to 8 columns) into linear's column-major output: tall tiles, 32 rows a program and 16
-# slots a step on one warp, split-K toward 2048 programs. The lanes of a gather then cover rows
-# of the same few groups (~2 sectors of B a gather instead of ~16), and the output is stored 32
-# rows at a time. H200, bf16, cold L2 (rotated weight copies), 2-row tiles -> tall, us
-# (benchmarks/sweeps/nm_decode_tall_cold.py, results/nvidia-h200/2026-11-30/at-ab4d15f):
-#                      column-major out           row-major out
-#   4096 x 14336  2:8  63.9 -> 34.8 (8 tokens)    48.1 -> 40.2
-#                 1:8  26.6 -> 20.9               21.5 -> 26.4
-#   14336 x 4096  2:8  33.6 -> 35.7               31.7 -> 37.1
-#                 1:8  21.3 -> 20.1               20.1 -> 21.5
-#   4096 x 4096   2:8  15.1 -> 15.3               12.8 -> 20.7
-#   28672 x 8192  2:8  157.8 -> 128.1 (at-9520baa) 114.4 -> 128.7
-#                 1:8  75.0 -> 68.2               64.0 -> 69.1
-#   8192 x 28672  2:8  163.3 -> 113.5             164.4 -> 116.7
-#                 1:8  88.0 -> 61.9               62.8 -> 65.0
-#   8192 x 8192   2:8  48.4 -> 37.5 (1:8 21.6 -> 21.7)
-# 5 tokens alike. The 2-row tiles run slowly into a column-major output on long rows (the two
-# orders compile differently: Nsight Compute, at-02f1e78/ncu.txt); the tall tiles remove that,
-# and elsewhere lose or tie. Warm-L2 timings (nm_decode_tall.py, at-02f1e78) had them
-# winning everywhere at 8 tokens, the weight then served from L2; 2:4 lost even there, and at
-# 2, 4 and 16 tokens they were within 10% or slower.
-DECODE_TALL = SpmmNmDecodeConfig(32, 16, 1, split_programs=2048)
-DECODE_TALL_COLS = 8  # B's padded width (next_power_of_2 of the tokens) where it runs
-DECODE_TALL_MAX_DENSITY = 0.25  # n / m at most
-DECODE_TALL_MIN_K = 8192  # the weight's dense row length at least
-# The same weights on shorter rows into the column-major output keep 2-row tiles, their walk
-# issuing the next step's loads before this step's gather (prefetch). Cold L2, 8 tokens, us
-# (nm_decode_tall_cold.py, results/nvidia-h200/2026-11-30/at-92edd26/nm_cold_8_16.txt):
-#   4096 x 4096 2:8 12.4 -> 11.7, 1:8 8.1 -> 7.8; 14336 x 4096 2:8 30.9 -> 30.9, 1:8 20.6 -> 19.6
-# Into a row-major output it won on 4096^2 and lost on 14336 x 4096 1:8 (19.2 -> 19.9): off
-# there. At one token the same sweep found the routes' tiles best and prefetch no gain.
-DECODE_SHORT_ROWS = SpmmNmDecodeConfig(2, 256, 1, prefetch=True)
-
-
-@_memo
-def spmm_nm_decode_config(
-    n_cols: int,
-    vector: int,
-    rows: int = 0,
-    row_slots: int = 0,
-    n: int = 0,
-    m: int = 0,
-    block: int = 1,
-    column_major_out: bool = False,
-) -> SpmmNmDecodeConfig:
-    """Decode kernel (N <= 16), from the H200 sweeps of 2026-11-29 (benchmarks/sweeps/
-    nm_decode_configs.py; results/nvidia-h200/2026-11-29-c): one warp and 256 slots a step.
-    Element-wise, 4 rows a program at one token (2:8 13.8 us, 2.2x dense; 1:8 10.7 us; 2:4 30.4
-    us), 2 rows from 4 tokens on. Vector-wise tiles of 8 rows share their columns (2:8 v=64:
-    8.2 us, 3.7x dense). Few-row weights at one token step over up to 1024 slots (above);
-    sparse element-wise weights at 5-8 tokens into a column-major output take tall tiles on
-    long rows (DECODE_TALL, above), else prefetching 2-row tiles (DECODE_SHORT_ROWS). `rows`
-    and `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown;
-    `block` the pattern's block along K."""
-    if vector % 8 == 0:
-        return SpmmNmDecodeConfig(8, 256, 1)
-    sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
-    long_rows = n > 0 and row_slots * m // n >= DECODE_TALL_MIN_K
-    element_wise = vector == 1 and block == 1
-    tall_width = next_power_of_2(n_cols) == DECODE_TALL_COLS
-    if element_wise and sparse and tall_width and column_major_out:
-        return DECODE_TALL if long_rows else DECODE_SHORT_ROWS
-    if n_cols == 1:
-        if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:
-            slots = min(DECODE_WIDE_SLOTS, max(256, next_power_of_2(row_slots)))
-            return SpmmNmDecodeConfig(4, slots, 2 if slots >= DECODE_WIDE_SLOTS else 1)
-        return SpmmNmDecodeConfig(4, 256, 1)
-    return SpmmNmDecodeConfig(2, 256, 1)
-
-
-# Split-K for the decode kernel (spmm_nm_decode.py): rows of at least DECODE_SPLIT_MIN_STEPS
-# steps are cut into ranges of DECODE_SPLIT_RANGE_STEPS steps or more, doubling while the grid
-# stays within DECODE_SPLIT_PROGRAMS programs. Swept on the H200 (benchmarks/sweeps/
-# nm_decode_split.py, results/nvidia-h200/2026-11-30/at-f297d15/nm_decode_split.txt): only long
-# rows gain. 2:4 on 4096 x 14336 (28 steps) ran 51.3 -> 36.8 us at 1 token with 4 ranges, 48.9
-# -> 42.5 at 4, 79.2 -> 58.3 at 8; rows of 7-14 steps (1:8, 2:8, 4096-column 2:4) gained
-# nothing or lost (2:8 at 8 tokens 33.0 -> 41.9 us with 2 ranges).
-DECODE_SPLIT_MIN_STEPS = 24
-DECODE_SPLIT_RANGE_STEPS = 6
-DECODE_SPLIT_PROGRAMS = 8192
-
-
-def spmm_nm_decode_split(rows: int, block_m: int, steps: int, target_programs: int = 0) -> int:
-    """The ranges a row's walk is cut into. `target_programs` (a config's split_programs, the
-    tall tiles'): as many as bring the grid toward it, 4 steps a range at least."""
-    programs = cdiv(rows, block_m)
-    if target_programs:
-        return max(1, min(steps // 4, target_programs // programs))
-    if steps < DECODE_SPLIT_MIN_STEPS:
-        return 1
-    split = 1
-    while (
-        programs * split * 2 <= DECODE_SPLIT_PROGRAMS
-        and steps >= DECODE_SPLIT_RANGE_STEPS * split * 2
-    ):
-        split *= 2
-    return split
 
 
 # ------------------------------------------------------------------ dense fallback

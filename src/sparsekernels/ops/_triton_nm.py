@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from ..kernels import nm_decode_tuning, tuning
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
-from ..kernels import tuning
 from . import _dispatch
 from ._identity_cache import IdentityCache
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
@@ -105,7 +105,7 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     bits = decode.packed_bits(m, block)
     words = packed_words(indices, bits)
-    config = tuning.spmm_nm_decode_config(
+    config = nm_decode_tuning.spmm_nm_decode_config(
         b.shape[1],
         vector,
         values.shape[0],
@@ -118,7 +118,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     slots_per_word = 32 // bits * block
     block_w = max(1, config.block_slots // slots_per_word)
     steps = -(-values.shape[1] // (block_w * slots_per_word))
-    split = tuning.spmm_nm_decode_split(
+    split = nm_decode_tuning.spmm_nm_decode_split(
         values.shape[0], config.block_m, steps, config.split_programs
     )
     decode.spmm_nm_decode(
