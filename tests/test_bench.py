@@ -94,6 +94,19 @@ def test_every_op_is_timed_against_a_peer(quick_run):
             assert r.time_ms > 0 and r.tflops > 0 and r.gbps > 0 and r.max_err <= 1
 
 
+def test_the_automatic_route_is_marked_and_summarised(quick_run):
+    """Each case's backend that automatic dispatch picks (and only it) carries the note, and the
+    summary reports it against the peers."""
+    from sparsekernels.bench.cases import AUTOMATIC_ROUTE
+    from sparsekernels.bench.output import _by_case
+
+    for case, rows in _by_case(quick_run.rows).items():
+        marked = [r.provider for r in rows if AUTOMATIC_ROUTE in r.note]
+        assert len(marked) == 1 and marked[0].startswith("sk_"), (case, marked)
+    summary = (quick_run.out_dir / "summary.md").read_text()
+    assert "The automatic route (backend=None) against each peer: " in summary
+
+
 def test_wrong_provider_is_reported_not_timed(quick_run):
     broken = [r for r in quick_run.rows if r.provider == "broken"]
     assert broken and {r.status for r in broken} == {"wrong", "unsupported"}

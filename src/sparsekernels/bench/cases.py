@@ -18,6 +18,10 @@ import torch
 from ..formats import CSRMatrix, NMMatrix
 from ..prune import magnitude_mask, nm_mask
 
+# The note on the row of the backend automatic dispatch picks (backend=None): the summary
+# reports that one, what a user gets, against the peers.
+AUTOMATIC_ROUTE = "the automatic route"
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 

@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .cases import AUTOMATIC_ROUTE
 from .harness import Row
 
 LIVE_ROWS = 24  # the table shows the latest rows; everything is in the JSONL file
@@ -215,6 +216,21 @@ def _speedup_matrix(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def _automatic_route(rows: Sequence[Row]) -> list[str]:
+    """The backend automatic dispatch picks (cases.AUTOMATIC_ROUTE) against each peer:
+    what a user calling with backend=None gets, where the matrix above has every backend."""
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if r.ours and r.status == "ok" and AUTOMATIC_ROUTE in r.note:
+            for peer, value in r.speedup_vs.items():
+                if not peer.startswith("sk_"):
+                    ratios[peer].append(value)
+    if not ratios:
+        return []
+    cells = [f"{p} {geomean(v):.2f}x ({len(v)})" for p, v in sorted(ratios.items())]
+    return ["The automatic route (backend=None) against each peer: " + ", ".join(cells) + ".", ""]
+
+
 def _extremes(rows: Sequence[Row], count: int = 3) -> list[str]:
     """Best and worst cases of our fastest backend against the fastest peer."""
     scored = []
@@ -310,6 +326,7 @@ def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
             "",
             *_speedup_matrix(group),
             "",
+            *_automatic_route(group),
         ]
         extremes = _extremes(group)
         if extremes:

@@ -15,7 +15,7 @@ import torch
 import sparsekernels as sk
 
 from ..ops import _dispatch
-from .cases import Case, Expected
+from .cases import AUTOMATIC_ROUTE, Case, Expected
 
 # On CUDA the reference backend (the CPU path and test oracle) is timed only when nothing else of
 # ours can run the case and it is small enough not to stall the run.
@@ -121,16 +121,26 @@ def ours(case: Case, only: set[str] | None = None) -> list[Entry]:
         for n in _dispatch.backends(next(iter(problems)))
         if all(n in _dispatch.backends(op) for op in problems)
     ]
+    automatic = [
+        [r for op, p in problems.items() for r in _backend_reasons(op, p, name, False)]
+        for name in names
+    ]
+    route = next((name for name, why in zip(names, automatic, strict=True) if not why), None)
     entries = []
-    for name in names:
+    for name, auto_reasons in zip(names, automatic, strict=True):
         label = f"sk_{name}"
         forced = only is not None and label in only
-        reasons = [r for op, p in problems.items() for r in _backend_reasons(op, p, name, forced)]
+        reasons = (
+            [r for op, p in problems.items() for r in _backend_reasons(op, p, name, True)]
+            if forced
+            else auto_reasons
+        )
         provider = Provider(
             label,
             _ours_setup(name),
             ours=True,
             extract=_values if case.op in ("sddmm", "softmax") else same,
+            note=AUTOMATIC_ROUTE if name == route else "",
         )
         entries.append(Entry(provider, "unsupported" if reasons else "ready", "; ".join(reasons)))
     ready = [e for e in entries if e.status == "ready"]
