@@ -25,7 +25,7 @@ def _launch_poisoned(A, B, bias=None, activation="none", cols=None):
 
     cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
     out = torch.full((1, A.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
-    config = spmm_csr_config(cols)
+    config = spmm_csr_config(cols, A.shape[0], A.values.element_size())
     kernel.spmm_csr(
         row_offsets=A.row_offsets,
         column_indices=A.column_indices,
@@ -41,6 +41,34 @@ def _launch_poisoned(A, B, bias=None, activation="none", cols=None):
         num_warps=config.num_warps,
     )
     return out[0]
+
+
+def test_config_rule():
+    """DLMC's small matrices: 32-column tiles below N = 256; one row and 64 columns in half
+    precision where the LLM tile would leave few programs; the LLM tile otherwise."""
+    from sparsekernels.kernels.tuning import SpmmCsrConfig, spmm_csr_config
+
+    llm = SpmmCsrConfig(4, 32, 128, 4)
+    assert spmm_csr_config(196, 2304, 2) == SpmmCsrConfig(4, 32, 32, 4)
+    assert spmm_csr_config(49, 2048, 4) == SpmmCsrConfig(4, 32, 32, 4)
+    assert spmm_csr_config(784, 128, 2) == SpmmCsrConfig(1, 32, 64, 2)
+    assert spmm_csr_config(784, 128, 4) == llm  # fp32 keeps it
+    assert spmm_csr_config(2048, 512, 2) == llm  # 2048 programs: enough
+    assert spmm_csr_config(256, 4096, 2) == llm  # LLM weights
+    assert spmm_csr_config(256) == llm  # rows unknown
+    assert spmm_csr_config(8) == SpmmCsrConfig(4, 128, 8, 2)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_few_program_tile_written(device, dtype, gen):
+    """The one-row, 64-column tile (half precision, few programs) at N = 300: a partial column
+    tile, empty rows."""
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(9, 40, 0.2, gen, dtype, device)
+    B = randn(40, 300, gen=gen, dtype=dtype, device=device)
+    got = _launch_poisoned(A, B)
+    assert_close(got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

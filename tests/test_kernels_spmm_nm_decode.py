@@ -322,6 +322,13 @@ def test_decode_config_rule():
     assert spmm_nm_decode_config(1, 1) == SpmmNmDecodeConfig(4, 256, 1)  # rows unknown
     assert spmm_nm_decode_config(4, 1, 4096, 3584) == SpmmNmDecodeConfig(2, 256, 1)
     assert spmm_nm_decode_config(1, 64, 4096, 3584) == SpmmNmDecodeConfig(8, 256, 1)
+    half_dense = SpmmNmDecodeConfig(4, 512, 1)  # element-wise 2:4 (and 4:8, 1:2) at one token
+    assert spmm_nm_decode_config(1, 1, 4096, 7168, 2, 4) == half_dense
+    assert spmm_nm_decode_config(1, 1, 14336, 2048, 4, 8) == half_dense
+    assert spmm_nm_decode_config(1, 1, 4096, 3584, 2, 8) == SpmmNmDecodeConfig(4, 1024, 2)
+    assert spmm_nm_decode_config(2, 1, 4096, 7168, 2, 4) == SpmmNmDecodeConfig(2, 256, 1)
+    assert spmm_nm_decode_config(1, 4, 4096, 7168, 2, 4) != half_dense  # vector-wise
+    assert spmm_nm_decode_config(1, 1, 4096, 7168, 2, 4, block=4) != half_dense  # block-wise
 
 
 def test_decode_tall_tile_rule():

@@ -255,13 +255,14 @@ def test_expand_config_splits_few_rows():
 @pytest.mark.parametrize(
     ("rows", "pattern"), [(4096, (1, 8)), (1000, (1, 16)), (333, (2, 16)), (300, (2, 4))]
 )
-@pytest.mark.parametrize("tokens", [13, 64, 128])
+@pytest.mark.parametrize("tokens", [13, 17, 64, 128])
 def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
     """linear's automatic route through this kernel in bf16: few-row weights (split-K), m = 16
     at 64 tokens (which once asked for more shared memory than the H200 has), and n = 2 (the
-    grouped form)."""
+    grouped form). At 13 tokens the small 1:8 and 1:16 weights go to the decode kernel instead
+    (tuning.EXPAND_SMALL_WEIGHT); at 17 they come back."""
     import sparsekernels as sk
-    from sparsekernels.kernels import spmm_nm_expand
+    from sparsekernels.kernels import spmm_nm_expand, tuning
 
     W = random_nm(rows, 2048, *pattern, gen, 1, 1, torch.bfloat16, "cuda")
     x = randn(tokens, 2048, gen=gen, dtype=torch.bfloat16, device="cuda")
@@ -272,6 +273,9 @@ def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
     )
     got = sk.linear(x, W)
     grouped_only = pattern[0] / pattern[1] > 1 / 8
-    assert bool(calls) == (tokens <= 64 or not grouped_only), "the route missed the kernel"
+    # small element-wise weights of 1:4 and sparser go to the decode kernel to 16 tokens
+    small = rows * 2048 <= tuning.EXPAND_SMALL_WEIGHT and pattern[0] * 4 <= pattern[1]
+    want_kernel = (tokens <= 64 or not grouped_only) and not (small and tokens <= 16)
+    assert bool(calls) == want_kernel, "the route missed the kernel or took a small weight"
     want = x.double() @ W.to_dense().double().t()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)

@@ -92,7 +92,7 @@ def main():
             copies = [
                 (A.values.clone(), b.clone()) for _ in range(max(2, copies_for(case_bytes, DEVICE)))
             ]
-            lib = tuning.spmm_csr_config(n)
+            lib = tuning.spmm_csr_config(n, A.shape[0], A.values.element_size())
             configs = {"library": (lib.block_rows, lib.block_nnz, lib.block_n, lib.num_warps)}
             configs.update({c: parse(c) for c in CONFIGS})
             timed = {}

@@ -66,6 +66,12 @@ DECODE_TALL_MIN_K = 8192  # the weight's dense row length at least
 # Into a row-major output it won on 4096^2 and lost on 14336 x 4096 1:8 (19.2 -> 19.9): off
 # there. At one token the same sweep found the routes' tiles best and prefetch no gain.
 DECODE_SHORT_ROWS = SpmmNmDecodeConfig(2, 256, 1, prefetch=True)
+# Half-dense element-wise weights (2:4) at one token: 4 rows and 512 slots a step on one warp.
+# Cold L2, bf16, route's tile -> this, us (nm_decode_tall_cold.py, results/nvidia-h200/
+# 2026-11-30/at-54e4fc2/nm_cold_24.txt): 4096 x 14336 49.4 -> 37.9, 14336 x 4096 38.4 -> 31.7,
+# 4096 x 4096 16.7 -> 12.4 (dense 31.5, 30.3, 13.6). The same tile lost on 2:8 and 1:8
+# (nm_cold_hints.txt: 2:8 on 4096 x 14336 18.4 -> 27.0 us).
+DECODE_HALF_DENSE = SpmmNmDecodeConfig(4, 512, 1)
 
 
 @_memo
@@ -85,7 +91,8 @@ def spmm_nm_decode_config(
     us), 2 rows from 4 tokens on. Vector-wise tiles of 8 rows share their columns (2:8 v=64:
     8.2 us, 3.7x dense). Few-row weights at one token step over up to 1024 slots (above);
     sparse element-wise weights at 5-8 tokens into a column-major output take tall tiles on
-    long rows (DECODE_TALL, above), else prefetching 2-row tiles (DECODE_SHORT_ROWS). `rows`
+    long rows (DECODE_TALL, above), else prefetching 2-row tiles (DECODE_SHORT_ROWS); half-dense
+    element-wise weights at one token DECODE_HALF_DENSE. `rows`
     and `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown;
     `block` the pattern's block along K."""
     if vector % 8 == 0:
@@ -97,6 +104,8 @@ def spmm_nm_decode_config(
     if element_wise and sparse and tall_width and column_major_out:
         return DECODE_TALL if long_rows else DECODE_SHORT_ROWS
     if n_cols == 1:
+        if element_wise and 0 < m <= 2 * n:
+            return DECODE_HALF_DENSE
         if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:
             slots = min(DECODE_WIDE_SLOTS, max(256, next_power_of_2(row_slots)))
             return SpmmNmDecodeConfig(4, slots, 2 if slots >= DECODE_WIDE_SLOTS else 1)

@@ -31,17 +31,36 @@ class SpmmCsrConfig:
     num_warps: int
 
 
+# DLMC's matrices (64-2048 rows, N = 49-3136) are small for the LLM tiles above N = 16: too few
+# programs. H200 sweep, cold L2, 53 cases (benchmarks/sweeps/csr_dlmc_configs.py, results/
+# nvidia-h200/2026-11-30/at-54e4fc2/csr_dlmc_configs.txt), geometric mean of time against the
+# LLM tile (4 rows, 32 entries, 128 columns, 4 warps):
+#   N = 49 and 196 (ResNet-50's late layers): 32 columns, 4 rows: fp32 0.75 / 0.62, bf16 0.65 /
+#     0.59 (2304 x 256 at 196 in fp32: 53.6 -> 29.2 us);
+#   half precision where the LLM tile leaves fewer than CSR_FEW_PROGRAMS programs: one row, 64
+#     columns, 2 warps: 0.57 at N = 256-784, 0.80 at 3136 (128 x 512 at 784: 23.8 -> 12.6 us);
+#     at 2048 programs and more (512 x 512 at N = 2048) it was 5-8% slower, so the LLM tile stays;
+#   fp32 from N = 256: the LLM tile was best or within 4% of the best in 22 of 24.
+CSR_NARROW_BELOW_N = 256
+CSR_FEW_PROGRAMS = 2048
+
+
 @_memo
-def spmm_csr_config(n: int) -> SpmmCsrConfig:
+def spmm_csr_config(n: int, rows: int = 0, itemsize: int = 4) -> SpmmCsrConfig:
     """From an H200 sweep (4096 and 14336 rows x 4096, 70-90% sparse, bf16, 2026-11-29):
     N = 1 wants one row per program and long runs of stored entries; N <= 16 a few rows per
-    program; larger N a few rows and a column tile up to 128 wide."""
+    program; larger N a few rows and a column tile up to 128 wide, narrower where that leaves
+    few programs (DLMC, above). `rows` (0 when unknown) and `itemsize` are the sparse matrix's."""
     if n == 1:  # one warp per row: 2.6x dense at 90% (2026-11-29-b/decode_sweep.txt)
         return SpmmCsrConfig(block_rows=1, block_nnz=256, block_n=1, num_warps=1)
     if n <= 16:
         block_n = next_power_of_2(n)
         return SpmmCsrConfig(block_rows=4, block_nnz=128, block_n=block_n, num_warps=2)
+    if n < CSR_NARROW_BELOW_N:
+        return SpmmCsrConfig(block_rows=4, block_nnz=32, block_n=32, num_warps=4)
     block_n = min(128, next_power_of_2(n))
+    if itemsize <= 2 and 0 < cdiv(rows, 4) * cdiv(n, block_n) < CSR_FEW_PROGRAMS:
+        return SpmmCsrConfig(block_rows=1, block_nnz=32, block_n=64, num_warps=2)
     return SpmmCsrConfig(block_rows=4, block_nnz=32, block_n=block_n, num_warps=4)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import _checks, reference
@@ -223,7 +225,8 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
             num_warps=config.num_warps,
         )
         return out
-    config = tuning.spmm_csr_config(b.shape[-1])
+    programs_rows = rows * math.prod(batch)  # the grid's row tiles span the batch
+    config = tuning.spmm_csr_config(b.shape[-1], programs_rows, values.element_size())
     if b.dim() == 2 and 1 < b.shape[1] <= 16:  # decode sizes: rows as aligned vectors
         b = padded_rows(b)
     spmm_csr_kernel.spmm_csr(
