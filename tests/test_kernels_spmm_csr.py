@@ -59,6 +59,38 @@ def test_config_rule():
     assert spmm_csr_config(8) == SpmmCsrConfig(4, 128, 8, 2)
 
 
+def test_dense_fallback_rule():
+    """Half precision densifies past 16 columns, except the smallest products (N <= 256 and at
+    most 3M multiply-adds), where the CSR kernel's one launch wins; strict fp32 by density."""
+    from sparsekernels.kernels.tuning import spmm_csr_prefers_dense as prefers_dense
+
+    assert not prefers_dense(256, 0.02, True, 5243 * 256)  # 512 x 512 at 2%
+    assert prefers_dense(256, 0.1, True, 26214 * 256)  # at 10%: 6.7M
+    assert prefers_dense(784, 0.02, True, 5243 * 784)  # wide N
+    assert prefers_dense(64, 0.02, True)  # products unknown
+    assert not prefers_dense(16, 0.5, True)  # the decode sizes
+    assert not prefers_dense(2048, 0.1, False) and prefers_dense(2048, 0.2, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "density", "want_kernel"), [(512, 0.02, True), (512, 0.2, False)])
+def test_route_takes_kernel_for_small_products(rows, density, want_kernel, gen, monkeypatch):
+    """bf16 at N = 256: the automatic route runs the CSR kernel on 512 x 512 at 2% and
+    densifies at 20%, and both answers are right."""
+    from sparsekernels.kernels import spmm_csr as kernel
+
+    calls = []
+    launch = kernel.spmm_csr
+    monkeypatch.setattr(kernel, "spmm_csr", lambda **kw: calls.append(1) or launch(**kw))
+    A = random_csr(rows, 512, density, gen, torch.bfloat16, "cuda")
+    B = randn(512, 256, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.spmm(A, B)
+    assert bool(calls) == want_kernel
+    assert_close(
+        got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), torch.bfloat16
+    )
+
+
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_few_program_tile_written(device, dtype, gen):

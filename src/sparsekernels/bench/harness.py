@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from importlib import metadata
 
@@ -86,6 +86,17 @@ class Row:
         for peer, ratio in d.pop("speedup_vs").items():
             d[f"speedup_vs_{peer}"] = ratio
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Row:
+        """The inverse of to_dict (a results.jsonl line back into a Row)."""
+        names = {f.name for f in fields(cls)}
+        row = cls(**{k: v for k, v in d.items() if k in names})
+        row.shape = tuple(row.shape)
+        row.density = math.nan if row.density is None else row.density
+        prefix = "speedup_vs_"
+        row.speedup_vs = {k[len(prefix) :]: v for k, v in d.items() if k.startswith(prefix)}
+        return row
 
 
 # ============================================================================ timing

@@ -292,10 +292,23 @@ SPMM_CSR_DECODE_MAX_N = 16  # past this, CSR products (W^T's of N:M weights too)
 FP32_DENSE_MIN_DENSITY = 0.14
 
 
-def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool) -> bool:
+# Half precision: densify + cuBLAS wins past the decode sizes, except on the smallest products,
+# where both are launch-bound and the CSR kernel is one launch to their two. DLMC, bf16
+# (results/nvidia-h200/2026-11-30/at-3a5f8a3/dlmc): the CSR kernel was faster at N <= 256 with
+# at most ~3M multiply-adds (stored entries x N): 512 x 512 at 2% and N = 256 4.0 us against
+# 5.0, 512 x 4608 at 2% and N = 49 8.3 against 15.6; past that it lost (512 x 512 at 10%,
+# 6.7M: 6.8-9.5 against 5.1).
+HALF_CSR_MAX_N = 256
+HALF_CSR_MAX_PRODUCTS = 3_000_000
+
+
+def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool, products: int = 0) -> bool:
+    """`products`: stored entries x N x batch (0 when unknown)."""
     if n <= SPMM_CSR_DECODE_MAX_N:
         return False
-    return half_precision or density > FP32_DENSE_MIN_DENSITY
+    if half_precision:
+        return not (n <= HALF_CSR_MAX_N and 0 < products <= HALF_CSR_MAX_PRODUCTS)
+    return density > FP32_DENSE_MIN_DENSITY
 
 
 def spmm_nm_prefers_dense(

@@ -168,8 +168,9 @@ def reasons(prefers_dense, prefers_dense_on_cpu=None):
 def csr_prefers_dense(problem: _dispatch.Problem) -> bool:
     from ..kernels.tuning import spmm_csr_prefers_dense
 
-    half = problem.dtype in (torch.float16, torch.bfloat16)
-    return spmm_csr_prefers_dense(problem.facts["n"], problem.facts.get("density", 0.0), half)
+    facts, half = problem.facts, problem.dtype in (torch.float16, torch.bfloat16)
+    products = facts.get("nnz", 0) * facts["n"] * facts.get("batch", 1)
+    return spmm_csr_prefers_dense(facts["n"], facts.get("density", 0.0), half, products)
 
 
 def sddmm_prefers_dense(problem: _dispatch.Problem) -> bool:

@@ -121,7 +121,8 @@ def spmm_csr_raw(
     cells = rows * b.shape[-2]
     density = column_indices.numel() / cells if cells else 1.0
     expanded = 0 in b.stride() and b.numel() > 1
-    facts = dict(n=b.shape[-1], batch=batch, rows=rows, density=density, expanded=expanded)
+    nnz = column_indices.numel()
+    facts = dict(n=b.shape[-1], batch=batch, rows=rows, density=density, nnz=nnz, expanded=expanded)
     problem = _problem(values, b, **facts)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
