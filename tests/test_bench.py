@@ -107,6 +107,31 @@ def test_the_automatic_route_is_marked_and_summarised(quick_run):
     assert "The automatic route (backend=None) against each peer: " in summary
 
 
+@pytest.mark.parametrize(("density", "route"), [(0.02, "sk_triton"), (0.2, "sk_dense")])
+def test_the_marked_route_sees_what_the_op_sees(density, route):
+    """The harness asks dispatch with the facts the op passes: a bf16 CSR product at N = 256
+    stays on the CSR kernel when small (512 x 512 at 2%: its stored entries count) and densifies
+    at 20%. No GPU is needed: dispatch only reads the problem's device type."""
+    from sparsekernels.bench import providers
+    from sparsekernels.bench.cases import AUTOMATIC_ROUTE, Case
+
+    case = Case(
+        "spmm", "csr", "random", (512, 512, 256), density, torch.bfloat16,
+        torch.device("cuda"), build=lambda seed: {},
+    )  # fmt: skip
+    marked = [e.provider.name for e in providers.ours(case) if e.provider.note == AUTOMATIC_ROUTE]
+    assert marked == [route]
+
+
+def test_summary_rebuilds_from_results_file(quick_run, tmp_path):
+    """benchmarks/summarize.py's path: results.jsonl read back into rows (Row.from_dict) gives
+    the summary the run wrote, ratios and the automatic route included."""
+    meta, records = output.read_jsonl(quick_run.out_dir / "results.jsonl")
+    rows = [harness.Row.from_dict(r) for r in records]
+    assert [r.to_dict() for r in rows] == records
+    assert output.summary_markdown(meta, rows) == (quick_run.out_dir / "summary.md").read_text()
+
+
 def test_wrong_provider_is_reported_not_timed(quick_run):
     broken = [r for r in quick_run.rows if r.provider == "broken"]
     assert broken and {r.status for r in broken} == {"wrong", "unsupported"}
