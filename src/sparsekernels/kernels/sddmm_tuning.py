@@ -85,7 +85,9 @@ SOFTMAX_TAIL_MAX_LANES = 256
 # the neighbours' entries masked out; softmax_csr._read_once). Compiled for sm_90, in bf16 the
 # single read then issues 24-35% fewer instructions (local:256's 2 heads on 2 warps 313 -> 205
 # a thread, strided's tail form 403 -> 301); in fp32 about as many (+3% to -19%): 16-bit
-# values only. Off until timed (benchmarks/sweeps/softmax_heads_sweep.py, forms with "/a").
+# values only. Timed cold it lost everywhere in bf16 (softmax_heads_sweep.py, forms with "/a";
+# results/nvidia-h200/2026-11-30/at-54e4fc2/softmax_align.txt): local:256 25.5 -> 34.8 us,
+# strided's tail form 16.7 -> 17.4, random:0.1 41.8 -> 43.0. Fewer instructions, more time: off.
 SOFTMAX_ALIGN = False
 
 
