@@ -61,7 +61,8 @@ def test_config_rule():
 
 def test_dense_fallback_rule():
     """Half precision densifies past 16 columns, except the smallest products (N <= 256 and at
-    most 3M multiply-adds), where the CSR kernel's one launch wins; strict fp32 by density."""
+    most 3M multiply-adds), where the CSR kernel's one launch wins; strict fp32 from 14% stored,
+    or 30% for products of at most 24M multiply-adds."""
     from sparsekernels.kernels.tuning import spmm_csr_prefers_dense as prefers_dense
 
     assert not prefers_dense(256, 0.02, True, 5243 * 256)  # 512 x 512 at 2%
@@ -70,6 +71,9 @@ def test_dense_fallback_rule():
     assert prefers_dense(64, 0.02, True)  # products unknown
     assert not prefers_dense(16, 0.5, True)  # the decode sizes
     assert not prefers_dense(2048, 0.1, False) and prefers_dense(2048, 0.2, False)
+    assert not prefers_dense(784, 0.2, False, 13107 * 784)  # fp32, small: 10M
+    assert prefers_dense(256, 0.3, False, 314573 * 256)  # 2048 x 512 at 30%: 80M
+    assert prefers_dense(256, 0.5, False, 131072 * 256)  # half stored: 34M
 
 
 @pytest.mark.gpu

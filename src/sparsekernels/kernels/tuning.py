@@ -290,6 +290,13 @@ SPMM_CSR_DECODE_MAX_N = 16  # past this, CSR products (W^T's of N:M weights too)
 # 20%. The crossover is near 14%; a threshold at exactly 10% flipped 90%-sparse layers one way
 # or the other with the rounding of their kept count (MobileNet's: 0.09999 to 0.10010).
 FP32_DENSE_MIN_DENSITY = 0.14
+# With the DLMC tiles (spmm_csr_config) small products keep the kernel to 30% stored: at 20-30%
+# it beat densify + cuBLAS in 11 of 12 cases up to ~24M multiply-adds (128 x 512 at 20%, N =
+# 784: 8.7 against 13.3 us) and lost past it (2048 x 512 at 30%, N = 256, 80M: 26 against 24;
+# 2304 x 256 at 30%, N = 196, 35M: 35 against 20); results/nvidia-h200/2026-11-30/at-298425b/
+# dlmc. Over that run's 72 fp32 cases: 1.92x -> 2.00x cuSPARSE (geometric mean).
+FP32_SMALL_MAX_DENSITY = 0.3
+FP32_SMALL_MAX_PRODUCTS = 24_000_000
 
 
 # Half precision: densify + cuBLAS wins past the decode sizes, except on the smallest products,
@@ -308,7 +315,8 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool, product
         return False
     if half_precision:
         return not (n <= HALF_CSR_MAX_N and 0 < products <= HALF_CSR_MAX_PRODUCTS)
-    return density > FP32_DENSE_MIN_DENSITY
+    small = 0 < products <= FP32_SMALL_MAX_PRODUCTS and density <= FP32_SMALL_MAX_DENSITY
+    return density > FP32_DENSE_MIN_DENSITY and not small
 
 
 def spmm_nm_prefers_dense(
