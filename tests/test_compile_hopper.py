@@ -1,6 +1,5 @@
-"""The split-K, tensor-core SDDMM and softmax kernels compiled for the H200 (sm_90), no GPU.
-
-The interpreter accepts code the compiler rejects (a loop-carried value changing type, a constexpr
+"""The split-K, tensor-core SDDMM and softmax kernels compiled for the H200 (sm_90), no GPU. The
+interpreter accepts code the compiler rejects (a loop-carried value changing type, a constexpr
 passed where a tensor is needed), and the GPU tests run only on the H200. Triton's wheel carries
 ptxas, so CI compiles each variant of these kernels to a cubin here: a compile error shows before
 any device time is spent. Variants: the one-hot kernel's slot and grouped forms, with and without
