@@ -1,15 +1,16 @@
-"""The split-K, tensor-core SDDMM and softmax kernels compiled for the H200 (sm_90), no GPU. The
-interpreter accepts code the compiler rejects (a loop-carried value changing type, a constexpr
-passed where a tensor is needed), and the GPU tests run only on the H200. Triton's wheel carries
-ptxas, so CI compiles each variant of these kernels to a cubin here: a compile error shows before
-any device time is spent. Variants: the one-hot kernel's slot and grouped forms, with and without
-the partial plane; the decode kernel's own-row and shared-row walks in float32 and float64 sums, and
-the own-row walk with its next step prefetched or a word's slots spread over lanes; the second pass
-in both sum types; the tensor-core SDDMM in each dtype it takes (a dot, then a gather along each
-tile row); the row softmax, forward and backward (its single-read branch returns early) and with a
-tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR kernel with
-int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry SDDMM with
-int32 and int64 offsets.
+"""The split-K, tensor-core SDDMM and softmax kernels compiled for the H200 (sm_90), no GPU.
+
+The interpreter accepts code the compiler rejects (a loop-carried value changing type, a
+constexpr passed where a tensor is needed), and the GPU tests run only on the H200. Triton's
+wheel carries ptxas, so CI compiles each variant of these kernels to a cubin here: a compile
+error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped forms,
+with and without the partial plane; the decode kernel's own-row and shared-row walks in float32 and
+float64 sums, and the own-row walk with its next step prefetched; the second pass in both sum
+types; the tensor-core SDDMM in each dtype it takes (a dot, then a gather along each tile row); the
+row softmax, forward and backward (its single-read branch returns early) and with a tail; the CSR
+one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR kernel with int32 and
+int64 offsets; the CSR few-token walk with B padded and strided; the per-entry SDDMM with int32 and
+int64 offsets.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -58,8 +59,7 @@ def _cases() -> dict:
                          ACC_DTYPE=tl.float64 if wide else tl.float32,
                          BLOCK_M=8 if shared else 4, BLOCK_W=32, BLOCK_N=4,
                          PARTIAL=partial, KEEP_SUMS=not (shared or partial),
-                         PREFETCH=False, STREAM_CACHE="", GATHER_EVICTION="",
-                         SPREAD_LANES=False)  # fmt: skip
+                         PREFETCH=False, STREAM_CACHE="", GATHER_EVICTION="")  # fmt: skip
         name = f"decode shared={shared} partial={partial} fp64={wide}"
         cases[name] = (_nm_decode_kernel, [data, "*i32", data, data, out], constants, 1)
     for block_n in (1, 8):  # the own-row walk loading the next step before the gather
@@ -67,14 +67,11 @@ def _cases() -> dict:
                          WIDE=False, PADDED_B=True, HAS_BIAS=False, ACTIVATION=0,
                          B_INDEX=tl.int32, ACC_DTYPE=tl.float32, BLOCK_M=4, BLOCK_W=128,
                          BLOCK_N=block_n, PARTIAL=True, KEEP_SUMS=False,
-                         PREFETCH=True, STREAM_CACHE="", GATHER_EVICTION="",
-                         SPREAD_LANES=False)  # fmt: skip
+                         PREFETCH=True, STREAM_CACHE="", GATHER_EVICTION="")  # fmt: skip
         pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*fp32"]
         cases[f"decode prefetch N={block_n}"] = (_nm_decode_kernel, pointers, constants, 2)
         hinted = dict(constants, PREFETCH=False, STREAM_CACHE=".cg", GATHER_EVICTION="evict_last")
         cases[f"decode cache hints N={block_n}"] = (_nm_decode_kernel, pointers, hinted, 2)
-        spread = dict(constants, SPREAD_LANES=True)
-        cases[f"decode spread lanes N={block_n}"] = (_nm_decode_kernel, pointers, spread, 2)
     for sums in ("*fp32", "*fp64"):
         constants = dict(HAS_BIAS=True, ACTIVATION=2, BLOCK_M=64, BLOCK_N=16)
         cases[f"sum partials {sums}"] = (
@@ -149,8 +146,6 @@ CASE_NAMES = [
     "decode prefetch N=8",
     "decode cache hints N=1",
     "decode cache hints N=8",
-    "decode spread lanes N=1",
-    "decode spread lanes N=8",
     "sum partials *fp32",
     "sum partials *fp64",
     *(

@@ -37,7 +37,6 @@ def _launch_poisoned(
     keep_sums=False,
     prefetch=False,
     hints=("", ""),
-    spread_lanes=False,
 ):
     cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
     out = torch.full((W.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
@@ -64,7 +63,6 @@ def _launch_poisoned(
         prefetch=prefetch,
         stream_cache=hints[0],
         gather_eviction=hints[1],
-        spread_lanes=spread_lanes,
     )
     return out
 
@@ -199,23 +197,6 @@ def test_prefetch_walk(device, pattern, N, config, split, gen):
     want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, torch.float32)
-
-
-@pytest.mark.parametrize("device", KERNEL_DEVICES)
-@pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (1, 8, 1, 1), (2, 4, 1, 1), (4, 16, 1, 2)])
-@pytest.mark.parametrize("N", [1, 8])
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_spread_lanes(device, pattern, N, prefetch, gen):
-    """A word's slots on neighbouring lanes (the sweep's "/l" forms): the same sums, float32
-    against float64, every element written (rows past M, a last step past the row's end,
-    block-wise offsets)."""
-    skip_interpreter_on_gpu_machine(device)
-    n, m, vector, block = pattern
-    W = random_nm(13, 37 * m, n, m, gen, vector, block, torch.float32, device)
-    B = randn(37 * m, N, gen=gen, dtype=torch.float32, device=device)
-    got = _launch_poisoned(W, B, (4, 2, 2), prefetch=prefetch, spread_lanes=True)
-    want = W.to_dense().double() @ B.double()
-    assert_close(got, want, spmm_bound(W.to_dense(), B), torch.float32)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

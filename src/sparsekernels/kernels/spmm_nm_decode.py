@@ -37,23 +37,18 @@ from .transpose import padded_b
 
 @triton.jit
 def _own_row_loads(
-    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m, lane_stride,
+    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m,
     BLOCK_W: tl.constexpr, SPW: tl.constexpr, STREAM_CACHE: tl.constexpr,
-    SPREAD_LANES: tl.constexpr,
 ):  # fmt: skip
     """A step's compressed values (BLOCK_M, BLOCK_W, SPW) and packed words (BLOCK_M, BLOCK_W)
     for rows with their own choice; nothing loaded at or past `stop` (words) or S (slots).
-    STREAM_CACHE: the loads' cache modifier ("" or ".cg", past L1: see the launcher).
-    SPREAD_LANES: the slots' addresses go through `lane_stride` (1, never specialized), so the
-    compiler cannot prove them contiguous and gives a word's slots to neighbouring lanes (2-byte
-    loads) instead of one lane (a 16-byte load); see the launcher."""
+    STREAM_CACHE: the loads' cache modifier ("" or ".cg", past L1: see the launcher)."""
     w = w0 + tl.arange(0, BLOCK_W)
     mask_w = w < stop
     slots = w[:, None] * SPW + tl.arange(0, SPW)[None, :]  # (BLOCK_W, SPW)
     mask_s = mask_w[:, None] & (slots < S)
-    addresses = slots * lane_stride if SPREAD_LANES else slots
     vals = tl.load(
-        row_values + addresses[None, :, :],
+        row_values + slots[None, :, :],
         mask=mask_m[:, None, None] & mask_s[None, :, :],
         other=0.0,
         cache_modifier=STREAM_CACHE,
@@ -120,7 +115,7 @@ def _own_row_step(
     return acc, slot_sums
 
 
-@triton.jit(do_not_specialize=["lane_stride"])
+@triton.jit
 def _nm_decode_kernel(
     values,  # (M, S) compressed values, unit stride along S
     words,  # (ceil(M / VECTOR), ceil(S / BLOCK / (32 // BITS))) int32 packed block offsets
@@ -138,7 +133,6 @@ def _nm_decode_kernel(
     stride_bn,
     stride_om,
     stride_on,
-    lane_stride,  # 1; SPREAD_LANES multiplies the value loads' offsets by it (see the loads)
     N_KEEP: tl.constexpr,
     M_GROUP: tl.constexpr,
     VECTOR: tl.constexpr,
@@ -159,7 +153,6 @@ def _nm_decode_kernel(
     PREFETCH: tl.constexpr,  # own-row walk: the next step's weight loads before this gather
     STREAM_CACHE: tl.constexpr,  # own-row walk: the weight's loads' cache modifier
     GATHER_EVICTION: tl.constexpr,  # own-row walk: the gather's eviction policy
-    SPREAD_LANES: tl.constexpr,  # own-row walk: a word's slots on neighbouring lanes
 ):
     # Each row its own choice: a step covers BLOCK_W words, a (BLOCK_W, SPW) grid of slots
     # (slot = word * SPW + j); each word is loaded once and unpacked by shifts (2:8 at one
@@ -227,13 +220,13 @@ def _nm_decode_kernel(
             # the next step's values and words are loaded before this step's gather of B, so
             # the weight's loads of two steps are in flight while the gather waits
             vals, word = _own_row_loads(
-                row_values, words, group_rows, stride_wm, start, stop, S, mask_m, lane_stride,
-                BLOCK_W, SPW, STREAM_CACHE, SPREAD_LANES,
+                row_values, words, group_rows, stride_wm, start, stop, S, mask_m, BLOCK_W, SPW,
+                STREAM_CACHE,
             )  # fmt: skip
             for w0 in range(start, stop, BLOCK_W):
                 next_vals, next_word = _own_row_loads(
                     row_values, words, group_rows, stride_wm, w0 + BLOCK_W, stop, S, mask_m,
-                    lane_stride, BLOCK_W, SPW, STREAM_CACHE, SPREAD_LANES,
+                    BLOCK_W, SPW, STREAM_CACHE,
                 )  # fmt: skip
                 acc, slot_sums = _own_row_step(
                     acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
@@ -244,8 +237,8 @@ def _nm_decode_kernel(
         else:
             for w0 in range(start, stop, BLOCK_W):
                 vals, word = _own_row_loads(
-                    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m, lane_stride,
-                    BLOCK_W, SPW, STREAM_CACHE, SPREAD_LANES,
+                    row_values, words, group_rows, stride_wm, w0, stop, S, mask_m, BLOCK_W, SPW,
+                    STREAM_CACHE,
                 )  # fmt: skip
                 acc, slot_sums = _own_row_step(
                     acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
@@ -311,7 +304,6 @@ def spmm_nm_decode(
     prefetch: bool = False,
     stream_cache: str = "",
     gather_eviction: str = "",
-    spread_lanes: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
     `transpose.padded_b`), which loads fastest. values (M, S) and words
@@ -325,11 +317,7 @@ def spmm_nm_decode(
     which may evict x between gathers (Nsight Compute: L1TEX stalls, at-02f1e78/ncu.txt). Timed
     cold (at-54e4fc2/nm_cold_hints.txt) they gained nothing on the routes' tiles (2:8 4096 x
     14336 18.4 -> 18.8 us); only 2:4's 1024-slot 2-warp tile gained (49.5 -> 35.4), and 512-slot
-    one-warp steps match that without them (nm_decode_tuning.DECODE_HALF_DENSE): unused.
-    `spread_lanes`: by default each lane loads a word's slots as one 16-byte vector, so one
-    gather instruction's 32 lanes read 32 words' columns: at 2:8 a 2 KB span of x, 32 sectors
-    for L1 to serve (Nsight Compute: L1TEX stalls). Spread, 8 neighbouring lanes take a word's
-    slots (2-byte loads, still coalesced), and a gather's lanes read 4 words: 256 bytes of x."""
+    one-warp steps match that without them (nm_decode_tuning.DECODE_HALF_DENSE): unused."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -354,7 +342,6 @@ def spmm_nm_decode(
         b.stride(1),
         out.stride(0),
         out.stride(1),
-        1,  # lane_stride
         N_KEEP=n,
         M_GROUP=m,
         VECTOR=vector,
@@ -375,7 +362,6 @@ def spmm_nm_decode(
         PREFETCH=prefetch,
         STREAM_CACHE=stream_cache,
         GATHER_EVICTION=gather_eviction,
-        SPREAD_LANES=spread_lanes,
         num_warps=num_warps,
         num_stages=num_stages,
     )
