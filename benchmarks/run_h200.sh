@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -16,7 +16,8 @@
 # next row's loads first
 # (softmax_rows.py); csrhints: cache hints for the CSR few-token kernel (csr_few_cache_hints.py); ncu: Nsight
 # Compute sections of the kernels in ncu_cases.py. nmcold24 / nmcoldc: 2:4 decode tiles and the
-# decode's cache hints cold (nm_decode_tall_cold.py); nmxt: linear's x^T copy against a strided
+# decode's cache hints cold (nm_decode_tall_cold.py); nmshared: the one-token decode
+# gathering x from shared memory; nmxt: linear's x^T copy against a strided
 # read (nm_decode_xt.py); csrdlmc: the general CSR kernel's tiles on DLMC (carry .dlmc, built by
 # `make dlmc-subset`).
 # sweeps: the densify and fused-attention sweeps that set their tuning defaults (never run yet).
@@ -123,6 +124,11 @@ for step in $steps; do
       TOKENS=1 CONFIGS=4x1024/2w,4x1024/2w/c,4x512/1w/c,4x256/1w,4x256/1w/c,4x256/1w/p/c,2x256/1w/c,1x256/1w/c \
         timeout 200 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_hints.txt" 2>&1
       echo "nmcoldc rc=$? $(tail -1 "$out/nm_cold_hints.txt")" ;;
+    nmshared)  # one token: x's span of a step gathered from shared memory (/g) against L1 gathers
+      TOKENS=1 PATTERNS=2:8,1:8,2:4 ORDERS=row \
+        CONFIGS=4x1024/2w,4x1024/2w/g,8x1024/4w/g,4x512/1w,4x512/2w/g,4x256/1w,4x256/1w/g,2x256/1w/g \
+        timeout 200 python3 benchmarks/sweeps/nm_decode_tall_cold.py >"$out/nm_cold_shared.txt" 2>&1
+      echo "nmshared rc=$? $(tail -1 "$out/nm_cold_shared.txt")" ;;
     nmvw)  # the vector-wise N:M tensor-core kernel's tiles at 2048-4096 tokens (nm_vector_configs.py)
       BUDGET_S=220 timeout 280 python3 benchmarks/sweeps/nm_vector_configs.py >"$out/nm_vector_configs.txt" 2>&1
       echo "nmvw rc=$? $(tail -1 "$out/nm_vector_configs.txt")" ;;

@@ -1,16 +1,16 @@
 """The split-K, tensor-core SDDMM and softmax kernels compiled for the H200 (sm_90), no GPU.
 
-The interpreter accepts code the compiler rejects (a loop-carried value changing type, a
-constexpr passed where a tensor is needed), and the GPU tests run only on the H200. Triton's
-wheel carries ptxas, so CI compiles each variant of these kernels to a cubin here: a compile
-error shows before any device time is spent. Variants: the one-hot kernel's slot and grouped forms,
-with and without the partial plane; the decode kernel's own-row and shared-row walks in float32 and
-float64 sums, and the own-row walk with its next step prefetched; the second pass in both sum
-types; the tensor-core SDDMM in each dtype it takes (a dot, then a gather along each tile row); the
-row softmax, forward and backward (its single-read branch returns early) and with a tail; the CSR
-one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR kernel with int32 and
-int64 offsets; the CSR few-token walk with B padded and strided; the per-entry SDDMM with int32 and
-int64 offsets.
+The interpreter accepts code the compiler rejects (a loop-carried value changing type, a constexpr
+passed where a tensor is needed), and the GPU tests run only on the H200. Triton's wheel carries
+ptxas, so CI compiles each variant of these kernels to a cubin here: a compile error shows before
+any device time is spent. Variants: the one-hot kernel's slot and grouped forms, with and without
+the partial plane; the decode kernel's own-row and shared-row walks in float32 and float64 sums, and
+the own-row walk with its next step prefetched or one token gathered from shared memory; the second
+pass in both sum types; the tensor-core SDDMM in each dtype it takes (a dot, then a gather along
+each tile row); the row softmax, forward and backward (its single-read branch returns early) and
+with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
+kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
+SDDMM with int32 and int64 offsets.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -59,7 +59,8 @@ def _cases() -> dict:
                          ACC_DTYPE=tl.float64 if wide else tl.float32,
                          BLOCK_M=8 if shared else 4, BLOCK_W=32, BLOCK_N=4,
                          PARTIAL=partial, KEEP_SUMS=not (shared or partial),
-                         PREFETCH=False, STREAM_CACHE="", GATHER_EVICTION="")  # fmt: skip
+                         PREFETCH=False, STREAM_CACHE="", GATHER_EVICTION="",
+                         GATHER_SHARED=False)  # fmt: skip
         name = f"decode shared={shared} partial={partial} fp64={wide}"
         cases[name] = (_nm_decode_kernel, [data, "*i32", data, data, out], constants, 1)
     for block_n in (1, 8):  # the own-row walk loading the next step before the gather
@@ -67,11 +68,21 @@ def _cases() -> dict:
                          WIDE=False, PADDED_B=True, HAS_BIAS=False, ACTIVATION=0,
                          B_INDEX=tl.int32, ACC_DTYPE=tl.float32, BLOCK_M=4, BLOCK_W=128,
                          BLOCK_N=block_n, PARTIAL=True, KEEP_SUMS=False,
-                         PREFETCH=True, STREAM_CACHE="", GATHER_EVICTION="")  # fmt: skip
+                         PREFETCH=True, STREAM_CACHE="", GATHER_EVICTION="",
+                         GATHER_SHARED=False)  # fmt: skip
         pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*fp32"]
         cases[f"decode prefetch N={block_n}"] = (_nm_decode_kernel, pointers, constants, 2)
         hinted = dict(constants, PREFETCH=False, STREAM_CACHE=".cg", GATHER_EVICTION="evict_last")
         cases[f"decode cache hints N={block_n}"] = (_nm_decode_kernel, pointers, hinted, 2)
+    for prefetch in (False, True):  # one token gathered from x's span in shared memory
+        constants = dict(N_KEEP=2, M_GROUP=8, VECTOR=1, BLOCK=1, BITS=4, SHARED=False,
+                         WIDE=False, PADDED_B=True, HAS_BIAS=False, ACTIVATION=0,
+                         B_INDEX=tl.int32, ACC_DTYPE=tl.float32, BLOCK_M=4, BLOCK_W=128,
+                         BLOCK_N=1, PARTIAL=False, KEEP_SUMS=False, PREFETCH=prefetch,
+                         STREAM_CACHE="", GATHER_EVICTION="", GATHER_SHARED=True)  # fmt: skip
+        pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16"]
+        name = f"decode shared gather prefetch={prefetch}"
+        cases[name] = (_nm_decode_kernel, pointers, constants, 2)
     for sums in ("*fp32", "*fp64"):
         constants = dict(HAS_BIAS=True, ACTIVATION=2, BLOCK_M=64, BLOCK_N=16)
         cases[f"sum partials {sums}"] = (
@@ -146,6 +157,8 @@ CASE_NAMES = [
     "decode prefetch N=8",
     "decode cache hints N=1",
     "decode cache hints N=8",
+    "decode shared gather prefetch=False",
+    "decode shared gather prefetch=True",
     "sum partials *fp32",
     "sum partials *fp64",
     *(

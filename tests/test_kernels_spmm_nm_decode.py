@@ -37,6 +37,7 @@ def _launch_poisoned(
     keep_sums=False,
     prefetch=False,
     hints=("", ""),
+    gather_shared=False,
 ):
     cols = B.shape[1] if cols is None else cols  # a padded B has more columns than the product
     out = torch.full((W.shape[0], cols), float("nan"), dtype=B.dtype, device=B.device)
@@ -63,6 +64,7 @@ def _launch_poisoned(
         prefetch=prefetch,
         stream_cache=hints[0],
         gather_eviction=hints[1],
+        gather_shared=gather_shared,
     )
     return out
 
@@ -197,6 +199,39 @@ def test_prefetch_walk(device, pattern, N, config, split, gen):
     want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, torch.float32)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (1, 8, 1, 1), (2, 4, 1, 1), (1, 2, 2, 1)])
+@pytest.mark.parametrize(("config", "split"), [((4, 2, 2), 1), ((1, 1, 1), 1), ((2, 4, 1), 3)])
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_shared_gather(device, pattern, config, split, prefetch, gen):
+    """One token gathered from x's span staged in shared memory: the same sums, float32 against
+    float64, every element written (rows past M, a last step past the row's end, split ranges,
+    vector 2 on tiles of 4 rows)."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    W = random_nm(13, 37 * m, n, m, gen, vector, block, torch.float32, device)
+    B = randn(37 * m, 1, gen=gen, dtype=torch.float32, device=device)
+    bias = randn(13, gen=gen, dtype=torch.float32, device=device)
+    got = _launch_poisoned(W, B, config, bias, "relu", split=split, prefetch=prefetch,
+                           gather_shared=True)  # fmt: skip
+    want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, torch.float32)
+
+
+def test_shared_gather_cases():
+    """Where the launcher turns the shared gather on: one token, own-row element-wise tiles,
+    n and m powers of two with whole groups in a word."""
+    from sparsekernels.kernels.spmm_nm_decode import _span_gather_fits as fits
+
+    assert fits(2, 8, 1, 1, 1, 4) and fits(1, 8, 1, 1, 1, 4) and fits(2, 4, 1, 1, 1, 4)
+    assert not fits(2, 8, 1, 8, 1, 4)  # 8 tokens
+    assert not fits(3, 8, 1, 1, 1, 4)  # n not a power of two
+    assert not fits(16, 32, 1, 1, 1, 4)  # a word holds 4 slots, a group 16
+    assert not fits(2, 8, 1, 1, 64, 8)  # rows sharing their choice: the shared walk
+    assert not fits(2, 8, 2, 1, 1, 4)  # block-wise
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -29,21 +29,25 @@ DEVICE = torch.device("cuda")
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:8,1:8", "8,5")
 # "RxS/Ww[/p][/c][/sN]": R rows a program, S slots a step, W warps, p: the next step's loads
 # before this step's gather (prefetch), c: the weight's loads past L1 (".cg") and the gather
-# kept ("evict_last"), sN: N split-K ranges; without sN tiles of 16 rows or more split toward
-# 2048 programs as nm_decode_tuning.DECODE_TALL does, smaller ones by the library's split rule
+# kept ("evict_last"), g: at one token x's span of a step gathered from shared memory
+# (gather_shared), sN: N split-K ranges; without sN tiles of 16 rows or more split toward 2048
+# programs as nm_decode_tuning.DECODE_TALL does, smaller ones by the library's split rule.
+# ORDERS: the output orders timed (row-major; column-major as linear writes it)
 CONFIGS = os.environ.get("CONFIGS", "2x256/1w,32x16/1w,16x32/1w,32x32/1w").split(",")
+ORDERS = os.environ.get("ORDERS", "row,col").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, int, bool, int, tuple[str, str]]:
+def parse(name: str) -> tuple[int, int, int, int, bool, int, tuple[str, str], bool]:
     """A configuration's name: RxS/Ww, then /p for the walk prefetching its next step, /c for
-    the cache hints and /sN for N split-K ranges (else the split rule above)."""
+    the cache hints, /g for the shared-memory gather and /sN for N split-K ranges (else the
+    split rule above)."""
     tile, warps, *flags = name.split("/")
     rows, slots = (int(d) for d in tile.split("x"))
     ranges = [int(f[1:]) for f in flags if f.startswith("s")]
     target = 2048 if rows >= 16 else 0
     hints = (".cg", "evict_last") if "c" in flags else ("", "")
     split = ranges[0] if ranges else 0
-    return rows, slots, int(warps.rstrip("w")), target, "p" in flags, split, hints
+    return rows, slots, int(warps.rstrip("w")), target, "p" in flags, split, hints, "g" in flags
 
 
 def dense_cold(case: dict) -> float:
@@ -76,8 +80,8 @@ def main():
         weights = [(W.values.clone(), words.clone()) for _ in range(copies)]
         spw = 32 // bits
         timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
-        for order, name in itertools.product(("row", "col"), CONFIGS):
-            block_m, slots, warps, target, prefetch, ranges, hints = parse(name)
+        for order, name in itertools.product(ORDERS, CONFIGS):
+            block_m, slots, warps, target, prefetch, ranges, hints, shared = parse(name)
             if order == "row":
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
             else:
@@ -87,12 +91,12 @@ def main():
             split = ranges or nm_decode_tuning.spmm_nm_decode_split(M, block_m, steps, target)
 
             def run(values, words, out=out, block_m=block_m, block_w=block_w, warps=warps,
-                    split=split, prefetch=prefetch, hints=hints):  # fmt: skip
+                    split=split, prefetch=prefetch, hints=hints, shared=shared):  # fmt: skip
                 spmm_nm_decode(
                     values=values, words=words, bits=bits, b=B, bias=None, out=out, n=n, m=m,
                     vector=1, block=1, activation="none", block_m=block_m, block_w=block_w,
                     num_warps=warps, num_stages=2, split=split, prefetch=prefetch,
-                    stream_cache=hints[0], gather_eviction=hints[1],
+                    stream_cache=hints[0], gather_eviction=hints[1], gather_shared=shared,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

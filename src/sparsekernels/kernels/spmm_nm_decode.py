@@ -69,11 +69,13 @@ def _own_row_step(
     WIDE: tl.constexpr, PADDED_B: tl.constexpr, B_INDEX: tl.constexpr,
     ACC_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr,
     BLOCK_N: tl.constexpr, SPW: tl.constexpr, KEEP_SUMS: tl.constexpr,
-    GATHER_EVICTION: tl.constexpr,
+    GATHER_EVICTION: tl.constexpr, GATHER_SHARED: tl.constexpr,
 ):  # fmt: skip
     """Unpack a step's offsets, gather its B rows and add the products (the loads' masks
     already zeroed the values of slots past the row or the range). GATHER_EVICTION: the
-    gather's eviction policy ("" or "evict_last")."""
+    gather's eviction policy ("" or "evict_last"). GATHER_SHARED (one token, element-wise,
+    n and m powers of two): the step's slots of every row cover the same span of x, which is
+    loaded whole (contiguous) and gathered from shared memory (tl.gather) instead of from L1."""
     j = tl.arange(0, SPW)
     slots = (w0 + tl.arange(0, BLOCK_W))[:, None] * SPW + j[None, :]  # (BLOCK_W, SPW)
     mask_s = slots < S
@@ -86,7 +88,20 @@ def _own_row_step(
     offsets = (word[:, :, None] >> ((j // BLOCK) * BITS)[None, None, :]) & ((1 << BITS) - 1)
     cols = first[None, :, :] + offsets * BLOCK
     vals = vals.to(ACC_DTYPE)
-    if BLOCK_N == 1:  # decode of one token: a plain gather, no column axis
+    if BLOCK_N == 1 and GATHER_SHARED:  # one token, x's span of the step staged in shared
+        SPAN: tl.constexpr = BLOCK_W * SPW // N_KEEP * M_GROUP
+        first_col = w0 * SPW // N_KEEP * M_GROUP  # a step starts on a group: SPW % N_KEEP == 0
+        span_cols = first_col + tl.arange(0, SPAN)
+        chunk = tl.load(  # b_row: 1 at compile time for a padded b, so vector loads
+            b + span_cols.to(B_INDEX) * b_row,
+            mask=span_cols < tl.cdiv(S, N_KEEP) * M_GROUP,
+            other=0.0,
+        )
+        local = tl.where(mask_s[None, :, :], cols - first_col, 0).to(tl.int32)
+        flat = tl.reshape(local, (BLOCK_M * BLOCK_W * SPW,))
+        x = tl.reshape(tl.gather(chunk, flat, 0), (BLOCK_M, BLOCK_W, SPW))
+        acc += tl.sum(tl.sum(vals * x.to(ACC_DTYPE), axis=2), axis=1)[:, None]
+    elif BLOCK_N == 1:  # decode of one token: a plain gather, no column axis
         x = tl.load(
             b + cols.to(B_INDEX) * stride_bk,
             mask=mask_s[None, :, :],
@@ -153,6 +168,7 @@ def _nm_decode_kernel(
     PREFETCH: tl.constexpr,  # own-row walk: the next step's weight loads before this gather
     STREAM_CACHE: tl.constexpr,  # own-row walk: the weight's loads' cache modifier
     GATHER_EVICTION: tl.constexpr,  # own-row walk: the gather's eviction policy
+    GATHER_SHARED: tl.constexpr,  # own-row walk at one token: x's span gathered from shared
 ):
     # Each row its own choice: a step covers BLOCK_W words, a (BLOCK_W, SPW) grid of slots
     # (slot = word * SPW + j); each word is loaded once and unpacked by shifts (2:8 at one
@@ -232,6 +248,7 @@ def _nm_decode_kernel(
                     acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
                     stride_bk, N_KEEP, M_GROUP, BLOCK, BITS, WIDE, PADDED_B, B_INDEX,
                     ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS, GATHER_EVICTION,
+                    GATHER_SHARED,
                 )  # fmt: skip
                 vals, word = next_vals, next_word
         else:
@@ -244,6 +261,7 @@ def _nm_decode_kernel(
                     acc, slot_sums, vals, word, w0, S, b, b_row, b_col, offs_n, mask_n,
                     stride_bk, N_KEEP, M_GROUP, BLOCK, BITS, WIDE, PADDED_B, B_INDEX,
                     ACC_DTYPE, BLOCK_M, BLOCK_W, BLOCK_N, SPW, KEEP_SUMS, GATHER_EVICTION,
+                    GATHER_SHARED,
                 )  # fmt: skip
         if KEEP_SUMS:
             acc += tl.sum(slot_sums, axis=1)
@@ -282,6 +300,15 @@ def supports(block: int) -> bool:
     return block & (block - 1) == 0
 
 
+def _span_gather_fits(n: int, m: int, block: int, cols: int, vector: int, block_m: int) -> bool:
+    """The shared-memory gather's cases: one token, rows with their own element-wise choice,
+    n and m powers of two (a step's span of x is then a power of two) and a word holding whole
+    groups (so a step starts on a group)."""
+    powers = n & (n - 1) == 0 and m & (m - 1) == 0
+    whole_groups = (32 // packed_bits(m, block)) % n == 0
+    return cols == 1 and block == 1 and vector % block_m != 0 and powers and whole_groups
+
+
 def spmm_nm_decode(
     *,
     values: torch.Tensor,
@@ -304,6 +331,7 @@ def spmm_nm_decode(
     prefetch: bool = False,
     stream_cache: str = "",
     gather_eviction: str = "",
+    gather_shared: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N <= 16); b (K, N), or (K, BLOCK_N) padded with zero columns (see
     `transpose.padded_b`), which loads fastest. values (M, S) and words
@@ -314,7 +342,11 @@ def spmm_nm_decode(
     `stream_cache` (".cg": the weight's values and words past L1) and `gather_eviction`
     ("evict_last": B's rows kept) are for benchmarks/sweeps/nm_decode_tall_cold.py (forms "/c"):
     at one token x is 28 KB and the weight streams ~280 KB through each multiprocessor's L1,
-    which may evict x between gathers (Nsight Compute: L1TEX stalls, at-02f1e78/ncu.txt). Timed
+    which may evict x between gathers (Nsight Compute: L1TEX stalls, at-02f1e78/ncu.txt).
+    `gather_shared` (one token, element-wise, n and m powers of two, else ignored): each step
+    loads the span of x its slots cover (2:8 at 1024 slots: 4096 columns, 8 KB) and gathers
+    from shared memory, where a warp's 32 scattered reads cost a few bank conflicts, not up to
+    32 L1 sectors. Timed
     cold (at-54e4fc2/nm_cold_hints.txt) they gained nothing on the routes' tiles (2:8 4096 x
     14336 18.4 -> 18.8 us); only 2:4's 1024-slot 2-warp tile gained (49.5 -> 35.4), and 512-slot
     one-warp steps match that without them (nm_decode_tuning.DECODE_HALF_DENSE): unused."""
@@ -362,6 +394,7 @@ def spmm_nm_decode(
         PREFETCH=prefetch,
         STREAM_CACHE=stream_cache,
         GATHER_EVICTION=gather_eviction,
+        GATHER_SHARED=gather_shared and _span_gather_fits(n, m, block, cols, vector, block_m),
         num_warps=num_warps,
         num_stages=num_stages,
     )
