@@ -342,14 +342,14 @@ def spmm_nm_decode(
     `stream_cache` (".cg": the weight's values and words past L1) and `gather_eviction`
     ("evict_last": B's rows kept) are for benchmarks/sweeps/nm_decode_tall_cold.py (forms "/c"):
     at one token x is 28 KB and the weight streams ~280 KB through each multiprocessor's L1,
-    which may evict x between gathers (Nsight Compute: L1TEX stalls, at-02f1e78/ncu.txt).
+    which may evict x between gathers (Nsight Compute: L1TEX stalls, at-02f1e78/ncu.txt). Timed
+    cold (at-54e4fc2/nm_cold_hints.txt) they gained nothing on the routes' tiles (2:8 4096 x
+    14336 18.4 -> 18.8 us); only 2:4's 1024-slot 2-warp tile gained (49.5 -> 35.4), and 512-slot
+    one-warp steps match that without them (nm_decode_tuning.DECODE_HALF_DENSE): unused.
     `gather_shared` (one token, element-wise, n and m powers of two, else ignored): each step
     loads the span of x its slots cover (2:8 at 1024 slots: 4096 columns, 8 KB) and gathers
     from shared memory, where a warp's 32 scattered reads cost a few bank conflicts, not up to
-    32 L1 sectors. Timed
-    cold (at-54e4fc2/nm_cold_hints.txt) they gained nothing on the routes' tiles (2:8 4096 x
-    14336 18.4 -> 18.8 us); only 2:4's 1024-slot 2-warp tile gained (49.5 -> 35.4), and 512-slot
-    one-warp steps match that without them (nm_decode_tuning.DECODE_HALF_DENSE): unused."""
+    32 L1 sectors (benchmarks/sweeps/nm_decode_tall_cold.py, forms "/g"; not yet timed)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
