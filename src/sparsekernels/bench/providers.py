@@ -66,7 +66,7 @@ def _dispatch_problems(case: Case) -> dict[str, _dispatch.Problem]:
 
     if case.op in ("spmm", "linear"):
         if case.format == "nm":
-            return {"spmm_nm": problem(n=N, k=K, pattern=case.nm)}
+            return {"spmm_nm": problem(n=N, k=K, pattern=case.nm, shape=(M, K))}
         nnz = round(case.density * M * K)  # the route weighs its products (stored x N)
         return {"spmm_csr": problem(n=N, k=K, rows=M, nnz=nnz)}
     if case.op == "sddmm":
