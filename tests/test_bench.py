@@ -390,13 +390,17 @@ def test_match_keeps_the_named_cases(tmp_path):
 
 
 def test_summary_lists_both_copy_ceilings():
-    """The CUDA run's second copy ceiling (256 MiB as a CUDA graph) shows beside the first; a
+    """The CUDA run's graph-timed copy ceilings (256 MiB and 1 GiB) show beside the first; a
     CPU run has only the first."""
     meta = {k: "x" for k in ("command", "device", "date", "hostname", "torch", "triton")}
     meta.update(cuda="13.0", python="3.12")
-    meta["ceilings"] = {"copy_gbps": 2765.0, "copy_gbps_graph_256mib": 4241.0}
+    meta["ceilings"] = {
+        "copy_gbps": 2765.0, "copy_gbps_graph_256mib": 4241.0, "copy_gbps_graph_1gib": 4100.5,
+    }  # fmt: skip
     text = output.summary_markdown(meta, [])
     assert "| copy bandwidth (read+write) | 2765.0 GB/s |" in text
     assert "| copy bandwidth, 256 MiB as a CUDA graph | 4241.0 GB/s |" in text
+    assert "| copy bandwidth, 1 GiB as a CUDA graph | 4100.5 GB/s |" in text
     meta["ceilings"].pop("copy_gbps_graph_256mib")
+    meta["ceilings"].pop("copy_gbps_graph_1gib")
     assert "CUDA graph" not in output.summary_markdown(meta, [])

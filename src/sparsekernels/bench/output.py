@@ -305,9 +305,9 @@ def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
             "|---|---|",
             f"| copy bandwidth (read+write) | {ceilings['copy_gbps']:.1f} GB/s |",
         ]
-        if "copy_gbps_graph_256mib" in ceilings:
-            graph = ceilings["copy_gbps_graph_256mib"]
-            out += [f"| copy bandwidth, 256 MiB as a CUDA graph | {graph:.1f} GB/s |"]
+        for key, size in (("copy_gbps_graph_256mib", "256 MiB"), ("copy_gbps_graph_1gib", "1 GiB")):
+            if key in ceilings:
+                out += [f"| copy bandwidth, {size} as a CUDA graph | {ceilings[key]:.1f} GB/s |"]
         size = ceilings.get("matmul_size")
         out += [
             f"| dense matmul {size}^3 {k} | {v:.2f} TFLOP/s |"
