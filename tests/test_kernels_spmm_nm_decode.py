@@ -224,7 +224,7 @@ def test_shared_gather(device, pattern, config, split, prefetch, gen):
 def test_shared_gather_cases():
     """Where the launcher turns the shared gather on: one token, own-row element-wise tiles,
     n and m powers of two with whole groups in a word."""
-    from sparsekernels.kernels.spmm_nm_decode import _span_gather_fits as fits
+    from sparsekernels.kernels.spmm_nm_decode import span_gather_fits as fits
 
     assert fits(2, 8, 1, 1, 1, 4) and fits(1, 8, 1, 1, 1, 4) and fits(2, 4, 1, 1, 1, 4)
     assert not fits(2, 8, 1, 8, 1, 4)  # 8 tokens
@@ -357,13 +357,22 @@ def test_decode_config_rule():
     assert spmm_nm_decode_config(1, 1) == SpmmNmDecodeConfig(4, 256, 1)  # rows unknown
     assert spmm_nm_decode_config(4, 1, 4096, 3584) == SpmmNmDecodeConfig(2, 256, 1)
     assert spmm_nm_decode_config(1, 64, 4096, 3584) == SpmmNmDecodeConfig(8, 256, 1)
-    half_dense = SpmmNmDecodeConfig(4, 512, 1)  # element-wise 2:4 (and 4:8, 1:2) at one token
-    assert spmm_nm_decode_config(1, 1, 4096, 7168, 2, 4) == half_dense
-    assert spmm_nm_decode_config(1, 1, 14336, 2048, 4, 8) == half_dense
+    # Element-wise half-dense weights at one token: shared-memory gathers where the kernel has
+    # them (n and m powers of two, whole groups in a word), else 512-slot one-warp steps.
+    shared = SpmmNmDecodeConfig(4, 512, 2, gather_shared=True)
+    half_dense = SpmmNmDecodeConfig(4, 512, 1)
+    assert spmm_nm_decode_config(1, 1, 4096, 7168, 2, 4) == shared
+    assert spmm_nm_decode_config(1, 1, 14336, 2048, 4, 8) == shared
+    assert spmm_nm_decode_config(1, 1, 4096, 8192, 1, 2) == shared
+    assert spmm_nm_decode_config(1, 1, 4096, 8192, 16, 32) == half_dense  # 4 offsets a word
+    assert spmm_nm_decode_config(1, 1, 4096, 8192, 3, 6) == half_dense  # m not a power of two
     assert spmm_nm_decode_config(1, 1, 4096, 3584, 2, 8) == SpmmNmDecodeConfig(4, 1024, 2)
     assert spmm_nm_decode_config(2, 1, 4096, 7168, 2, 4) == SpmmNmDecodeConfig(2, 256, 1)
-    assert spmm_nm_decode_config(1, 4, 4096, 7168, 2, 4) != half_dense  # vector-wise
-    assert spmm_nm_decode_config(1, 1, 4096, 7168, 2, 4, block=4) != half_dense  # block-wise
+    for config in (
+        spmm_nm_decode_config(1, 4, 4096, 7168, 2, 4),  # vector-wise
+        spmm_nm_decode_config(1, 1, 4096, 7168, 2, 4, block=4),  # block-wise
+    ):
+        assert config not in (half_dense, shared)
 
 
 def test_decode_tall_tile_rule():

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ._sizes import cdiv, next_power_of_2
+from .spmm_nm_decode import span_gather_fits
 
 _memo = lru_cache(maxsize=4096)
 
@@ -20,6 +21,7 @@ class SpmmNmDecodeConfig:
     num_stages: int = 2
     split_programs: int = 0  # > 0: split-K toward this many programs (spmm_nm_decode_split)
     prefetch: bool = False  # own-row walk: the next step's loads before this step's gather
+    gather_shared: bool = False  # one token: x's span of a step gathered from shared memory
 
 
 # Few-row weights at one token: 4 rows a program leave 4096 x 14336 with 1024 one-warp programs,
@@ -72,6 +74,13 @@ DECODE_SHORT_ROWS = SpmmNmDecodeConfig(2, 256, 1, prefetch=True)
 # 4096 x 4096 16.7 -> 12.4 (dense 31.5, 30.3, 13.6). The same tile lost on 2:8 and 1:8
 # (nm_cold_hints.txt: 2:8 on 4096 x 14336 18.4 -> 27.0 us).
 DECODE_HALF_DENSE = SpmmNmDecodeConfig(4, 512, 1)
+# Where the kernel can gather from shared memory (n and m powers of two, whole groups in a
+# word: 2:4, 4:8, 1:2, 8:16), the step loads x's span and gathers from it, on two warps. Cold
+# L2, bf16, DECODE_HALF_DENSE -> this, us (nm_decode_tall_cold.py "/g", results/nvidia-h200/
+# 2026-11-30/at-66451f2/nm_cold_shared.txt): 2:4 4096 x 14336 38.1 -> 30.1, 14336 x 4096
+# 31.7 -> 28.9, 4096 x 4096 12.5 -> 10.6 (dense 33.0, 31.5, 13.5). On 2:8 and 1:8 every shared
+# form lost to the routes' tiles (2:8 4096 x 14336 18.4 -> 19.7 at best).
+DECODE_HALF_DENSE_SHARED = SpmmNmDecodeConfig(4, 512, 2, gather_shared=True)
 
 
 @_memo
@@ -92,7 +101,7 @@ def spmm_nm_decode_config(
     8.2 us, 3.7x dense). Few-row weights at one token step over up to 1024 slots (above);
     sparse element-wise weights at 5-8 tokens into a column-major output take tall tiles on
     long rows (DECODE_TALL, above), else prefetching 2-row tiles (DECODE_SHORT_ROWS); half-dense
-    element-wise weights at one token DECODE_HALF_DENSE. `rows`
+    element-wise weights at one token DECODE_HALF_DENSE(_SHARED). `rows`
     and `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown;
     `block` the pattern's block along K."""
     if vector % 8 == 0:
@@ -105,6 +114,8 @@ def spmm_nm_decode_config(
         return DECODE_TALL if long_rows else DECODE_SHORT_ROWS
     if n_cols == 1:
         if element_wise and 0 < m <= 2 * n:
+            if span_gather_fits(n, m, block, n_cols, vector, 4):
+                return DECODE_HALF_DENSE_SHARED
             return DECODE_HALF_DENSE
         if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:
             slots = min(DECODE_WIDE_SLOTS, max(256, next_power_of_2(row_slots)))

@@ -300,7 +300,7 @@ def supports(block: int) -> bool:
     return block & (block - 1) == 0
 
 
-def _span_gather_fits(n: int, m: int, block: int, cols: int, vector: int, block_m: int) -> bool:
+def span_gather_fits(n: int, m: int, block: int, cols: int, vector: int, block_m: int) -> bool:
     """The shared-memory gather's cases: one token, rows with their own element-wise choice,
     n and m powers of two (a step's span of x is then a power of two) and a word holding whole
     groups (so a step starts on a group)."""
@@ -349,7 +349,8 @@ def spmm_nm_decode(
     `gather_shared` (one token, element-wise, n and m powers of two, else ignored): each step
     loads the span of x its slots cover (2:8 at 1024 slots: 4096 columns, 8 KB) and gathers
     from shared memory, where a warp's 32 scattered reads cost a few bank conflicts, not up to
-    32 L1 sectors (benchmarks/sweeps/nm_decode_tall_cold.py, forms "/g"; not yet timed)."""
+    32 L1 sectors (benchmarks/sweeps/nm_decode_tall_cold.py, forms "/g"): the route's choice
+    for half-dense weights (nm_decode_tuning.DECODE_HALF_DENSE_SHARED)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -394,7 +395,7 @@ def spmm_nm_decode(
         PREFETCH=prefetch,
         STREAM_CACHE=stream_cache,
         GATHER_EVICTION=gather_eviction,
-        GATHER_SHARED=gather_shared and _span_gather_fits(n, m, block, cols, vector, block_m),
+        GATHER_SHARED=gather_shared and span_gather_fits(n, m, block, cols, vector, block_m),
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -139,6 +139,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
         num_stages=config.num_stages,
         split=split,
         prefetch=config.prefetch,
+        gather_shared=config.gather_shared,
     )
     return out
 
