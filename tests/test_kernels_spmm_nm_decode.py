@@ -203,12 +203,14 @@ def test_prefetch_walk(device, pattern, N, config, split, gen):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", [(2, 8, 1, 1), (1, 8, 1, 1), (2, 4, 1, 1), (1, 2, 2, 1)])
-@pytest.mark.parametrize(("config", "split"), [((4, 2, 2), 1), ((1, 1, 1), 1), ((2, 4, 1), 3)])
+@pytest.mark.parametrize(
+    ("config", "split"), [((4, 2, 2), 1), ((1, 1, 1), 1), ((2, 4, 1), 3), ((8, 4, 4), 1)]
+)
 @pytest.mark.parametrize("prefetch", [False, True])
 def test_shared_gather(device, pattern, config, split, prefetch, gen):
     """One token gathered from x's span staged in shared memory: the same sums, float32 against
     float64, every element written (rows past M, a last step past the row's end, split ranges,
-    vector 2 on tiles of 4 rows)."""
+    vector 2 on tiles of 4 rows, the route's 8-row tile over 13 rows)."""
     skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
     W = random_nm(13, 37 * m, n, m, gen, vector, block, torch.float32, device)
@@ -359,7 +361,7 @@ def test_decode_config_rule():
     assert spmm_nm_decode_config(1, 64, 4096, 3584) == SpmmNmDecodeConfig(8, 256, 1)
     # Element-wise half-dense weights at one token: shared-memory gathers where the kernel has
     # them (n and m powers of two, whole groups in a word), else 512-slot one-warp steps.
-    shared = SpmmNmDecodeConfig(4, 512, 2, gather_shared=True)
+    shared = SpmmNmDecodeConfig(8, 512, 4, gather_shared=True)
     half_dense = SpmmNmDecodeConfig(4, 512, 1)
     assert spmm_nm_decode_config(1, 1, 4096, 7168, 2, 4) == shared
     assert spmm_nm_decode_config(1, 1, 14336, 2048, 4, 8) == shared

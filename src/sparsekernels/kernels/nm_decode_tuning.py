@@ -75,12 +75,15 @@ DECODE_SHORT_ROWS = SpmmNmDecodeConfig(2, 256, 1, prefetch=True)
 # (nm_cold_hints.txt: 2:8 on 4096 x 14336 18.4 -> 27.0 us).
 DECODE_HALF_DENSE = SpmmNmDecodeConfig(4, 512, 1)
 # Where the kernel can gather from shared memory (n and m powers of two, whole groups in a
-# word: 2:4, 4:8, 1:2, 8:16), the step loads x's span and gathers from it, on two warps. Cold
-# L2, bf16, DECODE_HALF_DENSE -> this, us (nm_decode_tall_cold.py "/g", results/nvidia-h200/
-# 2026-11-30/at-66451f2/nm_cold_shared.txt): 2:4 4096 x 14336 38.1 -> 30.1, 14336 x 4096
-# 31.7 -> 28.9, 4096 x 4096 12.5 -> 10.6 (dense 33.0, 31.5, 13.5). On 2:8 and 1:8 every shared
-# form lost to the routes' tiles (2:8 4096 x 14336 18.4 -> 19.7 at best).
-DECODE_HALF_DENSE_SHARED = SpmmNmDecodeConfig(4, 512, 2, gather_shared=True)
+# word: 2:4, 4:8, 1:2, 8:16), the step loads x's span and gathers from it. Cold L2, bf16,
+# DECODE_HALF_DENSE -> 4 rows on two warps, us (nm_decode_tall_cold.py "/g", results/
+# nvidia-h200/2026-11-30/at-66451f2/nm_cold_shared.txt): 2:4 4096 x 14336 38.1 -> 30.1,
+# 14336 x 4096 31.7 -> 28.9, 4096 x 4096 12.5 -> 10.6 (dense 33.0, 31.5, 13.5); then 8 rows on
+# four warps (at-da81bec/nm_cold_shared_24.txt) 30.3 -> 28.9, 28.9 -> 27.5, 10.6 -> 10.3;
+# 16 rows, 256 or 1024 slots, or split-K were slower. On 2:8 and 1:8 no shared form beat the
+# routes' tiles beyond noise, taller tiles split toward 2048 programs included
+# (at-da81bec/nm_cold_shared_tall.txt: 2:8 4096 x 14336 18.4 -> 20.4 at best).
+DECODE_HALF_DENSE_SHARED = SpmmNmDecodeConfig(8, 512, 4, gather_shared=True)
 
 
 @_memo
@@ -114,7 +117,7 @@ def spmm_nm_decode_config(
         return DECODE_TALL if long_rows else DECODE_SHORT_ROWS
     if n_cols == 1:
         if element_wise and 0 < m <= 2 * n:
-            if span_gather_fits(n, m, block, n_cols, vector, 4):
+            if span_gather_fits(n, m, block, n_cols, vector, DECODE_HALF_DENSE_SHARED.block_m):
                 return DECODE_HALF_DENSE_SHARED
             return DECODE_HALF_DENSE
         if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:
