@@ -67,6 +67,50 @@ def test_llama_decode_matches_masked_dense(weights):
     assert outs[0].shape == (2, 4, 64)
 
 
+def _attention_reference(attn, x: torch.Tensor, theta: float) -> torch.Tensor:
+    """Causal GQA attention with the rotary embedding written out pair by pair: position t
+    turns (x_i, x_{i+d/2}) by t * theta^(-2i/d)."""
+    cfg, d = attn.cfg, attn.cfg.head_dim
+    B, T, _ = x.shape
+    qkv = x @ attn.qkv_proj.weight.t()
+    q, k, v = qkv.split([cfg.heads * d, cfg.kv_heads * d, cfg.kv_heads * d], -1)
+    half = d // 2
+    angle = torch.arange(T, dtype=F64)[:, None] * theta ** (-2 * torch.arange(half) / d)
+
+    def turn(t, heads):
+        t = t.view(B, T, heads, d)
+        a, b = t[..., :half], t[..., half:]
+        c, s = angle.cos()[:, None], angle.sin()[:, None]
+        return torch.cat((a * c - b * s, b * c + a * s), -1)
+
+    q, k = turn(q, cfg.heads), turn(k, cfg.kv_heads)
+    v = v.view(B, T, cfg.kv_heads, d)
+    group = cfg.heads // cfg.kv_heads
+    k, v = k.repeat_interleave(group, 2), v.repeat_interleave(group, 2)
+    scores = torch.einsum("bthd,bshd->bhts", q, k) / d**0.5
+    scores = scores.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
+    o = torch.einsum("bhts,bshd->bthd", scores.softmax(-1), v).reshape(B, T, -1)
+    return o @ attn.o_proj.weight.t()
+
+
+def test_llama_attention_matches_written_out_reference():
+    """The model's attention (q and k rotated together, the rotation's sign folded into its
+    sine table, a KV cache) against the formula written out, in float64: the prefill of 6
+    tokens, then one decode step at position 6 against the 7-token prefill's last row."""
+    cfg = LlamaConfig(hidden=64, intermediate=96, heads=4, kv_heads=2, layers=1)
+    torch.manual_seed(1)
+    model = LlamaStack(cfg).to(F64)
+    attn = model.layers[0].attn
+    x = torch.randn(2, 7, 64, dtype=F64)
+    want = _attention_reference(attn, x, cfg.rope_theta)
+    model.allocate_cache(2, 7)
+    cos, sin = model._cos, model._sin
+    got = attn(x[:, :6], 0, cos[:6], sin[:6])
+    torch.testing.assert_close(got, want[:, :6], rtol=1e-9, atol=1e-11)
+    step = attn(x[:, 6:], 6, cos[6:7], sin[6:7])
+    torch.testing.assert_close(step, want[:, 6:], rtol=1e-9, atol=1e-11)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_llama_rms_norm_matches_float64(dtype):
     """x / sqrt(mean(x^2) + eps) * weight, rows of fresh data, one row scaled far up."""
