@@ -44,4 +44,8 @@ with torch.no_grad():
         table = prof.key_averages().table(
             sort_by="cuda_time_total", row_limit=14, max_name_column_width=60
         )
-        print(f"\n### {name}: one decode step (4 layers), eager\n{table}", flush=True)
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        print(
+            f"\n### {name}: one decode step (4 layers), eager, {len(kernels)} kernels", flush=True
+        )
+        print(table, flush=True)
