@@ -10,7 +10,7 @@ pass in both sum types; the tensor-core SDDMM in each dtype it takes (a dot, the
 each tile row); the row softmax, forward and backward (its single-read branch returns early) and
 with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
-SDDMM with int32 and int64 offsets.
+SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp64.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -32,6 +32,7 @@ def _cases() -> dict:
     other runtime arguments. Imports Triton, so only the script calls it."""
     import triton.language as tl
 
+    from sparsekernels.kernels.rms_norm import _rms_norm_kernel
     from sparsekernels.kernels.sddmm_csr import _sddmm_csr_kernel
     from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
@@ -144,6 +145,10 @@ def _cases() -> dict:
                          STREAM_CACHE=hints[0], GATHER_EVICTION=hints[1])  # fmt: skip
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"csr few padded={padded}"] = (_spmm_csr_few_kernel, pointers, constants, 2)
+    for data, acc, delta in (("*bf16", tl.float32, True), ("*fp64", tl.float64, False)):
+        constants = dict(HAS_DELTA=delta, ACC_DTYPE=acc, BLOCK=4096)
+        types = [data] * 5 + ["i32", "fp32"]  # then the strides, i32
+        cases[f"rms norm {data}"] = (_rms_norm_kernel, types, constants, 8)
     return cases
 
 
@@ -179,6 +184,8 @@ CASE_NAMES = [
     "csr few padded=False",
     "sddmm csr int32",
     "sddmm csr int64",
+    "rms norm *bf16",
+    "rms norm *fp64",
 ]
 
 
