@@ -10,7 +10,7 @@ pass in both sum types; the tensor-core SDDMM in each dtype it takes (a dot, the
 each tile row); the row softmax, forward and backward (its single-read branch returns early) and
 with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
-SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp64.
+SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -145,8 +145,8 @@ def _cases() -> dict:
                          STREAM_CACHE=hints[0], GATHER_EVICTION=hints[1])  # fmt: skip
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"csr few padded={padded}"] = (_spmm_csr_few_kernel, pointers, constants, 2)
-    for data, acc, delta in (("*bf16", tl.float32, True), ("*fp64", tl.float64, False)):
-        constants = dict(HAS_DELTA=delta, ACC_DTYPE=acc, BLOCK=4096)
+    for data, delta in (("*bf16", True), ("*fp32", False)):
+        constants = dict(HAS_DELTA=delta, BLOCK=4096)
         types = [data] * 5 + ["i32", "fp32"]  # then the strides, i32
         cases[f"rms norm {data}"] = (_rms_norm_kernel, types, constants, 8)
     return cases
@@ -185,7 +185,7 @@ CASE_NAMES = [
     "sddmm csr int32",
     "sddmm csr int64",
     "rms norm *bf16",
-    "rms norm *fp64",
+    "rms norm *fp32",
 ]
 
 

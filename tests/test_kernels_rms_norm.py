@@ -11,7 +11,7 @@ from sparsekernels.kernels import rms_norm as kernel
 
 # a single row and one element, rows of a width not a power of two, a 3-D batch of rows
 SHAPES = [(1, 1), (1, 96), (5, 100), (2, 3, 64)]
-UNIT = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.bfloat16: 2.0**-7}
+UNIT = {torch.float32: 2.0**-23, torch.bfloat16: 2.0**-7}
 
 
 def _poisoned_run(monkeypatch, *args, **kw):
@@ -60,6 +60,8 @@ def test_rms_norm_rejects_bad_input():
         kernel.rms_norm(x, torch.ones(7), 1e-5)
     with pytest.raises(ValueError, match="delta must match x"):
         kernel.rms_norm(x, torch.ones(8), 1e-5, torch.randn(2, 8, dtype=torch.float64))
+    with pytest.raises(TypeError, match="float32 or bfloat16"):
+        kernel.rms_norm(x.double(), torch.ones(8, dtype=torch.float64), 1e-5)
     with pytest.raises(ValueError, match="last dim must be"):
         wide = torch.randn(1, kernel.MAX_COLS + 1)
         kernel.rms_norm(wide, torch.ones(kernel.MAX_COLS + 1), 1e-5)
