@@ -404,3 +404,18 @@ def test_summary_lists_both_copy_ceilings():
     meta["ceilings"].pop("copy_gbps_graph_256mib")
     meta["ceilings"].pop("copy_gbps_graph_1gib")
     assert "CUDA graph" not in output.summary_markdown(meta, [])
+
+
+def test_copy_roof_is_the_highest_copy_measured():
+    """Plots' bandwidth roof: the fastest copy of the run (256 MiB as a graph on the H200, not
+    the 1 GiB copy 1.5x slower), the first alone on a CPU run, none without copies."""
+    from sparsekernels.bench.ceilings import copy_roof_gbps
+
+    ceilings = {
+        "copy_gbps": 2765.0,
+        "copy_gbps_graph_256mib": 4241.0,
+        "copy_gbps_graph_1gib": 2766.2,
+    }
+    assert copy_roof_gbps(ceilings) == 4241.0
+    assert copy_roof_gbps({"copy_gbps": 51.5, "matmul_tflops": {}}) == 51.5
+    assert copy_roof_gbps({"matmul_tflops": {}}) is None

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on servers or in tests
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .ceilings import copy_roof_gbps  # noqa: E402
 from .harness import Row  # noqa: E402
 from .output import baseline, geomean  # noqa: E402
 
@@ -100,7 +101,7 @@ def plot_roofline(rows: Sequence[Row], ceilings: dict, out_dir: Path) -> list[Pa
         intensity = [r.flops / r.bytes for r in group]
         lo, hi = min(intensity) / 2, max(intensity) * 2
         roofs = _compute_roofs(dtype, ceilings)
-        bandwidth = ceilings.get("copy_gbps")
+        bandwidth = copy_roof_gbps(ceilings)
         xs = [lo * (hi / lo) ** (i / 100) for i in range(101)]
         for j, (label, peak) in enumerate(roofs or [("", math.inf)]):
             if bandwidth:
