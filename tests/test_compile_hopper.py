@@ -10,7 +10,8 @@ pass in both sum types; the tensor-core SDDMM in each dtype it takes (a dot, the
 each tile row); the row softmax, forward and backward (its single-read branch returns early) and
 with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
-SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32.
+SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
+the rotary embedding with the KV-cache writes in bf16 and fp32.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -33,6 +34,7 @@ def _cases() -> dict:
     import triton.language as tl
 
     from sparsekernels.kernels.rms_norm import _rms_norm_kernel
+    from sparsekernels.kernels.rope_cache import _rope_cache_kernel
     from sparsekernels.kernels.sddmm_csr import _sddmm_csr_kernel
     from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
@@ -149,6 +151,9 @@ def _cases() -> dict:
         constants = dict(HAS_DELTA=delta, BLOCK=4096)
         types = [data] * 5 + ["i32", "fp32"]  # then the strides, i32
         cases[f"rms norm {data}"] = (_rms_norm_kernel, types, constants, 8)
+    for data in ("*bf16", "*fp32"):  # Llama-3-8B's heads
+        constants = dict(HEADS=32, KV_HEADS=8, D=128, BLOCK_D=128)
+        cases[f"rope cache {data}"] = (_rope_cache_kernel, [data] * 6, constants, 1)
     return cases
 
 
@@ -186,6 +191,8 @@ CASE_NAMES = [
     "sddmm csr int64",
     "rms norm *bf16",
     "rms norm *fp32",
+    "rope cache *bf16",
+    "rope cache *fp32",
 ]
 
 

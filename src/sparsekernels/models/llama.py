@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..kernels import rms_norm as rms_norm_kernel
+from ..kernels import rope_cache as rope_cache_kernel
 
 
 @dataclass(frozen=True)
@@ -87,18 +88,23 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, start: int, cos, sin) -> torch.Tensor:
         B, T, _ = x.shape
         cfg, d = self.cfg, self.cfg.head_dim
-        qk, v = self.qkv_proj(x).split([(cfg.heads + cfg.kv_heads) * d, cfg.kv_heads * d], -1)
-        # q and k rotated together: one rotary pass a layer instead of two
-        qk = _rope(qk.view(B, T, cfg.heads + cfg.kv_heads, d), cos[:, None], sin[:, None])
-        q = qk[:, :, : cfg.heads].transpose(1, 2)
-        k = qk[:, :, cfg.heads :].transpose(1, 2)
-        v = v.view(B, T, cfg.kv_heads, d).transpose(1, 2)
-        k_cache, v_cache = self.cache
-        k_cache[:B, :, start : start + T] = k
-        v_cache[:B, :, start : start + T] = v
-        k, v = k_cache[:B, :, : start + T], v_cache[:B, :, : start + T]
         if T > 1 and start != 0:
             raise ValueError("several new tokens are supported only from position 0 (prefill)")
+        qkv = self.qkv_proj(x)
+        k_cache, v_cache = self.cache
+        if qkv.is_cuda and not torch.is_grad_enabled() and rope_cache_kernel.supports(qkv, d):
+            # one launch for the rotation and both cache writes (kernels/rope_cache.py)
+            q = rope_cache_kernel.rope_cache(
+                qkv, cos, sin, k_cache, v_cache, start, cfg.heads, cfg.kv_heads
+            )
+        else:
+            qk, v = qkv.split([(cfg.heads + cfg.kv_heads) * d, cfg.kv_heads * d], -1)
+            # q and k rotated together: one rotary pass a layer instead of two
+            qk = _rope(qk.view(B, T, cfg.heads + cfg.kv_heads, d), cos[:, None], sin[:, None])
+            q = qk[:, :, : cfg.heads].transpose(1, 2)
+            k_cache[:B, :, start : start + T] = qk[:, :, cfg.heads :].transpose(1, 2)
+            v_cache[:B, :, start : start + T] = v.view(B, T, cfg.kv_heads, d).transpose(1, 2)
+        k, v = k_cache[:B, :, : start + T], v_cache[:B, :, : start + T]
         o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, cfg.heads * d))
 
