@@ -11,7 +11,7 @@ each tile row); the row softmax, forward and backward (its single-read branch re
 with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
-the rotary embedding with the KV-cache writes in bf16 and fp32.
+the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -44,6 +44,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
+    from sparsekernels.kernels.swiglu import _swiglu_kernel
 
     cases = {}
     for (n, grouped), partial in itertools.product([(1, False), (2, True)], [False, True]):
@@ -154,6 +155,7 @@ def _cases() -> dict:
     for data in ("*bf16", "*fp32"):  # Llama-3-8B's heads
         constants = dict(HEADS=32, KV_HEADS=8, D=128, BLOCK_D=128)
         cases[f"rope cache {data}"] = (_rope_cache_kernel, [data] * 6, constants, 1)
+        cases[f"swiglu {data}"] = (_swiglu_kernel, [data] * 2, dict(BLOCK=1024), 4)
     return cases
 
 
@@ -193,6 +195,8 @@ CASE_NAMES = [
     "rms norm *fp32",
     "rope cache *bf16",
     "rope cache *fp32",
+    "swiglu *bf16",
+    "swiglu *fp32",
 ]
 
 

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..kernels import rms_norm as rms_norm_kernel
 from ..kernels import rope_cache as rope_cache_kernel
+from ..kernels import swiglu as swiglu_kernel
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,10 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate, cfg.hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if gate_up.is_cuda and not torch.is_grad_enabled() and swiglu_kernel.supports(gate_up):
+            return self.down_proj(swiglu_kernel.swiglu(gate_up))  # one launch for two
+        gate, up = gate_up.chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
 
