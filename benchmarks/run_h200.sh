@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -169,6 +169,7 @@ for step in $steps; do
     nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;
     e2e) bench e2e 420 --suite e2e --no-plots ;;
     sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;
+    attention) bench attention 300 --suite attention --no-plots ;;  # speed and peak memory
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;
     *) echo "unknown step $step" ;;
   esac

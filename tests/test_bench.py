@@ -419,3 +419,31 @@ def test_copy_roof_is_the_highest_copy_measured():
     assert copy_roof_gbps(ceilings) == 4241.0
     assert copy_roof_gbps({"copy_gbps": 51.5, "matmul_tflops": {}}) == 51.5
     assert copy_roof_gbps({"matmul_tflops": {}}) is None
+
+
+def test_summary_compares_attention_memory():
+    """CUDA attention rows (peak memory recorded) get a table of ours against sdpa and
+    sdpa_mask, the routed row preferred to our faster one; rows without memory (CPU) none."""
+    from sparsekernels.bench.cases import AUTOMATIC_ROUTE
+
+    def row(provider, ms, mib, ours=False, note=""):
+        return harness.Row(
+            op="attention", format="csr", pattern="local:256", shape=(16, 8192, 64),
+            density=0.03, dtype="bf16", provider=provider, ours=ours, status="ok",
+            time_ms=ms, peak_mb=mib, note=note,
+        )  # fmt: skip
+
+    meta = {k: "x" for k in ("command", "device", "date", "hostname", "torch", "triton")}
+    meta.update(cuda="13.0", python="3.12")
+    rows = [
+        row("sk_fused", 0.5, 10.0, ours=True, note=AUTOMATIC_ROUTE),
+        row("sk_triton", 0.4, 40.0, ours=True),
+        row("sdpa", 0.6, 12.0),
+        row("sdpa_mask", 3.0, 2100.0),
+    ]
+    text = output.summary_markdown(meta, rows)
+    assert "## Attention memory" in text
+    assert "| sk_fused 10 | 12 | 2.1e+03 | 1.2 | 210 |" in text
+    for r in rows:
+        r.peak_mb = None
+    assert "## Attention memory" not in output.summary_markdown(meta, rows)

@@ -286,6 +286,35 @@ def _e2e_section(rows: Sequence[Row]) -> list[str]:
     return [*out, ""]
 
 
+def _attention_memory_section(rows: Sequence[Row]) -> list[str]:
+    """Peak memory of each attention case (CUDA runs record it): ours (the automatic route's
+    row, else our fastest) against sdpa (flash: never stores the L x L scores, but ignores the
+    pattern) and sdpa_mask (the pattern as a dense L x L mask, what a dense model must do to
+    honour it). Issue 7's "attention memory" target is the last column."""
+    out = []
+    for case, group in _by_case(r for r in rows if r.op == "attention").items():
+        done = {r.provider: r for r in group if r.status == "ok" and r.peak_mb}
+        ours = [r for r in done.values() if r.ours]
+        if not ours:
+            continue
+        routed = [r for r in ours if AUTOMATIC_ROUTE in r.note]
+        mine = routed[0] if routed else min(ours, key=lambda r: r.time_ms)
+        peers = [done.get(name) for name in ("sdpa", "sdpa_mask")]
+        ratios = [_fmt(p.peak_mb / mine.peak_mb) if p else "-" for p in peers]
+        mib = [_fmt(p.peak_mb) if p else "-" for p in peers]
+        out.append(f"| {case} | {mine.provider} {_fmt(mine.peak_mb)} | {mib[0]} | {mib[1]} "
+                   f"| {ratios[0]} | {ratios[1]} |")  # fmt: skip
+    if not out:
+        return []
+    head = [
+        "## Attention memory (peak MiB a warm call adds)",
+        "",
+        "| case | ours | sdpa | sdpa_mask | sdpa / ours | sdpa_mask / ours |",
+        "|---|---|---|---|---|---|",
+    ]
+    return [*head, *out, ""]
+
+
 def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
     out = [
         f"# sparsekernels bench on {meta['device']}",
@@ -332,6 +361,7 @@ def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
         if extremes:
             out += ["Best and worst cases:", "", *extremes, ""]
     out += _e2e_section(rows)
+    out += _attention_memory_section(rows)
     failed = [r for r in rows if r.status in ("wrong", "error")]
     if failed:
         out += [
