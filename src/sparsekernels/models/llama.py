@@ -3,6 +3,11 @@ MLP; q/k/v and gate/up projections fused, as serving stacks keep them) for decod
 no embeddings or vocabulary head, only the blocks whose weights a sparse format shrinks.
 Generation feeds each step's final hidden state back as the next input.
 
+Besides its products, a decode step at batch 1 is mostly small launches, the same on the dense and
+the sparse model. On CUDA without autograd the stack fuses them as serving stacks do: each residual
+add into the norm after it (kernels/rms_norm.py), the rotation of q and k with both cache writes
+(kernels/rope_cache.py), SwiGLU's gate (kernels/swiglu.py); elsewhere it runs torch's ops.
+
 The default sizes are Llama-3-8B's (hidden 4096, MLP 14336, 32 heads, 8 KV heads) with 4 layers,
 so a benchmark fits in minutes; tests use tiny configs (hidden 64).
 
