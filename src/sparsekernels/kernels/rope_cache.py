@@ -22,7 +22,9 @@ from ._sizes import next_power_of_2
 DTYPES = (torch.float32, torch.bfloat16)
 
 
-@triton.jit
+# start changes every decode step: one compiled kernel for all (Triton would specialize 1 and
+# multiples of 16, compiling new variants mid-generation)
+@triton.jit(do_not_specialize=["start"])
 def _rope_cache_kernel(
     qkv, cos, sin, q_out, k_cache, v_cache, tokens, start,
     stride_qkv_b, stride_qkv_t, stride_cos, stride_q_b, stride_q_t,
