@@ -104,7 +104,7 @@ def test_llama_attention_matches_written_out_reference():
     x = torch.randn(2, 7, 64, dtype=F64)
     want = _attention_reference(attn, x, cfg.rope_theta)
     model.allocate_cache(2, 7)
-    cos, sin = model._cos, model._sin
+    cos, sin = model._cos, model._signed_sin
     got = attn(x[:, :6], 0, cos[:6], sin[:6])
     torch.testing.assert_close(got, want[:, :6], rtol=1e-9, atol=1e-11)
     step = attn(x[:, 6:], 6, cos[6:7], sin[6:7])

@@ -91,7 +91,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.heads * d, cfg.hidden, bias=False)
         self.cache: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def forward(self, x: torch.Tensor, start: int, cos, sin) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int, cos, signed_sin) -> torch.Tensor:
         B, T, _ = x.shape
         cfg, d = self.cfg, self.cfg.head_dim
         if T > 1 and start != 0:
@@ -101,12 +101,13 @@ class Attention(nn.Module):
         if qkv.is_cuda and not torch.is_grad_enabled() and rope_cache_kernel.supports(qkv, d):
             # one launch for the rotation and both cache writes (kernels/rope_cache.py)
             q = rope_cache_kernel.rope_cache(
-                qkv, cos, sin, k_cache, v_cache, start, cfg.heads, cfg.kv_heads
+                qkv, cos, signed_sin, k_cache, v_cache, start, cfg.heads, cfg.kv_heads
             )
         else:
             qk, v = qkv.split([(cfg.heads + cfg.kv_heads) * d, cfg.kv_heads * d], -1)
             # q and k rotated together: one rotary pass a layer instead of two
-            qk = _rope(qk.view(B, T, cfg.heads + cfg.kv_heads, d), cos[:, None], sin[:, None])
+            heads = qk.view(B, T, cfg.heads + cfg.kv_heads, d)
+            qk = _rope(heads, cos[:, None], signed_sin[:, None])
             q = qk[:, :, : cfg.heads].transpose(1, 2)
             k_cache[:B, :, start : start + T] = qk[:, :, cfg.heads :].transpose(1, 2)
             v_cache[:B, :, start : start + T] = v.view(B, T, cfg.kv_heads, d).transpose(1, 2)
@@ -140,15 +141,15 @@ class DecoderBlock(nn.Module):
         self.post_norm = RMSNorm(cfg.hidden, cfg.eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, start: int, cos, sin) -> torch.Tensor:
-        x = x + self.attn(self.input_norm(x), start, cos, sin)
+    def forward(self, x: torch.Tensor, start: int, cos, signed_sin) -> torch.Tensor:
+        x = x + self.attn(self.input_norm(x), start, cos, signed_sin)
         return x + self.mlp(self.post_norm(x))
 
-    def fused(self, x, normed, next_norm: RMSNorm, start: int, cos, sin):
+    def fused(self, x, normed, next_norm: RMSNorm, start: int, cos, signed_sin):
         """forward with each residual add fused into the norm after it (the next block's
         input norm, or the stack's last): takes x and input_norm(x), returns the output and
         next_norm of it."""
-        x, normed = self.post_norm.add(x, self.attn(normed, start, cos, sin))
+        x, normed = self.post_norm.add(x, self.attn(normed, start, cos, signed_sin))
         return next_norm.add(x, self.mlp(normed))
 
 
@@ -175,15 +176,15 @@ class LlamaStack(nn.Module):
         angles = torch.cat((angles, angles), -1).to(device=p.device)
         sin = angles.sin()
         signed_sin = torch.cat((-sin[:, : cfg.head_dim // 2], sin[:, cfg.head_dim // 2 :]), -1)
-        self._cos, self._sin = angles.cos().to(p.dtype), signed_sin.to(p.dtype)
+        self._cos, self._signed_sin = angles.cos().to(p.dtype), signed_sin.to(p.dtype)
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         T = x.shape[1]
-        cos, sin = self._cos[start : start + T], self._sin[start : start + T]
+        cos, signed_sin = self._cos[start : start + T], self._signed_sin[start : start + T]
         nexts = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
         x, normed = (self.layers[0].input_norm if self.layers else self.norm).add(x, None)
         for layer, next_norm in zip(self.layers, nexts, strict=True):
-            x, normed = layer.fused(x, normed, next_norm, start, cos, sin)
+            x, normed = layer.fused(x, normed, next_norm, start, cos, signed_sin)
         return normed
 
     @torch.no_grad()
