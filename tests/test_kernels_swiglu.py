@@ -10,7 +10,9 @@ from _helpers import KERNEL_DEVICES, randn, skip_interpreter_on_gpu_machine
 from sparsekernels.kernels import swiglu as kernel
 
 # relative error allowed: float32's exp and division approximate on the GPU; bfloat16 one
-# whole unit, as the interpreter casts by truncation
+# whole unit, as the interpreter casts by truncation. Scaled by 1 + |gate| below: the GPU's exp
+# is 2^(gate * log2 e), and rounding that product costs |gate| units (silu's own condition
+# number for negative gates), 1.8e-6 relative at a gate of -30 on the H200
 UNITS = {torch.float32: 16 * 2.0**-24, torch.bfloat16: 2.0**-7 + 16 * 2.0**-24}
 
 
@@ -32,7 +34,7 @@ def test_swiglu_matches_float64(device, dtype, shape):
     want = g * torch.sigmoid(g) * u
     assert got.data_ptr() == out.data_ptr() and not got.isnan().any()
     error = (got.double() - want).abs()
-    assert (error <= UNITS[dtype] * want.abs() + 1e-30).all(), error.max()
+    assert (error <= UNITS[dtype] * (1 + g.abs()) * want.abs() + 1e-30).all(), error.max()
 
 
 def test_swiglu_rejects_bad_input():
