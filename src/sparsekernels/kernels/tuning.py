@@ -399,6 +399,22 @@ def block_attention_config(head_dim: int, on_cpu: bool) -> BlockAttentionConfig:
     return BlockAttentionConfig(64, 64, warps, 3, warps, 2)
 
 
+# A forward of several components (strided patterns) merges them in an fp32 scratch output,
+# twice a half-precision output's bytes (strided:128:128, L = 16384, 16 heads: 97 MiB against
+# 33 for one component). Its (batch, head) pairs run in chunks whose scratch stays within a
+# quarter of the output's bytes, but never below 16 MiB (there 16: a 49 MiB peak): a chunk of
+# that size still launches >= 1024 programs of 64 query rows at head dim 64 (~8 per SM of
+# 132), so problems below it keep one chunk, and the largest take ~8 launches per component.
+BLOCK_ATTENTION_SCRATCH_FRACTION = 1 / 4
+BLOCK_ATTENTION_SCRATCH_MIN_BYTES = 16 << 20
+
+
+def block_attention_scratch_bytes(output_bytes: int) -> int:
+    """The most fp32 scratch a merged forward holds at once, for an output of this many bytes."""
+    fraction = int(output_bytes * BLOCK_ATTENTION_SCRATCH_FRACTION)
+    return max(BLOCK_ATTENTION_SCRATCH_MIN_BYTES, fraction)
+
+
 # The fused kernel is taken automatically since its first H200 run (2026-11-29: GPU tests pass;
 # attention_sweep.py: 1.5-7.8x the composed path, forward and backward, at L = 2048-16384).
 # Set False to keep automatic dispatch on the composed path; backend="triton_flash" forces it.

@@ -60,29 +60,65 @@ def block_attention_forward(
 
     batch, heads, lq, _ = q.shape
     components = _components(layout)
-    merged = len(components) > 1  # later passes merge into an fp32 output
-    out = _output_like(q, v.shape[3], torch.float32 if merged else q.dtype)
+    out = _output_like(q, v.shape[3], q.dtype)
     lse = q.new_empty((batch * heads, lq), dtype=torch.float32)
     if _empty(q, k, v):
-        return out.zero_().to(q.dtype), lse.fill_(float("-inf"))
+        return out.zero_(), lse.fill_(float("-inf"))
     q, k = _nonempty_head(q, k)
     block_m, block_n, num_warps, num_stages = config[:4]
+    launch = {
+        "scale": scale,
+        "block_m": block_m,
+        "block_n": block_n,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+    }
+    if len(components) == 1:
+        kernel.block_attention_forward(
+            q=q, k=k, v=v, out=out, lse=lse, component=components[0], merge=False, **launch
+        )
+        return out, lse
+    for b0, b1, h0, h1 in _pair_chunks(batch, heads, _pairs_per_chunk(out)):
+        pairs = (slice(b0, b1), slice(h0, h1))
+        rows = slice(b0 * heads + h0, (b1 - 1) * heads + h1)  # lse's rows b * heads + h
+        _merge_components(q[pairs], k[pairs], v[pairs], out[pairs], lse[rows], components, launch)
+    return out, lse
+
+
+def _pairs_per_chunk(out: Tensor) -> int:
+    """How many (batch, head) pairs' fp32 scratch fits the budget of kernels/tuning.py."""
+    from ..kernels.tuning import block_attention_scratch_bytes
+
+    pair_bytes = out.shape[2] * out.shape[3] * 4
+    budget = block_attention_scratch_bytes(out.numel() * out.element_size())
+    return max(1, budget // pair_bytes)
+
+
+def _pair_chunks(batch: int, heads: int, pairs: int) -> list[tuple[int, int, int, int]]:
+    """(b0, b1, h0, h1) ranges covering every (batch, head) pair, at most `pairs` a chunk:
+    whole batch entries when a chunk holds all heads, else runs of heads within one entry. The
+    kernel indexes lse by b * H + h of the tensors it gets, so either way a chunk's rows are one
+    contiguous run of the whole lse."""
+    if pairs >= heads:
+        step = pairs // heads
+        return [(b, min(b + step, batch), 0, heads) for b in range(0, batch, step)]
+    return [
+        (b, b + 1, h, min(h + pairs, heads)) for b in range(batch) for h in range(0, heads, pairs)
+    ]
+
+
+def _merge_components(q, k, v, out, lse, components, launch) -> None:
+    """Every component's pass over these heads into an fp32 scratch (later passes merge into
+    what earlier ones wrote), then copied into `out` in its dtype. The scratch dies on return,
+    so chunks do not overlap theirs."""
+    from ..kernels import attention_block as kernel
+
+    scratch = _output_like(q, v.shape[3], torch.float32)
     for i, component in enumerate(components):
         kernel.block_attention_forward(
-            q=q,
-            k=k,
-            v=v,
-            out=out,
-            lse=lse,
-            component=component,
-            merge=i > 0,
-            scale=scale,
-            block_m=block_m,
-            block_n=block_n,
-            num_warps=num_warps,
-            num_stages=num_stages,
+            q=q, k=k, v=v, out=scratch, lse=lse, component=component, merge=i > 0, **launch
         )
-    return out.to(q.dtype), lse
+    out.copy_(scratch)
 
 
 @block_attention.register_fake
