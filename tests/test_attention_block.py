@@ -222,6 +222,66 @@ def test_head_dimension_zero(gen):
     torch.testing.assert_close(ours[2].grad.double(), ref[2].grad, rtol=1e-5, atol=1e-6)
 
 
+def test_pair_chunks_cover_each_pair_once():
+    for batch, heads, pairs in [(1, 1, 1), (2, 3, 1), (2, 3, 2), (3, 3, 6), (3, 2, 5), (2, 3, 9)]:
+        rows = []
+        for b0, b1, h0, h1 in _attention_library._pair_chunks(batch, heads, pairs):
+            assert (b1 - b0) * (h1 - h0) <= pairs
+            assert b1 - b0 == 1 or (h0, h1) == (0, heads)  # lse rows stay contiguous
+            rows += [b * heads + h for b in range(b0, b1) for h in range(h0, h1)]
+        assert rows == list(range(batch * heads))
+
+
+MERGED_CHUNKS = [  # (batch, heads, pairs a chunk, q a (B, L, H, D) view, chunks)
+    (1, 3, 1, False, 3),  # one head a chunk
+    (2, 3, 2, False, 4),  # two heads, then the entry's last one
+    (3, 2, 5, False, 2),  # whole entries: two, then one
+    (2, 3, 2, True, 4),  # the output laid out (B, L, H, D) as q
+]
+
+
+@pytest.mark.parametrize("batch,heads,pairs,transposed,chunks", MERGED_CHUNKS)
+def test_merged_forward_in_chunks_gives_the_same_bits(
+    batch, heads, pairs, transposed, chunks, gen, monkeypatch
+):
+    """A two-component pattern with its fp32 scratch bounded to a few (batch, head) pairs:
+    the bits of one chunk, output and lse; outputs and scratch poisoned (NaN) first."""
+    from sparsekernels.kernels import tuning
+
+    L, d, scale = 80, 16, 0.3
+    keep = _mask("summary", L, L)
+    config = block_attention_config(d, on_cpu=True)
+    layout = _pattern(keep).pattern.block_layout(config.block_m, config.block_n, 1 / 8)
+    assert len(layout.components) == 2
+    shape = (batch, L, heads, d) if transposed else (batch, heads, L, d)
+    q, k, v = (randn(*shape, gen=gen, dtype=torch.float16) for _ in "qkv")
+    if transposed:
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    output_like = _attention_library._output_like
+
+    def poisoned(*args):
+        return output_like(*args).fill_(float("nan"))
+
+    monkeypatch.setattr(_attention_library, "_output_like", poisoned)
+    args = (q, k, v, layout.tensors(), scale, config.as_list())
+    whole_out, whole_lse = _attention_library.block_attention_forward(*args)
+    merge = _attention_library._merge_components
+    calls = []
+    monkeypatch.setattr(
+        _attention_library, "_merge_components", lambda *a: calls.append(a) or merge(*a)
+    )
+    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_SCRATCH_MIN_BYTES", pairs * L * d * 4)
+    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_SCRATCH_FRACTION", 0)
+    out, lse = _attention_library.block_attention_forward(*args)
+    assert len(calls) == chunks
+    assert torch.equal(out, whole_out) and torch.equal(lse, whole_lse)
+    assert out.stride() == whole_out.stride() and out.transpose(1, 2).is_contiguous() == transposed
+    _assert_close(out, dense_attention(q, k, v, keep, scale), _own(q, k, v, keep, scale))
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    want = scores.masked_fill(~keep, float("-inf")).logsumexp(-1).reshape(batch * heads, L)
+    torch.testing.assert_close(kernel.log2_lse_to_natural(lse.double()), want, rtol=1e-5, atol=0)
+
+
 # ============================================================================ dispatch
 def _problem(keep, device="cuda", dtype=torch.bfloat16, d=64, batch=8):
     facts = {"batch": batch, "d": d, "dv": d, "pattern": _pattern(keep).pattern}
@@ -384,6 +444,25 @@ def test_gpu_compile(gen):
     eager = f(q, k, v)  # plans the layout (data-dependent) outside the graph
     compiled = torch.compile(f, fullgraph=True)(q, k, v)
     torch.testing.assert_close(compiled, eager)
+
+
+@pytest.mark.gpu
+def test_gpu_merged_forward_scratch_is_bounded(gen):
+    """strided:128:128 at L = 16384, 16 heads, fp16 merges two components in fp32: in chunks,
+    the call adds under twice its output's bytes (in one, 97 MiB for a 32 MiB output)."""
+    attn, q, k, v, _ = _local_strided_gpu(16384, 16, torch.float16, gen)
+    config = block_attention_config(64, on_cpu=False)
+    tiles = (config.block_m, config.block_n, BLOCK_ATTENTION_SPLIT_FILL)
+    assert len(attn.pattern.pattern.block_layout(*tiles).components) > 1
+    with torch.no_grad():
+        sk.sparse_attention(q, k, v, attn.pattern, backend="triton_flash")  # plans, compiles
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = sk.sparse_attention(q, k, v, attn.pattern, backend="triton_flash")
+        torch.cuda.synchronize()
+    added = torch.cuda.max_memory_allocated() - before
+    assert added < 2 * out.numel() * out.element_size(), f"{added / 2**20:.1f} MiB added"
 
 
 def test_cases_cover_both_second_passes():
