@@ -1,0 +1,225 @@
+"""Element-wise N:M times one token, out = act(W @ x + bias), picking x by selection, not gathers.
+
+The decode kernel (spmm_nm_decode.py) gathers x[col] from L1 for every stored value: a warp's 32
+gathers touch up to 16 cache lines, and Nsight Compute saw its L1 71% busy at 2.0 TB/s of weight
+where cuBLAS's GEMV reads 3.8 (at-02f1e78/ncu.txt). Here each step loads the x of its groups
+whole and contiguous (16-byte vectors: one group of m = 8 in bf16), and each stored value takes
+its x by a binary tree of selects on its offset's bits, in registers: log2(m) levels, m - 1
+selects, no memory access. A packed word holds 32 // BITS offsets, whole groups
+(`NMMatrix.packed_indices`), so a step of BLOCK_W words covers BLOCK_W * (32 // BITS) / n groups.
+
+Element-wise only (block 1, rows with their own choice), n and m powers of two with m <= 16
+(at most 15 selects a value), any rows, columns and dtype; sums in float32 (float64 for
+float64 weights).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import split_k
+from ._activation import ACTIVATION_CODES
+from ._sizes import cdiv
+
+
+@triton.jit
+def _pick(x, offs, LOG_M: tl.constexpr, PAIRS: tl.constexpr):
+    """x[g, offs[g]] for candidates x (G, m) and offsets offs (G,) (their low LOG_M bits), by
+    halving the candidates on each bit: m - 1 selects in registers. PAIRS: x holds 16-bit
+    values two to an int32 (G, m / 2); the pair is picked first, then its half by bit 0."""
+    c = x
+    for level in tl.static_range(1 if PAIRS else 0, LOG_M):
+        lo, hi = tl.split(tl.reshape(c, (c.shape[0], c.shape[1] // 2, 2)))
+        c = tl.where((((offs >> level) & 1) != 0)[:, None], hi, lo)
+    c = tl.reshape(c, (offs.shape[0],))
+    if PAIRS:
+        c = ((c >> ((offs & 1) * 16)) & 0xFFFF).to(tl.uint16)
+    return c
+
+
+@triton.jit
+def _row_step(
+    acc, row, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
+    MASKED: tl.constexpr, N_KEEP: tl.constexpr, LOG_M: tl.constexpr, BITS: tl.constexpr,
+    PAIRS: tl.constexpr, ACC_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """One row's share of a step: its groups' values times the x they pick."""
+    SPW: tl.constexpr = 32 // BITS  # slots a word
+    first = groups * N_KEEP  # the group's first slot; a word holds whole groups
+    # values at a runtime slot stride (n), so the compiler cannot vectorize their load into a
+    # layout other than x's (1:8's contiguous values did, through shared memory)
+    row_values = values + row * stride_vm + groups * slot_stride
+    if MASKED:
+        word = tl.load(words + row * stride_wm + first // SPW, mask=mask, other=0)
+    else:
+        word = tl.load(words + row * stride_wm + first // SPW)
+    for j in tl.static_range(N_KEEP):
+        val = tl.load(row_values + j, mask=mask, other=0.0) if MASKED else tl.load(row_values + j)
+        offs = word >> (((first + j) % SPW) * BITS)
+        picked = _pick(xs, offs, LOG_M, PAIRS)
+        if PAIRS:
+            picked = picked.to(val.dtype, bitcast=True)
+        acc += val.to(ACC_DTYPE) * picked.to(ACC_DTYPE)
+    return acc
+
+
+@triton.jit
+def _tile_step(
+    acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, g0, groups_total, stride_vm,
+    stride_wm, slot_stride, MASKED: tl.constexpr, N_KEEP: tl.constexpr, LOG_M: tl.constexpr,
+    BITS: tl.constexpr, PAIRS: tl.constexpr, ACC_DTYPE: tl.constexpr, WIDTH: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
+):  # fmt: skip
+    """A step of the tile's rows (BLOCK_M of r0..r3) over groups g0 .. g0 + BLOCK_G."""
+    groups = g0 + tl.arange(0, BLOCK_G)
+    mask = groups < groups_total
+    # a group's x is aligned and contiguous: one vector load (told: `groups` hides it)
+    cols = tl.multiple_of(groups * WIDTH, WIDTH)[:, None] + tl.arange(0, WIDTH)[None, :]
+    xs = tl.load(xv + cols, mask=mask[:, None], other=0) if MASKED else tl.load(xv + cols)
+    acc0 = _row_step(
+        acc0, r0, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
+        MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+    )  # fmt: skip
+    if BLOCK_M > 1:
+        acc1 = _row_step(
+            acc1, r1, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+        )  # fmt: skip
+    if BLOCK_M > 2:
+        acc2 = _row_step(
+            acc2, r2, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+        )  # fmt: skip
+        acc3 = _row_step(
+            acc3, r3, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+        )  # fmt: skip
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit(do_not_specialize=["slot_stride"])
+def _nm_select_kernel(
+    values,  # (M, S) compressed values, unit stride along S
+    words,  # (M, ceil(S / (32 // BITS))) int32 packed offsets, unit stride along the words
+    x,  # (K,) contiguous; with PAIRS 4-byte aligned
+    bias,
+    out,  # (M, 1)
+    M,
+    S,
+    stride_vm,
+    stride_wm,
+    stride_om,
+    slot_stride,  # n, at run time (see _row_step)
+    N_KEEP: tl.constexpr,
+    M_GROUP: tl.constexpr,
+    LOG_M: tl.constexpr,
+    BITS: tl.constexpr,
+    PAIRS: tl.constexpr,  # 16-bit x read as int32 pairs (m even)
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # 1, 2 or 4 rows, each its own accumulator
+    BLOCK_G: tl.constexpr,  # groups of a row a step
+):
+    # Every tensor is (BLOCK_G,) or (BLOCK_G, m): a thread holds the same groups of every row of
+    # the tile, so a group's x is one vector load shared by the rows, picked in registers. Rows
+    # past M read row M - 1 and are not stored; only the walk's last step is masked.
+    WIDTH: tl.constexpr = M_GROUP // 2 if PAIRS else M_GROUP  # x's elements a group
+    pid = tl.program_id(0)
+    row0 = pid * BLOCK_M
+    r0 = tl.minimum(row0, M - 1).to(tl.int64)
+    r1 = tl.minimum(row0 + 1, M - 1).to(tl.int64)
+    r2 = tl.minimum(row0 + 2, M - 1).to(tl.int64)
+    r3 = tl.minimum(row0 + 3, M - 1).to(tl.int64)
+    xv = x.to(tl.pointer_type(tl.int32)) if PAIRS else x
+    acc0 = tl.zeros((BLOCK_G,), dtype=ACC_DTYPE)
+    acc1 = tl.zeros((BLOCK_G,), dtype=ACC_DTYPE)
+    acc2 = tl.zeros((BLOCK_G,), dtype=ACC_DTYPE)
+    acc3 = tl.zeros((BLOCK_G,), dtype=ACC_DTYPE)
+    groups_total = tl.cdiv(S, N_KEEP)
+    full = groups_total // BLOCK_G * BLOCK_G
+    for g0 in range(0, full, BLOCK_G):
+        acc0, acc1, acc2, acc3 = _tile_step(
+            acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, g0, groups_total,
+            stride_vm, stride_wm, slot_stride, False, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+            WIDTH, BLOCK_M, BLOCK_G,
+        )  # fmt: skip
+    if full < groups_total:
+        acc0, acc1, acc2, acc3 = _tile_step(
+            acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, full, groups_total,
+            stride_vm, stride_wm, slot_stride, True, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+            WIDTH, BLOCK_M, BLOCK_G,
+        )  # fmt: skip
+    offs_m = row0 + tl.arange(0, BLOCK_M)
+    lane = tl.arange(0, BLOCK_M)
+    total = tl.where(lane == 0, tl.sum(acc0), 0.0)
+    if BLOCK_M > 1:
+        total = tl.where(lane == 1, tl.sum(acc1), total)
+    if BLOCK_M > 2:
+        total = tl.where(lane == 2, tl.sum(acc2), total)
+        total = tl.where(lane == 3, tl.sum(acc3), total)
+    offs_n = tl.arange(0, 1)
+    split_k.store(
+        total[:, None], offs_m, offs_n, offs_m < M, offs_n < 1, bias, out, 1, 0, stride_om, 1,
+        HAS_BIAS, ACTIVATION, ACC_DTYPE, False, 1,
+    )  # fmt: skip
+
+
+def supports(n: int, m: int, block: int, vector: int, cols: int) -> bool:
+    """One token, element-wise rows with their own choice, n and m powers of two, m <= 16."""
+    powers = n & (n - 1) == 0 and m & (m - 1) == 0
+    return cols == 1 and block == 1 and vector == 1 and powers and 2 <= m <= 16 and n < m
+
+
+def spmm_nm_select(
+    *,
+    values: torch.Tensor,
+    words: torch.Tensor,
+    bits: int,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    n: int,
+    m: int,
+    activation: str,
+    block_m: int,
+    block_g: int,
+    num_warps: int,
+) -> torch.Tensor:
+    """Launch over out (M, 1) for x (K, 1) (any strides); values (M, S) and words
+    (`NMMatrix.packed_indices(bits)`, bits from spmm_nm_decode.packed_bits) with unit stride along
+    their last dim. The caller checks `supports`."""
+    rows = out.shape[0]
+    if rows == 0:
+        return out
+    x = x.reshape(-1)
+    pairs = x.element_size() == 2 and m % 2 == 0
+    if not x.is_contiguous() or (pairs and x.data_ptr() % 4):
+        x = x.clone(memory_format=torch.contiguous_format)
+    _nm_select_kernel[(cdiv(rows, block_m),)](
+        values,
+        words,
+        x,
+        bias if bias is not None else values,
+        out,
+        rows,
+        values.shape[1],
+        values.stride(0),
+        words.stride(0),
+        out.stride(0),
+        n,
+        N_KEEP=n,
+        M_GROUP=m,
+        LOG_M=m.bit_length() - 1,
+        BITS=bits,
+        PAIRS=pairs,
+        HAS_BIAS=bias is not None,
+        ACTIVATION=ACTIVATION_CODES[activation],
+        ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
+        BLOCK_M=block_m,
+        BLOCK_G=block_g,
+        num_warps=num_warps,
+    )
+    return out
