@@ -11,7 +11,8 @@ each tile row); the row softmax, forward and backward (its single-read branch re
 with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
-the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32.
+the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
+N:M select kernel on bf16 pairs (four rows) and fp64 (one row).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -44,6 +45,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
+    from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
     from sparsekernels.kernels.swiglu import _swiglu_kernel
 
     cases = {}
@@ -156,6 +158,12 @@ def _cases() -> dict:
         constants = dict(HEADS=32, KV_HEADS=8, D=128, BLOCK_D=128)
         cases[f"rope cache {data}"] = (_rope_cache_kernel, [data] * 6, constants, 1)
         cases[f"swiglu {data}"] = (_swiglu_kernel, [data] * 2, dict(BLOCK=1024), 4)
+    for data, pairs in (("*bf16", True), ("*fp64", False)):  # one token, x picked by selects
+        constants = dict(N_KEEP=2, M_GROUP=4, LOG_M=2, BITS=2, PAIRS=pairs, HAS_BIAS=True,
+                         ACTIVATION=1, ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
+                         BLOCK_M=4 if pairs else 1, BLOCK_G=256)  # fmt: skip
+        pointers = [data, "*i32", data, data, data]
+        cases[f"nm select {data}"] = (_nm_select_kernel, pointers, constants, 2)
     return cases
 
 
@@ -197,6 +205,8 @@ CASE_NAMES = [
     "rope cache *fp32",
     "swiglu *bf16",
     "swiglu *fp32",
+    "nm select *bf16",
+    "nm select *fp64",
 ]
 
 

@@ -86,6 +86,32 @@ DECODE_HALF_DENSE = SpmmNmDecodeConfig(4, 512, 1)
 DECODE_HALF_DENSE_SHARED = SpmmNmDecodeConfig(8, 512, 4, gather_shared=True)
 
 
+@dataclass(frozen=True)
+class SpmmNmSelectConfig:
+    block_m: int  # rows a program (1, 2 or 4)
+    block_g: int  # groups of a row a step
+    num_warps: int
+
+
+# 2:4 at one token, 16-bit weights: x picked by the offsets' bits in registers, no gathers
+# (kernels/spmm_nm_select.py), 2 rows x 256 groups a step on two warps. Cold L2, bf16,
+# DECODE_HALF_DENSE_SHARED -> this, us (benchmarks/sweeps/nm_select_cold.py, results/
+# nvidia-h200/2026-12-01/at-7563358/nm_select_cold.txt): 4096 x 14336 28.8 -> 26.3, 14336 x
+# 4096 27.5 -> 25.8, 4096^2 10.2 -> 9.6, 28672 x 4096 50.3 -> 47.3 (dense 32.3, 32.1, 13.6,
+# 61.3). On 2:8 it lost (4096 x 14336 18.6 -> 21.3 at best) and on 1:8 it was mixed (12.7 ->
+# 12.2, 11.8 -> 13.2): not taken there. fp32 and the other half-dense patterns were not timed.
+SELECT_HALF_DENSE = SpmmNmSelectConfig(2, 256, 2)
+
+
+def spmm_nm_select_config(
+    n_cols: int, n: int, m: int, vector: int, block: int, element_size: int
+) -> SpmmNmSelectConfig | None:
+    """The select kernel's tile where it measured faster than the decode kernel, else None."""
+    if n_cols == 1 and (n, m) == (2, 4) and vector == 1 and block == 1 and element_size == 2:
+        return SELECT_HALF_DENSE
+    return None
+
+
 @_memo
 def spmm_nm_decode_config(
     n_cols: int,

@@ -14,6 +14,7 @@ from ..kernels import nm_decode_tuning, tuning
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
+from ..kernels import spmm_nm_select as select
 from . import _dispatch
 from ._identity_cache import IdentityCache
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
@@ -105,6 +106,24 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     bits = decode.packed_bits(m, block)
     words = packed_words(indices, bits)
+    picking = nm_decode_tuning.spmm_nm_select_config(
+        b.shape[1], n, m, vector, block, values.element_size()
+    )
+    if picking is not None:
+        return select.spmm_nm_select(
+            values=values.contiguous(),
+            words=words,
+            bits=bits,
+            x=b,
+            bias=bias.contiguous() if bias is not None else None,
+            out=out,
+            n=n,
+            m=m,
+            activation=activation,
+            block_m=picking.block_m,
+            block_g=picking.block_g,
+            num_warps=picking.num_warps,
+        )
     config = nm_decode_tuning.spmm_nm_decode_config(
         b.shape[1],
         vector,

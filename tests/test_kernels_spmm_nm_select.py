@@ -1,0 +1,121 @@
+"""The one-token N:M select kernel (x picked by the offset bits, no gathers): in the interpreter
+on CPU (small shapes) and compiled on CUDA (gpu), against float64 with poisoned outputs."""
+
+import pytest
+import torch
+
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    dense_spmm,
+    randn,
+    random_nm,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
+from sparsekernels.kernels import nm_decode_tuning
+from sparsekernels.kernels.spmm_nm_decode import packed_bits
+from sparsekernels.kernels.spmm_nm_select import spmm_nm_select, supports
+
+# every power-of-two m the kernel takes: 1-bit (1:2), 2-bit (2:4), 3-bit (2:8, 1:8) and 4-bit
+# offsets (4:16), so trees of one to four levels and words of 8 to 32 slots
+PATTERNS = [(2, 4), (2, 8), (1, 8), (1, 2), (4, 16)]
+# (block_m, block_g, num_warps): one row, two rows, four rows on two warps
+CONFIGS = [(1, 4, 1), (2, 8, 1), (4, 16, 2)]
+
+
+def _run(W, x, config, bias=None, activation="none"):
+    out = torch.full((W.shape[0], 1), float("nan"), dtype=x.dtype, device=x.device)
+    bits = packed_bits(W.m, 1)
+    block_m, block_g, num_warps = config
+    spmm_nm_select(
+        values=W.values,
+        words=W.packed_indices(bits),
+        bits=bits,
+        x=x,
+        bias=bias,
+        out=out,
+        n=W.n,
+        m=W.m,
+        activation=activation,
+        block_m=block_m,
+        block_g=block_g,
+        num_warps=num_warps,
+    )
+    return out
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_select_matches_float64(device, dtype, pattern, config, gen):
+    """Rows not a multiple of the tile (the last tile reads a clamped row and stores nothing
+    past M), a walk ending in a partial step, bias and ReLU, every dtype (16-bit x read in
+    pairs)."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m = pattern
+    rows, cols = 7, m * 13  # 13 groups: never a whole number of steps
+    W = random_nm(rows, cols, n, m, gen, dtype=dtype, device=device)
+    x = randn(cols, 1, gen=gen, dtype=dtype, device=device)
+    bias = randn(rows, gen=gen, dtype=dtype, device=device)
+    got = _run(W, x, config, bias=bias, activation="relu")
+    want = dense_spmm(W.to_dense(), x, bias, "relu")
+    assert_close(got, want, spmm_bound(W.to_dense(), x) + bias.double().abs()[:, None], dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("shape", [(1, 8), (3, 8), (5, 8 * 300)])
+def test_select_single_row_one_group_long_rows(device, shape, gen):
+    """One row, one group (K = m), and rows of 300 groups (many steps); x a strided view and
+    at an odd element offset (copied to the aligned, contiguous x the pairs need)."""
+    skip_interpreter_on_gpu_machine(device)
+    rows, cols = shape
+    W = random_nm(rows, cols, 2, 8, gen, dtype=torch.bfloat16, device=device)
+    base = randn(2 * cols + 1, 1, gen=gen, dtype=torch.bfloat16, device=device)
+    for x in (base[1 : cols + 1], base[: 2 * cols : 2]):
+        got = _run(W, x, (2, 8, 1))
+        want = dense_spmm(W.to_dense(), x)
+        assert_close(got, want, spmm_bound(W.to_dense(), x), torch.bfloat16)
+
+
+def test_supports():
+    assert supports(2, 4, 1, 1, 1) and supports(1, 8, 1, 1, 1) and supports(4, 16, 1, 1, 1)
+    assert not supports(2, 4, 1, 1, 2)  # two tokens
+    assert not supports(3, 8, 1, 1, 1)  # n not a power of two: a word splits a group
+    assert not supports(2, 4, 2, 1, 1) and not supports(2, 4, 1, 4, 1)  # block / vector-wise
+    assert not supports(1, 32, 1, 1, 1)  # m past 16
+
+
+def test_route_takes_it_for_half_dense_16_bit_at_one_token():
+    pick = nm_decode_tuning.spmm_nm_select_config
+    assert pick(1, 2, 4, 1, 1, 2) == nm_decode_tuning.SELECT_HALF_DENSE
+    assert pick(1, 2, 8, 1, 1, 2) is None  # measured slower than the gathers
+    assert pick(1, 2, 4, 1, 1, 4) is None  # float32: not timed
+    assert pick(2, 2, 4, 1, 1, 2) is None  # two tokens
+    assert pick(1, 2, 4, 4, 1, 2) is None  # vector-wise
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_linear_route_through_select(device, gen, monkeypatch):
+    """The N:M op's decode path at one token on a 2:4 bf16 weight: linear's x^T view and
+    column-major output, bias and GELU, through this kernel (counted) against float64."""
+    skip_interpreter_on_gpu_machine(device)
+    from sparsekernels.ops import _triton_nm
+
+    calls = []
+    real = _triton_nm.select.spmm_nm_select
+    monkeypatch.setattr(
+        _triton_nm.select, "spmm_nm_select", lambda **kw: calls.append(1) or real(**kw)
+    )
+    rows, cols = 9, 4 * 70
+    W = random_nm(rows, cols, 2, 4, gen, dtype=torch.bfloat16, device=device)
+    x = randn(1, cols, gen=gen, dtype=torch.bfloat16, device=device)
+    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device=device)
+    out = torch.full((1, rows), float("nan"), dtype=torch.bfloat16, device=device).t()
+    _triton_nm._decode(W.values, W.indices, x.t(), bias, out, "gelu", 2, 4, 1, 1)
+    assert calls == [1]
+    want = dense_spmm(W.to_dense(), x.t(), bias, "gelu")
+    bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
+    assert_close(out, want, bound, torch.bfloat16)
