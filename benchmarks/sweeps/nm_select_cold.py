@@ -23,16 +23,18 @@ from sparsekernels.kernels.spmm_nm_select import spmm_nm_select
 
 DEVICE = torch.device("cuda")
 SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "2:8,1:8,2:4", "1")
-# "RxG/Ww": R rows a program (1, 2 or 4), G groups of a row a step, W warps
+# "RxG/Ww[/o]": R rows a program (1, 2 or 4), G groups of a row a step, W warps; /o: values and
+# offsets read as the words they were before narrow reads (int32 value pairs, offset bytes)
 CONFIGS = os.environ.get(
-    "CONFIGS", "4x128/2w,4x256/2w,4x256/4w,4x512/4w,2x256/2w,2x512/4w,1x512/2w,4x64/1w"
+    "CONFIGS",
+    "4x128/2w,4x128/2w/o,4x256/2w,2x256/2w,2x256/2w/o,2x128/1w,4x64/1w,1x256/1w,2x512/4w",
 ).split(",")
 
 
-def parse(name: str) -> tuple[int, int, int]:
-    tile, warps = name.split("/")
+def parse(name: str) -> tuple[int, int, int, bool]:
+    tile, warps, *flags = name.split("/")
     rows, groups = (int(d) for d in tile.split("x"))
-    return rows, groups, int(warps.rstrip("w"))
+    return rows, groups, int(warps.rstrip("w")), "o" not in flags
 
 
 def main():
@@ -46,12 +48,13 @@ def main():
         timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
         out = torch.empty(M, 1, device="cuda", dtype=torch.bfloat16)
         for name in CONFIGS:
-            block_m, block_g, warps = parse(name)
+            block_m, block_g, warps, narrow = parse(name)
 
-            def run(values, words, block_m=block_m, block_g=block_g, warps=warps):
+            def run(values, words, block_m=block_m, block_g=block_g, warps=warps, narrow=narrow):
                 spmm_nm_select(
                     values=values, words=words, bits=bits, x=x, bias=None, out=out, n=n, m=m,
                     activation="none", block_m=block_m, block_g=block_g, num_warps=warps,
+                    narrow_reads=narrow,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

@@ -25,42 +25,84 @@ from ._sizes import cdiv
 
 
 @triton.jit
-def _pick(x, offs, LOG_M: tl.constexpr, PAIRS: tl.constexpr):
+def _pick(x, offs, LOG_M: tl.constexpr, PAIRS: tl.constexpr, BF16: tl.constexpr):
     """x[g, offs[g]] for candidates x (G, m) and offsets offs (G,) (their low LOG_M bits), by
     halving the candidates on each bit: m - 1 selects in registers. PAIRS: x holds 16-bit
-    values two to an int32 (G, m / 2); the pair is picked first, then its half by bit 0."""
+    values two to an int32 (G, m / 2); the pair is picked first, then its half by bit 0,
+    returned as float32 (BF16: a bfloat16 is the high half of a float32's bits) or as the
+    16 bits."""
     c = x
     for level in tl.static_range(1 if PAIRS else 0, LOG_M):
         lo, hi = tl.split(tl.reshape(c, (c.shape[0], c.shape[1] // 2, 2)))
         c = tl.where((((offs >> level) & 1) != 0)[:, None], hi, lo)
     c = tl.reshape(c, (offs.shape[0],))
     if PAIRS:
-        c = ((c >> ((offs & 1) * 16)) & 0xFFFF).to(tl.uint16)
+        if BF16:
+            c = tl.where((offs & 1) != 0, c & -65536, c << 16).to(tl.float32, bitcast=True)
+        else:
+            c = ((c >> ((offs & 1) * 16)) & 0xFFFF).to(tl.uint16)
     return c
+
+
+@triton.jit
+def _half(pair, HIGH: tl.constexpr, dtype: tl.constexpr, BF16: tl.constexpr):
+    """One of the two 16-bit values of an int32 as float32."""
+    if BF16:
+        bits = pair & -65536 if HIGH else pair << 16
+        return bits.to(tl.float32, bitcast=True)
+    half = ((pair >> 16) if HIGH else pair) & 0xFFFF
+    return half.to(tl.uint16).to(dtype, bitcast=True).to(tl.float32)
 
 
 @triton.jit
 def _row_step(
     acc, row, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
     MASKED: tl.constexpr, N_KEEP: tl.constexpr, LOG_M: tl.constexpr, BITS: tl.constexpr,
-    PAIRS: tl.constexpr, ACC_DTYPE: tl.constexpr,
+    PAIRS: tl.constexpr, VALUE_PAIRS: tl.constexpr, OFFSET_BYTES: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
 ):  # fmt: skip
-    """One row's share of a step: its groups' values times the x they pick."""
+    """One row's share of a step: its groups' values times the x they pick. VALUE_PAIRS: n even
+    and 16-bit values, read two to an int32; OFFSET_BYTES: a group's offsets in one byte (n *
+    BITS divides 8), read as that byte, not as the word (no shift by the slot's place)."""
     SPW: tl.constexpr = 32 // BITS  # slots a word
+    BF16: tl.constexpr = values.dtype.element_ty == tl.bfloat16
     first = groups * N_KEEP  # the group's first slot; a word holds whole groups
-    # values at a runtime slot stride (n), so the compiler cannot vectorize their load into a
-    # layout other than x's (1:8's contiguous values did, through shared memory)
-    row_values = values + row * stride_vm + groups * slot_stride
-    if MASKED:
+    if OFFSET_BYTES:
+        bit = groups * (N_KEEP * BITS)
+        row_bytes = words.to(tl.pointer_type(tl.uint8)) + row * stride_wm * 4
+        if MASKED:
+            word = tl.load(row_bytes + bit // 8, mask=mask, other=0)
+        else:
+            word = tl.load(row_bytes + bit // 8)
+        word = word.to(tl.int32) >> (bit % 8)  # the group's offsets from bit 0
+    elif MASKED:
         word = tl.load(words + row * stride_wm + first // SPW, mask=mask, other=0)
     else:
         word = tl.load(words + row * stride_wm + first // SPW)
+    # values at a runtime slot stride (n), so the compiler cannot vectorize their load into a
+    # layout other than x's (1:8's contiguous values did, through shared memory)
+    if VALUE_PAIRS:
+        row_pairs = values.to(tl.pointer_type(tl.int32)) + (row * stride_vm) // 2
+        row_pairs += groups * (slot_stride // 2)
+    else:
+        row_values = values + row * stride_vm + groups * slot_stride
     for j in tl.static_range(N_KEEP):
-        val = tl.load(row_values + j, mask=mask, other=0.0) if MASKED else tl.load(row_values + j)
-        offs = word >> (((first + j) % SPW) * BITS)
-        picked = _pick(xs, offs, LOG_M, PAIRS)
-        if PAIRS:
-            picked = picked.to(val.dtype, bitcast=True)
+        if VALUE_PAIRS:
+            if j % 2 == 0:
+                if MASKED:
+                    pair = tl.load(row_pairs + j // 2, mask=mask, other=0)
+                else:
+                    pair = tl.load(row_pairs + j // 2)
+            val = _half(pair, j % 2 == 1, values.dtype.element_ty, BF16)
+        elif MASKED:
+            val = tl.load(row_values + j, mask=mask, other=0.0)
+        else:
+            val = tl.load(row_values + j)
+        place = j if OFFSET_BYTES else (first + j) % SPW  # the offset's place in `word`
+        offs = word >> (place * BITS)
+        picked = _pick(xs, offs, LOG_M, PAIRS, BF16)
+        if PAIRS and not BF16:
+            picked = picked.to(values.dtype.element_ty, bitcast=True)
         acc += val.to(ACC_DTYPE) * picked.to(ACC_DTYPE)
     return acc
 
@@ -69,7 +111,8 @@ def _row_step(
 def _tile_step(
     acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, g0, groups_total, stride_vm,
     stride_wm, slot_stride, MASKED: tl.constexpr, N_KEEP: tl.constexpr, LOG_M: tl.constexpr,
-    BITS: tl.constexpr, PAIRS: tl.constexpr, ACC_DTYPE: tl.constexpr, WIDTH: tl.constexpr,
+    BITS: tl.constexpr, PAIRS: tl.constexpr, VALUE_PAIRS: tl.constexpr,
+    OFFSET_BYTES: tl.constexpr, ACC_DTYPE: tl.constexpr, WIDTH: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
 ):  # fmt: skip
     """A step of the tile's rows (BLOCK_M of r0..r3) over groups g0 .. g0 + BLOCK_G."""
@@ -80,21 +123,21 @@ def _tile_step(
     xs = tl.load(xv + cols, mask=mask[:, None], other=0) if MASKED else tl.load(xv + cols)
     acc0 = _row_step(
         acc0, r0, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-        MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+        MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
     )  # fmt: skip
     if BLOCK_M > 1:
         acc1 = _row_step(
             acc1, r1, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-            MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
         )  # fmt: skip
     if BLOCK_M > 2:
         acc2 = _row_step(
             acc2, r2, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-            MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
         )  # fmt: skip
         acc3 = _row_step(
             acc3, r3, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-            MASKED, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
         )  # fmt: skip
     return acc0, acc1, acc2, acc3
 
@@ -117,6 +160,8 @@ def _nm_select_kernel(
     LOG_M: tl.constexpr,
     BITS: tl.constexpr,
     PAIRS: tl.constexpr,  # 16-bit x read as int32 pairs (m even)
+    VALUE_PAIRS: tl.constexpr,  # 16-bit values read as int32 pairs (n even)
+    OFFSET_BYTES: tl.constexpr,  # a group's offsets read as one byte (n * BITS divides 8)
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
@@ -143,14 +188,14 @@ def _nm_select_kernel(
     for g0 in range(0, full, BLOCK_G):
         acc0, acc1, acc2, acc3 = _tile_step(
             acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, g0, groups_total,
-            stride_vm, stride_wm, slot_stride, False, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
-            WIDTH, BLOCK_M, BLOCK_G,
+            stride_vm, stride_wm, slot_stride, False, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS,
+            OFFSET_BYTES, ACC_DTYPE, WIDTH, BLOCK_M, BLOCK_G,
         )  # fmt: skip
     if full < groups_total:
         acc0, acc1, acc2, acc3 = _tile_step(
             acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, full, groups_total,
-            stride_vm, stride_wm, slot_stride, True, N_KEEP, LOG_M, BITS, PAIRS, ACC_DTYPE,
-            WIDTH, BLOCK_M, BLOCK_G,
+            stride_vm, stride_wm, slot_stride, True, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS,
+            OFFSET_BYTES, ACC_DTYPE, WIDTH, BLOCK_M, BLOCK_G,
         )  # fmt: skip
     offs_m = row0 + tl.arange(0, BLOCK_M)
     lane = tl.arange(0, BLOCK_M)
@@ -187,6 +232,7 @@ def spmm_nm_select(
     block_m: int,
     block_g: int,
     num_warps: int,
+    narrow_reads: bool = True,
 ) -> torch.Tensor:
     """Launch over out (M, 1) for x (K, 1) (any strides); values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from spmm_nm_decode.packed_bits) with unit stride along
@@ -198,6 +244,14 @@ def spmm_nm_select(
     pairs = x.element_size() == 2 and m % 2 == 0
     if not x.is_contiguous() or (pairs and x.data_ptr() % 4):
         x = x.clone(memory_format=torch.contiguous_format)
+    value_pairs = (
+        narrow_reads
+        and values.element_size() == 2
+        and n % 2 == 0
+        and values.stride(0) % 2 == 0
+        and values.data_ptr() % 4 == 0
+    )
+    offset_bytes = narrow_reads and 8 % (n * bits) == 0
     _nm_select_kernel[(cdiv(rows, block_m),)](
         values,
         words,
@@ -215,6 +269,8 @@ def spmm_nm_select(
         LOG_M=m.bit_length() - 1,
         BITS=bits,
         PAIRS=pairs,
+        VALUE_PAIRS=value_pairs,
+        OFFSET_BYTES=offset_bytes,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
