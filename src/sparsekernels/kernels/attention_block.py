@@ -8,18 +8,20 @@ in log2 units (times log2 e) so exp2 serves; masked positions are -inf.
 
 - `_attn_fwd_kernel`: one program per (query tile, batch * head): online softmax over the tile
   row's key tiles, then O = acc / l and LSE = m + log2(l) (log2 units). With MERGE it starts from
-  the (O, LSE) an earlier component wrote (O in fp32), so components combine exactly. A query
-  with no keys gets O = 0 and LSE = -inf.
+  the (O, LSE) an earlier component wrote (O in fp32), so components combine exactly. With
+  STORE_FINAL (the last component's pass) O goes to `final` in its dtype instead of `out`, which
+  is then only read: no separate fp32 -> fp16/bf16 copy. A query with no keys gets O = 0 and
+  LSE = -inf.
 - `_attn_bwd_dkdv_kernel`: one program per (key tile, batch * head), over the query tiles of its
   key tile: P = exp2(S - LSE), dV += P^T dO, dS = P (dO V^T - delta), dK += dS^T Q.
 - `_attn_bwd_dq_kernel`: one program per (query tile, batch * head): dQ += dS K.
   delta = rowsum(dO * O) comes from the caller. With ACCUMULATE both add to what is there.
 
-Tensors: q (B, H, Lq, D), k (B, H, Lk, D), v (B, H, Lk, DV), out and d_out (B, H, Lq, DV), any
-strides (passed per dimension); lse and delta (B * H, Lq) fp32 contiguous; dq, dk, dv like q, k,
-v. Layout arrays are int32 and contiguous. A masked-out position inside a visited tile still
-multiplies its V row (and K row in dQ) by zero: a NaN or Inf there reaches the query's output,
-unlike the composed sparse path.
+Tensors: q (B, H, Lq, D), k (B, H, Lk, D), v (B, H, Lk, DV), out, final and d_out
+(B, H, Lq, DV), any strides (passed per dimension; final's unused without STORE_FINAL); lse and
+delta (B * H, Lq) fp32 contiguous; dq, dk, dv like q, k, v. Layout arrays are int32 and
+contiguous. A masked-out position inside a visited tile still multiplies its V row (and K row
+in dQ) by zero: a NaN or Inf there reaches the query's output, unlike the composed sparse path.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def _attn_fwd_kernel(
     k,
     v,
     out,
+    final,
     lse,
     row_perm,
     col_perm,
@@ -105,10 +108,15 @@ def _attn_fwd_kernel(
     stride_oh,
     stride_om,
     stride_od,
+    stride_fb,
+    stride_fh,
+    stride_fm,
+    stride_fd,
     scale_log2e,
     ROW_PERM: tl.constexpr,
     COL_PERM: tl.constexpr,
     MERGE: tl.constexpr,
+    STORE_FINAL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -125,6 +133,7 @@ def _attn_fwd_kernel(
     k += b * stride_kb + h * stride_kh
     v += b * stride_vb + h * stride_vh
     out += b * stride_ob + h * stride_oh
+    final += b * stride_fb + h * stride_fh
     lse += bh.to(tl.int64) * Lq
 
     rows, valid_m = _positions(row_perm, qt, Lq, BLOCK_M, ROW_PERM)
@@ -185,7 +194,12 @@ def _attn_fwd_kernel(
 
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     o = acc / l_safe[:, None]
-    tl.store(o_ptrs, o.to(out.dtype.element_ty), mask=o_mask)
+    if STORE_FINAL:  # rounded to nearest even as torch's .to (on the GPU; the interpreter
+        # truncates to bf16), so the fused conversion gives the former copy's bits
+        f_ptrs = final + rows[:, None] * stride_fm + offs_dv[None, :] * stride_fd
+        tl.store(f_ptrs, o.to(final.dtype.element_ty), mask=o_mask)
+    else:
+        tl.store(o_ptrs, o.to(out.dtype.element_ty), mask=o_mask)
     tl.store(lse + rows, tl.where(l_i == 0.0, float("-inf"), m_i + tl.log2(l_safe)), mask=valid_m)
 
 
@@ -229,6 +243,7 @@ def block_attention_forward(
     lse: torch.Tensor,
     component: list[torch.Tensor],
     merge: bool,
+    final: torch.Tensor | None = None,
     scale: float,
     block_m: int,
     block_n: int,
@@ -236,18 +251,21 @@ def block_attention_forward(
     num_stages: int,
 ) -> None:
     """One component's pass: out (B, H, Lq, DV) and lse (B * H, Lq) fp32, written (or merged into
-    when `merge`: then out must be fp32 and hold the earlier components' result)."""
+    when `merge`: then out must be fp32 and hold the earlier components' result). With `final`
+    (like out, any dtype and strides) the output is stored there instead and out only read."""
     batch, heads, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[3]
     row_perm, col_perm, flags = _component_args(component)
     offsets, cols, masks, words = component[2], component[3], component[4], component[8]
     grid = (offsets.numel() - 1, batch * heads)
+    store_final = final is not None
+    final = final if store_final else out  # an unused pointer must still be valid
     _attn_fwd_kernel[grid](
-        q, k, v, out, lse, row_perm, col_perm, offsets, cols, masks, words,
+        q, k, v, out, final, lse, row_perm, col_perm, offsets, cols, masks, words,
         heads, lq, lk, d, dv,
-        *_strides4(q), *_strides4(k), *_strides4(v), *_strides4(out),
+        *_strides4(q), *_strides4(k), *_strides4(v), *_strides4(out), *_strides4(final),
         scale * LOG2E,
-        MERGE=merge,
+        MERGE=merge, STORE_FINAL=store_final,
         **flags, **_blocks(q, v, block_m, block_n), **_dot_flags(q),
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip

@@ -108,17 +108,18 @@ def _pair_chunks(batch: int, heads: int, pairs: int) -> list[tuple[int, int, int
 
 
 def _merge_components(q, k, v, out, lse, components, launch) -> None:
-    """Every component's pass over these heads into an fp32 scratch (later passes merge into
-    what earlier ones wrote), then copied into `out` in its dtype. The scratch dies on return,
-    so chunks do not overlap theirs."""
+    """Every component's pass over these heads: all but the last into an fp32 scratch (later
+    passes merge into what earlier ones wrote); the last reads it and stores `out` in its dtype,
+    so no conversion copy follows. The scratch dies on return, so chunks do not overlap theirs."""
     from ..kernels import attention_block as kernel
 
     scratch = _output_like(q, v.shape[3], torch.float32)
+    last = len(components) - 1
     for i, component in enumerate(components):
         kernel.block_attention_forward(
-            q=q, k=k, v=v, out=scratch, lse=lse, component=component, merge=i > 0, **launch
-        )
-    out.copy_(scratch)
+            q=q, k=k, v=v, out=scratch, lse=lse, component=component, merge=i > 0,
+            final=out if i == last else None, **launch,
+        )  # fmt: skip
 
 
 @block_attention.register_fake
