@@ -282,6 +282,60 @@ def test_merged_forward_in_chunks_gives_the_same_bits(
     torch.testing.assert_close(kernel.log2_lse_to_natural(lse.double()), want, rtol=1e-5, atol=0)
 
 
+def _merged_through_fp32(q, k, v, layout, scale, config):
+    """The former merged forward: every pass through the launcher without `final` into one fp32
+    output, left for the caller to convert; also its lse and the fp32 output before the last
+    pass."""
+    batch, heads, lq, _ = q.shape
+    full = torch.full((batch, heads, lq, v.shape[3]), float("nan"), device=q.device)
+    lse = torch.full((batch * heads, lq), float("nan"), device=q.device)
+    block_m, block_n, num_warps, num_stages = config[:4]
+    before_last = None
+    for i, component in enumerate(_attention_library._components(layout)):
+        before_last = full.clone()
+        kernel.block_attention_forward(
+            q=q, k=k, v=v, out=full, lse=lse, component=component, merge=i > 0, scale=scale,
+            block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+        )  # fmt: skip
+    return full, lse, before_last
+
+
+def _stored_as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x.to(dtype) as the kernel's store converts it: rounded to nearest even, except that
+    Triton's CPU interpreter (3.9) truncates fp32 to bf16 (the GPU's cvt.rn rounds)."""
+    if x.device.type == "cpu" and dtype == torch.bfloat16:
+        return (x.view(torch.int32) & ~0xFFFF).view(torch.float32).to(dtype)  # exact
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_merged_forward_stores_its_last_pass_in_the_output_dtype(dtype, gen, monkeypatch):
+    """The last component's pass reads the fp32 scratch and stores the output in q's dtype (a
+    (B, L, H, D) view): the bits of every pass into fp32 then converted, the same lse, and the
+    scratch as the earlier pass left it (only read by the last); outputs poisoned (NaN) first."""
+    L, d, scale = 80, 16, 0.3
+    keep = _mask("summary", L, L)
+    config = block_attention_config(d, on_cpu=True)
+    layout = _pattern(keep).pattern.block_layout(config.block_m, config.block_n, 1 / 8)
+    assert len(layout.components) == 2
+    q, k, v = (randn(1, L, 2, d, gen=gen, dtype=dtype).transpose(1, 2) for _ in "qkv")
+    args = (q, k, v, layout.tensors(), scale, config.as_list())
+    full, want_lse, before_last = _merged_through_fp32(*args)
+    output_like = _attention_library._output_like
+    made = []
+
+    def poisoned(*args):
+        made.append(output_like(*args).fill_(float("nan")))
+        return made[-1]
+
+    monkeypatch.setattr(_attention_library, "_output_like", poisoned)
+    out, lse = _attention_library.block_attention_forward(*args)
+    assert out.dtype == dtype and out.transpose(1, 2).is_contiguous()
+    assert torch.equal(out, _stored_as(full, dtype)) and torch.equal(lse, want_lse)
+    scratch = made[1]  # made after the output
+    assert scratch.dtype == torch.float32 and torch.equal(scratch, before_last)
+
+
 # ============================================================================ dispatch
 def _problem(keep, device="cuda", dtype=torch.bfloat16, d=64, batch=8):
     facts = {"batch": batch, "d": d, "dv": d, "pattern": _pattern(keep).pattern}
@@ -463,6 +517,22 @@ def test_gpu_merged_forward_scratch_is_bounded(gen):
         torch.cuda.synchronize()
     added = torch.cuda.max_memory_allocated() - before
     assert added < 2 * out.numel() * out.element_size(), f"{added / 2**20:.1f} MiB added"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_merged_forward_stores_the_bits_of_the_fp32_path(dtype, gen):
+    """strided:128:128 at L = 16384, 16 heads: the last pass's own fp16/bf16 store gives the bits
+    of the fp32 output converted by torch (both round to nearest even), and the same lse."""
+    attn, q, k, v, _ = _local_strided_gpu(16384, 16, dtype, gen)
+    config = block_attention_config(64, on_cpu=False)
+    tiles = (config.block_m, config.block_n, BLOCK_ATTENTION_SPLIT_FILL)
+    layout = attn.pattern.pattern.block_layout(*tiles)
+    assert len(layout.components) > 1
+    args = (q, k, v, layout.tensors(), 1 / 8, config.as_list())
+    full, want_lse, _ = _merged_through_fp32(*args)
+    out, lse = _attention_library.block_attention_forward(*args)
+    assert torch.equal(out, full.to(dtype)) and torch.equal(lse, want_lse)
 
 
 def test_cases_cover_both_second_passes():

@@ -12,7 +12,8 @@ with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); 
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
-N:M select kernel on bf16 pairs (four rows) and fp64 (one row).
+N:M select kernel on bf16 pairs (four rows) and fp64 (one row); the block-sparse attention
+forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -34,6 +35,7 @@ def _cases() -> dict:
     other runtime arguments. Imports Triton, so only the script calls it."""
     import triton.language as tl
 
+    from sparsekernels.kernels.attention_block import _attn_fwd_kernel
     from sparsekernels.kernels.rms_norm import _rms_norm_kernel
     from sparsekernels.kernels.rope_cache import _rope_cache_kernel
     from sparsekernels.kernels.sddmm_csr import _sddmm_csr_kernel
@@ -164,6 +166,13 @@ def _cases() -> dict:
                          BLOCK_M=4 if pairs else 1, BLOCK_G=256)  # fmt: skip
         pointers = [data, "*i32", data, data, data]
         cases[f"nm select {data}"] = (_nm_select_kernel, pointers, constants, 2)
+    constants = dict(ROW_PERM=True, COL_PERM=True, MERGE=True, STORE_FINAL=True, BLOCK_M=64,
+                     BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",
+                     UPCAST=False)  # fmt: skip
+    # q, k, v, out (the fp32 scratch), final, lse, then the layout's int32 arrays; 25 ints
+    # (sizes and strides) before the float scale
+    types = ["*bf16"] * 3 + ["*fp32", "*bf16", "*fp32"] + ["*i32"] * 6 + ["i32"] * 25 + ["fp32"]
+    cases["attention forward final bf16"] = (_attn_fwd_kernel, types, constants, 4)
     return cases
 
 
@@ -207,6 +216,7 @@ CASE_NAMES = [
     "swiglu *fp32",
     "nm select *bf16",
     "nm select *fp64",
+    "attention forward final bf16",
 ]
 
 
