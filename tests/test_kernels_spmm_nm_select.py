@@ -88,13 +88,16 @@ def test_supports():
     assert not supports(1, 32, 1, 1, 1)  # m past 16
 
 
-def test_route_takes_it_for_half_dense_16_bit_at_one_token():
-    pick = nm_decode_tuning.spmm_nm_select_config
-    assert pick(1, 2, 4, 1, 1, 2) == nm_decode_tuning.SELECT_HALF_DENSE
-    assert pick(1, 2, 8, 1, 1, 2) is None  # measured slower than the gathers
-    assert pick(1, 2, 4, 1, 1, 4) is None  # float32: not timed
-    assert pick(2, 2, 4, 1, 1, 2) is None  # two tokens
-    assert pick(1, 2, 4, 4, 1, 2) is None  # vector-wise
+def test_route_takes_it_for_the_timed_16_bit_patterns_at_one_token():
+    tuning = nm_decode_tuning
+    pick = tuning.spmm_nm_select_config
+    assert pick(1, 2, 8, 1, 1, 2, 14336) == tuning.SELECT_LONG_ROWS
+    assert pick(1, 1, 8, 1, 1, 2, 4096) == tuning.SELECT_SHORT_ROWS
+    assert pick(1, 2, 4, 1, 1, 2, 14336) == tuning.SELECT_LONG_ROWS_HALF_DENSE
+    assert pick(1, 4, 8, 1, 1, 2, 4096) is None  # not timed
+    assert pick(1, 2, 8, 1, 1, 4, 4096) is None  # float32: not timed
+    assert pick(2, 2, 8, 1, 1, 2, 4096) is None  # two tokens
+    assert pick(1, 2, 8, 4, 1, 2, 4096) is None  # vector-wise
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

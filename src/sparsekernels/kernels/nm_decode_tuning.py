@@ -93,23 +93,36 @@ class SpmmNmSelectConfig:
     num_warps: int
 
 
-# 2:4 at one token, 16-bit weights: x picked by the offsets' bits in registers, no gathers
-# (kernels/spmm_nm_select.py), 2 rows x 256 groups a step on two warps. Cold L2, bf16,
-# DECODE_HALF_DENSE_SHARED -> this, us (benchmarks/sweeps/nm_select_cold.py, results/
-# nvidia-h200/2026-12-01/at-7563358/nm_select_cold.txt): 4096 x 14336 28.8 -> 26.3, 14336 x
-# 4096 27.5 -> 25.8, 4096^2 10.2 -> 9.6, 28672 x 4096 50.3 -> 47.3 (dense 32.3, 32.1, 13.6,
-# 61.3). On 2:8 it lost (4096 x 14336 18.6 -> 21.3 at best) and on 1:8 it was mixed (12.7 ->
-# 12.2, 11.8 -> 13.2): not taken there. fp32 and the other half-dense patterns were not timed.
-SELECT_HALF_DENSE = SpmmNmSelectConfig(2, 256, 2)
+# One token, 16-bit element-wise weights: x picked by the offsets' bits in registers, no
+# gathers (kernels/spmm_nm_select.py), values read as int32 pairs and offsets as bytes. Cold L2,
+# bf16, the decode kernel's route -> this, us (benchmarks/sweeps/nm_select_cold.py, results/
+# nvidia-h200/2026-12-01/at-2e7f2fc/nm_select_cold.txt; dense 30.7, 29.9, 13.5, 54.7):
+#                 4096 x 14336   14336 x 4096   4096 x 4096   28672 x 4096
+#   2:8           18.5 -> 14.3   16.0 -> 13.7    6.7 -> 6.0   29.0 -> 23.7
+#   1:8           12.7 -> 12.2   11.7 -> 11.3    5.5 -> 5.2   21.3 -> 19.5
+#   2:4 (select)  23.6 -> 23.6   23.2 -> 21.3    8.6 -> 8.9   41.6 -> 38.1
+# with 4 rows x 256 groups on two warps for rows of 8192 columns or more (2:4: 2 rows), else 2
+# rows x 128 groups on one warp (4096^2 2:4 8.9 against 8.5 for 2 x 256: kept simple). The 2:4
+# route before narrow reads (DECODE_HALF_DENSE_SHARED, at-7563358): 28.8, 27.5, 10.2, 50.3. Other
+# patterns the kernel takes (1:2, 1:4, 4:8, 1:16, 4:16, ...) were not timed: the decode kernel.
+SELECT_LONG_ROWS = SpmmNmSelectConfig(4, 256, 2)
+SELECT_LONG_ROWS_HALF_DENSE = SpmmNmSelectConfig(2, 256, 2)
+SELECT_SHORT_ROWS = SpmmNmSelectConfig(2, 128, 1)
+SELECT_LONG_K = 8192  # a row's dense length from which the long-row tiles are taken
+SELECT_PATTERNS = ((2, 4), (2, 8), (1, 8))
 
 
 def spmm_nm_select_config(
-    n_cols: int, n: int, m: int, vector: int, block: int, element_size: int
+    n_cols: int, n: int, m: int, vector: int, block: int, element_size: int, k: int = 0
 ) -> SpmmNmSelectConfig | None:
-    """The select kernel's tile where it measured faster than the decode kernel, else None."""
-    if n_cols == 1 and (n, m) == (2, 4) and vector == 1 and block == 1 and element_size == 2:
-        return SELECT_HALF_DENSE
-    return None
+    """The select kernel's tile where it measured faster than the decode kernel, else None;
+    `k` the weight's dense row length."""
+    timed = (n, m) in SELECT_PATTERNS and element_size == 2
+    if not (n_cols == 1 and timed and vector == 1 and block == 1):
+        return None
+    if k < SELECT_LONG_K:
+        return SELECT_SHORT_ROWS
+    return SELECT_LONG_ROWS_HALF_DENSE if 2 * n == m else SELECT_LONG_ROWS
 
 
 @_memo
