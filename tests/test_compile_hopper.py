@@ -161,7 +161,8 @@ def _cases() -> dict:
         cases[f"rope cache {data}"] = (_rope_cache_kernel, [data] * 6, constants, 1)
         cases[f"swiglu {data}"] = (_swiglu_kernel, [data] * 2, dict(BLOCK=1024), 4)
     for data, pairs in (("*bf16", True), ("*fp64", False)):  # one token, x picked by selects
-        constants = dict(N_KEEP=2, M_GROUP=4, LOG_M=2, BITS=2, PAIRS=pairs, HAS_BIAS=True,
+        constants = dict(N_KEEP=2, M_GROUP=4, LOG_M=2, BITS=2, PAIRS=pairs, VALUE_PAIRS=pairs,
+                         OFFSET_BYTES=pairs, HAS_BIAS=True,
                          ACTIVATION=1, ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
                          BLOCK_M=4 if pairs else 1, BLOCK_G=256)  # fmt: skip
         pointers = [data, "*i32", data, data, data]
