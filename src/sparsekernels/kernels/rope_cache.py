@@ -8,7 +8,8 @@ its head's row, rotates it in float32 if it is a q or k head (x * cos + swap(x) 
 the rotate-half form with the sign folded into signed_sin = cat(-sin, sin)), rounds once, and
 stores q into a fresh (batch, tokens, heads, head_dim) tensor, k and v into the caches at
 positions start .. start + tokens. float32 and bfloat16 only, like kernels/rms_norm.py.
-Not yet timed on the H200 (next session's llama_profile.py).
+On the H200 (results/nvidia-h200/2026-12-01/at-2f885a8/llama_profile.txt) it takes 1.2 us a
+layer where the five kernels took ~10.
 """
 
 from __future__ import annotations
