@@ -13,8 +13,7 @@ kernel with int32 and int64 offsets; the CSR few-token walk with B padded and st
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
 N:M select kernel on bf16 pairs (four rows) and fp64 (one row); the block-sparse attention
-forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys);
-the decode attention (one query a head over a KV cache) in bf16 and fp32.
+forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -37,7 +36,6 @@ def _cases() -> dict:
     import triton.language as tl
 
     from sparsekernels.kernels.attention_block import _attn_fwd_kernel
-    from sparsekernels.kernels.decode_attention import _decode_attention_kernel
     from sparsekernels.kernels.rms_norm import _rms_norm_kernel
     from sparsekernels.kernels.rope_cache import _rope_cache_kernel
     from sparsekernels.kernels.sddmm_csr import _sddmm_csr_kernel
@@ -176,10 +174,6 @@ def _cases() -> dict:
     # (sizes and strides) before the float scale
     types = ["*bf16"] * 3 + ["*fp32", "*bf16", "*fp32"] + ["*i32"] * 6 + ["i32"] * 25 + ["fp32"]
     cases["attention forward final bf16"] = (_attn_fwd_kernel, types, constants, 4)
-    for data in ("*bf16", "*fp32"):  # Llama-3-8B's heads over the cache
-        constants = dict(GROUP=4, D=128, BLOCK_D=128, BLOCK_N=32)
-        types = [data] * 4 + ["i32", "i32", "fp32"]  # then the strides, i32
-        cases[f"decode attention {data}"] = (_decode_attention_kernel, types, constants, 4)
     return cases
 
 
@@ -224,8 +218,6 @@ CASE_NAMES = [
     "nm select *bf16",
     "nm select *fp64",
     "attention forward final bf16",
-    "decode attention *bf16",
-    "decode attention *fp32",
 ]
 
 

@@ -6,8 +6,7 @@ Generation feeds each step's final hidden state back as the next input.
 Besides its products, a decode step at batch 1 is mostly small launches, the same on the dense and
 the sparse model. On CUDA without autograd the stack fuses them as serving stacks do: each residual
 add into the norm after it (kernels/rms_norm.py), the rotation of q and k with both cache writes
-(kernels/rope_cache.py), a decode step's attention (kernels/decode_attention.py), SwiGLU's gate
-(kernels/swiglu.py); elsewhere it runs torch's ops.
+(kernels/rope_cache.py), SwiGLU's gate (kernels/swiglu.py); elsewhere it runs torch's ops.
 
 The default sizes are Llama-3-8B's (hidden 4096, MLP 14336, 32 heads, 8 KV heads) with 4 layers,
 so a benchmark fits in minutes; tests use tiny configs (hidden 64).
@@ -28,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..kernels import decode_attention as decode_attention_kernel
 from ..kernels import rms_norm as rms_norm_kernel
 from ..kernels import rope_cache as rope_cache_kernel
 from ..kernels import swiglu as swiglu_kernel
@@ -114,11 +112,7 @@ class Attention(nn.Module):
             k_cache[:B, :, start : start + T] = qk[:, :, cfg.heads :].transpose(1, 2)
             v_cache[:B, :, start : start + T] = v.view(B, T, cfg.kv_heads, d).transpose(1, 2)
         k, v = k_cache[:B, :, : start + T], v_cache[:B, :, : start + T]
-        if q.is_cuda and not torch.is_grad_enabled() and decode_attention_kernel.supports(q, k):
-            # one query over the cache: 1 launch a layer for cuDNN's 5.7 us
-            o = decode_attention_kernel.decode_attention(q, k, v)
-        else:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, enable_gqa=True)
         return self.o_proj(o.transpose(1, 2).reshape(B, T, cfg.heads * d))
 
 
