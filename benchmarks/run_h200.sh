@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -150,6 +150,10 @@ for step in $steps; do
     csrhints)  # cache hints for the CSR few-token kernel's loads
       timeout 120 python3 benchmarks/sweeps/csr_few_cache_hints.py >"$out/csr_few_cache_hints.txt" 2>&1
       echo "csrhints rc=$? $(tail -1 "$out/csr_few_cache_hints.txt")" ;;
+    nmselect)  # the select kernel on the patterns the route does not send it yet (nm_select_cold.py)
+      PATTERNS=1:2,1:4,4:8,1:16,2:16,4:16 SHAPES=4096x14336,14336x4096 timeout 420 \
+        python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_other.txt" 2>&1
+      echo "nmselect rc=$? $(tail -1 "$out/nm_select_other.txt")" ;;
     ncu)  # Nsight Compute on the kernels whose limits are not understood (ncu_cases.py)
       timeout 300 ncu --clock-control none --profile-from-start off --nvtx \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \

@@ -80,6 +80,12 @@ def test_select_single_row_one_group_long_rows(device, shape, gen):
         assert_close(got, want, spmm_bound(W.to_dense(), x), torch.bfloat16)
 
 
+def test_tile_rows_must_have_accumulators():
+    W = random_nm(4, 16, 2, 8, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="block_m must be 1, 2 or 4"):
+        _run(W, torch.randn(16, 1, dtype=torch.float64), (8, 4, 1))
+
+
 def test_supports():
     assert supports(2, 4, 1, 1, 1) and supports(1, 8, 1, 1, 1) and supports(4, 16, 1, 1, 1)
     assert not supports(2, 4, 1, 1, 2)  # two tokens

@@ -8,6 +8,10 @@ thirteenth session's entry, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt):
 - the N:M decode kernel at one token moves its weight at ~2 TB/s where cuBLAS's GEMV reads
   3.8 TB/s, stalled on loads with no eligible warp 47% of cycles: does the prefetching walk
   (the next step's loads before this step's gather) keep more loads in flight?
+- the select kernel (spmm_nm_select.py, the one-token route for 2:8, 1:8, 2:4 since the
+  seventeenth session; `linear 2:8 ... x1` runs it) moves its weight at 2.6 TB/s with no
+  gathers and 13.7 instructions a value: issue-bound, latency-bound (one step's loads, then
+  its selects, no overlap), or short of warps?
 - the one-hot (expand) kernel at 16 tokens takes 43-45 us for 2:8 where its weight's bytes
   need ~10: what bounds it (the expansion's instructions, shared memory, the dot, latency)?
 - the row softmax in bf16 is bound by instructions issued: how many does each form issue now
@@ -52,6 +56,9 @@ def cases() -> dict:
             vector=1, block=1, activation="none", block_m=4, block_w=128, num_warps=2,
             num_stages=2, prefetch=prefetch,
         )  # fmt: skip
+    _, W_short = weight("2:8", 14336, 4096)  # the select kernel's short-row tile (2 x 128)
+    x_short = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    calls["linear 2:8 14336x4096 x1 (select)"] = lambda: sk.linear(x_short, W_short)
     for M, K in ((4096, 14336), (14336, 4096)):
         _, W16 = weight("2:8", M, K)
         x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)

@@ -241,6 +241,8 @@ def spmm_nm_select(
     """Launch over out (M, 1) for x (K, 1) (any strides); values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from spmm_nm_decode.packed_bits) with unit stride along
     their last dim. The caller checks `supports`."""
+    if block_m not in (1, 2, 4):
+        raise ValueError(f"block_m must be 1, 2 or 4 (one accumulator a row), got {block_m}")
     rows = out.shape[0]
     if rows == 0:
         return out
