@@ -94,16 +94,18 @@ def test_supports():
     assert not supports(1, 32, 1, 1, 1)  # m past 16
 
 
-def test_route_takes_it_for_the_timed_16_bit_patterns_at_one_token():
+def test_route_takes_it_for_the_timed_bf16_patterns_at_one_token():
     tuning = nm_decode_tuning
     pick = tuning.spmm_nm_select_config
-    assert pick(1, 2, 8, 1, 1, 2, 14336) == tuning.SELECT_LONG_ROWS
-    assert pick(1, 1, 8, 1, 1, 2, 4096) == tuning.SELECT_SHORT_ROWS
-    assert pick(1, 2, 4, 1, 1, 2, 14336) == tuning.SELECT_LONG_ROWS_HALF_DENSE
-    assert pick(1, 4, 8, 1, 1, 2, 4096) is None  # not timed
-    assert pick(1, 2, 8, 1, 1, 4, 4096) is None  # float32: not timed
-    assert pick(2, 2, 8, 1, 1, 2, 4096) is None  # two tokens
-    assert pick(1, 2, 8, 4, 1, 2, 4096) is None  # vector-wise
+    bf16 = torch.bfloat16
+    assert pick(1, 2, 8, 1, 1, bf16, 14336) == tuning.SELECT_LONG_ROWS
+    assert pick(1, 1, 8, 1, 1, bf16, 4096) == tuning.SELECT_SHORT_ROWS
+    assert pick(1, 2, 4, 1, 1, bf16, 14336) == tuning.SELECT_LONG_ROWS_HALF_DENSE
+    assert pick(1, 4, 8, 1, 1, bf16, 4096) is None  # not timed
+    assert pick(1, 2, 8, 1, 1, torch.float16, 4096) is None  # not timed
+    assert pick(1, 2, 8, 1, 1, torch.float32, 4096) is None  # not timed
+    assert pick(2, 2, 8, 1, 1, bf16, 4096) is None  # two tokens
+    assert pick(1, 2, 8, 4, 1, bf16, 4096) is None  # vector-wise
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import torch
+
 from ._sizes import cdiv, next_power_of_2
 from .spmm_nm_decode import span_gather_fits
 
@@ -93,7 +95,7 @@ class SpmmNmSelectConfig:
     num_warps: int
 
 
-# One token, 16-bit element-wise weights: x picked by the offsets' bits in registers, no
+# One token, bfloat16 element-wise weights: x picked by the offsets' bits in registers, no
 # gathers (kernels/spmm_nm_select.py), values read as int32 pairs and offsets as bytes. Cold L2,
 # bf16, the decode kernel's route -> this, us (benchmarks/sweeps/nm_select_cold.py, results/
 # nvidia-h200/2026-12-01/at-2e7f2fc/nm_select_cold.txt; dense 30.7, 29.9, 13.5, 54.7):
@@ -113,11 +115,12 @@ SELECT_PATTERNS = ((2, 4), (2, 8), (1, 8))
 
 
 def spmm_nm_select_config(
-    n_cols: int, n: int, m: int, vector: int, block: int, element_size: int, k: int = 0
+    n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, k: int = 0
 ) -> SpmmNmSelectConfig | None:
-    """The select kernel's tile where it measured faster than the decode kernel, else None;
-    `k` the weight's dense row length."""
-    timed = (n, m) in SELECT_PATTERNS and element_size == 2
+    """The select kernel's tile where it measured faster than the decode kernel (bfloat16;
+    float16 takes more instructions to widen and was not timed), else None; `k` the weight's
+    dense row length."""
+    timed = (n, m) in SELECT_PATTERNS and dtype == torch.bfloat16
     if not (n_cols == 1 and timed and vector == 1 and block == 1):
         return None
     if k < SELECT_LONG_K:

@@ -8,7 +8,7 @@ its x by a binary tree of selects on its offset's bits, in registers: log2(m) le
 selects, no memory access. A tile's rows share each group's x vector; 16-bit values are read
 two to an int32 and a group's offsets as one byte where they fit in one (narrow reads: without
 them 2:8 on 4096 x 14336 took 40 us, with them 14.3). The route takes it at one token for 2:8,
-1:8 and 2:4 in 16 bits (nm_decode_tuning.spmm_nm_select_config): cold, on the H200, 2:8 18.5 ->
+1:8 and 2:4 in bf16 (nm_decode_tuning.spmm_nm_select_config): cold, on the H200, 2:8 18.5 ->
 14.3 us on 4096 x 14336 (2.2x dense), 1:8 12.7 -> 12.2, 2:4 28.8 -> 23.6
 (results/nvidia-h200/2026-12-01/at-2e7f2fc/nm_select_cold.txt).
 
