@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -154,6 +154,13 @@ for step in $steps; do
       PATTERNS=1:2,1:4,4:8,1:16,2:16,4:16 SHAPES=4096x14336,14336x4096 timeout 420 \
         python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_other.txt" 2>&1
       echo "nmselect rc=$? $(tail -1 "$out/nm_select_other.txt")" ;;
+    nmselectdt)  # the select kernel in fp16 and fp32 on the routed patterns (nm_select_cold.py)
+      for dt in fp16 fp32; do
+        DTYPE=$dt PATTERNS=2:8,1:8,2:4 SHAPES=4096x14336,14336x4096 \
+          CONFIGS=4x256/2w,2x256/2w,2x128/1w,4x128/2w timeout 200 \
+          python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_$dt.txt" 2>&1
+        echo "nmselect $dt rc=$? $(tail -1 "$out/nm_select_$dt.txt")"
+      done ;;
     ncu)  # Nsight Compute on the kernels whose limits are not understood (ncu_cases.py)
       timeout 300 ncu --clock-control none --profile-from-start off --nvtx \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \

@@ -1,5 +1,5 @@
-"""One N:M decode case for the sweeps that time spmm_nm_decode directly: a magnitude-pruned bf16
-n:m weight on the GPU, fresh x, the float64 product, B as the route pads it, the packed offsets;
+"""One N:M decode case for the sweeps that time spmm_nm_decode directly: a magnitude-pruned n:m
+weight (bf16 unless given) on the GPU, fresh x, the float64 product, B as the route pads it, the packed offsets;
 and the SHAPES / PATTERNS / TOKENS environment lists those sweeps take.
 """
 
@@ -13,12 +13,14 @@ from sparsekernels.ops._layout import padded_rows
 from sparsekernels.ops._triton_nm import packed_words
 
 
-def nm_case(M: int, K: int, n: int, m: int, tokens: int) -> dict:
+def nm_case(
+    M: int, K: int, n: int, m: int, tokens: int, dtype: torch.dtype = torch.bfloat16
+) -> dict:
     """w (dense), W, x, want = W x^T in float64, B, bits and words (packed offsets)."""
     torch.manual_seed(0)
-    w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(M, K, device="cuda", dtype=dtype)
     W = sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
-    x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(tokens, K, device="cuda", dtype=dtype)
     bits = packed_bits(m, 1)
     return {
         "w": w,

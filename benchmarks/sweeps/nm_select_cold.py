@@ -7,7 +7,7 @@ group's x as one vector shared by a tile's rows and picks by the offset's bits. 
 rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call, each
 configuration checked against float64 first.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_select_cold.py
-    SHAPES=4096x14336 PATTERNS=2:8 CONFIGS=4x256/2w,2x256/2w ...
+    SHAPES=4096x14336 PATTERNS=2:8 CONFIGS=4x256/2w,2x256/2w DTYPE=fp32 ...
 """
 
 import itertools
@@ -22,6 +22,9 @@ from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels.spmm_nm_select import spmm_nm_select
 
 DEVICE = torch.device("cuda")
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+    os.environ.get("DTYPE", "bf16")
+]
 SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "2:8,1:8,2:4", "1")
 # "RxG/Ww[/o]": R rows a program (1, 2 or 4), G groups of a row a step, W warps; /o: values and
 # offsets read as the words they were before narrow reads (int32 value pairs, offset bytes)
@@ -40,13 +43,13 @@ def parse(name: str) -> tuple[int, int, int, bool]:
 def main():
     table = []
     for (M, K), (n, m) in itertools.product(SHAPES, PATTERNS):
-        case = nm_case(M, K, n, m, 1)
+        case = nm_case(M, K, n, m, 1, DTYPE)
         W, want, bits, words = (case[k] for k in ("W", "want", "bits", "words"))
         x = case["x"].reshape(-1)
         copies = max(2, copies_for(W.values.nbytes + words.nbytes, DEVICE))
         weights = [(W.values.clone(), words.clone()) for _ in range(copies)]
         timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
-        out = torch.empty(M, 1, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(M, 1, device="cuda", dtype=DTYPE)
         for name in CONFIGS:
             block_m, block_g, warps, narrow = parse(name)
 
@@ -62,13 +65,13 @@ def main():
             err = ((out.double() - want).norm() / want.norm()).item()
             total = do_bench_cudagraph(lambda: [run(*w) for w in weights], rep=30) * 1e3
             timed[name] = total / copies if err < 1e-2 else float("nan")
-        label = f"{M}x{K} {n}:{m}"
+        label = f"{M}x{K} {n}:{m} {DTYPE}".replace("torch.", "")
         print(label, f"copies {copies}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
         table.append((label, timed))
     names = list(table[0][1])
-    print(f"\n{'case':<20} " + " ".join(f"{c:>10}" for c in names))
+    print(f"\n{'case':<28} " + " ".join(f"{c:>10}" for c in names))
     for label, timed in table:
-        print(f"{label:<20} " + " ".join(f"{timed[c]:10.1f}" for c in names))
+        print(f"{label:<28} " + " ".join(f"{timed[c]:10.1f}" for c in names))
 
 
 if __name__ == "__main__":
