@@ -1,6 +1,6 @@
 """One N:M decode case for the sweeps that time spmm_nm_decode directly: a magnitude-pruned n:m
-weight (bf16 unless given) on the GPU, fresh x, the float64 product, B as the route pads it, the packed offsets;
-and the SHAPES / PATTERNS / TOKENS environment lists those sweeps take.
+weight (bf16 unless given) on the GPU, fresh x, the float64 product, B as the route pads it,
+the packed offsets; and the SHAPES / PATTERNS / TOKENS environment lists those sweeps take.
 """
 
 import os
