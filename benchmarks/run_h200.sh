@@ -161,7 +161,7 @@ for step in $steps; do
           python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_$dt.txt" 2>&1
         echo "nmselect $dt rc=$? $(tail -1 "$out/nm_select_$dt.txt")"
       done ;;
-    ncu)  # Nsight Compute on the kernels whose limits are not understood (ncu_cases.py)
+    ncu)  # Nsight Compute on the kernels whose limits are not understood (ncu_cases.py; CASES=)
       timeout 300 ncu --clock-control none --profile-from-start off --nvtx \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
         --section Occupancy --section LaunchStats --section SchedulerStats \

@@ -18,8 +18,10 @@ thirteenth session's entry, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt):
   (base-2 exponentials, one reciprocal a row), with two heads on two warps or on one warp, and
   which pipe is busiest?
     ncu --clock-control none --profile-from-start off --nvtx --section ... \\
-        python3 benchmarks/sweeps/ncu_cases.py
+        python3 benchmarks/sweeps/ncu_cases.py      (CASES=select,GEMV: names containing either)
 """
+
+import os
 
 import torch
 
@@ -59,6 +61,8 @@ def cases() -> dict:
     _, W_short = weight("2:8", 14336, 4096)  # the select kernel's short-row tile (2 x 128)
     x_short = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     calls["linear 2:8 14336x4096 x1 (select)"] = lambda: sk.linear(x_short, W_short)
+    _, W18 = weight("1:8", 4096, 14336)  # n odd: values read one by one
+    calls["linear 1:8 4096x14336 x1 (select)"] = lambda: sk.linear(x1, W18)
     for M, K in ((4096, 14336), (14336, 4096)):
         _, W16 = weight("2:8", M, K)
         x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
@@ -78,7 +82,10 @@ def cases() -> dict:
 
 
 def main():
+    wanted = [w for w in os.environ.get("CASES", "").split(",") if w]  # substrings of names
     for name, call in cases().items():
+        if wanted and not any(w in name for w in wanted):
+            continue
         for _ in range(3):
             call()
         torch.cuda.synchronize()
