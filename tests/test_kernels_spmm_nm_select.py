@@ -94,24 +94,35 @@ def test_supports():
     assert not supports(1, 32, 1, 1, 1)  # m past 16
 
 
-def test_route_takes_it_for_the_timed_bf16_patterns_at_one_token():
-    tuning = nm_decode_tuning
-    pick = tuning.spmm_nm_select_config
-    bf16 = torch.bfloat16
-    assert pick(1, 2, 8, 1, 1, bf16, 14336) == tuning.SELECT_LONG_ROWS
-    assert pick(1, 1, 8, 1, 1, bf16, 4096) == tuning.SELECT_SHORT_ROWS
-    assert pick(1, 2, 4, 1, 1, bf16, 14336) == tuning.SELECT_LONG_ROWS_HALF_DENSE
-    assert pick(1, 4, 8, 1, 1, bf16, 4096) is None  # not timed
-    assert pick(1, 2, 8, 1, 1, torch.float16, 4096) is None  # not timed
-    assert pick(1, 2, 8, 1, 1, torch.float32, 4096) is None  # not timed
+def test_route_takes_it_where_timed_at_one_token():
+    pick = nm_decode_tuning.spmm_nm_select_config
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    long_2_8, short_2_8 = nm_decode_tuning.SELECT_TILES[(2, 8, bf16)]
+    assert pick(1, 2, 8, 1, 1, bf16, 14336) == long_2_8 and long_2_8.block_m == 4
+    assert pick(1, 2, 8, 1, 1, bf16, 4096) == short_2_8 != long_2_8
+    assert pick(1, 2, 8, 1, 1, fp16, 4096) == short_2_8
+    assert pick(1, 2, 8, 1, 1, fp32, 14336) == short_2_8  # fp32: short tiles on long rows too
+    assert pick(1, 4, 8, 1, 1, bf16, 4096) is not None
+    assert pick(1, 4, 8, 1, 1, fp16, 4096) is None  # not timed
+    assert pick(1, 1, 8, 1, 1, fp32, 4096) is None  # lost to the decode kernel
+    assert pick(1, 1, 16, 1, 1, bf16, 4096) is None  # lost: fifteen selects a value
+    assert pick(1, 1, 2, 1, 1, bf16, 4096) is None  # lost
+    assert pick(1, 2, 8, 1, 1, torch.float64, 4096) is None
     assert pick(2, 2, 8, 1, 1, bf16, 4096) is None  # two tokens
     assert pick(1, 2, 8, 4, 1, bf16, 4096) is None  # vector-wise
+    assert pick(1, 2, 8, 1, 2, bf16, 4096) is None  # block-wise
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-def test_linear_route_through_select(device, gen, monkeypatch):
-    """The N:M op's decode path at one token on a 2:4 bf16 weight: linear's x^T view and
-    column-major output, bias and GELU, through this kernel (counted) against float64."""
+@pytest.mark.parametrize(
+    "dtype, pattern",
+    [(torch.bfloat16, (2, 4)), (torch.float16, (2, 8)), (torch.float32, (2, 8)),
+     (torch.bfloat16, (4, 8)), (torch.bfloat16, (1, 4))],
+)  # fmt: skip
+def test_linear_route_through_select(device, dtype, pattern, gen, monkeypatch):
+    """The N:M op's decode path at one token on each routed dtype and a few patterns: linear's
+    x^T view and column-major output, bias and GELU, through this kernel (counted) against
+    float64."""
     skip_interpreter_on_gpu_machine(device)
     from sparsekernels.ops import _triton_nm
 
@@ -120,13 +131,14 @@ def test_linear_route_through_select(device, gen, monkeypatch):
     monkeypatch.setattr(
         _triton_nm.select, "spmm_nm_select", lambda **kw: calls.append(1) or real(**kw)
     )
-    rows, cols = 9, 4 * 70
-    W = random_nm(rows, cols, 2, 4, gen, dtype=torch.bfloat16, device=device)
-    x = randn(1, cols, gen=gen, dtype=torch.bfloat16, device=device)
-    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device=device)
-    out = torch.full((1, rows), float("nan"), dtype=torch.bfloat16, device=device).t()
-    _triton_nm._decode(W.values, W.indices, x.t(), bias, out, "gelu", 2, 4, 1, 1)
+    n, m = pattern
+    rows, cols = 9, m * 35
+    W = random_nm(rows, cols, n, m, gen, dtype=dtype, device=device)
+    x = randn(1, cols, gen=gen, dtype=dtype, device=device)
+    bias = randn(rows, gen=gen, dtype=dtype, device=device)
+    out = torch.full((1, rows), float("nan"), dtype=dtype, device=device).t()
+    _triton_nm._decode(W.values, W.indices, x.t(), bias, out, "gelu", n, m, 1, 1)
     assert calls == [1]
     want = dense_spmm(W.to_dense(), x.t(), bias, "gelu")
     bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
-    assert_close(out, want, bound, torch.bfloat16)
+    assert_close(out, want, bound, dtype)

@@ -95,37 +95,50 @@ class SpmmNmSelectConfig:
     num_warps: int
 
 
-# One token, bfloat16 element-wise weights: x picked by the offsets' bits in registers, no
-# gathers (kernels/spmm_nm_select.py), values read as int32 pairs and offsets as bytes. Cold L2,
-# bf16, the decode kernel's route -> this, us (benchmarks/sweeps/nm_select_cold.py, results/
-# nvidia-h200/2026-12-01/at-2e7f2fc/nm_select_cold.txt; dense 30.7, 29.9, 13.5, 54.7):
-#                 4096 x 14336   14336 x 4096   4096 x 4096   28672 x 4096
-#   2:8           18.5 -> 14.3   16.0 -> 13.7    6.7 -> 6.0   29.0 -> 23.7
-#   1:8           12.7 -> 12.2   11.7 -> 11.3    5.5 -> 5.2   21.3 -> 19.5
-#   2:4 (select)  23.6 -> 23.6   23.2 -> 21.3    8.6 -> 8.9   41.6 -> 38.1
-# with 4 rows x 256 groups on two warps for rows of 8192 columns or more (2:4: 2 rows), else 2
-# rows x 128 groups on one warp (4096^2 2:4 8.9 against 8.5 for 2 x 256: kept simple). The 2:4
-# route before narrow reads (DECODE_HALF_DENSE_SHARED, at-7563358): 28.8, 27.5, 10.2, 50.3. Other
-# patterns the kernel takes (1:2, 1:4, 4:8, 1:16, 4:16, ...) were not timed: the decode kernel.
-SELECT_LONG_ROWS = SpmmNmSelectConfig(4, 256, 2)
-SELECT_LONG_ROWS_HALF_DENSE = SpmmNmSelectConfig(2, 256, 2)
-SELECT_SHORT_ROWS = SpmmNmSelectConfig(2, 128, 1)
-SELECT_LONG_K = 8192  # a row's dense length from which the long-row tiles are taken
-SELECT_PATTERNS = ((2, 4), (2, 8), (1, 8))
+# One token, element-wise weights: x picked by the offsets' bits in registers, no gathers
+# (kernels/spmm_nm_select.py), 16-bit values read as int32 pairs and offsets as bytes. Cold L2,
+# the decode kernel's route -> the tile taken here, us (benchmarks/sweeps/nm_select_cold.py,
+# results/nvidia-h200/2026-12-01/, dense bf16 ~31, fp32 ~56-62 on both shapes):
+#                      4096 x 14336 (long rows)   14336 x 4096 (short rows)
+#   bf16 2:8           18.5 -> 14.3               16.0 -> 13.7    (at-2e7f2fc/nm_select_cold.txt;
+#   bf16 1:8           12.7 -> 12.2               11.7 -> 11.3     4096^2 and 28672 x 4096 too)
+#   bf16 2:4           23.6 -> 23.6               23.2 -> 21.3
+#   bf16 1:4           27.5 -> 19.6               22.9 -> 16.3    (at-d3ec53e/nm_select_other.txt)
+#   bf16 4:8           36.0 -> 25.7               38.1 -> 26.0
+#   fp16 2:8           18.2 -> 15.0               15.9 -> 14.7    (at-3d62f47/nm_select_fp16.txt)
+#   fp16 1:8           12.7 -> 11.6               11.8 -> 11.5
+#   fp16 2:4           28.7 -> 27.2               27.1 -> 24.0
+#   fp32 2:8           46.5 -> 27.5               31.0 -> 23.9    (at-3d62f47/nm_select_fp32.txt)
+#   fp32 2:4           34.3 -> 33.1               36.1 -> 33.9
+# Where it lost, the decode kernel stays: bf16 1:2 (26.6 against 29.3 at best), 1:16, 2:16 and
+# 4:16 (7.1, 12.0, 19.1 against 13.0, 15.4, 30.9: fifteen selects a value), fp32 1:8 (16.7
+# against 20.5 on short rows). 1:4 and 4:8 in fp16 were not timed.
+_LONG = SpmmNmSelectConfig(4, 256, 2)  # 4 rows x 256 groups a step on two warps
+_LONG_HALF_DENSE = SpmmNmSelectConfig(2, 256, 2)
+_SHORT = SpmmNmSelectConfig(2, 128, 1)
+SELECT_LONG_K = 8192  # a row's dense length from which the long-row tile is taken
+_HALF = (torch.bfloat16, torch.float16)
+# (n, m, dtype) -> (long-row tile, short-row tile)
+SELECT_TILES = {
+    **{(2, 8, dt): (_LONG, _SHORT) for dt in _HALF},
+    **{(1, 8, dt): (_LONG, _SHORT) for dt in _HALF},
+    **{(2, 4, dt): (_LONG_HALF_DENSE, _SHORT) for dt in _HALF},
+    (1, 4, torch.bfloat16): (_LONG_HALF_DENSE, _LONG),
+    (4, 8, torch.bfloat16): (_LONG, _LONG),
+    (2, 8, torch.float32): (_SHORT, _SHORT),
+    (2, 4, torch.float32): (_LONG_HALF_DENSE, _LONG_HALF_DENSE),
+}
 
 
 def spmm_nm_select_config(
     n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, k: int = 0
 ) -> SpmmNmSelectConfig | None:
-    """The select kernel's tile where it measured faster than the decode kernel (bfloat16;
-    float16 takes more instructions to widen and was not timed), else None; `k` the weight's
-    dense row length."""
-    timed = (n, m) in SELECT_PATTERNS and dtype == torch.bfloat16
-    if not (n_cols == 1 and timed and vector == 1 and block == 1):
+    """The select kernel's tile where it measured faster than the decode kernel (SELECT_TILES),
+    else None; `k` the weight's dense row length."""
+    tiles = SELECT_TILES.get((n, m, dtype))
+    if not (n_cols == 1 and tiles is not None and vector == 1 and block == 1):
         return None
-    if k < SELECT_LONG_K:
-        return SELECT_SHORT_ROWS
-    return SELECT_LONG_ROWS_HALF_DENSE if 2 * n == m else SELECT_LONG_ROWS
+    return tiles[0] if k >= SELECT_LONG_K else tiles[1]
 
 
 @_memo

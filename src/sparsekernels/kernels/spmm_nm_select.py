@@ -7,10 +7,11 @@ whole and contiguous (16-byte vectors: one group of m = 8 in bf16), and each sto
 its x by a binary tree of selects on its offset's bits, in registers: log2(m) levels, m - 1
 selects, no memory access. A tile's rows share each group's x vector; 16-bit values are read
 two to an int32 and a group's offsets as one byte where they fit in one (narrow reads: without
-them 2:8 on 4096 x 14336 took 40 us, with them 14.3). The route takes it at one token for 2:8,
-1:8 and 2:4 in bf16 (nm_decode_tuning.spmm_nm_select_config): cold, on the H200, 2:8 18.5 ->
-14.3 us on 4096 x 14336 (2.2x dense), 1:8 12.7 -> 12.2, 2:4 28.8 -> 23.6
-(results/nvidia-h200/2026-12-01/at-2e7f2fc/nm_select_cold.txt).
+them 2:8 on 4096 x 14336 took 40 us, with them 14.3). The route takes it at one token where
+it measured faster than the decode kernel (nm_decode_tuning.SELECT_TILES: 2:8, 1:8, 2:4, 1:4
+and 4:8 in bf16, some in fp16 and fp32): cold, on the H200, 2:8 18.5 -> 14.3 us on 4096 x
+14336 (2.2x dense), 1:8 12.7 -> 12.2, 2:4 28.8 -> 23.6, 4:8 36.0 -> 25.7
+(results/nvidia-h200/2026-12-01/). With m = 16 (fifteen selects a value) and 1:2 it lost.
 
 Element-wise only (block 1, rows with their own choice), n and m powers of two with m <= 16
 (at most 15 selects a value), any rows, columns and dtype; sums in float32 (float64 for
