@@ -26,18 +26,24 @@ DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
     os.environ.get("DTYPE", "bf16")
 ]
 SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "2:8,1:8,2:4", "1")
-# "RxG/Ww[/o]": R rows a program (1, 2 or 4), G groups of a row a step, W warps; /o: values and
-# offsets read as the words they were before narrow reads (int32 value pairs, offset bytes)
+# "RxG/Ww[/o][/i][/sN]": R rows a program (1, 2 or 4), G groups of a row a step, W warps; /o:
+# values and offsets read as the words they were before narrow reads (int32 value pairs, offset
+# bytes); /i: int32 group indices (the form before int64 ones); /sN: the walk pipelined by
+# Triton in N stages
 CONFIGS = os.environ.get(
     "CONFIGS",
     "4x128/2w,4x128/2w/o,4x256/2w,2x256/2w,2x256/2w/o,2x128/1w,4x64/1w,1x256/1w,2x512/4w",
 ).split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, bool]:
+def parse(name: str) -> tuple[int, int, int, dict]:
     tile, warps, *flags = name.split("/")
     rows, groups = (int(d) for d in tile.split("x"))
-    return rows, groups, int(warps.rstrip("w")), "o" not in flags
+    options = {"narrow_reads": "o" not in flags}
+    if "i" in flags:
+        options["wide_index"] = False
+    options["stages"] = next((int(f[1:]) for f in flags if f.startswith("s")), 1)
+    return rows, groups, int(warps.rstrip("w")), options
 
 
 def main():
@@ -51,13 +57,13 @@ def main():
         timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
         out = torch.empty(M, 1, device="cuda", dtype=DTYPE)
         for name in CONFIGS:
-            block_m, block_g, warps, narrow = parse(name)
+            block_m, block_g, warps, options = parse(name)
 
-            def run(values, words, block_m=block_m, block_g=block_g, warps=warps, narrow=narrow):
+            def run(values, words, block_m=block_m, block_g=block_g, warps=warps, options=options):
                 spmm_nm_select(
                     values=values, words=words, bits=bits, x=x, bias=None, out=out, n=n, m=m,
                     activation="none", block_m=block_m, block_g=block_g, num_warps=warps,
-                    narrow_reads=narrow,
+                    **options,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

@@ -71,7 +71,7 @@ def _row_step(
     BITS divides 8), read as that byte, not as the word (no shift by the slot's place)."""
     SPW: tl.constexpr = 32 // BITS  # slots a word
     BF16: tl.constexpr = values.dtype.element_ty == tl.bfloat16
-    first = groups * N_KEEP  # the group's first slot; a word holds whole groups
+    first = groups.to(tl.int32) * N_KEEP  # the group's first slot; a word holds whole groups
     if OFFSET_BYTES:
         bit = groups * (N_KEEP * BITS)
         row_bytes = words.to(tl.pointer_type(tl.uint8)) + row * stride_wm * 4
@@ -84,11 +84,15 @@ def _row_step(
         word = tl.load(words + row * stride_wm + first // SPW, mask=mask, other=0)
     else:
         word = tl.load(words + row * stride_wm + first // SPW)
-    # values at a runtime slot stride (n), so the compiler cannot vectorize their load into a
-    # layout other than x's (1:8's contiguous values did, through shared memory)
+    # Values at a stride the compiler sees as non-unit, so it cannot vectorize their load into a
+    # layout other than x's (1:8's contiguous values did, through shared memory), yet constant,
+    # so a thread's groups fold into immediate offsets: n where n > 1 (pairs addressed in 16-bit
+    # units, then read as int32); for n = 1 the runtime slot_stride (n as a constant was no
+    # fewer instructions and twice the registers).
     if VALUE_PAIRS:
-        row_pairs = values.to(tl.pointer_type(tl.int32)) + (row * stride_vm) // 2
-        row_pairs += groups * (slot_stride // 2)
+        row_pairs = (values + row * stride_vm + groups * N_KEEP).to(tl.pointer_type(tl.int32))
+    elif N_KEEP > 1:
+        row_values = values + row * stride_vm + groups * N_KEEP
     else:
         row_values = values + row * stride_vm + groups * slot_stride
     for j in tl.static_range(N_KEEP):
@@ -118,10 +122,14 @@ def _tile_step(
     stride_wm, slot_stride, MASKED: tl.constexpr, N_KEEP: tl.constexpr, LOG_M: tl.constexpr,
     BITS: tl.constexpr, PAIRS: tl.constexpr, VALUE_PAIRS: tl.constexpr,
     OFFSET_BYTES: tl.constexpr, ACC_DTYPE: tl.constexpr, WIDTH: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, WIDE: tl.constexpr,
 ):  # fmt: skip
     """A step of the tile's rows (BLOCK_M of r0..r3) over groups g0 .. g0 + BLOCK_G."""
-    groups = g0 + tl.arange(0, BLOCK_G)
+    # WIDE: int64 from the start, so the offsets of a thread's groups differ by constants the
+    # compiler folds into the loads (in int32 each sign-extends on its own): 2:8's step on
+    # 2 x 128 groups compiled to 186 instructions instead of 237
+    idx = tl.arange(0, BLOCK_G)
+    groups = (idx.to(tl.int64) if WIDE else idx) + g0
     mask = groups < groups_total
     # a group's x is aligned and contiguous: one vector load (told: `groups` hides it)
     cols = tl.multiple_of(groups * WIDTH, WIDTH)[:, None] + tl.arange(0, WIDTH)[None, :]
@@ -172,6 +180,8 @@ def _nm_select_kernel(
     ACC_DTYPE: tl.constexpr,
     BLOCK_M: tl.constexpr,  # 1, 2 or 4 rows, each its own accumulator
     BLOCK_G: tl.constexpr,  # groups of a row a step
+    WIDE: tl.constexpr,  # int64 group indices (see _tile_step)
+    STAGES: tl.constexpr,  # the walk's software pipelining (1: none)
 ):
     # Every tensor is (BLOCK_G,) or (BLOCK_G, m): a thread holds the same groups of every row of
     # the tile, so a group's x is one vector load shared by the rows, picked in registers. Rows
@@ -190,17 +200,17 @@ def _nm_select_kernel(
     acc3 = tl.zeros((BLOCK_G,), dtype=ACC_DTYPE)
     groups_total = tl.cdiv(S, N_KEEP)
     full = groups_total // BLOCK_G * BLOCK_G
-    for g0 in range(0, full, BLOCK_G):
+    for g0 in tl.range(0, full, BLOCK_G, num_stages=STAGES):
         acc0, acc1, acc2, acc3 = _tile_step(
             acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, g0, groups_total,
             stride_vm, stride_wm, slot_stride, False, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS,
-            OFFSET_BYTES, ACC_DTYPE, WIDTH, BLOCK_M, BLOCK_G,
+            OFFSET_BYTES, ACC_DTYPE, WIDTH, BLOCK_M, BLOCK_G, WIDE,
         )  # fmt: skip
     if full < groups_total:
         acc0, acc1, acc2, acc3 = _tile_step(
             acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, full, groups_total,
             stride_vm, stride_wm, slot_stride, True, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS,
-            OFFSET_BYTES, ACC_DTYPE, WIDTH, BLOCK_M, BLOCK_G,
+            OFFSET_BYTES, ACC_DTYPE, WIDTH, BLOCK_M, BLOCK_G, WIDE,
         )  # fmt: skip
     offs_m = row0 + tl.arange(0, BLOCK_M)
     lane = tl.arange(0, BLOCK_M)
@@ -238,10 +248,13 @@ def spmm_nm_select(
     block_g: int,
     num_warps: int,
     narrow_reads: bool = True,
+    wide_index: bool | None = None,
+    stages: int = 1,
 ) -> torch.Tensor:
     """Launch over out (M, 1) for x (K, 1) (any strides); values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from spmm_nm_decode.packed_bits) with unit stride along
-    their last dim. The caller checks `supports`."""
+    their last dim. The caller checks `supports`. `wide_index` (int64 group indices; default
+    where n > 1) and `stages` (Triton's pipelining of the walk) are for the sweeps."""
     if block_m not in (1, 2, 4):
         raise ValueError(f"block_m must be 1, 2 or 4 (one accumulator a row), got {block_m}")
     rows = out.shape[0]
@@ -283,6 +296,8 @@ def spmm_nm_select(
         ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
         BLOCK_M=block_m,
         BLOCK_G=block_g,
+        WIDE=n > 1 if wide_index is None else wide_index,
+        STAGES=stages,
         num_warps=num_warps,
     )
     return out
