@@ -64,7 +64,7 @@ def _row_step(
     acc, row, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
     MASKED: tl.constexpr, N_KEEP: tl.constexpr, LOG_M: tl.constexpr, BITS: tl.constexpr,
     PAIRS: tl.constexpr, VALUE_PAIRS: tl.constexpr, OFFSET_BYTES: tl.constexpr,
-    ACC_DTYPE: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, WIDE: tl.constexpr,
 ):  # fmt: skip
     """One row's share of a step: its groups' values times the x they pick. VALUE_PAIRS: n even
     and 16-bit values, read two to an int32; OFFSET_BYTES: a group's offsets in one byte (n *
@@ -85,13 +85,15 @@ def _row_step(
     else:
         word = tl.load(words + row * stride_wm + first // SPW)
     # Values at a stride the compiler sees as non-unit, so it cannot vectorize their load into a
-    # layout other than x's (1:8's contiguous values did, through shared memory), yet constant,
-    # so a thread's groups fold into immediate offsets: n where n > 1 (pairs addressed in 16-bit
-    # units, then read as int32); for n = 1 the runtime slot_stride (n as a constant was no
-    # fewer instructions and twice the registers).
-    if VALUE_PAIRS:
+    # layout other than x's (1:8's contiguous values did, through shared memory): the runtime
+    # slot_stride (n); with WIDE, n as a constant (pairs addressed in 16-bit units, then read as
+    # int32), so a thread's groups fold into immediate offsets.
+    if VALUE_PAIRS and WIDE:
         row_pairs = (values + row * stride_vm + groups * N_KEEP).to(tl.pointer_type(tl.int32))
-    elif N_KEEP > 1:
+    elif VALUE_PAIRS:
+        row_pairs = values.to(tl.pointer_type(tl.int32)) + (row * stride_vm) // 2
+        row_pairs += groups * (slot_stride // 2)
+    elif WIDE:
         row_values = values + row * stride_vm + groups * N_KEEP
     else:
         row_values = values + row * stride_vm + groups * slot_stride
@@ -136,21 +138,21 @@ def _tile_step(
     xs = tl.load(xv + cols, mask=mask[:, None], other=0) if MASKED else tl.load(xv + cols)
     acc0 = _row_step(
         acc0, r0, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-        MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
+        MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE, WIDE,
     )  # fmt: skip
     if BLOCK_M > 1:
         acc1 = _row_step(
             acc1, r1, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE, WIDE,
         )  # fmt: skip
     if BLOCK_M > 2:
         acc2 = _row_step(
             acc2, r2, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE, WIDE,
         )  # fmt: skip
         acc3 = _row_step(
             acc3, r3, values, words, xs, groups, mask, stride_vm, stride_wm, slot_stride,
-            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE,
+            MASKED, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS, OFFSET_BYTES, ACC_DTYPE, WIDE,
         )  # fmt: skip
     return acc0, acc1, acc2, acc3
 
@@ -254,7 +256,7 @@ def spmm_nm_select(
     """Launch over out (M, 1) for x (K, 1) (any strides); values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from spmm_nm_decode.packed_bits) with unit stride along
     their last dim. The caller checks `supports`. `wide_index` (int64 group indices; default
-    where n > 1) and `stages` (Triton's pipelining of the walk) are for the sweeps."""
+    where they measured faster) and `stages` (Triton's pipelining of the walk): for sweeps."""
     if block_m not in (1, 2, 4):
         raise ValueError(f"block_m must be 1, 2 or 4 (one accumulator a row), got {block_m}")
     rows = out.shape[0]
@@ -272,6 +274,10 @@ def spmm_nm_select(
         and values.data_ptr() % 4 == 0
     )
     offset_bytes = narrow_reads and 8 % (n * bits) == 0
+    # int64 group indices measured faster with a byte of offsets a group and 16-bit values only
+    # (2:8: 13.5 -> 12.8 us on 14336 x 4096); 2:4 (two groups a byte) ran 26.5 -> 56.3 with them
+    # (results/nvidia-h200/2026-12-01/at-b1194df/nm_select_idx.txt)
+    wide_bytes = offset_bytes and n * bits == 8 and values.element_size() == 2
     _nm_select_kernel[(cdiv(rows, block_m),)](
         values,
         words,
@@ -296,7 +302,7 @@ def spmm_nm_select(
         ACC_DTYPE=tl.float64 if values.dtype == torch.float64 else tl.float32,
         BLOCK_M=block_m,
         BLOCK_G=block_g,
-        WIDE=n > 1 if wide_index is None else wide_index,
+        WIDE=wide_bytes if wide_index is None else wide_index,
         STAGES=stages,
         num_warps=num_warps,
     )
