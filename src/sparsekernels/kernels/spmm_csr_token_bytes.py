@@ -4,14 +4,20 @@ with the index bytes halved.
 At one token the product is bound by the weight's bytes: a bf16 value and an int16 column are
 4 bytes an entry, 1.2 a dense weight at 70% sparsity. Here an entry's column is a byte `lo`
 above a 16-bit base its row's part of the aligned GROUP-entry group shares: 3 bytes an entry
-and 1/8 byte a group for the base word. A group's word holds two bases, the low half for the
-row owning its first entry, the high half for the next row; a row reads the high half only in
-its first group, and only when that group starts before the row does (entries of the
-preceding row come first). The values are the CSR's own, untouched.
+and a 4-byte word a group, 0.975 a dense weight at 70%. A group's word holds two bases, the low
+half for the row owning its first entry, the high half for the next row; a row reads the high
+half only in its first group, and only when that group starts before the row does (entries of
+the preceding row come first). The values are the CSR's own, untouched.
 
 The walk is spmm_csr_token's (rows_of_program, aligned groups masked group-wise, the next step
 loaded before this step's gather of x, the arrays' last partial group entry by entry, bias and
 activation fused, fp32 sums or fp64 for fp64). Not routed: ops/spmm.py takes it once timed.
+
+Layout: Triton's coalescing gives the byte, value and gather loads one register layout (the
+widest per-thread count among them), so the walk has no layout conversion; the base words are
+loaded a word a group and broadcast by a reshape, one load a thread. Compiled for sm_90 (bf16,
+one row of 256 entries a step, one warp, unit stride) the loop is 135 SASS instructions against
+spmm_csr_token's 127, with no shared memory.
 """
 
 from __future__ import annotations
