@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx csrbytes nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -166,9 +166,6 @@ for step in $steps; do
         CONFIGS=4x256/2w,4x256/2w/i,4x256/2w/s3,2x256/2w,2x256/2w/i,2x128/1w,2x128/1w/i,2x128/1w/s3,4x128/2w,2x256/4w \
         timeout 420 python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_idx.txt" 2>&1
       echo "nmselectidx rc=$? $(tail -1 "$out/nm_select_idx.txt")" ;;
-    csrbytes)  # the CSR one-token kernel on one-byte columns against int16 (csr_token_bytes_cold.py)
-      timeout 300 python3 benchmarks/sweeps/csr_token_bytes_cold.py >"$out/csr_token_bytes_cold.txt" 2>&1
-      echo "csrbytes rc=$? $(tail -1 "$out/csr_token_bytes_cold.txt")" ;;
     ncu)  # Nsight Compute on the kernels whose limits are not understood (ncu_cases.py; CASES=)
       timeout 300 ncu --clock-control none --profile-from-start off --nvtx \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \

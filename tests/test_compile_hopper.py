@@ -8,8 +8,7 @@ the partial plane; the decode kernel's own-row and shared-row walks in float32 a
 the own-row walk with its next step prefetched or one token gathered from shared memory; the second
 pass in both sum types; the tensor-core SDDMM in each dtype it takes (a dot, then a gather along
 each tile row); the row softmax, forward and backward (its single-read branch returns early) and
-with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64) and its byte-column
-form (bf16 two rows a program, fp64 one); the general CSR
+with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
@@ -47,7 +46,6 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_csr import _spmm_csr_kernel
     from sparsekernels.kernels.spmm_csr_few import _spmm_csr_few_kernel
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
-    from sparsekernels.kernels.spmm_csr_token_bytes import _spmm_csr_token_bytes_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
@@ -138,13 +136,6 @@ def _cases() -> dict:
             pointers = ["*i32", cols, data, data, data, "*i32", data]
             name = f"csr token {data}" + (" lane-major" if lane_major else "")
             cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
-    for data in ("*bf16", "*fp64"):  # the one-token walk on byte columns above 16-bit bases
-        wide = data == "*fp64"
-        constants = dict(HAS_BIAS=True, ACTIVATION=2, ACC_DTYPE=tl.float64 if wide else tl.float32,
-                         INDEX=tl.int64 if wide else tl.int32, ROWS=1 if wide else 2, BLOCK=256,
-                         GROUP=16)  # fmt: skip
-        pointers = ["*i32", "*u8", "*i32", data, data, data, "*i32", data]
-        cases[f"csr token bytes {data}"] = (_spmm_csr_token_bytes_kernel, pointers, constants, 1)
     for index in ("int32", "int64"):  # the general CSR kernel, padded B, both offset widths
         constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32,
                          INDEX=getattr(tl, index), BLOCK_ROWS=4, BLOCK_NNZ=128, BLOCK_N=16,
@@ -219,8 +210,6 @@ CASE_NAMES = [
     "csr token *fp64",
     "csr token *bf16 lane-major",
     "csr token *fp64 lane-major",
-    "csr token bytes *bf16",
-    "csr token bytes *fp64",
     "csr spmm int32",
     "csr spmm int64",
     "csr few padded=True",

@@ -12,8 +12,6 @@ import torch
 
 INT16_MAX = 2**15 - 1
 INT32_MAX = 2**31 - 1
-BYTE_GROUP = 16  # entries a group of the byte columns (kernels/spmm_csr_token_bytes.py)
-BYTE_SPAN = 255  # the widest column range a row's part of a group may span
 
 
 def index_dtype_for(largest: int) -> torch.dtype:
@@ -71,40 +69,6 @@ class Pattern:
         if self.shape[1] > INT16_MAX + 1:
             return None
         return self._cached("cols16", lambda: self.column_indices.to(torch.int16))
-
-    def column_bytes(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Columns as one byte each above a 16-bit base a row's part of an aligned group:
-        (lo (nnz,) uint8, bases (ceil(nnz / 16),) int32), col = base + lo, where a group's base
-        word holds in its low half the base of the row owning its first entry and in its high
-        half that of the next row (each base the part's smallest column). None when a group
-        touches three rows, a part spans more than BYTE_SPAN columns or K > 65536."""
-        if self.shape[1] > 2**16:
-            return None
-        return self._cached("column_bytes", self._build_column_bytes)
-
-    def _build_column_bytes(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        nnz, device = self.nnz, self.device
-        groups = -(-nnz // BYTE_GROUP)
-        if nnz == 0:
-            empty = torch.empty(0, dtype=torch.int32, device=device)
-            return empty.to(torch.uint8), empty
-        rows, cols = self.row_indices(), self.column_indices.long()
-        group = torch.arange(nnz, device=device) // BYTE_GROUP
-        owner = rows[group * BYTE_GROUP]  # the row of the group's first entry
-        last = rows[((group + 1) * BYTE_GROUP - 1).clamp_max(nnz - 1)]
-        if not ((rows == owner) | (rows == last)).all():  # a third row in between
-            return None
-        part = group * 2 + (rows != owner).long()
-        low = cols.new_full((2 * groups,), self.shape[1])
-        low = low.scatter_reduce(0, part, cols, "amin")
-        high = cols.new_full((2 * groups,), -1).scatter_reduce(0, part, cols, "amax")
-        if (high - low > BYTE_SPAN).any():
-            return None
-        low = torch.where(high >= 0, low, 0)  # a group without a second row: base 0
-        lo = (cols - low[part]).to(torch.uint8)
-        words = low[0::2] + (low[1::2] << 16)  # the high half as int32's upper 16 bits
-        words = torch.where(words > INT32_MAX, words - 2**32, words).to(torch.int32)
-        return lo, words
 
     def transpose(self) -> tuple[Pattern, torch.Tensor]:
         """The pattern of A^T and the permutation taking A's values to A^T's order."""
