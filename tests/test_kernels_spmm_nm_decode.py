@@ -424,6 +424,7 @@ def test_linear_passes_the_configs_prefetch(gen, monkeypatch):
     from sparsekernels.kernels import nm_decode_tuning, spmm_nm_decode
 
     monkeypatch.setattr(nm_decode_tuning, "DECODE_FEW_ROW_PROGRAMS", 0)
+    monkeypatch.setattr(nm_decode_tuning, "SELECT_TILES", {})  # fp32 2:8 takes the select kernel
     config = nm_decode_tuning.SpmmNmDecodeConfig(4, 32, 1, prefetch=True)
     monkeypatch.setattr(nm_decode_tuning, "spmm_nm_decode_config", lambda *a, **k: config)
     launches = []
