@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -161,6 +161,9 @@ for step in $steps; do
           python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_$dt.txt" 2>&1
         echo "nmselect $dt rc=$? $(tail -1 "$out/nm_select_$dt.txt")"
       done ;;
+    nmunpack)  # groups unpacked into a dense tile for one tl.dot at 1-16 tokens (nm_unpack_cold.py)
+      timeout 540 python3 benchmarks/sweeps/nm_unpack_cold.py >"$out/nm_unpack.txt" 2>&1
+      echo "nmunpack rc=$? $(tail -1 "$out/nm_unpack.txt")" ;;
     nmselectidx)  # the select kernel's int64 group indices (/i: int32) and Triton pipelining (/sN)
       PATTERNS=2:8,1:8,2:4,4:8,1:4 SHAPES=4096x14336,14336x4096 \
         CONFIGS=4x256/2w,4x256/2w/i,4x256/2w/s3,2x256/2w,2x256/2w/i,2x128/1w,2x128/1w/i,2x128/1w/s3,4x128/2w,2x256/4w \
