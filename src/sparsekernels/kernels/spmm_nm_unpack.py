@@ -28,41 +28,67 @@ from ._sizes import cdiv
 
 
 @triton.jit
-def _offset_unit(words, index_rows, groups, mask, stride_wm, J: tl.constexpr,
-                 N_KEEP: tl.constexpr, BITS: tl.constexpr):  # fmt: skip
-    """(unit, shift): the narrowest unsigned integer (8, 16 or 32 bits) holding slot J's offset
-    and the offset's place in it, (rows, groups). Where a group's offsets fit in one unit, J
-    does not change the read (one read a group; neighbouring groups' reads are contiguous)."""
-    UNIT: tl.constexpr = min(32, max(8, N_KEEP * BITS))
-    if UNIT == 8:
-        base = words.to(tl.pointer_type(tl.uint8))
-    elif UNIT == 16:
-        base = words.to(tl.pointer_type(tl.uint16))
-    else:
-        base = words
-    if N_KEEP * BITS <= 32:
-        bit = groups * (N_KEEP * BITS)
-        shift = (bit % UNIT) + J * BITS
-    else:
-        bit = (groups * N_KEEP + J) * BITS
-        shift = bit % UNIT
-    row = base + index_rows[:, None] * (stride_wm * (32 // UNIT))
-    unit = tl.load(row + (bit // UNIT)[None, :], mask=mask, other=0).to(tl.int32)
-    return unit, shift[None, :]
+def _load(ptrs, mask, MASKED: tl.constexpr):
+    if MASKED:
+        return tl.load(ptrs, mask=mask, other=0)
+    return tl.load(ptrs)
 
 
 @triton.jit
-def _slot_values(values, rows, groups, mask, stride_vm, J: tl.constexpr, N_KEEP: tl.constexpr,
-                 PAIRS: tl.constexpr):  # fmt: skip
-    """Slot J's value of each group as its 16 bits (in an int32), (rows, groups). PAIRS: n even,
-    read two slots as one int32 (contiguous across groups: vector loads)."""
-    if PAIRS:
-        base = values.to(tl.pointer_type(tl.int32)) + rows[:, None] * (stride_vm // 2)
-        pair = tl.load(base + (groups * (N_KEEP // 2) + J // 2)[None, :], mask=mask, other=0)
-        return (pair >> 16) & 0xFFFF if J % 2 else pair & 0xFFFF
-    base = values + rows[:, None] * stride_vm
-    val = tl.load(base + (groups * N_KEEP + J)[None, :], mask=mask, other=0.0)
-    return val.to(tl.uint16, bitcast=True).to(tl.int32)
+def _slot_values(values, rows, g0, groups_total, stride_vm, N_KEEP: tl.constexpr,
+                 LOG_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
+                 MASKED: tl.constexpr):  # fmt: skip
+    """The step's values as n (rows, groups) tiles of their 16 bits (in int32), slot order:
+    one contiguous (rows, groups * n) read (vector loads), split in halves by the slot's bits
+    (each level's even tiles first, so the order stays the slots')."""
+    slots = g0 * N_KEEP + tl.arange(0, BLOCK_G * N_KEEP)
+    ptrs = values + rows[:, None] * stride_vm + slots[None, :]
+    if MASKED:
+        vals = tl.load(ptrs, mask=(slots < groups_total * N_KEEP)[None, :], other=0.0)
+    else:
+        vals = tl.load(ptrs)
+    tiles = (tl.reshape(vals.to(tl.uint16, bitcast=True).to(tl.int32), (BLOCK_M, BLOCK_G, N_KEEP)),)
+    for level in tl.static_range(LOG_N):
+        evens = ()
+        odds = ()
+        for i in tl.static_range(1 << level):
+            pairs = tl.reshape(tiles[i], (BLOCK_M, BLOCK_G, N_KEEP >> (level + 1), 2))
+            even, odd = tl.split(pairs)
+            evens = evens + (even,)
+            odds = odds + (odd,)
+        tiles = evens + odds
+    out = ()
+    for i in tl.static_range(N_KEEP):
+        out = out + (tl.reshape(tiles[i], (BLOCK_M, BLOCK_G)),)
+    return out
+
+
+@triton.jit
+def _group_offsets(units, index_rows, g0, groups_total, stride_um, J: tl.constexpr,
+                   N_KEEP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_G: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
+    """Slot J's offset in each group, (rows, groups). `units` are the packed words viewed as the
+    integers that hold one group's offsets (n * BITS of 8, 16 or 32 bits), or bytes holding
+    several groups (fewer bits: unpacked in-thread by joins), or int32 words where a group
+    needs several. Reads are contiguous across groups, with no division in their index (it
+    would hide that from the compiler and keep the loads scalar)."""
+    GROUP_BITS: tl.constexpr = N_KEEP * BITS
+    PER_BYTE: tl.constexpr = 8 // GROUP_BITS if GROUP_BITS < 8 else 1
+    if GROUP_BITS > 32:
+        idx = (g0 + tl.arange(0, BLOCK_G)) * (GROUP_BITS // 32) + (J * BITS) // 32
+        in_range = g0 + tl.arange(0, BLOCK_G) < groups_total
+    else:
+        idx = g0 // PER_BYTE + tl.arange(0, BLOCK_G // PER_BYTE)
+        in_range = idx * PER_BYTE < groups_total
+    ptrs = units + index_rows[:, None] * stride_um + idx[None, :]
+    unit = tl.load(ptrs, mask=in_range[None, :], other=0) if MASKED else tl.load(ptrs)
+    unit = unit.to(tl.int32)
+    if GROUP_BITS > 32:
+        return (unit >> ((J * BITS) % 32)) & ((1 << BITS) - 1)
+    LEVELS: tl.constexpr = (PER_BYTE >= 2) + (PER_BYTE >= 4) + (PER_BYTE >= 8)
+    for level in tl.static_range(LEVELS):  # a byte's groups in order: low bits first
+        unit = tl.reshape(tl.join(unit, unit >> (4 >> level)), (BLOCK_M, unit.shape[1] * 2))
+    return (unit >> (J * BITS)) & ((1 << BITS) - 1)
 
 
 @triton.jit
@@ -76,24 +102,25 @@ def _position(vals, offs, P: tl.constexpr, N_KEEP: tl.constexpr):
 
 @triton.jit
 def _dense_tile(
-    values, words, rows, index_rows, g0, groups_total, stride_vm, stride_wm,
+    values, units, rows, index_rows, g0, groups_total, stride_vm, stride_um,
     N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_G: tl.constexpr, PAIRS: tl.constexpr, LOG_M: tl.constexpr,
+    BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr, MASKED: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_G * m) dense tile of groups g0 .. g0 + BLOCK_G of `rows`, 16 bits
     each: every position of a group is a compare-select over the group's slots, on (rows,
     groups) tiles, and the positions are joined in-thread (a thread holds whole groups)."""
-    groups = tl.multiple_of(g0, BLOCK_G) + tl.arange(0, BLOCK_G)  # (g0: vector loads)
-    mask = (groups < groups_total)[None, :]
-    vals = ()
+    g0 = tl.multiple_of(g0, BLOCK_G)  # (vector loads)
+    vals = _slot_values(
+        values, rows, g0, groups_total, stride_vm, N_KEEP, LOG_N, BLOCK_M, BLOCK_G, MASKED
+    )
     offs = ()
     for j in tl.static_range(N_KEEP):
-        vals = vals + (_slot_values(values, rows, groups, mask, stride_vm, j, N_KEEP, PAIRS),)
-        if j == 0 or N_KEEP * BITS > 32:
-            unit, shift = _offset_unit(words, index_rows, groups, mask, stride_wm, j, N_KEEP, BITS)
-        else:
-            shift = shift + BITS
-        offs = offs + ((unit >> shift) & ((1 << BITS) - 1),)
+        offs = offs + (
+            _group_offsets(
+                units, index_rows, g0, groups_total, stride_um, j, N_KEEP, BITS, BLOCK_M,
+                BLOCK_G, MASKED,
+            ),
+        )  # fmt: skip
     # the m positions, joined pairwise in-thread: the first joins pair p with p + m / 2 (the
     # slowest new dimension), the last pairs neighbours, so the trailing dimensions flatten to p
     tiles = ()
@@ -109,9 +136,31 @@ def _dense_tile(
 
 
 @triton.jit
+def _step(
+    acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm, stride_um,
+    stride_bk, N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr,
+    MASKED: tl.constexpr,
+):  # fmt: skip
+    """acc + (the dense tile of groups g0 .. g0 + BLOCK_G) @ (B's rows under them); MASKED: the
+    last step, groups from `end` on are not there."""
+    a = _dense_tile(
+        values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP, BITS,
+        BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED,
+    )  # fmt: skip
+    ks = tl.multiple_of(g0 * M_GROUP, BLOCK_G * M_GROUP) + tl.arange(0, BLOCK_G * M_GROUP)
+    b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + b_cols
+    if MASKED:
+        b_tile = tl.load(b_ptrs, mask=(ks < K)[:, None] & mask_n[None, :], other=0.0)
+    else:
+        b_tile = tl.load(b_ptrs, mask=mask_n[None, :], other=0.0)
+    return tl.dot(a.to(b.dtype.element_ty, bitcast=True), b_tile, acc)
+
+
+@triton.jit
 def _nm_unpack_kernel(
     values,  # (M, S) compressed 16-bit values, S = groups * n, unit stride along S
-    words,  # (ceil(M / VECTOR), ceil(S / (32 // BITS))) int32 packed offsets, unit stride
+    units,  # (ceil(M / VECTOR), ...) the packed offsets as 8, 16 or 32-bit integers, unit stride
     b,  # (K, N): strides stride_bk, stride_bn
     bias,
     out,  # (M, N), or with PARTIAL the (splits, M, N) float32 workspace
@@ -121,7 +170,7 @@ def _nm_unpack_kernel(
     GROUPS_PER_SPLIT,  # a multiple of BLOCK_G: program_id(2) takes its range of groups
     SPLIT_STRIDE,  # M * N
     stride_vm,
-    stride_wm,
+    stride_um,
     stride_bk,
     stride_bn,
     stride_om,
@@ -136,7 +185,7 @@ def _nm_unpack_kernel(
     BLOCK_G: tl.constexpr,  # groups a step: the dot is BLOCK_G * m deep
     BLOCK_N: tl.constexpr,
     PARTIAL: tl.constexpr,
-    PAIRS: tl.constexpr,  # n even: values read two to an int32
+    LOG_N: tl.constexpr,  # n a power of two
     LOG_M: tl.constexpr,  # m a power of two
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -146,22 +195,21 @@ def _nm_unpack_kernel(
     rows = tl.minimum(offs_m, M - 1).to(tl.int64)  # rows past M repeat the last, not stored
     index_rows = rows // VECTOR
     b_cols = offs_n[None, :].to(tl.int64) * stride_bn
-    dtype = values.dtype.element_ty
     groups_total = K // M_GROUP
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     first = tl.program_id(2) * GROUPS_PER_SPLIT
-    for g0 in range(first, tl.minimum(first + GROUPS_PER_SPLIT, groups_total), BLOCK_G):
-        a = _dense_tile(
-            values, words, rows, index_rows, g0, groups_total, stride_vm, stride_wm,
-            N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, PAIRS, LOG_M,
+    end = tl.minimum(first + GROUPS_PER_SPLIT, groups_total)
+    full = first + (end - first) // BLOCK_G * BLOCK_G
+    for g0 in range(first, full, BLOCK_G):
+        acc = _step(
+            acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm,
+            stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, False,
         )  # fmt: skip
-        ks = tl.multiple_of(g0 * M_GROUP, BLOCK_G * M_GROUP) + tl.arange(0, BLOCK_G * M_GROUP)
-        b_tile = tl.load(
-            b + ks[:, None].to(tl.int64) * stride_bk + b_cols,
-            mask=(ks < K)[:, None] & mask_n[None, :],
-            other=0.0,
-        )
-        acc = tl.dot(a.to(dtype, bitcast=True), b_tile, acc)
+    if full < end:
+        acc = _step(
+            acc, values, units, b, rows, index_rows, b_cols, mask_n, full, end, K, stride_vm,
+            stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, True,
+        )  # fmt: skip
     split_k.store(
         acc, offs_m, offs_n, mask_m, mask_n, bias, out, N, SPLIT_STRIDE, stride_om, stride_on,
         HAS_BIAS, ACTIVATION, tl.float32, PARTIAL, 2,
@@ -205,12 +253,17 @@ def spmm_nm_unpack(
     if (block_g * n) % (32 // bits):
         raise ValueError(f"block_g * n must be a multiple of {32 // bits}, got {block_g * n}")
     k = b.shape[0]
+    # a group's offsets read as the narrowest integer that holds them (a byte for 2:8)
+    unit = min(32, max(8, n * bits))
+    units = words.view({8: torch.uint8, 16: torch.int16, 32: torch.int32}[unit])
+    if unit == 8 and n * bits < 8 and (block_g * n * bits) % 8:
+        raise ValueError(f"block_g must hold whole bytes of offsets, got {block_g} for {n}:{m}")
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
     _nm_unpack_kernel[grid](
         values,
-        words,
+        units,
         b,
         bias if bias is not None else values,
         partials,
@@ -220,7 +273,7 @@ def spmm_nm_unpack(
         steps_per_split * block_g,
         rows * cols,
         values.stride(0),
-        words.stride(0),
+        words.stride(0) * (32 // unit),
         b.stride(0),
         b.stride(1),
         out.stride(0),
@@ -236,7 +289,7 @@ def spmm_nm_unpack(
         BLOCK_N=block_n,
         PARTIAL=splits > 1,
         LOG_M=m.bit_length() - 1,
-        PAIRS=n % 2 == 0 and values.stride(0) % 2 == 0 and values.data_ptr() % 4 == 0,
+        LOG_N=n.bit_length() - 1,
         num_warps=num_warps,
         num_stages=num_stages,
     )
