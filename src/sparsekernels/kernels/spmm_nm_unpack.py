@@ -18,6 +18,8 @@ split_k.py: deterministic, no atomics.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -101,6 +103,68 @@ def _position(vals, offs, P: tl.constexpr, N_KEEP: tl.constexpr):
 
 
 @triton.jit
+def _permute(a, selector, ASM: tl.constexpr):
+    """PTX prmt.b32 of (a, 0): byte k of the result is byte (selector >> 4k) & 7 of a's four
+    bytes followed by four zero bytes (selector nibbles below 8). The interpreter (no inline
+    assembly) computes the same by shifts."""
+    if ASM:
+        return tl.inline_asm_elementwise(
+            "prmt.b32 $0, $1, 0, $2;", "=r,r,r", [a, selector], dtype=tl.int32, is_pure=True,
+            pack=1,
+        )  # fmt: skip
+    out = tl.zeros_like(a)
+    for k in tl.static_range(4):
+        nib = (selector >> (4 * k)) & 7
+        byte = tl.where(nib < 4, (a >> (8 * (nib & 3))) & 0xFF, 0)
+        out = out | (byte << (8 * k))
+    return out
+
+
+@triton.jit
+def _permuted_tile(
+    values, units, rows, index_rows, g0, groups_total, stride_vm, stride_um,
+    N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_G: tl.constexpr, LOG_M: tl.constexpr, MASKED: tl.constexpr, ASM: tl.constexpr,
+):  # fmt: skip
+    """The dense tile as _dense_tile's, for n <= 2 and m <= 8 in 16 bits, by byte permutes: a
+    group's values are one int32 (v0 in bytes 0-1, v1 in 2-3; `values` viewed as int32 for
+    n = 2), and each pair of positions (one int32 word of the dense group) is one prmt of it
+    with zeros, steered by a selector built once a group: 2 bytes a position, 0x44 (zeros)
+    where nothing is kept, xor-ed with each slot's own code at 8 * offset bits."""
+    groups = tl.multiple_of(g0, BLOCK_G) + tl.arange(0, BLOCK_G)
+    ptrs = values + rows[:, None] * stride_vm + groups[None, :]
+    if MASKED:
+        group = tl.load(ptrs, mask=(groups < groups_total)[None, :], other=0)
+    else:
+        group = tl.load(ptrs)
+    if N_KEEP == 1:
+        group = group.to(tl.uint16, bitcast=True).to(tl.int32)
+    SEL_TYPE: tl.constexpr = tl.int64 if M_GROUP == 8 else tl.int32
+    selector = tl.full((BLOCK_M, BLOCK_G), 0x4444444444444444 if M_GROUP == 8 else 0x44444444,
+                       SEL_TYPE)  # fmt: skip
+    for j in tl.static_range(N_KEEP):
+        offset = _group_offsets(
+            units, index_rows, g0, groups_total, stride_um, j, N_KEEP, BITS, BLOCK_M,
+            BLOCK_G, MASKED,
+        )  # fmt: skip
+        code = 0x54 if j == 0 else 0x76  # 0x44 ^ (bytes 0, 1) or 0x44 ^ (bytes 2, 3)
+        selector = selector ^ (
+            tl.full((BLOCK_M, BLOCK_G), code, SEL_TYPE) << (offset * 8).to(SEL_TYPE)
+        )
+    words = ()
+    for i in tl.static_range(M_GROUP // 2):
+        words = words + (_permute(group, (selector >> (16 * i)).to(tl.int32), ASM),)
+    for level in tl.static_range(LOG_M - 1):
+        joined = ()
+        for i in tl.static_range(M_GROUP >> (level + 2)):
+            joined = joined + (tl.join(words[i], words[i + (M_GROUP >> (level + 2))]),)
+        words = joined
+    dense = tl.reshape(words[0], (BLOCK_M, BLOCK_G * M_GROUP // 2))
+    dense = tl.join(dense & 0xFFFF, (dense >> 16) & 0xFFFF)
+    return tl.reshape(dense, (BLOCK_M, BLOCK_G * M_GROUP)).to(tl.uint16)
+
+
+@triton.jit
 def _dense_tile(
     values, units, rows, index_rows, g0, groups_total, stride_vm, stride_um,
     N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -140,14 +204,20 @@ def _step(
     acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm, stride_um,
     stride_bk, N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr,
-    MASKED: tl.constexpr,
+    MASKED: tl.constexpr, PERMUTE: tl.constexpr, ASM: tl.constexpr,
 ):  # fmt: skip
     """acc + (the dense tile of groups g0 .. g0 + BLOCK_G) @ (B's rows under them); MASKED: the
     last step, groups from `end` on are not there."""
-    a = _dense_tile(
-        values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP, BITS,
-        BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED,
-    )  # fmt: skip
+    if PERMUTE:
+        a = _permuted_tile(
+            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
+            BITS, BLOCK_M, BLOCK_G, LOG_M, MASKED, ASM,
+        )  # fmt: skip
+    else:
+        a = _dense_tile(
+            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
+            BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED,
+        )  # fmt: skip
     ks = tl.multiple_of(g0 * M_GROUP, BLOCK_G * M_GROUP) + tl.arange(0, BLOCK_G * M_GROUP)
     b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + b_cols
     if MASKED:
@@ -187,6 +257,8 @@ def _nm_unpack_kernel(
     PARTIAL: tl.constexpr,
     LOG_N: tl.constexpr,  # n a power of two
     LOG_M: tl.constexpr,  # m a power of two
+    PERMUTE: tl.constexpr,  # n <= 2, m <= 8: the tile by byte permutes (_permuted_tile)
+    ASM: tl.constexpr,  # compiled (not the interpreter): prmt as inline assembly
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -204,11 +276,13 @@ def _nm_unpack_kernel(
         acc = _step(
             acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, False,
+            PERMUTE, ASM,
         )  # fmt: skip
     if full < end:
         acc = _step(
             acc, values, units, b, rows, index_rows, b_cols, mask_n, full, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, True,
+            PERMUTE, ASM,
         )  # fmt: skip
     split_k.store(
         acc, offs_m, offs_n, mask_m, mask_n, bias, out, N, SPLIT_STRIDE, stride_om, stride_on,
@@ -261,8 +335,11 @@ def spmm_nm_unpack(
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
+    permute = (
+        n <= 2 and m <= 8 and (n == 1 or (values.stride(0) % 2 == 0 and values.data_ptr() % 4 == 0))
+    )
     _nm_unpack_kernel[grid](
-        values,
+        values.view(torch.int32) if permute and n == 2 else values,
         units,
         b,
         bias if bias is not None else values,
@@ -272,7 +349,7 @@ def spmm_nm_unpack(
         k,
         steps_per_split * block_g,
         rows * cols,
-        values.stride(0),
+        values.stride(0) // 2 if permute and n == 2 else values.stride(0),
         words.stride(0) * (32 // unit),
         b.stride(0),
         b.stride(1),
@@ -289,6 +366,8 @@ def spmm_nm_unpack(
         BLOCK_N=block_n,
         PARTIAL=splits > 1,
         LOG_M=m.bit_length() - 1,
+        PERMUTE=permute,
+        ASM=os.environ.get("TRITON_INTERPRET") != "1",
         LOG_N=n.bit_length() - 1,
         num_warps=num_warps,
         num_stages=num_stages,
