@@ -13,7 +13,8 @@ kernel with int32 and int64 offsets; the CSR few-token walk with B padded and st
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
 N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row) and 1:8
-pipelined by Triton (num_stages 3); the block-sparse attention
+pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 into the split
+plane, 1:4 with four groups a byte) and by compare-selects (4:8); the block-sparse attention
 forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
@@ -49,6 +50,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
+    from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
     from sparsekernels.kernels.swiglu import _swiglu_kernel
 
     cases = {}
@@ -174,6 +176,16 @@ def _cases() -> dict:
                      BLOCK_M=2, BLOCK_G=128, WIDE=False, STAGES=3)  # fmt: skip
     pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16"]
     cases["nm select 1:8 pipelined"] = (_nm_select_kernel, pointers, constants, 1)
+    for n, m, bits, permute in ((2, 8, 4, True), (1, 4, 2, True), (4, 8, 4, False)):
+        constants = dict(N_KEEP=n, M_GROUP=m, BITS=bits, VECTOR=1, HAS_BIAS=True, ACTIVATION=1,
+                         BLOCK_M=64, BLOCK_G=32, BLOCK_N=16, PARTIAL=permute,
+                         LOG_N=n.bit_length() - 1, LOG_M=m.bit_length() - 1, PERMUTE=permute,
+                         ASM=True)  # fmt: skip
+        values = "*i32" if permute and n == 2 else "*bf16"
+        units = {8: "*u8", 2: "*u8", 16: "*i16"}[n * bits]
+        out = "*fp32" if permute else "*bf16"
+        pointers = [values, units, "*bf16", "*bf16", out]
+        cases[f"nm unpack {n}:{m}"] = (_nm_unpack_kernel, pointers, constants, 4)
     constants = dict(ROW_PERM=True, COL_PERM=True, MERGE=True, STORE_FINAL=True, BLOCK_M=64,
                      BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",
                      UPCAST=False)  # fmt: skip
@@ -225,6 +237,9 @@ CASE_NAMES = [
     "nm select *bf16",
     "nm select *fp64",
     "nm select 1:8 pipelined",
+    "nm unpack 2:8",
+    "nm unpack 1:4",
+    "nm unpack 4:8",
     "attention forward final bf16",
 ]
 

@@ -291,8 +291,11 @@ def _nm_unpack_kernel(
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int) -> bool:
-    """Element-wise patterns in 16 bits whose packed words hold whole slots of a step."""
-    return block == 1 and dtype in (torch.float16, torch.bfloat16) and k < 2**31 and n < m
+    """Element-wise patterns in 16 bits, n and m powers of two (m <= 32: a group's offsets
+    split into whole bytes or int32 words), K < 2^31."""
+    powers = n & (n - 1) == 0 and m & (m - 1) == 0
+    half = dtype in (torch.float16, torch.bfloat16)
+    return block == 1 and half and powers and 1 <= n < m <= 32 and k < 2**31
 
 
 def spmm_nm_unpack(
@@ -316,16 +319,14 @@ def spmm_nm_unpack(
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words
     (`NMMatrix.packed_indices(bits)`) need unit stride along their last dim; block_m and
-    block_n powers of two of at least 16 (tl.dot's smallest tile); block_g * n a multiple of
-    the offsets a word holds and block_g * m at least 16. `split` > 1 cuts the groups into
+    block_n powers of two of at least 16 (tl.dot's smallest tile); block_g a power of two
+    holding whole bytes of offsets, block_g * m at least 16. `split` > 1 cuts the groups into
     that many ranges (fewer where one would be empty), summed by a second kernel."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
     if min(block_m, block_n, block_g * m) < 16:
         raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_g * m}, {block_n}")
-    if (block_g * n) % (32 // bits):
-        raise ValueError(f"block_g * n must be a multiple of {32 // bits}, got {block_g * n}")
     k = b.shape[0]
     # a group's offsets read as the narrowest integer that holds them (a byte for 2:8)
     unit = min(32, max(8, n * bits))

@@ -1,4 +1,5 @@
-"""The `triton` backend of spmm/linear for N:M weights: the decode kernel at 1-16 tokens (to 32
+"""The `triton` backend of spmm/linear for N:M weights: the unpack kernel where it measured faster
+at 4-16 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
 at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
 tokens for 1:8 and sparser and at 13-64 for 2:4, 2:8 and 4:8 (tuning.spmm_nm_expand_takes;
 from 17 on element-wise weights of up to 4096 x 4096 at 1:4 and sparser; split-K on few-row
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels import nm_decode_tuning, tuning
+from ..kernels import nm_decode_tuning, nm_unpack_tuning, tuning
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
 from ..kernels import spmm_nm_select as select
+from ..kernels import spmm_nm_unpack as unpack
 from . import _dispatch
 from ._identity_cache import IdentityCache
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
@@ -25,6 +27,11 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     if transpose:
         return _transposed(values, indices, b, bias, activation, n, m, vector, block)
     out = spmm_out(b, values.shape[0])
+    unpacking = nm_unpack_tuning.spmm_nm_unpack_config(
+        b.shape[1], n, m, vector, block, values.dtype, values.shape[0]
+    )
+    if unpacking is not None and unpack.supports(n, m, block, values.dtype, b.shape[0]):
+        return _unpack(values, indices, b, bias, out, activation, n, m, vector, block, unpacking)
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     half = b.dtype in (torch.float16, torch.bfloat16)
     # (the size only counts where the decode kernel could take the product instead)
@@ -101,6 +108,28 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
         split=config.split,
     )
     return out
+
+
+def _unpack(values, indices, b, bias, out, activation, n, m, vector, block, config):
+    bits = decode.packed_bits(m, block)
+    return unpack.spmm_nm_unpack(
+        values=values.contiguous(),
+        words=packed_words(indices, bits),
+        bits=bits,
+        b=b,
+        bias=bias.contiguous() if bias is not None else None,
+        out=out,
+        n=n,
+        m=m,
+        vector=vector,
+        activation=activation,
+        block_m=config.block_m,
+        block_g=config.block_g,
+        block_n=16,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+        split=config.split,
+    )
 
 
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):

@@ -1,0 +1,59 @@
+"""Where the unpack kernel (spmm_nm_unpack.py: each step's groups unpacked into one dense tile
+for one tl.dot) takes a product of a few tokens, and its tile.
+
+Cold L2, bf16, us (benchmarks/sweeps/nm_unpack_cold.py, results/nvidia-h200/2026-12-01/
+at-9bb60c3/nm_unpack.txt; the route before: the decode kernel to 12 tokens, then the expand
+kernel; dense bf16 30-33 us):
+                        4096 x 14336 (64 x 32 tiles, split 4)    14336 x 4096 (split 1)
+  tokens                 4      8      16                          4      8      16
+  2:8  route          26.3   37.0   46.7                        23.8   33.8   46.0
+       unpack         29.0   31.0   29.5                        30.1   29.9   30.4
+  1:8  route          16.6   23.2   27.4                        15.2   22.0   26.2
+       unpack         21.4   23.5   22.5                        21.9   21.9   22.3
+  2:4  route          41.8   57.6   54.6                        40.5   55.7   55.1
+       unpack         31.3   33.5   32.2                        32.5   32.4   32.8
+So it takes 2:4 from 4 tokens, 2:8 from 8 and 1:8 from 13 (at 8 a tie), to 16 (one column
+tile; more tokens were not timed). At one token it lost everywhere (29-33 us against the select
+kernel's 11-22). On 4096-row weights the 64 row tiles leave the GPU idle: split 4 took 2:8 at
+16 tokens from 66.5 to 29.5 us; on 14336 rows splitting changed little (30.4 -> 28.8).
+Other patterns, dtypes, vectors and shapes were not timed: they keep their route.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._sizes import cdiv
+
+
+@dataclass(frozen=True)
+class SpmmNmUnpackConfig:
+    block_m: int
+    block_g: int  # groups a step
+    num_warps: int
+    num_stages: int
+    split: int  # ranges of groups, one program each (split_k.py sums them)
+
+
+# (n, m) -> (fewest, most) tokens where it measured faster than the route, bf16
+UNPACK_TOKENS = {(2, 4): (4, 16), (2, 8): (8, 16), (1, 8): (13, 16)}
+UNPACK_DTYPES = (torch.bfloat16,)
+UNPACK_BLOCK_M = 64
+UNPACK_PROGRAMS = 256  # split-K until the row tiles times the ranges reach this (4096 rows: 4)
+UNPACK_MAX_SPLIT = 4
+
+
+def spmm_nm_unpack_config(
+    n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
+) -> SpmmNmUnpackConfig | None:
+    """The tile where the unpack kernel measured faster than the route (UNPACK_TOKENS), else
+    None: element-wise rows with their own choice."""
+    window = UNPACK_TOKENS.get((n, m))
+    if window is None or vector != 1 or block != 1 or dtype not in UNPACK_DTYPES:
+        return None
+    if not window[0] <= n_cols <= window[1]:
+        return None
+    split = max(1, min(UNPACK_MAX_SPLIT, UNPACK_PROGRAMS // cdiv(rows, UNPACK_BLOCK_M)))
+    return SpmmNmUnpackConfig(UNPACK_BLOCK_M, 32, 4, 3, split)

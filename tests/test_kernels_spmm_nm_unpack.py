@@ -1,0 +1,202 @@
+"""The unpack N:M kernel (each step's groups unpacked into one dense tile for one tl.dot): in the
+interpreter on CPU (small shapes, float16: the interpreter's bfloat16 tl.dot is broken) and
+compiled on CUDA (gpu, bfloat16), against float64 references with poisoned outputs."""
+
+import pytest
+import torch
+
+from _helpers import (
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_nm,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
+from sparsekernels.kernels.spmm_nm_decode import packed_bits
+from sparsekernels.kernels.spmm_nm_unpack import spmm_nm_unpack, supports
+from sparsekernels.ops._triton_nm import packed_words
+
+# (n, m, vector): the byte-permute form (n <= 2, m <= 8) with a byte of offsets a group (2:8),
+# two (1:8, 2:4), four (1:4) and eight (1:2) groups a byte; the compare-select form with 16-bit
+# (4:8), byte (2:16), int32 (8:16) and several-word (16:32) groups; rows sharing offsets.
+PATTERNS = [
+    (2, 8, 1),
+    (1, 8, 1),
+    (2, 4, 1),
+    (1, 4, 1),
+    (1, 2, 1),
+    (4, 8, 1),
+    (2, 16, 1),
+    (8, 16, 1),
+    (16, 32, 1),
+    (2, 8, 3),
+]
+
+
+def _launch_poisoned(W, B, block_g=8, bias=None, activation="none", split=1, block_m=16):
+    bits = packed_bits(W.m, 1)
+    out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
+    spmm_nm_unpack(
+        values=W.values,
+        words=packed_words(W.indices, bits),
+        bits=bits,
+        b=B,
+        bias=bias,
+        out=out,
+        n=W.n,
+        m=W.m,
+        vector=W.vector,
+        activation=activation,
+        block_m=block_m,
+        block_g=block_g,
+        block_n=16,
+        num_warps=4,
+        num_stages=2,
+        split=split,
+    )
+    return out
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("tokens", [1, 3, 17])
+def test_every_element_written(device, pattern, tokens, gen):
+    """A partial last row tile, a walk whose last step is partial (masked) and one of full
+    steps only, x^T as linear passes it and a row-major B; two column tiles at 17 tokens."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector = pattern
+    block_g = 8 if m <= 16 else 4
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    for groups in (3 * block_g + 5, 2 * block_g):
+        W = random_nm(2 * vector + 19, groups * m, n, m, gen, vector, 1, dtype, device)
+        x = randn(tokens, groups * m, gen=gen, dtype=dtype, device=device)
+        for B in (x.t(), x.t().contiguous()):
+            got = _launch_poisoned(W, B, block_g)
+            assert_close(
+                got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype
+            )
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("pattern", [(2, 8, 1), (4, 8, 1), (1, 4, 2)])
+@pytest.mark.parametrize("split", [1, 3, 64])
+def test_bias_activation_and_split(device, pattern, split, gen):
+    """Split-K sums each range into the float32 workspace, then bias and activation in the
+    second kernel; at 64 more ranges are asked for than steps (only non-empty ones launch)."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector = pattern
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    W = random_nm(37, 13 * 8 * m, n, m, gen, vector, 1, dtype, device)
+    B = randn(13 * 8 * m, 5, gen=gen, dtype=dtype, device=device)
+    bias = randn(37, gen=gen, dtype=dtype, device=device)
+    want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    got = _launch_poisoned(W, B, 8, bias, "gelu", split)
+    assert_close(got, want, bound, dtype)
+
+
+def test_a_bad_row_is_caught(gen):
+    """The tolerance would see one row of the product wrong: a value moved to another
+    position in its group changes that row only."""
+    W = random_nm(20, 64, 2, 8, gen, 1, 1, torch.float16)
+    x = randn(64, 4, gen=gen, dtype=torch.float16)
+    got = _launch_poisoned(W, x)
+    want = W.to_dense().double() @ x.double()
+    wrong = W.to_dense().double().clone()
+    wrong[7] = wrong[7].roll(1)  # every kept value of row 7 one column over
+    with pytest.raises(AssertionError):
+        assert_close(got, wrong @ x.double(), spmm_bound(W.to_dense(), x), torch.float16)
+    assert_close(got, want, spmm_bound(W.to_dense(), x), torch.float16)
+
+
+def test_supports_and_bad_tiles(gen):
+    assert supports(2, 8, 1, torch.bfloat16, 4096) and supports(16, 32, 1, torch.float16, 64)
+    assert not supports(2, 8, 2, torch.bfloat16, 4096)  # block-wise
+    assert not supports(3, 8, 1, torch.bfloat16, 4096)  # n not a power of two
+    assert not supports(1, 64, 1, torch.bfloat16, 4096)  # m past 32
+    assert not supports(2, 8, 1, torch.float32, 4096) and not supports(
+        2, 8, 1, torch.bfloat16, 2**31
+    )
+    W = random_nm(16, 64, 1, 16, gen, 1, 1, torch.float16)
+    x = randn(64, 2, gen=gen, dtype=torch.float16)
+    with pytest.raises(ValueError, match="at least 16"):
+        _launch_poisoned(W, x, block_m=8)
+    with pytest.raises(ValueError, match="whole bytes"):
+        _launch_poisoned(W, x, block_g=1)  # 1:16 packs two groups a byte
+
+
+def test_route_takes_the_measured_window(monkeypatch):
+    """bf16 element-wise 2:4 from 4 tokens, 2:8 from 8 and 1:8 from 13, to 16; few-row weights
+    split (4096 rows: four ranges), tall ones do not; nothing else."""
+    from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
+
+    bf16 = torch.bfloat16
+    assert config(4, 2, 4, 1, 1, bf16, 4096).split == 4
+    assert config(16, 2, 4, 1, 1, bf16, 14336).split == 1
+    assert config(8, 2, 8, 1, 1, bf16, 28672).split == 1 and config(16, 1, 8, 1, 1, bf16, 4096)
+    for args in [
+        (3, 2, 4, 1, 1, bf16),
+        (17, 2, 4, 1, 1, bf16),
+        (7, 2, 8, 1, 1, bf16),
+        (12, 1, 8, 1, 1, bf16),
+        (16, 2, 8, 2, 1, bf16),  # vectors
+        (16, 2, 8, 1, 1, torch.float16),  # not timed
+        (16, 4, 8, 1, 1, bf16),
+    ]:
+        assert config(*args, 4096) is None, args
+
+
+@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 9), (2, 4, 4), (1, 8, 16)])
+def test_linear_routes_through_unpack(n, m, tokens, gen, monkeypatch):
+    """linear takes the kernel in its window (made to include float16 here: the interpreter's
+    bfloat16 tl.dot is broken), with bias, and gives the product in x's layout."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import nm_unpack_tuning, spmm_nm_unpack
+
+    monkeypatch.setattr(nm_unpack_tuning, "UNPACK_DTYPES", (torch.bfloat16, torch.float16))
+    calls = []
+    launch = spmm_nm_unpack.spmm_nm_unpack
+    monkeypatch.setattr(
+        spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(kw["split"]) or launch(**kw)
+    )
+    W = random_nm(40, 96, n, m, gen, 1, 1, torch.float16)
+    x = randn(tokens, 96, gen=gen, dtype=torch.float16)
+    bias = randn(40, gen=gen, dtype=torch.float16)
+    got = sk.linear(x, W, bias, backend="triton")
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert calls == [4] and got.is_contiguous()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m"), [(2, 8), (1, 8), (2, 4), (4, 8)])
+@pytest.mark.parametrize("tokens", [1, 8, 16])
+@pytest.mark.parametrize("split", [1, 4])
+def test_llm_tiles_on_gpu(n, m, tokens, split, gen):
+    """The routed tiles (64 rows x 32 groups, 4 warps, 3 stages) compiled on the H200, bf16, a
+    row count off the tile and K off the step."""
+    W = random_nm(1000 + 5, 4096 + 8 * m, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, 4096 + 8 * m, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bits = packed_bits(m, 1)
+    out = torch.full((1005, tokens), float("nan"), dtype=torch.bfloat16, device="cuda")
+    spmm_nm_unpack(
+        values=W.values, words=packed_words(W.indices, bits), bits=bits, b=x.t(), bias=None,
+        out=out, n=n, m=m, vector=1, activation="none", block_m=64, block_g=32, block_n=16,
+        num_warps=4, num_stages=3, split=split,
+    )  # fmt: skip
+    want = W.to_dense().double() @ x.t().double()
+    assert_close(out, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 8), (2, 4, 4), (1, 8, 16), (2, 8, 16)])
+def test_linear_route_on_gpu(n, m, tokens, gen):
+    import sparsekernels as sk
+
+    W = random_nm(4096, 2048, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, 2048, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, bias)
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.bfloat16)
