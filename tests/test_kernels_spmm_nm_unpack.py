@@ -66,7 +66,7 @@ def test_every_element_written(device, pattern, tokens, gen):
     steps only, x^T as linear passes it and a row-major B; two column tiles at 17 tokens."""
     skip_interpreter_on_gpu_machine(device)
     n, m, vector = pattern
-    block_g = 8 if m <= 16 else 4
+    block_g = 16 if m == 2 else 8 if m <= 16 else 4  # (1:2: two bytes of offsets a step)
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
     for groups in (3 * block_g + 5, 2 * block_g):
         W = random_nm(2 * vector + 19, groups * m, n, m, gen, vector, 1, dtype, device)
@@ -124,6 +124,9 @@ def test_supports_and_bad_tiles(gen):
         _launch_poisoned(W, x, block_m=8)
     with pytest.raises(ValueError, match="whole bytes"):
         _launch_poisoned(W, x, block_g=1)  # 1:16 packs two groups a byte
+    W = random_nm(16, 64, 1, 2, gen, 1, 1, torch.float16)
+    with pytest.raises(ValueError, match="two at least"):
+        _launch_poisoned(W, x, block_g=8)  # 1:2: one byte a step
 
 
 def test_route_takes_the_measured_window(monkeypatch):

@@ -331,8 +331,12 @@ def spmm_nm_unpack(
     # a group's offsets read as the narrowest integer that holds them (a byte for 2:8)
     unit = min(32, max(8, n * bits))
     units = words.view({8: torch.uint8, 16: torch.int16, 32: torch.int32}[unit])
-    if unit == 8 and n * bits < 8 and (block_g * n * bits) % 8:
-        raise ValueError(f"block_g must hold whole bytes of offsets, got {block_g} for {n}:{m}")
+    # a step reads whole bytes of offsets, and at least two: a one-byte step (1:2 with 8
+    # groups) compiled to wrong products on the H200 (Triton 3.6), right in the interpreter
+    if unit == 8 and n * bits < 8 and ((block_g * n * bits) % 8 or block_g * n * bits < 16):
+        raise ValueError(
+            f"block_g must hold whole bytes of offsets, two at least, got {block_g} for {n}:{m}"
+        )
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
