@@ -23,7 +23,8 @@ from sparsekernels.kernels.spmm_nm_unpack import spmm_nm_unpack
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096", "2:8,1:8,2:4", "1,4,8,16")
-# "RxG/Ww/sS[/kK]": R rows and G groups a step, W warps, S stages, K split-K ranges
+# "RxG/Ww/sS[/kK][/nN]": R rows and G groups a step, W warps, S stages, K split-K ranges, N
+# tokens a column tile (16 unless given)
 CONFIGS = os.environ.get(
     "CONFIGS",
     "64x32/4w/s1,64x32/4w/s3,64x64/4w/s2,128x32/8w/s2,64x32/4w/s2/k2,64x32/4w/s2/k4,32x64/4w/s2",
@@ -34,7 +35,9 @@ def parse(name: str) -> dict:
     tile, warps, stages, *flags = name.split("/")
     rows, groups = (int(d) for d in tile.split("x"))
     split = next((int(f[1:]) for f in flags if f.startswith("k")), 1)
+    block_n = next((int(f[1:]) for f in flags if f.startswith("n")), 16)
     return dict(
+        block_n=block_n,
         block_m=rows,
         block_g=groups,
         num_warps=int(warps.rstrip("w")),
@@ -59,7 +62,7 @@ def main():
             def run(values, words, config=config):
                 spmm_nm_unpack(
                     values=values, words=words, bits=bits, b=b, bias=None, out=out, n=n, m=m,
-                    vector=1, activation="none", block_n=16, **config,
+                    vector=1, activation="none", **config,
                 )  # fmt: skip
 
             out.fill_(float("nan"))
