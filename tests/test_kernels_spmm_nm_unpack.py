@@ -130,17 +130,24 @@ def test_supports_and_bad_tiles(gen):
 
 
 def test_route_takes_the_measured_window(monkeypatch):
-    """bf16 element-wise 2:4 from 4 tokens, 2:8 from 8 and 1:8 from 13, to 16; few-row weights
-    split (4096 rows: four ranges), tall ones do not; nothing else."""
+    """bf16 element-wise 2:4 from 4 tokens, 2:8 from 8 and 1:8 from 13, to 64; few-row weights
+    split (4096 rows: four ranges) on 64-token column tiles past 16 tokens, tall ones do not
+    split and take 32 or 64 tokens a tile; nothing else."""
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
 
     bf16 = torch.bfloat16
-    assert config(4, 2, 4, 1, 1, bf16, 4096).split == 4
+    c = config(4, 2, 4, 1, 1, bf16, 4096)
+    assert (c.split, c.block_n, c.num_stages) == (4, 16, 3)
     assert config(16, 2, 4, 1, 1, bf16, 14336).split == 1
     assert config(8, 2, 8, 1, 1, bf16, 28672).split == 1 and config(16, 1, 8, 1, 1, bf16, 4096)
+    c = config(17, 2, 8, 1, 1, bf16, 4096)
+    assert (c.split, c.block_n, c.num_stages) == (4, 64, 2)
+    assert config(32, 2, 8, 1, 1, bf16, 14336).block_n == 32
+    assert config(33, 2, 8, 1, 1, bf16, 14336).block_n == 64
+    assert config(64, 1, 8, 1, 1, bf16, 14336).block_n == 64
     for args in [
         (3, 2, 4, 1, 1, bf16),
-        (17, 2, 4, 1, 1, bf16),
+        (65, 2, 4, 1, 1, bf16),
         (7, 2, 8, 1, 1, bf16),
         (12, 1, 8, 1, 1, bf16),
         (16, 2, 8, 2, 1, bf16),  # vectors
@@ -150,7 +157,7 @@ def test_route_takes_the_measured_window(monkeypatch):
         assert config(*args, 4096) is None, args
 
 
-@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 9), (2, 4, 4), (1, 8, 16)])
+@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 9), (2, 4, 4), (1, 8, 16), (2, 4, 40)])
 def test_linear_routes_through_unpack(n, m, tokens, gen, monkeypatch):
     """linear takes the kernel in its window (made to include float16 here: the interpreter's
     bfloat16 tl.dot is broken), with bias, and gives the product in x's layout."""
@@ -193,13 +200,18 @@ def test_llm_tiles_on_gpu(n, m, tokens, split, gen):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 8), (2, 4, 4), (1, 8, 16), (2, 8, 16)])
-def test_linear_route_on_gpu(n, m, tokens, gen):
+@pytest.mark.parametrize(
+    ("n", "m", "tokens"), [(2, 8, 8), (2, 4, 4), (1, 8, 16), (2, 8, 16), (2, 8, 33), (1, 8, 64)]
+)
+@pytest.mark.parametrize("rows", [4096, 14336 + 3])
+def test_linear_route_on_gpu(n, m, tokens, rows, gen):
+    """linear's route through the kernel on a few-row (split, 64-token tiles past 16 tokens)
+    and a tall weight, bf16, with bias."""
     import sparsekernels as sk
 
-    W = random_nm(4096, 2048, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    W = random_nm(rows, 2048, n, m, gen, 1, 1, torch.bfloat16, "cuda")
     x = randn(tokens, 2048, gen=gen, dtype=torch.bfloat16, device="cuda")
-    bias = randn(4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
     got = sk.linear(x, W, bias)
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.bfloat16)

@@ -12,11 +12,22 @@ kernel; dense bf16 30-33 us):
        unpack         21.4   23.5   22.5                        21.9   21.9   22.3
   2:4  route          41.8   57.6   54.6                        40.5   55.7   55.1
        unpack         31.3   33.5   32.2                        32.5   32.4   32.8
-So it takes 2:4 from 4 tokens, 2:8 from 8 and 1:8 from 13 (at 8 a tie), to 16 (one column
-tile; more tokens were not timed). At one token it lost everywhere (29-33 us against the select
-kernel's 11-22). On 4096-row weights the 64 row tiles leave the GPU idle: split 4 took 2:8 at
-16 tokens from 66.5 to 29.5 us; on 14336 rows splitting changed little (30.4 -> 28.8).
-Other patterns, dtypes, vectors and shapes were not timed: they keep their route.
+At 32 and 64 tokens (at-48a0785/nm_unpack_wide.txt; the route: the expand kernel), one column
+tile of 32 or 64 tokens (the tile costs the same for any tokens in it):
+                        4096 x 14336 (64-token tile, split 4)    14336 x 4096 (split 1)
+  tokens                32     64                                 32 (32-wide)  64 (64-wide)
+  2:8  route          56.6   62.0                               56.8          63.4
+       unpack         39.5   40.4                               31.3          44.2
+  1:8  route          30.8   36.5                               32.8          36.8
+       unpack         30.9   33.5                               24.1          27.8
+  2:4  route          67.6   69.0                               72.2          69.6
+       unpack         48.7   51.4                               36.5          39.4
+(dense bf16 31-37 us: still faster than either at 32-64 tokens.) So it takes 2:4 from 4
+tokens, 2:8 from 8 and 1:8 from 13 (at 8 a tie), to 64. At one token it lost everywhere (29-33
+us against the select kernel's 11-22). On 4096-row weights the 64 row tiles leave the GPU idle:
+split 4 took 2:8 at 16 tokens from 66.5 to 29.5 us; on 14336 rows splitting changed little
+(30.4 -> 28.8). The tile's own size sets the time, not the weight's bytes (NOTES, nineteenth
+session). Other patterns, dtypes, vectors and shapes were not timed: they keep their route.
 """
 
 from __future__ import annotations
@@ -35,10 +46,11 @@ class SpmmNmUnpackConfig:
     num_warps: int
     num_stages: int
     split: int  # ranges of groups, one program each (split_k.py sums them)
+    block_n: int  # tokens a column tile
 
 
 # (n, m) -> (fewest, most) tokens where it measured faster than the route, bf16
-UNPACK_TOKENS = {(2, 4): (4, 16), (2, 8): (8, 16), (1, 8): (13, 16)}
+UNPACK_TOKENS = {(2, 4): (4, 64), (2, 8): (8, 64), (1, 8): (13, 64)}
 UNPACK_DTYPES = (torch.bfloat16,)
 UNPACK_BLOCK_M = 64
 UNPACK_PROGRAMS = 256  # split-K until the row tiles times the ranges reach this (4096 rows: 4)
@@ -56,4 +68,10 @@ def spmm_nm_unpack_config(
     if not window[0] <= n_cols <= window[1]:
         return None
     split = max(1, min(UNPACK_MAX_SPLIT, UNPACK_PROGRAMS // cdiv(rows, UNPACK_BLOCK_M)))
-    return SpmmNmUnpackConfig(UNPACK_BLOCK_M, 32, 4, 3, split)
+    if n_cols <= 16:
+        block_n, stages = 16, 3
+    elif split > 1:  # (the split form was timed on 64-token tiles, 2 stages)
+        block_n, stages = 64, 2
+    else:
+        block_n, stages = (32 if n_cols <= 32 else 64), 3
+    return SpmmNmUnpackConfig(UNPACK_BLOCK_M, 32, 4, stages, split, block_n)

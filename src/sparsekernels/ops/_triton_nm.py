@@ -1,5 +1,5 @@
 """The `triton` backend of spmm/linear for N:M weights: the unpack kernel where it measured faster
-at 4-16 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
+at 4-64 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
 at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
 tokens for 1:8 and sparser and at 13-64 for 2:4, 2:8 and 4:8 (tuning.spmm_nm_expand_takes;
 from 17 on element-wise weights of up to 4096 x 4096 at 1:4 and sparser; split-K on few-row
@@ -125,7 +125,7 @@ def _unpack(values, indices, b, bias, out, activation, n, m, vector, block, conf
         activation=activation,
         block_m=config.block_m,
         block_g=config.block_g,
-        block_n=16,
+        block_n=config.block_n,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         split=config.split,
