@@ -451,6 +451,7 @@ TRITON_OPS = [
     "spmm_csr",
     "spmm_nm",
     "spmm_nm_expand",
+    "spmm_nm_unpack",
     "spmm_nm_transposed",
     "sddmm",
     "softmax",
@@ -540,6 +541,22 @@ def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, se
             _check_spmm(W, B, bias, activation, backend)
         finally:
             tuning.spmm_nm_expand_takes = saved
+    elif op == "spmm_nm_unpack":  # the dense-tile kernel, wherever it supports the pattern
+        from sparsekernels.kernels import nm_unpack_tuning
+
+        if device == "cpu" and dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is broken
+            dtype = torch.float16
+        W, _ = make_nm(M, groups, pattern, g, dtype)
+        W = W.to(device)
+        bias = fresh(M, g=g, dtype=dtype).to(device)
+        B = fresh(W.shape[1], N, g=g, dtype=dtype).to(device)
+        saved = nm_unpack_tuning.spmm_nm_unpack_config
+        tiles = nm_unpack_tuning.SpmmNmUnpackConfig(16, 16, 4, 2, 2, 16)
+        nm_unpack_tuning.spmm_nm_unpack_config = lambda *_: tiles
+        try:
+            _check_spmm(W, B, bias, activation, backend)
+        finally:
+            nm_unpack_tuning.spmm_nm_unpack_config = saved
     elif op == "spmm_nm_transposed":  # W^T @ B, the backward of x: the CSR kernel on W^T
         from sparsekernels.ops.spmm import spmm_nm_raw
 
