@@ -1,19 +1,28 @@
 """N:M SpMM at a few tokens on tensor cores: out = act(W @ B + bias), each step's groups unpacked
 into one dense tile in registers for one tl.dot.
 
-At 4-16 tokens the weight's bytes still set the floor (2:8 on 14336 x 4096: 37 MB, ~10 us),
-but per-value work grows with the tokens on CUDA cores: the select kernel's picks and the
-decode kernel's gathers cost a token's worth of instructions each. Tensor cores do the tokens
-for free if the weight arrives as a dense tile: a step loads (BLOCK_M rows x BLOCK_G groups)
-of compressed values and their bit-packed offsets (the only bytes of W that travel), writes
-each value into its group's m positions by a compare-select per position (a group's kept
-slots are distinct, so the max over a position's candidates, on the 16 bits, is exact), and
-makes one tl.dot of the (BLOCK_M, BLOCK_G * m) tile with B's contiguous rows. The expand
-kernel (spmm_nm_expand.py) made m dots of (rows, groups) tiles instead, one per position.
+At 4-64 tokens the weight's bytes still set the floor (2:8 on 14336 x 4096: 33 MB, ~9 us), but
+per-value work grows with the tokens on CUDA cores: the select kernel's picks and the decode
+kernel's gathers cost a token's worth of instructions each. Tensor cores do the tokens for free
+if the weight arrives as a dense tile: a step loads (BLOCK_M rows x BLOCK_G groups) of
+compressed values and their bit-packed offsets (the only bytes of W that travel), builds the
+dense (BLOCK_M, BLOCK_G * m) tile and makes one tl.dot with B's contiguous rows. Two ways to
+build it, on (rows, groups) tiles whose positions are joined in-thread (a thread holds whole
+groups, so the tile reaches shared memory in 16-byte stores):
+- n <= 2, m <= 8: byte permutes. A group's values are one int32 and each pair of positions one
+  `prmt` of it with zeros, steered by a selector built once a group (2:8: 435 instructions a
+  64 x 32 step);
+- otherwise a compare-select per position and slot (795 for the same step in 2:8).
 
-Element-wise patterns (block 1; rows may share their choice in vectors), 16-bit values, K a
-multiple of m. Split-K (`split`) for weights with few rows, summed in a fixed order by
-split_k.py: deterministic, no atomics.
+On the H200 (results/nvidia-h200/2026-12-01/at-9bb60c3, at-48a0785; nm_unpack_tuning.py), cold,
+bf16, 14336 x 4096: 2:8 at 16 tokens 30 us against the route's 46 (dense 30), 2:4 33 against
+55, 1:8 22 against 26; to 64 tokens 1.4-1.8x faster than the expand kernel (spmm_nm_expand.py,
+m dots a step on (rows, groups) tiles, one per position). Its floor is the dense tile: staged
+through shared memory for the MMA every step, as much as dense does (benchmarks/NOTES.md).
+
+Element-wise patterns (block 1; rows may share their choice in vectors), n and m powers of two
+(m <= 32), 16-bit values, K a multiple of m. Split-K (`split`) for weights with few rows, summed
+in a fixed order by split_k.py: deterministic, no atomics.
 """
 
 from __future__ import annotations
