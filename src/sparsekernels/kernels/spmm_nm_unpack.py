@@ -39,13 +39,6 @@ from ._sizes import cdiv
 
 
 @triton.jit
-def _load(ptrs, mask, MASKED: tl.constexpr):
-    if MASKED:
-        return tl.load(ptrs, mask=mask, other=0)
-    return tl.load(ptrs)
-
-
-@triton.jit
 def _slot_values(values, rows, g0, groups_total, stride_vm, N_KEEP: tl.constexpr,
                  LOG_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
                  MASKED: tl.constexpr):  # fmt: skip
