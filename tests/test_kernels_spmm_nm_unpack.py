@@ -158,9 +158,11 @@ def test_route_takes_the_measured_window(monkeypatch):
 
 
 @pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 9), (2, 4, 4), (1, 8, 16), (2, 4, 40)])
-def test_linear_routes_through_unpack(n, m, tokens, gen, monkeypatch):
-    """linear takes the kernel in its window (made to include float16 here: the interpreter's
-    bfloat16 tl.dot is broken), with bias, and gives the product in x's layout."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_linear_routes_through_unpack(n, m, tokens, dtype, gen, monkeypatch):
+    """linear takes the kernel in its window (bf16; made to include float16 here too), with
+    bias, and gives the product in x's layout. In the interpreter the kernel's dot runs in
+    float32 (the interpreter's bfloat16 tl.dot is wrong), the same products."""
     import sparsekernels as sk
     from sparsekernels.kernels import nm_unpack_tuning, spmm_nm_unpack
 
@@ -170,13 +172,13 @@ def test_linear_routes_through_unpack(n, m, tokens, gen, monkeypatch):
     monkeypatch.setattr(
         spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(kw["split"]) or launch(**kw)
     )
-    W = random_nm(40, 96, n, m, gen, 1, 1, torch.float16)
-    x = randn(tokens, 96, gen=gen, dtype=torch.float16)
-    bias = randn(40, gen=gen, dtype=torch.float16)
+    W = random_nm(40, 96, n, m, gen, 1, 1, dtype)
+    x = randn(tokens, 96, gen=gen, dtype=dtype)
+    bias = randn(40, gen=gen, dtype=dtype)
     got = sk.linear(x, W, bias, backend="triton")
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert calls == [4] and got.is_contiguous()
-    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float16)
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), dtype)
 
 
 @pytest.mark.gpu

@@ -226,7 +226,10 @@ def _step(
         b_tile = tl.load(b_ptrs, mask=(ks < K)[:, None] & mask_n[None, :], other=0.0)
     else:
         b_tile = tl.load(b_ptrs, mask=mask_n[None, :], other=0.0)
-    return tl.dot(a.to(b.dtype.element_ty, bitcast=True), b_tile, acc)
+    a = a.to(b.dtype.element_ty, bitcast=True)
+    if not ASM:  # the interpreter's bfloat16 tl.dot is wrong: float32 holds the same products
+        return tl.dot(a.to(tl.float32), b_tile.to(tl.float32), acc)
+    return tl.dot(a, b_tile, acc)
 
 
 @triton.jit
@@ -260,7 +263,7 @@ def _nm_unpack_kernel(
     LOG_N: tl.constexpr,  # n a power of two
     LOG_M: tl.constexpr,  # m a power of two
     PERMUTE: tl.constexpr,  # n <= 2, m <= 8: the tile by byte permutes (_permuted_tile)
-    ASM: tl.constexpr,  # compiled (not the interpreter): prmt as inline assembly
+    ASM: tl.constexpr,  # compiled, not the interpreter: prmt as inline assembly, 16-bit dots
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
