@@ -16,9 +16,10 @@ groups, so the tile reaches shared memory in 16-byte stores):
 
 On the H200 (results/nvidia-h200/2026-12-01/at-9bb60c3, at-48a0785; nm_unpack_tuning.py), cold,
 bf16, 14336 x 4096: 2:8 at 16 tokens 30 us against the route's 46 (dense 30), 2:4 33 against
-55, 1:8 22 against 26; to 64 tokens 1.4-1.8x faster than the expand kernel (spmm_nm_expand.py,
-m dots a step on (rows, groups) tiles, one per position). Its floor is the dense tile: staged
-through shared memory for the MMA every step, as much as dense does (benchmarks/NOTES.md).
+55, 1:8 22 against 26; to 64 tokens 1.3-2.0x faster than the expand kernel at 2:8 and 2:4
+and 1.0-1.4x at 1:8 (spmm_nm_expand.py, m dots a step on (rows, groups) tiles, one per
+position). Its floor is the dense tile: staged through shared memory for the MMA every step,
+as much as dense does (benchmarks/NOTES.md).
 
 Element-wise patterns (block 1; rows may share their choice in vectors), n and m powers of two
 (m <= 32), 16-bit values, K a multiple of m. Split-K (`split`) for weights with few rows, summed
