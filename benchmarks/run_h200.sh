@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -172,6 +172,13 @@ for step in $steps; do
           python3 benchmarks/sweeps/nm_unpack_cold.py >"$out/nm_unpack_$dt.txt" 2>&1
         echo "nmunpackmore $dt rc=$? $(tail -1 "$out/nm_unpack_$dt.txt")"
       done ;;
+    nmwgmmatests)  # the wgmma kernel's GPU tests (test_kernels_spmm_nm_wgmma.py)
+      timeout 300 python3 -m pytest -v -m gpu tests/test_kernels_spmm_nm_wgmma.py -p no:cacheprovider \
+        -n 8 -rf -x >"$out/gpu_tests_wgmma.log" 2>&1
+      echo "nmwgmmatests rc=$? $(tail -1 "$out/gpu_tests_wgmma.log")" ;;
+    nmwgmma)  # the tile built in the wgmma operand's registers (nm_wgmma_cold.py)
+      timeout 400 python3 benchmarks/sweeps/nm_wgmma_cold.py >"$out/nm_wgmma.txt" 2>&1
+      echo "nmwgmma rc=$? $(tail -1 "$out/nm_wgmma.txt")" ;;
     nmselectidx)  # the select kernel's int64 group indices (/i: int32) and Triton pipelining (/sN)
       PATTERNS=2:8,1:8,2:4,4:8,1:4 SHAPES=4096x14336,14336x4096 \
         CONFIGS=4x256/2w,4x256/2w/i,4x256/2w/s3,2x256/2w,2x256/2w/i,2x128/1w,2x128/1w/i,2x128/1w/s3,4x128/2w,2x256/4w \

@@ -1,0 +1,371 @@
+"""N:M SpMM at a few tokens with the dense tile built straight in the tensor cores' registers:
+out = act(W @ B + bias), on Hopper (sm_90), in Gluon.
+
+The unpack kernel (spmm_nm_unpack.py) builds each step's dense tile in registers in its own
+layout, and Triton stages it through shared memory for the MMA: 32 KB a 64 x 256 step, as
+much as dense moves, so its time follows the dense weight's size. Here the tile is built in
+the layout the wgmma instruction reads its A operand from registers (Gluon names layouts):
+for each 16 columns of a row, lane t of a quad holds the bf16 pairs at columns 2t and 8 + 2t.
+No shared memory for W, no barrier, no layout conversion.
+
+Which columns of the tile a lane holds is the hardware's; which of W's groups they are is
+ours. The step's K order is permuted so that a lane holds whole groups: lane t of a quad
+holds groups t * GL .. t * GL + GL - 1 of the step (GL = groups / 4), contiguous in memory
+(vector loads), and B's rows are permuted the same way in registers on their way to shared
+memory (B is the few tokens: 8 KB a step, against W's 32 KB of dense tile).
+
+Building a group (n <= 2 kept of m in {4, 8}; 16-bit values, a group's values one int32):
+each pair of positions is one `prmt` of the group's values with zeros, steered by 16 bits of
+a selector; a 32-bit selector covers four positions and is built from the offsets by two
+clamped shifts (`shl` past 31 bits gives 0): 0x44 (a zero byte) per position, xor-ed with
+0x54 or 0x76 (the slot's two bytes) at 8 * offset bits.
+
+Element-wise patterns (block 1; rows may share their choice in vectors), 16-bit values, K a
+multiple of m. Split-K (`split`) for weights with few rows, summed in a fixed order by
+split_k.py: deterministic, no atomics. Gluon kernels compile only for the GPU (no
+interpreter): on the CPU the unpack kernel takes the same products.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+from . import split_k
+from ._activation import ACTIVATION_CODES
+from ._sizes import cdiv
+
+QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each with its own columns
+
+
+@gluon.constexpr_function
+def _axis_layout(layout, axis, rank):
+    """The 1-D layout whose arange, expanded on every other axis, lies along `axis` of a
+    rank-`rank` tensor in `layout`."""
+    for dim in reversed(range(rank)):
+        if dim != axis:
+            layout = gl.SliceLayout(dim, layout)
+    return layout
+
+
+@gluon.jit
+def _along(size: gl.constexpr, axis: gl.constexpr, rank: gl.constexpr, layout: gl.constexpr):
+    """arange(size) along `axis` of a rank-`rank` tensor in `layout` (1 on the other axes)."""
+    index = gl.arange(0, size, layout=_axis_layout(layout, axis, rank))
+    for dim in gl.static_range(rank):
+        if dim != axis:
+            index = gl.expand_dims(index, dim)
+    return index
+
+
+@gluon.jit
+def _clamped_shl(a, amount):
+    """a << amount as PTX's shl: amounts past 31 (negative ones too, read unsigned) give 0."""
+    return gl.inline_asm_elementwise(
+        "shl.b32 $0, $1, $2;", "=r,r,r", [a, amount], dtype=gl.int32, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def _permute(a, selector):
+    """PTX prmt.b32 of (a, 0): byte k of the result is byte (selector >> 4k) & 7 of a's four
+    bytes followed by four zero bytes (only the selector's low 16 bits count)."""
+    return gl.inline_asm_elementwise(
+        "prmt.b32 $0, $1, 0, $2;", "=r,r,r", [a, selector], dtype=gl.int32, is_pure=True,
+        pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _group_offsets(units, index_rows, g0, end, stride_um, N_KEEP: gl.constexpr,
+                   BITS: gl.constexpr, BLOCK_G: gl.constexpr, MASKED: gl.constexpr,
+                   LAYOUT: gl.constexpr):  # fmt: skip
+    """Each group's packed offsets (n * BITS bits, slot 0 lowest), (rows, GL, QUAD) in LAYOUT
+    (lane t's groups along GL). A lane's groups hold 32 or 64 bits of offsets: one or two
+    int32 words, read whole and shifted by the group's place in them (known per register)."""
+    GL: gl.constexpr = BLOCK_G // QUAD
+    GROUP_BITS: gl.constexpr = N_KEEP * BITS
+    WORDS: gl.constexpr = GL * GROUP_BITS // 32
+    PER_WORD: gl.constexpr = 32 // GROUP_BITS
+    first = g0 // PER_WORD + _along(QUAD, 2, 3, LAYOUT) * WORDS  # the lane's first word
+    ptrs = units + gl.expand_dims(gl.expand_dims(index_rows * stride_um, 1), 2) + first
+    low = gl.load(ptrs, mask=first * PER_WORD < end, other=0) if MASKED else gl.load(ptrs)
+    place = _along(GL, 1, 3, LAYOUT)
+    if WORDS == 2:
+        if MASKED:
+            high = gl.load(ptrs + 1, mask=(first + 1) * PER_WORD < end, other=0)
+        else:
+            high = gl.load(ptrs + 1)
+        word = gl.where(place < PER_WORD, low, high)
+    else:
+        word = low + place * 0  # (broadcast along GL)
+    return (word >> ((place % PER_WORD) * GROUP_BITS)) & ((1 << GROUP_BITS) - 1)
+
+
+@gluon.jit
+def _operand(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
+             N_KEEP: gl.constexpr, M_GROUP: gl.constexpr, BITS: gl.constexpr,
+             BLOCK_G: gl.constexpr, MASKED: gl.constexpr, DTYPE: gl.constexpr,
+             WORDS: gl.constexpr, A_LAYOUT: gl.constexpr):  # fmt: skip
+    """The step's dense tile (BLOCK_M, BLOCK_G * m) in A_LAYOUT, columns in the permuted
+    order (module docstring). WORDS lays out its int32 words (pairs of positions) as (rows,
+    GL, HQ, PL, QUAD): a group's PL pairs of each HQ selector, QUAD the quad's lanes; in
+    row-major order that is the order of the operand's columns."""
+    GL: gl.constexpr = BLOCK_G // QUAD
+    group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
+    groups = g0 + _along(QUAD, 2, 3, group_layout) * GL + _along(GL, 1, 3, group_layout)
+    row_part = gl.expand_dims(gl.expand_dims(rows * stride_vm, 1), 2)
+    if MASKED:
+        group = gl.load(values + row_part + groups, mask=groups < end, other=0)
+    else:
+        group = gl.load(values + row_part + groups)
+    if N_KEEP == 1:
+        group = group.to(gl.uint16, bitcast=True).to(gl.int32)
+    offsets = _group_offsets(
+        units, index_rows, g0, end, stride_um, N_KEEP, BITS, BLOCK_G, MASKED, group_layout
+    )
+    # selectors: (rows, GL, HQ, 1, QUAD), four positions each; HQ = m / 4
+    HQ: gl.constexpr = M_GROUP // 4
+    hq_shift = _along(HQ, 2, 4, gl.SliceLayout(3, WORDS)) * 32
+    selector = gl.full([1, 1, 1, 1], 0x44444444, gl.int32, gl.SliceLayout(3, WORDS))
+    for j in gl.static_range(N_KEEP):
+        amount = ((offsets >> (j * BITS)) & ((1 << BITS) - 1)) * 8
+        amount = gl.expand_dims(amount, 2) - hq_shift
+        code = 0x54 if j == 0 else 0x76  # 0x44 ^ (bytes 0, 1) or 0x44 ^ (bytes 2, 3)
+        selector = selector ^ _clamped_shl(gl.full(amount.shape, code, gl.int32,
+                                                   amount.type.layout), amount)  # fmt: skip
+    selector = gl.expand_dims(selector, 3)
+    pl_shift = _along(2, 3, 5, WORDS) * 16
+    words = _permute(gl.expand_dims(gl.expand_dims(group, 2), 3), selector >> pl_shift)
+    BLOCK_M: gl.constexpr = words.shape[0]
+    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
+    words = gl.reshape(words, [BLOCK_M, BLOCK_K // 2])
+    low = (words & 0xFFFF).to(gl.int16)
+    high = (words >> 16).to(gl.int16)
+    tile = gl.reshape(gl.join(low, high), [BLOCK_M, BLOCK_K]).to(DTYPE, bitcast=True)
+    return gl.convert_layout(tile, A_LAYOUT, assert_trivial=True)
+
+
+@gluon.jit
+def _b_tile(b, g0, K, offs_n, mask_n, stride_bk, stride_bn, M_GROUP: gl.constexpr,
+            BLOCK_G: gl.constexpr, MASKED: gl.constexpr, LOAD: gl.constexpr):  # fmt: skip
+    """B's rows under the step, (BLOCK_G * m, BLOCK_N), in the operand's column order: row
+    ((t * GL + gl) * m + 2p + e) moves to ((gl * m / 2 + p) * QUAD + t) * 2 + e."""
+    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
+    ks = g0 * M_GROUP + gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, LOAD))
+    ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + gl.expand_dims(
+        offs_n.to(gl.int64) * stride_bn, 0
+    )  # fmt: skip
+    mask = gl.expand_dims(mask_n, 0)
+    if MASKED:
+        mask = mask & gl.expand_dims(ks < K, 1)
+    tile = gl.load(ptrs, mask=mask, other=0.0)
+    BLOCK_N: gl.constexpr = tile.shape[1]
+    tile = gl.reshape(tile, [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N])
+    tile = gl.permute(tile, (1, 2, 0, 3, 4))
+    return gl.reshape(tile, [BLOCK_K, BLOCK_N])
+
+
+@gluon.jit
+def _nm_wgmma_kernel(
+    values,  # (M, S) compressed 16-bit values (int32 pairs for n = 2), unit stride along S
+    units,  # (ceil(M / VECTOR), ...) the packed offsets as int32 words, unit stride
+    b,  # (K, N): strides stride_bk, stride_bn
+    bias,
+    out,  # (M, N), or with PARTIAL the (splits, M, N) float32 workspace
+    M,
+    N,
+    K,
+    GROUPS_PER_SPLIT,  # a multiple of BLOCK_G: program_id(2) takes its range of groups
+    SPLIT_STRIDE,  # M * N
+    stride_vm,
+    stride_um,
+    stride_bk,
+    stride_bn,
+    stride_om,
+    stride_on,
+    N_KEEP: gl.constexpr,
+    M_GROUP: gl.constexpr,
+    BITS: gl.constexpr,
+    VECTOR: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    ACTIVATION: gl.constexpr,
+    BLOCK_G: gl.constexpr,
+    PARTIAL: gl.constexpr,
+    WORDS: gl.constexpr,  # the layouts: layouts() below
+    A_LAYOUT: gl.constexpr,
+    ACC_LAYOUT: gl.constexpr,
+    B_LOAD: gl.constexpr,
+    B_SHARED: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = WORDS.shape[0]
+    BLOCK_N: gl.constexpr = ACC_LAYOUT.instr_shape[1]
+    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
+    group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))  # (rows, GL, QUAD)
+    row_layout: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, group_layout))
+    offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+    rows = gl.minimum(offs_m, M - 1).to(gl.int64)  # rows past M repeat the last, not stored
+    index_rows = rows // VECTOR
+    offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, B_LOAD))
+    mask_bn = offs_bn < N
+    dtype: gl.constexpr = b.dtype.element_ty
+    b_shared = gl.allocate_shared_memory(dtype, [BLOCK_K, BLOCK_N], B_SHARED)
+    acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, ACC_LAYOUT)
+    groups_total = K // M_GROUP
+    first = gl.program_id(2) * GROUPS_PER_SPLIT
+    end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
+    full = first + (end - first) // BLOCK_G * BLOCK_G
+    for g0 in range(first, full, BLOCK_G):
+        a = _operand(
+            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
+            BITS, BLOCK_G, False, dtype, WORDS, A_LAYOUT,
+        )  # fmt: skip
+        b_tile = _b_tile(
+            b, g0, K, offs_bn, mask_bn, stride_bk, stride_bn, M_GROUP, BLOCK_G, False, B_LOAD
+        )
+        b_shared.store(b_tile)
+        fence_async_shared()
+        acc = warpgroup_mma(a, b_shared, acc)
+    if full < end:
+        a = _operand(
+            values, units, rows, index_rows, full, end, stride_vm, stride_um, N_KEEP, M_GROUP,
+            BITS, BLOCK_G, True, dtype, WORDS, A_LAYOUT,
+        )  # fmt: skip
+        b_tile = _b_tile(
+            b, full, K, offs_bn, mask_bn, stride_bk, stride_bn, M_GROUP, BLOCK_G, True, B_LOAD
+        )
+        b_shared.store(b_tile)
+        fence_async_shared()
+        acc = warpgroup_mma(a, b_shared, acc)
+    offs_m = gl.program_id(0) * BLOCK_M + gl.arange(
+        0, BLOCK_M, layout=gl.SliceLayout(1, ACC_LAYOUT)
+    )
+    offs_n = gl.program_id(1) * BLOCK_N + gl.arange(
+        0, BLOCK_N, layout=gl.SliceLayout(0, ACC_LAYOUT)
+    )
+    split_k.store(
+        acc, offs_m, offs_n, offs_m < M, offs_n < N, bias, out, N, SPLIT_STRIDE, stride_om,
+        stride_on, HAS_BIAS, ACTIVATION, gl.float32, PARTIAL, 2,
+    )  # fmt: skip
+
+
+def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool) -> dict:
+    """The kernel's layouts for 4 warps (one warpgroup; block_m 64 or 128). WORDS: the int32
+    words (pairs of positions) of a step as (rows, GL, HQ, PL, QUAD), owned as the wgmma A
+    operand owns their columns: a quad's lane t holds QUAD axis t, lanes / 4 rows 0-7, a
+    register row 8, warps rows 16 and 32, registers rows 64 on; the rest in registers, GL
+    first (the lane's groups: contiguous for vector loads)."""
+    gl_count = block_g // 4
+    hq, pl = m // 4, 2
+
+    def basis(dim: int, value: int) -> list[int]:
+        vec = [0] * 5
+        vec[dim] = value
+        return vec
+
+    reg = [basis(1, 1 << i) for i in range(gl_count.bit_length() - 1)]
+    reg += [basis(3, 1)] + [basis(2, 1 << i) for i in range(hq.bit_length() - 1)]
+    reg += [basis(0, 8)] + [basis(0, r) for r in (64, 128, 256) if r < block_m]
+    lanes = [basis(4, 1), basis(4, 2), basis(0, 1), basis(0, 2), basis(0, 4)]
+    warps = [basis(0, 16), basis(0, 32)]
+    words = gl.DistributedLinearLayout(reg, lanes, warps, [], [block_m, gl_count, hq, pl, 4])
+    acc = gl.NVMMADistributedLayout([3, 0], [4, 1], [16, block_n, 16])
+    if k_contiguous:
+        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, 4], [0, 1])
+    else:
+        b_load = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
+    return {
+        "WORDS": words,
+        "A_LAYOUT": gl.DotOperandLayout(0, acc, 2),
+        "ACC_LAYOUT": acc,
+        "B_LOAD": b_load,
+        "B_SHARED": gl.NVMMASharedLayout(128 if block_g * m >= 64 else 0, 16, 2, transposed=True),
+    }
+
+
+def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
+    """Element-wise n <= 2 of m in {4, 8}, 16-bit values, K < 2^31, on a Hopper GPU (wgmma;
+    Gluon has no interpreter)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        return False
+    half = dtype in (torch.float16, torch.bfloat16)
+    return block == 1 and half and n in (1, 2) and m in (4, 8) and k < 2**31
+
+
+def spmm_nm_wgmma(
+    *,
+    values: torch.Tensor,
+    words: torch.Tensor,
+    bits: int,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    n: int,
+    m: int,
+    vector: int,
+    activation: str,
+    block_m: int,
+    block_g: int,
+    block_n: int,
+    split: int = 1,
+) -> torch.Tensor:
+    """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words (int32,
+    `NMMatrix.packed_indices(bits)`) need unit stride along their last dim. block_m 64 or 128
+    (one warpgroup), block_n a multiple of 8 up to 256, block_g a multiple of 4 whose quarter
+    holds 32 or 64 bits of offsets (2:8: 16 or 32 groups). `split` > 1 cuts the groups into
+    that many ranges (fewer where one would be empty), summed by a second kernel."""
+    rows, cols = out.shape
+    if rows == 0 or cols == 0:
+        return out
+    if block_m not in (64, 128) or block_n % 8 or not 8 <= block_n <= 256:
+        raise ValueError(
+            f"block_m must be 64 or 128 and block_n 8-256 by 8, got {block_m}, {block_n}"
+        )
+    lane_bits = block_g // 4 * n * bits
+    if block_g % 4 or lane_bits not in (32, 64):
+        raise ValueError(
+            f"block_g must give each lane 32 or 64 bits of offsets, got {block_g} for {n}:{m}"
+        )
+    if n == 2 and (values.stride(0) % 2 or values.data_ptr() % 4):
+        values = values.contiguous()  # (read as int32 pairs)
+    k = b.shape[0]
+    steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
+    partials = split_k.workspace(out, splits, torch.float32)
+    grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
+    _nm_wgmma_kernel[grid](
+        values.view(torch.int32) if n == 2 else values,
+        words.view(torch.int32),
+        b,
+        bias if bias is not None else values,
+        partials,
+        rows,
+        cols,
+        k,
+        steps_per_split * block_g,
+        rows * cols,
+        values.stride(0) // 2 if n == 2 else values.stride(0),
+        words.stride(0),
+        b.stride(0),
+        b.stride(1),
+        out.stride(0),
+        out.stride(1),
+        N_KEEP=n,
+        M_GROUP=m,
+        BITS=bits,
+        VECTOR=vector,
+        HAS_BIAS=bias is not None,
+        ACTIVATION=ACTIVATION_CODES[activation],
+        BLOCK_G=block_g,
+        PARTIAL=splits > 1,
+        num_warps=4,
+        **layouts(block_m, block_g, block_n, m, b.stride(0) == 1),
+    )
+    if splits > 1:
+        split_k.sum_partials(partials, bias, out, activation)
+    return out

@@ -1,0 +1,105 @@
+"""The wgmma N:M kernel (the dense tile built in the tensor cores' operand registers, Gluon,
+Hopper only): compiled on the H200 against float64 references with poisoned outputs. On the
+CPU only its argument checks run (Gluon has no interpreter; test_compile_hopper.py compiles
+it for sm_90 here)."""
+
+import pytest
+import torch
+
+from _helpers import assert_close, randn, random_nm, spmm_bound
+from sparsekernels.kernels.spmm_nm_decode import packed_bits
+from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma, supports
+from sparsekernels.ops._triton_nm import packed_words
+
+# (n, m, vector, block_g): one word of offsets a lane (1:8, 1:4 at their block_g) or two
+# (2:8, 2:4), rows sharing offsets
+PATTERNS = [(2, 8, 1, 32), (2, 8, 1, 16), (1, 8, 1, 32), (2, 4, 1, 32), (1, 4, 1, 64),
+            (2, 8, 3, 32), (1, 4, 2, 128)]  # fmt: skip
+
+
+def _launch_poisoned(W, B, block_g, bias=None, activation="none", split=1, block_m=64,
+                     block_n=16):  # fmt: skip
+    bits = packed_bits(W.m, 1)
+    out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
+    spmm_nm_wgmma(
+        values=W.values, words=packed_words(W.indices, bits), bits=bits, b=B, bias=bias,
+        out=out, n=W.n, m=W.m, vector=W.vector, activation=activation, block_m=block_m,
+        block_g=block_g, block_n=block_n, split=split,
+    )  # fmt: skip
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("tokens", [1, 5, 16, 17])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_element_written(pattern, tokens, dtype, gen):
+    """A partial last row tile, a walk whose last step is partial (masked) and one of full
+    steps only, x^T as linear passes it and a row-major B; two column tiles at 17 tokens."""
+    n, m, vector, block_g = pattern
+    for groups in (3 * block_g + 5, 2 * block_g, 3):
+        W = random_nm(2 * vector + 67, groups * m, n, m, gen, vector, 1, dtype, "cuda")
+        x = randn(tokens, groups * m, gen=gen, dtype=dtype, device="cuda")
+        for B in (x.t(), x.t().contiguous()):
+            got = _launch_poisoned(W, B, block_g)
+            assert_close(
+                got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype
+            )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("block_m", "block_n"), [(64, 8), (128, 16), (64, 32), (128, 64)])
+def test_tiles(block_m, block_n, gen):
+    """Both warpgroup row tiles, wide column tiles and one of 8 tokens (wgmma's narrowest)."""
+    W = random_nm(300, 40 * 8, 2, 8, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(70, 40 * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = _launch_poisoned(W, x.t(), 32, block_m=block_m, block_n=block_n)
+    want = W.to_dense().double() @ x.t().double()
+    assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m", "block_g"), [(2, 8, 32), (1, 8, 32), (2, 4, 32)])
+@pytest.mark.parametrize("split", [1, 3, 64])
+def test_bias_activation_and_split(n, m, block_g, split, gen):
+    """Split-K sums each range into the float32 workspace, then bias and activation in the
+    second kernel; at 64 more ranges are asked for than steps (only non-empty ones launch)."""
+    W = random_nm(137, 13 * 32 * m, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    B = randn(13 * 32 * m, 5, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(137, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    got = _launch_poisoned(W, B, block_g, bias, "gelu", split)
+    assert_close(got, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m"), [(2, 8), (1, 8), (2, 4)])
+def test_llm_shape(n, m, gen):
+    """A weight as tall as an LLM layer's (4096 deep), rows off the tile, K off the step."""
+    W = random_nm(1000 + 5, 4096 + 8 * m, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(16, 4096 + 8 * m, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = _launch_poisoned(W, x.t(), 32, split=4)
+    want = W.to_dense().double() @ x.t().double()
+    assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+def test_supports_and_bad_tiles(gen):
+    cpu = torch.device("cpu")
+    assert not supports(2, 8, 1, torch.bfloat16, 4096, cpu)  # Gluon: no interpreter
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
+        gpu = torch.device("cuda")
+        assert supports(2, 8, 1, torch.bfloat16, 4096, gpu)
+        assert supports(1, 4, 1, torch.float16, 4096, gpu)
+        assert not supports(4, 8, 1, torch.bfloat16, 4096, gpu)  # n past 2
+        assert not supports(2, 16, 1, torch.bfloat16, 4096, gpu)  # m past 8
+        assert not supports(2, 8, 2, torch.bfloat16, 4096, gpu)  # block-wise
+        assert not supports(2, 8, 1, torch.float32, 4096, gpu)
+    W = random_nm(16, 256, 2, 8, gen, 1, 1, torch.bfloat16)
+    x = randn(256, 2, gen=gen, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="block_m must be 64 or 128"):
+        _launch_poisoned(W, x, 32, block_m=32)
+    with pytest.raises(ValueError, match="block_n"):
+        _launch_poisoned(W, x, 32, block_n=12)
+    with pytest.raises(ValueError, match="32 or 64 bits of offsets"):
+        _launch_poisoned(W, x, 8)  # 2:8: 16 bits a lane
