@@ -81,53 +81,60 @@ def _permute(a, selector):
 
 
 @gluon.jit
-def _group_offsets(units, index_rows, g0, end, stride_um, N_KEEP: gl.constexpr,
-                   BITS: gl.constexpr, BLOCK_G: gl.constexpr, MASKED: gl.constexpr,
-                   LAYOUT: gl.constexpr):  # fmt: skip
-    """Each group's packed offsets (n * BITS bits, slot 0 lowest), (rows, GL, QUAD) in LAYOUT
-    (lane t's groups along GL). A lane's groups hold 32 or 64 bits of offsets: one or two
-    int32 words, read whole and shifted by the group's place in them (known per register)."""
+def _load_step(values, units, b, rows, index_rows, g0, end, K, offs_bn, mask_bn, stride_vm,
+               stride_um, stride_bk, stride_bn, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
+               BITS: gl.constexpr, BLOCK_G: gl.constexpr, MASKED: gl.constexpr,
+               WORDS: gl.constexpr, B_LOAD: gl.constexpr):  # fmt: skip
+    """A step's loads, issued a step ahead of their use: the groups' values (rows, GL,
+    QUAD), lane t's groups along GL (contiguous: vector loads); their offsets as the one or
+    two int32 words (rows, 1, QUAD) a lane's groups fill (low, high); B's rows under the
+    step (BLOCK_G * m, BLOCK_N). MASKED: the last step, groups from `end` on not there."""
     GL: gl.constexpr = BLOCK_G // QUAD
-    GROUP_BITS: gl.constexpr = N_KEEP * BITS
-    WORDS: gl.constexpr = GL * GROUP_BITS // 32
-    PER_WORD: gl.constexpr = 32 // GROUP_BITS
-    first = g0 // PER_WORD + _along(QUAD, 2, 3, LAYOUT) * WORDS  # the lane's first word
+    group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
+    groups = g0 + _along(QUAD, 2, 3, group_layout) * GL + _along(GL, 1, 3, group_layout)
+    group_ptrs = values + gl.expand_dims(gl.expand_dims(rows * stride_vm, 1), 2) + groups
+    group = gl.load(group_ptrs, mask=groups < end, other=0) if MASKED else gl.load(group_ptrs)
+    PER_WORD: gl.constexpr = 32 // (N_KEEP * BITS)
+    LANE_WORDS: gl.constexpr = GL // PER_WORD
+    first = g0 // PER_WORD + _along(QUAD, 2, 3, group_layout) * LANE_WORDS  # the lane's first
     ptrs = units + gl.expand_dims(gl.expand_dims(index_rows * stride_um, 1), 2) + first
     low = gl.load(ptrs, mask=first * PER_WORD < end, other=0) if MASKED else gl.load(ptrs)
-    place = _along(GL, 1, 3, LAYOUT)
-    if WORDS == 2:
+    high = low
+    if LANE_WORDS == 2:
         if MASKED:
             high = gl.load(ptrs + 1, mask=(first + 1) * PER_WORD < end, other=0)
         else:
             high = gl.load(ptrs + 1)
-        word = gl.where(place < PER_WORD, low, high)
-    else:
-        word = low + place * 0  # (broadcast along GL)
-    return (word >> ((place % PER_WORD) * GROUP_BITS)) & ((1 << GROUP_BITS) - 1)
+    ks = g0 * M_GROUP + gl.arange(0, BLOCK_G * M_GROUP, layout=gl.SliceLayout(1, B_LOAD))
+    b_ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + gl.expand_dims(
+        offs_bn.to(gl.int64) * stride_bn, 0
+    )  # fmt: skip
+    b_mask = gl.expand_dims(mask_bn, 0)
+    if MASKED:
+        b_mask = b_mask & gl.expand_dims(ks < K, 1)
+    b_tile = gl.load(b_ptrs, mask=b_mask, other=0.0)
+    return group, low, high, b_tile
 
 
 @gluon.jit
-def _operand(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
-             N_KEEP: gl.constexpr, M_GROUP: gl.constexpr, BITS: gl.constexpr,
-             BLOCK_G: gl.constexpr, MASKED: gl.constexpr, DTYPE: gl.constexpr,
+def _operand(group, low, high, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
+             BITS: gl.constexpr, BLOCK_G: gl.constexpr, DTYPE: gl.constexpr,
              WORDS: gl.constexpr, A_LAYOUT: gl.constexpr):  # fmt: skip
     """The step's dense tile (BLOCK_M, BLOCK_G * m) in A_LAYOUT, columns in the permuted
-    order (module docstring). WORDS lays out its int32 words (pairs of positions) as (rows,
-    GL, HQ, PL, QUAD): a group's PL pairs of each HQ selector, QUAD the quad's lanes; in
-    row-major order that is the order of the operand's columns."""
+    order (module docstring), from _load_step's values and offset words. WORDS lays out its
+    int32 words (pairs of positions) as (rows, GL, HQ, PL, QUAD): a group's PL pairs of each
+    HQ selector, QUAD the quad's lanes; in row-major order that is the operand's columns."""
     GL: gl.constexpr = BLOCK_G // QUAD
     group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
-    groups = g0 + _along(QUAD, 2, 3, group_layout) * GL + _along(GL, 1, 3, group_layout)
-    row_part = gl.expand_dims(gl.expand_dims(rows * stride_vm, 1), 2)
-    if MASKED:
-        group = gl.load(values + row_part + groups, mask=groups < end, other=0)
-    else:
-        group = gl.load(values + row_part + groups)
     if N_KEEP == 1:
         group = group.to(gl.uint16, bitcast=True).to(gl.int32)
-    offsets = _group_offsets(
-        units, index_rows, g0, end, stride_um, N_KEEP, BITS, BLOCK_G, MASKED, group_layout
-    )
+    # each group's n * BITS bits of offsets (slot 0 lowest), shifted out of its lane's words
+    # by its place there (known per register)
+    GROUP_BITS: gl.constexpr = N_KEEP * BITS
+    PER_WORD: gl.constexpr = 32 // GROUP_BITS
+    place = _along(GL, 1, 3, group_layout)
+    word = gl.where(place < PER_WORD, low, high)
+    offsets = word >> ((place % PER_WORD) * GROUP_BITS)
     # selectors: (rows, GL, HQ, 1, QUAD), four positions each; HQ = m / 4
     HQ: gl.constexpr = M_GROUP // 4
     hq_shift = _along(HQ, 2, 4, gl.SliceLayout(3, WORDS)) * 32
@@ -144,30 +151,26 @@ def _operand(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
     BLOCK_M: gl.constexpr = words.shape[0]
     BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
     words = gl.reshape(words, [BLOCK_M, BLOCK_K // 2])
-    low = (words & 0xFFFF).to(gl.int16)
-    high = (words >> 16).to(gl.int16)
-    tile = gl.reshape(gl.join(low, high), [BLOCK_M, BLOCK_K]).to(DTYPE, bitcast=True)
+    low_half = (words & 0xFFFF).to(gl.int16)
+    high_half = (words >> 16).to(gl.int16)
+    tile = gl.reshape(gl.join(low_half, high_half), [BLOCK_M, BLOCK_K]).to(DTYPE, bitcast=True)
     return gl.convert_layout(tile, A_LAYOUT, assert_trivial=True)
 
 
 @gluon.jit
-def _b_tile(b, g0, K, offs_n, mask_n, stride_bk, stride_bn, M_GROUP: gl.constexpr,
-            BLOCK_G: gl.constexpr, MASKED: gl.constexpr, LOAD: gl.constexpr):  # fmt: skip
-    """B's rows under the step, (BLOCK_G * m, BLOCK_N), in the operand's column order: row
-    ((t * GL + gl) * m + 2p + e) moves to ((gl * m / 2 + p) * QUAD + t) * 2 + e."""
-    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
-    ks = g0 * M_GROUP + gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, LOAD))
-    ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + gl.expand_dims(
-        offs_n.to(gl.int64) * stride_bn, 0
-    )  # fmt: skip
-    mask = gl.expand_dims(mask_n, 0)
-    if MASKED:
-        mask = mask & gl.expand_dims(ks < K, 1)
-    tile = gl.load(ptrs, mask=mask, other=0.0)
-    BLOCK_N: gl.constexpr = tile.shape[1]
-    tile = gl.reshape(tile, [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N])
-    tile = gl.permute(tile, (1, 2, 0, 3, 4))
-    return gl.reshape(tile, [BLOCK_K, BLOCK_N])
+def _mma_step(acc, loaded, b_shared, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
+              BITS: gl.constexpr, BLOCK_G: gl.constexpr, WORDS: gl.constexpr,
+              A_LAYOUT: gl.constexpr):  # fmt: skip
+    """acc + the step's dense tile @ B's rows under it. B's row ((t * GL + gl) * m + 2p + e)
+    goes to shared memory as row ((gl * m / 2 + p) * QUAD + t) * 2 + e, the operand's order."""
+    group, low, high, b_tile = loaded
+    a = _operand(group, low, high, N_KEEP, M_GROUP, BITS, BLOCK_G, b_tile.dtype, WORDS, A_LAYOUT)
+    BLOCK_N: gl.constexpr = b_tile.shape[1]
+    b_tile = gl.reshape(b_tile, [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N])
+    b_tile = gl.reshape(gl.permute(b_tile, (1, 2, 0, 3, 4)), [BLOCK_G * M_GROUP, BLOCK_N])
+    b_shared.store(b_tile)
+    fence_async_shared()
+    return warpgroup_mma(a, b_shared, acc)
 
 
 @gluon.jit
@@ -219,28 +222,28 @@ def _nm_wgmma_kernel(
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // BLOCK_G * BLOCK_G
-    for g0 in range(first, full, BLOCK_G):
-        a = _operand(
-            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
-            BITS, BLOCK_G, False, dtype, WORDS, A_LAYOUT,
+    if full > first:  # full steps, each one's loads issued during the step before
+        loaded = _load_step(
+            values, units, b, rows, index_rows, first, end, K, offs_bn, mask_bn, stride_vm,
+            stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, False, WORDS,
+            B_LOAD,
         )  # fmt: skip
-        b_tile = _b_tile(
-            b, g0, K, offs_bn, mask_bn, stride_bk, stride_bn, M_GROUP, BLOCK_G, False, B_LOAD
-        )
-        b_shared.store(b_tile)
-        fence_async_shared()
-        acc = warpgroup_mma(a, b_shared, acc)
+        for g0 in range(first + BLOCK_G, full, BLOCK_G):
+            ahead = _load_step(
+                values, units, b, rows, index_rows, g0, end, K, offs_bn, mask_bn, stride_vm,
+                stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, False, WORDS,
+                B_LOAD,
+            )  # fmt: skip
+            acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+            loaded = ahead
+        acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
     if full < end:
-        a = _operand(
-            values, units, rows, index_rows, full, end, stride_vm, stride_um, N_KEEP, M_GROUP,
-            BITS, BLOCK_G, True, dtype, WORDS, A_LAYOUT,
+        loaded = _load_step(
+            values, units, b, rows, index_rows, full, end, K, offs_bn, mask_bn, stride_vm,
+            stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, True, WORDS,
+            B_LOAD,
         )  # fmt: skip
-        b_tile = _b_tile(
-            b, full, K, offs_bn, mask_bn, stride_bk, stride_bn, M_GROUP, BLOCK_G, True, B_LOAD
-        )
-        b_shared.store(b_tile)
-        fence_async_shared()
-        acc = warpgroup_mma(a, b_shared, acc)
+        acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(
         0, BLOCK_M, layout=gl.SliceLayout(1, ACC_LAYOUT)
     )
