@@ -39,6 +39,8 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
 
+# a program's B in shared memory at most: three programs an SM (their registers allow three)
+B_SHARED_BYTES = 64 * 1024
 QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each with its own columns
 
 
@@ -81,14 +83,13 @@ def _permute(a, selector):
 
 
 @gluon.jit
-def _load_step(values, units, b, rows, index_rows, g0, end, K, offs_bn, mask_bn, stride_vm,
-               stride_um, stride_bk, stride_bn, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
-               BITS: gl.constexpr, BLOCK_G: gl.constexpr, MASKED: gl.constexpr,
-               WORDS: gl.constexpr, B_LOAD: gl.constexpr):  # fmt: skip
-    """A step's loads, issued a step ahead of their use: the groups' values (rows, GL,
-    QUAD), lane t's groups along GL (contiguous: vector loads); their offsets as the one or
-    two int32 words (rows, 1, QUAD) a lane's groups fill (low, high); B's rows under the
-    step (BLOCK_G * m, BLOCK_N). MASKED: the last step, groups from `end` on not there."""
+def _load_step(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
+               N_KEEP: gl.constexpr, BITS: gl.constexpr, BLOCK_G: gl.constexpr,
+               MASKED: gl.constexpr, WORDS: gl.constexpr):  # fmt: skip
+    """A step's loads of W, issued a step ahead of their use: the groups' values (rows, GL,
+    QUAD), lane t's groups along GL (contiguous: vector loads), and their offsets as the one
+    or two int32 words (rows, 1, QUAD) a lane's groups fill (low, high). MASKED: the last
+    step, groups from `end` on not there."""
     GL: gl.constexpr = BLOCK_G // QUAD
     group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
     groups = g0 + _along(QUAD, 2, 3, group_layout) * GL + _along(GL, 1, 3, group_layout)
@@ -105,15 +106,7 @@ def _load_step(values, units, b, rows, index_rows, g0, end, K, offs_bn, mask_bn,
             high = gl.load(ptrs + 1, mask=(first + 1) * PER_WORD < end, other=0)
         else:
             high = gl.load(ptrs + 1)
-    ks = g0 * M_GROUP + gl.arange(0, BLOCK_G * M_GROUP, layout=gl.SliceLayout(1, B_LOAD))
-    b_ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + gl.expand_dims(
-        offs_bn.to(gl.int64) * stride_bn, 0
-    )  # fmt: skip
-    b_mask = gl.expand_dims(mask_bn, 0)
-    if MASKED:
-        b_mask = b_mask & gl.expand_dims(ks < K, 1)
-    b_tile = gl.load(b_ptrs, mask=b_mask, other=0.0)
-    return group, low, high, b_tile
+    return group, low, high
 
 
 @gluon.jit
@@ -158,19 +151,41 @@ def _operand(group, low, high, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
 
 
 @gluon.jit
-def _mma_step(acc, loaded, b_shared, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
+def _stage_b(b, b_shared, first, end, K, offs_bn, mask_bn, stride_bk, stride_bn,
+             M_GROUP: gl.constexpr, BLOCK_G: gl.constexpr, STEPS: gl.constexpr,
+             LOAD: gl.constexpr):  # fmt: skip
+    """B's rows under the program's groups into shared memory, once (STEPS tiles, all loads
+    issued before the first store), each tile's rows in the operand's column order: row
+    ((t * GL + gl) * m + 2p + e) of a step goes to ((gl * m / 2 + p) * QUAD + t) * 2 + e.
+    Staging B once leaves the loop with no shared-memory store: a proxy fence there (as
+    wgmma needs after one) would wait for the next step's loads in flight."""
+    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
+    BLOCK_N: gl.constexpr = offs_bn.shape[0]
+    col_part = gl.expand_dims(offs_bn.to(gl.int64) * stride_bn, 0)
+    tiles = ()
+    for step in gl.static_range(STEPS):
+        ks = (first + step * BLOCK_G) * M_GROUP + gl.arange(
+            0, BLOCK_K, layout=gl.SliceLayout(1, LOAD)
+        )  # fmt: skip
+        mask = gl.expand_dims(ks < end * M_GROUP, 1) & gl.expand_dims(mask_bn, 0)
+        ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + col_part
+        tiles = tiles + (gl.load(ptrs, mask=mask, other=0.0),)
+    for step in gl.static_range(STEPS):
+        tile = gl.reshape(tiles[step], [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N])
+        tile = gl.reshape(gl.permute(tile, (1, 2, 0, 3, 4)), [BLOCK_K, BLOCK_N])
+        b_shared.index(step).store(tile)
+    fence_async_shared()
+    gl.thread_barrier()  # (here, or the compiler puts one before every step's wgmma)
+
+
+@gluon.jit
+def _mma_step(acc, loaded, b_step, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
               BITS: gl.constexpr, BLOCK_G: gl.constexpr, WORDS: gl.constexpr,
               A_LAYOUT: gl.constexpr):  # fmt: skip
-    """acc + the step's dense tile @ B's rows under it. B's row ((t * GL + gl) * m + 2p + e)
-    goes to shared memory as row ((gl * m / 2 + p) * QUAD + t) * 2 + e, the operand's order."""
-    group, low, high, b_tile = loaded
-    a = _operand(group, low, high, N_KEEP, M_GROUP, BITS, BLOCK_G, b_tile.dtype, WORDS, A_LAYOUT)
-    BLOCK_N: gl.constexpr = b_tile.shape[1]
-    b_tile = gl.reshape(b_tile, [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N])
-    b_tile = gl.reshape(gl.permute(b_tile, (1, 2, 0, 3, 4)), [BLOCK_G * M_GROUP, BLOCK_N])
-    b_shared.store(b_tile)
-    fence_async_shared()
-    return warpgroup_mma(a, b_shared, acc)
+    """acc + the step's dense tile @ B's rows under it (b_step, staged by _stage_b)."""
+    group, low, high = loaded
+    a = _operand(group, low, high, N_KEEP, M_GROUP, BITS, BLOCK_G, b_step.dtype, WORDS, A_LAYOUT)
+    return warpgroup_mma(a, b_step, acc)
 
 
 @gluon.jit
@@ -198,6 +213,7 @@ def _nm_wgmma_kernel(
     HAS_BIAS: gl.constexpr,
     ACTIVATION: gl.constexpr,
     BLOCK_G: gl.constexpr,
+    STEPS: gl.constexpr,  # the most steps a program takes (B's tiles in shared memory)
     PARTIAL: gl.constexpr,
     WORDS: gl.constexpr,  # the layouts: layouts() below
     A_LAYOUT: gl.constexpr,
@@ -207,7 +223,6 @@ def _nm_wgmma_kernel(
 ):
     BLOCK_M: gl.constexpr = WORDS.shape[0]
     BLOCK_N: gl.constexpr = ACC_LAYOUT.instr_shape[1]
-    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
     group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))  # (rows, GL, QUAD)
     row_layout: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, group_layout))
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
@@ -215,35 +230,57 @@ def _nm_wgmma_kernel(
     index_rows = rows // VECTOR
     offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, B_LOAD))
     mask_bn = offs_bn < N
-    dtype: gl.constexpr = b.dtype.element_ty
-    b_shared = gl.allocate_shared_memory(dtype, [BLOCK_K, BLOCK_N], B_SHARED)
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, ACC_LAYOUT)
     groups_total = K // M_GROUP
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // BLOCK_G * BLOCK_G
-    if full > first:  # full steps, each one's loads issued during the step before
+    b_shared = gl.allocate_shared_memory(
+        b.dtype.element_ty, [STEPS, BLOCK_G * M_GROUP, BLOCK_N], B_SHARED
+    )  # fmt: skip
+    _stage_b(
+        b, b_shared, first, end, K, offs_bn, mask_bn, stride_bk, stride_bn, M_GROUP, BLOCK_G,
+        STEPS, B_LOAD,
+    )  # fmt: skip
+    # full steps, each one's loads issued two steps ahead (the compiler sinks them to the end
+    # of the step that issues them: one step ahead would leave them one wgmma to land)
+    if full - first >= 2 * BLOCK_G:
         loaded = _load_step(
-            values, units, b, rows, index_rows, first, end, K, offs_bn, mask_bn, stride_vm,
-            stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, False, WORDS,
-            B_LOAD,
+            values, units, rows, index_rows, first, end, stride_vm, stride_um, N_KEEP, BITS,
+            BLOCK_G, False, WORDS,
         )  # fmt: skip
-        for g0 in range(first + BLOCK_G, full, BLOCK_G):
+        next_loaded = _load_step(
+            values, units, rows, index_rows, first + BLOCK_G, end, stride_vm, stride_um,
+            N_KEEP, BITS, BLOCK_G, False, WORDS,
+        )  # fmt: skip
+        for g0 in range(first + 2 * BLOCK_G, full, BLOCK_G):
             ahead = _load_step(
-                values, units, b, rows, index_rows, g0, end, K, offs_bn, mask_bn, stride_vm,
-                stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, False, WORDS,
-                B_LOAD,
+                values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, BITS,
+                BLOCK_G, False, WORDS,
             )  # fmt: skip
-            acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
-            loaded = ahead
-        acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+            b_step = b_shared.index((g0 - 2 * BLOCK_G - first) // BLOCK_G)
+            acc = _mma_step(acc, loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+            loaded = next_loaded
+            next_loaded = ahead
+        b_step = b_shared.index((full - 2 * BLOCK_G - first) // BLOCK_G)
+        acc = _mma_step(acc, loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+        b_step = b_shared.index((full - BLOCK_G - first) // BLOCK_G)
+        acc = _mma_step(acc, next_loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+    elif full > first:  # one full step
+        loaded = _load_step(
+            values, units, rows, index_rows, first, end, stride_vm, stride_um, N_KEEP, BITS,
+            BLOCK_G, False, WORDS,
+        )  # fmt: skip
+        acc = _mma_step(
+            acc, loaded, b_shared.index(0), N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT
+        )
     if full < end:
         loaded = _load_step(
-            values, units, b, rows, index_rows, full, end, K, offs_bn, mask_bn, stride_vm,
-            stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, True, WORDS,
-            B_LOAD,
+            values, units, rows, index_rows, full, end, stride_vm, stride_um, N_KEEP, BITS,
+            BLOCK_G, True, WORDS,
         )  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+        b_step = b_shared.index((full - first) // BLOCK_G)
+        acc = _mma_step(acc, loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(
         0, BLOCK_M, layout=gl.SliceLayout(1, ACC_LAYOUT)
     )
@@ -338,7 +375,10 @@ def spmm_nm_wgmma(
     if n == 2 and (values.stride(0) % 2 or values.data_ptr() % 4):
         values = values.contiguous()  # (read as int32 pairs)
     k = b.shape[0]
-    steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
+    steps = cdiv(k // m, block_g)
+    # a program's tiles of B stay in shared memory: split K until they fit
+    split = max(split, cdiv(steps * block_g * m * block_n * 2, B_SHARED_BYTES))
+    steps_per_split, splits = split_k.ranges(steps, split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
     _nm_wgmma_kernel[grid](
@@ -365,6 +405,7 @@ def spmm_nm_wgmma(
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         BLOCK_G=block_g,
+        STEPS=steps_per_split,
         PARTIAL=splits > 1,
         num_warps=4,
         **layouts(block_m, block_g, block_n, m, b.stride(0) == 1),
