@@ -67,6 +67,9 @@ def cases() -> dict:
         _, W16 = weight("2:8", M, K)
         x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
         calls[f"linear 2:8 {M}x{K} x16 (expand)"] = lambda W16=W16, x16=x16: sk.linear(x16, W16)
+    for pattern, M, K, split in (("2:8", 14336, 4096, 4), ("1:8", 14336, 4096, 4),
+                                 ("2:8", 4096, 14336, 8)):  # fmt: skip
+        calls.update(_wgmma_cases(pattern, M, K, split))
     g = torch.Generator(device="cuda").manual_seed(0)
     P = _pattern_from_mask(
         attention_mask("local:256", 4096, torch.device("cuda"), g), torch.float32
@@ -79,6 +82,39 @@ def cases() -> dict:
         num_warps=1, heads=2,
     )  # fmt: skip
     return calls
+
+
+def _wgmma_cases(pattern: str, M: int, K: int, split: int) -> dict:
+    """The wgmma kernel (spmm_nm_wgmma.py) at 16 tokens and the route's (the unpack kernel):
+    what holds the wgmma kernel at ~4x its instruction-issue bound?"""
+    from sparsekernels.kernels.spmm_nm_decode import packed_bits
+    from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
+    from sparsekernels.ops._triton_nm import packed_words
+
+    _, W = weight(pattern, M, K)
+    x = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
+    words = packed_words(W.indices, packed_bits(W.m, 1))
+    out = torch.empty(M, 16, device="cuda", dtype=torch.bfloat16)
+    label = f"{pattern} {M}x{K} x16"
+    return {
+        f"wgmma {label} k{split}": lambda: spmm_nm_wgmma(
+            values=W.values,
+            words=words,
+            bits=packed_bits(W.m, 1),
+            b=x.t(),
+            bias=None,
+            out=out,
+            n=W.n,
+            m=W.m,
+            vector=1,
+            activation="none",
+            block_m=64,
+            block_g=32,
+            block_n=16,
+            split=split,
+        ),  # fmt: skip
+        f"linear {label} (unpack)": lambda: sk.linear(x, W),
+    }
 
 
 def main():
