@@ -39,9 +39,10 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
 
-# a program's B in shared memory at most: three programs an SM (their registers allow three)
-B_SHARED_BYTES = 64 * 1024
-QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each with its own columns
+# a program's B in shared memory at most (of the H200's 227 KB a block)
+B_SHARED_BYTES = 200 * 1024
+QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each its own columns
+STAGE_CHUNK = gl.constexpr(4)  # B's tiles loaded at once while staging (their registers)
 
 
 @gluon.constexpr_function
@@ -85,11 +86,30 @@ def _permute(a, selector):
 @gluon.jit
 def _load_step(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
                N_KEEP: gl.constexpr, BITS: gl.constexpr, BLOCK_G: gl.constexpr,
+               WORDS: gl.constexpr):  # fmt: skip
+    """A step's loads of W: unmasked (vector loads) for a full step, masked by element for
+    the last, partial one and for steps past the end (the prefetch's, all masked off)."""
+    if g0 + BLOCK_G <= end:
+        group, low, high = _load_part(
+            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, BITS,
+            BLOCK_G, False, WORDS,
+        )  # fmt: skip
+    else:
+        group, low, high = _load_part(
+            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, BITS,
+            BLOCK_G, True, WORDS,
+        )  # fmt: skip
+    return group, low, high
+
+
+@gluon.jit
+def _load_part(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
+               N_KEEP: gl.constexpr, BITS: gl.constexpr, BLOCK_G: gl.constexpr,
                MASKED: gl.constexpr, WORDS: gl.constexpr):  # fmt: skip
-    """A step's loads of W, issued a step ahead of their use: the groups' values (rows, GL,
-    QUAD), lane t's groups along GL (contiguous: vector loads), and their offsets as the one
-    or two int32 words (rows, 1, QUAD) a lane's groups fill (low, high). MASKED: the last
-    step, groups from `end` on not there."""
+    """A step's loads of W, issued two steps ahead of their use: the groups' values (rows,
+    GL, QUAD), lane t's groups along GL (contiguous: vector loads), and their offsets as the
+    one or two int32 words (rows, 1, QUAD) a lane's groups fill (low, high). MASKED: groups
+    from `end` on are not there."""
     GL: gl.constexpr = BLOCK_G // QUAD
     group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
     groups = g0 + _along(QUAD, 2, 3, group_layout) * GL + _along(GL, 1, 3, group_layout)
@@ -154,26 +174,29 @@ def _operand(group, low, high, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
 def _stage_b(b, b_shared, first, end, K, offs_bn, mask_bn, stride_bk, stride_bn,
              M_GROUP: gl.constexpr, BLOCK_G: gl.constexpr, STEPS: gl.constexpr,
              LOAD: gl.constexpr):  # fmt: skip
-    """B's rows under the program's groups into shared memory, once (STEPS tiles, all loads
-    issued before the first store), each tile's rows in the operand's column order: row
+    """B's rows under the program's groups into shared memory, once (STEPS tiles, loaded
+    STAGE_CHUNK at a time before their stores), each tile's rows in the operand's column order: row
     ((t * GL + gl) * m + 2p + e) of a step goes to ((gl * m / 2 + p) * QUAD + t) * 2 + e.
     Staging B once leaves the loop with no shared-memory store: a proxy fence there (as
     wgmma needs after one) would wait for the next step's loads in flight."""
     BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
     BLOCK_N: gl.constexpr = offs_bn.shape[0]
     col_part = gl.expand_dims(offs_bn.to(gl.int64) * stride_bn, 0)
-    tiles = ()
-    for step in gl.static_range(STEPS):
-        ks = (first + step * BLOCK_G) * M_GROUP + gl.arange(
-            0, BLOCK_K, layout=gl.SliceLayout(1, LOAD)
-        )  # fmt: skip
-        mask = gl.expand_dims(ks < end * M_GROUP, 1) & gl.expand_dims(mask_bn, 0)
-        ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + col_part
-        tiles = tiles + (gl.load(ptrs, mask=mask, other=0.0),)
-    for step in gl.static_range(STEPS):
-        tile = gl.reshape(tiles[step], [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N])
-        tile = gl.reshape(gl.permute(tile, (1, 2, 0, 3, 4)), [BLOCK_K, BLOCK_N])
-        b_shared.index(step).store(tile)
+    for chunk in gl.static_range(0, STEPS, STAGE_CHUNK):  # a chunk's loads, then its stores
+        tiles = ()
+        for step in gl.static_range(chunk, min(chunk + STAGE_CHUNK, STEPS)):
+            ks = (first + step * BLOCK_G) * M_GROUP + gl.arange(
+                0, BLOCK_K, layout=gl.SliceLayout(1, LOAD)
+            )  # fmt: skip
+            mask = gl.expand_dims(ks < end * M_GROUP, 1) & gl.expand_dims(mask_bn, 0)
+            ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + col_part
+            tiles = tiles + (gl.load(ptrs, mask=mask, other=0.0),)
+        for step in gl.static_range(chunk, min(chunk + STAGE_CHUNK, STEPS)):
+            tile = gl.reshape(
+                tiles[step - chunk], [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N]
+            )  # fmt: skip
+            tile = gl.reshape(gl.permute(tile, (1, 2, 0, 3, 4)), [BLOCK_K, BLOCK_N])
+            b_shared.index(step).store(tile)
     fence_async_shared()
     gl.thread_barrier()  # (here, or the compiler puts one before every step's wgmma)
 
@@ -234,53 +257,34 @@ def _nm_wgmma_kernel(
     groups_total = K // M_GROUP
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
-    full = first + (end - first) // BLOCK_G * BLOCK_G
     b_shared = gl.allocate_shared_memory(
         b.dtype.element_ty, [STEPS, BLOCK_G * M_GROUP, BLOCK_N], B_SHARED
+    )  # fmt: skip
+    # each step's loads issued two steps ahead (the compiler sinks them to the end of the step
+    # that issues them: one step ahead would leave them one wgmma to land), the first two
+    # before B's staging, so their latency overlaps it; one wgmma site (each inlines the
+    # tile's build: more of them made ptxas serialize the wgmmas, short of registers)
+    loaded = _load_step(
+        values, units, rows, index_rows, first, end, stride_vm, stride_um, N_KEEP, BITS,
+        BLOCK_G, WORDS,
+    )  # fmt: skip
+    next_loaded = _load_step(
+        values, units, rows, index_rows, first + BLOCK_G, end, stride_vm, stride_um, N_KEEP,
+        BITS, BLOCK_G, WORDS,
     )  # fmt: skip
     _stage_b(
         b, b_shared, first, end, K, offs_bn, mask_bn, stride_bk, stride_bn, M_GROUP, BLOCK_G,
         STEPS, B_LOAD,
     )  # fmt: skip
-    # full steps, each one's loads issued two steps ahead (the compiler sinks them to the end
-    # of the step that issues them: one step ahead would leave them one wgmma to land)
-    if full - first >= 2 * BLOCK_G:
-        loaded = _load_step(
-            values, units, rows, index_rows, first, end, stride_vm, stride_um, N_KEEP, BITS,
-            BLOCK_G, False, WORDS,
+    for g0 in range(first, end, BLOCK_G):
+        ahead = _load_step(
+            values, units, rows, index_rows, g0 + 2 * BLOCK_G, end, stride_vm, stride_um,
+            N_KEEP, BITS, BLOCK_G, WORDS,
         )  # fmt: skip
-        next_loaded = _load_step(
-            values, units, rows, index_rows, first + BLOCK_G, end, stride_vm, stride_um,
-            N_KEEP, BITS, BLOCK_G, False, WORDS,
-        )  # fmt: skip
-        for g0 in range(first + 2 * BLOCK_G, full, BLOCK_G):
-            ahead = _load_step(
-                values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, BITS,
-                BLOCK_G, False, WORDS,
-            )  # fmt: skip
-            b_step = b_shared.index((g0 - 2 * BLOCK_G - first) // BLOCK_G)
-            acc = _mma_step(acc, loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
-            loaded = next_loaded
-            next_loaded = ahead
-        b_step = b_shared.index((full - 2 * BLOCK_G - first) // BLOCK_G)
+        b_step = b_shared.index((g0 - first) // BLOCK_G)
         acc = _mma_step(acc, loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
-        b_step = b_shared.index((full - BLOCK_G - first) // BLOCK_G)
-        acc = _mma_step(acc, next_loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
-    elif full > first:  # one full step
-        loaded = _load_step(
-            values, units, rows, index_rows, first, end, stride_vm, stride_um, N_KEEP, BITS,
-            BLOCK_G, False, WORDS,
-        )  # fmt: skip
-        acc = _mma_step(
-            acc, loaded, b_shared.index(0), N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT
-        )
-    if full < end:
-        loaded = _load_step(
-            values, units, rows, index_rows, full, end, stride_vm, stride_um, N_KEEP, BITS,
-            BLOCK_G, True, WORDS,
-        )  # fmt: skip
-        b_step = b_shared.index((full - first) // BLOCK_G)
-        acc = _mma_step(acc, loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+        loaded = next_loaded
+        next_loaded = ahead
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(
         0, BLOCK_M, layout=gl.SliceLayout(1, ACC_LAYOUT)
     )
@@ -294,11 +298,12 @@ def _nm_wgmma_kernel(
 
 
 def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool) -> dict:
-    """The kernel's layouts for 4 warps (one warpgroup; block_m 64 or 128). WORDS: the int32
-    words (pairs of positions) of a step as (rows, GL, HQ, PL, QUAD), owned as the wgmma A
-    operand owns their columns: a quad's lane t holds QUAD axis t, lanes / 4 rows 0-7, a
-    register row 8, warps rows 16 and 32, registers rows 64 on; the rest in registers, GL
-    first (the lane's groups: contiguous for vector loads)."""
+    """The kernel's layouts for block_m / 16 warps (a warpgroup each 64 rows). WORDS: the
+    int32 words (pairs of positions) of a step as (rows, GL, HQ, PL, QUAD), owned as the wgmma
+    A operand owns their columns: a quad's lane t holds QUAD axis t, lanes / 4 rows 0-7, a
+    register row 8, warps rows 16 on; the rest in registers, GL first (the lane's groups:
+    contiguous for vector loads)."""
+    warp_count = block_m // 16
     gl_count = block_g // 4
     hq, pl = m // 4, 2
 
@@ -309,15 +314,15 @@ def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool
 
     reg = [basis(1, 1 << i) for i in range(gl_count.bit_length() - 1)]
     reg += [basis(3, 1)] + [basis(2, 1 << i) for i in range(hq.bit_length() - 1)]
-    reg += [basis(0, 8)] + [basis(0, r) for r in (64, 128, 256) if r < block_m]
+    reg += [basis(0, 8)]
     lanes = [basis(4, 1), basis(4, 2), basis(0, 1), basis(0, 2), basis(0, 4)]
-    warps = [basis(0, 16), basis(0, 32)]
+    warps = [basis(0, 16 << i) for i in range(warp_count.bit_length() - 1)]
     words = gl.DistributedLinearLayout(reg, lanes, warps, [], [block_m, gl_count, hq, pl, 4])
-    acc = gl.NVMMADistributedLayout([3, 0], [4, 1], [16, block_n, 16])
+    acc = gl.NVMMADistributedLayout([3, 0], [warp_count, 1], [16, block_n, 16])
     if k_contiguous:
-        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, 4], [0, 1])
+        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, warp_count], [0, 1])
     else:
-        b_load = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
+        b_load = gl.BlockedLayout([1, 8], [32, 1], [warp_count, 1], [1, 0])
     return {
         "WORDS": words,
         "A_LAYOUT": gl.DotOperandLayout(0, acc, 2),
@@ -376,7 +381,7 @@ def spmm_nm_wgmma(
         values = values.contiguous()  # (read as int32 pairs)
     k = b.shape[0]
     steps = cdiv(k // m, block_g)
-    # a program's tiles of B stay in shared memory: split K until they fit
+    # a program's tiles of B stay in shared memory: split K at least until they fit
     split = max(split, cdiv(steps * block_g * m * block_n * 2, B_SHARED_BYTES))
     steps_per_split, splits = split_k.ranges(steps, split)
     partials = split_k.workspace(out, splits, torch.float32)
@@ -407,7 +412,7 @@ def spmm_nm_wgmma(
         BLOCK_G=block_g,
         STEPS=steps_per_split,
         PARTIAL=splits > 1,
-        num_warps=4,
+        num_warps=block_m // 16,
         **layouts(block_m, block_g, block_n, m, b.stride(0) == 1),
     )
     if splits > 1:
