@@ -67,9 +67,10 @@ def cases() -> dict:
         _, W16 = weight("2:8", M, K)
         x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
         calls[f"linear 2:8 {M}x{K} x16 (expand)"] = lambda W16=W16, x16=x16: sk.linear(x16, W16)
-    for pattern, M, K, split in (("2:8", 14336, 4096, 4), ("1:8", 14336, 4096, 4),
-                                 ("2:8", 4096, 14336, 8)):  # fmt: skip
-        calls.update(_wgmma_cases(pattern, M, K, split))
+    for pattern, M, K, split, block_m in (("2:8", 14336, 4096, 4, 64), ("1:8", 14336, 4096, 4, 64),
+                                          ("2:8", 4096, 14336, 8, 64),
+                                          ("2:8", 14336, 4096, 1, 128)):  # fmt: skip
+        calls.update(_wgmma_cases(pattern, M, K, split, block_m))
     g = torch.Generator(device="cuda").manual_seed(0)
     P = _pattern_from_mask(
         attention_mask("local:256", 4096, torch.device("cuda"), g), torch.float32
@@ -84,7 +85,7 @@ def cases() -> dict:
     return calls
 
 
-def _wgmma_cases(pattern: str, M: int, K: int, split: int) -> dict:
+def _wgmma_cases(pattern: str, M: int, K: int, split: int, block_m: int) -> dict:
     """The wgmma kernel (spmm_nm_wgmma.py) at 16 tokens and the route's (the unpack kernel):
     what holds the wgmma kernel at ~4x its instruction-issue bound?"""
     from sparsekernels.kernels.spmm_nm_decode import packed_bits
@@ -97,7 +98,7 @@ def _wgmma_cases(pattern: str, M: int, K: int, split: int) -> dict:
     out = torch.empty(M, 16, device="cuda", dtype=torch.bfloat16)
     label = f"{pattern} {M}x{K} x16"
     return {
-        f"wgmma {label} k{split}": lambda: spmm_nm_wgmma(
+        f"wgmma {label} {block_m}x32 k{split}": lambda: spmm_nm_wgmma(
             values=W.values,
             words=words,
             bits=packed_bits(W.m, 1),
