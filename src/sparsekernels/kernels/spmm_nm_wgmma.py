@@ -33,16 +33,14 @@ import os
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
 
-# a program's B in shared memory at most (of the H200's 227 KB a block)
-B_SHARED_BYTES = 200 * 1024
 QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each its own columns
-STAGE_CHUNK = gl.constexpr(4)  # B's tiles loaded at once while staging (their registers)
 
 
 @gluon.constexpr_function
@@ -81,52 +79,6 @@ def _permute(a, selector):
         "prmt.b32 $0, $1, 0, $2;", "=r,r,r", [a, selector], dtype=gl.int32, is_pure=True,
         pack=1,
     )  # fmt: skip
-
-
-@gluon.jit
-def _load_step(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
-               N_KEEP: gl.constexpr, BITS: gl.constexpr, BLOCK_G: gl.constexpr,
-               WORDS: gl.constexpr):  # fmt: skip
-    """A step's loads of W: unmasked (vector loads) for a full step, masked by element for
-    the last, partial one and for steps past the end (the prefetch's, all masked off)."""
-    if g0 + BLOCK_G <= end:
-        group, low, high = _load_part(
-            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, BITS,
-            BLOCK_G, False, WORDS,
-        )  # fmt: skip
-    else:
-        group, low, high = _load_part(
-            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, BITS,
-            BLOCK_G, True, WORDS,
-        )  # fmt: skip
-    return group, low, high
-
-
-@gluon.jit
-def _load_part(values, units, rows, index_rows, g0, end, stride_vm, stride_um,
-               N_KEEP: gl.constexpr, BITS: gl.constexpr, BLOCK_G: gl.constexpr,
-               MASKED: gl.constexpr, WORDS: gl.constexpr):  # fmt: skip
-    """A step's loads of W, issued two steps ahead of their use: the groups' values (rows,
-    GL, QUAD), lane t's groups along GL (contiguous: vector loads), and their offsets as the
-    one or two int32 words (rows, 1, QUAD) a lane's groups fill (low, high). MASKED: groups
-    from `end` on are not there."""
-    GL: gl.constexpr = BLOCK_G // QUAD
-    group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
-    groups = g0 + _along(QUAD, 2, 3, group_layout) * GL + _along(GL, 1, 3, group_layout)
-    group_ptrs = values + gl.expand_dims(gl.expand_dims(rows * stride_vm, 1), 2) + groups
-    group = gl.load(group_ptrs, mask=groups < end, other=0) if MASKED else gl.load(group_ptrs)
-    PER_WORD: gl.constexpr = 32 // (N_KEEP * BITS)
-    LANE_WORDS: gl.constexpr = GL // PER_WORD
-    first = g0 // PER_WORD + _along(QUAD, 2, 3, group_layout) * LANE_WORDS  # the lane's first
-    ptrs = units + gl.expand_dims(gl.expand_dims(index_rows * stride_um, 1), 2) + first
-    low = gl.load(ptrs, mask=first * PER_WORD < end, other=0) if MASKED else gl.load(ptrs)
-    high = low
-    if LANE_WORDS == 2:
-        if MASKED:
-            high = gl.load(ptrs + 1, mask=(first + 1) * PER_WORD < end, other=0)
-        else:
-            high = gl.load(ptrs + 1)
-    return group, low, high
 
 
 @gluon.jit
@@ -170,52 +122,74 @@ def _operand(group, low, high, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
     return gl.convert_layout(tile, A_LAYOUT, assert_trivial=True)
 
 
-@gluon.jit
-def _stage_b(b, b_shared, first, end, K, offs_bn, mask_bn, stride_bk, stride_bn,
-             M_GROUP: gl.constexpr, BLOCK_G: gl.constexpr, STEPS: gl.constexpr,
-             LOAD: gl.constexpr):  # fmt: skip
-    """B's rows under the program's groups into shared memory, once (STEPS tiles, loaded
-    STAGE_CHUNK at a time before their stores), each tile's rows in the operand's column order: row
-    ((t * GL + gl) * m + 2p + e) of a step goes to ((gl * m / 2 + p) * QUAD + t) * 2 + e.
-    Staging B once leaves the loop with no shared-memory store: a proxy fence there (as
-    wgmma needs after one) would wait for the next step's loads in flight."""
-    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
-    BLOCK_N: gl.constexpr = offs_bn.shape[0]
-    col_part = gl.expand_dims(offs_bn.to(gl.int64) * stride_bn, 0)
-    for chunk in gl.static_range(0, STEPS, STAGE_CHUNK):  # a chunk's loads, then its stores
-        tiles = ()
-        for step in gl.static_range(chunk, min(chunk + STAGE_CHUNK, STEPS)):
-            ks = (first + step * BLOCK_G) * M_GROUP + gl.arange(
-                0, BLOCK_K, layout=gl.SliceLayout(1, LOAD)
-            )  # fmt: skip
-            mask = gl.expand_dims(ks < end * M_GROUP, 1) & gl.expand_dims(mask_bn, 0)
-            ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + col_part
-            tiles = tiles + (gl.load(ptrs, mask=mask, other=0.0),)
-        for step in gl.static_range(chunk, min(chunk + STAGE_CHUNK, STEPS)):
-            tile = gl.reshape(
-                tiles[step - chunk], [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N]
-            )  # fmt: skip
-            tile = gl.reshape(gl.permute(tile, (1, 2, 0, 3, 4)), [BLOCK_K, BLOCK_N])
-            b_shared.index(step).store(tile)
-    fence_async_shared()
-    gl.thread_barrier()  # (here, or the compiler puts one before every step's wgmma)
+# the copy into shared memory: async_load in newer Triton, async_copy_global_to_shared in 3.6
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
 
 @gluon.jit
-def _mma_step(acc, loaded, b_step, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
-              BITS: gl.constexpr, BLOCK_G: gl.constexpr, WORDS: gl.constexpr,
-              A_LAYOUT: gl.constexpr):  # fmt: skip
-    """acc + the step's dense tile @ B's rows under it (b_step, staged by _stage_b)."""
-    group, low, high = loaded
-    a = _operand(group, low, high, N_KEEP, M_GROUP, BITS, BLOCK_G, b_step.dtype, WORDS, A_LAYOUT)
-    return warpgroup_mma(a, b_step, acc)
+def _copy(smem, pointers, mask):
+    """cp.async of `pointers` into `smem` (elements whose mask is off are zero-filled)."""
+    _async_load(smem, pointers, mask=mask)
+
+
+@gluon.jit
+def _as_type(smem, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
+    """The same shared memory read as another type and shape (Triton 3.7 renamed the call)."""
+    if _REINTERPRET:
+        return smem.reinterpret(dtype, shape, layout)
+    return smem._reinterpret(dtype, shape, layout)
+
+
+@gluon.jit
+def _issue_step(values, units, b_pairs, vals_s, low_s, high_s, b_s, stage, rows, index_rows,
+                g0, end, K, offs_bn, mask_bn, stride_vm, stride_um, stride_bn,
+                N_KEEP: gl.constexpr, M_GROUP: gl.constexpr, BITS: gl.constexpr,
+                BLOCK_G: gl.constexpr, WORDS: gl.constexpr, B_LOAD: gl.constexpr):  # fmt: skip
+    """One step's copies into ring slot `stage`, one commit group (empty past the end):
+    the groups' values (rows, GL, QUAD), lane t's groups along GL (contiguous: 16-byte copies);
+    their offsets as the one or two int32 words (rows, 1, QUAD) a lane's groups fill; B's
+    rows under the step as int32 pairs of rows (B's K unit-stride, so a pair is 4 bytes), in
+    the operand's column order: pair ((t * GL + gl) * m / 2 + p) of the step goes to pair
+    ((gl * m / 2 + p) * QUAD + t)."""
+    if g0 < end:
+        GL: gl.constexpr = BLOCK_G // QUAD
+        group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
+        lanes = _along(QUAD, 2, 3, group_layout)
+        groups = g0 + lanes * GL + _along(GL, 1, 3, group_layout)
+        group_ptrs = values + gl.expand_dims(gl.expand_dims(rows * stride_vm, 1), 2) + groups
+        PER_WORD: gl.constexpr = 32 // (N_KEEP * BITS)
+        LANE_WORDS: gl.constexpr = GL // PER_WORD
+        first = g0 // PER_WORD + lanes * LANE_WORDS  # the lane's first word of offsets
+        word_ptrs = units + gl.expand_dims(gl.expand_dims(index_rows * stride_um, 1), 2) + first
+        if g0 + BLOCK_G <= end:  # a full step: no masks (16-byte copies)
+            _copy(vals_s.index(stage), group_ptrs, None)
+            _copy(low_s.index(stage), word_ptrs, None)
+            if LANE_WORDS == 2:
+                _copy(high_s.index(stage), word_ptrs + 1, None)
+        else:
+            _copy(vals_s.index(stage), group_ptrs, groups < end)
+            _copy(low_s.index(stage), word_ptrs, first * PER_WORD < end)
+            if LANE_WORDS == 2:
+                _copy(high_s.index(stage), word_ptrs + 1, (first + 1) * PER_WORD < end)
+        Q: gl.constexpr = M_GROUP // 2
+        pair = gl.arange(0, BLOCK_G * Q, layout=gl.SliceLayout(1, B_LOAD))  # the operand's
+        t = pair % QUAD
+        logical = (t * GL + pair // (QUAD * Q)) * Q + (pair // QUAD) % Q
+        pairs = g0 * Q + logical
+        b_ptrs = b_pairs + gl.expand_dims(pairs.to(gl.int64), 1) + gl.expand_dims(
+            offs_bn.to(gl.int64) * stride_bn, 0
+        )  # fmt: skip
+        b_mask = gl.expand_dims(pairs * 2 < K, 1) & gl.expand_dims(mask_bn, 0)
+        _copy(b_s.index(stage), b_ptrs, b_mask)
+    async_copy.commit_group()
 
 
 @gluon.jit
 def _nm_wgmma_kernel(
     values,  # (M, S) compressed 16-bit values (int32 pairs for n = 2), unit stride along S
     units,  # (ceil(M / VECTOR), ...) the packed offsets as int32 words, unit stride
-    b,  # (K, N): strides stride_bk, stride_bn
+    b_pairs,  # (K / 2, N) int32: B's (K, N) 16-bit elements in pairs along K (unit stride)
     bias,
     out,  # (M, N), or with PARTIAL the (splits, M, N) float32 workspace
     M,
@@ -225,8 +199,7 @@ def _nm_wgmma_kernel(
     SPLIT_STRIDE,  # M * N
     stride_vm,
     stride_um,
-    stride_bk,
-    stride_bn,
+    stride_bn,  # of b_pairs
     stride_om,
     stride_on,
     N_KEEP: gl.constexpr,
@@ -236,16 +209,22 @@ def _nm_wgmma_kernel(
     HAS_BIAS: gl.constexpr,
     ACTIVATION: gl.constexpr,
     BLOCK_G: gl.constexpr,
-    STEPS: gl.constexpr,  # the most steps a program takes (B's tiles in shared memory)
+    STAGES: gl.constexpr,  # ring slots: STAGES - 1 steps of copies in flight
     PARTIAL: gl.constexpr,
+    DTYPE: gl.constexpr,  # of the values and B
     WORDS: gl.constexpr,  # the layouts: layouts() below
     A_LAYOUT: gl.constexpr,
     ACC_LAYOUT: gl.constexpr,
     B_LOAD: gl.constexpr,
+    VALS_SHARED: gl.constexpr,
+    WORDS_SHARED: gl.constexpr,
+    PAIRS_SHARED: gl.constexpr,
     B_SHARED: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = WORDS.shape[0]
     BLOCK_N: gl.constexpr = ACC_LAYOUT.instr_shape[1]
+    BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
+    GL: gl.constexpr = BLOCK_G // QUAD
     group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))  # (rows, GL, QUAD)
     row_layout: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, group_layout))
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
@@ -253,38 +232,39 @@ def _nm_wgmma_kernel(
     index_rows = rows // VECTOR
     offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, B_LOAD))
     mask_bn = offs_bn < N
+    vals_s = gl.allocate_shared_memory(values.dtype.element_ty, [STAGES, BLOCK_M, GL, QUAD],
+                                       VALS_SHARED)  # fmt: skip
+    low_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, 1, QUAD], WORDS_SHARED)
+    high_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, 1, QUAD], WORDS_SHARED)
+    b_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_K // 2, BLOCK_N], PAIRS_SHARED)
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, ACC_LAYOUT)
     groups_total = K // M_GROUP
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
-    b_shared = gl.allocate_shared_memory(
-        b.dtype.element_ty, [STEPS, BLOCK_G * M_GROUP, BLOCK_N], B_SHARED
-    )  # fmt: skip
-    # each step's loads issued two steps ahead (the compiler sinks them to the end of the step
-    # that issues them: one step ahead would leave them one wgmma to land), the first two
-    # before B's staging, so their latency overlaps it; one wgmma site (each inlines the
-    # tile's build: more of them made ptxas serialize the wgmmas, short of registers)
-    loaded = _load_step(
-        values, units, rows, index_rows, first, end, stride_vm, stride_um, N_KEEP, BITS,
-        BLOCK_G, WORDS,
-    )  # fmt: skip
-    next_loaded = _load_step(
-        values, units, rows, index_rows, first + BLOCK_G, end, stride_vm, stride_um, N_KEEP,
-        BITS, BLOCK_G, WORDS,
-    )  # fmt: skip
-    _stage_b(
-        b, b_shared, first, end, K, offs_bn, mask_bn, stride_bk, stride_bn, M_GROUP, BLOCK_G,
-        STEPS, B_LOAD,
-    )  # fmt: skip
-    for g0 in range(first, end, BLOCK_G):
-        ahead = _load_step(
-            values, units, rows, index_rows, g0 + 2 * BLOCK_G, end, stride_vm, stride_um,
-            N_KEEP, BITS, BLOCK_G, WORDS,
+    for s in gl.static_range(STAGES - 1):
+        _issue_step(
+            values, units, b_pairs, vals_s, low_s, high_s, b_s, s, rows, index_rows,
+            first + s * BLOCK_G, end, K, offs_bn, mask_bn, stride_vm, stride_um, stride_bn,
+            N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, B_LOAD,
         )  # fmt: skip
-        b_step = b_shared.index((g0 - first) // BLOCK_G)
-        acc = _mma_step(acc, loaded, b_step, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
-        loaded = next_loaded
-        next_loaded = ahead
+    for g0 in range(first, end, BLOCK_G):
+        step = (g0 - first) // BLOCK_G
+        stage = step % STAGES
+        async_copy.wait_group(STAGES - 2)  # this step's copies (this thread's) have landed
+        fence_async_shared()  # B for the wgmma (async proxy)
+        gl.thread_barrier()  # everyone's copies, and the slot refilled below is free
+        group = vals_s.index(stage).load(group_layout)
+        low = low_s.index(stage).load(group_layout)
+        high = high_s.index(stage).load(group_layout)
+        a = _operand(group, low, high, N_KEEP, M_GROUP, BITS, BLOCK_G, DTYPE, WORDS, A_LAYOUT)
+        b_step = _as_type(b_s.index(stage), DTYPE, [BLOCK_K, BLOCK_N], B_SHARED)
+        acc = warpgroup_mma(a, b_step, acc)
+        _issue_step(
+            values, units, b_pairs, vals_s, low_s, high_s, b_s, (step + STAGES - 1) % STAGES,
+            rows, index_rows, g0 + (STAGES - 1) * BLOCK_G, end, K, offs_bn, mask_bn,
+            stride_vm, stride_um, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, B_LOAD,
+        )  # fmt: skip
+    async_copy.wait_group(0)
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(
         0, BLOCK_M, layout=gl.SliceLayout(1, ACC_LAYOUT)
     )
@@ -297,7 +277,7 @@ def _nm_wgmma_kernel(
     )  # fmt: skip
 
 
-def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool) -> dict:
+def layouts(block_m: int, block_g: int, block_n: int, m: int) -> dict:
     """The kernel's layouts for block_m / 16 warps (a warpgroup each 64 rows). WORDS: the
     int32 words (pairs of positions) of a step as (rows, GL, HQ, PL, QUAD), owned as the wgmma
     A operand owns their columns: a quad's lane t holds QUAD axis t, lanes / 4 rows 0-7, a
@@ -319,17 +299,21 @@ def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool
     warps = [basis(0, 16 << i) for i in range(warp_count.bit_length() - 1)]
     words = gl.DistributedLinearLayout(reg, lanes, warps, [], [block_m, gl_count, hq, pl, 4])
     acc = gl.NVMMADistributedLayout([3, 0], [warp_count, 1], [16, block_n, 16])
-    if k_contiguous:
-        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, warp_count], [0, 1])
-    else:
-        b_load = gl.BlockedLayout([1, 8], [32, 1], [warp_count, 1], [1, 0])
+    swizzle = 128 if block_g * m >= 64 else 0  # (B's tile: block_g * m * 2 bytes along K)
     return {
         "WORDS": words,
         "A_LAYOUT": gl.DotOperandLayout(0, acc, 2),
         "ACC_LAYOUT": acc,
-        "B_LOAD": b_load,
-        "B_SHARED": gl.NVMMASharedLayout(128 if block_g * m >= 64 else 0, 16, 2, transposed=True),
+        # B's pairs of rows, one 4-byte copy each (permuted: no two contiguous)
+        "B_LOAD": gl.BlockedLayout([1, 1], [32, 1], [1, warp_count], [0, 1]),
+        "VALS_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [1, 2, 0]),
+        "WORDS_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]),
+        "PAIRS_SHARED": gl.NVMMASharedLayout(swizzle, 32, 2, transposed=True),
+        "B_SHARED": gl.NVMMASharedLayout(swizzle, 16, 2, transposed=True),
     }
+
+
+_GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
@@ -359,6 +343,7 @@ def spmm_nm_wgmma(
     block_g: int,
     block_n: int,
     split: int = 1,
+    stages: int = 4,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words (int32,
     `NMMatrix.packed_indices(bits)`) need unit stride along their last dim. block_m 64 or 128
@@ -372,6 +357,8 @@ def spmm_nm_wgmma(
         raise ValueError(
             f"block_m must be 64 or 128 and block_n 8-256 by 8, got {block_m}, {block_n}"
         )
+    if stages < 2:
+        raise ValueError(f"stages must be at least 2, got {stages}")
     lane_bits = block_g // 4 * n * bits
     if block_g % 4 or lane_bits not in (32, 64):
         raise ValueError(
@@ -380,16 +367,16 @@ def spmm_nm_wgmma(
     if n == 2 and (values.stride(0) % 2 or values.data_ptr() % 4):
         values = values.contiguous()  # (read as int32 pairs)
     k = b.shape[0]
-    steps = cdiv(k // m, block_g)
-    # a program's tiles of B stay in shared memory: split K at least until they fit
-    split = max(split, cdiv(steps * block_g * m * block_n * 2, B_SHARED_BYTES))
-    steps_per_split, splits = split_k.ranges(steps, split)
+    if b.stride(0) != 1 or b.stride(1) % 2 or b.data_ptr() % 4:
+        b = b.t().contiguous().t()  # B is read in 4-byte pairs of rows (linear's x^T is)
+    b_pairs = b.t().view(torch.int32)  # (N, K / 2)
+    steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
     _nm_wgmma_kernel[grid](
         values.view(torch.int32) if n == 2 else values,
         words.view(torch.int32),
-        b,
+        b_pairs,
         bias if bias is not None else values,
         partials,
         rows,
@@ -399,8 +386,7 @@ def spmm_nm_wgmma(
         rows * cols,
         values.stride(0) // 2 if n == 2 else values.stride(0),
         words.stride(0),
-        b.stride(0),
-        b.stride(1),
+        b_pairs.stride(0),
         out.stride(0),
         out.stride(1),
         N_KEEP=n,
@@ -410,10 +396,11 @@ def spmm_nm_wgmma(
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         BLOCK_G=block_g,
-        STEPS=steps_per_split,
+        STAGES=stages,
         PARTIAL=splits > 1,
+        DTYPE=_GL_TYPES[b.dtype],
         num_warps=block_m // 16,
-        **layouts(block_m, block_g, block_n, m, b.stride(0) == 1),
+        **layouts(block_m, block_g, block_n, m),
     )
     if splits > 1:
         split_k.sum_partials(partials, bias, out, activation)
