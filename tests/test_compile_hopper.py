@@ -14,8 +14,10 @@ SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the a
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
 N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row) and 1:8
 pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 into the split
-plane, 1:4 with four groups a byte) and by compare-selects (4:8); the block-sparse attention
-forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
+plane, 1:4 with four groups a byte) and by compare-selects (4:8); the Gluon wgmma N:M kernel
+(2:8 into the split plane, 1:8 with bias and activation, 2:4 with a row-major B); the
+block-sparse attention forward's last merged pass, reading its fp32 scratch and storing bf16
+(permuted rows and keys).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -51,6 +53,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
     from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
+    from sparsekernels.kernels.spmm_nm_wgmma import _nm_wgmma_kernel, layouts
     from sparsekernels.kernels.swiglu import _swiglu_kernel
 
     cases = {}
@@ -186,6 +189,14 @@ def _cases() -> dict:
         out = "*fp32" if permute else "*bf16"
         pointers = [values, units, "*bf16", "*bf16", out]
         cases[f"nm unpack {n}:{m}"] = (_nm_unpack_kernel, pointers, constants, 4)
+    for n, m, partial, k_contiguous in ((2, 8, True, True), (1, 8, False, True),
+                                        (2, 4, False, False)):  # fmt: skip
+        constants = dict(N_KEEP=n, M_GROUP=m, BITS=m // 2, VECTOR=1, HAS_BIAS=not partial,
+                         ACTIVATION=0 if partial else 2, BLOCK_G=32, PARTIAL=partial,
+                         **layouts(64, 32, 16, m, k_contiguous))  # fmt: skip
+        out = "*fp32" if partial else "*bf16"
+        pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", out]
+        cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
     constants = dict(ROW_PERM=True, COL_PERM=True, MERGE=True, STORE_FINAL=True, BLOCK_M=64,
                      BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",
                      UPCAST=False)  # fmt: skip
@@ -240,6 +251,9 @@ CASE_NAMES = [
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",
+    "nm wgmma 2:8",
+    "nm wgmma 1:8",
+    "nm wgmma 2:4",
     "attention forward final bf16",
 ]
 
@@ -248,6 +262,7 @@ def _compile_all() -> dict[str, str]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
     outcome = {}
     for name, (kernel, pointers, constants, warps) in _cases().items():
@@ -256,7 +271,10 @@ def _compile_all() -> dict[str, str]:
             arg: "constexpr" if arg in constants else (pointers.pop(0) if pointers else "i32")
             for arg in kernel.arg_names
         }
-        source = ASTSource(fn=kernel, signature=signature, constexprs=constants)
+        gluon = isinstance(kernel, GluonJITFunction)
+        source = (GluonASTSource if gluon else ASTSource)(
+            fn=kernel, signature=signature, constexprs=constants
+        )
         try:
             triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
             outcome[name] = "ok"

@@ -103,3 +103,46 @@ def test_supports_and_bad_tiles(gen):
         _launch_poisoned(W, x, 32, block_n=12)
     with pytest.raises(ValueError, match="32 or 64 bits of offsets"):
         _launch_poisoned(W, x, 8)  # 2:8: 16 bits a lane
+
+
+def test_route_takes_the_measured_window():
+    """bf16 element-wise 2:8 and 1:8 at 8-16 tokens, few-row weights split as the unpack
+    kernel's; nothing else (2:4 measured no faster)."""
+    from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config as config
+
+    bf16 = torch.bfloat16
+    c = config(8, 2, 8, 1, 1, bf16, 4096)
+    assert (c.block_m, c.block_g, c.block_n, c.split) == (64, 32, 16, 4)
+    assert config(16, 1, 8, 1, 1, bf16, 14336).split == 1
+    for args in [
+        (7, 2, 8, 1, 1, bf16),
+        (17, 2, 8, 1, 1, bf16),
+        (16, 2, 4, 1, 1, bf16),
+        (16, 2, 8, 2, 1, bf16),  # vectors
+        (16, 2, 8, 1, 1, torch.float16),  # not timed
+        (16, 1, 4, 1, 1, bf16),
+    ]:
+        assert config(*args, 4096) is None, args
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 8), (2, 8, 16), (1, 8, 13)])
+def test_linear_routes_through_wgmma(n, m, tokens, gen, monkeypatch):
+    """linear takes the kernel in its window on the H200, with bias, split on a few-row
+    weight, and gives the product in x's layout."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_wgmma
+
+    calls = []
+    launch = spmm_nm_wgmma.spmm_nm_wgmma
+    monkeypatch.setattr(
+        spmm_nm_wgmma, "spmm_nm_wgmma", lambda **kw: calls.append(kw["split"]) or launch(**kw)
+    )
+    W = random_nm(1000, 2048 + 8 * m, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, 2048 + 8 * m, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(1000, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, bias)
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert calls == [4] and got.is_contiguous()
+    bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
+    assert_close(got, want, bound, torch.bfloat16)

@@ -6,7 +6,7 @@ layout, and Triton stages it through shared memory for the MMA: 32 KB a 64 x 256
 much as dense moves, so its time follows the dense weight's size. Here the tile is built in
 the layout the wgmma instruction reads its A operand from registers (Gluon names layouts):
 for each 16 columns of a row, lane t of a quad holds the bf16 pairs at columns 2t and 8 + 2t.
-No shared memory for W, no barrier, no layout conversion.
+W's tile never touches shared memory; only B's few rows do (8 KB a step at 16 tokens).
 
 Which columns of the tile a lane holds is the hardware's; which of W's groups they are is
 ours. The step's K order is permuted so that a lane holds whole groups: lane t of a quad
@@ -24,6 +24,14 @@ Element-wise patterns (block 1; rows may share their choice in vectors), 16-bit 
 multiple of m. Split-K (`split`) for weights with few rows, summed in a fixed order by
 split_k.py: deterministic, no atomics. Gluon kernels compile only for the GPU (no
 interpreter): on the CPU the unpack kernel takes the same products.
+
+On the H200 (results/nvidia-h200/2026-12-01/at-4700dd4, cold, bf16, 16 tokens, 64 x 32
+tiles, split 4): 2:8 22.3 us on 14336 x 4096 and 22.8 on 4096 x 14336, against the unpack
+kernel's 30.3 and 29.7 (dense 31-33); 1:8 19.6 and 20.6 against 22.0 and 22.9; 2:4 no faster
+(32.7-34.2). That is still 2.5x its bytes' time: Nsight Compute finds it latency-bound (a
+third of the issue slots used, 13 warps an SM, waits on loads first). B held in shared memory
+for the whole K range, W loaded two steps ahead, and a cp.async ring for W and B each
+measured no faster (benchmarks/NOTES.md, twentieth session).
 """
 
 from __future__ import annotations
@@ -33,14 +41,13 @@ import os
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
 
-QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each its own columns
+QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each with its own columns
 
 
 @gluon.constexpr_function
@@ -79,6 +86,42 @@ def _permute(a, selector):
         "prmt.b32 $0, $1, 0, $2;", "=r,r,r", [a, selector], dtype=gl.int32, is_pure=True,
         pack=1,
     )  # fmt: skip
+
+
+@gluon.jit
+def _load_step(values, units, b, rows, index_rows, g0, end, K, offs_bn, mask_bn, stride_vm,
+               stride_um, stride_bk, stride_bn, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
+               BITS: gl.constexpr, BLOCK_G: gl.constexpr, MASKED: gl.constexpr,
+               WORDS: gl.constexpr, B_LOAD: gl.constexpr):  # fmt: skip
+    """A step's loads, issued a step ahead of their use: the groups' values (rows, GL,
+    QUAD), lane t's groups along GL (contiguous: vector loads); their offsets as the one or
+    two int32 words (rows, 1, QUAD) a lane's groups fill (low, high); B's rows under the
+    step (BLOCK_G * m, BLOCK_N). MASKED: the last step, groups from `end` on not there."""
+    GL: gl.constexpr = BLOCK_G // QUAD
+    group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
+    groups = g0 + _along(QUAD, 2, 3, group_layout) * GL + _along(GL, 1, 3, group_layout)
+    group_ptrs = values + gl.expand_dims(gl.expand_dims(rows * stride_vm, 1), 2) + groups
+    group = gl.load(group_ptrs, mask=groups < end, other=0) if MASKED else gl.load(group_ptrs)
+    PER_WORD: gl.constexpr = 32 // (N_KEEP * BITS)
+    LANE_WORDS: gl.constexpr = GL // PER_WORD
+    first = g0 // PER_WORD + _along(QUAD, 2, 3, group_layout) * LANE_WORDS  # the lane's first
+    ptrs = units + gl.expand_dims(gl.expand_dims(index_rows * stride_um, 1), 2) + first
+    low = gl.load(ptrs, mask=first * PER_WORD < end, other=0) if MASKED else gl.load(ptrs)
+    high = low
+    if LANE_WORDS == 2:
+        if MASKED:
+            high = gl.load(ptrs + 1, mask=(first + 1) * PER_WORD < end, other=0)
+        else:
+            high = gl.load(ptrs + 1)
+    ks = g0 * M_GROUP + gl.arange(0, BLOCK_G * M_GROUP, layout=gl.SliceLayout(1, B_LOAD))
+    b_ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + gl.expand_dims(
+        offs_bn.to(gl.int64) * stride_bn, 0
+    )  # fmt: skip
+    b_mask = gl.expand_dims(mask_bn, 0)
+    if MASKED:
+        b_mask = b_mask & gl.expand_dims(ks < K, 1)
+    b_tile = gl.load(b_ptrs, mask=b_mask, other=0.0)
+    return group, low, high, b_tile
 
 
 @gluon.jit
@@ -122,74 +165,27 @@ def _operand(group, low, high, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
     return gl.convert_layout(tile, A_LAYOUT, assert_trivial=True)
 
 
-# the copy into shared memory: async_load in newer Triton, async_copy_global_to_shared in 3.6
-_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
-
-
 @gluon.jit
-def _copy(smem, pointers, mask):
-    """cp.async of `pointers` into `smem` (elements whose mask is off are zero-filled)."""
-    _async_load(smem, pointers, mask=mask)
-
-
-@gluon.jit
-def _as_type(smem, dtype: gl.constexpr, shape: gl.constexpr, layout: gl.constexpr):
-    """The same shared memory read as another type and shape (Triton 3.7 renamed the call)."""
-    if _REINTERPRET:
-        return smem.reinterpret(dtype, shape, layout)
-    return smem._reinterpret(dtype, shape, layout)
-
-
-@gluon.jit
-def _issue_step(values, units, b_pairs, vals_s, low_s, high_s, b_s, stage, rows, index_rows,
-                g0, end, K, offs_bn, mask_bn, stride_vm, stride_um, stride_bn,
-                N_KEEP: gl.constexpr, M_GROUP: gl.constexpr, BITS: gl.constexpr,
-                BLOCK_G: gl.constexpr, WORDS: gl.constexpr, B_LOAD: gl.constexpr):  # fmt: skip
-    """One step's copies into ring slot `stage`, one commit group (empty past the end):
-    the groups' values (rows, GL, QUAD), lane t's groups along GL (contiguous: 16-byte copies);
-    their offsets as the one or two int32 words (rows, 1, QUAD) a lane's groups fill; B's
-    rows under the step as int32 pairs of rows (B's K unit-stride, so a pair is 4 bytes), in
-    the operand's column order: pair ((t * GL + gl) * m / 2 + p) of the step goes to pair
-    ((gl * m / 2 + p) * QUAD + t)."""
-    if g0 < end:
-        GL: gl.constexpr = BLOCK_G // QUAD
-        group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))
-        lanes = _along(QUAD, 2, 3, group_layout)
-        groups = g0 + lanes * GL + _along(GL, 1, 3, group_layout)
-        group_ptrs = values + gl.expand_dims(gl.expand_dims(rows * stride_vm, 1), 2) + groups
-        PER_WORD: gl.constexpr = 32 // (N_KEEP * BITS)
-        LANE_WORDS: gl.constexpr = GL // PER_WORD
-        first = g0 // PER_WORD + lanes * LANE_WORDS  # the lane's first word of offsets
-        word_ptrs = units + gl.expand_dims(gl.expand_dims(index_rows * stride_um, 1), 2) + first
-        if g0 + BLOCK_G <= end:  # a full step: no masks (16-byte copies)
-            _copy(vals_s.index(stage), group_ptrs, None)
-            _copy(low_s.index(stage), word_ptrs, None)
-            if LANE_WORDS == 2:
-                _copy(high_s.index(stage), word_ptrs + 1, None)
-        else:
-            _copy(vals_s.index(stage), group_ptrs, groups < end)
-            _copy(low_s.index(stage), word_ptrs, first * PER_WORD < end)
-            if LANE_WORDS == 2:
-                _copy(high_s.index(stage), word_ptrs + 1, (first + 1) * PER_WORD < end)
-        Q: gl.constexpr = M_GROUP // 2
-        pair = gl.arange(0, BLOCK_G * Q, layout=gl.SliceLayout(1, B_LOAD))  # the operand's
-        t = pair % QUAD
-        logical = (t * GL + pair // (QUAD * Q)) * Q + (pair // QUAD) % Q
-        pairs = g0 * Q + logical
-        b_ptrs = b_pairs + gl.expand_dims(pairs.to(gl.int64), 1) + gl.expand_dims(
-            offs_bn.to(gl.int64) * stride_bn, 0
-        )  # fmt: skip
-        b_mask = gl.expand_dims(pairs * 2 < K, 1) & gl.expand_dims(mask_bn, 0)
-        _copy(b_s.index(stage), b_ptrs, b_mask)
-    async_copy.commit_group()
+def _mma_step(acc, loaded, b_shared, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
+              BITS: gl.constexpr, BLOCK_G: gl.constexpr, WORDS: gl.constexpr,
+              A_LAYOUT: gl.constexpr):  # fmt: skip
+    """acc + the step's dense tile @ B's rows under it. B's row ((t * GL + gl) * m + 2p + e)
+    goes to shared memory as row ((gl * m / 2 + p) * QUAD + t) * 2 + e, the operand's order."""
+    group, low, high, b_tile = loaded
+    a = _operand(group, low, high, N_KEEP, M_GROUP, BITS, BLOCK_G, b_tile.dtype, WORDS, A_LAYOUT)
+    BLOCK_N: gl.constexpr = b_tile.shape[1]
+    b_tile = gl.reshape(b_tile, [QUAD, BLOCK_G // QUAD, M_GROUP // 2, 2, BLOCK_N])
+    b_tile = gl.reshape(gl.permute(b_tile, (1, 2, 0, 3, 4)), [BLOCK_G * M_GROUP, BLOCK_N])
+    b_shared.store(b_tile)
+    fence_async_shared()
+    return warpgroup_mma(a, b_shared, acc)
 
 
 @gluon.jit
 def _nm_wgmma_kernel(
     values,  # (M, S) compressed 16-bit values (int32 pairs for n = 2), unit stride along S
     units,  # (ceil(M / VECTOR), ...) the packed offsets as int32 words, unit stride
-    b_pairs,  # (K / 2, N) int32: B's (K, N) 16-bit elements in pairs along K (unit stride)
+    b,  # (K, N): strides stride_bk, stride_bn
     bias,
     out,  # (M, N), or with PARTIAL the (splits, M, N) float32 workspace
     M,
@@ -199,7 +195,8 @@ def _nm_wgmma_kernel(
     SPLIT_STRIDE,  # M * N
     stride_vm,
     stride_um,
-    stride_bn,  # of b_pairs
+    stride_bk,
+    stride_bn,
     stride_om,
     stride_on,
     N_KEEP: gl.constexpr,
@@ -209,22 +206,16 @@ def _nm_wgmma_kernel(
     HAS_BIAS: gl.constexpr,
     ACTIVATION: gl.constexpr,
     BLOCK_G: gl.constexpr,
-    STAGES: gl.constexpr,  # ring slots: STAGES - 1 steps of copies in flight
     PARTIAL: gl.constexpr,
-    DTYPE: gl.constexpr,  # of the values and B
     WORDS: gl.constexpr,  # the layouts: layouts() below
     A_LAYOUT: gl.constexpr,
     ACC_LAYOUT: gl.constexpr,
     B_LOAD: gl.constexpr,
-    VALS_SHARED: gl.constexpr,
-    WORDS_SHARED: gl.constexpr,
-    PAIRS_SHARED: gl.constexpr,
     B_SHARED: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = WORDS.shape[0]
     BLOCK_N: gl.constexpr = ACC_LAYOUT.instr_shape[1]
     BLOCK_K: gl.constexpr = BLOCK_G * M_GROUP
-    GL: gl.constexpr = BLOCK_G // QUAD
     group_layout: gl.constexpr = gl.SliceLayout(2, gl.SliceLayout(3, WORDS))  # (rows, GL, QUAD)
     row_layout: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, group_layout))
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
@@ -232,39 +223,35 @@ def _nm_wgmma_kernel(
     index_rows = rows // VECTOR
     offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, B_LOAD))
     mask_bn = offs_bn < N
-    vals_s = gl.allocate_shared_memory(values.dtype.element_ty, [STAGES, BLOCK_M, GL, QUAD],
-                                       VALS_SHARED)  # fmt: skip
-    low_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, 1, QUAD], WORDS_SHARED)
-    high_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_M, 1, QUAD], WORDS_SHARED)
-    b_s = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_K // 2, BLOCK_N], PAIRS_SHARED)
+    dtype: gl.constexpr = b.dtype.element_ty
+    b_shared = gl.allocate_shared_memory(dtype, [BLOCK_K, BLOCK_N], B_SHARED)
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, ACC_LAYOUT)
     groups_total = K // M_GROUP
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
-    for s in gl.static_range(STAGES - 1):
-        _issue_step(
-            values, units, b_pairs, vals_s, low_s, high_s, b_s, s, rows, index_rows,
-            first + s * BLOCK_G, end, K, offs_bn, mask_bn, stride_vm, stride_um, stride_bn,
-            N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, B_LOAD,
+    full = first + (end - first) // BLOCK_G * BLOCK_G
+    if full > first:  # full steps, each one's loads issued during the step before
+        loaded = _load_step(
+            values, units, b, rows, index_rows, first, end, K, offs_bn, mask_bn, stride_vm,
+            stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, False, WORDS,
+            B_LOAD,
         )  # fmt: skip
-    for g0 in range(first, end, BLOCK_G):
-        step = (g0 - first) // BLOCK_G
-        stage = step % STAGES
-        async_copy.wait_group(STAGES - 2)  # this step's copies (this thread's) have landed
-        fence_async_shared()  # B for the wgmma (async proxy)
-        gl.thread_barrier()  # everyone's copies, and the slot refilled below is free
-        group = vals_s.index(stage).load(group_layout)
-        low = low_s.index(stage).load(group_layout)
-        high = high_s.index(stage).load(group_layout)
-        a = _operand(group, low, high, N_KEEP, M_GROUP, BITS, BLOCK_G, DTYPE, WORDS, A_LAYOUT)
-        b_step = _as_type(b_s.index(stage), DTYPE, [BLOCK_K, BLOCK_N], B_SHARED)
-        acc = warpgroup_mma(a, b_step, acc)
-        _issue_step(
-            values, units, b_pairs, vals_s, low_s, high_s, b_s, (step + STAGES - 1) % STAGES,
-            rows, index_rows, g0 + (STAGES - 1) * BLOCK_G, end, K, offs_bn, mask_bn,
-            stride_vm, stride_um, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, B_LOAD,
+        for g0 in range(first + BLOCK_G, full, BLOCK_G):
+            ahead = _load_step(
+                values, units, b, rows, index_rows, g0, end, K, offs_bn, mask_bn, stride_vm,
+                stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, False, WORDS,
+                B_LOAD,
+            )  # fmt: skip
+            acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+            loaded = ahead
+        acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
+    if full < end:
+        loaded = _load_step(
+            values, units, b, rows, index_rows, full, end, K, offs_bn, mask_bn, stride_vm,
+            stride_um, stride_bk, stride_bn, N_KEEP, M_GROUP, BITS, BLOCK_G, True, WORDS,
+            B_LOAD,
         )  # fmt: skip
-    async_copy.wait_group(0)
+        acc = _mma_step(acc, loaded, b_shared, N_KEEP, M_GROUP, BITS, BLOCK_G, WORDS, A_LAYOUT)
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(
         0, BLOCK_M, layout=gl.SliceLayout(1, ACC_LAYOUT)
     )
@@ -277,13 +264,12 @@ def _nm_wgmma_kernel(
     )  # fmt: skip
 
 
-def layouts(block_m: int, block_g: int, block_n: int, m: int) -> dict:
-    """The kernel's layouts for block_m / 16 warps (a warpgroup each 64 rows). WORDS: the
-    int32 words (pairs of positions) of a step as (rows, GL, HQ, PL, QUAD), owned as the wgmma
-    A operand owns their columns: a quad's lane t holds QUAD axis t, lanes / 4 rows 0-7, a
-    register row 8, warps rows 16 on; the rest in registers, GL first (the lane's groups:
-    contiguous for vector loads)."""
-    warp_count = block_m // 16
+def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool) -> dict:
+    """The kernel's layouts for 4 warps (one warpgroup; block_m 64 or 128). WORDS: the int32
+    words (pairs of positions) of a step as (rows, GL, HQ, PL, QUAD), owned as the wgmma A
+    operand owns their columns: a quad's lane t holds QUAD axis t, lanes / 4 rows 0-7, a
+    register row 8, warps rows 16 and 32, registers rows 64 on; the rest in registers, GL
+    first (the lane's groups: contiguous for vector loads)."""
     gl_count = block_g // 4
     hq, pl = m // 4, 2
 
@@ -294,26 +280,22 @@ def layouts(block_m: int, block_g: int, block_n: int, m: int) -> dict:
 
     reg = [basis(1, 1 << i) for i in range(gl_count.bit_length() - 1)]
     reg += [basis(3, 1)] + [basis(2, 1 << i) for i in range(hq.bit_length() - 1)]
-    reg += [basis(0, 8)]
+    reg += [basis(0, 8)] + [basis(0, r) for r in (64, 128, 256) if r < block_m]
     lanes = [basis(4, 1), basis(4, 2), basis(0, 1), basis(0, 2), basis(0, 4)]
-    warps = [basis(0, 16 << i) for i in range(warp_count.bit_length() - 1)]
+    warps = [basis(0, 16), basis(0, 32)]
     words = gl.DistributedLinearLayout(reg, lanes, warps, [], [block_m, gl_count, hq, pl, 4])
-    acc = gl.NVMMADistributedLayout([3, 0], [warp_count, 1], [16, block_n, 16])
-    swizzle = 128 if block_g * m >= 64 else 0  # (B's tile: block_g * m * 2 bytes along K)
+    acc = gl.NVMMADistributedLayout([3, 0], [4, 1], [16, block_n, 16])
+    if k_contiguous:
+        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, 4], [0, 1])
+    else:
+        b_load = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
     return {
         "WORDS": words,
         "A_LAYOUT": gl.DotOperandLayout(0, acc, 2),
         "ACC_LAYOUT": acc,
-        # B's pairs of rows, one 4-byte copy each (permuted: no two contiguous)
-        "B_LOAD": gl.BlockedLayout([1, 1], [32, 1], [1, warp_count], [0, 1]),
-        "VALS_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [1, 2, 0]),
-        "WORDS_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [2, 1, 0]),
-        "PAIRS_SHARED": gl.NVMMASharedLayout(swizzle, 32, 2, transposed=True),
-        "B_SHARED": gl.NVMMASharedLayout(swizzle, 16, 2, transposed=True),
+        "B_LOAD": b_load,
+        "B_SHARED": gl.NVMMASharedLayout(128 if block_g * m >= 64 else 0, 16, 2, transposed=True),
     }
-
-
-_GL_TYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
@@ -343,7 +325,6 @@ def spmm_nm_wgmma(
     block_g: int,
     block_n: int,
     split: int = 1,
-    stages: int = 4,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words (int32,
     `NMMatrix.packed_indices(bits)`) need unit stride along their last dim. block_m 64 or 128
@@ -357,8 +338,6 @@ def spmm_nm_wgmma(
         raise ValueError(
             f"block_m must be 64 or 128 and block_n 8-256 by 8, got {block_m}, {block_n}"
         )
-    if stages < 2:
-        raise ValueError(f"stages must be at least 2, got {stages}")
     lane_bits = block_g // 4 * n * bits
     if block_g % 4 or lane_bits not in (32, 64):
         raise ValueError(
@@ -367,16 +346,13 @@ def spmm_nm_wgmma(
     if n == 2 and (values.stride(0) % 2 or values.data_ptr() % 4):
         values = values.contiguous()  # (read as int32 pairs)
     k = b.shape[0]
-    if b.stride(0) != 1 or b.stride(1) % 2 or b.data_ptr() % 4:
-        b = b.t().contiguous().t()  # B is read in 4-byte pairs of rows (linear's x^T is)
-    b_pairs = b.t().view(torch.int32)  # (N, K / 2)
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
     _nm_wgmma_kernel[grid](
         values.view(torch.int32) if n == 2 else values,
         words.view(torch.int32),
-        b_pairs,
+        b,
         bias if bias is not None else values,
         partials,
         rows,
@@ -386,7 +362,8 @@ def spmm_nm_wgmma(
         rows * cols,
         values.stride(0) // 2 if n == 2 else values.stride(0),
         words.stride(0),
-        b_pairs.stride(0),
+        b.stride(0),
+        b.stride(1),
         out.stride(0),
         out.stride(1),
         N_KEEP=n,
@@ -396,11 +373,9 @@ def spmm_nm_wgmma(
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         BLOCK_G=block_g,
-        STAGES=stages,
         PARTIAL=splits > 1,
-        DTYPE=_GL_TYPES[b.dtype],
-        num_warps=block_m // 16,
-        **layouts(block_m, block_g, block_n, m),
+        num_warps=4,
+        **layouts(block_m, block_g, block_n, m, b.stride(0) == 1),
     )
     if splits > 1:
         split_k.sum_partials(partials, bias, out, activation)

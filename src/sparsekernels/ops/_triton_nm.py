@@ -1,4 +1,5 @@
-"""The `triton` backend of spmm/linear for N:M weights: the unpack kernel where it measured faster
+"""The `triton` backend of spmm/linear for N:M weights: on Hopper the wgmma kernel where it
+measured faster at 8-16 tokens (nm_wgmma_tuning), the unpack kernel where it measured faster
 at 4-64 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
 at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
 tokens for 1:8 and sparser and at 13-64 for 2:4, 2:8 and 4:8 (tuning.spmm_nm_expand_takes;
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels import nm_decode_tuning, nm_unpack_tuning, tuning
+from ..kernels import nm_decode_tuning, nm_unpack_tuning, nm_wgmma_tuning, tuning
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
 from ..kernels import spmm_nm_select as select
 from ..kernels import spmm_nm_unpack as unpack
+from ..kernels import spmm_nm_wgmma as wgmma
 from . import _dispatch
 from ._identity_cache import IdentityCache
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
@@ -27,6 +29,11 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     if transpose:
         return _transposed(values, indices, b, bias, activation, n, m, vector, block)
     out = spmm_out(b, values.shape[0])
+    on_registers = nm_wgmma_tuning.spmm_nm_wgmma_config(
+        b.shape[1], n, m, vector, block, values.dtype, values.shape[0]
+    )
+    if on_registers is not None and wgmma.supports(n, m, block, values.dtype, b.shape[0], b.device):
+        return _wgmma(values, indices, b, bias, out, activation, n, m, vector, on_registers)
     unpacking = nm_unpack_tuning.spmm_nm_unpack_config(
         b.shape[1], n, m, vector, block, values.dtype, values.shape[0]
     )
@@ -108,6 +115,26 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
         split=config.split,
     )
     return out
+
+
+def _wgmma(values, indices, b, bias, out, activation, n, m, vector, config):
+    bits = decode.packed_bits(m, 1)
+    return wgmma.spmm_nm_wgmma(
+        values=values.contiguous(),
+        words=packed_words(indices, bits),
+        bits=bits,
+        b=b,
+        bias=bias.contiguous() if bias is not None else None,
+        out=out,
+        n=n,
+        m=m,
+        vector=vector,
+        activation=activation,
+        block_m=config.block_m,
+        block_g=config.block_g,
+        block_n=config.block_n,
+        split=config.split,
+    )
 
 
 def _unpack(values, indices, b, bias, out, activation, n, m, vector, block, config):
