@@ -325,12 +325,14 @@ def spmm_nm_wgmma(
     block_g: int,
     block_n: int,
     split: int = 1,
+    max_registers: int | None = None,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words (int32,
     `NMMatrix.packed_indices(bits)`) need unit stride along their last dim. block_m 64 or 128
     (one warpgroup), block_n a multiple of 8 up to 256, block_g a multiple of 4 whose quarter
     holds 32 or 64 bits of offsets (2:8: 16 or 32 groups). `split` > 1 cuts the groups into
-    that many ranges (fewer where one would be empty), summed by a second kernel."""
+    that many ranges (fewer where one would be empty), summed by a second kernel.
+    `max_registers` caps the registers a thread (more programs an SM, or spills)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -375,6 +377,7 @@ def spmm_nm_wgmma(
         BLOCK_G=block_g,
         PARTIAL=splits > 1,
         num_warps=4,
+        **({"maxnreg": max_registers} if max_registers else {}),
         **layouts(block_m, block_g, block_n, m, b.stride(0) == 1),
     )
     if splits > 1:
