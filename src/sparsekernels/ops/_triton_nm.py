@@ -10,6 +10,8 @@ built once per weight."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..kernels import nm_decode_tuning, nm_unpack_tuning, nm_wgmma_tuning, tuning
@@ -33,12 +35,18 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         b.shape[1], n, m, vector, block, values.dtype, values.shape[0]
     )
     if on_registers is not None and wgmma.supports(n, m, block, values.dtype, b.shape[0], b.device):
-        return _wgmma(values, indices, b, bias, out, activation, n, m, vector, on_registers)
+        launch = wgmma.spmm_nm_wgmma
+        return _dense_tile(
+            launch, values, indices, b, bias, out, activation, n, m, vector, on_registers
+        )
     unpacking = nm_unpack_tuning.spmm_nm_unpack_config(
         b.shape[1], n, m, vector, block, values.dtype, values.shape[0]
     )
     if unpacking is not None and unpack.supports(n, m, block, values.dtype, b.shape[0]):
-        return _unpack(values, indices, b, bias, out, activation, n, m, vector, block, unpacking)
+        launch = unpack.spmm_nm_unpack
+        return _dense_tile(
+            launch, values, indices, b, bias, out, activation, n, m, vector, unpacking
+        )
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64)
     half = b.dtype in (torch.float16, torch.bfloat16)
     # (the size only counts where the decode kernel could take the product instead)
@@ -117,9 +125,11 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
     return out
 
 
-def _wgmma(values, indices, b, bias, out, activation, n, m, vector, config):
+def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector, config):
+    """A dense-tile kernel (the wgmma or the unpack kernel: element-wise, bit-packed offsets)
+    with its tuned tile (a config dataclass whose fields are the launch's tile arguments)."""
     bits = decode.packed_bits(m, 1)
-    return wgmma.spmm_nm_wgmma(
+    return launch(
         values=values.contiguous(),
         words=packed_words(indices, bits),
         bits=bits,
@@ -130,32 +140,7 @@ def _wgmma(values, indices, b, bias, out, activation, n, m, vector, config):
         m=m,
         vector=vector,
         activation=activation,
-        block_m=config.block_m,
-        block_g=config.block_g,
-        block_n=config.block_n,
-        split=config.split,
-    )
-
-
-def _unpack(values, indices, b, bias, out, activation, n, m, vector, block, config):
-    bits = decode.packed_bits(m, block)
-    return unpack.spmm_nm_unpack(
-        values=values.contiguous(),
-        words=packed_words(indices, bits),
-        bits=bits,
-        b=b,
-        bias=bias.contiguous() if bias is not None else None,
-        out=out,
-        n=n,
-        m=m,
-        vector=vector,
-        activation=activation,
-        block_m=config.block_m,
-        block_g=config.block_g,
-        block_n=config.block_n,
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
-        split=config.split,
+        **dataclasses.asdict(config),
     )
 
 
