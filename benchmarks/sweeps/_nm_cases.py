@@ -44,3 +44,22 @@ def env_cases(shapes: str, patterns: str, tokens: str) -> tuple[list, list, list
         ],
         [int(t) for t in os.environ.get("TOKENS", tokens).split(",")],
     )
+
+
+def checked_cold_us(name: str, run, weights: list, out: torch.Tensor, want: torch.Tensor) -> float:
+    """us a call of run(*weight), rotating the weight copies (cold L2) as one CUDA graph, after
+    a poisoned-output run checked against float64 (NaN where wrong, or where the compiler
+    refuses the tile: both said)."""
+    from triton.testing import do_bench_cudagraph
+
+    out.fill_(float("nan"))
+    try:
+        run(*weights[0])
+    except Exception as e:  # a tile the compiler refuses: say so
+        print(name, type(e).__name__, str(e)[:300], flush=True)
+        return float("nan")
+    err = ((out.double() - want).norm() / want.norm()).item()
+    if not err < 1e-2:
+        print(name, "wrong: relative error", err, flush=True)
+        return float("nan")
+    return do_bench_cudagraph(lambda: [run(*w) for w in weights], rep=30) * 1e3 / len(weights)

@@ -12,9 +12,8 @@ import itertools
 import os
 
 import torch
-from _nm_cases import env_cases, nm_case
+from _nm_cases import checked_cold_us, env_cases, nm_case
 from nm_decode_tall_cold import dense_cold, linear_cold
-from triton.testing import do_bench_cudagraph
 
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
@@ -57,18 +56,7 @@ def main():
                     vector=1, activation="none", **config,
                 )  # fmt: skip
 
-            out.fill_(float("nan"))
-            try:
-                run(*weights[0])
-            except Exception as e:  # a tile the compiler refuses: say so
-                print(name, type(e).__name__, str(e)[:300], flush=True)
-                timed[name] = float("nan")
-                continue
-            err = ((out.double() - want).norm() / want.norm()).item()
-            total = do_bench_cudagraph(lambda: [run(*w) for w in weights], rep=30) * 1e3
-            timed[name] = total / copies if err < 1e-2 else float("nan")
-            if err >= 1e-2:
-                print(name, "wrong: relative error", err, flush=True)
+            timed[name] = checked_cold_us(name, run, weights, out, want)
         label = f"{M}x{K} {n}:{m} t{tokens}"
         print(label, f"copies {copies}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
         table.append((label, timed))
