@@ -28,8 +28,9 @@ interpreter): on the CPU the unpack kernel takes the same products.
 On the H200 (results/nvidia-h200/2026-12-01/at-4700dd4, cold, bf16, 16 tokens, 64 x 32
 tiles, split 4): 2:8 22.3 us on 14336 x 4096 and 22.8 on 4096 x 14336, against the unpack
 kernel's 30.3 and 29.7 (dense 31-33); 1:8 19.6 and 20.6 against 22.0 and 22.9; 2:4 no faster
-(32.7-34.2). That is still 2.5x its bytes' time: Nsight Compute finds it latency-bound (a
-third of the issue slots used, 13 warps an SM, waits on loads first). B held in shared memory
+(32.7-34.2). That is still 2.5x its bytes' time, and its time follows its instructions, not
+its bytes: Nsight Compute (at-58e3bf2) finds a third of the issue slots used with 6.4 warps an
+SM (224-256 programs of 4 warps, under two an SM; registers allow three). B held in shared memory
 for the whole K range, W loaded two steps ahead, and a cp.async ring for W and B each
 measured no faster (benchmarks/NOTES.md, twentieth session).
 """
