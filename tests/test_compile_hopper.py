@@ -13,11 +13,11 @@ kernel with int32 and int64 offsets; the CSR few-token walk with B padded and st
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
 N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row) and 1:8
-pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 into the split
-plane, 1:4 with four groups a byte) and by compare-selects (4:8); the Gluon wgmma N:M kernel
-(2:8 into the split plane, 1:8 with bias and activation, 2:4 with a row-major B); the
-block-sparse attention forward's last merged pass, reading its fp32 scratch and storing bf16
-(permuted rows and keys).
+pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 split 4 summed
+by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
+(4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
+activation, 2:4 with a row-major B into the split plane); the block-sparse attention
+forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -179,23 +179,23 @@ def _cases() -> dict:
                      BLOCK_M=2, BLOCK_G=128, WIDE=False, STAGES=3)  # fmt: skip
     pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16"]
     cases["nm select 1:8 pipelined"] = (_nm_select_kernel, pointers, constants, 1)
-    for n, m, bits, permute in ((2, 8, 4, True), (1, 4, 2, True), (4, 8, 4, False)):
+    for n, m, bits, permute, splits in ((2, 8, 4, True, 4), (1, 4, 2, True, 2),
+                                        (4, 8, 4, False, 1)):  # fmt: skip
         constants = dict(N_KEEP=n, M_GROUP=m, BITS=bits, VECTOR=1, HAS_BIAS=True, ACTIVATION=1,
-                         BLOCK_M=64, BLOCK_G=32, BLOCK_N=16, PARTIAL=permute,
+                         BLOCK_M=64, BLOCK_G=32, BLOCK_N=16, SPLITS=splits, FUSED=splits == 4,
                          LOG_N=n.bit_length() - 1, LOG_M=m.bit_length() - 1, PERMUTE=permute,
                          ASM=True)  # fmt: skip
         values = "*i32" if permute and n == 2 else "*bf16"
         units = {8: "*u8", 2: "*u8", 16: "*i16"}[n * bits]
-        out = "*fp32" if permute else "*bf16"
-        pointers = [values, units, "*bf16", "*bf16", out]
+        pointers = [values, units, "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
         cases[f"nm unpack {n}:{m}"] = (_nm_unpack_kernel, pointers, constants, 4)
-    for n, m, partial, k_contiguous in ((2, 8, True, True), (1, 8, False, True),
-                                        (2, 4, False, False)):  # fmt: skip
-        constants = dict(N_KEEP=n, M_GROUP=m, BITS=m // 2, VECTOR=1, HAS_BIAS=not partial,
-                         ACTIVATION=0 if partial else 2, BLOCK_G=32, PARTIAL=partial,
-                         **layouts(64, 32, 16, m, k_contiguous))  # fmt: skip
-        out = "*fp32" if partial else "*bf16"
-        pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", out]
+    for n, m, splits, fused, k_contiguous in ((2, 8, 4, True, True), (1, 8, 1, False, True),
+                                              (2, 4, 2, False, False)):  # fmt: skip
+        constants = dict(N_KEEP=n, M_GROUP=m, BITS=m // 2, VECTOR=1, HAS_BIAS=splits != 2,
+                         ACTIVATION=0 if splits == 2 else 2, BLOCK_G=32, SPLITS=splits,
+                         FUSED=fused, **layouts(64, 32, 16, m, k_contiguous))  # fmt: skip
+        pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32",
+                    "*i32"]  # fmt: skip
         cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
     constants = dict(ROW_PERM=True, COL_PERM=True, MERGE=True, STORE_FINAL=True, BLOCK_M=64,
                      BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",

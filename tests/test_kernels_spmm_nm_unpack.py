@@ -34,7 +34,9 @@ PATTERNS = [
 ]
 
 
-def _launch_poisoned(W, B, block_g=8, bias=None, activation="none", split=1, block_m=16):
+def _launch_poisoned(
+    W, B, block_g=8, bias=None, activation="none", split=1, block_m=16, fused=True
+):
     bits = packed_bits(W.m, 1)
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     spmm_nm_unpack(
@@ -54,6 +56,7 @@ def _launch_poisoned(W, B, block_g=8, bias=None, activation="none", split=1, blo
         num_warps=4,
         num_stages=2,
         split=split,
+        fused=fused,
     )
     return out
 
@@ -81,9 +84,12 @@ def test_every_element_written(device, pattern, tokens, gen):
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", [(2, 8, 1), (4, 8, 1), (1, 4, 2)])
 @pytest.mark.parametrize("split", [1, 3, 64])
-def test_bias_activation_and_split(device, pattern, split, gen):
+@pytest.mark.parametrize("fused", [True, False])
+def test_bias_activation_and_split(device, pattern, split, fused, gen):
     """Split-K sums each range into the float32 workspace, then bias and activation in the
-    second kernel; at 64 more ranges are asked for than steps (only non-empty ones launch)."""
+    last range of a tile to finish (fused) or a second kernel; at 64 more ranges are asked
+    for than steps (only non-empty ones launch). Both sum the planes in one order: the same
+    bits."""
     skip_interpreter_on_gpu_machine(device)
     n, m, vector = pattern
     dtype = torch.bfloat16 if device == "cuda" else torch.float16
@@ -92,8 +98,9 @@ def test_bias_activation_and_split(device, pattern, split, gen):
     bias = randn(37, gen=gen, dtype=dtype, device=device)
     want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
-    got = _launch_poisoned(W, B, 8, bias, "gelu", split)
+    got = _launch_poisoned(W, B, 8, bias, "gelu", split, fused=fused)
     assert_close(got, want, bound, dtype)
+    assert torch.equal(got, _launch_poisoned(W, B, 8, bias, "gelu", split, fused=not fused))
 
 
 def test_a_bad_row_is_caught(gen):

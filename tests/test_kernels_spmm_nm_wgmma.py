@@ -18,13 +18,13 @@ PATTERNS = [(2, 8, 1, 32), (2, 8, 1, 16), (1, 8, 1, 32), (2, 4, 1, 32), (1, 4, 1
 
 
 def _launch_poisoned(W, B, block_g, bias=None, activation="none", split=1, block_m=64,
-                     block_n=16):  # fmt: skip
+                     block_n=16, fused=True):  # fmt: skip
     bits = packed_bits(W.m, 1)
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     spmm_nm_wgmma(
         values=W.values, words=packed_words(W.indices, bits), bits=bits, b=B, bias=bias,
         out=out, n=W.n, m=W.m, vector=W.vector, activation=activation, block_m=block_m,
-        block_g=block_g, block_n=block_n, split=split,
+        block_g=block_g, block_n=block_n, split=split, fused=fused,
     )  # fmt: skip
     return out
 
@@ -61,16 +61,41 @@ def test_tiles(block_m, block_n, gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize(("n", "m", "block_g"), [(2, 8, 32), (1, 8, 32), (2, 4, 32)])
 @pytest.mark.parametrize("split", [1, 3, 64])
-def test_bias_activation_and_split(n, m, block_g, split, gen):
+@pytest.mark.parametrize("fused", [True, False])
+def test_bias_activation_and_split(n, m, block_g, split, fused, gen):
     """Split-K sums each range into the float32 workspace, then bias and activation in the
-    second kernel; at 64 more ranges are asked for than steps (only non-empty ones launch)."""
+    last range of a tile to arrive (fused) or a second kernel; at 64 more ranges are asked
+    for than steps (only non-empty ones launch)."""
     W = random_nm(137, 13 * 32 * m, n, m, gen, 1, 1, torch.bfloat16, "cuda")
     B = randn(13 * 32 * m, 5, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(137, gen=gen, dtype=torch.bfloat16, device="cuda")
     want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
-    got = _launch_poisoned(W, B, block_g, bias, "gelu", split)
+    got = _launch_poisoned(W, B, block_g, bias, "gelu", split, fused=fused)
     assert_close(got, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_fused_split_is_deterministic(gen):
+    """The last range to arrive sums the planes in plane order whichever it is: the same bits
+    as the second kernel's sum, every run, many tiles racing; the counters are left at zero
+    for the next launch, and a launch on another stream gets its own."""
+    from sparsekernels.kernels import split_k
+
+    W = random_nm(64 * 40 + 3, 4096, 2, 8, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(40, 4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    first = _launch_poisoned(W, x.t(), 32, split=5, fused=False)
+    for _ in range(5):
+        assert torch.equal(_launch_poisoned(W, x.t(), 32, split=5), first)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        other = _launch_poisoned(W, x.t(), 32, split=5)
+    stream.synchronize()
+    assert torch.equal(other, first)
+    assert len(split_k._COUNTERS) >= 2
+    assert all(int(c.abs().sum()) == 0 for c in split_k._COUNTERS.values())
+    assert_close(first, W.to_dense().double() @ x.t().double(),
+                 spmm_bound(W.to_dense(), x.t()), torch.bfloat16)  # fmt: skip
 
 
 @pytest.mark.gpu

@@ -22,8 +22,9 @@ from sparsekernels.kernels.spmm_nm_unpack import spmm_nm_unpack
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096", "2:8,1:8,2:4", "1,4,8,16")
-# "RxG/Ww/sS[/kK][/nN]": R rows and G groups a step, W warps, S stages, K split-K ranges, N
-# tokens a column tile (16 unless given)
+# "RxG/Ww/sS[/kK][/nN][/two]": R rows and G groups a step, W warps, S stages, K split-K
+# ranges (summed by the last of a tile, or with /two by a second kernel), N tokens a column
+# tile (16 unless given)
 CONFIGS = os.environ.get(
     "CONFIGS",
     "64x32/4w/s1,64x32/4w/s3,64x64/4w/s2,128x32/8w/s2,64x32/4w/s2/k2,64x32/4w/s2/k4,32x64/4w/s2",
@@ -42,6 +43,7 @@ def parse(name: str) -> dict:
         num_warps=int(warps.rstrip("w")),
         num_stages=int(stages.lstrip("s")),
         split=split,
+        fused="two" not in flags,
     )
 
 

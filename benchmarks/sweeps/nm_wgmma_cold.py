@@ -21,8 +21,8 @@ from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096", "2:8,1:8,2:4", "1,8,16")
-# "RxG/nN[/kK][/rR]": R rows and G groups a step, N tokens a column tile, K split-K ranges, R
-# registers a thread at most
+# "RxG/nN[/kK][/two][/rR]": R rows and G groups a step, N tokens a column tile, K split-K
+# ranges (summed by the last of a tile, or with /two by a second kernel), R registers a thread
 CONFIGS = os.environ.get("CONFIGS", "64x32/n16,64x32/n16/k2,64x32/n16/k4,128x32/n16").split(",")
 
 
@@ -31,7 +31,8 @@ def parse(name: str) -> dict:
     rows, groups = (int(d) for d in tile.split("x"))
     split = next((int(f[1:]) for f in flags if f.startswith("k")), 1)
     cap = next((int(f[1:]) for f in flags if f.startswith("r")), None)
-    config = dict(block_m=rows, block_g=groups, block_n=int(columns[1:]), split=split)
+    config = dict(block_m=rows, block_g=groups, block_n=int(columns[1:]), split=split,
+                  fused="two" not in flags)  # fmt: skip
     return config | ({"max_registers": cap} if cap else {})
 
 

@@ -77,6 +77,160 @@ def store(
 
 
 @triton.jit
+def store_last_sums(
+    acc,
+    offs_m,
+    offs_n,
+    mask_m,
+    mask_n,
+    bias,
+    out,  # the (M, N) output
+    partials,  # the (SPLITS, M, N) workspace, in ACC_DTYPE
+    counter,  # this output tile's int32 counter: zero before the launch, left at zero
+    N,
+    SPLIT_STRIDE,  # M * N
+    stride_om,
+    stride_on,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    SPLITS: tl.constexpr,
+    SPLIT_AXIS: tl.constexpr,  # the grid axis that numbers the pieces
+):
+    """A piece's end without a second kernel: every piece stores its sum to its plane and
+    counts itself in; the last of a tile to arrive adds the planes in plane order and applies
+    the epilogue. The sum's order is fixed, so the result is the same every run whichever
+    piece is last; the atomic only orders them."""
+    mask = mask_m[:, None] & mask_n[None, :]
+    tile = partials + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    piece = tl.program_id(SPLIT_AXIS)
+    tl.store(tile + piece.to(tl.int64) * SPLIT_STRIDE, acc, mask=mask)
+    tl.debug_barrier()  # all of the program's stores before its release below
+    arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLITS - 1:
+        # from L2 (.cg): the other pieces' stores, never a stale L1 line
+        total = tl.load(tile, mask=mask, other=0.0, cache_modifier=".cg")
+        for plane in tl.static_range(1, SPLITS):  # in plane order
+            part = tile + plane * SPLIT_STRIDE
+            total += tl.load(part, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(counter, 0)  # ready for the next launch on the stream
+        _epilogue_store(
+            total,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            bias,
+            out,
+            stride_om,
+            stride_on,
+            HAS_BIAS,
+            ACTIVATION,
+            ACC_DTYPE,
+        )
+
+
+@triton.jit
+def end_piece(
+    acc,
+    offs_m,
+    offs_n,
+    mask_m,
+    mask_n,
+    bias,
+    out,  # the (M, N) output
+    partials,  # with SPLITS > 1 the (SPLITS, M, N) workspace, in ACC_DTYPE
+    counters,  # with FUSED an int32 a (row, column) tile, zero (tile_counters)
+    N,
+    SPLIT_STRIDE,  # M * N
+    stride_om,
+    stride_on,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+    SPLITS: tl.constexpr,
+    FUSED: tl.constexpr,  # the last piece of a tile sums the planes (else sum_partials)
+):
+    """The end of a program of a (row tiles, column tiles, SPLITS) grid: act(acc + bias)
+    into out when K is one piece, else the piece's plane, summed by the tile's last piece
+    (FUSED) or by sum_partials after the launch."""
+    if SPLITS == 1:
+        _epilogue_store(
+            acc,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            bias,
+            out,
+            stride_om,
+            stride_on,
+            HAS_BIAS,
+            ACTIVATION,
+            ACC_DTYPE,
+        )
+    elif FUSED:
+        counter = counters + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+        store_last_sums(
+            acc,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            bias,
+            out,
+            partials,
+            counter,
+            N,
+            SPLIT_STRIDE,
+            stride_om,
+            stride_on,
+            HAS_BIAS,
+            ACTIVATION,
+            ACC_DTYPE,
+            SPLITS,
+            2,
+        )
+    else:
+        store(
+            acc,
+            offs_m,
+            offs_n,
+            mask_m,
+            mask_n,
+            bias,
+            partials,
+            N,
+            SPLIT_STRIDE,
+            stride_om,
+            stride_on,
+            HAS_BIAS,
+            ACTIVATION,
+            ACC_DTYPE,
+            True,
+            2,
+        )
+
+
+_COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 counters, one per output tile, for store_last_sums (which leaves them at
+    zero): one buffer per device and stream, since launches on a stream run one at a time."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = (index, torch.cuda.current_stream(index).cuda_stream)
+    else:  # the interpreter runs one program at a time
+        key = (-1, 0)
+    counters = _COUNTERS.get(key)
+    if counters is None or counters.numel() < tiles:
+        counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[key] = counters
+    return counters
+
+
+@triton.jit
 def _sum_partials_kernel(
     partials,  # (SPLITS, M, N), contiguous, in the accumulator's type
     bias,

@@ -239,7 +239,9 @@ def _nm_unpack_kernel(
     units,  # (ceil(M / VECTOR), ...) the packed offsets as 8, 16 or 32-bit integers, unit stride
     b,  # (K, N): strides stride_bk, stride_bn
     bias,
-    out,  # (M, N), or with PARTIAL the (splits, M, N) float32 workspace
+    out,  # (M, N)
+    partials,  # with SPLITS > 1 the (SPLITS, M, N) float32 workspace
+    counters,  # with FUSED an int32 a tile, zero (split_k.tile_counters)
     M,
     N,
     K,
@@ -260,7 +262,8 @@ def _nm_unpack_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_G: tl.constexpr,  # groups a step: the dot is BLOCK_G * m deep
     BLOCK_N: tl.constexpr,
-    PARTIAL: tl.constexpr,
+    SPLITS: tl.constexpr,  # pieces of the K range, program_id(2)
+    FUSED: tl.constexpr,  # the last piece of a tile sums the pieces (else a second kernel)
     LOG_N: tl.constexpr,  # n a power of two
     LOG_M: tl.constexpr,  # m a power of two
     PERMUTE: tl.constexpr,  # n <= 2, m <= 8: the tile by byte permutes (_permuted_tile)
@@ -290,9 +293,9 @@ def _nm_unpack_kernel(
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, True,
             PERMUTE, ASM,
         )  # fmt: skip
-    split_k.store(
-        acc, offs_m, offs_n, mask_m, mask_n, bias, out, N, SPLIT_STRIDE, stride_om, stride_on,
-        HAS_BIAS, ACTIVATION, tl.float32, PARTIAL, 2,
+    split_k.end_piece(
+        acc, offs_m, offs_n, mask_m, mask_n, bias, out, partials, counters, N, SPLIT_STRIDE,
+        stride_om, stride_on, HAS_BIAS, ACTIVATION, tl.float32, SPLITS, FUSED,
     )  # fmt: skip
 
 
@@ -322,12 +325,14 @@ def spmm_nm_unpack(
     num_warps: int,
     num_stages: int,
     split: int = 1,
+    fused: bool = True,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words
     (`NMMatrix.packed_indices(bits)`) need unit stride along their last dim; block_m and
     block_n powers of two of at least 16 (tl.dot's smallest tile); block_g a power of two
     holding whole bytes of offsets, block_g * m at least 16. `split` > 1 cuts the groups into
-    that many ranges (fewer where one would be empty), summed by a second kernel."""
+    that many ranges (fewer where one would be empty), summed in plane order by the last of
+    a tile's ranges to finish (`fused`) or by a second kernel."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -349,12 +354,16 @@ def spmm_nm_unpack(
     permute = (
         n <= 2 and m <= 8 and (n == 1 or (values.stride(0) % 2 == 0 and values.data_ptr() % 4 == 0))
     )
+    fused = fused and splits > 1
+    counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else words
     _nm_unpack_kernel[grid](
         values.view(torch.int32) if permute and n == 2 else values,
         units,
         b,
         bias if bias is not None else values,
+        out,
         partials,
+        counters,
         rows,
         cols,
         k,
@@ -375,7 +384,8 @@ def spmm_nm_unpack(
         BLOCK_M=block_m,
         BLOCK_G=block_g,
         BLOCK_N=block_n,
-        PARTIAL=splits > 1,
+        SPLITS=splits,
+        FUSED=fused,
         LOG_M=m.bit_length() - 1,
         PERMUTE=permute,
         ASM=os.environ.get("TRITON_INTERPRET") != "1",
@@ -383,6 +393,6 @@ def spmm_nm_unpack(
         num_warps=num_warps,
         num_stages=num_stages,
     )
-    if splits > 1:
+    if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)
     return out

@@ -188,7 +188,9 @@ def _nm_wgmma_kernel(
     units,  # (ceil(M / VECTOR), ...) the packed offsets as int32 words, unit stride
     b,  # (K, N): strides stride_bk, stride_bn
     bias,
-    out,  # (M, N), or with PARTIAL the (splits, M, N) float32 workspace
+    out,  # (M, N)
+    partials,  # with SPLITS > 1 the (SPLITS, M, N) float32 workspace
+    counters,  # with FUSED an int32 a tile, zero (split_k.tile_counters)
     M,
     N,
     K,
@@ -207,7 +209,8 @@ def _nm_wgmma_kernel(
     HAS_BIAS: gl.constexpr,
     ACTIVATION: gl.constexpr,
     BLOCK_G: gl.constexpr,
-    PARTIAL: gl.constexpr,
+    SPLITS: gl.constexpr,  # pieces of the K range, program_id(2)
+    FUSED: gl.constexpr,  # the last piece of a tile sums the pieces (else a second kernel)
     WORDS: gl.constexpr,  # the layouts: layouts() below
     A_LAYOUT: gl.constexpr,
     ACC_LAYOUT: gl.constexpr,
@@ -259,9 +262,9 @@ def _nm_wgmma_kernel(
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(
         0, BLOCK_N, layout=gl.SliceLayout(0, ACC_LAYOUT)
     )
-    split_k.store(
-        acc, offs_m, offs_n, offs_m < M, offs_n < N, bias, out, N, SPLIT_STRIDE, stride_om,
-        stride_on, HAS_BIAS, ACTIVATION, gl.float32, PARTIAL, 2,
+    split_k.end_piece(
+        acc, offs_m, offs_n, offs_m < M, offs_n < N, bias, out, partials, counters, N,
+        SPLIT_STRIDE, stride_om, stride_on, HAS_BIAS, ACTIVATION, gl.float32, SPLITS, FUSED,
     )  # fmt: skip
 
 
@@ -326,6 +329,7 @@ def spmm_nm_wgmma(
     block_g: int,
     block_n: int,
     split: int = 1,
+    fused: bool = True,
     max_registers: int | None = None,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words (int32,
@@ -352,12 +356,16 @@ def spmm_nm_wgmma(
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
+    fused = fused and splits > 1
+    counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else words
     _nm_wgmma_kernel[grid](
         values.view(torch.int32) if n == 2 else values,
         words.view(torch.int32),
         b,
         bias if bias is not None else values,
+        out,
         partials,
+        counters,
         rows,
         cols,
         k,
@@ -376,11 +384,12 @@ def spmm_nm_wgmma(
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         BLOCK_G=block_g,
-        PARTIAL=splits > 1,
+        SPLITS=splits,
+        FUSED=fused,
         num_warps=4,
         **({"maxnreg": max_registers} if max_registers else {}),
         **layouts(block_m, block_g, block_n, m, b.stride(0) == 1),
     )
-    if splits > 1:
+    if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)
     return out
