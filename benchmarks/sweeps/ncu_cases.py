@@ -68,7 +68,8 @@ def cases() -> dict:
         x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
         calls[f"linear 2:8 {M}x{K} x16 (expand)"] = lambda W16=W16, x16=x16: sk.linear(x16, W16)
     for pattern, M, K, split, block_m in (("2:8", 14336, 4096, 1, 64), ("1:8", 14336, 4096, 1, 64),
-                                          ("2:8", 4096, 14336, 4, 64)):  # fmt: skip
+                                          ("2:8", 4096, 14336, 4, 64),
+                                          ("2:8", 14336, 4096, 3, 64)):  # fmt: skip
         calls.update(_wgmma_cases(pattern, M, K, split, block_m))
     g = torch.Generator(device="cuda").manual_seed(0)
     P = _pattern_from_mask(
