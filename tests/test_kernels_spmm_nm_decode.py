@@ -318,7 +318,7 @@ def test_tall_tiles_on_gpu(tokens, n, m, gen, monkeypatch):
     from sparsekernels.kernels import nm_unpack_tuning, nm_wgmma_tuning, spmm_nm_decode
 
     monkeypatch.setattr(nm_unpack_tuning, "UNPACK_TOKENS", {})  # (2:8 at 8 tokens unpacks)
-    monkeypatch.setattr(nm_wgmma_tuning, "WGMMA_TOKENS", {})  # (and on Hopper, wgmma)
+    monkeypatch.setattr(nm_wgmma_tuning, "WGMMA_WINDOWS", {})  # (and on Hopper, wgmma)
     launches = []
     launch = spmm_nm_decode.spmm_nm_decode
     monkeypatch.setattr(

@@ -131,27 +131,47 @@ def test_supports_and_bad_tiles(gen):
 
 
 def test_route_takes_the_measured_window():
-    """bf16 element-wise 2:8 and 1:8 at 8-16 tokens, few-row weights split as the unpack
-    kernel's; nothing else (2:4 measured no faster)."""
-    from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config as config
+    """The measured windows (2:8 at 4-32 tokens, 1:8 at 8-32, 2:4 at 4-32; bf16, fp16 for 2:8)
+    on the narrowest column tile that holds the tokens, split to fill one wave of programs
+    (132 SMs), each range 4 steps at least; 1:8 and 2:4 past their 8-token window only where
+    that splits. Nothing else (1-3 tokens, vectors, other patterns, fp16 past 2:8)."""
+    from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config
 
     bf16 = torch.bfloat16
-    c = config(8, 2, 8, 1, 1, bf16, 4096)
-    assert (c.block_m, c.block_g, c.block_n, c.split) == (64, 32, 16, 4)
-    assert config(16, 1, 8, 1, 1, bf16, 14336).split == 1
+
+    def tile(tokens, n, m, rows, k, dtype=bf16, vector=1):
+        c = spmm_nm_wgmma_config(tokens, n, m, vector, 1, dtype, rows, k, 132)
+        return None if c is None else (c.block_m, c.block_g, c.block_n, c.split)
+
+    assert tile(8, 2, 8, 4096, 14336) == (64, 32, 8, 6)  # 396 programs: 3 an SM
+    assert tile(4, 2, 8, 14336, 4096) == (64, 32, 8, 1)
+    assert tile(16, 2, 8, 4096, 4096) == (64, 32, 16, 4)  # 16 steps: 4 a range
+    assert tile(32, 2, 8, 4096, 14336) == (64, 32, 32, 4)  # 2 an SM on 32-token tiles
+    assert tile(17, 2, 8, 14336, 4096) == (64, 32, 32, 1)
+    assert tile(8, 2, 4, 4096, 14336) == (64, 32, 8, 8)  # 4 an SM, capped at 8
+    assert tile(5, 2, 4, 14336, 4096) == (64, 32, 8, 2)
+    assert tile(12, 2, 4, 4096, 14336) == (64, 32, 16, 6)
+    assert tile(8, 1, 8, 14336, 4096) == (64, 32, 8, 1)
+    assert tile(24, 1, 8, 4096, 4096) == (64, 32, 32, 4)
+    assert tile(8, 2, 8, 4096, 14336, torch.float16) == (64, 32, 8, 6)
+    assert tile(3, 2, 8, 64, 8 * 32) is None  # one step: one range
     for args in [
-        (7, 2, 8, 1, 1, bf16),
-        (17, 2, 8, 1, 1, bf16),
-        (16, 2, 4, 1, 1, bf16),
-        (16, 2, 8, 2, 1, bf16),  # vectors
-        (16, 2, 8, 1, 1, torch.float16),  # not timed
-        (16, 1, 4, 1, 1, bf16),
+        (3, 2, 8, 4096, 14336),
+        (33, 2, 8, 4096, 14336),
+        (4, 1, 8, 4096, 14336),
+        (16, 2, 4, 14336, 4096),  # one range: the unpack kernel
+        (32, 1, 8, 14336, 4096),
+        (16, 1, 8, 4096, 14336, torch.float16),  # not timed
+        (16, 2, 8, 4096, 14336, bf16, 2),  # vectors
+        (16, 4, 8, 4096, 14336),
     ]:
-        assert config(*args, 4096) is None, args
+        assert tile(*args) is None, args
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 8), (2, 8, 16), (1, 8, 13)])
+@pytest.mark.parametrize(
+    ("n", "m", "tokens"), [(2, 8, 4), (2, 8, 16), (2, 8, 29), (1, 8, 13), (2, 4, 7), (2, 4, 20)]
+)
 def test_linear_routes_through_wgmma(n, m, tokens, gen, monkeypatch):
     """linear takes the kernel in its window on the H200, with bias, split on a few-row
     weight, and gives the product in x's layout."""
@@ -168,6 +188,7 @@ def test_linear_routes_through_wgmma(n, m, tokens, gen, monkeypatch):
     bias = randn(1000, gen=gen, dtype=torch.bfloat16, device="cuda")
     got = sk.linear(x, W, bias)
     want = x.double() @ W.to_dense().double().t() + bias.double()
-    assert calls == [4] and got.is_contiguous()
+    # 9 steps of 32 groups at m = 8 (two ranges of 4 at least), 17 at m = 4 (four)
+    assert calls == [2 if m == 8 else 4] and got.is_contiguous()
     bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
     assert_close(got, want, bound, torch.bfloat16)

@@ -1,22 +1,35 @@
 """Where the wgmma kernel (spmm_nm_wgmma.py: the dense tile built in the tensor cores' operand
-registers, Hopper) takes a product of a few tokens, and its tile.
+registers, Hopper) takes a product of a few tokens, and its tile and split.
 
-Cold L2, bf16, us, 64 x 32 tiles (16 tokens a column tile), split 4 (benchmarks/sweeps/
-nm_wgmma_cold.py, results/nvidia-h200/2026-12-01/at-4700dd4/nm_wgmma.txt; the route before:
-the unpack kernel, else the select kernel at 8 tokens for 1:8):
-                        4096 x 14336            14336 x 4096
-  tokens                 8       16               8       16
-  dense               32.1     33.3            30.4     31.0
-  2:8  route          29.7     29.7            30.9     30.3
-       wgmma          23.7     22.8            22.8     22.3
-  1:8  route          23.2     22.9            22.0     22.0
-       wgmma          21.7     20.6            20.9     19.6
-  2:4  route          32.0     32.2            36.8     32.6
-       wgmma          34.2     33.4            33.7     32.7
-So it takes 2:8 and 1:8 at 8-16 tokens; 2:4 stays with the unpack kernel (its tile build is
-half the work a step but its steps are twice as many). Unsplit on 14336 rows it measured
-the same (22.6 us at 2:8), so the split follows the unpack kernel's rule. Fewer tokens,
-more, other patterns, dtypes and vectors were not timed: they keep their route.
+Cold L2, bf16, us (benchmarks/sweeps/nm_wgmma_cold.py; results/nvidia-h200/2026-12-01/
+at-f819c08: nm_wgmma_splits.txt at 4 and 16 tokens, nm_wgmma_n8.txt at 8, nm_wgmma_n32.txt at
+32; the route before: this kernel's 16-token tile split 4 on 4096 rows for 2:8 and 1:8 at
+8-16 tokens, else the unpack kernel, the select kernel at 4 tokens):
+                        4096 x 14336          14336 x 4096          4096 x 4096
+  tokens                4     8    16    32    4     8    16    32      8    32
+  dense              31.7  31.2  33.3  32.4  32.6  30.0  30.6  30.9   13.5  14.3
+  2:8  route         26.8  21.1  21.5  37.7  23.8  22.7  22.9  31.2    8.8  14.2
+       wgmma         19.4  18.9  21.0  27.3  19.7  20.3  22.4  28.5    8.1  11.2
+  1:8  route         16.5  19.0  19.6  29.5  15.2  19.9  20.3  24.2    8.1  11.9
+       wgmma         16.4  16.6  19.6  25.6  16.5  17.0  20.0  26.3    7.1  10.2
+  2:4  route         32.5  32.7  31.0  46.2  37.1  36.7  32.6  35.4   13.2  16.3
+       wgmma         30.0  23.7  27.9  36.9  25.6  25.4  33.2  39.0    9.7  13.4
+(wgmma: the tile and split below, as routed; at 4 tokens the 8-token tile split 4.) So it
+takes 2:8 at 4-32 tokens, 1:8 at 8-16 (and 17-32 where split), 2:4 at 4-8 (and 9-32 where
+split); 1-3 tokens were not timed and keep the select kernel.
+
+A column tile of 8, 16 or 32 tokens (the wgmma's N): the product's tensor-core work grows with
+it, so the narrowest that holds the tokens (16 tokens as two 8-token tiles build the tile
+twice: 31.5 against 21.0). 64-token tiles spilled (69-215 us).
+
+The split fills one wave: split-K ranges until the row tiles times the ranges reach the
+programs that fit on the GPU at once (3 an SM at the kernel's 160-168 registers, 4 for 2:4 on
+8-token tiles at 128, 2 on 32-token tiles at 208-224), each range at least 4 steps. A second
+wave cost more than the ranges saved (2:8 at 16 tokens on 4096 rows: split 6 21.0, split 8
+21.8; on 32-token tiles split 4 27.3, split 6 30.7). Where that gives one range, 1:8 and
+2:4 past 8 tokens stay with the unpack kernel, which measured faster there.
+fp16 was timed for 2:8 at 8-16 tokens (as fast as bf16: 19.6-22.1 against its route's
+34.8-47.9, nm_wgmma_fp16.txt); other patterns in fp16 keep their route.
 """
 
 from __future__ import annotations
@@ -26,7 +39,6 @@ from dataclasses import dataclass
 import torch
 
 from ._sizes import cdiv
-from .nm_unpack_tuning import UNPACK_BLOCK_M, UNPACK_MAX_SPLIT, UNPACK_PROGRAMS
 
 
 @dataclass(frozen=True)
@@ -34,23 +46,65 @@ class SpmmNmWgmmaConfig:
     block_m: int
     block_g: int  # groups a step
     block_n: int  # tokens a column tile
-    split: int  # ranges of groups, one program each (split_k.py sums them)
+    split: int  # ranges of groups, one program each (the last of a tile sums them)
 
 
-# (n, m) -> (fewest, most) tokens where it measured faster than the route, bf16
-WGMMA_TOKENS = {(2, 8): (8, 16), (1, 8): (8, 16)}
-WGMMA_DTYPES = (torch.bfloat16,)
+@dataclass(frozen=True)
+class _Window:
+    fewest: int  # tokens
+    most: int
+    block_n: int
+    needs_split: bool  # taken only where the weight's rows leave room for two ranges or more
+
+
+# (n, m) -> the token windows where it measured faster than the route, bf16
+WGMMA_WINDOWS = {
+    (2, 8): (_Window(4, 8, 8, False), _Window(9, 16, 16, False), _Window(17, 32, 32, False)),
+    (1, 8): (_Window(8, 8, 8, False), _Window(9, 16, 16, False), _Window(17, 32, 32, True)),
+    (2, 4): (_Window(4, 8, 8, False), _Window(9, 16, 16, True), _Window(17, 32, 32, True)),
+}
+WGMMA_DTYPES = {(2, 8): (torch.bfloat16, torch.float16)}  # others: bf16 only
+WGMMA_BLOCK_M = 64
+WGMMA_BLOCK_G = 32
+WGMMA_MAX_SPLIT = 8
+MIN_STEPS_A_RANGE = 4
+
+
+def programs_per_sm(n: int, m: int, block_n: int) -> int:
+    """The kernel's programs an SM holds at once, by its registers a thread (Triton 3.6 on
+    sm_90, 4 warps): 2:4 on 8-token tiles 128 (4), 32-token tiles 192-224 (2), else 144-168
+    (3)."""
+    if block_n >= 32:
+        return 2
+    if (n, m) == (2, 4) and block_n <= 8:
+        return 4
+    return 3
 
 
 def spmm_nm_wgmma_config(
-    n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
+    n_cols: int,
+    n: int,
+    m: int,
+    vector: int,
+    block: int,
+    dtype: torch.dtype,
+    rows: int,
+    k: int,
+    sms: int,
 ) -> SpmmNmWgmmaConfig | None:
-    """The tile where the wgmma kernel measured faster than the route (WGMMA_TOKENS), else
-    None: element-wise rows with their own choice."""
-    window = WGMMA_TOKENS.get((n, m))
-    if window is None or vector != 1 or block != 1 or dtype not in WGMMA_DTYPES:
+    """The tile where the wgmma kernel measured faster than the route (WGMMA_WINDOWS), else
+    None: element-wise rows with their own choice, K of `k`, on a GPU of `sms` SMs."""
+    windows = WGMMA_WINDOWS.get((n, m), ())
+    if vector != 1 or block != 1 or dtype not in WGMMA_DTYPES.get((n, m), (torch.bfloat16,)):
         return None
-    if not window[0] <= n_cols <= window[1]:
+    window = next((w for w in windows if w.fewest <= n_cols <= w.most), None)
+    if window is None:
         return None
-    split = max(1, min(UNPACK_MAX_SPLIT, UNPACK_PROGRAMS // cdiv(rows, UNPACK_BLOCK_M)))
-    return SpmmNmWgmmaConfig(64, 32, 16, split)
+    row_tiles = cdiv(rows, WGMMA_BLOCK_M)
+    wave = sms * programs_per_sm(n, m, window.block_n)
+    steps = cdiv(k // m, WGMMA_BLOCK_G)
+    split = min(wave // row_tiles, WGMMA_MAX_SPLIT, steps // MIN_STEPS_A_RANGE)
+    split = max(1, split)
+    if window.needs_split and split < 2:
+        return None
+    return SpmmNmWgmmaConfig(WGMMA_BLOCK_M, WGMMA_BLOCK_G, window.block_n, split)

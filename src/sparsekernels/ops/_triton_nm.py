@@ -1,5 +1,5 @@
 """The `triton` backend of spmm/linear for N:M weights: on Hopper the wgmma kernel where it
-measured faster at 8-16 tokens (nm_wgmma_tuning), the unpack kernel where it measured faster
+measured faster at 4-32 tokens (nm_wgmma_tuning), the unpack kernel where it measured faster
 at 4-64 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
 at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
 tokens for 1:8 and sparser and at 13-64 for 2:4, 2:8 and 4:8 (tuning.spmm_nm_expand_takes;
@@ -11,6 +11,7 @@ built once per weight."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -31,10 +32,13 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     if transpose:
         return _transposed(values, indices, b, bias, activation, n, m, vector, block)
     out = spmm_out(b, values.shape[0])
-    on_registers = nm_wgmma_tuning.spmm_nm_wgmma_config(
-        b.shape[1], n, m, vector, block, values.dtype, values.shape[0]
-    )
-    if on_registers is not None and wgmma.supports(n, m, block, values.dtype, b.shape[0], b.device):
+    on_registers = None
+    if wgmma.supports(n, m, block, values.dtype, b.shape[0], b.device):
+        on_registers = nm_wgmma_tuning.spmm_nm_wgmma_config(
+            b.shape[1], n, m, vector, block, values.dtype, values.shape[0], b.shape[0],
+            _sm_count(b.device),
+        )  # fmt: skip
+    if on_registers is not None:
         launch = wgmma.spmm_nm_wgmma
         return _dense_tile(
             launch, values, indices, b, bias, out, activation, n, m, vector, on_registers
@@ -123,6 +127,16 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
         split=config.split,
     )
     return out
+
+
+def _sm_count(device: torch.device) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _sm_count_of(index)
+
+
+@functools.cache
+def _sm_count_of(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector, config):
