@@ -1,10 +1,15 @@
-"""Split-K's second pass: out = act(sum of the partial products + bias), in a fixed order.
+"""Split-K's sums: out = act(sum of the partial products + bias), in a fixed order.
 
 A weight with few rows fills few programs; cutting its K range into `splits` pieces, one
 program each, fills the GPU. Each piece writes its partial product (the kernels' accumulator
-type) to plane `split` of a (splits, M, N) workspace, and this kernel adds the planes in order
-and applies the epilogue: the same sum every run, no atomics (kernels/spmm_nm_expand.py,
-kernels/spmm_nm_decode.py).
+type) to plane `split` of a (splits, M, N) workspace. Two ways to add the planes in plane
+order, the same sum every run:
+- `store_last_sums` (the wgmma and unpack kernels): each piece counts itself in on its tile's
+  int32 counter; the last to arrive adds the planes and applies the epilogue, and leaves the
+  counter at zero. No second kernel (about 1 us a call in a CUDA graph); the atomic only
+  orders the pieces, the sum's order is fixed.
+- `sum_partials`, a second kernel after the launch (the expand and decode kernels,
+  kernels/spmm_nm_expand.py, kernels/spmm_nm_decode.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ as much as dense does (benchmarks/NOTES.md).
 
 Element-wise patterns (block 1; rows may share their choice in vectors), n and m powers of two
 (m <= 32), 16-bit values, K a multiple of m. Split-K (`split`) for weights with few rows, summed
-in a fixed order by split_k.py: deterministic, no atomics.
+in plane order by the last range of each tile to finish (split_k.store_last_sums):
+deterministic; an atomic counter only orders the ranges.
 """
 
 from __future__ import annotations

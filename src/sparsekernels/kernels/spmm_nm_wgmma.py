@@ -21,18 +21,25 @@ clamped shifts (`shl` past 31 bits gives 0): 0x44 (a zero byte) per position, xo
 0x54 or 0x76 (the slot's two bytes) at 8 * offset bits.
 
 Element-wise patterns (block 1; rows may share their choice in vectors), 16-bit values, K a
-multiple of m. Split-K (`split`) for weights with few rows, summed in a fixed order by
-split_k.py: deterministic, no atomics. Gluon kernels compile only for the GPU (no
-interpreter): on the CPU the unpack kernel takes the same products.
+multiple of m. Split-K (`split`) for weights with few rows, summed in plane order by the last
+range of each tile to finish (split_k.store_last_sums): deterministic; an atomic counter only
+orders the ranges. Gluon kernels compile only for the GPU (no interpreter): on the CPU the
+unpack kernel takes the same products.
 
 On the H200 (results/nvidia-h200/2026-12-01/at-4700dd4, cold, bf16, 16 tokens, 64 x 32
 tiles, split 4): 2:8 22.3 us on 14336 x 4096 and 22.8 on 4096 x 14336, against the unpack
-kernel's 30.3 and 29.7 (dense 31-33); 1:8 19.6 and 20.6 against 22.0 and 22.9; 2:4 no faster
-(32.7-34.2). That is still 2.5x its bytes' time, and its time follows its instructions, not
-its bytes: Nsight Compute (at-58e3bf2) finds a third of the issue slots used with 6.4 warps an
-SM (224-256 programs of 4 warps, under two an SM; registers allow three). B held in shared memory
-for the whole K range, W loaded two steps ahead, and a cp.async ring for W and B each
-measured no faster (benchmarks/NOTES.md, twentieth session).
+kernel's 30.3 and 29.7 (dense 31-33). That is still 2.5x its bytes' time, and its time follows
+its instructions, not its bytes: Nsight Compute (at-58e3bf2) finds a third of the issue slots
+used with 6.4 warps an SM; three programs an SM (split 3, at-f819c08) raised that only to 42%
+(24.3 -> 22.7 us), the ALU pipe at 54%. Where the time goes (twenty-first session, 2:8 at 16
+tokens on 14336 x 4096, 22.5 us): the offsets' decode ~7 us (constant selectors: 15.6), B's
+staging ~2 us, the rest (loads, byte permutes, wgmma) 13.7. The column tile is the wgmma's N:
+8-token tiles take 4-8 tokens 5-20% faster than 16 (the tensor cores' work halves), and the
+route (nm_wgmma_tuning.py) splits K until one wave of programs is full. Forms that measured
+no faster: B held in shared memory for the whole K range, W loaded two steps ahead, a
+cp.async ring for W and B, L2 prefetches 1-6 steps ahead; the wgmma left running while the
+next tile is built gave wrong products (ptxas reuses the operand's registers before the wait;
+it protects only the accumulator) (benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
