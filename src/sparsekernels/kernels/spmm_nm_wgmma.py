@@ -31,15 +31,15 @@ tiles, split 4): 2:8 22.3 us on 14336 x 4096 and 22.8 on 4096 x 14336, against t
 kernel's 30.3 and 29.7 (dense 31-33). That is still 2.5x its bytes' time, and its time follows
 its instructions, not its bytes: Nsight Compute (at-58e3bf2) finds a third of the issue slots
 used with 6.4 warps an SM; three programs an SM (split 3, at-f819c08) raised that only to 42%
-(24.3 -> 22.7 us), the ALU pipe at 54%. Where the time goes (twenty-first session, 2:8 at 16
-tokens on 14336 x 4096, 22.5 us): the offsets' decode ~7 us (constant selectors: 15.6), B's
-staging ~2 us, the rest (loads, byte permutes, wgmma) 13.7. The column tile is the wgmma's N:
-8-token tiles take 4-8 tokens 5-20% faster than 16 (the tensor cores' work halves), and the
-route (nm_wgmma_tuning.py) splits K until one wave of programs is full. Forms that measured
-no faster: B held in shared memory for the whole K range, W loaded two steps ahead, a
-cp.async ring for W and B, L2 prefetches 1-6 steps ahead; the wgmma left running while the
-next tile is built gave wrong products (ptxas reuses the operand's registers before the wait;
-it protects only the accumulator) (benchmarks/NOTES.md).
+(24.3 -> 22.7 us), the ALU pipe at 54%. Where the time goes (at-f819c08/wgmma_diagnostics.txt,
+2:8 at 16 tokens on 14336 x 4096, 22.5 us): the offsets' decode ~7 us (constant selectors:
+15.6), B's staging ~2 us, the rest (loads, byte permutes, wgmma) 13.7. The column tile is
+the wgmma's N: 8-token tiles take 4-8 tokens 5-20% faster than 16 (the tensor cores' work
+halves), and the route (nm_wgmma_tuning.py) splits K until one wave of programs is full.
+Forms that measured no faster: B held in shared memory for the whole K range, W loaded two
+steps ahead, a cp.async ring for W and B, L2 prefetches 1-6 steps ahead; the wgmma left
+running while the next tile is built gave wrong products (ptxas reuses the operand's
+registers before the wait; it protects only the accumulator) (benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
