@@ -120,19 +120,9 @@ def store_last_sums(
             total += tl.load(part, mask=mask, other=0.0, cache_modifier=".cg")
         tl.store(counter, 0)  # ready for the next launch on the stream
         _epilogue_store(
-            total,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            bias,
-            out,
-            stride_om,
-            stride_on,
-            HAS_BIAS,
-            ACTIVATION,
-            ACC_DTYPE,
-        )
+            total, offs_m, offs_n, mask_m, mask_n, bias, out, stride_om, stride_on, HAS_BIAS,
+            ACTIVATION, ACC_DTYPE,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -144,7 +134,7 @@ def end_piece(
     mask_n,
     bias,
     out,  # the (M, N) output
-    partials,  # with SPLITS > 1 the (SPLITS, M, N) workspace, in ACC_DTYPE
+    partials,  # the (SPLITS, M, N) workspace in ACC_DTYPE: `workspace`, out for one piece
     counters,  # with FUSED an int32 a (row, column) tile, zero (tile_counters)
     N,
     SPLIT_STRIDE,  # M * N
@@ -154,67 +144,22 @@ def end_piece(
     ACTIVATION: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
     SPLITS: tl.constexpr,
-    FUSED: tl.constexpr,  # the last piece of a tile sums the planes (else sum_partials)
+    FUSED: tl.constexpr,  # (SPLITS > 1) the last piece of a tile sums the planes
 ):
     """The end of a program of a (row tiles, column tiles, SPLITS) grid: act(acc + bias)
     into out when K is one piece, else the piece's plane, summed by the tile's last piece
     (FUSED) or by sum_partials after the launch."""
-    if SPLITS == 1:
-        _epilogue_store(
-            acc,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            bias,
-            out,
-            stride_om,
-            stride_on,
-            HAS_BIAS,
-            ACTIVATION,
-            ACC_DTYPE,
-        )
-    elif FUSED:
+    if FUSED:
         counter = counters + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
         store_last_sums(
-            acc,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            bias,
-            out,
-            partials,
-            counter,
-            N,
-            SPLIT_STRIDE,
-            stride_om,
-            stride_on,
-            HAS_BIAS,
-            ACTIVATION,
-            ACC_DTYPE,
-            SPLITS,
-            2,
-        )
+            acc, offs_m, offs_n, mask_m, mask_n, bias, out, partials, counter, N, SPLIT_STRIDE,
+            stride_om, stride_on, HAS_BIAS, ACTIVATION, ACC_DTYPE, SPLITS, 2,
+        )  # fmt: skip
     else:
         store(
-            acc,
-            offs_m,
-            offs_n,
-            mask_m,
-            mask_n,
-            bias,
-            partials,
-            N,
-            SPLIT_STRIDE,
-            stride_om,
-            stride_on,
-            HAS_BIAS,
-            ACTIVATION,
-            ACC_DTYPE,
-            True,
-            2,
-        )
+            acc, offs_m, offs_n, mask_m, mask_n, bias, partials, N, SPLIT_STRIDE, stride_om,
+            stride_on, HAS_BIAS, ACTIVATION, ACC_DTYPE, SPLITS > 1, 2,
+        )  # fmt: skip
 
 
 _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
