@@ -1,0 +1,83 @@
+"""A few tokens, 2:4 on the sparse tensor cores (kernels/spmm_nm_mma_sp.py: mma.sp through
+inline PTX, A and its metadata as stored), against the wgmma kernel (the dense tile built in
+registers), the library's route and dense, cold L2.
+
+Each timing rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call,
+each configuration checked against float64 first (NaN where wrong).
+    PYTHONPATH=src python3 benchmarks/sweeps/nm_mma_sp_cold.py
+    SHAPES=4096x14336 TOKENS=8,16 CONFIGS=m2k4n2/s4,m1k8n2 META=1 UNORDERED=1 ...
+"""
+
+import itertools
+import os
+
+import torch
+from _nm_cases import checked_cold_us, env_cases, nm_case
+from nm_decode_tall_cold import dense_cold, linear_cold
+
+from sparsekernels.bench.harness import copies_for
+from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config
+from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp
+from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
+
+DEVICE = torch.device("cuda")
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
+SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:4", "1,4,8,16,32")
+# "mMkKnN[/sS]": M m16 tiles a warp, K k32 blocks a step, N n8 tiles a program, S split-K
+CONFIGS = os.environ.get("CONFIGS", "m2k4n1,m2k4n2,m2k4n2/s2,m2k4n2/s4,m1k8n2/s4").split(",")
+META_FORM = int(os.environ.get("META", "0"))
+ORDERED = os.environ.get("UNORDERED") != "1"
+
+
+def parse(name: str) -> dict:
+    tile, *flags = name.split("/")
+    mt, rest = tile[1:].split("k")
+    kb, nt = rest.split("n")
+    split = next((int(f[1:]) for f in flags if f.startswith("s")), 1)
+    return dict(m_tiles=int(mt), blocks=int(kb), n_tiles=int(nt), split=split)
+
+
+def main():
+    table = []
+    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    for (M, K), (n, m), tokens in itertools.product(SHAPES, PATTERNS, TOKENS):
+        case = nm_case(M, K, n, m, tokens, DTYPE)
+        W, want, bits, words = (case[k] for k in ("W", "want", "bits", "words"))
+        b = case["x"].t()  # (K, tokens), unit stride along K: as linear passes x^T
+        copies = max(2, copies_for(W.values.nbytes + words.nbytes, DEVICE))
+        weights = [(W.values.clone(), words.clone()) for _ in range(copies)]
+        timed = {"dense": dense_cold(case), "linear": linear_cold(case, copies, n, m)}
+        out = torch.empty(M, tokens, device="cuda", dtype=DTYPE)
+        wg = spmm_nm_wgmma_config(max(tokens, 4), n, m, 1, 1, torch.bfloat16, M, K, sms)
+        if wg is not None:
+
+            def run_wgmma(values, words, wg=wg):
+                spmm_nm_wgmma(
+                    values=values, words=words, bits=bits, b=b, bias=None, out=out, n=n, m=m,
+                    vector=1, activation="none", block_m=wg.block_m, block_g=wg.block_g,
+                    block_n=wg.block_n, split=wg.split,
+                )  # fmt: skip
+
+            timed["wgmma"] = checked_cold_us("wgmma", run_wgmma, weights, out, want)
+        for name in CONFIGS:
+            config = parse(name)
+
+            def run(values, words, config=config):
+                spmm_nm_mma_sp(
+                    values=values, words=words, b=b, bias=None, out=out, vector=1,
+                    activation="none", meta_form=META_FORM, ordered=ORDERED, **config,
+                )  # fmt: skip
+
+            timed[name] = checked_cold_us(name, run, weights, out, want)
+        label = f"{M}x{K} {n}:{m} t{tokens}"
+        print(label, f"copies {copies}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
+        table.append((label, timed))
+    names = sorted({c for _, timed in table for c in timed}, key=lambda c: (c != "dense", c))
+    print(f"\nmeta form {META_FORM}, ordered {ORDERED}")
+    print(f"{'case':<24} " + " ".join(f"{c[:11]:>11}" for c in names))
+    for label, timed in table:
+        print(f"{label:<24} " + " ".join(f"{timed.get(c, float('nan')):11.1f}" for c in names))
+
+
+if __name__ == "__main__":
+    main()
