@@ -6,21 +6,23 @@ import pytest
 import torch
 
 from _helpers import assert_close, randn, random_nm, spmm_bound
-from sparsekernels.kernels.spmm_nm_decode import packed_bits
-from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp, supports
-from sparsekernels.ops._triton_nm import packed_words
+from sparsekernels.kernels.spmm_nm_mma_sp import (
+    metadata_words,
+    permuted_b,
+    spmm_nm_mma_sp,
+    supports,
+)
 
-TILES = [(2, 4, 2), (1, 2, 1), (2, 1, 4), (1, 8, 2)]  # (m16 tiles a warp, k32 blocks, n8 tiles)
+TILES = [(1, 8, 2), (1, 4, 1), (2, 4, 4), (2, 8, 1)]  # (m16 tiles a warp, k32 blocks, n8 tiles)
 
 
-def _launch_poisoned(W, B, tile=(2, 4, 2), bias=None, activation="none", split=1, fused=True,
+def _launch_poisoned(W, B, tile=(1, 8, 2), bias=None, activation="none", split=1, fused=True,
                      **extra):  # fmt: skip
-    bits = packed_bits(W.m, 1)
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     m_tiles, blocks, n_tiles = tile
     spmm_nm_mma_sp(
-        values=W.values, words=packed_words(W.indices, bits), b=B, bias=bias, out=out,
-        vector=W.vector, activation=activation, m_tiles=m_tiles, blocks=blocks,
+        values=W.values, metadata=metadata_words(W.indices, W.shape[0], W.vector), b=B,
+        bias=bias, out=out, activation=activation, m_tiles=m_tiles, blocks=blocks,
         n_tiles=n_tiles, split=split, fused=fused, **extra,
     )  # fmt: skip
     return out
@@ -83,9 +85,59 @@ def test_llm_shape(gen):
     assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 
 
+def _logical_b(b_words: torch.Tensor) -> torch.Tensor:
+    """permuted_b's registers back at their logical (token, K) places: register j of lane
+    (g, q) holds rows 8 j + 2 q, + 1 of its k32 block at token g of its n8 tile."""
+    tiles, blocks = b_words.shape[:2]
+    pairs = b_words.view(torch.bfloat16).view(tiles, blocks, 8, 4, 4, 2)  # nt, kb, g, q, j, e
+    return pairs.permute(0, 2, 1, 4, 3, 5).reshape(tiles * 8, blocks * 32)
+
+
+def _logical_a(values: torch.Tensor, metadata: torch.Tensor, blocks: int) -> torch.Tensor:
+    """The MMA's A rows as metadata_words lays out their metadata (rows g and g + 8 in the
+    low and high halves of lane (g, q % 2)'s word; lane q % 2 = 0 the block's groups 0-3, a
+    nibble each, slot 0 low), each slot's value from its group in the k64 span's order."""
+    rows = values.shape[0]
+    logical = torch.zeros(rows, blocks * 32, dtype=torch.float64)
+    words = metadata.view(metadata.shape[0], -1, 8, 2, 4).long() & 0xFFFFFFFF
+    for r in range(rows):
+        tile, g, high = r // 16, r % 8, r % 16 >= 8
+        for kb in range(blocks):
+            span, kl = divmod(kb, 2)
+            for c in range(8):
+                word = int(words[tile, kb // 4, g, c // 4, kb % 4])
+                nibble = (word >> (16 * high + 4 * (c % 4))) & 0xF
+                group = 16 * span + 4 * (c % 4) + 2 * kl + c // 4
+                for slot in range(2):
+                    if 2 * group + slot < values.shape[1]:
+                        column = 32 * kb + 4 * c + (nibble >> (2 * slot) & 3)
+                        logical[r, column] += float(values[r, 2 * group + slot])
+    return logical
+
+
+@pytest.mark.parametrize(("rows", "k", "tokens", "vector"), [(37, 148, 5, 1), (33, 320, 9, 3)])
+def test_register_orders_keep_the_product(rows, k, tokens, vector, gen):
+    """On the CPU: the metadata and B in the kernel's K order, read back as the MMA reads
+    its registers, give W @ B: the permutation moves A's groups, their metadata and B's rows
+    alike, and the padding (rows, K, tokens) adds nothing."""
+    W = random_nm(rows, k, 2, 4, gen, vector, 1, torch.bfloat16)
+    x = randn(tokens, k, gen=gen, dtype=torch.bfloat16)
+    metadata = metadata_words(W.indices, rows, vector)
+    b_words = permuted_b(x.t())
+    blocks = b_words.shape[1]
+    assert metadata.shape == (-(-rows // 16), blocks // 4, 8, 2, 4)
+    got = _logical_a(W.values, metadata, blocks) @ _logical_b(b_words).double().t()
+    want = W.to_dense().double() @ x.double().t()
+    torch.testing.assert_close(got[:rows, :tokens], want, rtol=1e-12, atol=1e-12)
+
+
 def test_supports():
     assert not supports(2, 4, 1, torch.bfloat16, 4096, torch.device("cpu"))  # no interpreter
-    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0):
+
+
+@pytest.mark.gpu
+def test_supports_on_the_gpu():
+    if torch.cuda.get_device_capability() >= (8, 0):
         gpu = torch.device("cuda")
         assert supports(2, 4, 1, torch.bfloat16, 4096, gpu)
         assert supports(2, 4, 1, torch.float16, 4096, gpu)

@@ -1,11 +1,11 @@
 """A few tokens, 2:4 on the sparse tensor cores (kernels/spmm_nm_mma_sp.py: mma.sp through
-inline PTX, A and its metadata as stored), against the wgmma kernel (the dense tile built in
+inline PTX, A as stored, the metadata and B in the MMA's register order), against the wgmma kernel (the dense tile built in
 registers), the library's route and dense, cold L2.
 
 Each timing rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call,
 each configuration checked against float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_mma_sp_cold.py
-    SHAPES=4096x14336 TOKENS=8,16 CONFIGS=m2k4n2/s4,m1k8n2 META=1 UNORDERED=1 ...
+    SHAPES=4096x14336 TOKENS=8,16 CONFIGS=m2k4n2/s4,m1k8n2 UNORDERED=1 WAVE=4 ...
 """
 
 import itertools
@@ -17,24 +17,27 @@ from nm_decode_tall_cold import dense_cold, linear_cold
 
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config
-from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp
+from sparsekernels.kernels.spmm_nm_mma_sp import metadata_words, spmm_nm_mma_sp
 from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
 
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:4", "1,4,8,16,32")
 # "mMkKnN[/sS]": M m16 tiles a warp, K k32 blocks a step, N n8 tiles a program, S split-K
-CONFIGS = os.environ.get("CONFIGS", "m2k4n1,m2k4n2,m2k4n2/s2,m2k4n2/s4,m1k8n2/s4").split(",")
-META_FORM = int(os.environ.get("META", "0"))
+# ranges (none: enough for WAVE programs an SM, each range 2 steps at least)
+CONFIGS = os.environ.get("CONFIGS", "m1k8n1,m1k8n2,m1k4n2,m2k4n2,m1k4n4,m1k8n2/s1").split(",")
 ORDERED = os.environ.get("UNORDERED") != "1"
+WAVE = int(os.environ.get("WAVE", "3"))
 
 
-def parse(name: str) -> dict:
+def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
-    kb, nt = rest.split("n")
-    split = next((int(f[1:]) for f in flags if f.startswith("s")), 1)
-    return dict(m_tiles=int(mt), blocks=int(kb), n_tiles=int(nt), split=split)
+    kb, nt = (int(d) for d in rest.split("n"))
+    tiles = -(-rows // (64 * int(mt))) * -(-tokens // (8 * nt))
+    split = max(1, min(8, WAVE * sms // tiles, k // (32 * kb) // 2))
+    split = next((int(f[1:]) for f in flags if f.startswith("s")), split)
+    return dict(m_tiles=int(mt), blocks=kb, n_tiles=nt, split=split)
 
 
 def main():
@@ -59,24 +62,27 @@ def main():
                 )  # fmt: skip
 
             timed["wgmma"] = checked_cold_us("wgmma", run_wgmma, weights, out, want)
+        prepared = [(v, metadata_words(W.indices.clone(), M, 1)) for v, _ in weights]
         for name in CONFIGS:
-            config = parse(name)
+            config = parse(name, M, tokens, K, sms)
 
-            def run(values, words, config=config):
+            def run(values, metadata, config=config):
                 spmm_nm_mma_sp(
-                    values=values, words=words, b=b, bias=None, out=out, vector=1,
-                    activation="none", meta_form=META_FORM, ordered=ORDERED, **config,
+                    values=values, metadata=metadata, b=b, bias=None, out=out,
+                    activation="none", ordered=ORDERED, **config,
                 )  # fmt: skip
 
-            timed[name] = checked_cold_us(name, run, weights, out, want)
+            timed[f"{name}/s{config['split']}"] = checked_cold_us(
+                name, run, prepared, out, want
+            )  # fmt: skip
         label = f"{M}x{K} {n}:{m} t{tokens}"
         print(label, f"copies {copies}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
         table.append((label, timed))
     names = sorted({c for _, timed in table for c in timed}, key=lambda c: (c != "dense", c))
-    print(f"\nmeta form {META_FORM}, ordered {ORDERED}")
-    print(f"{'case':<24} " + " ".join(f"{c[:11]:>11}" for c in names))
+    print(f"\nordered metadata {ORDERED}, split for {WAVE} programs an SM")
+    print(f"{'case':<24} " + " ".join(f"{c[:13]:>13}" for c in names))
     for label, timed in table:
-        print(f"{label:<24} " + " ".join(f"{timed.get(c, float('nan')):11.1f}" for c in names))
+        print(f"{label:<24} " + " ".join(f"{timed.get(c, float('nan')):13.1f}" for c in names))
 
 
 if __name__ == "__main__":

@@ -41,12 +41,11 @@ from triton.experimental.gluon import language as gl
 from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
-from .spmm_nm_wgmma import _along, _clamped_shl
+from .spmm_nm_wgmma import _along
 
 AXES = gl.constexpr(7)  # (WMT, KB, RH, G, NT, Q, RC)
 WARPS = 4
 GROUPS_A_BLOCK = gl.constexpr(8)  # 2:4 groups in a k32 block: one int32 word of offsets
-PAD_META = gl.constexpr(0x44444444)  # columns (0, 1) in every nibble: valid, for padding
 
 
 def _mma_sp_asm(blocks, type_name, ordered):
@@ -75,55 +74,31 @@ def _mma_sp_constraints(blocks):
 
 
 @gluon.jit
-def _permute2(a, b, selector):
-    """PTX prmt.b32 of (a, b): byte k of the result is byte (selector >> 4k) & 7 of a, b."""
-    return gl.inline_asm_elementwise(
-        "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, selector], dtype=gl.int32,
-        is_pure=True, pack=1,
-    )  # fmt: skip
-
-
-@gluon.jit
-def _load_step(a_rows, lo_rows, hi_rows, meta_selectors, b_tokens, g0, end, K,
-               KB: gl.constexpr, MASKED: gl.constexpr, META_FORM: gl.constexpr,
-               A_LAYOUT: gl.constexpr, B_LAYOUT: gl.constexpr,
-               META_LAYOUT: gl.constexpr):  # fmt: skip
-    """A step's A registers, metadata and B registers (module docstring) for the groups
-    g0 .. g0 + 8 KB, each in its own layout, from the pointers of their rows (tokens for B)
-    plus constants a register (so one address a row, the rest immediate offsets). MASKED:
-    the last step, groups from `end` on not there."""
-    a_groups = _along(KB, 1, AXES, A_LAYOUT) * GROUPS_A_BLOCK + 4 * _along(2, 2, AXES, A_LAYOUT)
-    a_ptrs = (a_rows + g0) + a_groups
-    word = _along(KB, 1, AXES, META_LAYOUT)
-    first_word = g0 // GROUPS_A_BLOCK
-    lo_ptrs = (lo_rows + first_word) + word
-    hi_ptrs = (hi_rows + first_word) + word
-    b_words = _along(KB, 1, AXES, B_LAYOUT) * 16 + 4 * (
-        2 * _along(2, 2, AXES, B_LAYOUT) + _along(2, 6, AXES, B_LAYOUT)
-    )  # fmt: skip
-    b_ptrs = (b_tokens + g0 * 2) + b_words
+def _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB: gl.constexpr, MASKED: gl.constexpr,
+               A_LOAD: gl.constexpr, META_LOAD: gl.constexpr,
+               B_LOAD: gl.constexpr):  # fmt: skip
+    """A step's A registers, metadata and B registers for the groups g0 .. g0 + 8 KB, each a
+    vector load a lane (module docstring), reshaped to the 7-D axes. MASKED: the last step,
+    groups from `end` on not there (their metadata and B are padding in memory)."""
+    # A: (WMT, KP, 4, G, 1, Q, RC): lane q's four groups 4 q .. 4 q + 3 of each k64 span,
+    # i = 2 kl + rh
+    span = _along(KB // 2, 1, AXES, A_LOAD) * 16 + _along(4, 2, AXES, A_LOAD)
+    a_ptrs = (a_rows + g0) + span
     if MASKED:
-        q = _along(4, 5, AXES, A_LAYOUT)
-        a = gl.load(a_ptrs, mask=g0 + a_groups + q < end, other=0)
-        word = first_word + word
-        lo = gl.load(lo_ptrs, mask=word * GROUPS_A_BLOCK < end, other=0)
-        hi = gl.load(hi_ptrs, mask=word * GROUPS_A_BLOCK < end, other=0)
-        # groups past the end keep a valid pattern (their values load as zeros)
-        valid = gl.maximum(end - word * GROUPS_A_BLOCK, 0) * 4
-        kept = ~_clamped_shl(gl.full(valid.shape, -1, gl.int32, valid.type.layout), valid)
-        lo = (lo & kept) | (PAD_META & ~kept)
-        hi = (hi & kept) | (PAD_META & ~kept)
-        b_rows = g0 * 2 + b_words + _along(4, 5, AXES, B_LAYOUT)  # B's int32 row (pair)
-        bw = gl.load(b_ptrs, mask=b_rows * 2 < K, other=0)
+        a = gl.load(a_ptrs, mask=g0 + span + 4 * _along(4, 5, AXES, A_LOAD) < end, other=0)
     else:
         a = gl.load(a_ptrs)
-        lo = gl.load(lo_ptrs)
-        hi = gl.load(hi_ptrs)
-        bw = gl.load(b_ptrs)
-    if META_FORM == 0:
-        meta = _permute2(lo, hi, meta_selectors)
-    else:
-        meta = gl.where(meta_selectors == 0x5410, lo, hi)
+    a = gl.reshape(a, [a.shape[0], KB, 2, 8, 1, 4, 2])
+    # metadata: (WMT, KB / 4, 4, G, 1, Q, 1), four k32 blocks a lane
+    blocks = _along(KB // 4, 1, AXES, META_LOAD) * 64 + _along(4, 2, AXES, META_LOAD)
+    meta = gl.load((meta_tiles + g0 * 2) + blocks)  # 64 words a 4 blocks (32 groups)
+    meta = gl.reshape(meta, [meta.shape[0], KB, 1, 8, 1, 4, 1])
+    # B: (KB, G, NT, Q, J), J = 2 rh + rc the fragment's registers, to (1, KB, RH, G, NT, Q, RC)
+    blocks = _along(KB, 0, 5, B_LOAD) * 128 + _along(4, 4, 5, B_LOAD)
+    bw = gl.load((b_tiles + g0 // GROUPS_A_BLOCK * 128) + blocks)
+    NT: gl.constexpr = bw.shape[2]
+    bw = gl.reshape(bw, [1, KB, 8, NT, 4, 2, 2])
+    bw = gl.permute(bw, (0, 1, 5, 2, 3, 4, 6))
     return a, meta, bw
 
 
@@ -145,8 +120,8 @@ def _mma_step(acc, loaded, ASM: gl.constexpr, CONSTRAINTS: gl.constexpr):
 @gluon.jit
 def _nm_mma_sp_kernel(
     values,  # (M, K / 2) 16-bit values read as int32 pairs (a group's two), unit stride
-    units,  # (ceil(M / VECTOR), K / 32) the packed offsets, int32 words of 8 groups
-    b,  # (N, K / 2) B's columns read as int32 pairs: K contiguous
+    meta,  # metadata_words(): (ceil(M / 16), K blocks / 4, 8, 2, 4) int32
+    b,  # permuted_b(): (ceil(N / 8), K blocks, 8, 4, 4) int32 pairs of B
     bias,
     out,  # (M, N)
     partials,  # with SPLITS > 1 the (SPLITS, M, N) float32 workspace
@@ -157,66 +132,57 @@ def _nm_mma_sp_kernel(
     GROUPS_PER_SPLIT,  # a multiple of 8 KB: program_id(2) takes its range of groups
     SPLIT_STRIDE,  # M * N
     stride_vm,  # in int32 words
-    stride_um,
-    stride_bn,  # in int32 words
+    stride_meta,  # int32 words an m16 tile
+    stride_b,  # int32 words an n8 tile
     stride_om,
     stride_on,
-    VECTOR: gl.constexpr,
     HAS_BIAS: gl.constexpr,
     ACTIVATION: gl.constexpr,
     SPLITS: gl.constexpr,
     FUSED: gl.constexpr,
-    META_FORM: gl.constexpr,
     M_TILES: gl.constexpr,  # m16 tiles a warp
-    KB: gl.constexpr,  # k32 blocks a step
+    KB: gl.constexpr,  # k32 blocks a step: 4 or 8
     NT: gl.constexpr,  # n8 tiles a program
     ASM: gl.constexpr,
     CONSTRAINTS: gl.constexpr,
     LAYOUT: gl.constexpr,  # layouts() below
-    A_LAYOUT: gl.constexpr,
-    B_LAYOUT: gl.constexpr,
-    META_LAYOUT: gl.constexpr,
+    A_LOAD: gl.constexpr,
+    META_LOAD: gl.constexpr,
+    B_LOAD: gl.constexpr,
 ):
     WMT: gl.constexpr = 4 * M_TILES
     BLOCK_M: gl.constexpr = WMT * 16
     BLOCK_N: gl.constexpr = NT * 8
     STEP: gl.constexpr = KB * GROUPS_A_BLOCK  # groups a step
-    # A: rows g and g + 8 of each m16 tile (rc), lane q's group q of each four; the step's
-    # groups kb * 8 + 4 rh + q (int32 pairs)
-    a_rows = gl.program_id(0) * BLOCK_M + _along(WMT, 0, AXES, A_LAYOUT) * 16 + _along(
-        8, 3, AXES, A_LAYOUT
-    ) + 8 * _along(2, 6, AXES, A_LAYOUT)  # fmt: skip
-    a_rows = gl.minimum(a_rows, M - 1).to(gl.int64)  # rows past M repeat the last
-    a_rows = values + a_rows * stride_vm + _along(4, 5, AXES, A_LAYOUT)
-    # metadata: the offset words of rows g and g + 8; lane q = 0 their low halves
-    row0 = gl.program_id(0) * BLOCK_M + _along(WMT, 0, AXES, META_LAYOUT) * 16 + _along(
-        8, 3, AXES, META_LAYOUT
+    # A: rows g and g + 8 of each m16 tile (rc), past M the last (not stored)
+    a_rows = gl.program_id(0) * BLOCK_M + _along(WMT, 0, AXES, A_LOAD) * 16 + _along(
+        8, 3, AXES, A_LOAD
+    ) + 8 * _along(2, 6, AXES, A_LOAD)  # fmt: skip
+    a_rows = gl.minimum(a_rows, M - 1).to(gl.int64)
+    a_rows = values + a_rows * stride_vm + 4 * _along(4, 5, AXES, A_LOAD)
+    # metadata: the m16 tile's words of lane (g, q % 2)
+    tiles = gl.program_id(0) * WMT + _along(WMT, 0, AXES, META_LOAD)
+    tiles = gl.minimum(tiles, (M + 15) // 16 - 1).to(gl.int64)
+    meta_tiles = meta + tiles * stride_meta + (
+        _along(8, 3, AXES, META_LOAD) * 8 + _along(4, 5, AXES, META_LOAD) % 2 * 4
     )  # fmt: skip
-    lo_rows = units + (gl.minimum(row0, M - 1) // VECTOR).to(gl.int64) * stride_um
-    hi_rows = units + (gl.minimum(row0 + 8, M - 1) // VECTOR).to(gl.int64) * stride_um
-    meta_selectors = gl.where(_along(4, 5, AXES, META_LAYOUT) % 2 == 0, 0x5410, 0x7632)
-    # B: token 8 nt + g (past N the last: not stored), rows 8 (2 rh + rc) + 2 q of each k32
-    tokens = gl.program_id(1) * BLOCK_N + _along(NT, 4, AXES, B_LAYOUT) * 8 + _along(
-        8, 3, AXES, B_LAYOUT
+    # B: the n8 tile's lane (g, q) registers
+    nts = gl.minimum(gl.program_id(1) * NT + _along(NT, 2, 5, B_LOAD), (N + 7) // 8 - 1)
+    b_tiles = b + nts.to(gl.int64) * stride_b + (
+        _along(8, 1, 5, B_LOAD) * 16 + _along(4, 3, 5, B_LOAD) * 4
     )  # fmt: skip
-    tokens = gl.minimum(tokens, N - 1).to(gl.int64)
-    b_tokens = b + tokens * stride_bn + _along(4, 5, AXES, B_LAYOUT)
     acc = gl.zeros([WMT, KB, 2, 8, NT, 4, 2], gl.float32, LAYOUT)
     groups_total = K // 4
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
     for g0 in range(first, full, STEP):  # the loads of a step all in flight, then its MMAs
-        loaded = _load_step(
-            a_rows, lo_rows, hi_rows, meta_selectors, b_tokens, g0, end, K, KB, False,
-            META_FORM, A_LAYOUT, B_LAYOUT, META_LAYOUT,
-        )  # fmt: skip
+        loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB, False, A_LOAD, META_LOAD,
+                            B_LOAD)  # fmt: skip
         acc = _mma_step(acc, loaded, ASM, CONSTRAINTS)
     if full < end:
-        loaded = _load_step(
-            a_rows, lo_rows, hi_rows, meta_selectors, b_tokens, full, end, K, KB, True,
-            META_FORM, A_LAYOUT, B_LAYOUT, META_LAYOUT,
-        )  # fmt: skip
+        loaded = _load_step(a_rows, meta_tiles, b_tiles, full, end, KB, True, A_LOAD,
+                            META_LOAD, B_LOAD)  # fmt: skip
         acc = _mma_step(acc, loaded, ASM, CONSTRAINTS)
     tile = gl.reshape(gl.sum(acc, axis=1), [BLOCK_M, BLOCK_N])
     tile_layout: gl.constexpr = tile.type.layout
@@ -229,26 +195,74 @@ def _nm_mma_sp_kernel(
 
 
 def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
-    """The kernel's 7-D layouts (module docstring) for 4 warps, each with `m_tiles` m16 tiles,
-    `blocks` k32 blocks a step and `n_tiles` n8 tiles: LAYOUT the accumulators' (registers
-    rc, rh, kb, nt, wmt); A_LAYOUT, B_LAYOUT and META_LAYOUT the same without registers on
-    the axes each operand does not depend on (loaded once, then broadcast)."""
+    """The kernel's layouts for 4 warps, each with `m_tiles` m16 tiles, `blocks` k32 blocks a
+    step and `n_tiles` n8 tiles: LAYOUT the accumulators' 7-D one (module docstring;
+    registers rc, rh, kb, nt, wmt); the loads' own, with a lane's vector innermost."""
 
-    def blocked(wmt: int, kb: int, rh: int, nt: int, rc: int, order: list[int]):
-        return gl.BlockedLayout(
-            size_per_thread=[wmt, kb, rh, 1, nt, 1, rc],
-            threads_per_warp=[1, 1, 1, 8, 1, 4, 1],
-            warps_per_cta=[WARPS, 1, 1, 1, 1, 1, 1],
-            order=order,
-        )
+    def blocked(shape_regs, lanes, warp_axis, order):
+        warps = [1] * len(shape_regs)
+        warps[warp_axis] = WARPS
+        return gl.BlockedLayout(shape_regs, lanes, warps, order)
 
-    order = [6, 2, 1, 4, 0, 5, 3]
+    lanes7 = [1, 1, 1, 8, 1, 4, 1]
     return {
-        "LAYOUT": blocked(m_tiles, blocks, 2, n_tiles, 2, order),
-        "A_LAYOUT": blocked(m_tiles, blocks, 2, 1, 2, order),
-        "B_LAYOUT": blocked(1, blocks, 2, n_tiles, 2, order),
-        "META_LAYOUT": blocked(m_tiles, blocks, 1, 1, 1, [1, 0, 2, 4, 6, 5, 3]),
+        "LAYOUT": blocked([m_tiles, blocks, 2, 1, n_tiles, 1, 2], lanes7, 0, [6, 2, 1, 4, 0, 5, 3]),
+        # (WMT, KP, I, G, 1, Q, RC)
+        "A_LOAD": blocked([m_tiles, blocks // 2, 4, 1, 1, 1, 2], lanes7, 0, [2, 6, 1, 0, 5, 3, 4]),
+        # (WMT, KB / 4, KBL, G, 1, Q, 1)
+        "META_LOAD": blocked(
+            [m_tiles, blocks // 4, 4, 1, 1, 1, 1], lanes7, 0, [2, 1, 0, 5, 3, 4, 6]
+        ),  # fmt: skip
+        # (KB, G, NT, Q, J): every warp loads it
+        "B_LOAD": blocked([blocks, 1, n_tiles, 1, 4], [1, 8, 1, 4, 1], 0, [4, 2, 0, 3, 1]),
     }
+
+
+METADATA_BLOCKS = 8  # K is padded to whole steps of the widest (8 k32 blocks) in memory
+
+
+def metadata_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tensor:
+    """The 2:4 offsets (uint8 (ceil(rows / vector), groups * 2)) as the MMA's metadata
+    registers in the kernel's K order: (ceil(rows / 16), blocks / 4, g, q % 2, 4) int32, one
+    16-byte load a lane for four k32 blocks. A k32 block's logical group c (the operand's
+    slot pair) is its k64 span's group 4 (c % 4) + 2 kl + c // 4 (kl: the block's half of the
+    span), so that a lane's A registers are four adjacent groups; word (g, q2) holds rows g
+    and g + 8 (low, high 16 bits) of groups c = 4 q2 .. 4 q2 + 3, a nibble each (offset of
+    slot 0 low). Rows past `rows` and groups past K hold columns (0, 1), a valid pattern."""
+    nibbles = (indices[:, 0::2] | (indices[:, 1::2] << 2)).to(torch.int32)
+    nibbles = nibbles.repeat_interleave(vector, 0)[:rows]
+    groups = nibbles.shape[1]
+    step = METADATA_BLOCKS * 8
+    padded = torch.full(
+        (cdiv(rows, 16) * 16, cdiv(groups, step) * step), 4, dtype=torch.int32,
+        device=indices.device,
+    )  # fmt: skip
+    padded[:rows, :groups] = nibbles
+    tiles, spans = padded.shape[0] // 16, padded.shape[1] // 16
+    # (rows, span, qc, kl, hc) -> (rows, span, kl, hc, qc): logical blocks, then groups c
+    logical = padded.view(tiles * 16, spans, 4, 2, 2).permute(0, 1, 3, 4, 2)
+    halves = (logical << (4 * torch.arange(4, device=indices.device))).sum(-1)  # (.., kl, hc)
+    halves = halves.reshape(tiles, 2, 8, spans * 2, 2)  # (tile, row + 8, g, block, q2)
+    words = halves[:, 0] | (halves[:, 1] << 16)  # (tile, g, block, q2), int64
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    words = words.view(tiles, 8, spans // 2, 4, 2).permute(0, 2, 1, 4, 3)
+    return words.contiguous()
+
+
+def permuted_b(b: torch.Tensor) -> torch.Tensor:
+    """B (K, N) as the MMA's B registers in the kernel's K order (metadata_words): (ceil(N /
+    8), blocks, g, q, j) int32 pairs, one 16-byte load a lane (g, q) for an n8 tile's k32
+    block: register j holds B's rows 8 j + 2 q, + 1 of the logical block at column g. K and
+    N are padded with zeros to whole widest steps and n8 tiles."""
+    k, n = b.shape
+    step = METADATA_BLOCKS * 32
+    padded = b.new_zeros(cdiv(n, 8) * 8, cdiv(k, step) * step)
+    padded[:n, :k] = b.t()
+    spans = padded.shape[1] // 64
+    pairs = padded.view(torch.int32).view(-1, 8, spans, 2, 2, 2, 2, 2)
+    # real pair bits within a span (j % 2, q // 2, kl, j // 2, q % 2) -> (kl, g, q, j)
+    pairs = pairs.permute(0, 2, 5, 1, 4, 7, 6, 3)
+    return pairs.reshape(-1, spans * 2, 8, 4, 4).contiguous()
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
@@ -265,44 +279,43 @@ def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: tor
 def spmm_nm_mma_sp(
     *,
     values: torch.Tensor,
-    words: torch.Tensor,
+    metadata: torch.Tensor,
     b: torch.Tensor,
     bias: torch.Tensor | None,
     out: torch.Tensor,
-    vector: int,
     activation: str,
-    m_tiles: int = 2,
-    blocks: int = 2,
+    m_tiles: int = 1,
+    blocks: int = 8,
     n_tiles: int = 2,
     split: int = 1,
     fused: bool = True,
     ordered: bool = True,
-    meta_form: int = 0,
 ) -> torch.Tensor:
-    """Launch over out (M, N) for B (K, N). values (M, K / 2) 16-bit, words the int32
-    `NMMatrix.packed_indices(2)` (8 groups a word). A program covers 64 * m_tiles rows (4
-    warps of m_tiles m16 tiles) and 8 * n_tiles tokens, `blocks` k32 blocks a step; `split`
-    cuts the K walk into that many ranges (fewer where one would be empty). B is copied K
-    contiguous where it is not."""
+    """Launch over out (M, N) for B (K, N). values (M, K / 2) 16-bit, metadata the
+    `metadata_words` of the weight's offsets. A program covers 64 * m_tiles rows (4 warps of
+    m_tiles m16 tiles) and 8 * n_tiles tokens, `blocks` (4 or 8) k32 blocks a step; `split`
+    cuts the K walk into that many ranges (fewer where one would be empty). B is copied
+    once into the MMA's register order (permuted_b)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
+    if blocks not in (4, 8):
+        raise ValueError(f"blocks must be 4 or 8, got {blocks}")
     k = b.shape[0]
     if values.stride(-1) != 1 or values.stride(0) % 2 or values.data_ptr() % 4:
         values = values.contiguous()
-    if b.stride(0) != 1 or b.stride(1) % 2 or b.data_ptr() % 4:
-        b = b.t().contiguous().t()
+    b_words = permuted_b(b)
     step = 8 * blocks
     steps_per_split, splits = split_k.ranges(cdiv(k // 4, step), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, 64 * m_tiles), cdiv(cols, 8 * n_tiles), splits)
     fused = fused and splits > 1
-    counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else words
+    counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else metadata
     type_name = "bf16" if values.dtype == torch.bfloat16 else "f16"
     _nm_mma_sp_kernel[grid](
         values.view(torch.int32),
-        words.view(torch.int32),
-        b.t().view(torch.int32),
+        metadata,
+        b_words,
         bias if bias is not None else values,
         out,
         partials,
@@ -313,23 +326,21 @@ def spmm_nm_mma_sp(
         steps_per_split * step,
         rows * cols,
         values.stride(0) // 2,
-        words.stride(0),
-        b.stride(1) // 2,
+        metadata.stride(0),
+        b_words.stride(0),
         out.stride(0),
         out.stride(1),
-        VECTOR=vector,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         SPLITS=splits,
         FUSED=fused,
-        META_FORM=meta_form,
         M_TILES=m_tiles,
         KB=blocks,
         NT=n_tiles,
         ASM=_mma_sp_asm(blocks, type_name, ordered),
         CONSTRAINTS=_mma_sp_constraints(blocks),
-        **layouts(m_tiles, blocks, n_tiles),
         num_warps=WARPS,
+        **layouts(m_tiles, blocks, n_tiles),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)
