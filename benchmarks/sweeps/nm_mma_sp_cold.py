@@ -14,10 +14,11 @@ import os
 import torch
 from _nm_cases import checked_cold_us, env_cases, nm_case
 from nm_decode_tall_cold import dense_cold, linear_cold
+from triton.testing import do_bench_cudagraph
 
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config
-from sparsekernels.kernels.spmm_nm_mma_sp import metadata_words, spmm_nm_mma_sp
+from sparsekernels.kernels.spmm_nm_mma_sp import metadata_words, permuted_b, spmm_nm_mma_sp
 from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
 
 DEVICE = torch.device("cuda")
@@ -25,9 +26,9 @@ DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", 
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:4", "1,4,8,16,32")
 # "mMkKnN[/sS]": M m16 tiles a warp, K k32 blocks a step, N n8 tiles a program, S split-K
 # ranges (none: enough for WAVE programs an SM, each range 2 steps at least)
-CONFIGS = os.environ.get("CONFIGS", "m1k8n1,m1k8n2,m1k4n2,m2k4n2,m1k4n4,m1k8n2/s1").split(",")
+CONFIGS = os.environ.get("CONFIGS", "m1k8n1,m1k8n2,m2k8n1,m2k8n2,m2k4n2,m2k8n4").split(",")
 ORDERED = os.environ.get("UNORDERED") != "1"
-WAVE = int(os.environ.get("WAVE", "3"))
+WAVE = int(os.environ.get("WAVE", "4"))
 
 
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
@@ -62,6 +63,7 @@ def main():
                 )  # fmt: skip
 
             timed["wgmma"] = checked_cold_us("wgmma", run_wgmma, weights, out, want)
+        timed["permute B"] = do_bench_cudagraph(lambda: permuted_b(b), rep=30) * 1e3
         prepared = [(v, metadata_words(W.indices.clone(), M, 1)) for v, _ in weights]
         for name in CONFIGS:
             config = parse(name, M, tokens, K, sms)

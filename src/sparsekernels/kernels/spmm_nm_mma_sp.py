@@ -35,6 +35,8 @@ from __future__ import annotations
 import os
 
 import torch
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -74,47 +76,84 @@ def _mma_sp_constraints(blocks):
 
 
 @gluon.jit
+def _blocks(x, KB: gl.constexpr, LAYOUT: gl.constexpr):
+    """x (D0, KB, D2, 8, D4, 4, D6) as KB tensors (D0, D2, 8, D4, 4, D6) in LAYOUT, one a k32
+    block (a split is a register renaming: the KB axis is a thread's registers)."""
+    s0: gl.constexpr = x.shape[0]
+    s2: gl.constexpr = x.shape[2]
+    s4: gl.constexpr = x.shape[4]
+    s6: gl.constexpr = x.shape[6]
+    if KB == 4:  # kb = 2 k1 + k0
+        y = gl.permute(gl.reshape(x, [s0, 2, 2, s2, 8, s4, 4, s6]), (0, 3, 4, 5, 6, 7, 1, 2))
+        k0, k1 = gl.split(y)
+        b0, b2 = gl.split(k0)
+        b1, b3 = gl.split(k1)
+        parts = (b0, b1, b2, b3)
+    else:  # kb = 4 k2 + 2 k1 + k0
+        y = gl.reshape(x, [s0, 2, 2, 2, s2, 8, s4, 4, s6])
+        y = gl.permute(y, (0, 4, 5, 6, 7, 8, 1, 2, 3))
+        k0, k1 = gl.split(y)
+        b00, b10 = gl.split(k0)
+        b01, b11 = gl.split(k1)
+        b0, b4 = gl.split(b00)
+        b2, b6 = gl.split(b10)
+        b1, b5 = gl.split(b01)
+        b3, b7 = gl.split(b11)
+        parts = (b0, b1, b2, b3, b4, b5, b6, b7)
+    out = ()
+    for kb in gl.static_range(KB):
+        out = out + (gl.convert_layout(parts[kb], LAYOUT),)
+    return out
+
+
+@gluon.jit
 def _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB: gl.constexpr, MASKED: gl.constexpr,
                A_LOAD: gl.constexpr, META_LOAD: gl.constexpr,
-               B_LOAD: gl.constexpr):  # fmt: skip
-    """A step's A registers, metadata and B registers for the groups g0 .. g0 + 8 KB, each a
-    vector load a lane (module docstring), reshaped to the 7-D axes. MASKED: the last step,
-    groups from `end` on not there (their metadata and B are padding in memory)."""
-    # A: (WMT, KP, 4, G, 1, Q, RC): lane q's four groups 4 q .. 4 q + 3 of each k64 span,
-    # i = 2 kl + rh
+               B_COPY: gl.constexpr):  # fmt: skip
+    """A step's global loads for the groups g0 .. g0 + 8 KB, a vector a lane (module
+    docstring): A (WMT, KP, 4, G, 1, Q, RC), lane q's four groups 4 q .. 4 q + 3 of each k64
+    span (i = 2 kl + rh); the metadata (WMT, KB / 4, 4, G, 1, Q, 1), four k32 blocks a lane;
+    B's (NT, KB * 128) words, the program's share of the copy to shared memory. MASKED: the
+    last step, groups from `end` on not there (their metadata and B are padding)."""
     span = _along(KB // 2, 1, AXES, A_LOAD) * 16 + _along(4, 2, AXES, A_LOAD)
     a_ptrs = (a_rows + g0) + span
     if MASKED:
         a = gl.load(a_ptrs, mask=g0 + span + 4 * _along(4, 5, AXES, A_LOAD) < end, other=0)
     else:
         a = gl.load(a_ptrs)
-    a = gl.reshape(a, [a.shape[0], KB, 2, 8, 1, 4, 2])
-    # metadata: (WMT, KB / 4, 4, G, 1, Q, 1), four k32 blocks a lane
     blocks = _along(KB // 4, 1, AXES, META_LOAD) * 64 + _along(4, 2, AXES, META_LOAD)
     meta = gl.load((meta_tiles + g0 * 2) + blocks)  # 64 words a 4 blocks (32 groups)
-    meta = gl.reshape(meta, [meta.shape[0], KB, 1, 8, 1, 4, 1])
-    # B: (KB, G, NT, Q, J), J = 2 rh + rc the fragment's registers, to (1, KB, RH, G, NT, Q, RC)
-    blocks = _along(KB, 0, 5, B_LOAD) * 128 + _along(4, 4, 5, B_LOAD)
-    bw = gl.load((b_tiles + g0 // GROUPS_A_BLOCK * 128) + blocks)
-    NT: gl.constexpr = bw.shape[2]
-    bw = gl.reshape(bw, [1, KB, 8, NT, 4, 2, 2])
-    bw = gl.permute(bw, (0, 1, 5, 2, 3, 4, 6))
-    return a, meta, bw
+    words = gl.arange(0, KB * 128, gl.SliceLayout(0, B_COPY))
+    b_copy = gl.load((b_tiles + g0 * 16) + gl.expand_dims(words, 0))  # 128 words a block
+    return a, meta, b_copy
 
 
 @gluon.jit
-def _mma_step(acc, loaded, ASM: gl.constexpr, CONSTRAINTS: gl.constexpr):
-    """acc + the step's products: the operands brought into acc's layout (registers copied
-    along the axes they are broadcast on), then one asm a pack of 4 * KB registers."""
-    a, meta, bw = loaded
+def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexpr,
+              KB: gl.constexpr, B_LOAD: gl.constexpr):  # fmt: skip
+    """acc + the step's products: B's words to shared memory (every warp reads all of them),
+    the operands split into k32 blocks in acc's layout (registers copied along the axes they
+    are broadcast on), then one mma.sp a block and (m16, n8) tile, chained on acc."""
+    a, meta, b_copy = loaded
+    b_shared.store(b_copy)
+    gl.thread_barrier()
+    NT: gl.constexpr = b_copy.shape[0]
+    bw = b_shared.reshape([NT, KB, 8, 4, 4]).load(B_LOAD)  # (NT, KB, G, Q, J)
+    gl.thread_barrier()  # read before the next step's copy
+    bw = gl.permute(gl.reshape(bw, [1, NT, KB, 8, 4, 2, 2]), (0, 2, 5, 3, 1, 4, 6))
     layout: gl.constexpr = acc.type.layout
-    a, acc = gl.broadcast(gl.convert_layout(a, layout), acc)
-    bw, acc = gl.broadcast(gl.convert_layout(bw, layout), acc)
-    meta, acc = gl.broadcast(gl.convert_layout(meta, layout), acc)
-    PACK: gl.constexpr = 4 * acc.shape[1]
-    return gl.inline_asm_elementwise(
-        ASM, CONSTRAINTS, [a, bw, acc, meta], dtype=gl.float32, is_pure=True, pack=PACK
-    )
+    a = _blocks(gl.reshape(a, [a.shape[0], KB, 2, 8, 1, 4, 2]), KB, layout)
+    meta = _blocks(gl.reshape(meta, [meta.shape[0], KB, 1, 8, 1, 4, 1]), KB, layout)
+    bw = _blocks(bw, KB, layout)
+    for kb in gl.static_range(KB):
+        a_kb, acc = gl.broadcast(a[kb], acc)
+        b_kb, acc = gl.broadcast(bw[kb], acc)
+        meta_kb, acc = gl.broadcast(meta[kb], acc)
+        acc = gl.inline_asm_elementwise(
+            ASM, CONSTRAINTS, [a_kb, b_kb, acc, meta_kb], dtype=gl.float32, is_pure=True,
+            pack=4,
+        )  # fmt: skip
+    return acc
 
 
 @gluon.jit
@@ -148,7 +187,9 @@ def _nm_mma_sp_kernel(
     LAYOUT: gl.constexpr,  # layouts() below
     A_LOAD: gl.constexpr,
     META_LOAD: gl.constexpr,
+    B_COPY: gl.constexpr,
     B_LOAD: gl.constexpr,
+    B_SHARED: gl.constexpr,
 ):
     WMT: gl.constexpr = 4 * M_TILES
     BLOCK_M: gl.constexpr = WMT * 16
@@ -166,25 +207,25 @@ def _nm_mma_sp_kernel(
     meta_tiles = meta + tiles * stride_meta + (
         _along(8, 3, AXES, META_LOAD) * 8 + _along(4, 5, AXES, META_LOAD) % 2 * 4
     )  # fmt: skip
-    # B: the n8 tile's lane (g, q) registers
-    nts = gl.minimum(gl.program_id(1) * NT + _along(NT, 2, 5, B_LOAD), (N + 7) // 8 - 1)
-    b_tiles = b + nts.to(gl.int64) * stride_b + (
-        _along(8, 1, 5, B_LOAD) * 16 + _along(4, 3, 5, B_LOAD) * 4
-    )  # fmt: skip
-    acc = gl.zeros([WMT, KB, 2, 8, NT, 4, 2], gl.float32, LAYOUT)
+    # B: the program's n8 tiles (past N's last, the last), copied to shared memory a step
+    nts = gl.program_id(1) * NT + gl.arange(0, NT, gl.SliceLayout(1, B_COPY))
+    nts = gl.minimum(nts, (N + 7) // 8 - 1).to(gl.int64)
+    b_tiles = b + gl.expand_dims(nts * stride_b, 1)
+    b_shared = gl.allocate_shared_memory(gl.int32, [NT, KB * 128], B_SHARED)
+    acc = gl.zeros([WMT, 2, 8, NT, 4, 2], gl.float32, LAYOUT)
     groups_total = K // 4
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
     for g0 in range(first, full, STEP):  # the loads of a step all in flight, then its MMAs
         loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB, False, A_LOAD, META_LOAD,
-                            B_LOAD)  # fmt: skip
-        acc = _mma_step(acc, loaded, ASM, CONSTRAINTS)
+                            B_COPY)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
     if full < end:
         loaded = _load_step(a_rows, meta_tiles, b_tiles, full, end, KB, True, A_LOAD,
-                            META_LOAD, B_LOAD)  # fmt: skip
-        acc = _mma_step(acc, loaded, ASM, CONSTRAINTS)
-    tile = gl.reshape(gl.sum(acc, axis=1), [BLOCK_M, BLOCK_N])
+                            META_LOAD, B_COPY)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+    tile = gl.reshape(acc, [BLOCK_M, BLOCK_N])
     tile_layout: gl.constexpr = tile.type.layout
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, tile_layout))
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, tile_layout))
@@ -196,8 +237,9 @@ def _nm_mma_sp_kernel(
 
 def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
     """The kernel's layouts for 4 warps, each with `m_tiles` m16 tiles, `blocks` k32 blocks a
-    step and `n_tiles` n8 tiles: LAYOUT the accumulators' 7-D one (module docstring;
-    registers rc, rh, kb, nt, wmt); the loads' own, with a lane's vector innermost."""
+    step and `n_tiles` n8 tiles: LAYOUT the accumulators' (WMT, RH, G, NT, Q, RC) (module
+    docstring; registers rc, rh, nt, wmt: a pack of 4 is one instruction's); the loads' own,
+    a lane's vector innermost."""
 
     def blocked(shape_regs, lanes, warp_axis, order):
         warps = [1] * len(shape_regs)
@@ -206,15 +248,20 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
 
     lanes7 = [1, 1, 1, 8, 1, 4, 1]
     return {
-        "LAYOUT": blocked([m_tiles, blocks, 2, 1, n_tiles, 1, 2], lanes7, 0, [6, 2, 1, 4, 0, 5, 3]),
+        "LAYOUT": blocked(
+            [m_tiles, 2, 1, n_tiles, 1, 2], [1, 1, 8, 1, 4, 1], 0, [5, 1, 3, 0, 4, 2]
+        ),  # fmt: skip
         # (WMT, KP, I, G, 1, Q, RC)
         "A_LOAD": blocked([m_tiles, blocks // 2, 4, 1, 1, 1, 2], lanes7, 0, [2, 6, 1, 0, 5, 3, 4]),
         # (WMT, KB / 4, KBL, G, 1, Q, 1)
         "META_LOAD": blocked(
             [m_tiles, blocks // 4, 4, 1, 1, 1, 1], lanes7, 0, [2, 1, 0, 5, 3, 4, 6]
         ),  # fmt: skip
-        # (KB, G, NT, Q, J): every warp loads it
-        "B_LOAD": blocked([blocks, 1, n_tiles, 1, 4], [1, 8, 1, 4, 1], 0, [4, 2, 0, 3, 1]),
+        # (NT, KB * 128): 128 threads, 16 bytes each
+        "B_COPY": gl.BlockedLayout([1, 4], [1, 32], [1, WARPS], [1, 0]),
+        # (NT, KB, G, Q, J): every warp reads all of it
+        "B_LOAD": blocked([n_tiles, blocks, 1, 1, 4], [1, 1, 8, 4, 1], 0, [4, 0, 1, 3, 2]),
+        "B_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
     }
 
 
@@ -249,20 +296,37 @@ def metadata_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tenso
     return words.contiguous()
 
 
+@triton.jit
+def _permute_b_kernel(b, out, K, N, BLOCKS, TOTAL, stride_bk, stride_bn, BLOCK: tl.constexpr):
+    """out word o = (nt, kb, g, q, j) (permuted_b) from B's rows k, k + 1 at token 8 nt + g:
+    k = 64 span + 2 p, p the pair's place in its k64 span, bits (j % 2, q // 2, kl, j // 2,
+    q % 2) high to low (kb = 2 span + kl); zero past K and N."""
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    j, q, g = o % 4, o // 4 % 4, o // 16 % 8
+    kb = o // 128 % BLOCKS
+    token = o // (128 * BLOCKS) * 8 + g
+    pair = 16 * (j % 2) + 8 * (q // 2) + 4 * (kb % 2) + 2 * (j // 2) + q % 2
+    k = kb // 2 * 64 + 2 * pair
+    mask = (o < TOTAL) & (token < N) & (k < K)
+    ptrs = b + k.to(tl.int64) * stride_bk + token.to(tl.int64) * stride_bn
+    low = tl.load(ptrs, mask=mask, other=0.0).to(tl.int16, bitcast=True).to(tl.int32)
+    high = tl.load(ptrs + stride_bk, mask=mask, other=0.0).to(tl.int16, bitcast=True)
+    tl.store(out + o, (low & 0xFFFF) | (high.to(tl.int32) << 16), mask=o < TOTAL)
+
+
 def permuted_b(b: torch.Tensor) -> torch.Tensor:
     """B (K, N) as the MMA's B registers in the kernel's K order (metadata_words): (ceil(N /
     8), blocks, g, q, j) int32 pairs, one 16-byte load a lane (g, q) for an n8 tile's k32
     block: register j holds B's rows 8 j + 2 q, + 1 of the logical block at column g. K and
-    N are padded with zeros to whole widest steps and n8 tiles."""
+    N are padded with zeros to whole widest steps and n8 tiles. One launch."""
     k, n = b.shape
-    step = METADATA_BLOCKS * 32
-    padded = b.new_zeros(cdiv(n, 8) * 8, cdiv(k, step) * step)
-    padded[:n, :k] = b.t()
-    spans = padded.shape[1] // 64
-    pairs = padded.view(torch.int32).view(-1, 8, spans, 2, 2, 2, 2, 2)
-    # real pair bits within a span (j % 2, q // 2, kl, j // 2, q % 2) -> (kl, g, q, j)
-    pairs = pairs.permute(0, 2, 5, 1, 4, 7, 6, 3)
-    return pairs.reshape(-1, spans * 2, 8, 4, 4).contiguous()
+    blocks = cdiv(k, METADATA_BLOCKS * 32) * METADATA_BLOCKS
+    out = torch.empty((cdiv(n, 8), blocks, 8, 4, 4), dtype=torch.int32, device=b.device)
+    block = 1024
+    _permute_b_kernel[(cdiv(out.numel(), block),)](
+        b, out, k, n, blocks, out.numel(), b.stride(0), b.stride(1), BLOCK=block
+    )
+    return out
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
@@ -273,7 +337,7 @@ def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: tor
     if torch.cuda.get_device_capability(device) < (8, 0):
         return False
     half = dtype in (torch.float16, torch.bfloat16)
-    return (n, m, block) == (2, 4) and half and k < 2**31
+    return (n, m, block) == (2, 4, 1) and half and k < 2**31
 
 
 def spmm_nm_mma_sp(
@@ -337,8 +401,8 @@ def spmm_nm_mma_sp(
         M_TILES=m_tiles,
         KB=blocks,
         NT=n_tiles,
-        ASM=_mma_sp_asm(blocks, type_name, ordered),
-        CONSTRAINTS=_mma_sp_constraints(blocks),
+        ASM=_mma_sp_asm(1, type_name, ordered),
+        CONSTRAINTS=_mma_sp_constraints(1),
         num_warps=WARPS,
         **layouts(m_tiles, blocks, n_tiles),
     )
