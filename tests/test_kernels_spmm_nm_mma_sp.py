@@ -60,6 +60,20 @@ def test_metadata_variants(ordered, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("tile", [(1, 8, 1), (2, 4, 2)])
+def test_prefetch(prefetch, tile, gen):
+    """Each step's loads issued during the step before: walks of one step, of full steps and
+    with a masked last step, split or not."""
+    for groups, split in ((8 * tile[1], 1), (5 * 8 * tile[1], 2), (3 * 8 * tile[1] + 7, 3)):
+        W = random_nm(150, groups * 4, 2, 4, gen, 1, 1, torch.bfloat16, "cuda")
+        x = randn(11, groups * 4, gen=gen, dtype=torch.bfloat16, device="cuda")
+        got = _launch_poisoned(W, x.t(), tile, split=split, prefetch=prefetch)
+        want = W.to_dense().double() @ x.t().double()
+        assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", [1, 3, 64])
 @pytest.mark.parametrize("fused", [True, False])
 def test_bias_activation_and_split(split, fused, gen):
@@ -123,7 +137,8 @@ def test_register_orders_keep_the_product(rows, k, tokens, vector, gen):
     W = random_nm(rows, k, 2, 4, gen, vector, 1, torch.bfloat16)
     x = randn(tokens, k, gen=gen, dtype=torch.bfloat16)
     metadata = metadata_words(W.indices, rows, vector)
-    b_words = permuted_b(x.t())
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # (a Triton kernel)
+    b_words = permuted_b(x.t().to(device)).cpu()
     blocks = b_words.shape[1]
     assert metadata.shape == (-(-rows // 16), blocks // 4, 8, 2, 4)
     got = _logical_a(W.values, metadata, blocks) @ _logical_b(b_words).double().t()

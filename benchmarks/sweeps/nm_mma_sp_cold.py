@@ -32,13 +32,15 @@ WAVE = int(os.environ.get("WAVE", "4"))
 
 
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
+    """/p: prefetch a step ahead; /wW: split for W programs an SM; /sS: S ranges."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))
     tiles = -(-rows // (64 * int(mt))) * -(-tokens // (8 * nt))
-    split = max(1, min(8, WAVE * sms // tiles, k // (32 * kb) // 2))
+    wave = next((int(f[1:]) for f in flags if f.startswith("w")), WAVE)
+    split = max(1, min(8, wave * sms // tiles, k // (32 * kb) // 2))
     split = next((int(f[1:]) for f in flags if f.startswith("s")), split)
-    return dict(m_tiles=int(mt), blocks=kb, n_tiles=nt, split=split)
+    return dict(m_tiles=int(mt), blocks=kb, n_tiles=nt, split=split, prefetch="p" in flags)
 
 
 def main():

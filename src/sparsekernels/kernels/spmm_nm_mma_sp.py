@@ -182,6 +182,7 @@ def _nm_mma_sp_kernel(
     M_TILES: gl.constexpr,  # m16 tiles a warp
     KB: gl.constexpr,  # k32 blocks a step: 4 or 8
     NT: gl.constexpr,  # n8 tiles a program
+    PREFETCH: gl.constexpr,  # load a step ahead (registers for two steps' loads)
     ASM: gl.constexpr,
     CONSTRAINTS: gl.constexpr,
     LAYOUT: gl.constexpr,  # layouts() below
@@ -217,10 +218,21 @@ def _nm_mma_sp_kernel(
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
-    for g0 in range(first, full, STEP):  # the loads of a step all in flight, then its MMAs
-        loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB, False, A_LOAD, META_LOAD,
-                            B_COPY)  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+    if PREFETCH:  # each step's loads issued during the step before
+        if full > first:
+            loaded = _load_step(a_rows, meta_tiles, b_tiles, first, end, KB, False, A_LOAD,
+                                META_LOAD, B_COPY)  # fmt: skip
+            for g0 in range(first + STEP, full, STEP):
+                ahead = _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB, False, A_LOAD,
+                                   META_LOAD, B_COPY)  # fmt: skip
+                acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+                loaded = ahead
+            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+    else:
+        for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
+            loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB, False, A_LOAD,
+                                META_LOAD, B_COPY)  # fmt: skip
+            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
     if full < end:
         loaded = _load_step(a_rows, meta_tiles, b_tiles, full, end, KB, True, A_LOAD,
                             META_LOAD, B_COPY)  # fmt: skip
@@ -354,6 +366,7 @@ def spmm_nm_mma_sp(
     split: int = 1,
     fused: bool = True,
     ordered: bool = True,
+    prefetch: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N). values (M, K / 2) 16-bit, metadata the
     `metadata_words` of the weight's offsets. A program covers 64 * m_tiles rows (4 warps of
@@ -401,6 +414,7 @@ def spmm_nm_mma_sp(
         M_TILES=m_tiles,
         KB=blocks,
         NT=n_tiles,
+        PREFETCH=prefetch,
         ASM=_mma_sp_asm(1, type_name, ordered),
         CONSTRAINTS=_mma_sp_constraints(1),
         num_warps=WARPS,
