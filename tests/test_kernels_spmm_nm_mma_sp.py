@@ -74,6 +74,21 @@ def test_prefetch(prefetch, tile, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 4, 2), (2, 8, 4)])
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_b_permuted_in_the_kernel(tile, prefetch, gen):
+    """B read as it lies and permuted on its way to shared memory: tokens off the n8 tile,
+    a masked last step, x^T as linear passes it and a row-major B (copied K contiguous)."""
+    for groups, tokens in ((3 * 8 * tile[1] + 5, 13), (8 * tile[1], 8), (1, 1)):
+        W = random_nm(99, groups * 4, 2, 4, gen, 1, 1, torch.bfloat16, "cuda")
+        x = randn(tokens, groups * 4, gen=gen, dtype=torch.bfloat16, device="cuda")
+        for B in (x.t(), x.t().contiguous()):
+            got = _launch_poisoned(W, B, tile, split=2, prefetch=prefetch, natural_b=True)
+            want = W.to_dense().double() @ B.double()
+            assert_close(got, want, spmm_bound(W.to_dense(), B), torch.bfloat16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", [1, 3, 64])
 @pytest.mark.parametrize("fused", [True, False])
 def test_bias_activation_and_split(split, fused, gen):

@@ -32,7 +32,8 @@ WAVE = int(os.environ.get("WAVE", "4"))
 
 
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
-    """/p: prefetch a step ahead; /wW: split for W programs an SM; /sS: S ranges."""
+    """/p: prefetch a step ahead; /b: B permuted in the kernel; /wW: split for W programs an
+    SM; /sS: S ranges."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))
@@ -40,7 +41,14 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     wave = next((int(f[1:]) for f in flags if f.startswith("w")), WAVE)
     split = max(1, min(8, wave * sms // tiles, k // (32 * kb) // 2))
     split = next((int(f[1:]) for f in flags if f.startswith("s")), split)
-    return dict(m_tiles=int(mt), blocks=kb, n_tiles=nt, split=split, prefetch="p" in flags)
+    return dict(
+        m_tiles=int(mt),
+        blocks=kb,
+        n_tiles=nt,
+        split=split,
+        prefetch="p" in flags,
+        natural_b="b" in flags,
+    )
 
 
 def main():

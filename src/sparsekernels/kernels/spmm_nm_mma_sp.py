@@ -107,9 +107,9 @@ def _blocks(x, KB: gl.constexpr, LAYOUT: gl.constexpr):
 
 
 @gluon.jit
-def _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB: gl.constexpr, MASKED: gl.constexpr,
-               A_LOAD: gl.constexpr, META_LOAD: gl.constexpr,
-               B_COPY: gl.constexpr):  # fmt: skip
+def _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB: gl.constexpr,
+               MASKED: gl.constexpr, A_LOAD: gl.constexpr, META_LOAD: gl.constexpr,
+               B_COPY: gl.constexpr, B_NATURAL: gl.constexpr):  # fmt: skip
     """A step's global loads for the groups g0 .. g0 + 8 KB, a vector a lane (module
     docstring): A (WMT, KP, 4, G, 1, Q, RC), lane q's four groups 4 q .. 4 q + 3 of each k64
     span (i = 2 kl + rh); the metadata (WMT, KB / 4, 4, G, 1, Q, 1), four k32 blocks a lane;
@@ -123,21 +123,34 @@ def _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB: gl.constexpr, MASKED: g
         a = gl.load(a_ptrs)
     blocks = _along(KB // 4, 1, AXES, META_LOAD) * 64 + _along(4, 2, AXES, META_LOAD)
     meta = gl.load((meta_tiles + g0 * 2) + blocks)  # 64 words a 4 blocks (32 groups)
-    words = gl.arange(0, KB * 128, gl.SliceLayout(0, B_COPY))
-    b_copy = gl.load((b_tiles + g0 * 16) + gl.expand_dims(words, 0))  # 128 words a block
+    if B_NATURAL:  # B's rows as they lie (int32 pairs), permuted on the way to shared memory
+        pairs = gl.arange(0, KB * 16, gl.SliceLayout(0, B_COPY))
+        b_ptrs = (b_tiles + g0 * 2) + gl.expand_dims(pairs, 0)
+        if MASKED:
+            b_copy = gl.load(b_ptrs, mask=gl.expand_dims(g0 * 2 + pairs < K // 2, 0), other=0)
+        else:
+            b_copy = gl.load(b_ptrs)
+    else:
+        words = gl.arange(0, KB * 128, gl.SliceLayout(0, B_COPY))
+        b_copy = gl.load((b_tiles + g0 * 16) + gl.expand_dims(words, 0))  # 128 words a block
     return a, meta, b_copy
 
 
 @gluon.jit
 def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexpr,
-              KB: gl.constexpr, B_LOAD: gl.constexpr):  # fmt: skip
+              KB: gl.constexpr, B_LOAD: gl.constexpr, B_NATURAL: gl.constexpr):  # fmt: skip
     """acc + the step's products: B's words to shared memory (every warp reads all of them),
     the operands split into k32 blocks in acc's layout (registers copied along the axes they
     are broadcast on), then one mma.sp a block and (m16, n8) tile, chained on acc."""
     a, meta, b_copy = loaded
-    b_shared.store(b_copy)
+    NT: gl.constexpr = b_shared.shape[0]
+    if B_NATURAL:  # pair bits in a k64 span (j % 2, q // 2, kl, j // 2, q % 2): permuted_b
+        b_copy = gl.reshape(b_copy, [NT, 8, KB // 2, 2, 2, 2, 2, 2])
+        b_copy = gl.permute(b_copy, (0, 2, 5, 1, 4, 7, 6, 3))
+        b_shared.reshape([NT, KB, 8, 4, 4]).store(gl.reshape(b_copy, [NT, KB, 8, 4, 4]))
+    else:
+        b_shared.store(b_copy)
     gl.thread_barrier()
-    NT: gl.constexpr = b_copy.shape[0]
     bw = b_shared.reshape([NT, KB, 8, 4, 4]).load(B_LOAD)  # (NT, KB, G, Q, J)
     gl.thread_barrier()  # read before the next step's copy
     bw = gl.permute(gl.reshape(bw, [1, NT, KB, 8, 4, 2, 2]), (0, 2, 5, 3, 1, 4, 6))
@@ -160,7 +173,7 @@ def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexp
 def _nm_mma_sp_kernel(
     values,  # (M, K / 2) 16-bit values read as int32 pairs (a group's two), unit stride
     meta,  # metadata_words(): (ceil(M / 16), K blocks / 4, 8, 2, 4) int32
-    b,  # permuted_b(): (ceil(N / 8), K blocks, 8, 4, 4) int32 pairs of B
+    b,  # permuted_b(): (ceil(N / 8), K blocks, 8, 4, 4) int32 pairs of B (or B_NATURAL)
     bias,
     out,  # (M, N)
     partials,  # with SPLITS > 1 the (SPLITS, M, N) float32 workspace
@@ -172,7 +185,7 @@ def _nm_mma_sp_kernel(
     SPLIT_STRIDE,  # M * N
     stride_vm,  # in int32 words
     stride_meta,  # int32 words an m16 tile
-    stride_b,  # int32 words an n8 tile
+    stride_b,  # int32 words an n8 tile (a token with B_NATURAL)
     stride_om,
     stride_on,
     HAS_BIAS: gl.constexpr,
@@ -183,6 +196,7 @@ def _nm_mma_sp_kernel(
     KB: gl.constexpr,  # k32 blocks a step: 4 or 8
     NT: gl.constexpr,  # n8 tiles a program
     PREFETCH: gl.constexpr,  # load a step ahead (registers for two steps' loads)
+    B_NATURAL: gl.constexpr,  # b is B's (N, K / 2) int32 pairs, permuted in the kernel
     ASM: gl.constexpr,
     CONSTRAINTS: gl.constexpr,
     LAYOUT: gl.constexpr,  # layouts() below
@@ -209,9 +223,14 @@ def _nm_mma_sp_kernel(
         _along(8, 3, AXES, META_LOAD) * 8 + _along(4, 5, AXES, META_LOAD) % 2 * 4
     )  # fmt: skip
     # B: the program's n8 tiles (past N's last, the last), copied to shared memory a step
-    nts = gl.program_id(1) * NT + gl.arange(0, NT, gl.SliceLayout(1, B_COPY))
-    nts = gl.minimum(nts, (N + 7) // 8 - 1).to(gl.int64)
-    b_tiles = b + gl.expand_dims(nts * stride_b, 1)
+    if B_NATURAL:  # B's tokens (past N the last: not stored)
+        tokens = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, B_COPY))
+        tokens = gl.minimum(tokens, N - 1).to(gl.int64)
+        b_tiles = b + gl.expand_dims(tokens * stride_b, 1)
+    else:
+        nts = gl.program_id(1) * NT + gl.arange(0, NT, gl.SliceLayout(1, B_COPY))
+        nts = gl.minimum(nts, (N + 7) // 8 - 1).to(gl.int64)
+        b_tiles = b + gl.expand_dims(nts * stride_b, 1)
     b_shared = gl.allocate_shared_memory(gl.int32, [NT, KB * 128], B_SHARED)
     acc = gl.zeros([WMT, 2, 8, NT, 4, 2], gl.float32, LAYOUT)
     groups_total = K // 4
@@ -220,23 +239,23 @@ def _nm_mma_sp_kernel(
     full = first + (end - first) // STEP * STEP
     if PREFETCH:  # each step's loads issued during the step before
         if full > first:
-            loaded = _load_step(a_rows, meta_tiles, b_tiles, first, end, KB, False, A_LOAD,
-                                META_LOAD, B_COPY)  # fmt: skip
+            loaded = _load_step(a_rows, meta_tiles, b_tiles, first, end, K, KB, False, A_LOAD,
+                                META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
             for g0 in range(first + STEP, full, STEP):
-                ahead = _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB, False, A_LOAD,
-                                   META_LOAD, B_COPY)  # fmt: skip
-                acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+                ahead = _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB, False, A_LOAD,
+                                   META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+                acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
                 loaded = ahead
-            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
     else:
         for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
-            loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, KB, False, A_LOAD,
-                                META_LOAD, B_COPY)  # fmt: skip
-            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+            loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB, False, A_LOAD,
+                                META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
     if full < end:
-        loaded = _load_step(a_rows, meta_tiles, b_tiles, full, end, KB, True, A_LOAD,
-                            META_LOAD, B_COPY)  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD)
+        loaded = _load_step(a_rows, meta_tiles, b_tiles, full, end, K, KB, True, A_LOAD,
+                            META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
     tile = gl.reshape(acc, [BLOCK_M, BLOCK_N])
     tile_layout: gl.constexpr = tile.type.layout
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, tile_layout))
@@ -271,6 +290,8 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
         ),  # fmt: skip
         # (NT, KB * 128): 128 threads, 16 bytes each
         "B_COPY": gl.BlockedLayout([1, 4], [1, 32], [1, WARPS], [1, 0]),
+        # with B_NATURAL: (tokens, KB * 16 pairs), a warp 512 bytes of a token
+        "B_NATURAL_COPY": gl.BlockedLayout([1, 4], [1, 32], [WARPS, 1], [1, 0]),
         # (NT, KB, G, Q, J): every warp reads all of it
         "B_LOAD": blocked([n_tiles, blocks, 1, 1, 4], [1, 1, 8, 4, 1], 0, [4, 0, 1, 3, 2]),
         "B_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
@@ -326,6 +347,14 @@ def _permute_b_kernel(b, out, K, N, BLOCKS, TOTAL, stride_bk, stride_bn, BLOCK: 
     tl.store(out + o, (low & 0xFFFF) | (high.to(tl.int32) << 16), mask=o < TOTAL)
 
 
+def _launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: bool) -> dict:
+    chosen = layouts(m_tiles, blocks, n_tiles)
+    natural = chosen.pop("B_NATURAL_COPY")
+    if natural_b:
+        chosen["B_COPY"] = natural
+    return chosen
+
+
 def permuted_b(b: torch.Tensor) -> torch.Tensor:
     """B (K, N) as the MMA's B registers in the kernel's K order (metadata_words): (ceil(N /
     8), blocks, g, q, j) int32 pairs, one 16-byte load a lane (g, q) for an n8 tile's k32
@@ -367,6 +396,7 @@ def spmm_nm_mma_sp(
     fused: bool = True,
     ordered: bool = True,
     prefetch: bool = False,
+    natural_b: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N). values (M, K / 2) 16-bit, metadata the
     `metadata_words` of the weight's offsets. A program covers 64 * m_tiles rows (4 warps of
@@ -381,7 +411,12 @@ def spmm_nm_mma_sp(
     k = b.shape[0]
     if values.stride(-1) != 1 or values.stride(0) % 2 or values.data_ptr() % 4:
         values = values.contiguous()
-    b_words = permuted_b(b)
+    if natural_b:
+        if b.stride(0) != 1 or b.stride(1) % 2 or b.data_ptr() % 16:
+            b = b.t().contiguous().t()
+        b_words = b.t().view(torch.int32)  # (N, K / 2) pairs
+    else:
+        b_words = permuted_b(b)
     step = 8 * blocks
     steps_per_split, splits = split_k.ranges(cdiv(k // 4, step), split)
     partials = split_k.workspace(out, splits, torch.float32)
@@ -415,10 +450,11 @@ def spmm_nm_mma_sp(
         KB=blocks,
         NT=n_tiles,
         PREFETCH=prefetch,
+        B_NATURAL=natural_b,
         ASM=_mma_sp_asm(1, type_name, ordered),
         CONSTRAINTS=_mma_sp_constraints(1),
         num_warps=WARPS,
-        **layouts(m_tiles, blocks, n_tiles),
+        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)
