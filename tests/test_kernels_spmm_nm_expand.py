@@ -263,6 +263,7 @@ def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
     (tuning.EXPAND_SMALL_WEIGHT); at 17 they come back."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_expand, tuning
+    from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config
 
     W = random_nm(rows, 2048, *pattern, gen, 1, 1, torch.bfloat16, "cuda")
@@ -279,6 +280,8 @@ def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
     want_kernel = (tokens <= 64 or not grouped_only) and not (small and tokens <= 16)
     unpacks = spmm_nm_unpack_config(tokens, *pattern, 1, 1, torch.bfloat16, rows) is not None
     want_kernel = want_kernel and not unpacks  # 2:4 to 16 tokens: the unpack kernel
+    sparse_cores = spmm_nm_mma_sp_config(tokens, *pattern, 1, 1, torch.bfloat16, rows, 2048, 132)
+    want_kernel = want_kernel and sparse_cores is None  # 2:4 to 32 tokens: mma.sp
     assert bool(calls) == want_kernel, "the route missed the kernel or took a small weight"
     want = x.double() @ W.to_dense().double().t()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)

@@ -175,3 +175,67 @@ def test_supports_on_the_gpu():
         assert not supports(1, 4, 1, torch.bfloat16, 4096, gpu)
         assert not supports(2, 4, 2, torch.bfloat16, 4096, gpu)  # block-wise
         assert not supports(2, 4, 1, torch.float32, 4096, gpu)
+
+
+def test_route_takes_the_measured_window():
+    """2:4 bf16 element-wise at 1-32 tokens: one 8-token tile with B permuted in the kernel
+    to 8 tokens, 16-token tiles past; split for four programs an SM (132 SMs), each range two
+    steps at least. Nothing else (fp16 not timed, vectors, other patterns, 33 tokens)."""
+    from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
+
+    bf16 = torch.bfloat16
+
+    def tile(tokens, rows, k, n=2, m=4, dtype=bf16, vector=1):
+        c = spmm_nm_mma_sp_config(tokens, n, m, vector, 1, dtype, rows, k, 132)
+        return None if c is None else (c.m_tiles, c.blocks, c.n_tiles, c.split, c.natural_b)
+
+    assert tile(1, 4096, 14336) == (1, 8, 1, 8, True)  # 64 row tiles: 528 // 64 = 8
+    assert tile(8, 14336, 4096) == (1, 8, 1, 2, True)  # 224 row tiles
+    assert tile(16, 4096, 4096) == (1, 8, 2, 8, False)
+    assert tile(32, 4096, 14336) == (1, 8, 2, 4, False)  # two column tiles
+    assert tile(9, 14336, 4096) == (1, 8, 2, 2, False)
+    assert tile(4, 64, 256) == (1, 8, 1, 1, True)  # one step: one range
+    for args in [
+        (33, 4096, 4096),
+        (16, 4096, 4096, 2, 8),
+        (16, 4096, 4096, 1, 4),
+        (16, 4096, 4096, 2, 4, torch.float16),
+        (16, 4096, 4096, 2, 4, bf16, 2),
+    ]:
+        assert tile(*args) is None, args
+
+
+def test_metadata_is_prepared_once_per_weight(gen):
+    """The route's metadata words are kept per offsets tensor and rebuilt after an in-place
+    edit (its version moves)."""
+    from sparsekernels.ops import _triton_nm
+
+    W = random_nm(40, 256, 2, 4, gen, 1, 1, torch.bfloat16)
+    words = _triton_nm.metadata_words(W.indices, 40, 1)
+    assert torch.equal(words, metadata_words(W.indices, 40, 1))
+    assert _triton_nm.metadata_words(W.indices, 40, 1) is words
+    W.indices.add_(0)
+    assert _triton_nm.metadata_words(W.indices, 40, 1) is not words
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 3, 8, 9, 16, 29])
+def test_linear_routes_through_mma_sp(tokens, gen, monkeypatch):
+    """linear takes the kernel for 2:4 bf16 at 1-32 tokens on the GPU, with bias, split on a
+    few-row weight, and gives the product in x's layout."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_mma_sp
+
+    calls = []
+    launch = spmm_nm_mma_sp.spmm_nm_mma_sp
+    monkeypatch.setattr(
+        spmm_nm_mma_sp, "spmm_nm_mma_sp", lambda **kw: calls.append(kw["split"]) or launch(**kw)
+    )
+    W = random_nm(1000, 2048 + 4 * 8, 2, 4, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, 2048 + 4 * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(1000, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, bias)
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert len(calls) == 1 and calls[0] > 1 and got.is_contiguous()
+    bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
+    assert_close(got, want, bound, torch.bfloat16)

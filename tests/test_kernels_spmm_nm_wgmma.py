@@ -169,12 +169,11 @@ def test_route_takes_the_measured_window():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("n", "m", "tokens"), [(2, 8, 4), (2, 8, 16), (2, 8, 29), (1, 8, 13), (2, 4, 7), (2, 4, 20)]
-)
+@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 4), (2, 8, 16), (2, 8, 29), (1, 8, 13)])
 def test_linear_routes_through_wgmma(n, m, tokens, gen, monkeypatch):
     """linear takes the kernel in its window on the H200, with bias, split on a few-row
-    weight, and gives the product in x's layout."""
+    weight, and gives the product in x's layout (2:4 in bf16 goes to the sparse tensor
+    cores first: test_kernels_spmm_nm_mma_sp.py)."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_wgmma
 

@@ -1,4 +1,5 @@
-"""The `triton` backend of spmm/linear for N:M weights: on Hopper the wgmma kernel where it
+"""The `triton` backend of spmm/linear for N:M weights: on the GPU the sparse-tensor-core
+kernel for 2:4 bf16 at 1-32 tokens (nm_mma_sp_tuning), on Hopper the wgmma kernel where it
 measured faster at 4-32 tokens (nm_wgmma_tuning), the unpack kernel where it measured faster
 at 4-64 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
 at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
@@ -15,10 +16,11 @@ import functools
 
 import torch
 
-from ..kernels import nm_decode_tuning, nm_unpack_tuning, nm_wgmma_tuning, tuning
+from ..kernels import nm_decode_tuning, nm_mma_sp_tuning, nm_unpack_tuning, nm_wgmma_tuning, tuning
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
+from ..kernels import spmm_nm_mma_sp as mma_sp
 from ..kernels import spmm_nm_select as select
 from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
@@ -32,6 +34,18 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     if transpose:
         return _transposed(values, indices, b, bias, activation, n, m, vector, block)
     out = spmm_out(b, values.shape[0])
+    if mma_sp.supports(n, m, block, values.dtype, b.shape[0], b.device):
+        sparse_cores = nm_mma_sp_tuning.spmm_nm_mma_sp_config(
+            b.shape[1], n, m, vector, block, values.dtype, values.shape[0], b.shape[0],
+            _sm_count(b.device),
+        )  # fmt: skip
+        if sparse_cores is not None:
+            mma_sp.spmm_nm_mma_sp(
+                values=values, metadata=metadata_words(indices, values.shape[0], vector), b=b,
+                bias=bias.contiguous() if bias is not None else None, out=out,
+                activation=activation, **dataclasses.asdict(sparse_cores),
+            )  # fmt: skip
+            return out
     on_registers = None
     if wgmma.supports(n, m, block, values.dtype, b.shape[0], b.device):
         on_registers = nm_wgmma_tuning.spmm_nm_wgmma_config(
@@ -221,6 +235,19 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
 # indices tensor -> (its version, bits, packed words): packing costs a few passes over the
 # offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
 _PACKED = IdentityCache()
+
+
+# indices tensor -> (its version, rows, vector, the sparse MMA's metadata words), likewise
+_METADATA = IdentityCache()
+
+
+def metadata_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tensor:
+    version = indices._version
+    hit = _METADATA.get(indices)
+    if hit is None or hit[:3] != (version, rows, vector):
+        hit = (version, rows, vector, mma_sp.metadata_words(indices, rows, vector))
+        _METADATA[indices] = hit
+    return hit[3]
 
 
 def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
