@@ -16,7 +16,9 @@ N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row)
 pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 split 4 summed
 by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
 (4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
-activation, 2:4 with a row-major B into the split plane); the block-sparse attention
+activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (B permuted
+in the kernel, prefetched, split 4 summed by its last piece; fp16 with B permuted before, bias
+and activation); the block-sparse attention
 forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
@@ -53,6 +55,12 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
     from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
+    from sparsekernels.kernels.spmm_nm_mma_sp import (
+        _launch_layouts,
+        _mma_sp_asm,
+        _mma_sp_constraints,
+        _nm_mma_sp_kernel,
+    )
     from sparsekernels.kernels.spmm_nm_wgmma import _nm_wgmma_kernel, layouts
     from sparsekernels.kernels.swiglu import _swiglu_kernel
 
@@ -197,6 +205,19 @@ def _cases() -> dict:
         pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
+    for name, (tile, splits, natural, prefetch, dtype) in {
+        "natural B split 4": ((1, 8, 1), 4, True, True, "bf16"),
+        "permuted B bias fp16": ((2, 4, 2), 1, False, False, "f16"),
+    }.items():
+        m_tiles, blocks, n_tiles = tile
+        constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
+                         SPLITS=splits, FUSED=splits > 1, M_TILES=m_tiles, KB=blocks,
+                         NT=n_tiles, PREFETCH=prefetch, B_NATURAL=natural,
+                         ASM=_mma_sp_asm(1, dtype, True), CONSTRAINTS=_mma_sp_constraints(1),
+                         **_launch_layouts(m_tiles, blocks, n_tiles, natural))  # fmt: skip
+        data = "*bf16" if dtype == "bf16" else "*fp16"
+        pointers = ["*i32", "*i32", "*i32", data, data, "*fp32", "*i32"]
+        cases[f"nm mma.sp {name}"] = (_nm_mma_sp_kernel, pointers, constants, 4)
     constants = dict(ROW_PERM=True, COL_PERM=True, MERGE=True, STORE_FINAL=True, BLOCK_M=64,
                      BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",
                      UPCAST=False)  # fmt: skip
@@ -254,6 +275,8 @@ CASE_NAMES = [
     "nm wgmma 2:8",
     "nm wgmma 1:8",
     "nm wgmma 2:4",
+    "nm mma.sp natural B split 4",
+    "nm mma.sp permuted B bias fp16",
     "attention forward final bf16",
 ]
 

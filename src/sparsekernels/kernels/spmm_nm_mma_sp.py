@@ -45,6 +45,8 @@ from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
 from .spmm_nm_wgmma import _along
 
+# the CTA barrier (Gluon renamed it after Triton 3.6)
+_cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 AXES = gl.constexpr(7)  # (WMT, KB, RH, G, NT, Q, RC)
 WARPS = 4
 GROUPS_A_BLOCK = gl.constexpr(8)  # 2:4 groups in a k32 block: one int32 word of offsets
@@ -150,9 +152,9 @@ def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexp
         b_shared.reshape([NT, KB, 8, 4, 4]).store(gl.reshape(b_copy, [NT, KB, 8, 4, 4]))
     else:
         b_shared.store(b_copy)
-    gl.thread_barrier()
+    _cta_barrier()
     bw = b_shared.reshape([NT, KB, 8, 4, 4]).load(B_LOAD)  # (NT, KB, G, Q, J)
-    gl.thread_barrier()  # read before the next step's copy
+    _cta_barrier()  # read before the next step's copy
     bw = gl.permute(gl.reshape(bw, [1, NT, KB, 8, 4, 2, 2]), (0, 2, 5, 3, 1, 4, 6))
     layout: gl.constexpr = acc.type.layout
     a = _blocks(gl.reshape(a, [a.shape[0], KB, 2, 8, 1, 4, 2]), KB, layout)
