@@ -53,14 +53,14 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
-    from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
-    from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
     from sparsekernels.kernels.spmm_nm_mma_sp import (
         _launch_layouts,
         _mma_sp_asm,
         _mma_sp_constraints,
         _nm_mma_sp_kernel,
     )
+    from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
+    from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
     from sparsekernels.kernels.spmm_nm_wgmma import _nm_wgmma_kernel, layouts
     from sparsekernels.kernels.swiglu import _swiglu_kernel
 
