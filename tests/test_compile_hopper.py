@@ -17,7 +17,7 @@ pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 
 by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
 (4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
 activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (B permuted
-in the kernel, prefetched, split 4 summed by its last piece; fp16 with B permuted before, bias
+in the kernel, split 4 summed by its last piece; fp16 with B permuted before, bias
 and activation); the block-sparse attention
 forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
@@ -54,9 +54,9 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
     from sparsekernels.kernels.spmm_nm_mma_sp import (
+        MMA_SP_CONSTRAINTS,
         _launch_layouts,
         _mma_sp_asm,
-        _mma_sp_constraints,
         _nm_mma_sp_kernel,
     )
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
@@ -205,15 +205,15 @@ def _cases() -> dict:
         pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
-    for name, (tile, splits, natural, prefetch, dtype) in {
-        "natural B split 4": ((1, 8, 1), 4, True, True, "bf16"),
-        "permuted B bias fp16": ((2, 4, 2), 1, False, False, "f16"),
+    for name, (tile, splits, natural, dtype) in {
+        "natural B split 4": ((1, 8, 1), 4, True, "bf16"),
+        "permuted B bias fp16": ((2, 4, 2), 1, False, "f16"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=splits > 1, M_TILES=m_tiles, KB=blocks,
-                         NT=n_tiles, PREFETCH=prefetch, B_NATURAL=natural,
-                         ASM=_mma_sp_asm(1, dtype, True), CONSTRAINTS=_mma_sp_constraints(1),
+                         NT=n_tiles, B_NATURAL=natural, ASM=_mma_sp_asm(dtype, True),
+                         CONSTRAINTS=MMA_SP_CONSTRAINTS,
                          **_launch_layouts(m_tiles, blocks, n_tiles, natural))  # fmt: skip
         data = "*bf16" if dtype == "bf16" else "*fp16"
         pointers = ["*i32", "*i32", "*i32", data, data, "*fp32", "*i32"]

@@ -6,12 +6,8 @@ import pytest
 import torch
 
 from _helpers import assert_close, randn, random_nm, spmm_bound
-from sparsekernels.kernels.spmm_nm_mma_sp import (
-    metadata_words,
-    permuted_b,
-    spmm_nm_mma_sp,
-    supports,
-)
+from sparsekernels.kernels.nm_mma_sp_operands import metadata_words, permuted_b
+from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp, supports
 
 TILES = [(1, 8, 2), (1, 4, 1), (2, 4, 4), (2, 8, 1)]  # (m16 tiles a warp, k32 blocks, n8 tiles)
 
@@ -60,30 +56,15 @@ def test_metadata_variants(ordered, gen):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("prefetch", [False, True])
-@pytest.mark.parametrize("tile", [(1, 8, 1), (2, 4, 2)])
-def test_prefetch(prefetch, tile, gen):
-    """Each step's loads issued during the step before: walks of one step, of full steps and
-    with a masked last step, split or not."""
-    for groups, split in ((8 * tile[1], 1), (5 * 8 * tile[1], 2), (3 * 8 * tile[1] + 7, 3)):
-        W = random_nm(150, groups * 4, 2, 4, gen, 1, 1, torch.bfloat16, "cuda")
-        x = randn(11, groups * 4, gen=gen, dtype=torch.bfloat16, device="cuda")
-        got = _launch_poisoned(W, x.t(), tile, split=split, prefetch=prefetch)
-        want = W.to_dense().double() @ x.t().double()
-        assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("tile", [(1, 8, 1), (1, 4, 2), (2, 8, 4)])
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_b_permuted_in_the_kernel(tile, prefetch, gen):
+def test_b_permuted_in_the_kernel(tile, gen):
     """B read as it lies and permuted on its way to shared memory: tokens off the n8 tile,
     a masked last step, x^T as linear passes it and a row-major B (copied K contiguous)."""
     for groups, tokens in ((3 * 8 * tile[1] + 5, 13), (8 * tile[1], 8), (1, 1)):
         W = random_nm(99, groups * 4, 2, 4, gen, 1, 1, torch.bfloat16, "cuda")
         x = randn(tokens, groups * 4, gen=gen, dtype=torch.bfloat16, device="cuda")
         for B in (x.t(), x.t().contiguous()):
-            got = _launch_poisoned(W, B, tile, split=2, prefetch=prefetch, natural_b=True)
+            got = _launch_poisoned(W, B, tile, split=2, natural_b=True)
             want = W.to_dense().double() @ B.double()
             assert_close(got, want, spmm_bound(W.to_dense(), B), torch.bfloat16)
 

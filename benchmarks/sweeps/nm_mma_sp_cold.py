@@ -17,8 +17,9 @@ from nm_decode_tall_cold import dense_cold, linear_cold
 from triton.testing import do_bench_cudagraph
 
 from sparsekernels.bench.harness import copies_for
+from sparsekernels.kernels.nm_mma_sp_operands import metadata_words, permuted_b
 from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config
-from sparsekernels.kernels.spmm_nm_mma_sp import metadata_words, permuted_b, spmm_nm_mma_sp
+from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp
 from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
 
 DEVICE = torch.device("cuda")
@@ -32,8 +33,8 @@ WAVE = int(os.environ.get("WAVE", "4"))
 
 
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
-    """/p: prefetch a step ahead; /b: B permuted in the kernel; /wW: split for W programs an
-    SM; /sS: S ranges."""
+    """/b: B permuted in the kernel; /wW: split for W programs an SM; /sS: S ranges (prefetching
+    a step ahead, /p at 7fb308d, measured no faster and is gone)."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))

@@ -1,33 +1,37 @@
-"""N:M SpMM at a few tokens on the sparse tensor cores: out = act(W @ B + bias), on Hopper
-(sm_90) and Ampere's successors, in Gluon, through PTX's warp-level `mma.sp` (m16n8k32).
+"""2:4 SpMM at a few tokens on the sparse tensor cores: out = act(W @ B + bias), in Gluon,
+through PTX's warp-level `mma.sp` (m16n8k32, bf16 or fp16, sm_80+; run on the H200).
 
-The sparse MMA takes its A operand compressed: two values of every four columns and, as
-metadata, each value's 2-bit column within its four. That is the 2:4 NMMatrix as stored: a
-group's two values are the operand's two slots, and its packed offsets (4 bits a group, slot 0
-lowest) are the metadata's nibbles. So no tile is built: each thread loads its A registers
-and metadata words as they lie in memory, and the tensor cores skip the zeros (the dense
-wgmma kernel, spmm_nm_wgmma.py, spends most of its time building the dense tile in
-registers).
+The sparse MMA takes its A operand compressed, two values of every four columns, with each
+value's 2-bit column as metadata: the 2:4 NMMatrix as stored. So no tile is built (the wgmma
+kernel, spmm_nm_wgmma.py, spends most of its time building the dense tile in registers): a
+lane loads its A registers as they lie, 16 bytes at a time, the metadata comes prepared in
+register order once per weight and B's registers are permuted to match (the K order:
+nm_mma_sp_operands.py), and the tensor cores skip the zeros.
 
 Gluon has no sparse MMA, so it is inline PTX through `inline_asm_elementwise`, which hands
-the asm each thread's registers a `pack` at a time and needs every operand in one layout.
-All of them live in one 7-D layout whose axes are the instruction's own register indices:
-(WMT, KB, RH, G, NT, Q, RC): the warp's m16 tiles (WMT, warps outermost), the step's k32
-blocks (KB), and the accumulator's fragment, row = 16 * wmt + 8 * rh + g, column
-8 * nt + 2 * q + rc (g = lane / 4, q = lane % 4). A thread's registers run rc, rh, kb first,
-so each pack of 4 * KB holds the KB instructions' four registers of one (m16, n8) tile, and
-every operand is indexed by the accumulator register it sits beside:
-- A register 2 rh + rc (the fragment's a0-a7 in pairs): row g + 8 rc, slot pair (group)
-  q + 4 rh of the k32 block; one int32 load each (a group's two 16-bit values);
-- B register 2 rh + rc: B's rows 8 (2 rh + rc) + 2 q + (0, 1) at column g; one int32 of B
-  (K contiguous), loaded by every warp (it is small and stays in L1);
-- metadata: one register per thread, the instruction reading it from lanes q = 0 and 1
-  (sparsity selector 0): lane q = 0 holds rows g and g + 8's first four groups (16 bits
-  each, row g low), q = 1 their last four; one `prmt` of the two rows' offset words.
-A and B broadcast along the axes they do not depend on (NT for A, WMT for B), so nothing is
-loaded twice; the KB partial sums are added after the K walk.
+the asm a thread's registers `pack` at a time and needs every operand in one layout. The
+accumulators are (WMT, RH, G, NT, Q, RC): a warp's m16 tiles (WMT, warps outermost) and the
+fragment, row 16 wmt + 8 rh + g, column 8 nt + 2 q + rc (g = lane / 4, q = lane % 4), with a
+thread's registers rc, rh first, so each pack of four is one instruction's accumulator. Every
+operand is loaded in its own layout (a lane's 16-byte vector innermost), reshaped to name the
+registers it sits beside (A register 2 rh + rc: row g + 8 rc, slot pair q + 4 rh; B register
+2 rh + rc: B's rows 8 (2 rh + rc) + 2 q, + 1 at column g), split into its k32 blocks (a
+register renaming) and brought into the accumulators' layout, broadcast along the axes it
+does not depend on. The metadata's place, found on the H200 (at-f79ad6d; PTX's manual shows
+it only in a figure): lane q = 0 of a quad holds rows g and g + 8's first four groups (16 bits
+each, row g low, a nibble a group), q = 1 their last four (sparsity selector 0).
 
-Split-K as the wgmma kernel (split_k.end_piece: the last piece of a tile sums the planes).
+B goes through shared memory once a program (every warp reads all of it): read as it lies and
+permuted on the way at 8-token tiles, or permuted by a launch before (permuted_b) at 16, where
+the kernel's 4-byte shared stores cost more than the launch. A step is 8 k32 blocks; a warp
+one m16 tile. Split-K as the wgmma kernel (split_k.end_piece: the last piece of a tile sums
+the planes in order).
+
+On the H200 (results/nvidia-h200/2026-12-01/at-3c2308c, cold, bf16): 4096 x 14336 19.9 us at
+one token and 20.8 at 8 (dense 31.7-33.0; the route before 23.8-24.3), 14336 x 4096 20.2 and
+20.5, 24.1-24.3 at 16 tokens: 3.2-3.3 TB/s on the weight's bytes (values and metadata),
+against cuBLAS's 3.7 on the dense weight. Prefetching a step ahead, two m16 tiles a warp and
+waves of 6-8 programs an SM measured no faster (at-7fb308d).
 """
 
 from __future__ import annotations
@@ -35,14 +39,13 @@ from __future__ import annotations
 import os
 
 import torch
-import triton
-import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
+from .nm_mma_sp_operands import permuted_b
 from .spmm_nm_wgmma import _along
 
 # the CTA barrier (Gluon renamed it after Triton 3.6)
@@ -52,29 +55,18 @@ WARPS = 4
 GROUPS_A_BLOCK = gl.constexpr(8)  # 2:4 groups in a k32 block: one int32 word of offsets
 
 
-def _mma_sp_asm(blocks, type_name, ordered):
-    """PTX for `blocks` mma.sp instructions, one per k32 block, on a pack of 4 * blocks
-    registers of each operand: $0.. the accumulators (tied to the C inputs), then A, B, C
-    and the metadata (each instruction reads the first register of its four)."""
-    pack = 4 * blocks
+def _mma_sp_asm(type_name: str, ordered: bool) -> str:
+    """PTX for one mma.sp on a pack of four registers of each operand: $0-$3 the accumulators
+    (tied to the C inputs $12-$15), A $4-$7, B $8-$11, the metadata $16 (of $16-$19, copies).
+    ::ordered_metadata: each group's two offsets rise (they do: the format keeps them so)."""
     variant = "sp::ordered_metadata" if ordered else "sp"
-    lines = []
-    for kb in range(blocks):
-        d = ", ".join(f"${4 * kb + i}" for i in range(4))
-        a = ", ".join(f"${pack + 4 * kb + i}" for i in range(4))
-        b = ", ".join(f"${2 * pack + 4 * kb + i}" for i in range(4))
-        meta = f"${4 * pack + 4 * kb}"
-        lines.append(
-            f"mma.{variant}.sync.aligned.m16n8k32.row.col.f32.{type_name}.{type_name}.f32 "
-            f"{{{d}}}, {{{a}}}, {{{b}}}, {{{d}}}, {meta}, 0x0;"
-        )
-    return "\n".join(lines)
+    return (
+        f"mma.{variant}.sync.aligned.m16n8k32.row.col.f32.{type_name}.{type_name}.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9, $10, $11}, {$0, $1, $2, $3}, $16, 0x0;"
+    )
 
 
-def _mma_sp_constraints(blocks):
-    pack = 4 * blocks
-    tied = ",".join(str(i) for i in range(pack))
-    return ",".join(["=f"] * pack + ["r"] * (2 * pack) + [tied] + ["r"] * pack)
+MMA_SP_CONSTRAINTS = "=f,=f,=f,=f,r,r,r,r,r,r,r,r,0,1,2,3,r,r,r,r"
 
 
 @gluon.jit
@@ -197,7 +189,6 @@ def _nm_mma_sp_kernel(
     M_TILES: gl.constexpr,  # m16 tiles a warp
     KB: gl.constexpr,  # k32 blocks a step: 4 or 8
     NT: gl.constexpr,  # n8 tiles a program
-    PREFETCH: gl.constexpr,  # load a step ahead (registers for two steps' loads)
     B_NATURAL: gl.constexpr,  # b is B's (N, K / 2) int32 pairs, permuted in the kernel
     ASM: gl.constexpr,
     CONSTRAINTS: gl.constexpr,
@@ -239,21 +230,10 @@ def _nm_mma_sp_kernel(
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
-    if PREFETCH:  # each step's loads issued during the step before
-        if full > first:
-            loaded = _load_step(a_rows, meta_tiles, b_tiles, first, end, K, KB, False, A_LOAD,
-                                META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-            for g0 in range(first + STEP, full, STEP):
-                ahead = _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB, False, A_LOAD,
-                                   META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-                acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
-                loaded = ahead
-            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
-    else:
-        for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
-            loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB, False, A_LOAD,
-                                META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
+    for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
+        loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB, False, A_LOAD,
+                            META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
     if full < end:
         loaded = _load_step(a_rows, meta_tiles, b_tiles, full, end, K, KB, True, A_LOAD,
                             META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
@@ -300,76 +280,12 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
     }
 
 
-METADATA_BLOCKS = 8  # K is padded to whole steps of the widest (8 k32 blocks) in memory
-
-
-def metadata_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tensor:
-    """The 2:4 offsets (uint8 (ceil(rows / vector), groups * 2)) as the MMA's metadata
-    registers in the kernel's K order: (ceil(rows / 16), blocks / 4, g, q % 2, 4) int32, one
-    16-byte load a lane for four k32 blocks. A k32 block's logical group c (the operand's
-    slot pair) is its k64 span's group 4 (c % 4) + 2 kl + c // 4 (kl: the block's half of the
-    span), so that a lane's A registers are four adjacent groups; word (g, q2) holds rows g
-    and g + 8 (low, high 16 bits) of groups c = 4 q2 .. 4 q2 + 3, a nibble each (offset of
-    slot 0 low). Rows past `rows` and groups past K hold columns (0, 1), a valid pattern."""
-    nibbles = (indices[:, 0::2] | (indices[:, 1::2] << 2)).to(torch.int32)
-    nibbles = nibbles.repeat_interleave(vector, 0)[:rows]
-    groups = nibbles.shape[1]
-    step = METADATA_BLOCKS * 8
-    padded = torch.full(
-        (cdiv(rows, 16) * 16, cdiv(groups, step) * step), 4, dtype=torch.int32,
-        device=indices.device,
-    )  # fmt: skip
-    padded[:rows, :groups] = nibbles
-    tiles, spans = padded.shape[0] // 16, padded.shape[1] // 16
-    # (rows, span, qc, kl, hc) -> (rows, span, kl, hc, qc): logical blocks, then groups c
-    logical = padded.view(tiles * 16, spans, 4, 2, 2).permute(0, 1, 3, 4, 2)
-    halves = (logical << (4 * torch.arange(4, device=indices.device))).sum(-1)  # (.., kl, hc)
-    halves = halves.reshape(tiles, 2, 8, spans * 2, 2)  # (tile, row + 8, g, block, q2)
-    words = halves[:, 0] | (halves[:, 1] << 16)  # (tile, g, block, q2), int64
-    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
-    words = words.view(tiles, 8, spans // 2, 4, 2).permute(0, 2, 1, 4, 3)
-    return words.contiguous()
-
-
-@triton.jit
-def _permute_b_kernel(b, out, K, N, BLOCKS, TOTAL, stride_bk, stride_bn, BLOCK: tl.constexpr):
-    """out word o = (nt, kb, g, q, j) (permuted_b) from B's rows k, k + 1 at token 8 nt + g:
-    k = 64 span + 2 p, p the pair's place in its k64 span, bits (j % 2, q // 2, kl, j // 2,
-    q % 2) high to low (kb = 2 span + kl); zero past K and N."""
-    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    j, q, g = o % 4, o // 4 % 4, o // 16 % 8
-    kb = o // 128 % BLOCKS
-    token = o // (128 * BLOCKS) * 8 + g
-    pair = 16 * (j % 2) + 8 * (q // 2) + 4 * (kb % 2) + 2 * (j // 2) + q % 2
-    k = kb // 2 * 64 + 2 * pair
-    mask = (o < TOTAL) & (token < N) & (k < K)
-    ptrs = b + k.to(tl.int64) * stride_bk + token.to(tl.int64) * stride_bn
-    low = tl.load(ptrs, mask=mask, other=0.0).to(tl.int16, bitcast=True).to(tl.int32)
-    high = tl.load(ptrs + stride_bk, mask=mask, other=0.0).to(tl.int16, bitcast=True)
-    tl.store(out + o, (low & 0xFFFF) | (high.to(tl.int32) << 16), mask=o < TOTAL)
-
-
 def _launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: bool) -> dict:
     chosen = layouts(m_tiles, blocks, n_tiles)
     natural = chosen.pop("B_NATURAL_COPY")
     if natural_b:
         chosen["B_COPY"] = natural
     return chosen
-
-
-def permuted_b(b: torch.Tensor) -> torch.Tensor:
-    """B (K, N) as the MMA's B registers in the kernel's K order (metadata_words): (ceil(N /
-    8), blocks, g, q, j) int32 pairs, one 16-byte load a lane (g, q) for an n8 tile's k32
-    block: register j holds B's rows 8 j + 2 q, + 1 of the logical block at column g. K and
-    N are padded with zeros to whole widest steps and n8 tiles. One launch."""
-    k, n = b.shape
-    blocks = cdiv(k, METADATA_BLOCKS * 32) * METADATA_BLOCKS
-    out = torch.empty((cdiv(n, 8), blocks, 8, 4, 4), dtype=torch.int32, device=b.device)
-    block = 1024
-    _permute_b_kernel[(cdiv(out.numel(), block),)](
-        b, out, k, n, blocks, out.numel(), b.stride(0), b.stride(1), BLOCK=block
-    )
-    return out
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
@@ -397,7 +313,6 @@ def spmm_nm_mma_sp(
     split: int = 1,
     fused: bool = True,
     ordered: bool = True,
-    prefetch: bool = False,
     natural_b: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N). values (M, K / 2) 16-bit, metadata the
@@ -451,10 +366,9 @@ def spmm_nm_mma_sp(
         M_TILES=m_tiles,
         KB=blocks,
         NT=n_tiles,
-        PREFETCH=prefetch,
         B_NATURAL=natural_b,
-        ASM=_mma_sp_asm(1, type_name, ordered),
-        CONSTRAINTS=_mma_sp_constraints(1),
+        ASM=_mma_sp_asm(type_name, ordered),
+        CONSTRAINTS=MMA_SP_CONSTRAINTS,
         num_warps=WARPS,
         **_launch_layouts(m_tiles, blocks, n_tiles, natural_b),
     )

@@ -17,6 +17,7 @@ import functools
 import torch
 
 from ..kernels import nm_decode_tuning, nm_mma_sp_tuning, nm_unpack_tuning, nm_wgmma_tuning, tuning
+from ..kernels import nm_mma_sp_operands as mma_sp_operands
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
@@ -245,7 +246,7 @@ def metadata_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tenso
     version = indices._version
     hit = _METADATA.get(indices)
     if hit is None or hit[:3] != (version, rows, vector):
-        hit = (version, rows, vector, mma_sp.metadata_words(indices, rows, vector))
+        hit = (version, rows, vector, mma_sp_operands.metadata_words(indices, rows, vector))
         _METADATA[indices] = hit
     return hit[3]
 
