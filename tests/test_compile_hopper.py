@@ -16,8 +16,8 @@ N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row)
 pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 split 4 summed
 by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
 (4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
-activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (B permuted
-in the kernel, split 4 summed by its last piece; fp16 with B permuted before, bias
+activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (2:4 and 2:8: B
+permuted in the kernel, split 4 summed by its last piece; fp16 with B permuted before, bias
 and activation); the block-sparse attention
 forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
@@ -205,18 +205,20 @@ def _cases() -> dict:
         pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
-    for name, (tile, splits, natural, dtype) in {
-        "natural B split 4": ((1, 8, 1), 4, True, "bf16"),
-        "permuted B bias fp16": ((2, 4, 2), 1, False, "f16"),
+    for name, (m, tile, splits, natural, dtype) in {
+        "natural B split 4": (4, (1, 8, 1), 4, True, "bf16"),
+        "permuted B bias fp16": (4, (2, 4, 2), 1, False, "f16"),
+        "2:8 natural B split 4": (8, (1, 8, 1), 4, True, "bf16"),
+        "2:8 permuted B bias": (8, (1, 8, 2), 1, False, "bf16"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
-                         SPLITS=splits, FUSED=splits > 1, M_TILES=m_tiles, KB=blocks,
-                         NT=n_tiles, B_NATURAL=natural, ASM=_mma_sp_asm(dtype, True),
-                         CONSTRAINTS=MMA_SP_CONSTRAINTS,
-                         **_launch_layouts(m_tiles, blocks, n_tiles, natural))  # fmt: skip
+                         SPLITS=splits, FUSED=splits > 1, M_GROUP=m, M_TILES=m_tiles,
+                         KB=blocks, NT=n_tiles, B_NATURAL=natural,
+                         ASM=_mma_sp_asm(dtype, m == 4), CONSTRAINTS=MMA_SP_CONSTRAINTS,
+                         **_launch_layouts(m_tiles, blocks, n_tiles, natural, m))  # fmt: skip
         data = "*bf16" if dtype == "bf16" else "*fp16"
-        pointers = ["*i32", "*i32", "*i32", data, data, "*fp32", "*i32"]
+        pointers = ["*i32", "*i32", "*i32", "*i32", data, data, "*fp32", "*i32"]
         cases[f"nm mma.sp {name}"] = (_nm_mma_sp_kernel, pointers, constants, 4)
     constants = dict(ROW_PERM=True, COL_PERM=True, MERGE=True, STORE_FINAL=True, BLOCK_M=64,
                      BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",
@@ -277,6 +279,8 @@ CASE_NAMES = [
     "nm wgmma 2:4",
     "nm mma.sp natural B split 4",
     "nm mma.sp permuted B bias fp16",
+    "nm mma.sp 2:8 natural B split 4",
+    "nm mma.sp 2:8 permuted B bias",
     "attention forward final bf16",
 ]
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from _helpers import assert_close, randn, random_nm, spmm_bound
-from sparsekernels.kernels.nm_mma_sp_operands import metadata_words, permuted_b
+from sparsekernels.kernels.nm_mma_sp_operands import class_words, metadata_words, permuted_b
 from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp, supports
 
 TILES = [(1, 8, 2), (1, 4, 1), (2, 4, 4), (2, 8, 1)]  # (m16 tiles a warp, k32 blocks, n8 tiles)
@@ -16,10 +16,12 @@ def _launch_poisoned(W, B, tile=(1, 8, 2), bias=None, activation="none", split=1
                      **extra):  # fmt: skip
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     m_tiles, blocks, n_tiles = tile
+    rows, vector = W.shape[0], W.vector
+    classes = class_words(W.indices, rows, vector) if W.m == 8 else None
     spmm_nm_mma_sp(
-        values=W.values, metadata=metadata_words(W.indices, W.shape[0], W.vector), b=B,
-        bias=bias, out=out, activation=activation, m_tiles=m_tiles, blocks=blocks,
-        n_tiles=n_tiles, split=split, fused=fused, **extra,
+        values=W.values, metadata=metadata_words(W.indices, rows, vector, W.m), b=B, m=W.m,
+        classes=classes, bias=bias, out=out, activation=activation, m_tiles=m_tiles,
+        blocks=blocks, n_tiles=n_tiles, split=split, fused=fused, **extra,
     )  # fmt: skip
     return out
 
@@ -42,6 +44,53 @@ def test_every_element_written(tile, tokens, dtype, vector, gen):
             assert_close(
                 got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype
             )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 8, 2), (2, 8, 4)])
+@pytest.mark.parametrize("tokens", [1, 5, 16, 17])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("vector", [1, 3])
+@pytest.mark.parametrize("natural_b", [False, True])
+def test_2_8_every_element_written(tile, tokens, dtype, vector, natural_b, gen):
+    """2:8 as two 2:4 halves a group (each value once, by its class): a partial last row tile;
+    walks whose last step is partial (masked), of full steps only and of one group; x^T and
+    a row-major B; rows sharing offsets; B permuted before the launch or in the kernel."""
+    for groups in (3 * 32 + 5, 2 * 32, 1):
+        W = random_nm(2 * vector + 67, groups * 8, 2, 8, gen, vector, 1, dtype, "cuda")
+        x = randn(tokens, groups * 8, gen=gen, dtype=dtype, device="cuda")
+        for B in (x.t(), x.t().contiguous()):
+            got = _launch_poisoned(W, B, tile, split=2, natural_b=natural_b)
+            assert_close(
+                got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype
+            )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 3])
+def test_2_8_bias_activation_and_split(split, gen):
+    """2:8 on an LLM-deep weight: bias and GELU after the split ranges' sum."""
+    W = random_nm(1000 + 5, 4096 + 8 * 8, 2, 8, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(9, 4096 + 8 * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(1005, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = torch.nn.functional.gelu(x.double() @ W.to_dense().double().t() + bias.double())
+    got = _launch_poisoned(W, x.t(), bias=bias, activation="gelu", split=split)
+    bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
+    assert_close(got.t(), want, bound, torch.bfloat16)
+
+
+def test_2_8_needs_its_classes_and_8_blocks(gen):
+    """Said before any device work: 2:8 without class_words, or with 4 k32 blocks a step."""
+    W = random_nm(16, 256, 2, 8, gen, 1, 1, torch.bfloat16)
+    x = randn(256, 2, gen=gen, dtype=torch.bfloat16)
+    out = torch.empty(16, 2, dtype=torch.bfloat16)
+    metadata = metadata_words(W.indices, 16, 1, 8)
+    with pytest.raises(ValueError, match="classes"):
+        spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
+                       activation="none")  # fmt: skip
+    with pytest.raises(ValueError, match="blocks must be 4 or 8"):
+        spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
+                       activation="none", blocks=4, classes=metadata)  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -103,41 +152,63 @@ def _logical_b(b_words: torch.Tensor) -> torch.Tensor:
     return pairs.permute(0, 2, 1, 4, 3, 5).reshape(tiles * 8, blocks * 32)
 
 
-def _logical_a(values: torch.Tensor, metadata: torch.Tensor, blocks: int) -> torch.Tensor:
-    """The MMA's A rows as metadata_words lays out their metadata (rows g and g + 8 in the
-    low and high halves of lane (g, q % 2)'s word; lane q % 2 = 0 the block's groups 0-3, a
-    nibble each, slot 0 low), each slot's value from its group in the k64 span's order."""
+def _a_register(words, classes, row, kb, c, m):
+    """The kernel's A register for chunk c of block kb (spmm_nm_mma_sp._a_registers): lane
+    q = c % 4's loaded group of the span, whole (2:4) or its half c // 4 by its class (2:8)."""
+    span_blocks = 2 if m == 4 else 4
+    span, kl = divmod(kb, span_blocks)
+    q, rh = c % 4, c // 4
+    if m == 4:
+        return int(words[row, 16 * span + 4 * q + 2 * kl + rh])
+    word = int(words[row, 16 * span + 4 * q + kl]) & 0xFFFFFFFF
+    step, s = divmod(span, 2)
+    class_word = int(classes[row // 16, step, row % 8, q]) & 0xFFFFFFFF
+    cls = class_word >> (8 * (2 * s + row % 16 // 8) + 2 * kl) & 3
+    if rh == 0:
+        return word & (0xFFFFFFFF >> (16 * cls) if cls < 2 else 0)
+    return word >> (32 - 16 * cls) if cls > 0 else 0
+
+
+def _logical_a(values, metadata, classes, blocks: int, m: int) -> torch.Tensor:
+    """The MMA's A rows as the hardware reads them: each chunk's two slots (the A register's
+    16-bit halves) at the columns its metadata nibble names (rows g and g + 8 in the low and
+    high halves of lane (g, q % 2)'s word; lane q % 2 = 0 the block's chunks 0-3)."""
     rows = values.shape[0]
+    words = values.contiguous().view(torch.int32)
+    words = torch.nn.functional.pad(words, (0, blocks * 8 - words.shape[1]))
     logical = torch.zeros(rows, blocks * 32, dtype=torch.float64)
-    words = metadata.view(metadata.shape[0], -1, 8, 2, 4).long() & 0xFFFFFFFF
+    meta = metadata.view(metadata.shape[0], -1, 8, 2, 4).long() & 0xFFFFFFFF
     for r in range(rows):
         tile, g, high = r // 16, r % 8, r % 16 >= 8
         for kb in range(blocks):
-            span, kl = divmod(kb, 2)
             for c in range(8):
-                word = int(words[tile, kb // 4, g, c // 4, kb % 4])
-                nibble = (word >> (16 * high + 4 * (c % 4))) & 0xF
-                group = 16 * span + 4 * (c % 4) + 2 * kl + c // 4
+                nibble = int(meta[tile, kb // 4, g, c // 4, kb % 4]) >> (16 * high + 4 * (c % 4))
+                register = _a_register(words, classes, r, kb, c, m)
                 for slot in range(2):
-                    if 2 * group + slot < values.shape[1]:
-                        column = 32 * kb + 4 * c + (nibble >> (2 * slot) & 3)
-                        logical[r, column] += float(values[r, 2 * group + slot])
+                    bits = torch.tensor([register >> (16 * slot) & 0xFFFF], dtype=torch.int32)
+                    value = bits.to(torch.int16).view(torch.bfloat16).double()
+                    logical[r, 32 * kb + 4 * c + (nibble >> (2 * slot) & 3)] += float(value)
     return logical
 
 
-@pytest.mark.parametrize(("rows", "k", "tokens", "vector"), [(37, 148, 5, 1), (33, 320, 9, 3)])
-def test_register_orders_keep_the_product(rows, k, tokens, vector, gen):
-    """On the CPU: the metadata and B in the kernel's K order, read back as the MMA reads
-    its registers, give W @ B: the permutation moves A's groups, their metadata and B's rows
-    alike, and the padding (rows, K, tokens) adds nothing."""
-    W = random_nm(rows, k, 2, 4, gen, vector, 1, torch.bfloat16)
+@pytest.mark.parametrize(
+    ("rows", "k", "tokens", "vector", "m"),
+    [(37, 148, 5, 1, 4), (33, 320, 9, 3, 4), (37, 296, 5, 1, 8), (20, 1032, 3, 2, 8)],
+)
+def test_register_orders_keep_the_product(rows, k, tokens, vector, m, gen):
+    """On the CPU: A's registers as the kernel builds them, the metadata and B in the kernel's
+    K order, read back as the MMA reads its registers, give W @ B: the permutation moves A's
+    groups, their metadata and B's rows alike, 2:8's halves hold each value once, and the
+    padding (rows, K, tokens) adds nothing."""
+    W = random_nm(rows, k, 2, m, gen, vector, 1, torch.bfloat16)
     x = randn(tokens, k, gen=gen, dtype=torch.bfloat16)
-    metadata = metadata_words(W.indices, rows, vector)
+    metadata = metadata_words(W.indices, rows, vector, m)
+    classes = class_words(W.indices, rows, vector) if m == 8 else None
     device = "cuda" if torch.cuda.is_available() else "cpu"  # (a Triton kernel)
-    b_words = permuted_b(x.t().to(device)).cpu()
+    b_words = permuted_b(x.t().to(device), m).cpu()
     blocks = b_words.shape[1]
     assert metadata.shape == (-(-rows // 16), blocks // 4, 8, 2, 4)
-    got = _logical_a(W.values, metadata, blocks) @ _logical_b(b_words).double().t()
+    got = _logical_a(W.values, metadata, classes, blocks, m) @ _logical_b(b_words).double().t()
     want = W.to_dense().double() @ x.double().t()
     torch.testing.assert_close(got[:rows, :tokens], want, rtol=1e-12, atol=1e-12)
 
@@ -152,7 +223,7 @@ def test_supports_on_the_gpu():
         gpu = torch.device("cuda")
         assert supports(2, 4, 1, torch.bfloat16, 4096, gpu)
         assert supports(2, 4, 1, torch.float16, 4096, gpu)
-        assert not supports(2, 8, 1, torch.bfloat16, 4096, gpu)
+        assert supports(2, 8, 1, torch.bfloat16, 4096, gpu)
         assert not supports(1, 4, 1, torch.bfloat16, 4096, gpu)
         assert not supports(2, 4, 2, torch.bfloat16, 4096, gpu)  # block-wise
         assert not supports(2, 4, 1, torch.float32, 4096, gpu)

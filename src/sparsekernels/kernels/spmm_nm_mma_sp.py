@@ -1,5 +1,5 @@
-"""2:4 SpMM at a few tokens on the sparse tensor cores: out = act(W @ B + bias), in Gluon,
-through PTX's warp-level `mma.sp` (m16n8k32, bf16 or fp16, sm_80+; run on the H200).
+"""2:4 and 2:8 SpMM at a few tokens on the sparse tensor cores: out = act(W @ B + bias), in
+Gluon, through PTX's warp-level `mma.sp` (m16n8k32, bf16 or fp16, sm_80+; run on the H200).
 
 The sparse MMA takes its A operand compressed, two values of every four columns, with each
 value's 2-bit column as metadata: the 2:4 NMMatrix as stored. So no tile is built (the wgmma
@@ -27,7 +27,14 @@ the kernel's 4-byte shared stores cost more than the launch. A step is 8 k32 blo
 one m16 tile. Split-K as the wgmma kernel (split_k.end_piece: the last piece of a tile sums
 the planes in order).
 
-On the H200 (results/nvidia-h200/2026-12-01/at-3c2308c, cold, bf16): 4096 x 14336 19.9 us at
+2:8: a group is two of the MMA's chunks of four (its halves); the lane loads the group's
+word once and makes both halves' registers from it by the group's class (two shifts and a
+mask: nm_mma_sp_operands), a 2-bit class a group loaded a word a lane a step. Plain `mma.sp`
+(a padding slot's index may sit below its value's). Written and checked on the CPU (the
+register math, tests/test_kernels_spmm_nm_mma_sp.py) and compiled for sm_90; not yet run on
+the H200, so not routed.
+
+On the H200 (results/nvidia-h200/2026-12-01/at-3c2308c, cold, bf16, 2:4): 4096 x 14336 19.9 us at
 one token and 20.8 at 8 (dense 31.7-33.0; the route before 23.8-24.3), 14336 x 4096 20.2 and
 20.5, 24.1-24.3 at 16 tokens: 3.2-3.3 TB/s on the weight's bytes (values and metadata),
 against cuBLAS's 3.7 on the dense weight. Prefetching a step ahead, two m16 tiles a warp and
@@ -45,14 +52,13 @@ from triton.experimental.gluon import language as gl
 from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._sizes import cdiv
-from .nm_mma_sp_operands import permuted_b
+from .nm_mma_sp_operands import SPAN_BLOCKS, permuted_b
 from .spmm_nm_wgmma import _along
 
 # the CTA barrier (Gluon renamed it after Triton 3.6)
 _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 AXES = gl.constexpr(7)  # (WMT, KB, RH, G, NT, Q, RC)
 WARPS = 4
-GROUPS_A_BLOCK = gl.constexpr(8)  # 2:4 groups in a k32 block: one int32 word of offsets
 
 
 def _mma_sp_asm(type_name: str, ordered: bool) -> str:
@@ -101,45 +107,79 @@ def _blocks(x, KB: gl.constexpr, LAYOUT: gl.constexpr):
 
 
 @gluon.jit
-def _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB: gl.constexpr,
-               MASKED: gl.constexpr, A_LOAD: gl.constexpr, META_LOAD: gl.constexpr,
-               B_COPY: gl.constexpr, B_NATURAL: gl.constexpr):  # fmt: skip
-    """A step's global loads for the groups g0 .. g0 + 8 KB, a vector a lane (module
-    docstring): A (WMT, KP, 4, G, 1, Q, RC), lane q's four groups 4 q .. 4 q + 3 of each k64
-    span (i = 2 kl + rh); the metadata (WMT, KB / 4, 4, G, 1, Q, 1), four k32 blocks a lane;
-    B's (NT, KB * 128) words, the program's share of the copy to shared memory. MASKED: the
-    last step, groups from `end` on not there (their metadata and B are padding)."""
-    span = _along(KB // 2, 1, AXES, A_LOAD) * 16 + _along(4, 2, AXES, A_LOAD)
+def _shr(a, amount):
+    """a >> amount as PTX's shr.b32: logical, amounts of 32 or more give 0."""
+    return gl.inline_asm_elementwise(
+        "shr.b32 $0, $1, $2;", "=r,r,r", [a, amount], dtype=gl.int32, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def _half_registers(words, classes):
+    """2:8: a lane's group words (WMT, SP, KL, G, 1, Q, RC) as the A registers of their two
+    halves, (WMT, SP, KL, RH, G, 1, Q, RC) (nm_mma_sp_operands: half 0 word & (~0 >> 16
+    class), half 1 word >> (32 - 16 class)); class 2 bits at 8 (2 s + rc) + 2 kl of the
+    lane's word of the step (s: the span of the step)."""
+    layout: gl.constexpr = words.type.layout
+    shift = 16 * _along(words.shape[1], 1, AXES, layout) + 8 * _along(2, 6, AXES, layout)
+    shift = shift + 2 * _along(4, 2, AXES, layout)
+    cls = (classes >> shift) & 3
+    low = words & _shr(gl.full(cls.shape, -1, gl.int32, layout), 16 * cls)
+    high = _shr(words, 32 - 16 * cls)
+    return gl.permute(gl.join(low, high), (0, 1, 2, 7, 3, 4, 5, 6))
+
+
+@gluon.jit
+def _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB: gl.constexpr,
+               M_GROUP: gl.constexpr, MASKED: gl.constexpr, A_LOAD: gl.constexpr,
+               META_LOAD: gl.constexpr, B_COPY: gl.constexpr,
+               B_NATURAL: gl.constexpr):  # fmt: skip
+    """A step's global loads for the groups g0 on (8 KB of 2:4, 4 KB of 2:8), a vector a lane
+    (module docstring): A (WMT, SP, 4, G, 1, Q, RC), lane q's groups 4 q .. 4 q + 3 of each
+    span; the metadata (WMT, KB / 4, 4, G, 1, Q, 1), four k32 blocks a lane; 2:8's classes,
+    one word a lane (else the metadata again, unused); B's (NT, KB * 128) words, the
+    program's share of the copy to shared memory. MASKED: the last step, groups from `end`
+    on not there (their metadata, classes and B are padding)."""
+    SPAN: gl.constexpr = 2 if M_GROUP == 4 else 4
+    block0 = g0 // (32 // M_GROUP)  # the step's first k32 block: a multiple of KB
+    span = _along(KB // SPAN, 1, AXES, A_LOAD) * 16 + _along(4, 2, AXES, A_LOAD)
     a_ptrs = (a_rows + g0) + span
     if MASKED:
         a = gl.load(a_ptrs, mask=g0 + span + 4 * _along(4, 5, AXES, A_LOAD) < end, other=0)
     else:
         a = gl.load(a_ptrs)
     blocks = _along(KB // 4, 1, AXES, META_LOAD) * 64 + _along(4, 2, AXES, META_LOAD)
-    meta = gl.load((meta_tiles + g0 * 2) + blocks)  # 64 words a 4 blocks (32 groups)
+    meta = gl.load((meta_tiles + block0 * 16) + blocks)  # 64 words a 4 blocks
+    if M_GROUP == 8:  # noqa: SIM108 (the other branch's types differ)
+        classes = gl.load(class_tiles + block0 // 8 * 32)  # a step of 8 blocks: 32 words
+    else:
+        classes = meta
     if B_NATURAL:  # B's rows as they lie (int32 pairs), permuted on the way to shared memory
         pairs = gl.arange(0, KB * 16, gl.SliceLayout(0, B_COPY))
-        b_ptrs = (b_tiles + g0 * 2) + gl.expand_dims(pairs, 0)
+        b_ptrs = (b_tiles + block0 * 16) + gl.expand_dims(pairs, 0)
         if MASKED:
-            b_copy = gl.load(b_ptrs, mask=gl.expand_dims(g0 * 2 + pairs < K // 2, 0), other=0)
+            b_mask = gl.expand_dims(block0 * 16 + pairs < K // 2, 0)
+            b_copy = gl.load(b_ptrs, mask=b_mask, other=0)
         else:
             b_copy = gl.load(b_ptrs)
     else:
         words = gl.arange(0, KB * 128, gl.SliceLayout(0, B_COPY))
-        b_copy = gl.load((b_tiles + g0 * 16) + gl.expand_dims(words, 0))  # 128 words a block
-    return a, meta, b_copy
+        b_copy = gl.load((b_tiles + block0 * 128) + gl.expand_dims(words, 0))  # 128 a block
+    return a, meta, classes, b_copy
 
 
 @gluon.jit
 def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexpr,
-              KB: gl.constexpr, B_LOAD: gl.constexpr, B_NATURAL: gl.constexpr):  # fmt: skip
+              KB: gl.constexpr, M_GROUP: gl.constexpr, A_LOAD: gl.constexpr,
+              B_LOAD: gl.constexpr, B_NATURAL: gl.constexpr):  # fmt: skip
     """acc + the step's products: B's words to shared memory (every warp reads all of them),
     the operands split into k32 blocks in acc's layout (registers copied along the axes they
     are broadcast on), then one mma.sp a block and (m16, n8) tile, chained on acc."""
-    a, meta, b_copy = loaded
+    a, meta, classes, b_copy = loaded
     NT: gl.constexpr = b_shared.shape[0]
-    if B_NATURAL:  # pair bits in a k64 span (j % 2, q // 2, kl, j // 2, q % 2): permuted_b
-        b_copy = gl.reshape(b_copy, [NT, 8, KB // 2, 2, 2, 2, 2, 2])
+    SPAN: gl.constexpr = 2 if M_GROUP == 4 else 4
+    if B_NATURAL:  # a pair's place in its span: (j % 2, q // 2, kl, j // 2, q % 2), permuted_b
+        b_copy = gl.reshape(b_copy, [NT, 8, KB // SPAN, 2, 2, SPAN, 2, 2])
         b_copy = gl.permute(b_copy, (0, 2, 5, 1, 4, 7, 6, 3))
         b_shared.reshape([NT, KB, 8, 4, 4]).store(gl.reshape(b_copy, [NT, KB, 8, 4, 4]))
     else:
@@ -149,6 +189,8 @@ def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexp
     _cta_barrier()  # read before the next step's copy
     bw = gl.permute(gl.reshape(bw, [1, NT, KB, 8, 4, 2, 2]), (0, 2, 5, 3, 1, 4, 6))
     layout: gl.constexpr = acc.type.layout
+    if M_GROUP == 8:
+        a = _half_registers(a, gl.convert_layout(classes, A_LOAD))
     a = _blocks(gl.reshape(a, [a.shape[0], KB, 2, 8, 1, 4, 2]), KB, layout)
     meta = _blocks(gl.reshape(meta, [meta.shape[0], KB, 1, 8, 1, 4, 1]), KB, layout)
     bw = _blocks(bw, KB, layout)
@@ -167,6 +209,7 @@ def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexp
 def _nm_mma_sp_kernel(
     values,  # (M, K / 2) 16-bit values read as int32 pairs (a group's two), unit stride
     meta,  # metadata_words(): (ceil(M / 16), K blocks / 4, 8, 2, 4) int32
+    classes,  # 2:8: class_words(): (ceil(M / 16), K steps, 8, 4) int32
     b,  # permuted_b(): (ceil(N / 8), K blocks, 8, 4, 4) int32 pairs of B (or B_NATURAL)
     bias,
     out,  # (M, N)
@@ -179,6 +222,7 @@ def _nm_mma_sp_kernel(
     SPLIT_STRIDE,  # M * N
     stride_vm,  # in int32 words
     stride_meta,  # int32 words an m16 tile
+    stride_class,
     stride_b,  # int32 words an n8 tile (a token with B_NATURAL)
     stride_om,
     stride_on,
@@ -186,6 +230,7 @@ def _nm_mma_sp_kernel(
     ACTIVATION: gl.constexpr,
     SPLITS: gl.constexpr,
     FUSED: gl.constexpr,
+    M_GROUP: gl.constexpr,  # 4 (2:4) or 8 (2:8)
     M_TILES: gl.constexpr,  # m16 tiles a warp
     KB: gl.constexpr,  # k32 blocks a step: 4 or 8
     NT: gl.constexpr,  # n8 tiles a program
@@ -195,6 +240,7 @@ def _nm_mma_sp_kernel(
     LAYOUT: gl.constexpr,  # layouts() below
     A_LOAD: gl.constexpr,
     META_LOAD: gl.constexpr,
+    CLASS_LOAD: gl.constexpr,
     B_COPY: gl.constexpr,
     B_LOAD: gl.constexpr,
     B_SHARED: gl.constexpr,
@@ -202,7 +248,7 @@ def _nm_mma_sp_kernel(
     WMT: gl.constexpr = 4 * M_TILES
     BLOCK_M: gl.constexpr = WMT * 16
     BLOCK_N: gl.constexpr = NT * 8
-    STEP: gl.constexpr = KB * GROUPS_A_BLOCK  # groups a step
+    STEP: gl.constexpr = KB * (32 // M_GROUP)  # groups a step
     # A: rows g and g + 8 of each m16 tile (rc), past M the last (not stored)
     a_rows = gl.program_id(0) * BLOCK_M + _along(WMT, 0, AXES, A_LOAD) * 16 + _along(
         8, 3, AXES, A_LOAD
@@ -215,6 +261,12 @@ def _nm_mma_sp_kernel(
     meta_tiles = meta + tiles * stride_meta + (
         _along(8, 3, AXES, META_LOAD) * 8 + _along(4, 5, AXES, META_LOAD) % 2 * 4
     )  # fmt: skip
+    # 2:8's classes: the m16 tile's word of lane (g, q)
+    tiles = gl.program_id(0) * WMT + _along(WMT, 0, AXES, CLASS_LOAD)
+    tiles = gl.minimum(tiles, (M + 15) // 16 - 1).to(gl.int64)
+    class_tiles = classes + tiles * stride_class + (
+        _along(8, 3, AXES, CLASS_LOAD) * 4 + _along(4, 5, AXES, CLASS_LOAD)
+    )  # fmt: skip
     # B: the program's n8 tiles (past N's last, the last), copied to shared memory a step
     if B_NATURAL:  # B's tokens (past N the last: not stored)
         tokens = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, B_COPY))
@@ -226,18 +278,20 @@ def _nm_mma_sp_kernel(
         b_tiles = b + gl.expand_dims(nts * stride_b, 1)
     b_shared = gl.allocate_shared_memory(gl.int32, [NT, KB * 128], B_SHARED)
     acc = gl.zeros([WMT, 2, 8, NT, 4, 2], gl.float32, LAYOUT)
-    groups_total = K // 4
+    groups_total = K // M_GROUP
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
     for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
-        loaded = _load_step(a_rows, meta_tiles, b_tiles, g0, end, K, KB, False, A_LOAD,
-                            META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
+        loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB, M_GROUP,
+                            False, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, M_GROUP, A_LOAD, B_LOAD,
+                        B_NATURAL)  # fmt: skip
     if full < end:
-        loaded = _load_step(a_rows, meta_tiles, b_tiles, full, end, K, KB, True, A_LOAD,
-                            META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, B_LOAD, B_NATURAL)
+        loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, full, end, K, KB,
+                            M_GROUP, True, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, M_GROUP, A_LOAD, B_LOAD,
+                        B_NATURAL)  # fmt: skip
     tile = gl.reshape(acc, [BLOCK_M, BLOCK_N])
     tile_layout: gl.constexpr = tile.type.layout
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, tile_layout))
@@ -248,9 +302,9 @@ def _nm_mma_sp_kernel(
     )  # fmt: skip
 
 
-def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
+def layouts(m_tiles: int, blocks: int, n_tiles: int, m: int = 4) -> dict:
     """The kernel's layouts for 4 warps, each with `m_tiles` m16 tiles, `blocks` k32 blocks a
-    step and `n_tiles` n8 tiles: LAYOUT the accumulators' (WMT, RH, G, NT, Q, RC) (module
+    step and `n_tiles` n8 tiles, for 2:m: LAYOUT the accumulators' (WMT, RH, G, NT, Q, RC) (module
     docstring; registers rc, rh, nt, wmt: a pack of 4 is one instruction's); the loads' own,
     a lane's vector innermost."""
 
@@ -264,12 +318,16 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
         "LAYOUT": blocked(
             [m_tiles, 2, 1, n_tiles, 1, 2], [1, 1, 8, 1, 4, 1], 0, [5, 1, 3, 0, 4, 2]
         ),  # fmt: skip
-        # (WMT, KP, I, G, 1, Q, RC)
-        "A_LOAD": blocked([m_tiles, blocks // 2, 4, 1, 1, 1, 2], lanes7, 0, [2, 6, 1, 0, 5, 3, 4]),
+        # (WMT, SP, I, G, 1, Q, RC): SP spans of SPAN_BLOCKS[m] blocks
+        "A_LOAD": blocked(
+            [m_tiles, blocks // SPAN_BLOCKS[m], 4, 1, 1, 1, 2], lanes7, 0, [2, 6, 1, 0, 5, 3, 4]
+        ),  # fmt: skip
         # (WMT, KB / 4, KBL, G, 1, Q, 1)
         "META_LOAD": blocked(
             [m_tiles, blocks // 4, 4, 1, 1, 1, 1], lanes7, 0, [2, 1, 0, 5, 3, 4, 6]
         ),  # fmt: skip
+        # (WMT, 1, 1, G, 1, Q, 1): 2:8's classes, a word a lane
+        "CLASS_LOAD": blocked([m_tiles, 1, 1, 1, 1, 1, 1], lanes7, 0, [0, 1, 2, 5, 3, 4, 6]),
         # (NT, KB * 128): 128 threads, 16 bytes each
         "B_COPY": gl.BlockedLayout([1, 4], [1, 32], [1, WARPS], [1, 0]),
         # with B_NATURAL: (tokens, KB * 16 pairs), a warp 512 bytes of a token
@@ -280,8 +338,8 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int) -> dict:
     }
 
 
-def _launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: bool) -> dict:
-    chosen = layouts(m_tiles, blocks, n_tiles)
+def _launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: bool, m: int) -> dict:
+    chosen = layouts(m_tiles, blocks, n_tiles, m)
     natural = chosen.pop("B_NATURAL_COPY")
     if natural_b:
         chosen["B_COPY"] = natural
@@ -289,14 +347,14 @@ def _launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: bool) ->
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
-    """2:4 element-wise (rows may share their choice in vectors), 16-bit values, K < 2^31, on
-    an sm_80+ GPU (Gluon has no interpreter)."""
+    """2:4 and 2:8 element-wise (rows may share their choice in vectors), 16-bit values,
+    K < 2^31, on an sm_80+ GPU (Gluon has no interpreter)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     if torch.cuda.get_device_capability(device) < (8, 0):
         return False
     half = dtype in (torch.float16, torch.bfloat16)
-    return (n, m, block) == (2, 4, 1) and half and k < 2**31
+    return n == 2 and m in (4, 8) and block == 1 and half and k < 2**31
 
 
 def spmm_nm_mma_sp(
@@ -304,6 +362,8 @@ def spmm_nm_mma_sp(
     values: torch.Tensor,
     metadata: torch.Tensor,
     b: torch.Tensor,
+    m: int = 4,
+    classes: torch.Tensor | None = None,
     bias: torch.Tensor | None,
     out: torch.Tensor,
     activation: str,
@@ -315,16 +375,20 @@ def spmm_nm_mma_sp(
     ordered: bool = True,
     natural_b: bool = False,
 ) -> torch.Tensor:
-    """Launch over out (M, N) for B (K, N). values (M, K / 2) 16-bit, metadata the
-    `metadata_words` of the weight's offsets. A program covers 64 * m_tiles rows (4 warps of
-    m_tiles m16 tiles) and 8 * n_tiles tokens, `blocks` (4 or 8) k32 blocks a step; `split`
-    cuts the K walk into that many ranges (fewer where one would be empty). B is copied
-    once into the MMA's register order (permuted_b)."""
+    """Launch over out (M, N) for B (K, N) and a 2:m weight (m 4 or 8): values (M, K / m * 2)
+    16-bit, metadata its `metadata_words` (and for 2:8 classes its `class_words`). A program
+    covers 64 * m_tiles rows (4 warps of m_tiles m16 tiles) and 8 * n_tiles tokens, `blocks`
+    k32 blocks a step (4 or 8; 2:8: 8); `split` cuts the K walk into that many ranges (fewer
+    where one would be empty). B is permuted into the MMA's register order once before the
+    launch (permuted_b), or with natural_b in the kernel. 2:8 takes plain `mma.sp` (its
+    padding slots' indices need not rise)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
-    if blocks not in (4, 8):
-        raise ValueError(f"blocks must be 4 or 8, got {blocks}")
+    if blocks not in (4, 8) or (m == 8 and blocks != 8):
+        raise ValueError(f"blocks must be 4 or 8 (8 for 2:8), got {blocks} for 2:{m}")
+    if m == 8 and classes is None:
+        raise ValueError("2:8 needs its classes (nm_mma_sp_operands.class_words)")
     k = b.shape[0]
     if values.stride(-1) != 1 or values.stride(0) % 2 or values.data_ptr() % 4:
         values = values.contiguous()
@@ -333,9 +397,9 @@ def spmm_nm_mma_sp(
             b = b.t().contiguous().t()
         b_words = b.t().view(torch.int32)  # (N, K / 2) pairs
     else:
-        b_words = permuted_b(b)
-    step = 8 * blocks
-    steps_per_split, splits = split_k.ranges(cdiv(k // 4, step), split)
+        b_words = permuted_b(b, m)
+    step = 32 // m * blocks  # groups a step
+    steps_per_split, splits = split_k.ranges(cdiv(k // m, step), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, 64 * m_tiles), cdiv(cols, 8 * n_tiles), splits)
     fused = fused and splits > 1
@@ -344,6 +408,7 @@ def spmm_nm_mma_sp(
     _nm_mma_sp_kernel[grid](
         values.view(torch.int32),
         metadata,
+        classes if classes is not None else metadata,
         b_words,
         bias if bias is not None else values,
         out,
@@ -356,6 +421,7 @@ def spmm_nm_mma_sp(
         rows * cols,
         values.stride(0) // 2,
         metadata.stride(0),
+        classes.stride(0) if classes is not None else 0,
         b_words.stride(0),
         out.stride(0),
         out.stride(1),
@@ -363,14 +429,15 @@ def spmm_nm_mma_sp(
         ACTIVATION=ACTIVATION_CODES[activation],
         SPLITS=splits,
         FUSED=fused,
+        M_GROUP=m,
         M_TILES=m_tiles,
         KB=blocks,
         NT=n_tiles,
         B_NATURAL=natural_b,
-        ASM=_mma_sp_asm(type_name, ordered),
+        ASM=_mma_sp_asm(type_name, ordered and m == 4),
         CONSTRAINTS=MMA_SP_CONSTRAINTS,
         num_warps=WARPS,
-        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b),
+        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b, m),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)

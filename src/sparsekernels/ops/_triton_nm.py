@@ -41,9 +41,11 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
             _sm_count(b.device),
         )  # fmt: skip
         if sparse_cores is not None:
+            rows = values.shape[0]
+            classes = class_words(indices, rows, vector) if m == 8 else None
             mma_sp.spmm_nm_mma_sp(
-                values=values, metadata=metadata_words(indices, values.shape[0], vector), b=b,
-                bias=bias.contiguous() if bias is not None else None, out=out,
+                values=values, metadata=metadata_words(indices, rows, vector, m), b=b, m=m,
+                classes=classes, bias=bias.contiguous() if bias is not None else None, out=out,
                 activation=activation, **dataclasses.asdict(sparse_cores),
             )  # fmt: skip
             return out
@@ -238,17 +240,32 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
 _PACKED = IdentityCache()
 
 
-# indices tensor -> (its version, rows, vector, the sparse MMA's metadata words), likewise
-_METADATA = IdentityCache()
+# indices tensor -> {(what, rows, vector, m): (its version, the sparse MMA's operand)}, likewise
+_MMA_SP = IdentityCache()
 
 
-def metadata_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tensor:
-    version = indices._version
-    hit = _METADATA.get(indices)
-    if hit is None or hit[:3] != (version, rows, vector):
-        hit = (version, rows, vector, mma_sp_operands.metadata_words(indices, rows, vector))
-        _METADATA[indices] = hit
-    return hit[3]
+def _mma_sp_operand(what: str, indices: torch.Tensor, rows: int, vector: int, m: int):
+    cached = _MMA_SP.get(indices)
+    if cached is None:
+        cached = {}
+        _MMA_SP[indices] = cached
+    hit = cached.get((what, rows, vector, m))
+    if hit is None or hit[0] != indices._version:
+        if what == "metadata":
+            operand = mma_sp_operands.metadata_words(indices, rows, vector, m)
+        else:
+            operand = mma_sp_operands.class_words(indices, rows, vector)
+        hit = (indices._version, operand)
+        cached[(what, rows, vector, m)] = hit
+    return hit[1]
+
+
+def metadata_words(indices: torch.Tensor, rows: int, vector: int, m: int = 4) -> torch.Tensor:
+    return _mma_sp_operand("metadata", indices, rows, vector, m)
+
+
+def class_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tensor:
+    return _mma_sp_operand("classes", indices, rows, vector, 8)
 
 
 def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
