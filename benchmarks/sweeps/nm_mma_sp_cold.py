@@ -1,11 +1,12 @@
-"""A few tokens, 2:4 on the sparse tensor cores (kernels/spmm_nm_mma_sp.py: mma.sp through
-inline PTX, A as stored, the metadata and B in the MMA's register order), against the wgmma kernel (the dense tile built in
-registers), the library's route and dense, cold L2.
+"""A few tokens, 2:4 and 2:8 on the sparse tensor cores (kernels/spmm_nm_mma_sp.py: mma.sp
+through inline PTX, A as stored, the metadata and B in the MMA's register order), against the
+wgmma kernel (the dense tile built in registers), the library's route and dense, cold L2.
 
 Each timing rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call,
 each configuration checked against float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_mma_sp_cold.py
     SHAPES=4096x14336 TOKENS=8,16 CONFIGS=m2k4n2/s4,m1k8n2 UNORDERED=1 WAVE=4 ...
+    PATTERNS=2:8 CONFIGS=m1k8n1/b,m1k8n2 ...
 """
 
 import itertools
@@ -17,7 +18,7 @@ from nm_decode_tall_cold import dense_cold, linear_cold
 from triton.testing import do_bench_cudagraph
 
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.kernels.nm_mma_sp_operands import metadata_words, permuted_b
+from sparsekernels.kernels.nm_mma_sp_operands import class_words, metadata_words, permuted_b
 from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config
 from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp
 from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
@@ -25,6 +26,7 @@ from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:4", "1,4,8,16,32")
+# (2:8 too: PATTERNS=2:8, blocks 8 only)
 # "mMkKnN[/sS]": M m16 tiles a warp, K k32 blocks a step, N n8 tiles a program, S split-K
 # ranges (none: enough for WAVE programs an SM, each range 2 steps at least)
 CONFIGS = os.environ.get("CONFIGS", "m1k8n1,m1k8n2,m2k8n1,m2k8n2,m2k4n2,m2k8n4").split(",")
@@ -40,14 +42,13 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     kb, nt = (int(d) for d in rest.split("n"))
     tiles = -(-rows // (64 * int(mt))) * -(-tokens // (8 * nt))
     wave = next((int(f[1:]) for f in flags if f.startswith("w")), WAVE)
-    split = max(1, min(8, wave * sms // tiles, k // (32 * kb) // 2))
+    split = max(1, min(8, wave * sms // tiles, k // (32 * kb) // 2))  # 2 steps a range
     split = next((int(f[1:]) for f in flags if f.startswith("s")), split)
     return dict(
         m_tiles=int(mt),
         blocks=kb,
         n_tiles=nt,
         split=split,
-        prefetch="p" in flags,
         natural_b="b" in flags,
     )
 
@@ -74,15 +75,23 @@ def main():
                 )  # fmt: skip
 
             timed["wgmma"] = checked_cold_us("wgmma", run_wgmma, weights, out, want)
-        timed["permute B"] = do_bench_cudagraph(lambda: permuted_b(b), rep=30) * 1e3
-        prepared = [(v, metadata_words(W.indices.clone(), M, 1)) for v, _ in weights]
+        timed["permute B"] = do_bench_cudagraph(lambda: permuted_b(b, m), rep=30) * 1e3
+        prepared = [
+            (
+                v,
+                metadata_words(W.indices, M, 1, m),
+                class_words(W.indices, M, 1) if m == 8 else None,
+            )
+            for v, _ in weights
+        ]  # (the metadata copies rotate with the values)
+        prepared = [(v, meta.clone(), c if c is None else c.clone()) for v, meta, c in prepared]
         for name in CONFIGS:
             config = parse(name, M, tokens, K, sms)
 
-            def run(values, metadata, config=config):
+            def run(values, metadata, classes, config=config):
                 spmm_nm_mma_sp(
-                    values=values, metadata=metadata, b=b, bias=None, out=out,
-                    activation="none", ordered=ORDERED, **config,
+                    values=values, metadata=metadata, classes=classes, m=m, b=b, bias=None,
+                    out=out, activation="none", ordered=ORDERED, **config,
                 )  # fmt: skip
 
             timed[f"{name}/s{config['split']}"] = checked_cold_us(
