@@ -16,8 +16,8 @@ N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row)
 pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 split 4 summed
 by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
 (4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
-activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (2:4 and 2:8: B
-permuted in the kernel, split 4 summed by its last piece; fp16 with B permuted before, bias
+activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (2:4, 2:8 and 1:8:
+B permuted in the kernel, split 4 summed by its last piece; fp16 with B permuted before, bias
 and activation); the block-sparse attention
 forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys).
 
@@ -205,18 +205,19 @@ def _cases() -> dict:
         pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
-    for name, (m, tile, splits, natural, dtype) in {
-        "natural B split 4": (4, (1, 8, 1), 4, True, "bf16"),
-        "permuted B bias fp16": (4, (2, 4, 2), 1, False, "f16"),
-        "2:8 natural B split 4": (8, (1, 8, 1), 4, True, "bf16"),
-        "2:8 permuted B bias": (8, (1, 8, 2), 1, False, "bf16"),
+    for name, (n, m, tile, splits, natural, dtype) in {
+        "natural B split 4": (2, 4, (1, 8, 1), 4, True, "bf16"),
+        "permuted B bias fp16": (2, 4, (2, 4, 2), 1, False, "f16"),
+        "2:8 natural B split 4": (2, 8, (1, 8, 1), 4, True, "bf16"),
+        "2:8 permuted B bias": (2, 8, (1, 8, 2), 1, False, "bf16"),
+        "1:8 natural B split 4": (1, 8, (1, 8, 1), 4, True, "bf16"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
-                         SPLITS=splits, FUSED=splits > 1, M_GROUP=m, M_TILES=m_tiles,
+                         SPLITS=splits, FUSED=splits > 1, N_KEEP=n, M_GROUP=m, M_TILES=m_tiles,
                          KB=blocks, NT=n_tiles, B_NATURAL=natural,
                          ASM=_mma_sp_asm(dtype, m == 4), CONSTRAINTS=MMA_SP_CONSTRAINTS,
-                         **_launch_layouts(m_tiles, blocks, n_tiles, natural, m))  # fmt: skip
+                         **_launch_layouts(m_tiles, blocks, n_tiles, natural, n, m))  # fmt: skip
         data = "*bf16" if dtype == "bf16" else "*fp16"
         pointers = ["*i32", "*i32", "*i32", "*i32", data, data, "*fp32", "*i32"]
         cases[f"nm mma.sp {name}"] = (_nm_mma_sp_kernel, pointers, constants, 4)
@@ -281,6 +282,7 @@ CASE_NAMES = [
     "nm mma.sp permuted B bias fp16",
     "nm mma.sp 2:8 natural B split 4",
     "nm mma.sp 2:8 permuted B bias",
+    "nm mma.sp 1:8 natural B split 4",
     "attention forward final bf16",
 ]
 

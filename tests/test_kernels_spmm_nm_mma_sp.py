@@ -17,10 +17,10 @@ def _launch_poisoned(W, B, tile=(1, 8, 2), bias=None, activation="none", split=1
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     m_tiles, blocks, n_tiles = tile
     rows, vector = W.shape[0], W.vector
-    classes = class_words(W.indices, rows, vector) if W.m == 8 else None
+    classes = class_words(W.indices, rows, vector, W.n) if W.m == 8 else None
     spmm_nm_mma_sp(
-        values=W.values, metadata=metadata_words(W.indices, rows, vector, W.m), b=B, m=W.m,
-        classes=classes, bias=bias, out=out, activation=activation, m_tiles=m_tiles,
+        values=W.values, metadata=metadata_words(W.indices, rows, vector, W.n, W.m), b=B,
+        n=W.n, m=W.m, classes=classes, bias=bias, out=out, activation=activation, m_tiles=m_tiles,
         blocks=blocks, n_tiles=n_tiles, split=split, fused=fused, **extra,
     )  # fmt: skip
     return out
@@ -47,17 +47,19 @@ def test_every_element_written(tile, tokens, dtype, vector, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [2, 1])
 @pytest.mark.parametrize("tile", [(1, 8, 1), (1, 8, 2), (2, 8, 4)])
 @pytest.mark.parametrize("tokens", [1, 5, 16, 17])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("vector", [1, 3])
 @pytest.mark.parametrize("natural_b", [False, True])
-def test_2_8_every_element_written(tile, tokens, dtype, vector, natural_b, gen):
-    """2:8 as two 2:4 halves a group (each value once, by its class): a partial last row tile;
-    walks whose last step is partial (masked), of full steps only and of one group; x^T and
-    a row-major B; rows sharing offsets; B permuted before the launch or in the kernel."""
-    for groups in (3 * 32 + 5, 2 * 32, 1):
-        W = random_nm(2 * vector + 67, groups * 8, 2, 8, gen, vector, 1, dtype, "cuda")
+def test_m8_every_element_written(n, tile, tokens, dtype, vector, natural_b, gen):
+    """2:8 and 1:8 as two 2:4 halves a group (each value once, by its class): a partial last
+    row tile; walks whose last step is partial (masked), of full steps only and of one group
+    (1:8: two, K a multiple of 16); x^T and a row-major B; rows sharing offsets; B permuted
+    before the launch or in the kernel."""
+    for groups in (3 * 32 + 6 - n, 2 * 32, 3 - n):
+        W = random_nm(2 * vector + 67, groups * 8, n, 8, gen, vector, 1, dtype, "cuda")
         x = randn(tokens, groups * 8, gen=gen, dtype=dtype, device="cuda")
         for B in (x.t(), x.t().contiguous()):
             got = _launch_poisoned(W, B, tile, split=2, natural_b=natural_b)
@@ -67,10 +69,11 @@ def test_2_8_every_element_written(tile, tokens, dtype, vector, natural_b, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [2, 1])
 @pytest.mark.parametrize("split", [1, 3])
-def test_2_8_bias_activation_and_split(split, gen):
-    """2:8 on an LLM-deep weight: bias and GELU after the split ranges' sum."""
-    W = random_nm(1000 + 5, 4096 + 8 * 8, 2, 8, gen, 1, 1, torch.bfloat16, "cuda")
+def test_m8_bias_activation_and_split(n, split, gen):
+    """2:8 and 1:8 on an LLM-deep weight: bias and GELU after the split ranges' sum."""
+    W = random_nm(1000 + 5, 4096 + 8 * 8, n, 8, gen, 1, 1, torch.bfloat16, "cuda")
     x = randn(9, 4096 + 8 * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(1005, gen=gen, dtype=torch.bfloat16, device="cuda")
     want = torch.nn.functional.gelu(x.double() @ W.to_dense().double().t() + bias.double())
@@ -79,18 +82,27 @@ def test_2_8_bias_activation_and_split(split, gen):
     assert_close(got.t(), want, bound, torch.bfloat16)
 
 
-def test_2_8_needs_its_classes_and_8_blocks(gen):
-    """Said before any device work: 2:8 without class_words, or with 4 k32 blocks a step."""
+def test_bad_patterns_are_said(gen):
+    """Said before any device work: 2:8 without class_words or with 4 k32 blocks a step, a
+    pattern the kernel has no form for, 1:8 values that do not fill whole words."""
     W = random_nm(16, 256, 2, 8, gen, 1, 1, torch.bfloat16)
     x = randn(256, 2, gen=gen, dtype=torch.bfloat16)
     out = torch.empty(16, 2, dtype=torch.bfloat16)
-    metadata = metadata_words(W.indices, 16, 1, 8)
+    metadata = metadata_words(W.indices, 16, 1, 2, 8)
     with pytest.raises(ValueError, match="classes"):
         spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
                        activation="none")  # fmt: skip
     with pytest.raises(ValueError, match="blocks must be 4 or 8"):
         spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
                        activation="none", blocks=4, classes=metadata)  # fmt: skip
+    with pytest.raises(ValueError, match="n:m must be"):
+        spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, n=4, m=8, bias=None, out=out,
+                       activation="none", classes=metadata)  # fmt: skip
+    W = random_nm(16, 8 * 3, 1, 8, gen, 1, 1, torch.bfloat16)  # three groups: 6 bytes a row
+    x = randn(24, 2, gen=gen, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="whole 4-byte words"):
+        spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, n=1, m=8, bias=None, out=out,
+                       activation="none", classes=metadata)  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -152,14 +164,20 @@ def _logical_b(b_words: torch.Tensor) -> torch.Tensor:
     return pairs.permute(0, 2, 1, 4, 3, 5).reshape(tiles * 8, blocks * 32)
 
 
-def _a_register(words, classes, row, kb, c, m):
-    """The kernel's A register for chunk c of block kb (spmm_nm_mma_sp._a_registers): lane
-    q = c % 4's loaded group of the span, whole (2:4) or its half c // 4 by its class (2:8)."""
-    span_blocks = 2 if m == 4 else 4
+def _a_register(words, classes, row, kb, c, n, m):
+    """The kernel's A register for chunk c of block kb (spmm_nm_mma_sp._half_registers): lane
+    q = c % 4's loaded group of the span, whole (2:4) or its half c // 4 by its class."""
+    span_blocks = {(2, 4): 2, (2, 8): 4, (1, 8): 8}[(n, m)]
     span, kl = divmod(kb, span_blocks)
     q, rh = c % 4, c // 4
     if m == 4:
         return int(words[row, 16 * span + 4 * q + 2 * kl + rh])
+    if n == 1:  # the lane's words 4 q .. 4 q + 3 of the span, two groups each (low first)
+        word = int(words[row, 16 * span + 4 * q + kl // 2]) & 0xFFFFFFFF
+        value = word >> (16 * (kl % 2)) & 0xFFFF
+        class_word = int(classes[row // 16, span, row % 8, q]) & 0xFFFFFFFF
+        cls = class_word >> (8 * (row % 16 // 8) + kl) & 1
+        return value if cls == rh else 0
     word = int(words[row, 16 * span + 4 * q + kl]) & 0xFFFFFFFF
     step, s = divmod(span, 2)
     class_word = int(classes[row // 16, step, row % 8, q]) & 0xFFFFFFFF
@@ -169,13 +187,13 @@ def _a_register(words, classes, row, kb, c, m):
     return word >> (32 - 16 * cls) if cls > 0 else 0
 
 
-def _logical_a(values, metadata, classes, blocks: int, m: int) -> torch.Tensor:
+def _logical_a(values, metadata, classes, blocks: int, n: int, m: int) -> torch.Tensor:
     """The MMA's A rows as the hardware reads them: each chunk's two slots (the A register's
     16-bit halves) at the columns its metadata nibble names (rows g and g + 8 in the low and
     high halves of lane (g, q % 2)'s word; lane q % 2 = 0 the block's chunks 0-3)."""
     rows = values.shape[0]
     words = values.contiguous().view(torch.int32)
-    words = torch.nn.functional.pad(words, (0, blocks * 8 - words.shape[1]))
+    words = torch.nn.functional.pad(words, (0, blocks * 4 * n - words.shape[1]))
     logical = torch.zeros(rows, blocks * 32, dtype=torch.float64)
     meta = metadata.view(metadata.shape[0], -1, 8, 2, 4).long() & 0xFFFFFFFF
     for r in range(rows):
@@ -183,7 +201,7 @@ def _logical_a(values, metadata, classes, blocks: int, m: int) -> torch.Tensor:
         for kb in range(blocks):
             for c in range(8):
                 nibble = int(meta[tile, kb // 4, g, c // 4, kb % 4]) >> (16 * high + 4 * (c % 4))
-                register = _a_register(words, classes, r, kb, c, m)
+                register = _a_register(words, classes, r, kb, c, n, m)
                 for slot in range(2):
                     bits = torch.tensor([register >> (16 * slot) & 0xFFFF], dtype=torch.int32)
                     value = bits.to(torch.int16).view(torch.bfloat16).double()
@@ -192,23 +210,24 @@ def _logical_a(values, metadata, classes, blocks: int, m: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    ("rows", "k", "tokens", "vector", "m"),
-    [(37, 148, 5, 1, 4), (33, 320, 9, 3, 4), (37, 296, 5, 1, 8), (20, 1032, 3, 2, 8)],
-)
-def test_register_orders_keep_the_product(rows, k, tokens, vector, m, gen):
+    ("rows", "k", "tokens", "vector", "n", "m"),
+    [(37, 148, 5, 1, 2, 4), (33, 320, 9, 3, 2, 4), (37, 296, 5, 1, 2, 8), (20, 1032, 3, 2, 2, 8),
+     (37, 304, 5, 1, 1, 8), (20, 1296, 3, 2, 1, 8)],
+)  # fmt: skip
+def test_register_orders_keep_the_product(rows, k, tokens, vector, n, m, gen):
     """On the CPU: A's registers as the kernel builds them, the metadata and B in the kernel's
     K order, read back as the MMA reads its registers, give W @ B: the permutation moves A's
     groups, their metadata and B's rows alike, 2:8's halves hold each value once, and the
     padding (rows, K, tokens) adds nothing."""
-    W = random_nm(rows, k, 2, m, gen, vector, 1, torch.bfloat16)
+    W = random_nm(rows, k, n, m, gen, vector, 1, torch.bfloat16)
     x = randn(tokens, k, gen=gen, dtype=torch.bfloat16)
-    metadata = metadata_words(W.indices, rows, vector, m)
-    classes = class_words(W.indices, rows, vector) if m == 8 else None
+    metadata = metadata_words(W.indices, rows, vector, n, m)
+    classes = class_words(W.indices, rows, vector, n) if m == 8 else None
     device = "cuda" if torch.cuda.is_available() else "cpu"  # (a Triton kernel)
-    b_words = permuted_b(x.t().to(device), m).cpu()
+    b_words = permuted_b(x.t().to(device), n, m).cpu()
     blocks = b_words.shape[1]
     assert metadata.shape == (-(-rows // 16), blocks // 4, 8, 2, 4)
-    got = _logical_a(W.values, metadata, classes, blocks, m) @ _logical_b(b_words).double().t()
+    got = _logical_a(W.values, metadata, classes, blocks, n, m) @ _logical_b(b_words).double().t()
     want = W.to_dense().double() @ x.double().t()
     torch.testing.assert_close(got[:rows, :tokens], want, rtol=1e-12, atol=1e-12)
 
@@ -224,6 +243,8 @@ def test_supports_on_the_gpu():
         assert supports(2, 4, 1, torch.bfloat16, 4096, gpu)
         assert supports(2, 4, 1, torch.float16, 4096, gpu)
         assert supports(2, 8, 1, torch.bfloat16, 4096, gpu)
+        assert supports(1, 8, 1, torch.bfloat16, 4096, gpu)
+        assert not supports(1, 8, 1, torch.bfloat16, 4104, gpu)  # K off 16: odd groups a row
         assert not supports(1, 4, 1, torch.bfloat16, 4096, gpu)
         assert not supports(2, 4, 2, torch.bfloat16, 4096, gpu)  # block-wise
         assert not supports(2, 4, 1, torch.float32, 4096, gpu)

@@ -1,4 +1,4 @@
-"""A few tokens, 2:4 and 2:8 on the sparse tensor cores (kernels/spmm_nm_mma_sp.py: mma.sp
+"""A few tokens, 2:4, 2:8 and 1:8 on the sparse tensor cores (kernels/spmm_nm_mma_sp.py: mma.sp
 through inline PTX, A as stored, the metadata and B in the MMA's register order), against the
 wgmma kernel (the dense tile built in registers), the library's route and dense, cold L2.
 
@@ -26,7 +26,7 @@ from sparsekernels.kernels.spmm_nm_wgmma import spmm_nm_wgmma
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096,4096x4096", "2:4", "1,4,8,16,32")
-# (2:8 too: PATTERNS=2:8, blocks 8 only)
+# (2:8 and 1:8 too: PATTERNS=2:8,1:8, blocks 8 only)
 # "mMkKnN[/sS]": M m16 tiles a warp, K k32 blocks a step, N n8 tiles a program, S split-K
 # ranges (none: enough for WAVE programs an SM, each range 2 steps at least)
 CONFIGS = os.environ.get("CONFIGS", "m1k8n1,m1k8n2,m2k8n1,m2k8n2,m2k4n2,m2k8n4").split(",")
@@ -75,12 +75,12 @@ def main():
                 )  # fmt: skip
 
             timed["wgmma"] = checked_cold_us("wgmma", run_wgmma, weights, out, want)
-        timed["permute B"] = do_bench_cudagraph(lambda: permuted_b(b, m), rep=30) * 1e3
+        timed["permute B"] = do_bench_cudagraph(lambda: permuted_b(b, n, m), rep=30) * 1e3
         prepared = [
             (
                 v,
-                metadata_words(W.indices, M, 1, m),
-                class_words(W.indices, M, 1) if m == 8 else None,
+                metadata_words(W.indices, M, 1, n, m),
+                class_words(W.indices, M, 1, n) if m == 8 else None,
             )
             for v, _ in weights
         ]  # (the metadata copies rotate with the values)
@@ -90,7 +90,7 @@ def main():
 
             def run(values, metadata, classes, config=config):
                 spmm_nm_mma_sp(
-                    values=values, metadata=metadata, classes=classes, m=m, b=b, bias=None,
+                    values=values, metadata=metadata, classes=classes, n=n, m=m, b=b, bias=None,
                     out=out, activation="none", ordered=ORDERED, **config,
                 )  # fmt: skip
 

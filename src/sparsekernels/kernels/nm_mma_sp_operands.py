@@ -1,21 +1,23 @@
 """The sparse-tensor-core kernel's operands in its K order (spmm_nm_mma_sp.py): the metadata
-as the MMA's registers (and for 2:8 each group's class), prepared once per weight, and B's
+as the MMA's registers (and for m = 8 each group's class), prepared once per weight, and B's
 registers, permuted once a call (or in the kernel on its way to shared memory, the same way).
 
-The MMA reads K in chunks of four with two slots each: a 2:4 group is one chunk, a 2:8 group
-two (its halves, each holding 0-2 of the group's values). The K order: a span is SPAN k32
-blocks (2 for 2:4, 4 for 2:8; 16 groups either way) and the MMA's logical chunk c (0-7) of
-the span's block kl is at K 8 SPAN (c % 4) + 8 kl + 4 (c // 4) of the span: 2:4 group
-4 (c % 4) + 2 kl + c // 4, or half c // 4 of 2:8 group 4 (c % 4) + kl. Lane q of a quad holds
-chunks q and q + 4 of each block, so its A registers of a span come from the four adjacent
-groups 4 q .. 4 q + 3: one 16-byte load a row. The metadata and B follow the same order
-(tests/test_kernels_spmm_nm_mma_sp.py reads all three back as the hardware reads them).
+The MMA reads K in chunks of four with two slots each: a 2:4 group is one chunk, a 2:8 or 1:8
+group two (its halves, each holding some of the group's values). The K order: a span is SPAN
+k32 blocks (2 for 2:4, 4 for 2:8, 8 for 1:8: 16 bytes of values a lane and row) and the MMA's
+logical chunk c (0-7) of the span's block kl is at K 8 SPAN (c % 4) + 8 kl + 4 (c // 4) of
+the span: 2:4 group 4 (c % 4) + 2 kl + c // 4, or half c // 4 of group SPAN (c % 4) + kl
+(m = 8). Lane q of a quad holds chunks q and q + 4 of each block, so its A registers of a
+span come from adjacent groups (4 q .. 4 q + 3, 1:8 8 q .. 8 q + 7): one 16-byte load a row.
+The metadata and B follow the same order (tests/test_kernels_spmm_nm_mma_sp.py reads all
+three back as the hardware reads them).
 
 2:8 with plain `mma.sp` (any two distinct indices): class (o0 >> 2) + (o1 >> 2) of a group
 with offsets o0 < o1 and values word (v0 low, v1 high): class 0 both in half 0, 1 one in each,
 2 both in half 1. Half 0's slots are word & (0xFFFFFFFF >> 16 class), half 1's word >> (32 -
 16 class) (shifts of 32 give 0); a value alone in its half sits in slot 0, its padding slot
-at the next index (index ^ 1), an empty half at (0, 1).
+at the next index (index ^ 1), an empty half at (0, 1). 1:8: class o >> 2, the group's value
+in slot 0 of that half.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import triton.language as tl
 
 from ._sizes import cdiv
 
-SPAN_BLOCKS = {4: 2, 8: 4}  # m -> k32 blocks a span
+SPAN_BLOCKS = {(2, 4): 2, (2, 8): 4, (1, 8): 8}  # (n, m) -> k32 blocks a span
 STEP_BLOCKS = 8  # K is padded to whole steps of 8 k32 blocks in memory
 PAD_NIBBLE = 4  # columns (0, 1): a valid pattern for padding
 
@@ -47,9 +49,14 @@ def _int32(words: torch.Tensor) -> torch.Tensor:
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
-def _half_nibbles(indices: torch.Tensor) -> torch.Tensor:
-    """2:8 offsets -> (index rows, groups, 2) the two halves' metadata nibbles (module
+def _half_nibbles(indices: torch.Tensor, n: int) -> torch.Tensor:
+    """2:8 or 1:8 offsets -> (index rows, groups, 2) the two halves' metadata nibbles (module
     docstring)."""
+    if n == 1:
+        o = indices.int()
+        alone = (o & 3) | (((o & 3) ^ 1) << 2)
+        pad = torch.full_like(o, PAD_NIBBLE)
+        return torch.stack([torch.where(o < 4, alone, pad), torch.where(o < 4, pad, alone)], -1)
     o0, o1 = indices[:, 0::2].int(), indices[:, 1::2].int()
     cls = (o0 >> 2) + (o1 >> 2)
     pad = torch.full_like(o0, PAD_NIBBLE)
@@ -59,13 +66,15 @@ def _half_nibbles(indices: torch.Tensor) -> torch.Tensor:
     return torch.stack([low, high], -1)
 
 
-def metadata_words(indices: torch.Tensor, rows: int, vector: int, m: int = 4) -> torch.Tensor:
-    """The offsets (uint8 (ceil(rows / vector), groups * 2) of a 2:4 or 2:8 weight) as the
+def metadata_words(
+    indices: torch.Tensor, rows: int, vector: int, n: int = 2, m: int = 4
+) -> torch.Tensor:
+    """The offsets (uint8 (ceil(rows / vector), groups * n) of a 2:4, 2:8 or 1:8 weight) as the
     MMA's metadata registers in the kernel's K order: (ceil(rows / 16), blocks / 4, g, q % 2,
     4) int32, one 16-byte load a lane for four k32 blocks. Word (g, q2) holds rows g and g + 8
     (low, high 16 bits) of the block's chunks c = 4 q2 .. 4 q2 + 3, a nibble each (slot 0's
     index low). Rows past `rows` and K past the weight's hold PAD_NIBBLE."""
-    span = SPAN_BLOCKS[m]
+    span = SPAN_BLOCKS[(n, m)]
     step_groups = STEP_BLOCKS * 32 // m
     if m == 4:
         nibbles = (indices[:, 0::2] | (indices[:, 1::2] << 2)).to(torch.int32)
@@ -73,8 +82,8 @@ def metadata_words(indices: torch.Tensor, rows: int, vector: int, m: int = 4) ->
         # (rows, span, group 4 qc + 2 kl + hc) -> (rows, span, kl, hc, qc)
         logical = padded.view(padded.shape[0], -1, 4, 2, 2).permute(0, 1, 3, 4, 2)
     else:
-        padded = _rows_padded(_half_nibbles(indices), rows, vector, step_groups, PAD_NIBBLE)
-        # (rows, span, group 4 qc + kl, half hc) -> (rows, span, kl, hc, qc)
+        padded = _rows_padded(_half_nibbles(indices, n), rows, vector, step_groups, PAD_NIBBLE)
+        # (rows, span, group SPAN qc + kl, half hc) -> (rows, span, kl, hc, qc)
         logical = padded.view(padded.shape[0], -1, 4, span, 2).permute(0, 1, 3, 4, 2)
     tiles = padded.shape[0] // 16
     logical = logical.reshape(tiles * 16, -1, 2, 4)  # (rows, block, q2, qc): c = 4 q2 + qc
@@ -86,10 +95,18 @@ def metadata_words(indices: torch.Tensor, rows: int, vector: int, m: int = 4) ->
     return words.contiguous()
 
 
-def class_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tensor:
-    """2:8 groups' classes (module docstring) in the kernel's order: (ceil(rows / 16), steps,
-    g, q) int32, one 4-byte load a lane a step (8 k32 blocks: two spans): byte 2 s + rc holds
-    row g + 8 rc's groups 4 q + kl of the step's span s, 2 bits each at 2 kl."""
+def class_words(indices: torch.Tensor, rows: int, vector: int, n: int = 2) -> torch.Tensor:
+    """m = 8 groups' classes (module docstring) in the kernel's order: (ceil(rows / 16),
+    steps, g, q) int32, one 4-byte load a lane a step (8 k32 blocks). 2:8 (two spans a step):
+    byte 2 s + rc holds row g + 8 rc's groups 4 q + kl of the step's span s, 2 bits each at
+    2 kl; 1:8 (one span): byte rc row g + 8 rc's groups 8 q + kl, a bit each at kl."""
+    if n == 1:
+        padded = _rows_padded(indices.int() >> 2, rows, vector, STEP_BLOCKS * 4, 0)
+        tiles = padded.shape[0] // 16
+        classes = padded.view(tiles, 2, 8, -1, 4, 8).long()  # (tile, rc, g, step, q, kl)
+        bytes_ = (classes << torch.arange(8, device=indices.device)).sum(-1)
+        words = _int32(bytes_[:, 0] | (bytes_[:, 1] << 8))  # (tile, g, step, q)
+        return words.permute(0, 2, 1, 3).contiguous()
     o0, o1 = indices[:, 0::2].int(), indices[:, 1::2].int()
     padded = _rows_padded((o0 >> 2) + (o1 >> 2), rows, vector, STEP_BLOCKS * 4, 0)
     tiles = padded.shape[0] // 16
@@ -121,17 +138,17 @@ def _permute_b_kernel(b, out, K, N, BLOCKS, TOTAL, stride_bk, stride_bn, SPAN: t
     tl.store(out + o, (low & 0xFFFF) | (high.to(tl.int32) << 16), mask=o < TOTAL)
 
 
-def permuted_b(b: torch.Tensor, m: int = 4) -> torch.Tensor:
-    """B (K, N) as the MMA's B registers in the kernel's K order for a 2:m weight: (ceil(N /
+def permuted_b(b: torch.Tensor, n: int = 2, m: int = 4) -> torch.Tensor:
+    """B (K, N) as the MMA's B registers in the kernel's K order for an n:m weight: (ceil(N /
     8), blocks, g, q, j) int32 pairs, one 16-byte load a lane (g, q) for an n8 tile's k32
     block: register j holds B's rows 8 j + 2 q, + 1 of the logical block at column g. K and
     N are padded with zeros to whole steps and n8 tiles. One launch."""
-    k, n = b.shape
+    k, tokens = b.shape
     blocks = cdiv(k, STEP_BLOCKS * 32) * STEP_BLOCKS
-    out = torch.empty((cdiv(n, 8), blocks, 8, 4, 4), dtype=torch.int32, device=b.device)
+    out = torch.empty((cdiv(tokens, 8), blocks, 8, 4, 4), dtype=torch.int32, device=b.device)
     block = 1024
     _permute_b_kernel[(cdiv(out.numel(), block),)](
-        b, out, k, n, blocks, out.numel(), b.stride(0), b.stride(1), SPAN=SPAN_BLOCKS[m],
+        b, out, k, tokens, blocks, out.numel(), b.stride(0), b.stride(1), SPAN=SPAN_BLOCKS[(n, m)],
         BLOCK=block,
     )  # fmt: skip
     return out

@@ -1,5 +1,5 @@
-"""2:4 and 2:8 SpMM at a few tokens on the sparse tensor cores: out = act(W @ B + bias), in
-Gluon, through PTX's warp-level `mma.sp` (m16n8k32, bf16 or fp16, sm_80+; run on the H200).
+"""2:4, 2:8 and 1:8 SpMM at a few tokens on the sparse tensor cores: out = act(W @ B + bias),
+in Gluon, through PTX's warp-level `mma.sp` (m16n8k32, bf16 or fp16, sm_80+; on the H200).
 
 The sparse MMA takes its A operand compressed, two values of every four columns, with each
 value's 2-bit column as metadata: the 2:4 NMMatrix as stored. So no tile is built (the wgmma
@@ -27,12 +27,12 @@ the kernel's 4-byte shared stores cost more than the launch. A step is 8 k32 blo
 one m16 tile. Split-K as the wgmma kernel (split_k.end_piece: the last piece of a tile sums
 the planes in order).
 
-2:8: a group is two of the MMA's chunks of four (its halves); the lane loads the group's
-word once and makes both halves' registers from it by the group's class (two shifts and a
-mask: nm_mma_sp_operands), a 2-bit class a group loaded a word a lane a step. Plain `mma.sp`
-(a padding slot's index may sit below its value's). Written and checked on the CPU (the
-register math, tests/test_kernels_spmm_nm_mma_sp.py) and compiled for sm_90; not yet run on
-the H200, so not routed.
+2:8 and 1:8: a group is two of the MMA's chunks of four (its halves); the lane loads the
+group's values once and makes both halves' registers from them by the group's class (shifts
+and masks: nm_mma_sp_operands), the classes loaded a word a lane a step. Plain `mma.sp` (a
+padding slot's index may sit below its value's). Written and checked on the CPU (the
+register math, tests/test_kernels_spmm_nm_mma_sp.py) and compiled for sm_90 (2:8 156
+instructions a step, 1:8 148); not yet run on the H200, so not routed.
 
 On the H200 (results/nvidia-h200/2026-12-01/at-3c2308c, cold, bf16, 2:4): 4096 x 14336 19.9 us at
 one token and 20.8 at 8 (dense 31.7-33.0; the route before 23.8-24.3), 14336 x 4096 20.2 and
@@ -115,37 +115,54 @@ def _shr(a, amount):
 
 
 @gluon.jit
-def _half_registers(words, classes):
-    """2:8: a lane's group words (WMT, SP, KL, G, 1, Q, RC) as the A registers of their two
-    halves, (WMT, SP, KL, RH, G, 1, Q, RC) (nm_mma_sp_operands: half 0 word & (~0 >> 16
-    class), half 1 word >> (32 - 16 class)); class 2 bits at 8 (2 s + rc) + 2 kl of the
-    lane's word of the step (s: the span of the step)."""
+def _half_registers(words, classes, N_KEEP: gl.constexpr):
+    """m = 8: a lane's words (WMT, SP, I, G, 1, Q, RC) as the A registers of their groups'
+    two halves, (WMT, SP, KL, RH, G, 1, Q, RC) (nm_mma_sp_operands). 2:8, a group a word:
+    half 0 word & (~0 >> 16 class), half 1 word >> (32 - 16 class), class 2 bits at
+    8 (2 s + rc) + 2 kl of the lane's word of the step (s: the step's span). 1:8, two groups
+    a word (kl = 2 i + hi, low first): a group's value in the half its class bit (at
+    8 rc + kl) names, zero in the other."""
     layout: gl.constexpr = words.type.layout
-    shift = 16 * _along(words.shape[1], 1, AXES, layout) + 8 * _along(2, 6, AXES, layout)
-    shift = shift + 2 * _along(4, 2, AXES, layout)
-    cls = (classes >> shift) & 3
-    low = words & _shr(gl.full(cls.shape, -1, gl.int32, layout), 16 * cls)
-    high = _shr(words, 32 - 16 * cls)
-    return gl.permute(gl.join(low, high), (0, 1, 2, 7, 3, 4, 5, 6))
+    if N_KEEP == 2:
+        shift = 16 * _along(words.shape[1], 1, AXES, layout) + 8 * _along(2, 6, AXES, layout)
+        cls = (classes >> (shift + 2 * _along(4, 2, AXES, layout))) & 3
+        low = words & _shr(gl.full(cls.shape, -1, gl.int32, layout), 16 * cls)
+        high = _shr(words, 32 - 16 * cls)
+        registers = gl.permute(gl.join(low, high), (0, 1, 2, 7, 3, 4, 5, 6))
+    else:
+        shift = 8 * _along(2, 6, AXES, layout) + 2 * _along(4, 2, AXES, layout)
+        first, second = words & 0xFFFF, _shr(words, 16)
+        cls = (classes >> shift) & 1
+        first = gl.join(first & (cls - 1), first & (0 - cls))  # (.., RH)
+        cls = (classes >> (shift + 1)) & 1
+        second = gl.join(second & (cls - 1), second & (0 - cls))
+        registers = gl.permute(gl.join(first, second), (0, 1, 2, 8, 7, 3, 4, 5, 6))
+        s0: gl.constexpr = registers.shape[0]
+        s1: gl.constexpr = registers.shape[1]
+        registers = gl.reshape(registers, [s0, s1, 8, 2, 8, 1, 4, 2])
+    return registers
 
 
 @gluon.jit
 def _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB: gl.constexpr,
-               M_GROUP: gl.constexpr, MASKED: gl.constexpr, A_LOAD: gl.constexpr,
-               META_LOAD: gl.constexpr, B_COPY: gl.constexpr,
+               N_KEEP: gl.constexpr, M_GROUP: gl.constexpr, MASKED: gl.constexpr,
+               A_LOAD: gl.constexpr, META_LOAD: gl.constexpr, B_COPY: gl.constexpr,
                B_NATURAL: gl.constexpr):  # fmt: skip
-    """A step's global loads for the groups g0 on (8 KB of 2:4, 4 KB of 2:8), a vector a lane
-    (module docstring): A (WMT, SP, 4, G, 1, Q, RC), lane q's groups 4 q .. 4 q + 3 of each
-    span; the metadata (WMT, KB / 4, 4, G, 1, Q, 1), four k32 blocks a lane; 2:8's classes,
-    one word a lane (else the metadata again, unused); B's (NT, KB * 128) words, the
-    program's share of the copy to shared memory. MASKED: the last step, groups from `end`
-    on not there (their metadata, classes and B are padding)."""
-    SPAN: gl.constexpr = 2 if M_GROUP == 4 else 4
+    """A step's global loads for the groups g0 on (8 KB of 2:4, 4 KB of m = 8), a vector a
+    lane (module docstring): A (WMT, SP, 4, G, 1, Q, RC), lane q's words 4 q .. 4 q + 3 of
+    each span (a 2:4 or 2:8 group each, two 1:8 groups); the metadata (WMT, KB / 4, 4, G,
+    1, Q, 1), four k32 blocks a lane; m = 8's classes, one word a lane (else the metadata
+    again, unused); B's (NT, KB * 128) words, the program's share of the copy to shared
+    memory. MASKED: the last step, groups from `end` on not there (their metadata, classes
+    and B are padding)."""
+    SPAN: gl.constexpr = 2 if M_GROUP == 4 else 8 // N_KEEP
     block0 = g0 // (32 // M_GROUP)  # the step's first k32 block: a multiple of KB
+    word0 = g0 * N_KEEP // 2  # (g0 is even)
     span = _along(KB // SPAN, 1, AXES, A_LOAD) * 16 + _along(4, 2, AXES, A_LOAD)
-    a_ptrs = (a_rows + g0) + span
-    if MASKED:
-        a = gl.load(a_ptrs, mask=g0 + span + 4 * _along(4, 5, AXES, A_LOAD) < end, other=0)
+    a_ptrs = (a_rows + word0) + span
+    if MASKED:  # a word's groups from its first on (end is even for 1:8)
+        words = word0 + span + 4 * _along(4, 5, AXES, A_LOAD)
+        a = gl.load(a_ptrs, mask=words * (2 // N_KEEP) < end, other=0)
     else:
         a = gl.load(a_ptrs)
     blocks = _along(KB // 4, 1, AXES, META_LOAD) * 64 + _along(4, 2, AXES, META_LOAD)
@@ -170,14 +187,15 @@ def _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB: gl.cons
 
 @gluon.jit
 def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexpr,
-              KB: gl.constexpr, M_GROUP: gl.constexpr, A_LOAD: gl.constexpr,
-              B_LOAD: gl.constexpr, B_NATURAL: gl.constexpr):  # fmt: skip
+              KB: gl.constexpr, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
+              A_LOAD: gl.constexpr, B_LOAD: gl.constexpr,
+              B_NATURAL: gl.constexpr):  # fmt: skip
     """acc + the step's products: B's words to shared memory (every warp reads all of them),
     the operands split into k32 blocks in acc's layout (registers copied along the axes they
     are broadcast on), then one mma.sp a block and (m16, n8) tile, chained on acc."""
     a, meta, classes, b_copy = loaded
     NT: gl.constexpr = b_shared.shape[0]
-    SPAN: gl.constexpr = 2 if M_GROUP == 4 else 4
+    SPAN: gl.constexpr = 2 if M_GROUP == 4 else 8 // N_KEEP
     if B_NATURAL:  # a pair's place in its span: (j % 2, q // 2, kl, j // 2, q % 2), permuted_b
         b_copy = gl.reshape(b_copy, [NT, 8, KB // SPAN, 2, 2, SPAN, 2, 2])
         b_copy = gl.permute(b_copy, (0, 2, 5, 1, 4, 7, 6, 3))
@@ -190,7 +208,7 @@ def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexp
     bw = gl.permute(gl.reshape(bw, [1, NT, KB, 8, 4, 2, 2]), (0, 2, 5, 3, 1, 4, 6))
     layout: gl.constexpr = acc.type.layout
     if M_GROUP == 8:
-        a = _half_registers(a, gl.convert_layout(classes, A_LOAD))
+        a = _half_registers(a, gl.convert_layout(classes, A_LOAD), N_KEEP)
     a = _blocks(gl.reshape(a, [a.shape[0], KB, 2, 8, 1, 4, 2]), KB, layout)
     meta = _blocks(gl.reshape(meta, [meta.shape[0], KB, 1, 8, 1, 4, 1]), KB, layout)
     bw = _blocks(bw, KB, layout)
@@ -230,7 +248,8 @@ def _nm_mma_sp_kernel(
     ACTIVATION: gl.constexpr,
     SPLITS: gl.constexpr,
     FUSED: gl.constexpr,
-    M_GROUP: gl.constexpr,  # 4 (2:4) or 8 (2:8)
+    N_KEEP: gl.constexpr,  # 2:4, 2:8 or 1:8
+    M_GROUP: gl.constexpr,
     M_TILES: gl.constexpr,  # m16 tiles a warp
     KB: gl.constexpr,  # k32 blocks a step: 4 or 8
     NT: gl.constexpr,  # n8 tiles a program
@@ -283,15 +302,16 @@ def _nm_mma_sp_kernel(
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
     for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
-        loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB, M_GROUP,
-                            False, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, M_GROUP, A_LOAD, B_LOAD,
-                        B_NATURAL)  # fmt: skip
+        loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB, N_KEEP,
+                            M_GROUP, False, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
+                        B_LOAD, B_NATURAL)  # fmt: skip
     if full < end:
         loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, full, end, K, KB,
-                            M_GROUP, True, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, M_GROUP, A_LOAD, B_LOAD,
-                        B_NATURAL)  # fmt: skip
+                            N_KEEP, M_GROUP, True, A_LOAD, META_LOAD, B_COPY,
+                            B_NATURAL)  # fmt: skip
+        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
+                        B_LOAD, B_NATURAL)  # fmt: skip
     tile = gl.reshape(acc, [BLOCK_M, BLOCK_N])
     tile_layout: gl.constexpr = tile.type.layout
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, tile_layout))
@@ -302,9 +322,9 @@ def _nm_mma_sp_kernel(
     )  # fmt: skip
 
 
-def layouts(m_tiles: int, blocks: int, n_tiles: int, m: int = 4) -> dict:
+def layouts(m_tiles: int, blocks: int, n_tiles: int, n: int = 2, m: int = 4) -> dict:
     """The kernel's layouts for 4 warps, each with `m_tiles` m16 tiles, `blocks` k32 blocks a
-    step and `n_tiles` n8 tiles, for 2:m: LAYOUT the accumulators' (WMT, RH, G, NT, Q, RC) (module
+    step and `n_tiles` n8 tiles, for n:m: LAYOUT the accumulators' (WMT, RH, G, NT, Q, RC) (module
     docstring; registers rc, rh, nt, wmt: a pack of 4 is one instruction's); the loads' own,
     a lane's vector innermost."""
 
@@ -318,9 +338,12 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int, m: int = 4) -> dict:
         "LAYOUT": blocked(
             [m_tiles, 2, 1, n_tiles, 1, 2], [1, 1, 8, 1, 4, 1], 0, [5, 1, 3, 0, 4, 2]
         ),  # fmt: skip
-        # (WMT, SP, I, G, 1, Q, RC): SP spans of SPAN_BLOCKS[m] blocks
+        # (WMT, SP, I, G, 1, Q, RC): SP spans of SPAN_BLOCKS[(n, m)] blocks
         "A_LOAD": blocked(
-            [m_tiles, blocks // SPAN_BLOCKS[m], 4, 1, 1, 1, 2], lanes7, 0, [2, 6, 1, 0, 5, 3, 4]
+            [m_tiles, blocks // SPAN_BLOCKS[(n, m)], 4, 1, 1, 1, 2],
+            lanes7,
+            0,
+            [2, 6, 1, 0, 5, 3, 4],
         ),  # fmt: skip
         # (WMT, KB / 4, KBL, G, 1, Q, 1)
         "META_LOAD": blocked(
@@ -338,8 +361,10 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int, m: int = 4) -> dict:
     }
 
 
-def _launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: bool, m: int) -> dict:
-    chosen = layouts(m_tiles, blocks, n_tiles, m)
+def _launch_layouts(
+    m_tiles: int, blocks: int, n_tiles: int, natural_b: bool, n: int, m: int
+) -> dict:
+    chosen = layouts(m_tiles, blocks, n_tiles, n, m)
     natural = chosen.pop("B_NATURAL_COPY")
     if natural_b:
         chosen["B_COPY"] = natural
@@ -347,14 +372,16 @@ def _launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: bool, m:
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
-    """2:4 and 2:8 element-wise (rows may share their choice in vectors), 16-bit values,
-    K < 2^31, on an sm_80+ GPU (Gluon has no interpreter)."""
+    """2:4, 2:8 and 1:8 element-wise (rows may share their choice in vectors), 16-bit values,
+    K < 2^31 (1:8: a multiple of 16, the values read as pairs), on an sm_80+ GPU (Gluon has
+    no interpreter)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
     if torch.cuda.get_device_capability(device) < (8, 0):
         return False
     half = dtype in (torch.float16, torch.bfloat16)
-    return n == 2 and m in (4, 8) and block == 1 and half and k < 2**31
+    pattern = (n, m) in ((2, 4), (2, 8)) or ((n, m) == (1, 8) and k % 16 == 0)
+    return pattern and block == 1 and half and k < 2**31
 
 
 def spmm_nm_mma_sp(
@@ -362,6 +389,7 @@ def spmm_nm_mma_sp(
     values: torch.Tensor,
     metadata: torch.Tensor,
     b: torch.Tensor,
+    n: int = 2,
     m: int = 4,
     classes: torch.Tensor | None = None,
     bias: torch.Tensor | None,
@@ -375,20 +403,27 @@ def spmm_nm_mma_sp(
     ordered: bool = True,
     natural_b: bool = False,
 ) -> torch.Tensor:
-    """Launch over out (M, N) for B (K, N) and a 2:m weight (m 4 or 8): values (M, K / m * 2)
-    16-bit, metadata its `metadata_words` (and for 2:8 classes its `class_words`). A program
-    covers 64 * m_tiles rows (4 warps of m_tiles m16 tiles) and 8 * n_tiles tokens, `blocks`
-    k32 blocks a step (4 or 8; 2:8: 8); `split` cuts the K walk into that many ranges (fewer
-    where one would be empty). B is permuted into the MMA's register order once before the
-    launch (permuted_b), or with natural_b in the kernel. 2:8 takes plain `mma.sp` (its
-    padding slots' indices need not rise)."""
+    """Launch over out (M, N) for B (K, N) and an n:m weight (2:4, 2:8, 1:8): values
+    (M, K / m * n) 16-bit, metadata its `metadata_words` (and for m = 8 classes its
+    `class_words`). A program covers 64 * m_tiles rows (4 warps of m_tiles m16 tiles) and
+    8 * n_tiles tokens, `blocks` k32 blocks a step (4 or 8; m = 8: 8); `split` cuts the K
+    walk into that many ranges (fewer where one would be empty). B is permuted into the MMA's
+    register order once before the launch (permuted_b), or with natural_b in the kernel.
+    m = 8 takes plain `mma.sp` (its padding slots' indices need not rise)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
     if blocks not in (4, 8) or (m == 8 and blocks != 8):
         raise ValueError(f"blocks must be 4 or 8 (8 for 2:8), got {blocks} for 2:{m}")
+    if (n, m) not in SPAN_BLOCKS:
+        raise ValueError(f"n:m must be 2:4, 2:8 or 1:8, got {n}:{m}")
     if m == 8 and classes is None:
-        raise ValueError("2:8 needs its classes (nm_mma_sp_operands.class_words)")
+        raise ValueError(f"{n}:8 needs its classes (nm_mma_sp_operands.class_words)")
+    if values.shape[1] * values.element_size() % 4:
+        raise ValueError(
+            f"values must fill whole 4-byte words a row (1:8: K a multiple of 16), got "
+            f"{tuple(values.shape)}"
+        )
     k = b.shape[0]
     if values.stride(-1) != 1 or values.stride(0) % 2 or values.data_ptr() % 4:
         values = values.contiguous()
@@ -397,7 +432,7 @@ def spmm_nm_mma_sp(
             b = b.t().contiguous().t()
         b_words = b.t().view(torch.int32)  # (N, K / 2) pairs
     else:
-        b_words = permuted_b(b, m)
+        b_words = permuted_b(b, n, m)
     step = 32 // m * blocks  # groups a step
     steps_per_split, splits = split_k.ranges(cdiv(k // m, step), split)
     partials = split_k.workspace(out, splits, torch.float32)
@@ -429,6 +464,7 @@ def spmm_nm_mma_sp(
         ACTIVATION=ACTIVATION_CODES[activation],
         SPLITS=splits,
         FUSED=fused,
+        N_KEEP=n,
         M_GROUP=m,
         M_TILES=m_tiles,
         KB=blocks,
@@ -437,7 +473,7 @@ def spmm_nm_mma_sp(
         ASM=_mma_sp_asm(type_name, ordered and m == 4),
         CONSTRAINTS=MMA_SP_CONSTRAINTS,
         num_warps=WARPS,
-        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b, m),
+        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b, n, m),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)

@@ -42,9 +42,9 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         )  # fmt: skip
         if sparse_cores is not None:
             rows = values.shape[0]
-            classes = class_words(indices, rows, vector) if m == 8 else None
+            classes = class_words(indices, rows, vector, n) if m == 8 else None
             mma_sp.spmm_nm_mma_sp(
-                values=values, metadata=metadata_words(indices, rows, vector, m), b=b, m=m,
+                values=values, metadata=metadata_words(indices, rows, vector, n, m), b=b, n=n, m=m,
                 classes=classes, bias=bias.contiguous() if bias is not None else None, out=out,
                 activation=activation, **dataclasses.asdict(sparse_cores),
             )  # fmt: skip
@@ -240,32 +240,34 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
 _PACKED = IdentityCache()
 
 
-# indices tensor -> {(what, rows, vector, m): (its version, the sparse MMA's operand)}, likewise
+# indices tensor -> {(what, rows, vector, n, m): (its version, the sparse MMA's operand)}, likewise
 _MMA_SP = IdentityCache()
 
 
-def _mma_sp_operand(what: str, indices: torch.Tensor, rows: int, vector: int, m: int):
+def _mma_sp_operand(what: str, indices: torch.Tensor, rows: int, vector: int, n: int, m: int):
     cached = _MMA_SP.get(indices)
     if cached is None:
         cached = {}
         _MMA_SP[indices] = cached
-    hit = cached.get((what, rows, vector, m))
+    hit = cached.get((what, rows, vector, n, m))
     if hit is None or hit[0] != indices._version:
         if what == "metadata":
-            operand = mma_sp_operands.metadata_words(indices, rows, vector, m)
+            operand = mma_sp_operands.metadata_words(indices, rows, vector, n, m)
         else:
-            operand = mma_sp_operands.class_words(indices, rows, vector)
+            operand = mma_sp_operands.class_words(indices, rows, vector, n)
         hit = (indices._version, operand)
-        cached[(what, rows, vector, m)] = hit
+        cached[(what, rows, vector, n, m)] = hit
     return hit[1]
 
 
-def metadata_words(indices: torch.Tensor, rows: int, vector: int, m: int = 4) -> torch.Tensor:
-    return _mma_sp_operand("metadata", indices, rows, vector, m)
+def metadata_words(
+    indices: torch.Tensor, rows: int, vector: int, n: int = 2, m: int = 4
+) -> torch.Tensor:
+    return _mma_sp_operand("metadata", indices, rows, vector, n, m)
 
 
-def class_words(indices: torch.Tensor, rows: int, vector: int) -> torch.Tensor:
-    return _mma_sp_operand("classes", indices, rows, vector, 8)
+def class_words(indices: torch.Tensor, rows: int, vector: int, n: int = 2) -> torch.Tensor:
+    return _mma_sp_operand("classes", indices, rows, vector, n, 8)
 
 
 def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
