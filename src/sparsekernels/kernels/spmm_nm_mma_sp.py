@@ -51,9 +51,9 @@ from triton.experimental.gluon import language as gl
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
+from ._gluon_bits import _along, _shr
 from ._sizes import cdiv
 from .nm_mma_sp_operands import SPAN_BLOCKS, permuted_b
-from .spmm_nm_wgmma import _along
 
 # the CTA barrier (Gluon renamed it after Triton 3.6)
 _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
@@ -104,14 +104,6 @@ def _blocks(x, KB: gl.constexpr, LAYOUT: gl.constexpr):
     for kb in gl.static_range(KB):
         out = out + (gl.convert_layout(parts[kb], LAYOUT),)
     return out
-
-
-@gluon.jit
-def _shr(a, amount):
-    """a >> amount as PTX's shr.b32: logical, amounts of 32 or more give 0."""
-    return gl.inline_asm_elementwise(
-        "shr.b32 $0, $1, $2;", "=r,r,r", [a, amount], dtype=gl.int32, is_pure=True, pack=1
-    )
 
 
 @gluon.jit

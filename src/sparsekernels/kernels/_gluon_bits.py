@@ -1,0 +1,54 @@
+"""Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py):
+indices along one axis of a distributed layout, and single PTX bit instructions whose edge
+cases the kernels rely on (shifts of 32 or more give 0; byte permutes with zeros)."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+@gluon.constexpr_function
+def _axis_layout(layout, axis, rank):
+    """The 1-D layout whose arange, expanded on every other axis, lies along `axis` of a
+    rank-`rank` tensor in `layout`."""
+    for dim in reversed(range(rank)):
+        if dim != axis:
+            layout = gl.SliceLayout(dim, layout)
+    return layout
+
+
+@gluon.jit
+def _along(size: gl.constexpr, axis: gl.constexpr, rank: gl.constexpr, layout: gl.constexpr):
+    """arange(size) along `axis` of a rank-`rank` tensor in `layout` (1 on the other axes)."""
+    index = gl.arange(0, size, layout=_axis_layout(layout, axis, rank))
+    for dim in gl.static_range(rank):
+        if dim != axis:
+            index = gl.expand_dims(index, dim)
+    return index
+
+
+@gluon.jit
+def _clamped_shl(a, amount):
+    """a << amount as PTX's shl: amounts past 31 (negative ones too, read unsigned) give 0."""
+    return gl.inline_asm_elementwise(
+        "shl.b32 $0, $1, $2;", "=r,r,r", [a, amount], dtype=gl.int32, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def _permute(a, selector):
+    """PTX prmt.b32 of (a, 0): byte k of the result is byte (selector >> 4k) & 7 of a's four
+    bytes followed by four zero bytes (only the selector's low 16 bits count)."""
+    return gl.inline_asm_elementwise(
+        "prmt.b32 $0, $1, 0, $2;", "=r,r,r", [a, selector], dtype=gl.int32, is_pure=True,
+        pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _shr(a, amount):
+    """a >> amount as PTX's shr.b32: logical, amounts of 32 or more give 0."""
+    return gl.inline_asm_elementwise(
+        "shr.b32 $0, $1, $2;", "=r,r,r", [a, amount], dtype=gl.int32, is_pure=True, pack=1
+    )
