@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -184,6 +184,20 @@ for step in $steps; do
         CONFIGS=m1k8n1/b,m1k8n1,m1k8n2,m1k8n2/b timeout 320 python3 nm_mma_sp_cold.py \
         >"$out/nm_mma_sp_m8.txt" 2>&1)
       echo "nmmmasp m8 rc=$? $(tail -1 "$out/nm_mma_sp_m8.txt")" ;;
+    nmmmaspwide)  # mma.sp's GPU tests; 2:8/1:8 at 2-4 tokens; B's 16-byte shared stores; fp16
+      timeout 240 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_mma_sp.py -n 8 \
+        -p no:cacheprovider >"$out/gpu_tests_mma_sp.log" 2>&1
+      echo "nmmmaspwide tests rc=$? $(tail -1 "$out/gpu_tests_mma_sp.log")"
+      (cd benchmarks/sweeps && export PYTHONPATH=$PWD/../../src &&
+        PATTERNS=2:8,1:8 TOKENS=2,3,4 CONFIGS=m1k8n1/b,m1k8n1/v timeout 100 python3 \
+          nm_mma_sp_cold.py >"$out/nm_mma_sp_m8_few.txt" 2>&1
+        echo "few rc=$? $(tail -1 "$out/nm_mma_sp_m8_few.txt")"
+        PATTERNS=2:4,2:8,1:8 TOKENS=8,16 CONFIGS=m1k8n1/b,m1k8n1/v,m1k8n2,m1k8n2/b,m1k8n2/v \
+          timeout 130 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_wide.txt" 2>&1
+        echo "wide rc=$? $(tail -1 "$out/nm_mma_sp_wide.txt")"
+        DTYPE=fp16 PATTERNS=2:4,2:8,1:8 TOKENS=1,8,16 CONFIGS=m1k8n1/b,m1k8n2 timeout 110 \
+          python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_fp16.txt" 2>&1
+        echo "fp16 rc=$? $(tail -1 "$out/nm_mma_sp_fp16.txt")") ;;
     nmmmaspfp16)  # the sparse tensor cores in fp16, 2:4 (to route fp16)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src DTYPE=fp16 TOKENS=1,8,16,32 \
         CONFIGS=m1k8n1/b,m1k8n2 timeout 300 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_fp16.txt" 2>&1)

@@ -211,6 +211,10 @@ def _cases() -> dict:
         "2:8 natural B split 4": (2, 8, (1, 8, 1), 4, True, "bf16"),
         "2:8 permuted B bias": (2, 8, (1, 8, 2), 1, False, "bf16"),
         "1:8 natural B split 4": (1, 8, (1, 8, 1), 4, True, "bf16"),
+        "wide B stores split 4": (2, 4, (1, 8, 1), 4, 2, "bf16"),
+        "wide B stores 16 tokens bias": (2, 4, (1, 8, 2), 1, 2, "bf16"),
+        "2:8 wide B stores 16 tokens": (2, 8, (1, 8, 2), 4, 2, "bf16"),
+        "1:8 wide B stores bias": (1, 8, (1, 8, 1), 1, 2, "bf16"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
@@ -283,6 +287,10 @@ CASE_NAMES = [
     "nm mma.sp 2:8 natural B split 4",
     "nm mma.sp 2:8 permuted B bias",
     "nm mma.sp 1:8 natural B split 4",
+    "nm mma.sp wide B stores split 4",
+    "nm mma.sp wide B stores 16 tokens bias",
+    "nm mma.sp 2:8 wide B stores 16 tokens",
+    "nm mma.sp 1:8 wide B stores bias",
     "attention forward final bf16",
 ]
 

@@ -58,7 +58,7 @@ def test_m8_every_element_written(n, tile, tokens, dtype, vector, natural_b, gen
     row tile; walks whose last step is partial (masked), of full steps only and of one group
     (1:8: two, K a multiple of 16); x^T and a row-major B; rows sharing offsets; B permuted
     before the launch or in the kernel."""
-    for groups in (3 * 32 + 6 - n, 2 * 32, 3 - n):
+    for groups in (3 * 32 + 3 + 3 * (n == 1), 2 * 32, 3 - n):  # (1:8: whole words, even)
         W = random_nm(2 * vector + 67, groups * 8, n, 8, gen, vector, 1, dtype, "cuda")
         x = randn(tokens, groups * 8, gen=gen, dtype=dtype, device="cuda")
         for B in (x.t(), x.t().contiguous()):
@@ -117,15 +117,22 @@ def test_metadata_variants(ordered, gen):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 4, 2), (2, 8, 4)])
-def test_b_permuted_in_the_kernel(tile, gen):
-    """B read as it lies and permuted on its way to shared memory: tokens off the n8 tile,
-    a masked last step, x^T as linear passes it and a row-major B (copied K contiguous)."""
-    for groups, tokens in ((3 * 8 * tile[1] + 5, 13), (8 * tile[1], 8), (1, 1)):
-        W = random_nm(99, groups * 4, 2, 4, gen, 1, 1, torch.bfloat16, "cuda")
-        x = randn(tokens, groups * 4, gen=gen, dtype=torch.bfloat16, device="cuda")
+@pytest.mark.parametrize(
+    ("n", "m", "tile"),
+    [(2, 4, t) for t in ((1, 8, 1), (1, 4, 2), (2, 8, 4), (1, 8, 2))]
+    + [(n, 8, t) for n in (2, 1) for t in ((1, 8, 1), (1, 8, 2), (2, 8, 4))],
+)
+@pytest.mark.parametrize("wide", [False, True])
+def test_b_permuted_in_the_kernel(n, m, tile, wide, gen):
+    """B read as it lies and permuted on its way to shared memory (wide: loaded for 16-byte
+    shared stores): tokens off the n8 tile, a masked last step, x^T as linear passes it and
+    a row-major B (copied K contiguous)."""
+    step = 32 // m * tile[1]  # groups
+    for groups, tokens in ((3 * step + 6, 13), (step, 8), (2, 1)):
+        W = random_nm(99, groups * m, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+        x = randn(tokens, groups * m, gen=gen, dtype=torch.bfloat16, device="cuda")
         for B in (x.t(), x.t().contiguous()):
-            got = _launch_poisoned(W, B, tile, split=2, natural_b=True)
+            got = _launch_poisoned(W, B, tile, split=2, natural_b=True, wide_b_stores=wide)
             want = W.to_dense().double() @ B.double()
             assert_close(got, want, spmm_bound(W.to_dense(), B), torch.bfloat16)
 
@@ -253,7 +260,8 @@ def test_supports_on_the_gpu():
 def test_route_takes_the_measured_window():
     """2:4 bf16 element-wise at 1-32 tokens: one 8-token tile with B permuted in the kernel
     to 8 tokens, 16-token tiles past; split for four programs an SM (132 SMs), each range two
-    steps at least. Nothing else (fp16 not timed, vectors, other patterns, 33 tokens)."""
+    steps at least. 2:8 and 1:8 in their windows. Nothing else (fp16 not timed, vectors,
+    other patterns, 33 tokens)."""
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
 
     bf16 = torch.bfloat16
@@ -270,12 +278,18 @@ def test_route_takes_the_measured_window():
     assert tile(4, 64, 256) == (1, 8, 1, 1, True)  # one step: one range
     for args in [
         (33, 4096, 4096),
-        (16, 4096, 4096, 2, 8),
         (16, 4096, 4096, 1, 4),
         (16, 4096, 4096, 2, 4, torch.float16),
         (16, 4096, 4096, 2, 4, bf16, 2),
     ]:
         assert tile(*args) is None, args
+    # 2:8 and 1:8: 4-8 tokens, 9-16 on weights of 2^25 elements or more
+    assert tile(4, 4096, 4096, 2, 8) == (1, 8, 1, 8, True)
+    assert tile(8, 14336, 4096, 1, 8) == (1, 8, 1, 2, True)
+    assert tile(16, 4096, 14336, 2, 8) == (1, 8, 2, 8, False)
+    assert tile(16, 4096, 8192, 1, 8) == (1, 8, 2, 8, False)
+    for args in [(3, 4096, 14336), (9, 4096, 4096), (17, 4096, 14336), (1, 14336, 4096)]:
+        assert tile(*args, 2, 8) is None and tile(*args, 1, 8) is None, args
 
 
 def test_metadata_is_prepared_once_per_weight(gen):
@@ -292,10 +306,15 @@ def test_metadata_is_prepared_once_per_weight(gen):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 3, 8, 9, 16, 29])
-def test_linear_routes_through_mma_sp(tokens, gen, monkeypatch):
-    """linear takes the kernel for 2:4 bf16 at 1-32 tokens on the GPU, with bias, split on a
-    few-row weight, and gives the product in x's layout."""
+@pytest.mark.parametrize(
+    ("n", "m", "tokens", "rows", "k"),
+    [(2, 4, t, 1000, 2080) for t in (1, 3, 8, 9, 16, 29)]
+    + [(2, 8, 4, 1000, 2080), (1, 8, 8, 1000, 2080), (2, 8, 16, 4100, 8208), (1, 8, 9, 4100, 8208)],
+)
+def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, gen, monkeypatch):
+    """linear takes the kernel in its windows on the GPU (2:4 bf16 at 1-32 tokens, 2:8 and 1:8
+    at 4-8, 9-16 on a large weight), with bias, split on a few-row weight, and gives the
+    product in x's layout."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_mma_sp
 
@@ -304,9 +323,9 @@ def test_linear_routes_through_mma_sp(tokens, gen, monkeypatch):
     monkeypatch.setattr(
         spmm_nm_mma_sp, "spmm_nm_mma_sp", lambda **kw: calls.append(kw["split"]) or launch(**kw)
     )
-    W = random_nm(1000, 2048 + 4 * 8, 2, 4, gen, 1, 1, torch.bfloat16, "cuda")
-    x = randn(tokens, 2048 + 4 * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
-    bias = randn(1000, gen=gen, dtype=torch.bfloat16, device="cuda")
+    W = random_nm(rows, k, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, k, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
     got = sk.linear(x, W, bias)
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert len(calls) == 1 and calls[0] > 1 and got.is_contiguous()

@@ -6,7 +6,7 @@ Each timing rotates weight copies that overflow L2 twice; CUDA-graph medians in 
 each configuration checked against float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_mma_sp_cold.py
     SHAPES=4096x14336 TOKENS=8,16 CONFIGS=m2k4n2/s4,m1k8n2 UNORDERED=1 WAVE=4 ...
-    PATTERNS=2:8 CONFIGS=m1k8n1/b,m1k8n2 ...
+    PATTERNS=2:8 CONFIGS=m1k8n1/b,m1k8n1/v,m1k8n2 ...
 """
 
 import itertools
@@ -35,8 +35,9 @@ WAVE = int(os.environ.get("WAVE", "4"))
 
 
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
-    """/b: B permuted in the kernel; /wW: split for W programs an SM; /sS: S ranges (prefetching
-    a step ahead, /p at 7fb308d, measured no faster and is gone)."""
+    """/b: B permuted in the kernel; /v: likewise, loaded for 16-byte shared stores; /wW: split
+    for W programs an SM; /sS: S ranges (prefetching a step ahead, /p at 7fb308d, measured no
+    faster and is gone)."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))
@@ -49,7 +50,8 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
         blocks=kb,
         n_tiles=nt,
         split=split,
-        natural_b="b" in flags,
+        natural_b="b" in flags or "v" in flags,
+        wide_b_stores="v" in flags,
     )
 
 

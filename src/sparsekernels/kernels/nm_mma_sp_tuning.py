@@ -15,7 +15,19 @@ shared-memory stores at 16 tokens) past 8.) Every tile is one m16 tile a warp (6
 program) and 8 k32 blocks a step; two m16 tiles a warp, 4 blocks a step, 32-token tiles and
 prefetching a step ahead all measured slower.
 
-The split fills one wave of four programs an SM (the kernel's 72-92 registers would allow
+2:8 and 1:8 (results/nvidia-h200/2026-12-01/at-3b7ddd6/nm_mma_sp_m8.txt; the route: the
+select kernel at one token, the wgmma kernel at 8-32):
+                    4096 x 14336            14336 x 4096            4096 x 4096
+  tokens           1     8    16    32     1     8    16    32     1     8    16    32
+  2:8  route    14.7  18.8  21.5  28.2  13.0  20.5  23.8  29.8   6.0   8.5   9.3  11.7
+       mma.sp   14.9  15.2  18.7  26.6  16.1  16.6  19.6  28.6   6.7   7.1  10.0  12.5
+  1:8  route    12.2  17.5  19.9  27.0  11.3  17.8  20.7  24.8   5.3   7.8   8.4  10.8
+       mma.sp   12.7  13.1  17.1  25.0  14.0  14.9  17.4  25.5   6.1   6.6   9.4  11.9
+So they take 4-8 tokens, and 9-16 on weights of LARGE_WEIGHT elements or more (the launch
+that permutes B costs 1.5-2 us, too much beside a small weight's 9 us); at one token the
+select kernel stays, at 17-32 the wgmma kernel (within 7% either way).
+
+The split fills one wave of four programs an SM (the kernel's 62-92 registers would allow
 more, which measured no faster), each range two steps at least. fp16 runs the same kernel
 but was not timed, so it keeps its route.
 """
@@ -28,12 +40,23 @@ import torch
 
 from ._sizes import cdiv
 
-MMA_SP_MOST_TOKENS = 32
 MMA_SP_NATURAL_B_TOKENS = 8  # up to these B is permuted in the kernel (one 8-token tile)
+LARGE_WEIGHT = 1 << 25  # elements: 4096 x 4096 is under, 4096 x 14336 over
 MMA_SP_BLOCKS = 8
 MMA_SP_PROGRAMS_PER_SM = 4
 MMA_SP_MAX_SPLIT = 8
 MIN_STEPS_A_RANGE = 2
+
+
+@dataclass(frozen=True)
+class _Window:
+    fewest: int  # tokens
+    most: int
+    most_small: int  # on weights under LARGE_WEIGHT elements
+
+
+# (n, m) -> the tokens where it measured faster than the route, bf16 element-wise
+_WINDOWS = {(2, 4): _Window(1, 32, 32), (2, 8): _Window(4, 16, 8), (1, 8): _Window(4, 16, 8)}
 
 
 @dataclass(frozen=True)
@@ -56,15 +79,18 @@ def spmm_nm_mma_sp_config(
     k: int,
     sms: int,
 ) -> SpmmNmMmaSpConfig | None:
-    """The tile where the kernel measured faster than the route, else None: 2:4 element-wise
-    rows with their own choice, bf16, 1-32 tokens, K of `k`, on a GPU of `sms` SMs."""
-    if (n, m, vector, block) != (2, 4, 1, 1) or dtype != torch.bfloat16:
+    """The tile where the kernel measured faster than the route, else None: element-wise
+    rows with their own choice, bf16, in the pattern's window of tokens, K of `k`, on a GPU
+    of `sms` SMs."""
+    window = _WINDOWS.get((n, m))
+    if window is None or (vector, block) != (1, 1) or dtype != torch.bfloat16:
         return None
-    if not 1 <= n_cols <= MMA_SP_MOST_TOKENS:
+    most = window.most if rows * k >= LARGE_WEIGHT else window.most_small
+    if not window.fewest <= n_cols <= most:
         return None
     natural_b = n_cols <= MMA_SP_NATURAL_B_TOKENS
     n_tiles = 1 if natural_b else 2
     tiles = cdiv(rows, 64) * cdiv(n_cols, 8 * n_tiles)
-    steps = cdiv(k // 4, 8 * MMA_SP_BLOCKS)
+    steps = cdiv(k // m, 32 // m * MMA_SP_BLOCKS)  # a step: k256
     split = min(MMA_SP_PROGRAMS_PER_SM * sms // tiles, MMA_SP_MAX_SPLIT, steps // MIN_STEPS_A_RANGE)
     return SpmmNmMmaSpConfig(1, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b)

@@ -163,7 +163,16 @@ def _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB: gl.cons
         classes = gl.load(class_tiles + block0 // 8 * 32)  # a step of 8 blocks: 32 words
     else:
         classes = meta
-    if B_NATURAL:  # B's rows as they lie (int32 pairs), permuted on the way to shared memory
+    if B_NATURAL == 2:  # (tokens, span, j % 2, the span's 8 SPAN places): 16-byte stores
+        pairs = _along(KB // SPAN, 1, 4, B_COPY) * (16 * SPAN) + _along(2, 2, 4, B_COPY) * (
+            8 * SPAN
+        ) + _along(8 * SPAN, 3, 4, B_COPY)  # fmt: skip
+        b_ptrs = (b_tiles + block0 * 16) + pairs
+        if MASKED:
+            b_copy = gl.load(b_ptrs, mask=block0 * 16 + pairs < K // 2, other=0)
+        else:
+            b_copy = gl.load(b_ptrs)
+    elif B_NATURAL:  # B's rows as they lie (int32 pairs), permuted on the way to shared memory
         pairs = gl.arange(0, KB * 16, gl.SliceLayout(0, B_COPY))
         b_ptrs = (b_tiles + block0 * 16) + gl.expand_dims(pairs, 0)
         if MASKED:
@@ -245,7 +254,8 @@ def _nm_mma_sp_kernel(
     M_TILES: gl.constexpr,  # m16 tiles a warp
     KB: gl.constexpr,  # k32 blocks a step: 4 or 8
     NT: gl.constexpr,  # n8 tiles a program
-    B_NATURAL: gl.constexpr,  # b is B's (N, K / 2) int32 pairs, permuted in the kernel
+    B_NATURAL: gl.constexpr,  # b is B's (N, K / 2) int32 pairs, permuted in the kernel (2:
+    # loaded for 16-byte shared stores)
     ASM: gl.constexpr,
     CONSTRAINTS: gl.constexpr,
     LAYOUT: gl.constexpr,  # layouts() below
@@ -279,7 +289,10 @@ def _nm_mma_sp_kernel(
         _along(8, 3, AXES, CLASS_LOAD) * 4 + _along(4, 5, AXES, CLASS_LOAD)
     )  # fmt: skip
     # B: the program's n8 tiles (past N's last, the last), copied to shared memory a step
-    if B_NATURAL:  # B's tokens (past N the last: not stored)
+    if B_NATURAL == 2:  # B's tokens (past N the last: not stored)
+        tokens = gl.program_id(1) * BLOCK_N + _along(BLOCK_N, 0, 4, B_COPY)
+        b_tiles = b + gl.minimum(tokens, N - 1).to(gl.int64) * stride_b
+    elif B_NATURAL:  # B's tokens (past N the last: not stored)
         tokens = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, B_COPY))
         tokens = gl.minimum(tokens, N - 1).to(gl.int64)
         b_tiles = b + gl.expand_dims(tokens * stride_b, 1)
@@ -347,6 +360,14 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int, n: int = 2, m: int = 4) -> 
         "B_COPY": gl.BlockedLayout([1, 4], [1, 32], [1, WARPS], [1, 0]),
         # with B_NATURAL: (tokens, KB * 16 pairs), a warp 512 bytes of a token
         "B_NATURAL_COPY": gl.BlockedLayout([1, 4], [1, 32], [WARPS, 1], [1, 0]),
+        # or (tokens, KB / SPAN, 2, 8 SPAN): a thread's two 16-byte loads hold whole fragments
+        # of two lanes, so the permuted copy's shared stores are 16 bytes too
+        "B_WIDE_COPY": gl.BlockedLayout(
+            [1, 1, 2, 4],
+            [max(1, 32 // (2 * blocks)), blocks // SPAN_BLOCKS[(n, m)], 1, 2 * SPAN_BLOCKS[(n, m)]],
+            [WARPS, 1, 1, 1],
+            [3, 2, 1, 0],
+        ),  # fmt: skip
         # (NT, KB, G, Q, J): every warp reads all of it
         "B_LOAD": blocked([n_tiles, blocks, 1, 1, 4], [1, 1, 8, 4, 1], 0, [4, 0, 1, 3, 2]),
         "B_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
@@ -354,12 +375,12 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int, n: int = 2, m: int = 4) -> 
 
 
 def _launch_layouts(
-    m_tiles: int, blocks: int, n_tiles: int, natural_b: bool, n: int, m: int
+    m_tiles: int, blocks: int, n_tiles: int, natural_b: int, n: int, m: int
 ) -> dict:
     chosen = layouts(m_tiles, blocks, n_tiles, n, m)
-    natural = chosen.pop("B_NATURAL_COPY")
+    natural, wide = chosen.pop("B_NATURAL_COPY"), chosen.pop("B_WIDE_COPY")
     if natural_b:
-        chosen["B_COPY"] = natural
+        chosen["B_COPY"] = wide if natural_b == 2 else natural
     return chosen
 
 
@@ -394,13 +415,15 @@ def spmm_nm_mma_sp(
     fused: bool = True,
     ordered: bool = True,
     natural_b: bool = False,
+    wide_b_stores: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) and an n:m weight (2:4, 2:8, 1:8): values
     (M, K / m * n) 16-bit, metadata its `metadata_words` (and for m = 8 classes its
     `class_words`). A program covers 64 * m_tiles rows (4 warps of m_tiles m16 tiles) and
     8 * n_tiles tokens, `blocks` k32 blocks a step (4 or 8; m = 8: 8); `split` cuts the K
     walk into that many ranges (fewer where one would be empty). B is permuted into the MMA's
-    register order once before the launch (permuted_b), or with natural_b in the kernel.
+    register order once before the launch (permuted_b), or with natural_b in the kernel
+    (wide_b_stores: loaded so that its shared stores are 16 bytes, not 4).
     m = 8 takes plain `mma.sp` (its padding slots' indices need not rise)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
@@ -461,11 +484,11 @@ def spmm_nm_mma_sp(
         M_TILES=m_tiles,
         KB=blocks,
         NT=n_tiles,
-        B_NATURAL=natural_b,
+        B_NATURAL=natural_b * (1 + wide_b_stores),
         ASM=_mma_sp_asm(type_name, ordered and m == 4),
         CONSTRAINTS=MMA_SP_CONSTRAINTS,
         num_warps=WARPS,
-        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b, n, m),
+        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b * (1 + wide_b_stores), n, m),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)
