@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -28,7 +28,7 @@ shift
 steps=${*:-tests quick llm e2e}
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 # the newest committed run of each suite is its "previous version"
-previous_runs="benchmarks/results/nvidia-h200/2026-12-01/at-aed82fd benchmarks/results/nvidia-h200/2026-12-01/at-0697cec benchmarks/results/nvidia-h200/2026-12-01/at-b0dbdca benchmarks/results/nvidia-h200/2026-11-30/at-66451f2 benchmarks/results/nvidia-h200/2026-11-30/at-3cf23ad benchmarks/results/nvidia-h200/2026-11-30/at-0488441 benchmarks/results/nvidia-h200/2026-11-30/at-ac18a5d benchmarks/results/nvidia-h200/2026-11-30/at-94aadcc benchmarks/results/nvidia-h200/2026-11-30/at-a36e480 benchmarks/results/nvidia-h200/2026-11-30/at-b10f6fc benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
+previous_runs="benchmarks/results/nvidia-h200/2026-12-01/at-078a137 benchmarks/results/nvidia-h200/2026-12-01/at-aed82fd benchmarks/results/nvidia-h200/2026-12-01/at-0697cec benchmarks/results/nvidia-h200/2026-12-01/at-b0dbdca benchmarks/results/nvidia-h200/2026-11-30/at-66451f2 benchmarks/results/nvidia-h200/2026-11-30/at-3cf23ad benchmarks/results/nvidia-h200/2026-11-30/at-0488441 benchmarks/results/nvidia-h200/2026-11-30/at-ac18a5d benchmarks/results/nvidia-h200/2026-11-30/at-94aadcc benchmarks/results/nvidia-h200/2026-11-30/at-a36e480 benchmarks/results/nvidia-h200/2026-11-30/at-b10f6fc benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"
 mkdir -p "$out"
 bench() {  # bench NAME LIMIT ARGS...
   local name=$1 limit=$2
@@ -224,6 +224,7 @@ for step in $steps; do
     llm) bench llm 270 --suite llm --no-plots ;;
     llm_large) bench llm_large 400 --suite llm_large --no-plots ;;
     llm_linear) bench llm_linear 200 --suite llm_linear --no-plots ;;
+    llm_linear_fp16) bench llm_linear_fp16 200 --suite llm_linear --dtype fp16 --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
     nmsparse) bench nmsparse 560 --suite nmsparse --dtype bf16 --limit 100 --no-plots ;;
     nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;

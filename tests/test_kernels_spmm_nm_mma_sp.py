@@ -258,38 +258,47 @@ def test_supports_on_the_gpu():
 
 
 def test_route_takes_the_measured_window():
-    """2:4 bf16 element-wise at 1-32 tokens: one 8-token tile with B permuted in the kernel
-    to 8 tokens, 16-token tiles past; split for four programs an SM (132 SMs), each range two
-    steps at least. 2:8 and 1:8 in their windows. Nothing else (fp16 not timed, vectors,
-    other patterns, 33 tokens)."""
+    """2:4 at 1-32 tokens, 2:8 at 2-16, 1:8 at 3-16 (9-16: 1:8 on large weights only), bf16
+    and fp16 element-wise: one 8-token tile with B permuted in the kernel to 8 tokens
+    (16-byte stores for 2:8), 16-token tiles past, B permuted by a launch before (in the
+    kernel with 16-byte stores on small weights to 16 tokens, 2:4 and 2:8); split for four
+    programs an SM (132 SMs), each range two steps at least. Nothing else (vectors, other
+    patterns, fp32, 33 tokens)."""
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
 
     bf16 = torch.bfloat16
 
     def tile(tokens, rows, k, n=2, m=4, dtype=bf16, vector=1):
         c = spmm_nm_mma_sp_config(tokens, n, m, vector, 1, dtype, rows, k, 132)
-        return None if c is None else (c.m_tiles, c.blocks, c.n_tiles, c.split, c.natural_b)
+        if c is None:
+            return None
+        return (c.m_tiles, c.blocks, c.n_tiles, c.split, c.natural_b, c.wide_b_stores)
 
-    assert tile(1, 4096, 14336) == (1, 8, 1, 8, True)  # 64 row tiles: 528 // 64 = 8
-    assert tile(8, 14336, 4096) == (1, 8, 1, 2, True)  # 224 row tiles
-    assert tile(16, 4096, 4096) == (1, 8, 2, 8, False)
-    assert tile(32, 4096, 14336) == (1, 8, 2, 4, False)  # two column tiles
-    assert tile(9, 14336, 4096) == (1, 8, 2, 2, False)
-    assert tile(4, 64, 256) == (1, 8, 1, 1, True)  # one step: one range
+    assert tile(1, 4096, 14336) == (1, 8, 1, 8, True, False)  # 64 row tiles: 528 // 64 = 8
+    assert tile(8, 14336, 4096) == (1, 8, 1, 2, True, False)  # 224 row tiles
+    assert tile(8, 14336, 4096, dtype=torch.float16) == (1, 8, 1, 2, True, False)
+    assert tile(16, 4096, 4096) == (1, 8, 2, 8, True, True)  # small: B permuted in the kernel
+    assert tile(17, 4096, 4096) == (1, 8, 2, 4, False, False)  # two column tiles
+    assert tile(32, 4096, 14336) == (1, 8, 2, 4, False, False)
+    assert tile(9, 14336, 4096) == (1, 8, 2, 2, False, False)
+    assert tile(4, 64, 256) == (1, 8, 1, 1, True, False)  # one step: one range
+    assert tile(2, 4096, 4096, 2, 8) == (1, 8, 1, 8, True, True)
+    assert tile(3, 14336, 4096, 1, 8) == (1, 8, 1, 2, True, False)
+    assert tile(16, 4096, 14336, 2, 8) == (1, 8, 2, 8, False, False)
+    assert tile(16, 4096, 4096, 2, 8) == (1, 8, 2, 8, True, True)
+    assert tile(16, 4096, 8192, 1, 8, torch.float16) == (1, 8, 2, 8, False, False)
     for args in [
         (33, 4096, 4096),
         (16, 4096, 4096, 1, 4),
-        (16, 4096, 4096, 2, 4, torch.float16),
+        (16, 4096, 4096, 2, 4, torch.float32),
         (16, 4096, 4096, 2, 4, bf16, 2),
+        (1, 4096, 14336, 2, 8),
+        (2, 4096, 14336, 1, 8),
+        (9, 4096, 4096, 1, 8),
+        (17, 4096, 14336, 2, 8),
+        (17, 4096, 14336, 1, 8),
     ]:
         assert tile(*args) is None, args
-    # 2:8 and 1:8: 4-8 tokens, 9-16 on weights of 2^25 elements or more
-    assert tile(4, 4096, 4096, 2, 8) == (1, 8, 1, 8, True)
-    assert tile(8, 14336, 4096, 1, 8) == (1, 8, 1, 2, True)
-    assert tile(16, 4096, 14336, 2, 8) == (1, 8, 2, 8, False)
-    assert tile(16, 4096, 8192, 1, 8) == (1, 8, 2, 8, False)
-    for args in [(3, 4096, 14336), (9, 4096, 4096), (17, 4096, 14336), (1, 14336, 4096)]:
-        assert tile(*args, 2, 8) is None and tile(*args, 1, 8) is None, args
 
 
 def test_metadata_is_prepared_once_per_weight(gen):
@@ -307,14 +316,16 @@ def test_metadata_is_prepared_once_per_weight(gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("n", "m", "tokens", "rows", "k"),
-    [(2, 4, t, 1000, 2080) for t in (1, 3, 8, 9, 16, 29)]
-    + [(2, 8, 4, 1000, 2080), (1, 8, 8, 1000, 2080), (2, 8, 16, 4100, 8208), (1, 8, 9, 4100, 8208)],
+    ("n", "m", "tokens", "rows", "k", "dtype"),
+    [(2, 4, t, 1000, 2080, torch.bfloat16) for t in (1, 3, 8, 9, 16, 29)]
+    + [(2, 8, 2, 1000, 2080, torch.bfloat16), (1, 8, 8, 1000, 2080, torch.bfloat16)]
+    + [(2, 8, 13, 1000, 2080, torch.bfloat16), (2, 8, 16, 4100, 8208, torch.bfloat16)]
+    + [(1, 8, 9, 4100, 8208, torch.float16), (2, 4, 20, 1000, 2080, torch.float16)],
 )
-def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, gen, monkeypatch):
-    """linear takes the kernel in its windows on the GPU (2:4 bf16 at 1-32 tokens, 2:8 and 1:8
-    at 4-8, 9-16 on a large weight), with bias, split on a few-row weight, and gives the
-    product in x's layout."""
+def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, dtype, gen, monkeypatch):
+    """linear takes the kernel in its windows on the GPU (2:4 at 1-32 tokens, 2:8 at 2-16,
+    1:8 at 3-8 and 9-16 on a large weight), with bias, split on a few-row weight, and gives
+    the product in x's layout."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_mma_sp
 
@@ -323,11 +334,11 @@ def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, gen, monkeypatch):
     monkeypatch.setattr(
         spmm_nm_mma_sp, "spmm_nm_mma_sp", lambda **kw: calls.append(kw["split"]) or launch(**kw)
     )
-    W = random_nm(rows, k, n, m, gen, 1, 1, torch.bfloat16, "cuda")
-    x = randn(tokens, k, gen=gen, dtype=torch.bfloat16, device="cuda")
-    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
+    W = random_nm(rows, k, n, m, gen, 1, 1, dtype, "cuda")
+    x = randn(tokens, k, gen=gen, dtype=dtype, device="cuda")
+    bias = randn(rows, gen=gen, dtype=dtype, device="cuda")
     got = sk.linear(x, W, bias)
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert len(calls) == 1 and calls[0] > 1 and got.is_contiguous()
     bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
-    assert_close(got, want, bound, torch.bfloat16)
+    assert_close(got, want, bound, dtype)

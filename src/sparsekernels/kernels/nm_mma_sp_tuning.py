@@ -16,20 +16,34 @@ program) and 8 k32 blocks a step; two m16 tiles a warp, 4 blocks a step, 32-toke
 prefetching a step ahead all measured slower.
 
 2:8 and 1:8 (results/nvidia-h200/2026-12-01/at-3b7ddd6/nm_mma_sp_m8.txt; the route: the
-select kernel at one token, the wgmma kernel at 8-32):
+select kernel at 1-3 tokens, the wgmma kernel at 4-32, 1:8 at 8-32):
                     4096 x 14336            14336 x 4096            4096 x 4096
   tokens           1     8    16    32     1     8    16    32     1     8    16    32
   2:8  route    14.7  18.8  21.5  28.2  13.0  20.5  23.8  29.8   6.0   8.5   9.3  11.7
        mma.sp   14.9  15.2  18.7  26.6  16.1  16.6  19.6  28.6   6.7   7.1  10.0  12.5
   1:8  route    12.2  17.5  19.9  27.0  11.3  17.8  20.7  24.8   5.3   7.8   8.4  10.8
        mma.sp   12.7  13.1  17.1  25.0  14.0  14.9  17.4  25.5   6.1   6.6   9.4  11.9
-So they take 4-8 tokens, and 9-16 on weights of LARGE_WEIGHT elements or more (the launch
-that permutes B costs 1.5-2 us, too much beside a small weight's 9 us); at one token the
-select kernel stays, at 17-32 the wgmma kernel (within 7% either way).
+At 2-3 tokens (at-940861f/nm_mma_sp_m8_few.txt) the select kernel takes 21-27 us for 2:8
+where this one takes 14-16, and 1:8 ties it at 2 tokens. So 2:8 from 2 tokens, 1:8 from
+3, to 8, and to 16 on weights of LARGE_WEIGHT elements or more (the launch that permutes B
+costs 1.5-2 us, too much beside a small weight's 9 us); at 17-32 the wgmma kernel stays
+(within 7% either way).
+
+B permuted in the kernel and loaded for 16-byte shared stores (wide_b_stores; us,
+at-940861f/nm_mma_sp_wide.txt; 4-byte stores / 16-byte stores / B permuted before):
+                     4096 x 14336        14336 x 4096        4096 x 4096
+  2:4  8 tokens     20.6 21.7    -      20.9 21.3    -       8.4  8.6    -
+      16 tokens       -  23.8  24.1       -  24.9  24.5        -   9.6  11.0
+  2:8  8 tokens     15.3 14.6    -      16.4 15.3    -       7.0  6.7    -
+      16 tokens       -  19.5  18.9       -  20.3  19.5        -   8.4   9.7
+  1:8 16 tokens       -  22.2  17.1       -  23.8  17.4        -   9.6   9.5
+So 2:8 takes the 16-byte stores at 2-8 tokens, and 2:4 and 2:8 on small weights at 9-16
+(2:8 there 8.4 against the wgmma kernel's 8.8); 1:8 keeps the 4-byte ones.
 
 The split fills one wave of four programs an SM (the kernel's 62-92 registers would allow
 more, which measured no faster), each range two steps at least. fp16 runs the same kernel
-but was not timed, so it keeps its route.
+as fast (at-940861f/nm_mma_sp_fp16.txt: 2:4 at 8 tokens 20.6 / 20.7 / 8.4 us where its
+route took 52.8 / 50.4 / 19.5) and takes the same windows.
 """
 
 from __future__ import annotations
@@ -53,10 +67,17 @@ class _Window:
     fewest: int  # tokens
     most: int
     most_small: int  # on weights under LARGE_WEIGHT elements
+    wide_few: bool  # 16-byte shared stores of B at 1-8 tokens
+    wide_small: bool  # B permuted in the kernel with them past 8 tokens on small weights
 
 
-# (n, m) -> the tokens where it measured faster than the route, bf16 element-wise
-_WINDOWS = {(2, 4): _Window(1, 32, 32), (2, 8): _Window(4, 16, 8), (1, 8): _Window(4, 16, 8)}
+# (n, m) -> the tokens where it measured faster than the route, element-wise
+_WINDOWS = {
+    (2, 4): _Window(1, 32, 32, wide_few=False, wide_small=True),
+    (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True),
+    (1, 8): _Window(3, 16, 8, wide_few=False, wide_small=False),
+}
+WIDE_SMALL_MOST_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,7 @@ class SpmmNmMmaSpConfig:
     n_tiles: int
     split: int
     natural_b: bool
+    wide_b_stores: bool
 
 
 def spmm_nm_mma_sp_config(
@@ -80,17 +102,22 @@ def spmm_nm_mma_sp_config(
     sms: int,
 ) -> SpmmNmMmaSpConfig | None:
     """The tile where the kernel measured faster than the route, else None: element-wise
-    rows with their own choice, bf16, in the pattern's window of tokens, K of `k`, on a GPU
-    of `sms` SMs."""
+    rows with their own choice, bf16 or fp16, in the pattern's window of tokens, K of `k`, on
+    a GPU of `sms` SMs."""
     window = _WINDOWS.get((n, m))
-    if window is None or (vector, block) != (1, 1) or dtype != torch.bfloat16:
+    if window is None or (vector, block) != (1, 1):
         return None
-    most = window.most if rows * k >= LARGE_WEIGHT else window.most_small
-    if not window.fewest <= n_cols <= most:
+    if dtype not in (torch.bfloat16, torch.float16):
         return None
-    natural_b = n_cols <= MMA_SP_NATURAL_B_TOKENS
-    n_tiles = 1 if natural_b else 2
+    small = rows * k < LARGE_WEIGHT
+    if not window.fewest <= n_cols <= (window.most_small if small else window.most):
+        return None
+    few = n_cols <= MMA_SP_NATURAL_B_TOKENS
+    wide_past_few = small and window.wide_small and n_cols <= WIDE_SMALL_MOST_TOKENS
+    natural_b = few or wide_past_few
+    wide = window.wide_few if few else wide_past_few
+    n_tiles = 1 if few else 2
     tiles = cdiv(rows, 64) * cdiv(n_cols, 8 * n_tiles)
     steps = cdiv(k // m, 32 // m * MMA_SP_BLOCKS)  # a step: k256
     split = min(MMA_SP_PROGRAMS_PER_SM * sms // tiles, MMA_SP_MAX_SPLIT, steps // MIN_STEPS_A_RANGE)
-    return SpmmNmMmaSpConfig(1, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b)
+    return SpmmNmMmaSpConfig(1, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b, wide)
