@@ -1,54 +1,65 @@
-"""The CUDA kernels one sk.linear call launches, with their times under torch.profiler, next to
-the call's CUDA-graph median: where the route spends time beyond its main kernel.
-
-The N:M decode route at 8 tokens ran 45.1 us on 4096 x 14336 2:8 where its kernel alone, same
-configuration, ran 34.8 (nm_decode_keep_sums.txt, at-17e714a); at 2 and 4 tokens the gap was
-2 us. Cases: PATTERN:MxK:TOKENS, bf16, comma-separated in CASES.
+"""The kernels linear launches for N:M cases, each with its time (torch.profiler, warm L2), and
+the direct mma.sp launch with the route's own config into a row-major and a column-major out:
+where the route's time differs from its kernel's in the sweeps, this says which launch costs.
     PYTHONPATH=src python3 benchmarks/sweeps/route_kernels.py
-    CASES=2:8:4096x14336:8,70%:4096x14336:16 ...
+    SHAPES=4096x14336 PATTERNS=2:8,1:8 TOKENS=16 ...
 """
 
-import os
+import dataclasses
+import itertools
 
 import torch
+from _nm_cases import env_cases, nm_case
 from torch.profiler import ProfilerActivity, profile
-from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
+from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
+from sparsekernels.kernels.spmm_nm_mma_sp import spmm_nm_mma_sp
+from sparsekernels.ops._triton_nm import class_words, metadata_words
 
-CASES = os.environ.get(
-    "CASES", "2:8:4096x14336:8,2:8:4096x14336:4,1:8:4096x14336:8,70%:4096x14336:8"
-).split(",")
+SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096", "2:8,1:8,2:4", "16")
 
 
-def weight(pattern: str, w: torch.Tensor):
-    if pattern.endswith("%"):
-        mask = sk.prune.magnitude_mask(w.float(), float(pattern[:-1]) / 100)
-        return sk.CSRMatrix.from_dense(w, mask=mask)
-    n, m = map(int, pattern.split(":"))
-    return sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
+def kernel_times(fn, repeats: int = 20) -> list[tuple[str, float]]:
+    """(kernel name, mean us a call) of each kernel fn launches."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+    return [
+        (e.key[:70], e.device_time_total / repeats)
+        for e in prof.key_averages()
+        if e.device_time_total > 0
+    ]
 
 
 def main():
-    for case in CASES:
-        *pattern, shape, tokens = case.split(":")
-        M, K = map(int, shape.split("x"))
-        torch.manual_seed(0)
-        w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        W = weight(":".join(pattern), w)
-        x = torch.randn(int(tokens), K, device="cuda", dtype=torch.bfloat16)
-        sk.linear(x, W)  # compile and cache
-        graphed = do_bench_cudagraph(lambda W=W, x=x: sk.linear(x, W), rep=20) * 1e3
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(20):
-                sk.linear(x, W)
-            torch.cuda.synchronize()
-        print(f"\n{case}: graphed median {graphed:.1f} us; kernels over 20 calls:")
-        print(
-            prof.key_averages().table(
-                sort_by="cuda_time_total", row_limit=8, max_name_column_width=70
-            )
-        )
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for (M, K), (n, m), tokens in itertools.product(SHAPES, PATTERNS, TOKENS):
+        case = nm_case(M, K, n, m, tokens)
+        W, x = case["W"], case["x"]
+        config = spmm_nm_mma_sp_config(tokens, n, m, 1, 1, x.dtype, M, K, sms)
+        print(f"\n{M}x{K} {n}:{m} t{tokens} route config {config}")
+        for name, us in kernel_times(lambda: sk.linear(x, W)):
+            print(f"  linear   {us:7.1f} us  {name}")
+        if config is None:
+            continue
+        meta = metadata_words(W.indices, M, 1, n, m)
+        classes = class_words(W.indices, M, 1, n) if m == 8 else None
+        for layout in ("row", "column"):
+            out = torch.empty(M, tokens, device="cuda", dtype=x.dtype)
+            if layout == "column":
+                out = torch.empty(tokens, M, device="cuda", dtype=x.dtype).t()
+
+            def direct(out=out):
+                spmm_nm_mma_sp(values=W.values, metadata=meta, classes=classes, b=x.t(), n=n,
+                               m=m, bias=None, out=out, activation="none",
+                               **dataclasses.asdict(config))  # fmt: skip
+
+            for name, us in kernel_times(direct):
+                print(f"  {layout:<8} {us:7.1f} us  {name}")
 
 
 if __name__ == "__main__":
