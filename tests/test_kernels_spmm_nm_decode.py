@@ -315,10 +315,16 @@ def test_llm_shape_on_gpu(gen):
 def test_tall_tiles_on_gpu(tokens, n, m, gen, monkeypatch):
     """linear's tall tiles (5-8 tokens, rows of 8192+ columns) compiled on the H200: a row
     count that is not a multiple of 32, split-K and bias, against float64."""
-    from sparsekernels.kernels import nm_unpack_tuning, nm_wgmma_tuning, spmm_nm_decode
+    from sparsekernels.kernels import (
+        nm_mma_sp_tuning,
+        nm_unpack_tuning,
+        nm_wgmma_tuning,
+        spmm_nm_decode,
+    )
 
     monkeypatch.setattr(nm_unpack_tuning, "UNPACK_TOKENS", {})  # (2:8 at 8 tokens unpacks)
     monkeypatch.setattr(nm_wgmma_tuning, "WGMMA_WINDOWS", {})  # (and on Hopper, wgmma)
+    monkeypatch.setattr(nm_mma_sp_tuning, "MMA_SP_WINDOWS", {})  # (and on sm_80+, mma.sp)
     launches = []
     launch = spmm_nm_decode.spmm_nm_decode
     monkeypatch.setattr(

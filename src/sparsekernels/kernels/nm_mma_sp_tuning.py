@@ -72,7 +72,7 @@ class _Window:
 
 
 # (n, m) -> the tokens where it measured faster than the route, element-wise
-_WINDOWS = {
+MMA_SP_WINDOWS = {
     (2, 4): _Window(1, 32, 32, wide_few=False, wide_small=True),
     (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True),
     (1, 8): _Window(3, 16, 8, wide_few=False, wide_small=False),
@@ -104,7 +104,7 @@ def spmm_nm_mma_sp_config(
     """The tile where the kernel measured faster than the route, else None: element-wise
     rows with their own choice, bf16 or fp16, in the pattern's window of tokens, K of `k`, on
     a GPU of `sms` SMs."""
-    window = _WINDOWS.get((n, m))
+    window = MMA_SP_WINDOWS.get((n, m))
     if window is None or (vector, block) != (1, 1):
         return None
     if dtype not in (torch.bfloat16, torch.float16):
