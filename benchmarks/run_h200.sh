@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -198,6 +198,11 @@ for step in $steps; do
         DTYPE=fp16 PATTERNS=2:4,2:8,1:8 TOKENS=1,8,16 CONFIGS=m1k8n1/b,m1k8n2 timeout 110 \
           python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_fp16.txt" 2>&1
         echo "fp16 rc=$? $(tail -1 "$out/nm_mma_sp_fp16.txt")") ;;
+    nmmmaspsplit)  # 2:8 and 1:8 on mma.sp with more programs an SM (more bytes in flight)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=2:8,1:8 TOKENS=1,4,8,16 \
+        CONFIGS=m1k8n1/b,m1k8n1/b/w6,m1k8n1/b/w8,m1k8n1/v/w8,m1k8n2,m1k8n2/w8 timeout 300 \
+        python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_split.txt" 2>&1)
+      echo "nmmmaspsplit rc=$? $(tail -1 "$out/nm_mma_sp_split.txt")" ;;
     routekernels)  # the kernels linear launches against its mma.sp kernel alone (route_kernels.py)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 120 python3 route_kernels.py \
         >"$out/route_kernels.txt" 2>&1)

@@ -43,7 +43,7 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     kb, nt = (int(d) for d in rest.split("n"))
     tiles = -(-rows // (64 * int(mt))) * -(-tokens // (8 * nt))
     wave = next((int(f[1:]) for f in flags if f.startswith("w")), WAVE)
-    split = max(1, min(8, wave * sms // tiles, k // (32 * kb) // 2))  # 2 steps a range
+    split = max(1, min(16, wave * sms // tiles, k // (32 * kb) // 2))  # 2 steps a range
     split = next((int(f[1:]) for f in flags if f.startswith("s")), split)
     return dict(
         m_tiles=int(mt),

@@ -1,0 +1,73 @@
+"""Registers and instruction counts of kernels compiled for sm_90 on a CPU machine, before
+spending device time: tests/test_compile_hopper.py's cases (name filters as arguments, all
+by default) through triton.compile for GPUTarget("cuda", 90, 32), then the wheel's ptxas -v
+and cuobjdump -sass. Prints a line a case: registers, SASS instructions, shared stores (of
+them 16-byte), MMA instructions.
+    TRITON_INTERPRET= .venv/bin/python benchmarks/sweeps/sm90_compile_stats.py "mma.sp"
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "src")]
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.backends.nvidia.compiler import get_ptxas  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction  # noqa: E402
+
+import test_compile_hopper  # noqa: E402
+
+
+def ptxas_path() -> str:
+    found = get_ptxas(90) if "arch" in get_ptxas.__code__.co_varnames else get_ptxas()
+    return getattr(found, "path", found)
+
+
+def stats(ptx: str) -> str:
+    folder = tempfile.mkdtemp()
+    ptxas = ptxas_path()
+    Path(folder, "k.ptx").write_text(ptx)
+    run = subprocess.run(
+        [ptxas, "-v", "-arch=sm_90a", f"{folder}/k.ptx", "-o", f"{folder}/k.cubin"],
+        capture_output=True,
+        text=True,
+    )
+    registers = ",".join(re.findall(r"Used (\d+) registers", run.stderr))
+    cuobjdump = os.path.join(os.path.dirname(ptxas), "cuobjdump")
+    sass = subprocess.run(
+        [cuobjdump, "-sass", f"{folder}/k.cubin"], capture_output=True, text=True
+    ).stdout
+    lines = [line for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
+    stores = [line for line in lines if "STS" in line]
+    wide = sum("STS.128" in line for line in stores)
+    mma = sum(("HMMA" in line) or ("HGMMA" in line) for line in lines)
+    return f"registers {registers} instructions {len(lines)} STS {len(stores)} ({wide} x 16 B) MMA {mma}"
+
+
+def main():
+    wanted = sys.argv[1:]
+    for name, (kernel, pointers, constants, warps) in test_compile_hopper._cases().items():
+        if wanted and not any(w in name for w in wanted):
+            continue
+        pointers = list(pointers)
+        signature = {
+            arg: "constexpr" if arg in constants else (pointers.pop(0) if pointers else "i32")
+            for arg in kernel.arg_names
+        }
+        source_type = GluonASTSource if isinstance(kernel, GluonJITFunction) else ASTSource
+        source = source_type(fn=kernel, signature=signature, constexprs=constants)
+        compiled = triton.compile(
+            source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
+        )
+        print(f"{name:48s} {stats(compiled.asm['ptx'])}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
