@@ -198,9 +198,12 @@ for step in $steps; do
         DTYPE=fp16 PATTERNS=2:4,2:8,1:8 TOKENS=1,8,16 CONFIGS=m1k8n1/b,m1k8n2 timeout 110 \
           python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_fp16.txt" 2>&1
         echo "fp16 rc=$? $(tail -1 "$out/nm_mma_sp_fp16.txt")") ;;
-    nmmmaspsplit)  # 2:8 and 1:8 on mma.sp with more programs an SM (more bytes in flight)
+    nmmmaspsplit)  # 2:8 and 1:8 on mma.sp: more programs an SM, loads a step ahead (bytes in flight)
+      timeout 120 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_mma_sp.py -k prefetch \
+        -n 8 -p no:cacheprovider >"$out/gpu_tests_prefetch.log" 2>&1
+      echo "prefetch tests rc=$? $(tail -1 "$out/gpu_tests_prefetch.log")"
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=2:8,1:8 TOKENS=1,4,8,16 \
-        CONFIGS=m1k8n1/b,m1k8n1/b/w6,m1k8n1/b/w8,m1k8n1/v/w8,m1k8n2,m1k8n2/w8 timeout 300 \
+        CONFIGS=m1k8n1/b,m1k8n1/b/w8,m1k8n1/b/p,m1k8n1/b/p/w8,m1k8n1/v/w8,m1k8n2,m1k8n2/w8 timeout 300 \
         python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_split.txt" 2>&1)
       echo "nmmmaspsplit rc=$? $(tail -1 "$out/nm_mma_sp_split.txt")" ;;
     routekernels)  # the kernels linear launches against its mma.sp kernel alone (route_kernels.py)

@@ -42,6 +42,7 @@ def _cases() -> dict:
     import triton.language as tl
 
     from sparsekernels.kernels.attention_block import _attn_fwd_kernel
+    from sparsekernels.kernels.nm_mma_sp_layouts import launch_layouts
     from sparsekernels.kernels.rms_norm import _rms_norm_kernel
     from sparsekernels.kernels.rope_cache import _rope_cache_kernel
     from sparsekernels.kernels.sddmm_csr import _sddmm_csr_kernel
@@ -55,7 +56,6 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
     from sparsekernels.kernels.spmm_nm_mma_sp import (
         MMA_SP_CONSTRAINTS,
-        _launch_layouts,
         _mma_sp_asm,
         _nm_mma_sp_kernel,
     )
@@ -205,7 +205,7 @@ def _cases() -> dict:
         pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
-    for name, (n, m, tile, splits, natural, dtype) in {
+    for name, (n, m, tile, splits, natural, dtype, *prefetch) in {
         "natural B split 4": (2, 4, (1, 8, 1), 4, True, "bf16"),
         "permuted B bias fp16": (2, 4, (2, 4, 2), 1, False, "f16"),
         "2:8 natural B split 4": (2, 8, (1, 8, 1), 4, True, "bf16"),
@@ -215,13 +215,15 @@ def _cases() -> dict:
         "wide B stores 16 tokens bias": (2, 4, (1, 8, 2), 1, 2, "bf16"),
         "2:8 wide B stores 16 tokens": (2, 8, (1, 8, 2), 4, 2, "bf16"),
         "1:8 wide B stores bias": (1, 8, (1, 8, 1), 1, 2, "bf16"),
+        "1:8 natural B prefetch split 4": (1, 8, (1, 8, 1), 4, 1, "bf16", True),
+        "2:8 wide B stores prefetch": (2, 8, (1, 8, 1), 1, 2, "bf16", True),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=splits > 1, N_KEEP=n, M_GROUP=m, M_TILES=m_tiles,
-                         KB=blocks, NT=n_tiles, B_NATURAL=natural,
+                         KB=blocks, NT=n_tiles, B_NATURAL=natural, PREFETCH=bool(prefetch),
                          ASM=_mma_sp_asm(dtype, m == 4), CONSTRAINTS=MMA_SP_CONSTRAINTS,
-                         **_launch_layouts(m_tiles, blocks, n_tiles, natural, n, m))  # fmt: skip
+                         **launch_layouts(m_tiles, blocks, n_tiles, natural, n, m))  # fmt: skip
         data = "*bf16" if dtype == "bf16" else "*fp16"
         pointers = ["*i32", "*i32", "*i32", "*i32", data, data, "*fp32", "*i32"]
         cases[f"nm mma.sp {name}"] = (_nm_mma_sp_kernel, pointers, constants, 4)
@@ -291,6 +293,8 @@ CASE_NAMES = [
     "nm mma.sp wide B stores 16 tokens bias",
     "nm mma.sp 2:8 wide B stores 16 tokens",
     "nm mma.sp 1:8 wide B stores bias",
+    "nm mma.sp 1:8 natural B prefetch split 4",
+    "nm mma.sp 2:8 wide B stores prefetch",
     "attention forward final bf16",
 ]
 

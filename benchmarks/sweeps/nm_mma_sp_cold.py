@@ -36,8 +36,8 @@ WAVE = int(os.environ.get("WAVE", "4"))
 
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     """/b: B permuted in the kernel; /v: likewise, loaded for 16-byte shared stores; /wW: split
-    for W programs an SM; /sS: S ranges (prefetching a step ahead, /p at 7fb308d, measured no
-    faster and is gone)."""
+    for W programs an SM; /sS: S ranges; /p: each step's loads a step ahead (2:4 at 7fb308d:
+    no faster)."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))
@@ -52,6 +52,7 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
         split=split,
         natural_b="b" in flags or "v" in flags,
         wide_b_stores="v" in flags,
+        prefetch="p" in flags,
     )
 
 

@@ -22,23 +22,20 @@ it only in a figure): lane q = 0 of a quad holds rows g and g + 8's first four g
 each, row g low, a nibble a group), q = 1 their last four (sparsity selector 0).
 
 B goes through shared memory once a program (every warp reads all of it): read as it lies and
-permuted on the way at 8-token tiles, or permuted by a launch before (permuted_b) at 16, where
-the kernel's 4-byte shared stores cost more than the launch. A step is 8 k32 blocks; a warp
-one m16 tile. Split-K as the wgmma kernel (split_k.end_piece: the last piece of a tile sums
-the planes in order).
+permuted on the way (natural_b; with wide_b_stores loaded so that a thread's shared stores are
+16 bytes, not 4), or permuted by a launch before (permuted_b). A step is 8 k32 blocks (k256);
+a warp one m16 tile. Split-K as the wgmma kernel (split_k.end_piece: the last piece of a tile
+sums the planes in order). prefetch issues each step's loads a step ahead.
 
 2:8 and 1:8: a group is two of the MMA's chunks of four (its halves); the lane loads the
 group's values once and makes both halves' registers from them by the group's class (shifts
 and masks: nm_mma_sp_operands), the classes loaded a word a lane a step. Plain `mma.sp` (a
-padding slot's index may sit below its value's). Written and checked on the CPU (the
-register math, tests/test_kernels_spmm_nm_mma_sp.py) and compiled for sm_90 (2:8 156
-instructions a step, 1:8 148); not yet run on the H200, so not routed.
+padding slot's index may sit below its value's).
 
-On the H200 (results/nvidia-h200/2026-12-01/at-3c2308c, cold, bf16, 2:4): 4096 x 14336 19.9 us at
-one token and 20.8 at 8 (dense 31.7-33.0; the route before 23.8-24.3), 14336 x 4096 20.2 and
-20.5, 24.1-24.3 at 16 tokens: 3.2-3.3 TB/s on the weight's bytes (values and metadata),
-against cuBLAS's 3.7 on the dense weight. Prefetching a step ahead, two m16 tiles a warp and
-waves of 6-8 programs an SM measured no faster (at-7fb308d).
+On the H200 (results/nvidia-h200/2026-12-01, cold, bf16; nm_mma_sp_tuning.py has the tables
+and the route): 2:4 on 4096 x 14336 19.9 us at one token and 20.8 at 8 (dense 31.7-33.0),
+3.2-3.3 TB/s on the weight's bytes against cuBLAS's 3.7 on the dense weight; 2:8 14.4-15.3
+us at 1-8 tokens, 1:8 12.7-13.4, short of their bytes (too few in flight: NOTES).
 """
 
 from __future__ import annotations
@@ -53,12 +50,12 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import _along, _shr
 from ._sizes import cdiv
+from .nm_mma_sp_layouts import WARPS, launch_layouts
 from .nm_mma_sp_operands import SPAN_BLOCKS, permuted_b
 
 # the CTA barrier (Gluon renamed it after Triton 3.6)
 _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 AXES = gl.constexpr(7)  # (WMT, KB, RH, G, NT, Q, RC)
-WARPS = 4
 
 
 def _mma_sp_asm(type_name: str, ordered: bool) -> str:
@@ -256,9 +253,10 @@ def _nm_mma_sp_kernel(
     NT: gl.constexpr,  # n8 tiles a program
     B_NATURAL: gl.constexpr,  # b is B's (N, K / 2) int32 pairs, permuted in the kernel (2:
     # loaded for 16-byte shared stores)
+    PREFETCH: gl.constexpr,  # a step's loads issued a step ahead (two steps' registers)
     ASM: gl.constexpr,
     CONSTRAINTS: gl.constexpr,
-    LAYOUT: gl.constexpr,  # layouts() below
+    LAYOUT: gl.constexpr,  # nm_mma_sp_layouts.layouts()
     A_LOAD: gl.constexpr,
     META_LOAD: gl.constexpr,
     CLASS_LOAD: gl.constexpr,
@@ -306,11 +304,27 @@ def _nm_mma_sp_kernel(
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
-    for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
-        loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB, N_KEEP,
-                            M_GROUP, False, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
-        acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
-                        B_LOAD, B_NATURAL)  # fmt: skip
+    if PREFETCH:  # each step's loads issued before the step ahead of it runs its MMAs
+        if full > first:
+            loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, first, end, K, KB,
+                                N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
+                                B_NATURAL)  # fmt: skip
+            for g0 in range(first + STEP, full, STEP):
+                ahead = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB,
+                                   N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
+                                   B_NATURAL)  # fmt: skip
+                acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
+                                A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
+                loaded = ahead
+            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
+                            A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
+    else:
+        for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
+            loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB,
+                                N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
+                                B_NATURAL)  # fmt: skip
+            acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
+                            A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
     if full < end:
         loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, full, end, K, KB,
                             N_KEEP, M_GROUP, True, A_LOAD, META_LOAD, B_COPY,
@@ -325,63 +339,6 @@ def _nm_mma_sp_kernel(
         tile, offs_m, offs_n, offs_m < M, offs_n < N, bias, out, partials, counters, N,
         SPLIT_STRIDE, stride_om, stride_on, HAS_BIAS, ACTIVATION, gl.float32, SPLITS, FUSED,
     )  # fmt: skip
-
-
-def layouts(m_tiles: int, blocks: int, n_tiles: int, n: int = 2, m: int = 4) -> dict:
-    """The kernel's layouts for 4 warps, each with `m_tiles` m16 tiles, `blocks` k32 blocks a
-    step and `n_tiles` n8 tiles, for n:m: LAYOUT the accumulators' (WMT, RH, G, NT, Q, RC) (module
-    docstring; registers rc, rh, nt, wmt: a pack of 4 is one instruction's); the loads' own,
-    a lane's vector innermost."""
-
-    def blocked(shape_regs, lanes, warp_axis, order):
-        warps = [1] * len(shape_regs)
-        warps[warp_axis] = WARPS
-        return gl.BlockedLayout(shape_regs, lanes, warps, order)
-
-    lanes7 = [1, 1, 1, 8, 1, 4, 1]
-    return {
-        "LAYOUT": blocked(
-            [m_tiles, 2, 1, n_tiles, 1, 2], [1, 1, 8, 1, 4, 1], 0, [5, 1, 3, 0, 4, 2]
-        ),  # fmt: skip
-        # (WMT, SP, I, G, 1, Q, RC): SP spans of SPAN_BLOCKS[(n, m)] blocks
-        "A_LOAD": blocked(
-            [m_tiles, blocks // SPAN_BLOCKS[(n, m)], 4, 1, 1, 1, 2],
-            lanes7,
-            0,
-            [2, 6, 1, 0, 5, 3, 4],
-        ),  # fmt: skip
-        # (WMT, KB / 4, KBL, G, 1, Q, 1)
-        "META_LOAD": blocked(
-            [m_tiles, blocks // 4, 4, 1, 1, 1, 1], lanes7, 0, [2, 1, 0, 5, 3, 4, 6]
-        ),  # fmt: skip
-        # (WMT, 1, 1, G, 1, Q, 1): 2:8's classes, a word a lane
-        "CLASS_LOAD": blocked([m_tiles, 1, 1, 1, 1, 1, 1], lanes7, 0, [0, 1, 2, 5, 3, 4, 6]),
-        # (NT, KB * 128): 128 threads, 16 bytes each
-        "B_COPY": gl.BlockedLayout([1, 4], [1, 32], [1, WARPS], [1, 0]),
-        # with B_NATURAL: (tokens, KB * 16 pairs), a warp 512 bytes of a token
-        "B_NATURAL_COPY": gl.BlockedLayout([1, 4], [1, 32], [WARPS, 1], [1, 0]),
-        # or (tokens, KB / SPAN, 2, 8 SPAN): a thread's two 16-byte loads hold whole fragments
-        # of two lanes, so the permuted copy's shared stores are 16 bytes too
-        "B_WIDE_COPY": gl.BlockedLayout(
-            [1, 1, 2, 4],
-            [max(1, 32 // (2 * blocks)), blocks // SPAN_BLOCKS[(n, m)], 1, 2 * SPAN_BLOCKS[(n, m)]],
-            [WARPS, 1, 1, 1],
-            [3, 2, 1, 0],
-        ),  # fmt: skip
-        # (NT, KB, G, Q, J): every warp reads all of it
-        "B_LOAD": blocked([n_tiles, blocks, 1, 1, 4], [1, 1, 8, 4, 1], 0, [4, 0, 1, 3, 2]),
-        "B_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
-    }
-
-
-def _launch_layouts(
-    m_tiles: int, blocks: int, n_tiles: int, natural_b: int, n: int, m: int
-) -> dict:
-    chosen = layouts(m_tiles, blocks, n_tiles, n, m)
-    natural, wide = chosen.pop("B_NATURAL_COPY"), chosen.pop("B_WIDE_COPY")
-    if natural_b:
-        chosen["B_COPY"] = wide if natural_b == 2 else natural
-    return chosen
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int, device: torch.device) -> bool:
@@ -416,6 +373,7 @@ def spmm_nm_mma_sp(
     ordered: bool = True,
     natural_b: bool = False,
     wide_b_stores: bool = False,
+    prefetch: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) and an n:m weight (2:4, 2:8, 1:8): values
     (M, K / m * n) 16-bit, metadata its `metadata_words` (and for m = 8 classes its
@@ -423,7 +381,8 @@ def spmm_nm_mma_sp(
     8 * n_tiles tokens, `blocks` k32 blocks a step (4 or 8; m = 8: 8); `split` cuts the K
     walk into that many ranges (fewer where one would be empty). B is permuted into the MMA's
     register order once before the launch (permuted_b), or with natural_b in the kernel
-    (wide_b_stores: loaded so that its shared stores are 16 bytes, not 4).
+    (wide_b_stores: loaded so that its shared stores are 16 bytes, not 4). prefetch: each
+    step's loads issued a step ahead.
     m = 8 takes plain `mma.sp` (its padding slots' indices need not rise)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
@@ -485,10 +444,11 @@ def spmm_nm_mma_sp(
         KB=blocks,
         NT=n_tiles,
         B_NATURAL=natural_b * (1 + wide_b_stores),
+        PREFETCH=prefetch,
         ASM=_mma_sp_asm(type_name, ordered and m == 4),
         CONSTRAINTS=MMA_SP_CONSTRAINTS,
         num_warps=WARPS,
-        **_launch_layouts(m_tiles, blocks, n_tiles, natural_b * (1 + wide_b_stores), n, m),
+        **launch_layouts(m_tiles, blocks, n_tiles, natural_b * (1 + wide_b_stores), n, m),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)
