@@ -205,7 +205,7 @@ def _cases() -> dict:
         pointers = ["*i32" if n == 2 else "*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm wgmma {n}:{m}"] = (_nm_wgmma_kernel, pointers, constants, 4)
-    for name, (n, m, tile, splits, natural, dtype, *prefetch) in {
+    for name, (n, m, tile, splits, natural, dtype, *flags) in {
         "natural B split 4": (2, 4, (1, 8, 1), 4, True, "bf16"),
         "permuted B bias fp16": (2, 4, (2, 4, 2), 1, False, "f16"),
         "2:8 natural B split 4": (2, 8, (1, 8, 1), 4, True, "bf16"),
@@ -215,13 +215,17 @@ def _cases() -> dict:
         "wide B stores 16 tokens bias": (2, 4, (1, 8, 2), 1, 2, "bf16"),
         "2:8 wide B stores 16 tokens": (2, 8, (1, 8, 2), 4, 2, "bf16"),
         "1:8 wide B stores bias": (1, 8, (1, 8, 1), 1, 2, "bf16"),
-        "1:8 natural B prefetch split 4": (1, 8, (1, 8, 1), 4, 1, "bf16", True),
-        "2:8 wide B stores prefetch": (2, 8, (1, 8, 1), 1, 2, "bf16", True),
+        "1:8 natural B prefetch split 4": (1, 8, (1, 8, 1), 4, 1, "bf16", "prefetch"),
+        "2:8 wide B stores prefetch": (2, 8, (1, 8, 1), 1, 2, "bf16", "prefetch"),
+        "out by rows split 4": (2, 4, (1, 8, 1), 4, 1, "bf16", "columns"),
+        "2:8 out by rows 16 tokens bias": (2, 8, (1, 8, 2), 1, 0, "bf16", "columns"),
+        "1:8 out by rows 32 tokens split 4": (1, 8, (2, 8, 4), 4, 0, "bf16", "columns"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=splits > 1, N_KEEP=n, M_GROUP=m, M_TILES=m_tiles,
-                         KB=blocks, NT=n_tiles, B_NATURAL=natural, PREFETCH=bool(prefetch),
+                         KB=blocks, NT=n_tiles, B_NATURAL=natural, PREFETCH="prefetch" in flags,
+                         OUT_M_FASTEST="columns" in flags,
                          ASM=_mma_sp_asm(dtype, m == 4), CONSTRAINTS=MMA_SP_CONSTRAINTS,
                          **launch_layouts(m_tiles, blocks, n_tiles, natural, n, m))  # fmt: skip
         data = "*bf16" if dtype == "bf16" else "*fp16"
@@ -295,6 +299,9 @@ CASE_NAMES = [
     "nm mma.sp 1:8 wide B stores bias",
     "nm mma.sp 1:8 natural B prefetch split 4",
     "nm mma.sp 2:8 wide B stores prefetch",
+    "nm mma.sp out by rows split 4",
+    "nm mma.sp 2:8 out by rows 16 tokens bias",
+    "nm mma.sp 1:8 out by rows 32 tokens split 4",
     "attention forward final bf16",
 ]
 

@@ -156,6 +156,34 @@ def test_prefetch_a_step_ahead(n, m, natural_b, wide, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (2, 8), (1, 8)])
+@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 8, 2), (2, 8, 4)])
+@pytest.mark.parametrize("rows", [77, 1024])
+def test_out_by_rows(n, m, tile, rows, gen):
+    """A column-major out (linear's W x^T) stored by runs of rows, the split-K planes laid
+    out so: rows off the tile and a multiple of 16 (vector stores), tokens off the column
+    tile, one range, fused ranges, one of only a masked tail, and unfused (the option
+    ignored)."""
+    groups = 3 * 32 + 6
+    W = random_nm(rows, groups * 8, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    x = randn(13, groups * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = W.to_dense().double() @ x.t().double() + bias.double()[:, None]
+    bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
+    classes = class_words(W.indices, rows, 1, n) if m == 8 else None
+    metadata = metadata_words(W.indices, rows, 1, n, m)
+    m_tiles, blocks, n_tiles = tile
+    for split, fused in ((1, True), (3, True), (64, True), (3, False)):
+        out = torch.full((13, rows), float("nan"), dtype=torch.bfloat16, device="cuda").t()
+        spmm_nm_mma_sp(
+            values=W.values, metadata=metadata, b=x.t(), n=n, m=m, classes=classes, bias=bias,
+            out=out, activation="none", m_tiles=m_tiles, blocks=blocks, n_tiles=n_tiles,
+            split=split, fused=fused, out_m_fastest=True,
+        )  # fmt: skip
+        assert_close(out, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", [1, 3, 64])
 @pytest.mark.parametrize("fused", [True, False])
 def test_bias_activation_and_split(split, fused, gen):

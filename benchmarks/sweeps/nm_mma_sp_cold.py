@@ -37,7 +37,7 @@ WAVE = int(os.environ.get("WAVE", "4"))
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     """/b: B permuted in the kernel; /v: likewise, loaded for 16-byte shared stores; /wW: split
     for W programs an SM; /sS: S ranges; /p: each step's loads a step ahead (2:4 at 7fb308d:
-    no faster)."""
+    no faster); /o: a column-major out (as linear's); /c: likewise, stored by runs of rows."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))
@@ -53,6 +53,7 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
         natural_b="b" in flags or "v" in flags,
         wide_b_stores="v" in flags,
         prefetch="p" in flags,
+        out_m_fastest="c" in flags,
     )
 
 
@@ -88,17 +89,19 @@ def main():
             for v, _ in weights
         ]  # (the metadata copies rotate with the values)
         prepared = [(v, meta.clone(), c if c is None else c.clone()) for v, meta, c in prepared]
+        columns = torch.empty(tokens, M, device="cuda", dtype=DTYPE).t()  # linear's W x^T
         for name in CONFIGS:
             config = parse(name, M, tokens, K, sms)
+            into = columns if {"o", "c"} & set(name.split("/")[1:]) else out
 
-            def run(values, metadata, classes, config=config):
+            def run(values, metadata, classes, config=config, into=into):
                 spmm_nm_mma_sp(
                     values=values, metadata=metadata, classes=classes, n=n, m=m, b=b, bias=None,
-                    out=out, activation="none", ordered=ORDERED, **config,
+                    out=into, activation="none", ordered=ORDERED, **config,
                 )  # fmt: skip
 
             timed[f"{name}/s{config['split']}"] = checked_cold_us(
-                name, run, prepared, out, want
+                name, run, prepared, into, want
             )  # fmt: skip
         label = f"{M}x{K} {n}:{m} t{tokens}"
         print(label, f"copies {copies}", {k: round(v, 1) for k, v in timed.items()}, flush=True)

@@ -2,7 +2,9 @@
 spending device time: tests/test_compile_hopper.py's cases (name filters as arguments, all
 by default) through triton.compile for GPUTarget("cuda", 90, 32), then the wheel's ptxas -v
 and cuobjdump -sass. Prints a line a case: registers, SASS instructions, shared stores (of
-them 16-byte), MMA instructions.
+them 16-byte), MMA instructions, global stores and loads by width. ALIGNED=1 marks pointers
+and stride_* / M / N / K arguments divisible by 16, as Triton specializes them at a launch
+(so the vector widths are the device's for such shapes).
     TRITON_INTERPRET= .venv/bin/python benchmarks/sweeps/sm90_compile_stats.py "mma.sp"
 """
 
@@ -11,6 +13,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +51,11 @@ def stats(ptx: str) -> str:
     stores = [line for line in lines if "STS" in line]
     wide = sum("STS.128" in line for line in stores)
     mma = sum(("HMMA" in line) or ("HGMMA" in line) for line in lines)
-    return f"registers {registers} instructions {len(lines)} STS {len(stores)} ({wide} x 16 B) MMA {mma}"
+    global_ops = Counter(re.findall(r"\b((?:STG|LDG)\.E[.\w]*)", sass))
+    return (
+        f"registers {registers} instructions {len(lines)} STS {len(stores)} ({wide} x 16 B) "
+        f"MMA {mma} {dict(sorted(global_ops.items()))}"
+    )
 
 
 def main():
@@ -61,8 +68,21 @@ def main():
             arg: "constexpr" if arg in constants else (pointers.pop(0) if pointers else "i32")
             for arg in kernel.arg_names
         }
+        names = list(kernel.arg_names)
+        aligned = [
+            name
+            for name in names
+            if signature[name].startswith("*")
+            or (signature[name] == "i32" and (name.startswith("stride") or name in "MNK"))
+        ]
+        attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in aligned}
         source_type = GluonASTSource if isinstance(kernel, GluonJITFunction) else ASTSource
-        source = source_type(fn=kernel, signature=signature, constexprs=constants)
+        source = source_type(
+            fn=kernel,
+            signature=signature,
+            constexprs=constants,
+            attrs=attrs if os.environ.get("ALIGNED") == "1" else None,
+        )
         compiled = triton.compile(
             source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
         )

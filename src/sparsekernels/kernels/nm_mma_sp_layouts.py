@@ -53,6 +53,14 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int, n: int = 2, m: int = 4) -> 
         # (NT, KB, G, Q, J): every warp reads all of it
         "B_LOAD": blocked([n_tiles, blocks, 1, 1, 4], [1, 1, 8, 4, 1], 0, [4, 0, 1, 3, 2]),
         "B_SHARED": gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
+        # (BLOCK_M, BLOCK_N) for a column-major out: runs of 8 rows a thread (16 bytes of
+        # bf16, 32 of a float32 plane), 4 on 8-token tiles
+        "OUT_LAYOUT": gl.BlockedLayout(
+            [8 if n_tiles > 1 else 4, 1],
+            [8 if n_tiles > 1 else 16, 4 if n_tiles > 1 else 2],
+            [1, WARPS],
+            [0, 1],
+        ),  # fmt: skip
     }
 
 

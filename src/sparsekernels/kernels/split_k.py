@@ -48,7 +48,8 @@ def store(
     mask_n,
     bias,
     out,  # the (M, N) output, or with PARTIAL the (splits, M, N) workspace
-    N,
+    N,  # the planes' leading dimension: N (M with PLANES_M_FASTEST; the kernel's own
+    # argument, so Triton knows its divisibility and vectorizes)
     SPLIT_STRIDE,  # M * N
     stride_om,
     stride_on,
@@ -57,12 +58,16 @@ def store(
     ACC_DTYPE: tl.constexpr,
     PARTIAL: tl.constexpr,
     SPLIT_AXIS: tl.constexpr,  # the grid axis that numbers the pieces
+    PLANES_M_FASTEST: tl.constexpr = False,  # planes (N, M), for a tile of runs of rows
 ):
     """A piece's end: with PARTIAL its sum (in ACC_DTYPE) into its workspace plane, no
     epilogue; else act(acc + bias) into out."""
     if PARTIAL:
         plane = out + tl.program_id(SPLIT_AXIS).to(tl.int64) * SPLIT_STRIDE
-        ptrs = plane + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+        if PLANES_M_FASTEST:
+            ptrs = plane + offs_n[None, :].to(tl.int64) * N + offs_m[:, None]
+        else:
+            ptrs = plane + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
         tl.store(ptrs, acc, mask=mask_m[:, None] & mask_n[None, :])
     else:
         _epilogue_store(
@@ -92,7 +97,8 @@ def store_last_sums(
     out,  # the (M, N) output
     partials,  # the (SPLITS, M, N) workspace, in ACC_DTYPE
     counter,  # this output tile's int32 counter: zero before the launch, left at zero
-    N,
+    N,  # the planes' leading dimension: N (M with PLANES_M_FASTEST; the kernel's own
+    # argument, so Triton knows its divisibility and vectorizes)
     SPLIT_STRIDE,  # M * N
     stride_om,
     stride_on,
@@ -101,13 +107,17 @@ def store_last_sums(
     ACC_DTYPE: tl.constexpr,
     SPLITS: tl.constexpr,
     SPLIT_AXIS: tl.constexpr,  # the grid axis that numbers the pieces
+    PLANES_M_FASTEST: tl.constexpr = False,  # planes (N, M), for a tile of runs of rows
 ):
     """A piece's end without a second kernel: every piece stores its sum to its plane and
     counts itself in; the last of a tile to arrive adds the planes in plane order and applies
     the epilogue. The sum's order is fixed, so the result is the same every run whichever
     piece is last; the atomic only orders them."""
     mask = mask_m[:, None] & mask_n[None, :]
-    tile = partials + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    if PLANES_M_FASTEST:
+        tile = partials + offs_n[None, :].to(tl.int64) * N + offs_m[:, None]
+    else:
+        tile = partials + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     piece = tl.program_id(SPLIT_AXIS)
     tl.store(tile + piece.to(tl.int64) * SPLIT_STRIDE, acc, mask=mask)
     tl.debug_barrier()  # all of the program's stores before its release below
@@ -136,7 +146,8 @@ def end_piece(
     out,  # the (M, N) output
     partials,  # the (SPLITS, M, N) workspace in ACC_DTYPE: `workspace`, out for one piece
     counters,  # with FUSED an int32 a (row, column) tile, zero (tile_counters)
-    N,
+    N,  # the planes' leading dimension: N (M with PLANES_M_FASTEST; the kernel's own
+    # argument, so Triton knows its divisibility and vectorizes)
     SPLIT_STRIDE,  # M * N
     stride_om,
     stride_on,
@@ -145,6 +156,8 @@ def end_piece(
     ACC_DTYPE: tl.constexpr,
     SPLITS: tl.constexpr,
     FUSED: tl.constexpr,  # (SPLITS > 1) the last piece of a tile sums the planes
+    PLANES_M_FASTEST: tl.constexpr = False,  # planes (N, M), FUSED only (sum_partials
+    # reads (M, N) planes)
 ):
     """The end of a program of a (row tiles, column tiles, SPLITS) grid: act(acc + bias)
     into out when K is one piece, else the piece's plane, summed by the tile's last piece
@@ -153,12 +166,12 @@ def end_piece(
         counter = counters + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
         store_last_sums(
             acc, offs_m, offs_n, mask_m, mask_n, bias, out, partials, counter, N, SPLIT_STRIDE,
-            stride_om, stride_on, HAS_BIAS, ACTIVATION, ACC_DTYPE, SPLITS, 2,
+            stride_om, stride_on, HAS_BIAS, ACTIVATION, ACC_DTYPE, SPLITS, 2, PLANES_M_FASTEST,
         )  # fmt: skip
     else:
         store(
             acc, offs_m, offs_n, mask_m, mask_n, bias, partials, N, SPLIT_STRIDE, stride_om,
-            stride_on, HAS_BIAS, ACTIVATION, ACC_DTYPE, SPLITS > 1, 2,
+            stride_on, HAS_BIAS, ACTIVATION, ACC_DTYPE, SPLITS > 1, 2, PLANES_M_FASTEST,
         )  # fmt: skip
 
 

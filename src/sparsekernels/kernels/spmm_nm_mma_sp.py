@@ -263,6 +263,8 @@ def _nm_mma_sp_kernel(
     B_COPY: gl.constexpr,
     B_LOAD: gl.constexpr,
     B_SHARED: gl.constexpr,
+    OUT_M_FASTEST: gl.constexpr,  # the tile stored from OUT_LAYOUT, planes (N, M) (out (M, N)
+    OUT_LAYOUT: gl.constexpr,  # with unit stride along M: linear's W x^T)
 ):
     WMT: gl.constexpr = 4 * M_TILES
     BLOCK_M: gl.constexpr = WMT * 16
@@ -332,12 +334,16 @@ def _nm_mma_sp_kernel(
         acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
                         B_LOAD, B_NATURAL)  # fmt: skip
     tile = gl.reshape(acc, [BLOCK_M, BLOCK_N])
+    if OUT_M_FASTEST:  # a thread's runs of rows: 16-byte stores into a column-major out
+        tile = gl.convert_layout(tile, OUT_LAYOUT)
     tile_layout: gl.constexpr = tile.type.layout
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, gl.SliceLayout(1, tile_layout))
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(0, tile_layout))
+    plane_ld = M if OUT_M_FASTEST else N
     split_k.end_piece(
-        tile, offs_m, offs_n, offs_m < M, offs_n < N, bias, out, partials, counters, N,
+        tile, offs_m, offs_n, offs_m < M, offs_n < N, bias, out, partials, counters, plane_ld,
         SPLIT_STRIDE, stride_om, stride_on, HAS_BIAS, ACTIVATION, gl.float32, SPLITS, FUSED,
+        OUT_M_FASTEST,
     )  # fmt: skip
 
 
@@ -374,6 +380,7 @@ def spmm_nm_mma_sp(
     natural_b: bool = False,
     wide_b_stores: bool = False,
     prefetch: bool = False,
+    out_m_fastest: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) and an n:m weight (2:4, 2:8, 1:8): values
     (M, K / m * n) 16-bit, metadata its `metadata_words` (and for m = 8 classes its
@@ -382,7 +389,9 @@ def spmm_nm_mma_sp(
     walk into that many ranges (fewer where one would be empty). B is permuted into the MMA's
     register order once before the launch (permuted_b), or with natural_b in the kernel
     (wide_b_stores: loaded so that its shared stores are 16 bytes, not 4). prefetch: each
-    step's loads issued a step ahead.
+    step's loads issued a step ahead. out_m_fastest: the tile stored by runs of rows (and the
+    split-K planes laid out so), for an out with unit stride along M (linear's); not with an
+    unfused split (sum_partials reads row-major planes).
     m = 8 takes plain `mma.sp` (its padding slots' indices need not rise)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
@@ -412,6 +421,7 @@ def spmm_nm_mma_sp(
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, 64 * m_tiles), cdiv(cols, 8 * n_tiles), splits)
     fused = fused and splits > 1
+    out_m_fastest = out_m_fastest and (splits == 1 or fused)
     counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else metadata
     type_name = "bf16" if values.dtype == torch.bfloat16 else "f16"
     _nm_mma_sp_kernel[grid](
@@ -445,6 +455,7 @@ def spmm_nm_mma_sp(
         NT=n_tiles,
         B_NATURAL=natural_b * (1 + wide_b_stores),
         PREFETCH=prefetch,
+        OUT_M_FASTEST=out_m_fastest,
         ASM=_mma_sp_asm(type_name, ordered and m == 4),
         CONSTRAINTS=MMA_SP_CONSTRAINTS,
         num_warps=WARPS,
