@@ -2,9 +2,9 @@
 spending device time: tests/test_compile_hopper.py's cases (name filters as arguments, all
 by default) through triton.compile for GPUTarget("cuda", 90, 32), then the wheel's ptxas -v
 and cuobjdump -sass. Prints a line a case: registers, SASS instructions, shared stores (of
-them 16-byte), MMA instructions, global stores and loads by width. ALIGNED=1 marks pointers
-and stride_* / M / N / K arguments divisible by 16, as Triton specializes them at a launch
-(so the vector widths are the device's for such shapes).
+them 16-byte), MMA instructions, global stores and loads by width. ALIGNED=1 marks every
+pointer and integer argument divisible by 16, as Triton specializes them at a launch where
+they are (so the vector widths are the device's for shapes of multiples of 16).
     TRITON_INTERPRET= .venv/bin/python benchmarks/sweeps/sm90_compile_stats.py "mma.sp"
 """
 
@@ -69,12 +69,7 @@ def main():
             for arg in kernel.arg_names
         }
         names = list(kernel.arg_names)
-        aligned = [
-            name
-            for name in names
-            if signature[name].startswith("*")
-            or (signature[name] == "i32" and (name.startswith("stride") or name in "MNK"))
-        ]
+        aligned = [name for name in names if signature[name] != "constexpr"]
         attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in aligned}
         source_type = GluonASTSource if isinstance(kernel, GluonJITFunction) else ASTSource
         source = source_type(
