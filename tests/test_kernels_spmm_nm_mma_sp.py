@@ -304,12 +304,12 @@ def test_supports_on_the_gpu():
 
 
 def test_route_takes_the_measured_window():
-    """2:4 at 1-32 tokens, 2:8 at 2-16, 1:8 at 3-16 (9-16: 1:8 on large weights only), bf16
-    and fp16 element-wise: one 8-token tile with B permuted in the kernel to 8 tokens
-    (16-byte stores for 2:8), 16-token tiles past, B permuted by a launch before (in the
-    kernel with 16-byte stores on small weights to 16 tokens, 2:4 and 2:8); split for four
-    programs an SM (132 SMs), each range two steps at least. Nothing else (vectors, other
-    patterns, fp32, 33 tokens)."""
+    """2:4 at 1-32 tokens, 2:8 at 2-16, 1:8 at 3-16 (9-16: 1:8 on large weights only, or in
+    fp16 with 8-token tiles), bf16 and fp16 element-wise: one 8-token tile with B permuted in
+    the kernel to 8 tokens (16-byte stores for 2:8), 16-token tiles past, B permuted by a
+    launch before (in the kernel with 16-byte stores on small weights to 16 tokens, 2:4 and
+    2:8); split for four programs an SM (132 SMs), each range two steps at least. Nothing
+    else (vectors, other patterns, fp32, 33 tokens)."""
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
 
     bf16 = torch.bfloat16
@@ -333,6 +333,8 @@ def test_route_takes_the_measured_window():
     assert tile(16, 4096, 14336, 2, 8) == (1, 8, 2, 8, False, False)
     assert tile(16, 4096, 4096, 2, 8) == (1, 8, 2, 8, True, True)
     assert tile(16, 4096, 8192, 1, 8, torch.float16) == (1, 8, 2, 8, False, False)
+    assert tile(16, 4096, 4096, 1, 8, torch.float16) == (1, 8, 1, 4, True, False)  # 2 col tiles
+    assert tile(17, 4096, 4096, 1, 8, torch.float16) is None
     for args in [
         (33, 4096, 4096),
         (16, 4096, 4096, 1, 4),
@@ -366,7 +368,8 @@ def test_metadata_is_prepared_once_per_weight(gen):
     [(2, 4, t, 1000, 2080, torch.bfloat16) for t in (1, 3, 8, 9, 16, 29)]
     + [(2, 8, 2, 1000, 2080, torch.bfloat16), (1, 8, 8, 1000, 2080, torch.bfloat16)]
     + [(2, 8, 13, 1000, 2080, torch.bfloat16), (2, 8, 16, 4100, 8208, torch.bfloat16)]
-    + [(1, 8, 9, 4100, 8208, torch.float16), (2, 4, 20, 1000, 2080, torch.float16)],
+    + [(1, 8, 9, 4100, 8208, torch.float16), (2, 4, 20, 1000, 2080, torch.float16)]
+    + [(1, 8, 14, 1000, 2080, torch.float16)],
 )
 def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, dtype, gen, monkeypatch):
     """linear takes the kernel in its windows on the GPU (2:4 at 1-32 tokens, 2:8 at 2-16,

@@ -43,7 +43,9 @@ So 2:8 takes the 16-byte stores at 2-8 tokens, and 2:4 and 2:8 on small weights 
 The split fills one wave of four programs an SM (the kernel's 62-92 registers would allow
 more, which measured no faster), each range two steps at least. fp16 runs the same kernel
 as fast (at-940861f/nm_mma_sp_fp16.txt: 2:4 at 8 tokens 20.6 / 20.7 / 8.4 us where its
-route took 52.8 / 50.4 / 19.5) and takes the same windows.
+route took 52.8 / 50.4 / 19.5) and takes the same windows; 1:8 in fp16 on small weights at
+9-16 tokens too (8-token tiles, B permuted in the kernel: 8.8 us on 4096 x 4096 at 16 where
+the route, with no wgmma window in fp16, took 13.5 through linear, at-50fef63).
 """
 
 from __future__ import annotations
@@ -69,13 +71,14 @@ class _Window:
     most_small: int  # on weights under LARGE_WEIGHT elements
     wide_few: bool  # 16-byte shared stores of B at 1-8 tokens
     wide_small: bool  # B permuted in the kernel with them past 8 tokens on small weights
+    most_small_fp16: int = 0  # past most_small in fp16: 8-token tiles, B permuted in the kernel
 
 
 # (n, m) -> the tokens where it measured faster than the route, element-wise
 MMA_SP_WINDOWS = {
     (2, 4): _Window(1, 32, 32, wide_few=False, wide_small=True),
     (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True),
-    (1, 8): _Window(3, 16, 8, wide_few=False, wide_small=False),
+    (1, 8): _Window(3, 16, 8, wide_few=False, wide_small=False, most_small_fp16=16),
 }
 WIDE_SMALL_MOST_TOKENS = 16
 
@@ -110,9 +113,13 @@ def spmm_nm_mma_sp_config(
     if dtype not in (torch.bfloat16, torch.float16):
         return None
     small = rows * k < LARGE_WEIGHT
-    if not window.fewest <= n_cols <= (window.most_small if small else window.most):
+    most = window.most_small if small else window.most
+    if small and dtype == torch.float16:
+        most = max(most, window.most_small_fp16)
+    if not window.fewest <= n_cols <= most:
         return None
-    few = n_cols <= MMA_SP_NATURAL_B_TOKENS
+    # (1:8's fp16 fallback on small weights past 8 tokens: 8-token tiles, B as it lies)
+    few = n_cols <= MMA_SP_NATURAL_B_TOKENS or (small and n_cols > window.most_small)
     wide_past_few = small and window.wide_small and n_cols <= WIDE_SMALL_MOST_TOKENS
     natural_b = few or wide_past_few
     wide = window.wide_few if few else wide_past_few
