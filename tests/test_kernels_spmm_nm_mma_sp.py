@@ -83,8 +83,9 @@ def test_m8_bias_activation_and_split(n, split, gen):
 
 
 def test_bad_patterns_are_said(gen):
-    """Said before any device work: 2:8 without class_words or with 4 k32 blocks a step, a
-    pattern the kernel has no form for, 1:8 values that do not fill whole words."""
+    """Said before any device work: 2:8 without class_words or with 4 k32 blocks a step, B's
+    16-byte stores without B permuted in the kernel, a pattern the kernel has no form for,
+    1:8 values that do not fill whole words."""
     W = random_nm(16, 256, 2, 8, gen, 1, 1, torch.bfloat16)
     x = randn(256, 2, gen=gen, dtype=torch.bfloat16)
     out = torch.empty(16, 2, dtype=torch.bfloat16)
@@ -95,6 +96,9 @@ def test_bad_patterns_are_said(gen):
     with pytest.raises(ValueError, match="blocks must be 4 or 8"):
         spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
                        activation="none", blocks=4, classes=metadata)  # fmt: skip
+    with pytest.raises(ValueError, match="wide_b_stores"):
+        spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
+                       activation="none", classes=metadata, wide_b_stores=True)  # fmt: skip
     with pytest.raises(ValueError, match="n:m must be"):
         spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, n=4, m=8, bias=None, out=out,
                        activation="none", classes=metadata)  # fmt: skip

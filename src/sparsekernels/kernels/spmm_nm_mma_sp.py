@@ -400,6 +400,8 @@ def spmm_nm_mma_sp(
         raise ValueError(f"blocks must be 4 or 8 (8 for 2:8), got {blocks} for 2:{m}")
     if (n, m) not in SPAN_BLOCKS:
         raise ValueError(f"n:m must be 2:4, 2:8 or 1:8, got {n}:{m}")
+    if wide_b_stores and not natural_b:
+        raise ValueError("wide_b_stores is a form of natural_b (B permuted in the kernel)")
     if m == 8 and classes is None:
         raise ValueError(f"{n}:8 needs its classes (nm_mma_sp_operands.class_words)")
     if values.shape[1] * values.element_size() % 4:
