@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmmmaspout routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -214,6 +214,14 @@ for step in $steps; do
         CONFIGS=m1k8n1/b,m1k8n1/b/w8,m1k8n1/b/p,m1k8n1/b/p/w8,m1k8n1/v/w8,m1k8n2,m1k8n2/w8 timeout 300 \
         python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_split.txt" 2>&1)
       echo "nmmmaspsplit rc=$? $(tail -1 "$out/nm_mma_sp_split.txt")" ;;
+    nmselectsplit)  # the one-token select kernel with split-K (1:8 on 4096 rows: 0.65 waves)
+      timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_select.py -k split \
+        -n 8 -p no:cacheprovider >"$out/gpu_tests_select_split.log" 2>&1
+      echo "select split tests rc=$? $(tail -1 "$out/gpu_tests_select_split.log")"
+      SHAPES=4096x14336,14336x4096,4096x4096 PATTERNS=1:8,2:8,2:4 \
+        CONFIGS=4x256/2w,4x256/2w/k2,4x256/2w/k4,4x256/2w/k8,2x128/1w,2x128/1w/k2,2x128/1w/k4 \
+        timeout 300 python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_split.txt" 2>&1
+      echo "nmselectsplit rc=$? $(tail -1 "$out/nm_select_split.txt")" ;;
     nmmmaspout)  # mma.sp into linear's column-major out: as now (/o) and stored by rows (/c)
       timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_mma_sp.py -k out_by_rows \
         -n 8 -p no:cacheprovider >"$out/gpu_tests_out_by_rows.log" 2>&1

@@ -179,13 +179,17 @@ def _cases() -> dict:
                          OFFSET_BYTES=pairs, HAS_BIAS=True,
                          ACTIVATION=1, ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
                          BLOCK_M=4 if pairs else 1, BLOCK_G=256, WIDE=pairs,
-                         STAGES=1)  # fmt: skip
-        pointers = [data, "*i32", data, data, data]
+                         STAGES=1, SPLITS=1, FUSED=False)  # fmt: skip
+        pointers = [data, "*i32", data, data, data, "*fp64" if data == "*fp64" else "*fp32",
+                    "*i32"]  # fmt: skip
         cases[f"nm select {data}"] = (_nm_select_kernel, pointers, constants, 2)
+        split = dict(constants, SPLITS=4, FUSED=pairs)  # fused and with a second kernel
+        cases[f"nm select {data} split 4"] = (_nm_select_kernel, pointers, split, 2)
     constants = dict(N_KEEP=1, M_GROUP=8, LOG_M=3, BITS=4, PAIRS=True, VALUE_PAIRS=False,
                      OFFSET_BYTES=True, HAS_BIAS=False, ACTIVATION=0, ACC_DTYPE=tl.float32,
-                     BLOCK_M=2, BLOCK_G=128, WIDE=False, STAGES=3)  # fmt: skip
-    pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16"]
+                     BLOCK_M=2, BLOCK_G=128, WIDE=False, STAGES=3, SPLITS=1,
+                     FUSED=False)  # fmt: skip
+    pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
     cases["nm select 1:8 pipelined"] = (_nm_select_kernel, pointers, constants, 1)
     for n, m, bits, permute, splits in ((2, 8, 4, True, 4), (1, 4, 2, True, 2),
                                         (4, 8, 4, False, 1)):  # fmt: skip
@@ -281,6 +285,8 @@ CASE_NAMES = [
     "swiglu *fp32",
     "nm select *bf16",
     "nm select *fp64",
+    "nm select *bf16 split 4",
+    "nm select *fp64 split 4",
     "nm select 1:8 pipelined",
     "nm unpack 2:8",
     "nm unpack 1:4",

@@ -25,7 +25,7 @@ PATTERNS = [(2, 4), (2, 8), (1, 8), (1, 2), (4, 16)]
 CONFIGS = [(1, 4, 1), (2, 8, 1), (4, 16, 2)]
 
 
-def _run(W, x, config, bias=None, activation="none"):
+def _run(W, x, config, bias=None, activation="none", **split):
     out = torch.full((W.shape[0], 1), float("nan"), dtype=x.dtype, device=x.device)
     bits = packed_bits(W.m, 1)
     block_m, block_g, num_warps = config
@@ -42,6 +42,7 @@ def _run(W, x, config, bias=None, activation="none"):
         block_m=block_m,
         block_g=block_g,
         num_warps=num_warps,
+        **split,
     )
     return out
 
@@ -63,6 +64,42 @@ def test_select_matches_float64(device, dtype, pattern, config, gen):
     got = _run(W, x, config, bias=bias, activation="relu")
     want = dense_spmm(W.to_dense(), x, bias, "relu")
     assert_close(got, want, spmm_bound(W.to_dense(), x) + bias.double().abs()[:, None], dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("pattern", [(2, 8), (1, 8), (2, 4)])
+def test_select_split_k(device, dtype, pattern, gen):
+    """Each row's walk cut into ranges, one program each: 5 steps (the last partial) in 2, 3
+    and 5 ranges and in 64 (as many as steps), the last range of a tile adding the planes in
+    order (fused) or a second kernel; bias and GELU after the sum; rows off the tile."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m = pattern
+    rows, cols = 7, m * 37  # 37 groups: 4 steps of 8 and a partial one
+    W = random_nm(rows, cols, n, m, gen, dtype=dtype, device=device)
+    x = randn(cols, 1, gen=gen, dtype=dtype, device=device)
+    bias = randn(rows, gen=gen, dtype=dtype, device=device)
+    want = dense_spmm(W.to_dense(), x, bias, "gelu")
+    bound = spmm_bound(W.to_dense(), x) + bias.double().abs()[:, None]
+    for split, fused in ((2, True), (3, False), (5, True), (64, True), (64, False)):
+        got = _run(W, x, (2, 8, 1), bias=bias, activation="gelu", split=split, fused=fused)
+        assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", [(2, 8), (1, 8)])
+@pytest.mark.parametrize("split", [4, 16])
+def test_select_split_k_llm_shape(pattern, split, gen):
+    """An LLM-deep few-row weight split as a route would: 1030 tiles of 4 rows (the last of
+    3), each counted in by its ranges, twice in a row (the counters left at zero), the same
+    bits every run."""
+    n, m = pattern
+    W = random_nm(4116 + 3, 8192 + 8 * m, n, m, gen, dtype=torch.bfloat16, device="cuda")
+    x = randn(8192 + 8 * m, 1, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = dense_spmm(W.to_dense(), x)
+    first = _run(W, x, (4, 256, 2), split=split)
+    assert_close(first, want, spmm_bound(W.to_dense(), x), torch.bfloat16)
+    assert torch.equal(_run(W, x, (4, 256, 2), split=split), first)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

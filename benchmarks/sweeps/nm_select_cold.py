@@ -7,7 +7,7 @@ group's x as one vector shared by a tile's rows and picks by the offset's bits. 
 rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call, each
 configuration checked against float64 first.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_select_cold.py
-    SHAPES=4096x14336 PATTERNS=2:8 CONFIGS=4x256/2w,2x256/2w DTYPE=fp32 ...
+    SHAPES=4096x14336 PATTERNS=2:8 CONFIGS=4x256/2w,2x256/2w,4x256/2w/k4 DTYPE=fp32 ...
 """
 
 import itertools
@@ -26,10 +26,10 @@ DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
     os.environ.get("DTYPE", "bf16")
 ]
 SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "2:8,1:8,2:4", "1")
-# "RxG/Ww[/o][/i][/sN]": R rows a program (1, 2 or 4), G groups of a row a step, W warps; /o:
-# values and offsets read as the words they were before narrow reads (int32 value pairs, offset
-# bytes); /i: int32 group indices (the form before int64 ones); /sN: the walk pipelined by
-# Triton in N stages
+# "RxG/Ww[/o][/i][/sN][/kS]": R rows a program (1, 2 or 4), G groups of a row a step, W warps;
+# /o: values and offsets read as the words they were before narrow reads (int32 value pairs,
+# offset bytes); /i: int32 group indices (the form before int64 ones); /sN: the walk pipelined
+# by Triton in N stages; /kS: each row's walk in S ranges (split-K, summed by the last)
 CONFIGS = os.environ.get(
     "CONFIGS",
     "4x128/2w,4x128/2w/o,4x256/2w,2x256/2w,2x256/2w/o,2x128/1w,4x64/1w,1x256/1w,2x512/4w",
@@ -43,6 +43,7 @@ def parse(name: str) -> tuple[int, int, int, dict]:
     if "i" in flags:
         options["wide_index"] = False
     options["stages"] = next((int(f[1:]) for f in flags if f.startswith("s")), 1)
+    options["split"] = next((int(f[1:]) for f in flags if f.startswith("k")), 1)
     return rows, groups, int(warps.rstrip("w")), options
 
 

@@ -15,7 +15,10 @@ and 4:8 in bf16, some in fp16 and fp32): cold, on the H200, 2:8 18.5 -> 14.3 us 
 
 Element-wise only (block 1, rows with their own choice), n and m powers of two with m <= 16
 (at most 15 selects a value), any rows, columns and dtype; sums in float32 (float64 for
-float64 weights).
+float64 weights). Optional split-K (`split`: ranges of each row's walk, the tile's last range
+adding their planes in order, split_k.end_piece) for few-row weights, whose programs fill
+under one wave (1:8 on 4096 x 14336: 1024 programs, 0.65 waves, latency-bound at 1.4 TB/s in
+Nsight Compute, at-3d62f47); written without device time, not yet timed or routed.
 """
 
 from __future__ import annotations
@@ -164,8 +167,11 @@ def _nm_select_kernel(
     x,  # (K,) contiguous; with PAIRS 4-byte aligned
     bias,
     out,  # (M, 1)
+    partials,  # with SPLITS > 1 the (SPLITS, M, 1) workspace in ACC_DTYPE
+    counters,  # with FUSED an int32 a row tile, zero (split_k.tile_counters)
     M,
     S,
+    GROUPS_PER_SPLIT,  # a multiple of BLOCK_G: program_id(2) takes its range of groups
     stride_vm,
     stride_wm,
     stride_om,
@@ -184,6 +190,8 @@ def _nm_select_kernel(
     BLOCK_G: tl.constexpr,  # groups of a row a step
     WIDE: tl.constexpr,  # int64 group indices (see _tile_step)
     STAGES: tl.constexpr,  # the walk's software pipelining (1: none)
+    SPLITS: tl.constexpr,  # ranges of a row's groups, one program each
+    FUSED: tl.constexpr,  # (SPLITS > 1) the last range of a tile sums the planes
 ):
     # Every tensor is (BLOCK_G,) or (BLOCK_G, m): a thread holds the same groups of every row of
     # the tile, so a group's x is one vector load shared by the rows, picked in registers. Rows
@@ -201,14 +209,21 @@ def _nm_select_kernel(
     acc2 = tl.zeros((BLOCK_G,), dtype=ACC_DTYPE)
     acc3 = tl.zeros((BLOCK_G,), dtype=ACC_DTYPE)
     groups_total = tl.cdiv(S, N_KEEP)
-    full = groups_total // BLOCK_G * BLOCK_G
-    for g0 in tl.range(0, full, BLOCK_G, num_stages=STAGES):
+    if SPLITS == 1:
+        first = 0
+        end = groups_total
+        full = groups_total // BLOCK_G * BLOCK_G
+    else:  # only the last range ends in a partial step
+        first = tl.program_id(2) * GROUPS_PER_SPLIT
+        end = tl.minimum(first + GROUPS_PER_SPLIT, groups_total)
+        full = first + (end - first) // BLOCK_G * BLOCK_G
+    for g0 in tl.range(first, full, BLOCK_G, num_stages=STAGES):
         acc0, acc1, acc2, acc3 = _tile_step(
             acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, g0, groups_total,
             stride_vm, stride_wm, slot_stride, False, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS,
             OFFSET_BYTES, ACC_DTYPE, WIDTH, BLOCK_M, BLOCK_G, WIDE,
         )  # fmt: skip
-    if full < groups_total:
+    if full < end:
         acc0, acc1, acc2, acc3 = _tile_step(
             acc0, acc1, acc2, acc3, r0, r1, r2, r3, values, words, xv, full, groups_total,
             stride_vm, stride_wm, slot_stride, True, N_KEEP, LOG_M, BITS, PAIRS, VALUE_PAIRS,
@@ -223,10 +238,16 @@ def _nm_select_kernel(
         total = tl.where(lane == 2, tl.sum(acc2), total)
         total = tl.where(lane == 3, tl.sum(acc3), total)
     offs_n = tl.arange(0, 1)
-    split_k.store(
-        total[:, None], offs_m, offs_n, offs_m < M, offs_n < 1, bias, out, 1, 0, stride_om, 1,
-        HAS_BIAS, ACTIVATION, ACC_DTYPE, False, 1,
-    )  # fmt: skip
+    if SPLITS == 1:
+        split_k.store(
+            total[:, None], offs_m, offs_n, offs_m < M, offs_n < 1, bias, out, 1, 0, stride_om,
+            1, HAS_BIAS, ACTIVATION, ACC_DTYPE, False, 1,
+        )  # fmt: skip
+    else:
+        split_k.end_piece(
+            total[:, None], offs_m, offs_n, offs_m < M, offs_n < 1, bias, out, partials,
+            counters, 1, M, stride_om, 1, HAS_BIAS, ACTIVATION, ACC_DTYPE, SPLITS, FUSED,
+        )  # fmt: skip
 
 
 def supports(n: int, m: int, block: int, vector: int, cols: int) -> bool:
@@ -252,11 +273,16 @@ def spmm_nm_select(
     narrow_reads: bool = True,
     wide_index: bool | None = None,
     stages: int = 1,
+    split: int = 1,
+    fused: bool = True,
 ) -> torch.Tensor:
     """Launch over out (M, 1) for x (K, 1) (any strides); values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from spmm_nm_decode.packed_bits) with unit stride along
     their last dim. The caller checks `supports`. `wide_index` (int64 group indices; default
-    where they measured faster) and `stages` (Triton's pipelining of the walk): for sweeps."""
+    where they measured faster) and `stages` (Triton's pipelining of the walk): for sweeps.
+    `split` cuts each row's walk into that many ranges of whole steps (fewer where one would be
+    empty), one program each, for few-row weights that leave the GPU half idle; the last range
+    of a tile adds them in order (fused), or a second kernel does."""
     if block_m not in (1, 2, 4):
         raise ValueError(f"block_m must be 1, 2 or 4 (one accumulator a row), got {block_m}")
     rows = out.shape[0]
@@ -278,14 +304,23 @@ def spmm_nm_select(
     # (2:8: 13.5 -> 12.8 us on 14336 x 4096); 2:4 (two groups a byte) ran 26.5 -> 56.3 with them
     # (results/nvidia-h200/2026-12-01/at-b1194df/nm_select_idx.txt)
     wide_bytes = offset_bytes and n * bits == 8 and values.element_size() == 2
-    _nm_select_kernel[(cdiv(rows, block_m),)](
+    accumulator = torch.float64 if values.dtype == torch.float64 else torch.float32
+    steps_per_split, splits = split_k.ranges(cdiv(cdiv(values.shape[1], n), block_g), split)
+    partials = split_k.workspace(out, splits, accumulator)
+    tiles = cdiv(rows, block_m)
+    fused = fused and splits > 1
+    counters = split_k.tile_counters(out.device, tiles) if fused else words
+    _nm_select_kernel[(tiles, 1, splits)](
         values,
         words,
         x,
         bias if bias is not None else values,
         out,
+        partials,
+        counters,
         rows,
         values.shape[1],
+        steps_per_split * block_g,
         values.stride(0),
         words.stride(0),
         out.stride(0),
@@ -304,6 +339,10 @@ def spmm_nm_select(
         BLOCK_G=block_g,
         WIDE=wide_bytes if wide_index is None else wide_index,
         STAGES=stages,
+        SPLITS=splits,
+        FUSED=fused,
         num_warps=num_warps,
     )
+    if splits > 1 and not fused:
+        split_k.sum_partials(partials, bias, out, activation)
     return out
