@@ -53,9 +53,21 @@ def stats(ptx: str) -> str:
     mma = sum(("HMMA" in line) or ("HGMMA" in line) for line in lines)
     global_ops = Counter(re.findall(r"\b((?:STG|LDG)\.E[.\w]*)", sass))
     return (
-        f"registers {registers} instructions {len(lines)} STS {len(stores)} ({wide} x 16 B) "
-        f"MMA {mma} {dict(sorted(global_ops.items()))}"
+        f"registers {registers} instructions {len(lines)} (longest loop {longest_loop(lines)}) "
+        f"STS {len(stores)} ({wide} x 16 B) MMA {mma} {dict(sorted(global_ops.items()))}"
     )
+
+
+def longest_loop(lines: list[str]) -> int:
+    """Instructions of the longest backward branch's body: the main loop, usually."""
+    longest = 0
+    for line in lines:
+        branch = re.search(r"/\*([0-9a-f]+)\*/.*\bBRA\b.*?0x([0-9a-f]+)", line)
+        if branch:
+            here, target = int(branch.group(1), 16), int(branch.group(2), 16)
+            if target < here:
+                longest = max(longest, (here - target) // 16 + 1)
+    return longest
 
 
 def main():

@@ -214,7 +214,7 @@ def _nm_select_kernel(
         end = groups_total
         full = groups_total // BLOCK_G * BLOCK_G
     else:  # only the last range ends in a partial step
-        first = tl.program_id(2) * GROUPS_PER_SPLIT
+        first = tl.multiple_of(tl.program_id(2) * GROUPS_PER_SPLIT, BLOCK_G)
         end = tl.minimum(first + GROUPS_PER_SPLIT, groups_total)
         full = first + (end - first) // BLOCK_G * BLOCK_G
     for g0 in tl.range(first, full, BLOCK_G, num_stages=STAGES):
