@@ -108,9 +108,9 @@ def main():
         table.append((label, timed))
     names = sorted({c for _, timed in table for c in timed}, key=lambda c: (c != "dense", c))
     print(f"\nordered metadata {ORDERED}, split for {WAVE} programs an SM")
-    print(f"{'case':<24} " + " ".join(f"{c[:13]:>13}" for c in names))
+    print(f"{'case':<24} " + " ".join(f"{c:>17}" for c in names))
     for label, timed in table:
-        print(f"{label:<24} " + " ".join(f"{timed.get(c, float('nan')):13.1f}" for c in names))
+        print(f"{label:<24} " + " ".join(f"{timed.get(c, float('nan')):17.1f}" for c in names))
 
 
 if __name__ == "__main__":
