@@ -226,7 +226,7 @@ for step in $steps; do
       timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_mma_sp.py -k out_by_rows \
         -n 8 -p no:cacheprovider >"$out/gpu_tests_out_by_rows.log" 2>&1
       echo "out-by-rows tests rc=$? $(tail -1 "$out/gpu_tests_out_by_rows.log")"
-      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=2:4,2:8,1:8 TOKENS=4,8,16 \
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=2:4,2:8,1:8 TOKENS=8,16 \
         CONFIGS=m1k8n1/b/o,m1k8n1/b/c,m1k8n1/v/o,m1k8n1/v/c,m1k8n1/b/w8/o,m1k8n1/b/w8/c,m1k8n1/v/w8/o,m1k8n1/v/w8/c,m1k8n2/o,m1k8n2/c timeout 300 \
         python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_out.txt" 2>&1)
       echo "nmmmaspout rc=$? $(tail -1 "$out/nm_mma_sp_out.txt")" ;;
