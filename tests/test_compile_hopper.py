@@ -224,6 +224,11 @@ def _cases() -> dict:
         "out by rows split 4": (2, 4, (1, 8, 1), 4, 1, "bf16", "columns"),
         "2:8 out by rows 16 tokens bias": (2, 8, (1, 8, 2), 1, 0, "bf16", "columns"),
         "1:8 out by rows 32 tokens split 4": (1, 8, (2, 8, 4), 4, 0, "bf16", "columns"),
+        # the route's forms with the out stored by rows
+        "2:8 wide B stores by rows split 4": (2, 8, (1, 8, 1), 4, 2, "bf16", "columns"),
+        "2:8 wide B stores 16 tokens by rows": (2, 8, (1, 8, 2), 4, 2, "bf16", "columns"),
+        "2:8 by rows 16 tokens split 4": (2, 8, (1, 8, 2), 4, 0, "bf16", "columns"),
+        "1:8 natural B by rows split 4 fp16": (1, 8, (1, 8, 1), 4, 1, "f16", "columns"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
@@ -308,6 +313,10 @@ CASE_NAMES = [
     "nm mma.sp out by rows split 4",
     "nm mma.sp 2:8 out by rows 16 tokens bias",
     "nm mma.sp 1:8 out by rows 32 tokens split 4",
+    "nm mma.sp 2:8 wide B stores by rows split 4",
+    "nm mma.sp 2:8 wide B stores 16 tokens by rows",
+    "nm mma.sp 2:8 by rows 16 tokens split 4",
+    "nm mma.sp 1:8 natural B by rows split 4 fp16",
     "attention forward final bf16",
 ]
 

@@ -161,13 +161,17 @@ def test_prefetch_a_step_ahead(n, m, natural_b, wide, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (2, 8), (1, 8)])
-@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 8, 2), (2, 8, 4)])
+@pytest.mark.parametrize(
+    ("tile", "b_form"),
+    [((1, 8, 1), "permuted"), ((1, 8, 2), "permuted"), ((2, 8, 4), "permuted")]
+    + [((1, 8, 1), "natural"), ((1, 8, 1), "wide"), ((1, 8, 2), "wide")],
+)
 @pytest.mark.parametrize("rows", [77, 1024])
-def test_out_by_rows(n, m, tile, rows, gen):
+def test_out_by_rows(n, m, tile, b_form, rows, gen):
     """A column-major out (linear's W x^T) stored by runs of rows, the split-K planes laid
     out so: rows off the tile and a multiple of 16 (vector stores), tokens off the column
     tile, one range, fused ranges, one of only a masked tail, and unfused (the option
-    ignored)."""
+    ignored); B permuted before the launch or in the kernel (the route's forms)."""
     groups = 3 * 32 + 6
     W = random_nm(rows, groups * 8, n, m, gen, 1, 1, torch.bfloat16, "cuda")
     x = randn(13, groups * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
@@ -182,7 +186,8 @@ def test_out_by_rows(n, m, tile, rows, gen):
         spmm_nm_mma_sp(
             values=W.values, metadata=metadata, b=x.t(), n=n, m=m, classes=classes, bias=bias,
             out=out, activation="none", m_tiles=m_tiles, blocks=blocks, n_tiles=n_tiles,
-            split=split, fused=fused, out_m_fastest=True,
+            split=split, fused=fused, out_m_fastest=True, natural_b=b_form != "permuted",
+            wide_b_stores=b_form == "wide",
         )  # fmt: skip
         assert_close(out, want, bound, torch.bfloat16)
 
@@ -308,12 +313,13 @@ def test_supports_on_the_gpu():
 
 
 def test_route_takes_the_measured_window():
-    """2:4 at 1-32 tokens, 2:8 at 2-16, 1:8 at 3-16 (9-16: 1:8 on large weights only, or in
-    fp16 with 8-token tiles), bf16 and fp16 element-wise: one 8-token tile with B permuted in
-    the kernel to 8 tokens (16-byte stores for 2:8), 16-token tiles past, B permuted by a
-    launch before (in the kernel with 16-byte stores on small weights to 16 tokens, 2:4 and
-    2:8); split for four programs an SM (132 SMs), each range two steps at least. Nothing
-    else (vectors, other patterns, fp32, 33 tokens)."""
+    """2:4 at 1-32 tokens, 2:8 at 2-16 (1-16 on large weights), 1:8 at 2-16 (9-16: on large
+    weights only, or in fp16 with 8-token tiles), bf16 and fp16 element-wise: one 8-token
+    tile with B permuted in the kernel to 8 tokens (16-byte stores for 2:8), 16-token tiles
+    past, B permuted by a launch before (in the kernel with 16-byte stores on small weights to
+    16 tokens, 2:4 and 2:8); split for four programs an SM (132 SMs; 2:8 and 1:8 at 1-8
+    tokens eight, to 16 ranges), each range two steps at least; a column-major out stored by
+    rows to 8 tokens (2:8 to 16). Nothing else (vectors, other patterns, fp32, 33 tokens)."""
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
 
     bf16 = torch.bfloat16
@@ -332,9 +338,12 @@ def test_route_takes_the_measured_window():
     assert tile(32, 4096, 14336) == (1, 8, 2, 4, False, False)
     assert tile(9, 14336, 4096) == (1, 8, 2, 2, False, False)
     assert tile(4, 64, 256) == (1, 8, 1, 1, True, False)  # one step: one range
-    assert tile(2, 4096, 4096, 2, 8) == (1, 8, 1, 8, True, True)
-    assert tile(3, 14336, 4096, 1, 8) == (1, 8, 1, 2, True, False)
-    assert tile(16, 4096, 14336, 2, 8) == (1, 8, 2, 8, False, False)
+    assert tile(2, 4096, 4096, 2, 8) == (1, 8, 1, 8, True, True)  # 16 steps: 8 ranges of 2
+    assert tile(1, 4096, 14336, 2, 8) == (1, 8, 1, 16, True, True)  # 1056 // 64, 56 steps
+    assert tile(8, 14336, 4096, 2, 8) == (1, 8, 1, 4, True, True)  # 1056 // 224
+    assert tile(2, 4096, 14336, 1, 8) == (1, 8, 1, 16, True, False)
+    assert tile(3, 14336, 4096, 1, 8) == (1, 8, 1, 4, True, False)
+    assert tile(16, 4096, 14336, 2, 8) == (1, 8, 2, 8, False, False)  # 16 tokens: four
     assert tile(16, 4096, 4096, 2, 8) == (1, 8, 2, 8, True, True)
     assert tile(16, 4096, 8192, 1, 8, torch.float16) == (1, 8, 2, 8, False, False)
     assert tile(16, 4096, 4096, 1, 8, torch.float16) == (1, 8, 1, 4, True, False)  # 2 col tiles
@@ -344,13 +353,19 @@ def test_route_takes_the_measured_window():
         (16, 4096, 4096, 1, 4),
         (16, 4096, 4096, 2, 4, torch.float32),
         (16, 4096, 4096, 2, 4, bf16, 2),
-        (1, 4096, 14336, 2, 8),
-        (2, 4096, 14336, 1, 8),
+        (1, 4096, 4096, 2, 8),  # small: the select kernel keeps one token
+        (1, 4096, 14336, 1, 8),
         (9, 4096, 4096, 1, 8),
         (17, 4096, 14336, 2, 8),
         (17, 4096, 14336, 1, 8),
     ]:
         assert tile(*args) is None, args
+
+    def by_rows(tokens, n, m):
+        return spmm_nm_mma_sp_config(tokens, n, m, 1, 1, bf16, 4096, 14336, 132).out_by_rows
+
+    assert by_rows(8, 2, 4) and by_rows(8, 1, 8) and by_rows(16, 2, 8)
+    assert not by_rows(9, 2, 4) and not by_rows(16, 1, 8)
 
 
 def test_metadata_is_prepared_once_per_weight(gen):
@@ -373,25 +388,30 @@ def test_metadata_is_prepared_once_per_weight(gen):
     + [(2, 8, 2, 1000, 2080, torch.bfloat16), (1, 8, 8, 1000, 2080, torch.bfloat16)]
     + [(2, 8, 13, 1000, 2080, torch.bfloat16), (2, 8, 16, 4100, 8208, torch.bfloat16)]
     + [(1, 8, 9, 4100, 8208, torch.float16), (2, 4, 20, 1000, 2080, torch.float16)]
-    + [(1, 8, 14, 1000, 2080, torch.float16)],
+    + [(1, 8, 14, 1000, 2080, torch.float16)]
+    + [(2, 8, 1, 4100, 8208, torch.bfloat16), (1, 8, 2, 1000, 2080, torch.bfloat16)],
 )
 def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, dtype, gen, monkeypatch):
-    """linear takes the kernel in its windows on the GPU (2:4 at 1-32 tokens, 2:8 at 2-16,
-    1:8 at 3-8 and 9-16 on a large weight), with bias, split on a few-row weight, and gives
-    the product in x's layout."""
+    """linear takes the kernel in its windows on the GPU (2:4 at 1-32 tokens, 2:8 at 2-16
+    and from one token on a large weight, 1:8 at 2-8 and 9-16 on a large weight), with bias,
+    split on a few-row weight, its column-major out stored by rows to 8 tokens (2:8 to 16),
+    and gives the product in x's layout."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_mma_sp
 
     calls = []
     launch = spmm_nm_mma_sp.spmm_nm_mma_sp
     monkeypatch.setattr(
-        spmm_nm_mma_sp, "spmm_nm_mma_sp", lambda **kw: calls.append(kw["split"]) or launch(**kw)
+        spmm_nm_mma_sp,
+        "spmm_nm_mma_sp",
+        lambda **kw: calls.append((kw["split"], kw["out_m_fastest"])) or launch(**kw),
     )
     W = random_nm(rows, k, n, m, gen, 1, 1, dtype, "cuda")
     x = randn(tokens, k, gen=gen, dtype=dtype, device="cuda")
     bias = randn(rows, gen=gen, dtype=dtype, device="cuda")
     got = sk.linear(x, W, bias)
     want = x.double() @ W.to_dense().double().t() + bias.double()
-    assert len(calls) == 1 and calls[0] > 1 and got.is_contiguous()
+    assert len(calls) == 1 and calls[0][0] > 1 and got.is_contiguous()
+    assert calls[0][1] == (tokens <= (16 if (n, m) == (2, 8) else 8))
     bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
     assert_close(got, want, bound, dtype)

@@ -53,10 +53,13 @@ def main():
             if layout == "column":
                 out = torch.empty(tokens, M, device="cuda", dtype=x.dtype).t()
 
-            def direct(out=out):
+            tile = dataclasses.asdict(config)
+            by_rows = tile.pop("out_by_rows") and layout == "column"
+
+            def direct(out=out, tile=tile, by_rows=by_rows):
                 spmm_nm_mma_sp(values=W.values, metadata=meta, classes=classes, b=x.t(), n=n,
                                m=m, bias=None, out=out, activation="none",
-                               **dataclasses.asdict(config))  # fmt: skip
+                               out_m_fastest=by_rows, **tile)  # fmt: skip
 
             for name, us in kernel_times(direct):
                 print(f"  {layout:<8} {us:7.1f} us  {name}")

@@ -46,6 +46,23 @@ as fast (at-940861f/nm_mma_sp_fp16.txt: 2:4 at 8 tokens 20.6 / 20.7 / 8.4 us whe
 route took 52.8 / 50.4 / 19.5) and takes the same windows; 1:8 in fp16 on small weights at
 9-16 tokens too (8-token tiles, B permuted in the kernel: 8.8 us on 4096 x 4096 at 16 where
 the route, with no wgmma window in fp16, took 13.5 through linear, at-50fef63).
+
+More bytes in flight for 2:8 and 1:8 at 1-8 tokens: waves of 8 programs an SM and up to 16
+ranges (us, at-9995712/nm_mma_sp_split.txt and at-825820b/nm_mma_sp_few_w8.txt; 4 / 8
+programs an SM, B as the route takes it; prefetching a step ahead measured no faster):
+                     4096 x 14336        14336 x 4096        4096 x 4096
+  2:8  1 token      13.9 13.3           15.1 12.9            6.4  6.3
+       8 tokens     14.6 14.0           15.2 13.4            6.7  6.8
+  1:8  2 tokens     13.1 12.7           14.9 13.0            6.2  6.2
+       8 tokens     13.2 12.9           14.9 13.1            6.3  6.3
+(2:4, and 16-token tiles, measured slower with 8.) So 2:8 now takes one token on large
+weights from the select kernel (14.5 / 13.1 us there; 6.0 on 4096 x 4096, which keeps it),
+and 1:8 two tokens (13.5 / 12.6 / 6.7).
+
+Linear's column-major out stored by runs of rows (out_m_fastest; at-825820b/nm_mma_sp_out.txt,
+into linear's out as now / by rows): 2:8 at 16 tokens 21.3 / 18.7 us on 4096 x 14336 and
+21.7 / 20.4 on 14336 x 4096; at 8 tokens 0.0-0.4 faster for every pattern; 2:4 and 1:8 at 16
+tokens 0.1-1.0 slower. So by rows to 8 tokens, and 2:8 to 16.
 """
 
 from __future__ import annotations
@@ -61,6 +78,8 @@ LARGE_WEIGHT = 1 << 25  # elements: 4096 x 4096 is under, 4096 x 14336 over
 MMA_SP_BLOCKS = 8
 MMA_SP_PROGRAMS_PER_SM = 4
 MMA_SP_MAX_SPLIT = 8
+FEW_M8_PROGRAMS_PER_SM = 8  # 2:8 and 1:8 at 1-8 tokens: more bytes in flight
+FEW_M8_MAX_SPLIT = 16
 MIN_STEPS_A_RANGE = 2
 
 
@@ -72,13 +91,15 @@ class _Window:
     wide_few: bool  # 16-byte shared stores of B at 1-8 tokens
     wide_small: bool  # B permuted in the kernel with them past 8 tokens on small weights
     most_small_fp16: int = 0  # past most_small in fp16: 8-token tiles, B permuted in the kernel
+    fewest_large: int = 0  # on weights of LARGE_WEIGHT elements or more, where under fewest
+    out_by_rows_most: int = 8  # tokens to which a column-major out is stored by runs of rows
 
 
 # (n, m) -> the tokens where it measured faster than the route, element-wise
 MMA_SP_WINDOWS = {
     (2, 4): _Window(1, 32, 32, wide_few=False, wide_small=True),
-    (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True),
-    (1, 8): _Window(3, 16, 8, wide_few=False, wide_small=False, most_small_fp16=16),
+    (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True, fewest_large=1, out_by_rows_most=16),
+    (1, 8): _Window(2, 16, 8, wide_few=False, wide_small=False, most_small_fp16=16),
 }
 WIDE_SMALL_MOST_TOKENS = 16
 
@@ -91,6 +112,7 @@ class SpmmNmMmaSpConfig:
     split: int
     natural_b: bool
     wide_b_stores: bool
+    out_by_rows: bool  # where the out has unit stride along M (linear's): out_m_fastest
 
 
 def spmm_nm_mma_sp_config(
@@ -116,7 +138,8 @@ def spmm_nm_mma_sp_config(
     most = window.most_small if small else window.most
     if small and dtype == torch.float16:
         most = max(most, window.most_small_fp16)
-    if not window.fewest <= n_cols <= most:
+    fewest = window.fewest if small or not window.fewest_large else window.fewest_large
+    if not fewest <= n_cols <= most:
         return None
     # (1:8's fp16 fallback on small weights past 8 tokens: 8-token tiles, B as it lies)
     few = n_cols <= MMA_SP_NATURAL_B_TOKENS or (small and n_cols > window.most_small)
@@ -126,5 +149,9 @@ def spmm_nm_mma_sp_config(
     n_tiles = 1 if few else 2
     tiles = cdiv(rows, 64) * cdiv(n_cols, 8 * n_tiles)
     steps = cdiv(k // m, 32 // m * MMA_SP_BLOCKS)  # a step: k256
-    split = min(MMA_SP_PROGRAMS_PER_SM * sms // tiles, MMA_SP_MAX_SPLIT, steps // MIN_STEPS_A_RANGE)
-    return SpmmNmMmaSpConfig(1, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b, wide)
+    programs, most_split = MMA_SP_PROGRAMS_PER_SM, MMA_SP_MAX_SPLIT
+    if m == 8 and n_cols <= MMA_SP_NATURAL_B_TOKENS:
+        programs, most_split = FEW_M8_PROGRAMS_PER_SM, FEW_M8_MAX_SPLIT
+    split = min(programs * sms // tiles, most_split, steps // MIN_STEPS_A_RANGE)
+    by_rows = n_cols <= window.out_by_rows_most
+    return SpmmNmMmaSpConfig(1, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b, wide, by_rows)

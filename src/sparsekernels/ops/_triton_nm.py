@@ -43,10 +43,12 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         if sparse_cores is not None:
             rows = values.shape[0]
             classes = class_words(indices, rows, vector, n) if m == 8 else None
+            tile = dataclasses.asdict(sparse_cores)
+            out_m_fastest = tile.pop("out_by_rows") and out.stride(0) == 1
             mma_sp.spmm_nm_mma_sp(
                 values=values, metadata=metadata_words(indices, rows, vector, n, m), b=b, n=n, m=m,
                 classes=classes, bias=bias.contiguous() if bias is not None else None, out=out,
-                activation=activation, **dataclasses.asdict(sparse_cores),
+                activation=activation, out_m_fastest=out_m_fastest, **tile,
             )  # fmt: skip
             return out
     on_registers = None
