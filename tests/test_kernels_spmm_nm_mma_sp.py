@@ -313,13 +313,14 @@ def test_supports_on_the_gpu():
 
 
 def test_route_takes_the_measured_window():
-    """2:4 at 1-32 tokens, 2:8 at 2-16 (1-16 on large weights), 1:8 at 2-16 (9-16: on large
-    weights only, or in fp16 with 8-token tiles), bf16 and fp16 element-wise: one 8-token
-    tile with B permuted in the kernel to 8 tokens (16-byte stores for 2:8), 16-token tiles
-    past, B permuted by a launch before (in the kernel with 16-byte stores on small weights to
-    16 tokens, 2:4 and 2:8); split for four programs an SM (132 SMs; 2:8 and 1:8 at 1-8
-    tokens eight, to 16 ranges), each range two steps at least; a column-major out stored by
-    rows to 8 tokens (2:8 to 16). Nothing else (vectors, other patterns, fp32, 33 tokens)."""
+    """2:4 at 1-32 tokens, 2:8 at 2-16 (1-16 on large weights with K > rows), 1:8 at 2-16
+    (9-16: on large weights only, or in fp16 with 8-token tiles), bf16 and fp16 element-
+    wise: one 8-token tile with B permuted in the kernel to 8 tokens (16-byte stores for
+    2:8), 16-token tiles past, B permuted by a launch before (in the kernel with 16-byte
+    stores on small weights to 16 tokens, 2:4 and 2:8); split for four programs an SM (132
+    SMs; 2:8 and 1:8 at 1-8 tokens eight, to 16 ranges), each range two steps at least; a
+    column-major out stored by rows for 2:8 and 1:8 to 8 tokens (2:8 to 16 on large
+    weights). Nothing else (vectors, other patterns, fp32, 33 tokens)."""
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
 
     bf16 = torch.bfloat16
@@ -354,6 +355,7 @@ def test_route_takes_the_measured_window():
         (16, 4096, 4096, 2, 4, torch.float32),
         (16, 4096, 4096, 2, 4, bf16, 2),
         (1, 4096, 4096, 2, 8),  # small: the select kernel keeps one token
+        (1, 14336, 4096, 2, 8),  # and on a tall weight
         (1, 4096, 14336, 1, 8),
         (9, 4096, 4096, 1, 8),
         (17, 4096, 14336, 2, 8),
@@ -361,11 +363,11 @@ def test_route_takes_the_measured_window():
     ]:
         assert tile(*args) is None, args
 
-    def by_rows(tokens, n, m):
-        return spmm_nm_mma_sp_config(tokens, n, m, 1, 1, bf16, 4096, 14336, 132).out_by_rows
+    def by_rows(tokens, n, m, rows=4096):
+        return spmm_nm_mma_sp_config(tokens, n, m, 1, 1, bf16, rows, 14336, 132).out_by_rows
 
-    assert by_rows(8, 2, 4) and by_rows(8, 1, 8) and by_rows(16, 2, 8)
-    assert not by_rows(9, 2, 4) and not by_rows(16, 1, 8)
+    assert by_rows(8, 2, 8) and by_rows(8, 1, 8) and by_rows(16, 2, 8)
+    assert not by_rows(8, 2, 4) and not by_rows(16, 1, 8) and not by_rows(16, 2, 8, 1024)
 
 
 def test_metadata_is_prepared_once_per_weight(gen):
@@ -412,6 +414,7 @@ def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, dtype, gen, monkeyp
     got = sk.linear(x, W, bias)
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert len(calls) == 1 and calls[0][0] > 1 and got.is_contiguous()
-    assert calls[0][1] == (tokens <= (16 if (n, m) == (2, 8) else 8))
+    large = rows * k >= 1 << 25
+    assert calls[0][1] == (m == 8 and tokens <= (16 if n == 2 and large else 8))
     bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
     assert_close(got, want, bound, dtype)

@@ -55,14 +55,17 @@ programs an SM, B as the route takes it; prefetching a step ahead measured no fa
        8 tokens     14.6 14.0           15.2 13.4            6.7  6.8
   1:8  2 tokens     13.1 12.7           14.9 13.0            6.2  6.2
        8 tokens     13.2 12.9           14.9 13.1            6.3  6.3
-(2:4, and 16-token tiles, measured slower with 8.) So 2:8 now takes one token on large
-weights from the select kernel (14.5 / 13.1 us there; 6.0 on 4096 x 4096, which keeps it),
-and 1:8 two tokens (13.5 / 12.6 / 6.7).
+(2:4, and 16-token tiles, measured slower with 8.) So 2:8 now takes one token from the
+select kernel on large weights with K > rows (4096 x 14336: 14.5 -> 13.5 us through linear,
+at-c0ae491/llm_linear; on 14336 x 4096 it measured 13.1 -> 13.1-13.3, and 4096 x 4096's 6.0
+stays), and 1:8 two tokens (13.5 / 12.6 / 6.7).
 
 Linear's column-major out stored by runs of rows (out_m_fastest; at-825820b/nm_mma_sp_out.txt,
 into linear's out as now / by rows): 2:8 at 16 tokens 21.3 / 18.7 us on 4096 x 14336 and
-21.7 / 20.4 on 14336 x 4096; at 8 tokens 0.0-0.4 faster for every pattern; 2:4 and 1:8 at 16
-tokens 0.1-1.0 slower. So by rows to 8 tokens, and 2:8 to 16.
+21.7 / 20.4 on 14336 x 4096; at 8 tokens 0.0-0.4 faster for 2:8 and 1:8; 2:4 mixed within
+0.4 through linear; 2:4 and 1:8 at 16 tokens 0.1-1.0 slower, 2:8 on 4096 x 4096 at 16 as
+fast in the sweep but 0.5 slower through linear. So by rows for 2:8 and 1:8 to 8 tokens, and
+2:8 to 16 on large weights.
 """
 
 from __future__ import annotations
@@ -91,15 +94,15 @@ class _Window:
     wide_few: bool  # 16-byte shared stores of B at 1-8 tokens
     wide_small: bool  # B permuted in the kernel with them past 8 tokens on small weights
     most_small_fp16: int = 0  # past most_small in fp16: 8-token tiles, B permuted in the kernel
-    fewest_large: int = 0  # on weights of LARGE_WEIGHT elements or more, where under fewest
-    out_by_rows_most: int = 8  # tokens to which a column-major out is stored by runs of rows
+    fewest_wide: int = 0  # on weights of LARGE_WEIGHT elements or more with K > rows
+    out_by_rows_most: int = 0  # tokens to which a column-major out is stored by runs of rows
 
 
 # (n, m) -> the tokens where it measured faster than the route, element-wise
 MMA_SP_WINDOWS = {
     (2, 4): _Window(1, 32, 32, wide_few=False, wide_small=True),
-    (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True, fewest_large=1, out_by_rows_most=16),
-    (1, 8): _Window(2, 16, 8, wide_few=False, wide_small=False, most_small_fp16=16),
+    (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True, fewest_wide=1, out_by_rows_most=16),
+    (1, 8): _Window(2, 16, 8, False, False, most_small_fp16=16, out_by_rows_most=8),
 }
 WIDE_SMALL_MOST_TOKENS = 16
 
@@ -138,7 +141,8 @@ def spmm_nm_mma_sp_config(
     most = window.most_small if small else window.most
     if small and dtype == torch.float16:
         most = max(most, window.most_small_fp16)
-    fewest = window.fewest if small or not window.fewest_large else window.fewest_large
+    wide_weight = not small and k > rows and window.fewest_wide
+    fewest = window.fewest_wide if wide_weight else window.fewest
     if not fewest <= n_cols <= most:
         return None
     # (1:8's fp16 fallback on small weights past 8 tokens: 8-token tiles, B as it lies)
@@ -153,5 +157,5 @@ def spmm_nm_mma_sp_config(
     if m == 8 and n_cols <= MMA_SP_NATURAL_B_TOKENS:
         programs, most_split = FEW_M8_PROGRAMS_PER_SM, FEW_M8_MAX_SPLIT
     split = min(programs * sms // tiles, most_split, steps // MIN_STEPS_A_RANGE)
-    by_rows = n_cols <= window.out_by_rows_most
+    by_rows = n_cols <= window.out_by_rows_most and (few or not small)
     return SpmmNmMmaSpConfig(1, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b, wide, by_rows)
