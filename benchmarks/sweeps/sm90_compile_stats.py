@@ -4,7 +4,8 @@ by default) through triton.compile for GPUTarget("cuda", 90, 32), then the wheel
 and cuobjdump -sass. Prints a line a case: registers, SASS instructions, shared stores (of
 them 16-byte), MMA instructions, global stores and loads by width. ALIGNED=1 marks every
 pointer and integer argument divisible by 16, as Triton specializes them at a launch where
-they are (so the vector widths are the device's for shapes of multiples of 16).
+they are (so the vector widths are the device's for shapes of multiples of 16). DUMP=folder
+writes each case's TTGIR and SASS there (<name>.ttgir, <name>.sass).
     TRITON_INTERPRET= .venv/bin/python benchmarks/sweeps/sm90_compile_stats.py "mma.sp"
 """
 
@@ -33,7 +34,7 @@ def ptxas_path() -> str:
     return getattr(found, "path", found)
 
 
-def stats(ptx: str) -> str:
+def stats(ptx: str, dump: Path | None = None) -> str:
     folder = tempfile.mkdtemp()
     ptxas = ptxas_path()
     Path(folder, "k.ptx").write_text(ptx)
@@ -47,6 +48,8 @@ def stats(ptx: str) -> str:
     sass = subprocess.run(
         [cuobjdump, "-sass", f"{folder}/k.cubin"], capture_output=True, text=True
     ).stdout
+    if dump is not None:
+        dump.with_suffix(".sass").write_text(sass)
     lines = [line for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
     stores = [line for line in lines if "STS" in line]
     wide = sum("STS.128" in line for line in stores)
@@ -93,7 +96,12 @@ def main():
         compiled = triton.compile(
             source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
         )
-        print(f"{name:48s} {stats(compiled.asm['ptx'])}", flush=True)
+        dump = None
+        if os.environ.get("DUMP"):
+            dump = Path(os.environ["DUMP"], re.sub(r"\W+", "_", name))
+            dump.parent.mkdir(parents=True, exist_ok=True)
+            dump.with_suffix(".ttgir").write_text(compiled.asm["ttgir"])
+        print(f"{name:48s} {stats(compiled.asm['ptx'], dump)}", flush=True)
 
 
 if __name__ == "__main__":

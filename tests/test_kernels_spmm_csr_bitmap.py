@@ -1,0 +1,150 @@
+"""The CSR bitmap kernel (each step's kept values decoded into a dense tile from bitmap words,
+then one tl.dot): its operand against a plain encoding, and the kernel in the interpreter on
+CPU (small shapes, float16: the interpreter's bfloat16 tl.dot is broken) and compiled on CUDA
+(gpu, bfloat16), against float64 references with poisoned outputs."""
+
+import pytest
+import torch
+
+from _helpers import (
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
+from sparsekernels.kernels.spmm_csr_bitmap import bitmap_words, spmm_csr_bitmap, supports
+
+
+def _launch_poisoned(A, B, bias=None, activation="none", split=1, block_w=2, fused=True, out=None):
+    if out is None:
+        out = torch.empty(A.shape[0], B.shape[1], dtype=B.dtype, device=B.device)
+    out.fill_(float("nan"))
+    spmm_csr_bitmap(
+        words=bitmap_words(A.row_offsets, A.column_indices, *A.shape),
+        row_offsets=A.row_offsets,
+        values=A.values,
+        b=B,
+        bias=bias,
+        out=out,
+        activation=activation,
+        block_m=16,
+        block_w=block_w,
+        block_n=16,
+        num_warps=4,
+        num_stages=2,
+        split=split,
+        fused=fused,
+    )
+    return out
+
+
+def test_bitmap_words_match_a_plain_encoding(gen):
+    """Each 32-column word: its kept columns as bits, and the row's kept values before it;
+    empty rows, a partial last word, every column kept in a row."""
+    A = random_csr(9, 70, 0.4, gen)
+    dense = A.to_dense()
+    dense[4] = 1.0  # every column
+    A = type(A).from_dense(dense)
+    words = bitmap_words(A.row_offsets, A.column_indices, 9, 70)
+    assert words.shape == (9, 3) and words.dtype == torch.int64
+    for r in range(9):
+        before = 0
+        for w in range(3):
+            kept = (dense[r, w * 32 : (w + 1) * 32] != 0).tolist()
+            bits = sum(1 << i for i, k in enumerate(kept) if k)
+            assert words[r, w].item() == (before << 32) | bits, (r, w)
+            before += sum(kept)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("tokens", [1, 5, 17])
+@pytest.mark.parametrize("density", [0.3, 0.9])
+def test_every_element_written(device, tokens, density, gen):
+    """A partial last row tile and single-row weights, empty rows, a walk whose last step and
+    last word are partial and one of whole steps, K of one column, x^T as linear passes it
+    into linear's column-major out and a row-major B into a row-major out; two column tiles
+    at 17 tokens."""
+    skip_interpreter_on_gpu_machine(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    for rows, k in ((19, 2 * 64 + 37), (1, 128), (21, 1)):
+        A = random_csr(rows, k, density, gen, dtype, device)
+        x = randn(tokens, k, gen=gen, dtype=dtype, device=device)
+        linear_out = torch.empty(tokens, rows, dtype=dtype, device=device).t()
+        for B, out in ((x.t(), linear_out), (x.t().contiguous(), None)):
+            got = _launch_poisoned(A, B, out=out)
+            assert_close(
+                got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype
+            )
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("split", [1, 3, 64])
+@pytest.mark.parametrize("fused", [True, False])
+def test_bias_activation_and_split(device, split, fused, gen):
+    """Split-K sums each range of words into the float32 workspace, then bias and activation
+    in the last range of a tile to finish (fused) or a second kernel; at 64 more ranges are
+    asked for than steps. Both sum the planes in one order: the same bits."""
+    skip_interpreter_on_gpu_machine(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    A = random_csr(37, 13 * 64 + 5, 0.3, gen, dtype, device)
+    B = randn(13 * 64 + 5, 5, gen=gen, dtype=dtype, device=device)
+    bias = randn(37, gen=gen, dtype=dtype, device=device)
+    want = torch.nn.functional.gelu(A.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(A.to_dense(), B) + bias.double().abs()[:, None]
+    got = _launch_poisoned(A, B, bias, "gelu", split, fused=fused)
+    assert_close(got, want, bound, dtype)
+    assert torch.equal(got, _launch_poisoned(A, B, bias, "gelu", split, fused=not fused))
+
+
+def test_a_bad_row_is_caught(gen):
+    """The tolerance would see one row of the product wrong: row 7's kept values one column
+    over change that row only."""
+    A = random_csr(20, 96, 0.4, gen, torch.float16)
+    x = randn(96, 4, gen=gen, dtype=torch.float16)
+    got = _launch_poisoned(A, x)
+    wrong = A.to_dense().double().clone()
+    wrong[7] = wrong[7].roll(1)
+    with pytest.raises(AssertionError):
+        assert_close(got, wrong @ x.double(), spmm_bound(A.to_dense(), x), torch.float16)
+    assert_close(
+        got, A.to_dense().double() @ x.double(), spmm_bound(A.to_dense(), x), torch.float16
+    )
+
+
+def test_supports_and_bad_input(gen):
+    """16-bit values only; words of another weight's shape or type and tiles tl.dot cannot
+    take are refused before any launch."""
+    assert supports(torch.bfloat16, 4096) and supports(torch.float16, 1)
+    assert not supports(torch.float32, 4096) and not supports(torch.bfloat16, 2**31)
+    A = random_csr(20, 96, 0.4, gen, torch.float16)
+    x = randn(96, 4, gen=gen, dtype=torch.float16)
+    words = bitmap_words(A.row_offsets, A.column_indices, 20, 96)
+    out = torch.empty(20, 4, dtype=torch.float16)
+    launch = dict(row_offsets=A.row_offsets, values=A.values, b=x, bias=None, out=out,
+                  activation="none", num_warps=4, num_stages=1)  # fmt: skip
+    tiles = dict(block_m=16, block_w=2, block_n=16)
+    with pytest.raises(ValueError, match="words must be bitmap_words"):
+        spmm_csr_bitmap(words=words[:, :2], **launch, **tiles)
+    with pytest.raises(ValueError, match="words must be bitmap_words"):
+        spmm_csr_bitmap(words=words.int(), **launch, **tiles)
+    with pytest.raises(ValueError, match="block_m and block_n must be at least 16"):
+        spmm_csr_bitmap(words=words, **launch, **dict(tiles, block_n=8))
+    with pytest.raises(ValueError, match="block_w a power of two"):
+        spmm_csr_bitmap(words=words, **launch, **dict(tiles, block_w=3))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 8, 16])
+@pytest.mark.parametrize("split", [1, 8])
+@pytest.mark.parametrize("block_w", [4, 8])
+def test_llm_tiles_on_gpu(tokens, split, block_w, gen):
+    """LLM-like rows (4096 + 40 columns, a partial word and step) at 70% in bf16, the
+    sweep's tiles, split for a few-row weight."""
+    A = random_csr(1005, 4096 + 40, 0.3, gen, torch.bfloat16, "cuda")
+    x = randn(tokens, 4096 + 40, gen=gen, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(tokens, 1005, dtype=torch.bfloat16, device="cuda").t()
+    got = _launch_poisoned(A, x.t(), split=split, block_w=block_w, out=out)
+    want = A.to_dense().double() @ x.t().double()
+    assert_close(got, want, spmm_bound(A.to_dense(), x.t()), torch.bfloat16)
