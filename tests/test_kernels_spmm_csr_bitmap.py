@@ -1,13 +1,12 @@
-"""The CSR bitmap kernel (each step's kept values decoded into a dense tile from bitmap words,
-then one tl.dot): its operand against a plain encoding, and the kernel in the interpreter on
+"""The CSR bitmap kernels (each step's kept values decoded into a dense tile from bitmap words,
+then one MMA): their operand against a plain encoding; the Triton kernel in the interpreter on
 CPU (small shapes, float16: the interpreter's bfloat16 tl.dot is broken) and compiled on CUDA
-(gpu, bfloat16), against float64 references with poisoned outputs."""
+(gpu, bfloat16), its Gluon twin on CUDA only; float64 references, poisoned outputs."""
 
 import pytest
 import torch
 
 from _helpers import (
-    KERNEL_DEVICES,
     assert_close,
     randn,
     random_csr,
@@ -15,13 +14,23 @@ from _helpers import (
     spmm_bound,
 )
 from sparsekernels.kernels.spmm_csr_bitmap import bitmap_words, spmm_csr_bitmap, supports
+from sparsekernels.kernels.spmm_csr_bitmap_wgmma import spmm_csr_bitmap_wgmma
+
+# the Triton kernel (interpreter and GPU) and its Gluon twin (GPU only: no interpreter)
+KERNELS = [
+    pytest.param("cpu", "triton", id="interpreter"),
+    pytest.param("cuda", "triton", id="triton", marks=pytest.mark.gpu),
+    pytest.param("cuda", "gluon", id="gluon", marks=pytest.mark.gpu),
+]
 
 
-def _launch_poisoned(A, B, bias=None, activation="none", split=1, block_w=2, fused=True, out=None):
+def _launch_poisoned(
+    A, B, bias=None, activation="none", split=1, block_w=2, fused=True, out=None, kernel="triton"
+):
     if out is None:
         out = torch.empty(A.shape[0], B.shape[1], dtype=B.dtype, device=B.device)
     out.fill_(float("nan"))
-    spmm_csr_bitmap(
+    operands = dict(
         words=bitmap_words(A.row_offsets, A.column_indices, *A.shape),
         row_offsets=A.row_offsets,
         values=A.values,
@@ -29,14 +38,15 @@ def _launch_poisoned(A, B, bias=None, activation="none", split=1, block_w=2, fus
         bias=bias,
         out=out,
         activation=activation,
-        block_m=16,
         block_w=block_w,
-        block_n=16,
-        num_warps=4,
-        num_stages=2,
         split=split,
         fused=fused,
     )
+    if kernel == "gluon":
+        block_n = 8 if B.shape[1] <= 8 else 16
+        spmm_csr_bitmap_wgmma(**operands, block_m=64, block_n=block_n)
+    else:
+        spmm_csr_bitmap(**operands, block_m=16, block_n=16, num_warps=4, num_stages=2)
     return out
 
 
@@ -58,10 +68,10 @@ def test_bitmap_words_match_a_plain_encoding(gen):
             before += sum(kept)
 
 
-@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize(("device", "kernel"), KERNELS)
 @pytest.mark.parametrize("tokens", [1, 5, 17])
 @pytest.mark.parametrize("density", [0.3, 0.9])
-def test_every_element_written(device, tokens, density, gen):
+def test_every_element_written(device, kernel, tokens, density, gen):
     """A partial last row tile and single-row weights, empty rows, a walk whose last step and
     last word are partial and one of whole steps, K of one column, x^T as linear passes it
     into linear's column-major out and a row-major B into a row-major out; two column tiles
@@ -73,16 +83,16 @@ def test_every_element_written(device, tokens, density, gen):
         x = randn(tokens, k, gen=gen, dtype=dtype, device=device)
         linear_out = torch.empty(tokens, rows, dtype=dtype, device=device).t()
         for B, out in ((x.t(), linear_out), (x.t().contiguous(), None)):
-            got = _launch_poisoned(A, B, out=out)
+            got = _launch_poisoned(A, B, out=out, kernel=kernel)
             assert_close(
                 got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype
             )
 
 
-@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize(("device", "kernel"), KERNELS)
 @pytest.mark.parametrize("split", [1, 3, 64])
 @pytest.mark.parametrize("fused", [True, False])
-def test_bias_activation_and_split(device, split, fused, gen):
+def test_bias_activation_and_split(device, kernel, split, fused, gen):
     """Split-K sums each range of words into the float32 workspace, then bias and activation
     in the last range of a tile to finish (fused) or a second kernel; at 64 more ranges are
     asked for than steps. Both sum the planes in one order: the same bits."""
@@ -93,9 +103,10 @@ def test_bias_activation_and_split(device, split, fused, gen):
     bias = randn(37, gen=gen, dtype=dtype, device=device)
     want = torch.nn.functional.gelu(A.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(A.to_dense(), B) + bias.double().abs()[:, None]
-    got = _launch_poisoned(A, B, bias, "gelu", split, fused=fused)
+    got = _launch_poisoned(A, B, bias, "gelu", split, fused=fused, kernel=kernel)
     assert_close(got, want, bound, dtype)
-    assert torch.equal(got, _launch_poisoned(A, B, bias, "gelu", split, fused=not fused))
+    other = _launch_poisoned(A, B, bias, "gelu", split, fused=not fused, kernel=kernel)
+    assert torch.equal(got, other)
 
 
 def test_a_bad_row_is_caught(gen):
@@ -133,18 +144,28 @@ def test_supports_and_bad_input(gen):
         spmm_csr_bitmap(words=words, **launch, **dict(tiles, block_n=8))
     with pytest.raises(ValueError, match="block_w a power of two"):
         spmm_csr_bitmap(words=words, **launch, **dict(tiles, block_w=3))
+    del launch["num_warps"], launch["num_stages"]
+    with pytest.raises(ValueError, match="words must be bitmap_words"):
+        spmm_csr_bitmap_wgmma(words=words[:, :2], **launch)
+    with pytest.raises(ValueError, match="block_m must be 64 or 128"):
+        spmm_csr_bitmap_wgmma(words=words, **launch, block_m=32)
+    with pytest.raises(ValueError, match="block_n 8-256 by 8"):
+        spmm_csr_bitmap_wgmma(words=words, **launch, block_n=12)
+    with pytest.raises(ValueError, match="block_w must be a power of two from 2"):
+        spmm_csr_bitmap_wgmma(words=words, **launch, block_w=1)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["triton", "gluon"])
 @pytest.mark.parametrize("tokens", [1, 8, 16])
 @pytest.mark.parametrize("split", [1, 8])
 @pytest.mark.parametrize("block_w", [4, 8])
-def test_llm_tiles_on_gpu(tokens, split, block_w, gen):
+def test_llm_tiles_on_gpu(kernel, tokens, split, block_w, gen):
     """LLM-like rows (4096 + 40 columns, a partial word and step) at 70% in bf16, the
     sweep's tiles, split for a few-row weight."""
     A = random_csr(1005, 4096 + 40, 0.3, gen, torch.bfloat16, "cuda")
     x = randn(tokens, 4096 + 40, gen=gen, dtype=torch.bfloat16, device="cuda")
     out = torch.empty(tokens, 1005, dtype=torch.bfloat16, device="cuda").t()
-    got = _launch_poisoned(A, x.t(), split=split, block_w=block_w, out=out)
+    got = _launch_poisoned(A, x.t(), split=split, block_w=block_w, out=out, kernel=kernel)
     want = A.to_dense().double() @ x.t().double()
     assert_close(got, want, spmm_bound(A.to_dense(), x.t()), torch.bfloat16)

@@ -1,4 +1,5 @@
-"""Unstructured weights on tensor cores from bitmap words (kernels/spmm_csr_bitmap.py) against
+"""Unstructured weights on tensor cores from bitmap words (kernels/spmm_csr_bitmap.py, Triton, and
+kernels/spmm_csr_bitmap_wgmma.py, its Gluon twin with the gather laid out for L1) against
 the library's CSR route and dense, cold L2: where the decode of every weight element (about
 13-15 SASS instructions an element on sm_90, whatever the density and token count) beats
 the CSR kernels' gather of a B row per stored entry.
@@ -19,6 +20,7 @@ from triton.testing import do_bench_cudagraph
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels.spmm_csr_bitmap import bitmap_words, spmm_csr_bitmap
+from sparsekernels.kernels.spmm_csr_bitmap_wgmma import spmm_csr_bitmap_wgmma
 
 DEVICE = torch.device("cuda")
 SHAPES = [
@@ -27,23 +29,28 @@ SHAPES = [
 ]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITY", "0.7,0.9").split(",")]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,4,8,16,32").split(",")]
-# "mMwW[sS]/warps[/stages]": M rows and W words (32 W columns) a step, S split-K ranges (none:
-# enough for 4 programs an SM), warps, pipeline stages (2)
-CONFIGS = os.environ.get("CONFIGS", "m16w4/4,m16w8/4,m32w4/4,m32w8/4,m64w4/4,m16w4/4/3").split(",")
+# Triton "mMwW[sS]/warps[/stages]": M rows and W words (32 W columns) a step, S split-K ranges
+# (none: enough for 4 programs an SM), warps, pipeline stages (2); the Gluon kernel
+# "gMwW[sS]" (kernels/spmm_csr_bitmap_wgmma.py: one warpgroup, 8-token tiles to 8 tokens)
+CONFIGS = os.environ.get(
+    "CONFIGS", "m16w4/4,m16w8/4,m32w4/4,m64w4/4,m16w4/4/3,g64w2,g64w4,g128w2"
+).split(",")
 
 
-def parse(name: str, rows: int, k: int, sms: int) -> dict:
-    tile, warps, *stages = name.split("/")
-    block_m, rest = tile[1:].split("w")
-    block_w, _, split = rest.partition("s")
+def parse(name: str, rows: int, k: int, tokens: int, sms: int) -> tuple:
+    """(the launcher, its tile arguments) for a configuration name."""
+    tile, *rest = name.split("/")
+    block_m, words = tile[1:].split("w")
+    block_w, _, split = words.partition("s")
     block_m, block_w = int(block_m), int(block_w)
     tiles = -(-rows // block_m)
     steps = -(-k // (32 * block_w))
     split = int(split) if split else max(1, min(16, 4 * sms // tiles, steps // 2))
-    return dict(
-        block_m=block_m, block_w=block_w, block_n=16, num_warps=int(warps),
-        num_stages=int(stages[0]) if stages else 2, split=split,
-    )  # fmt: skip
+    tile_args = dict(block_m=block_m, block_w=block_w, split=split)
+    if tile.startswith("g"):
+        return spmm_csr_bitmap_wgmma, dict(tile_args, block_n=8 if tokens <= 8 else 16)
+    stages = int(rest[1]) if len(rest) > 1 else 2
+    return spmm_csr_bitmap, dict(tile_args, block_n=16, num_warps=int(rest[0]), num_stages=stages)
 
 
 def rotated(fn, copies: list) -> float:
@@ -81,11 +88,11 @@ def main():
                 "csr route": rotated(lambda a: sk.linear(x, a), csr_copies),
             }
             for name in CONFIGS:
-                config = parse(name, M, K, sms)
+                launch, config = parse(name, M, K, tokens, sms)
 
-                def run(words, offsets, values, config=config):
-                    spmm_csr_bitmap(words=words, row_offsets=offsets, values=values, b=x.t(),
-                                    bias=None, out=out, activation="none", **config)  # fmt: skip
+                def run(words, offsets, values, launch=launch, config=config):
+                    launch(words=words, row_offsets=offsets, values=values, b=x.t(), bias=None,
+                           out=out, activation="none", **config)  # fmt: skip
 
                 out.fill_(float("nan"))
                 try:
