@@ -153,6 +153,9 @@ def test_supports_and_bad_input(gen):
         spmm_csr_bitmap_wgmma(words=words, **launch, block_n=12)
     with pytest.raises(ValueError, match="block_w must be a power of two from 2"):
         spmm_csr_bitmap_wgmma(words=words, **launch, block_w=1)
+    huge = torch.zeros(1, dtype=torch.float16).expand(2**31)  # (no memory behind it)
+    with pytest.raises(ValueError, match="values must number under 2"):
+        spmm_csr_bitmap_wgmma(words=words, **dict(launch, values=huge))
 
 
 @pytest.mark.gpu
