@@ -1,5 +1,6 @@
-"""Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py):
-indices along one axis of a distributed layout, and single PTX bit instructions whose edge
+"""Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py,
+spmm_csr_bitmap_wgmma.py): indices along one axis of a distributed layout, the layouts of a
+one-warpgroup wgmma's accumulator and B tile, and single PTX bit instructions whose edge
 cases the kernels rely on (shifts of 32 or more give 0; byte permutes with zeros)."""
 
 from __future__ import annotations
@@ -26,6 +27,21 @@ def _along(size: gl.constexpr, axis: gl.constexpr, rank: gl.constexpr, layout: g
         if dim != axis:
             index = gl.expand_dims(index, dim)
     return index
+
+
+def wgmma_b_layouts(block_k: int, block_n: int, k_contiguous: bool) -> dict:
+    """ACC_LAYOUT, B_LOAD and B_SHARED for one warpgroup's wgmma over a (block_k, block_n) B
+    tile loaded from global memory (16-byte loads along K where B's rows are unit stride,
+    else along N) and stored to shared memory for the MMA."""
+    if k_contiguous:
+        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, 4], [0, 1])
+    else:
+        b_load = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
+    return {
+        "ACC_LAYOUT": gl.NVMMADistributedLayout([3, 0], [4, 1], [16, block_n, 16]),
+        "B_LOAD": b_load,
+        "B_SHARED": gl.NVMMASharedLayout(128 if block_k >= 64 else 0, 16, 2, transposed=True),
+    }
 
 
 @gluon.jit

@@ -58,6 +58,15 @@ def bitmap_words(
     return (before << 32) | bitmap.view(rows, words)
 
 
+def check_words(words: torch.Tensor, rows: int, k: int) -> None:
+    """ValueError unless `words` has bitmap_words' type and shape for a (rows, k) weight."""
+    if words.shape != (rows, cdiv(k, WORD)) or words.dtype != torch.int64:
+        raise ValueError(
+            f"words must be bitmap_words of a ({rows}, {k}) weight: int64 of shape "
+            f"({rows}, {cdiv(k, WORD)}), got {words.dtype} {tuple(words.shape)}"
+        )
+
+
 @triton.jit
 def _popc(x, HW_POPC: tl.constexpr):
     """Set bits of each uint32: the hardware's popc compiled, bit arithmetic in the
@@ -165,11 +174,7 @@ def spmm_csr_bitmap(
     kernel."""
     rows, cols = out.shape
     k = b.shape[0]
-    if words.shape != (rows, cdiv(k, WORD)) or words.dtype != torch.int64:
-        raise ValueError(
-            f"words must be bitmap_words of a ({rows}, {k}) weight: int64 of shape "
-            f"({rows}, {cdiv(k, WORD)}), got {words.dtype} {tuple(words.shape)}"
-        )
+    check_words(words, rows, k)
     if min(block_m, block_n) < 16 or block_w & (block_w - 1):
         raise ValueError(
             f"block_m and block_n must be at least 16 and block_w a power of two, got "

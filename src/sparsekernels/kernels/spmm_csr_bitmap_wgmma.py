@@ -26,8 +26,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
+from ._gluon_bits import wgmma_b_layouts
 from ._sizes import cdiv
-from .spmm_csr_bitmap import WORD
+from .spmm_csr_bitmap import WORD, check_words
 
 _WORD = gl.constexpr(WORD)
 
@@ -150,17 +151,10 @@ def layouts(block_m: int, block_w: int, block_n: int, k_contiguous: bool) -> dic
     as (rows, words, 32 columns), a warp's lanes along a word's columns, warps along rows,
     the rest (the warp's rows, the step's words) in registers."""
     block_k = block_w * WORD
-    acc = gl.NVMMADistributedLayout([3, 0], [4, 1], [16, block_n, 16])
-    if k_contiguous:
-        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, 4], [0, 1])
-    else:
-        b_load = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
     return {
         "GATHER": gl.BlockedLayout([1, block_w, 1], [1, 1, 32], [4, 1, 1], [2, 1, 0]),
-        "ACC_LAYOUT": acc,
-        "B_LOAD": b_load,
         "A_SHARED": gl.NVMMASharedLayout(128 if block_k >= 64 else 0, 16, 2),
-        "B_SHARED": gl.NVMMASharedLayout(128 if block_k >= 64 else 0, 16, 2, transposed=True),
+        **wgmma_b_layouts(block_k, block_n, k_contiguous),
     }
 
 
@@ -196,11 +190,7 @@ def spmm_csr_bitmap_wgmma(
     kernel."""
     rows, cols = out.shape
     k = b.shape[0]
-    if words.shape != (rows, cdiv(k, WORD)) or words.dtype != torch.int64:
-        raise ValueError(
-            f"words must be bitmap_words of a ({rows}, {k}) weight: int64 of shape "
-            f"({rows}, {cdiv(k, WORD)}), got {words.dtype} {tuple(words.shape)}"
-        )
+    check_words(words, rows, k)
     if block_m not in (64, 128) or block_n % 8 or not 8 <= block_n <= 256:
         raise ValueError(
             f"block_m must be 64 or 128 and block_n 8-256 by 8, got {block_m}, {block_n}"

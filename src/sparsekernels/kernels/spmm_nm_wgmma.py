@@ -53,7 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
-from ._gluon_bits import _along, _clamped_shl, _permute
+from ._gluon_bits import _along, _clamped_shl, _permute, wgmma_b_layouts
 from ._sizes import cdiv
 
 QUAD = gl.constexpr(4)  # lanes sharing a row of the MMA's A operand, each with its own columns
@@ -258,17 +258,11 @@ def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool
     lanes = [basis(4, 1), basis(4, 2), basis(0, 1), basis(0, 2), basis(0, 4)]
     warps = [basis(0, 16), basis(0, 32)]
     words = gl.DistributedLinearLayout(reg, lanes, warps, [], [block_m, gl_count, hq, pl, 4])
-    acc = gl.NVMMADistributedLayout([3, 0], [4, 1], [16, block_n, 16])
-    if k_contiguous:
-        b_load = gl.BlockedLayout([8, 1], [32, 1], [1, 4], [0, 1])
-    else:
-        b_load = gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])
+    b_operand = wgmma_b_layouts(block_g * m, block_n, k_contiguous)
     return {
         "WORDS": words,
-        "A_LAYOUT": gl.DotOperandLayout(0, acc, 2),
-        "ACC_LAYOUT": acc,
-        "B_LOAD": b_load,
-        "B_SHARED": gl.NVMMASharedLayout(128 if block_g * m >= 64 else 0, 16, 2, transposed=True),
+        "A_LAYOUT": gl.DotOperandLayout(0, b_operand["ACC_LAYOUT"], 2),
+        **b_operand,
     }
 
 
