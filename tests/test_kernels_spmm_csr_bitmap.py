@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from _helpers import (
+    KERNEL_DEVICES,
     assert_close,
     randn,
     random_csr,
@@ -172,3 +173,63 @@ def test_llm_tiles_on_gpu(kernel, tokens, split, block_w, gen):
     got = _launch_poisoned(A, x.t(), split=split, block_w=block_w, out=out, kernel=kernel)
     want = A.to_dense().double() @ x.t().double()
     assert_close(got, want, spmm_bound(A.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("tokens", [3, 16])
+def test_linear_routes_through_a_bitmap_window(device, tokens, gen, monkeypatch):
+    """With a window open, linear takes the bitmap kernel (the Gluon one on Hopper, the
+    Triton one in the interpreter) for a CSR weight in it: bias, linear's column-major out,
+    the words built once per pattern and again after an in-place edit; outside the window
+    (and with none open, as now) it does not."""
+    skip_interpreter_on_gpu_machine(device)
+    import sparsekernels as sk
+    from sparsekernels.kernels import csr_bitmap_tuning, spmm_csr_bitmap_wgmma
+    from sparsekernels.ops import _csr_bitmap
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    A = random_csr(70, 200, 0.3, gen, dtype, device)
+    x = randn(tokens, 200, gen=gen, dtype=dtype, device=device)
+    bias = randn(70, gen=gen, dtype=dtype, device=device)
+    calls = []
+    for module, name in ((_csr_bitmap.spmm_csr_bitmap, "spmm_csr_bitmap"),
+                         (spmm_csr_bitmap_wgmma, "spmm_csr_bitmap_wgmma")):  # fmt: skip
+        launch = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda launch=launch, name=name, **kw: calls.append(name) or launch(**kw)
+        )
+    backend = "triton"  # (the automatic choice on a CPU is the reference path)
+    assert sk.linear(x, A, bias, backend=backend) is not None and calls == []  # no window
+    window = csr_bitmap_tuning._Window(2, 16, 0.2, 0.4)
+    monkeypatch.setattr(csr_bitmap_tuning, "CSR_BITMAP_WINDOWS", {dtype: (window,)})
+    got = sk.linear(x, A, bias, backend=backend)
+    gluon = device == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+    assert calls == ["spmm_csr_bitmap_wgmma" if gluon else "spmm_csr_bitmap"]
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
+    assert_close(got, want, bound, dtype)
+    words = _csr_bitmap.bitmap_words(A.row_offsets, A.column_indices, 70, 200)
+    assert _csr_bitmap.bitmap_words(A.row_offsets, A.column_indices, 70, 200) is words
+    A.column_indices.add_(0)  # an in-place edit moves the version
+    assert _csr_bitmap.bitmap_words(A.row_offsets, A.column_indices, 70, 200) is not words
+    calls.clear()
+    sk.linear(randn(17, 200, gen=gen, dtype=dtype, device=device), A, backend=backend)  # past
+    assert calls == []
+
+
+def test_config_inside_the_windows_only(monkeypatch):
+    """No window, no tile; inside one, the kernel's tile with a split that fills 4 programs
+    an SM (two steps a range at least); outside its tokens or densities, none."""
+    from sparsekernels.kernels import csr_bitmap_tuning as tuning
+
+    bf16 = torch.bfloat16
+    assert tuning.csr_bitmap_config(8, 4096, 14336, 17_616_077, bf16, 132, True) is None
+    window = tuning._Window(2, 16, 0.2, 0.4)
+    monkeypatch.setattr(tuning, "CSR_BITMAP_WINDOWS", {bf16: (window,)})
+    gluon = tuning.csr_bitmap_config(8, 4096, 14336, 17_616_077, bf16, 132, True)
+    assert (gluon.block_m, gluon.block_w, gluon.block_n, gluon.split) == (64, 4, 8, 8)
+    triton_tile = tuning.csr_bitmap_config(16, 4096, 14336, 17_616_077, bf16, 132, False)
+    assert (triton_tile.block_m, triton_tile.block_n, triton_tile.split) == (32, 16, 4)
+    assert tuning.csr_bitmap_config(1, 4096, 14336, 17_616_077, bf16, 132, True) is None
+    assert tuning.csr_bitmap_config(8, 4096, 14336, 5_000_000, bf16, 132, True) is None
+    assert tuning.csr_bitmap_config(8, 4096, 14336, 17_616_077, torch.float16, 132, True) is None
