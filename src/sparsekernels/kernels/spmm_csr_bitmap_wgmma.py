@@ -42,7 +42,7 @@ def _popc(x):
 
 
 @gluon.jit
-def _step(acc, values, row_words, row_values, own, below, b, b_cols, mask_bn, w0, end, K,
+def _step(acc, values, row_words, row_starts, own, below, b, b_cols, mask_bn, w0, end, K,
           stride_bk, a_shared, b_shared, BLOCK_M: gl.constexpr, BLOCK_W: gl.constexpr,
           GATHER: gl.constexpr, B_LOAD: gl.constexpr, MASKED: gl.constexpr):  # fmt: skip
     """acc + the tile of words w0 .. w0 + BLOCK_W @ B's rows under it; MASKED: the last step,
@@ -56,7 +56,7 @@ def _step(acc, values, row_words, row_values, own, below, b, b_cols, mask_bn, w0
     bitmap = gl.expand_dims(entry.to(gl.int32), 2)  # the low half
     # the word's first kept value, in 32-bit offsets (one add and one wide multiply-add an
     # element, not 64-bit pointer arithmetic)
-    first = gl.expand_dims(row_values, 1) + (entry >> 32).to(gl.int32)
+    first = gl.expand_dims(row_starts, 1) + (entry >> 32).to(gl.int32)
     kept = (bitmap & own) != 0
     at = gl.expand_dims(first, 2) + _popc(bitmap & below)
     a = gl.load(values + at, mask=kept, other=0.0)
@@ -109,7 +109,7 @@ def _csr_bitmap_wgmma_kernel(
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
     rows = gl.minimum(offs_m, M - 1).to(gl.int64)  # rows past M repeat the last, not stored
     row_words = gl.expand_dims(words + rows * WORDS, 1)
-    row_values = gl.load(row_offsets + rows).to(gl.int32)  # each row's first value (nnz < 2^31)
+    row_starts = gl.load(row_offsets + rows).to(gl.int32)  # each row's first value (nnz < 2^31)
     bit = gl.arange(0, _WORD, layout=gl.SliceLayout(0, gl.SliceLayout(1, GATHER)))
     ones = gl.full([_WORD], -1, gl.int32, bit.type.layout)
     own = gl.expand_dims(gl.expand_dims((ones & 1) << bit, 0), 1)  # the lane's column
@@ -126,12 +126,12 @@ def _csr_bitmap_wgmma_kernel(
     full = first + (end - first) // BLOCK_W * BLOCK_W
     for w0 in range(first, full, BLOCK_W):
         acc = _step(
-            acc, values, row_words, row_values, own, below, b, b_cols, mask_bn, w0, end, K,
+            acc, values, row_words, row_starts, own, below, b, b_cols, mask_bn, w0, end, K,
             stride_bk, a_shared, b_shared, BLOCK_M, BLOCK_W, GATHER, B_LOAD, False,
         )  # fmt: skip
     if full < end:
         acc = _step(
-            acc, values, row_words, row_values, own, below, b, b_cols, mask_bn, full, end, K,
+            acc, values, row_words, row_starts, own, below, b, b_cols, mask_bn, full, end, K,
             stride_bk, a_shared, b_shared, BLOCK_M, BLOCK_W, GATHER, B_LOAD, True,
         )  # fmt: skip
     offs_m = gl.program_id(0) * BLOCK_M + gl.arange(
