@@ -113,24 +113,30 @@ def _csr_bitmap_kernel(
     mask_m = offs_m < M
     mask_n = offs_n < N
     rows = tl.minimum(offs_m, M - 1).to(tl.int64)  # rows past M repeat the last, not stored
-    row_values = values + tl.load(row_offsets + rows).to(tl.int64)  # each row's first value
+    row_starts = tl.load(row_offsets + rows).to(tl.int32)  # each row's first value
     b_cols = offs_n[None, :].to(tl.int64) * stride_bn
-    own = tl.full((_WORD,), 1, tl.uint32) << tl.arange(0, _WORD).to(tl.uint32)
+    cols = tl.arange(0, BLOCK_W * _WORD)  # the step's columns, a word's 32 side by side
+    own = tl.full((BLOCK_W * _WORD,), 1, tl.uint32) << (cols % _WORD).to(tl.uint32)
     below = own - 1  # the bits of the word's earlier columns
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     first = tl.program_id(2) * WORDS_PER_SPLIT
     end = tl.minimum(first + WORDS_PER_SPLIT, WORDS)
     for w0 in range(first, end, BLOCK_W):
-        w = w0 + tl.arange(0, BLOCK_W)
+        # the tile as (columns, rows): Triton lays a gather's first axis along a warp's lanes
+        # (sm_90 TTGIR: 8 columns a thread, 16 lanes along columns, 2 along rows), so a load
+        # instruction reads 8 runs of words (rows first: lanes across 16 rows, 32 runs)
+        w = w0 + cols // _WORD  # each column's word (the same for 32 columns: one broadcast)
         entry = tl.load(
-            words + rows[:, None] * WORDS + w[None, :], mask=(w < end)[None, :], other=0
+            words + rows[None, :] * WORDS + w[:, None], mask=(w < end)[:, None], other=0
         )
-        bitmap = entry.to(tl.uint32)[:, :, None]  # the low half
-        word_values = row_values[:, None] + (entry >> 32)  # the word's first kept value
-        kept = (bitmap & own[None, None, :]) != 0
-        rank = _popc(bitmap & below[None, None, :], HW_POPC)
-        a = tl.load(word_values[:, :, None] + rank, mask=kept, other=0.0)
-        a = tl.reshape(a, (BLOCK_M, BLOCK_W * _WORD))
+        bitmap = entry.to(tl.uint32)  # the low half
+        kept = (bitmap & own[:, None]) != 0
+        at = (
+            row_starts[None, :]
+            + (entry >> 32).to(tl.int32)
+            + _popc(bitmap & below[:, None], HW_POPC)
+        )
+        a = tl.trans(tl.load(values + at, mask=kept, other=0.0))
         ks = w0 * _WORD + tl.arange(0, BLOCK_W * _WORD)
         b_tile = tl.load(
             b + ks[:, None].to(tl.int64) * stride_bk + b_cols,

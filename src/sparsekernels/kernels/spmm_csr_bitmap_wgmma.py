@@ -1,10 +1,10 @@
 """CSR @ B on Hopper's tensor cores from bitmap words (spmm_csr_bitmap.py's operand), in Gluon:
 the same product as spmm_csr_bitmap.py's Triton kernel, with the gather laid out for L1.
 
-Triton lays that kernel's gather out with a warp's lanes across 16 rows (sm_90 TTGIR:
-threadsPerWarp [16, 2, 1]): one load instruction then touches up to 32 rows' values, up to
-32 L1 wavefronts for 32 two-byte elements. Here a warp's 32 lanes take the 32 columns of one
-word of one row, so an instruction's values lie within that word's run of at most 64 bytes
+Triton lays that kernel's gather out by its own rules (sm_90 TTGIR: 8 columns a thread, 16
+lanes along columns and 2 along rows), so one load instruction reads up to 8 runs of words,
+up to 8 L1 wavefronts for 32 two-byte elements. Here a warp's 32 lanes take the 32 columns of
+one word of one row, so an instruction's values lie within that word's run of at most 64 bytes
 (one or two wavefronts), and each lane's bit is one constant (its masks two registers). A
 lane holds its warp's rows and the step's words in registers; their int64 words load as
 16-byte vectors, the same for all 32 lanes (a broadcast).
