@@ -1,7 +1,7 @@
 """Unstructured weights on tensor cores from bitmap words (kernels/spmm_csr_bitmap.py, Triton, and
 kernels/spmm_csr_bitmap_wgmma.py, its Gluon twin with the gather laid out for L1) against
 the library's CSR route and dense, cold L2: where the decode of every weight element (about
-13-15 SASS instructions an element on sm_90, whatever the density and token count) beats
+13-16 SASS instructions an element on sm_90, whatever the density and token count) beats
 the CSR kernels' gather of a B row per stored entry.
 
 Each timing rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call,

@@ -4,7 +4,7 @@ take a product of a few tokens from the CSR kernels, and their tile.
 Not yet measured on the H200 (benchmarks/sweeps/csr_bitmap_cold.py, run_h200.sh step
 `csrbitmap`), so no window is open: CSR_BITMAP_WINDOWS stays empty until the sweep says where
 they win. Their cost is a decode of every weight element, whatever the density and the token
-count (13-15 sm_90 instructions an element), where the CSR kernels pay per stored entry and,
+count (13-16 sm_90 instructions an element), where the CSR kernels pay per stored entry and,
 at 2-16 tokens, gather a row of B per entry; so a window is a range of tokens and of
 densities.
 """

@@ -15,7 +15,7 @@ prefix sum across threads (the first prototype's, benchmarks/sweeps/bitmap_sweep
 everywhere). The column indices are not read: 2 bytes a kept value plus 0.25 a weight
 element, 0.85 bytes an element at 70% against CSR's 1.2 and dense's 2.
 
-Compiled for sm_90 (benchmarks/sweeps/sm90_compile_stats.py "csr bitmap") the loop takes 13-15
+Compiled for sm_90 (benchmarks/sweeps/sm90_compile_stats.py "csr bitmap") the loop takes 13-16
 instructions a weight element (a popc, the kept test, a 64-bit address, the masked 16-bit
 load and the zero it leaves, the tile's way into the MMA's registers): about 25-30 us on
 4096 x 14336 whatever the density, if issue-bound. So it cannot beat the CSR one-token
