@@ -239,7 +239,8 @@ for step in $steps; do
       timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_bitmap.py -n 8 \
         -p no:cacheprovider >"$out/gpu_tests_csr_bitmap.log" 2>&1
       echo "csr bitmap tests rc=$? $(tail -1 "$out/gpu_tests_csr_bitmap.log")"
-      TOKENS=1,8,16 timeout 330 python3 benchmarks/sweeps/csr_bitmap_cold.py \
+      TOKENS=1,8,16 CONFIGS=m16w4/4,m32w4/4,m64w4/4,g64w2,g64w4,g128w2 timeout 330 \
+        python3 benchmarks/sweeps/csr_bitmap_cold.py \
         >"$out/csr_bitmap_cold.txt" 2>&1
       echo "csrbitmap rc=$? $(tail -1 "$out/csr_bitmap_cold.txt")" ;;
     routekernels)  # the kernels linear launches against its mma.sp kernel alone (route_kernels.py)
