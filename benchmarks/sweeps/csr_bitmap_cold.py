@@ -9,6 +9,8 @@ each configuration checked against float64 first (NaN where wrong). The library'
 linear (its x^T view and column-major out); the bitmap kernel writes the same out.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_bitmap_cold.py
     SHAPES=4096x14336 SPARSITY=0.7 TOKENS=8,16 CONFIGS=m16w4s8/4,m32w8/4 ...
+    SHAPES=512x2048,2048x512 SPARSITY=0.5,0.7,0.9 TOKENS=256 CONFIGS=g64w2n128,m64w2n64/4 ...
+(at 64 tokens and more, DLMC's regime, torch's CSR matmul (cuSPARSE) is timed too)
 """
 
 import itertools
@@ -29,9 +31,10 @@ SHAPES = [
 ]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITY", "0.7,0.9").split(",")]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,4,8,16,32").split(",")]
-# Triton "mMwW[sS]/warps[/stages]": M rows and W words (32 W columns) a step, S split-K ranges
-# (none: enough for 4 programs an SM), warps, pipeline stages (2); the Gluon kernel
-# "gMwW[sS]" (kernels/spmm_csr_bitmap_wgmma.py: one warpgroup, 8-token tiles to 8 tokens)
+# Triton "mMwW[nN][sS]/warps[/stages]": M rows and W words (32 W columns) a step, N tokens a
+# column tile (16), S split-K ranges (none: enough for 4 programs an SM), warps, pipeline
+# stages (2); the Gluon kernel "gMwW[nN][sS]" (kernels/spmm_csr_bitmap_wgmma.py: one
+# warpgroup; N 8 to 8 tokens, else 16, unless given)
 CONFIGS = os.environ.get(
     "CONFIGS", "m16w4/4,m16w8/4,m32w4/4,m64w4/4,m16w4/4/3,g64w2,g64w4,g128w2"
 ).split(",")
@@ -41,16 +44,19 @@ def parse(name: str, rows: int, k: int, tokens: int, sms: int) -> tuple:
     """(the launcher, its tile arguments) for a configuration name."""
     tile, *rest = name.split("/")
     block_m, words = tile[1:].split("w")
-    block_w, _, split = words.partition("s")
+    words, _, split = words.partition("s")
+    block_w, _, block_n = words.partition("n")
     block_m, block_w = int(block_m), int(block_w)
-    tiles = -(-rows // block_m)
+    gluon = tile.startswith("g")
+    block_n = int(block_n) if block_n else 8 if gluon and tokens <= 8 else 16
+    tiles = -(-rows // block_m) * -(-tokens // block_n)
     steps = -(-k // (32 * block_w))
     split = int(split) if split else max(1, min(16, 4 * sms // tiles, steps // 2))
-    tile_args = dict(block_m=block_m, block_w=block_w, split=split)
-    if tile.startswith("g"):
-        return spmm_csr_bitmap_wgmma, dict(tile_args, block_n=8 if tokens <= 8 else 16)
+    tile_args = dict(block_m=block_m, block_w=block_w, block_n=block_n, split=split)
+    if gluon:
+        return spmm_csr_bitmap_wgmma, tile_args
     stages = int(rest[1]) if len(rest) > 1 else 2
-    return spmm_csr_bitmap, dict(tile_args, block_n=16, num_warps=int(rest[0]), num_stages=stages)
+    return spmm_csr_bitmap, dict(tile_args, num_warps=int(rest[0]), num_stages=stages)
 
 
 def rotated(fn, copies: list) -> float:
@@ -78,7 +84,9 @@ def main():
             (words.clone(), A.row_offsets.clone(), A.values.clone()) for _ in range(count)
         ]
         dense_copies = [(w.clone(),) for _ in range(max(2, copies_for(w.nbytes, DEVICE)))]
-        dense_of_a = A.to_dense().double()
+        torch_copies = []  # (built at the first case of 64 tokens or more)
+        w_sparse = A.to_dense()
+        dense_of_a = w_sparse.double()
         for tokens in TOKENS:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
             want = dense_of_a @ x.t().double()
@@ -87,6 +95,9 @@ def main():
                 "dense": rotated(lambda d: x @ d.t(), dense_copies),
                 "csr route": rotated(lambda a: sk.linear(x, a), csr_copies),
             }
+            if tokens >= 64:  # DLMC's regime: cuSPARSE (torch's CSR matmul), the issue's peer
+                torch_copies = torch_copies or [(w_sparse.to_sparse_csr(),) for _ in range(count)]
+                timed["cusparse"] = rotated(lambda t: t @ x.t(), torch_copies)
             for name in CONFIGS:
                 launch, config = parse(name, M, K, tokens, sms)
 
