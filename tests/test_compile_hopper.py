@@ -267,6 +267,7 @@ def _cases() -> dict:
         "bf16 8 tokens split 4": (4, 8, 4, "*bf16"),
         "fp16 16 tokens bias": (8, 16, 1, "*fp16"),
         "bf16 w2 16 tokens split 4": (2, 16, 4, "*bf16"),
+        "bf16 256 tokens": (4, 256, 1, "*bf16"),
     }.items():  # words, values, row offsets, b, bias, out, partials, counters
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0, BLOCK_M=64,
                          BLOCK_W=block_w, SPLITS=splits, FUSED=splits > 1, stride_bk=1,
@@ -355,6 +356,7 @@ CASE_NAMES = [
     "csr bitmap wgmma bf16 8 tokens split 4",
     "csr bitmap wgmma fp16 16 tokens bias",
     "csr bitmap wgmma bf16 w2 16 tokens split 4",
+    "csr bitmap wgmma bf16 256 tokens",
     "attention forward final bf16",
 ]
 
