@@ -5,7 +5,8 @@ and cuobjdump -sass. Prints a line a case: registers, SASS instructions, shared 
 them 16-byte), MMA instructions, global stores and loads by width. ALIGNED=1 marks every
 pointer and integer argument divisible by 16, as Triton specializes them at a launch where
 they are (so the vector widths are the device's for shapes of multiples of 16). DUMP=folder
-writes each case's TTGIR and SASS there (<name>.ttgir, <name>.sass).
+writes each case's TTGIR and SASS there (<name>.ttgir, <name>.sass). ONES=arg,... compiles those
+integer arguments as 1 (a launch specializes unit strides); MAXNREG=N caps the registers.
     TRITON_INTERPRET= .venv/bin/python benchmarks/sweeps/sm90_compile_stats.py "mma.sp"
 """
 
@@ -73,12 +74,21 @@ def longest_loop(lines: list[str]) -> int:
     return longest
 
 
+def _maxnreg() -> dict:
+    """MAXNREG=N caps the registers a thread, as a launch's maxnreg does."""
+    return {"maxnreg": int(os.environ["MAXNREG"])} if os.environ.get("MAXNREG") else {}
+
+
 def main():
     wanted = sys.argv[1:]
     for name, (kernel, pointers, constants, warps) in test_compile_hopper._cases().items():
         if wanted and not any(w in name for w in wanted):
             continue
         pointers = list(pointers)
+        constants = {
+            **constants,
+            **{arg: 1 for arg in os.environ.get("ONES", "").split(",") if arg},
+        }
         signature = {
             arg: "constexpr" if arg in constants else (pointers.pop(0) if pointers else "i32")
             for arg in kernel.arg_names
@@ -94,7 +104,7 @@ def main():
             attrs=attrs if os.environ.get("ALIGNED") == "1" else None,
         )
         compiled = triton.compile(
-            source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
+            source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **_maxnreg()}
         )
         dump = None
         if os.environ.get("DUMP"):

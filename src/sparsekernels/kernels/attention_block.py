@@ -249,10 +249,12 @@ def block_attention_forward(
     block_n: int,
     num_warps: int,
     num_stages: int,
-) -> None:
+    maxnreg: int | None = None,
+):
     """One component's pass: out (B, H, Lq, DV) and lse (B * H, Lq) fp32, written (or merged into
     when `merge`: then out must be fp32 and hold the earlier components' result). With `final`
-    (like out, any dtype and strides) the output is stored there instead and out only read."""
+    (like out, any dtype and strides) the output is stored there instead and out only read.
+    `maxnreg` caps the registers a thread (more programs an SM); returns the launched kernel."""
     batch, heads, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[3]
     row_perm, col_perm, flags = _component_args(component)
@@ -260,14 +262,15 @@ def block_attention_forward(
     grid = (offsets.numel() - 1, batch * heads)
     store_final = final is not None
     final = final if store_final else out  # an unused pointer must still be valid
-    _attn_fwd_kernel[grid](
+    options = {} if maxnreg is None else {"maxnreg": maxnreg}
+    return _attn_fwd_kernel[grid](
         q, k, v, out, final, lse, row_perm, col_perm, offsets, cols, masks, words,
         heads, lq, lk, d, dv,
         *_strides4(q), *_strides4(k), *_strides4(v), *_strides4(out), *_strides4(final),
         scale * LOG2E,
         MERGE=merge, STORE_FINAL=store_final,
         **flags, **_blocks(q, v, block_m, block_n), **_dot_flags(q),
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **options,
     )  # fmt: skip
 
 
