@@ -108,6 +108,27 @@ def test_half_precision(dtype, gen):
         assert_attention_close(a.grad, b.grad, c.grad)
 
 
+@pytest.mark.parametrize("tile", [(16, 64), (32, 128)])
+@pytest.mark.parametrize("kind", ["local_strided", "random", "empty_rows"])
+def test_tiles_of_several_mask_words(tile, kind, gen):
+    """Tiles 64 and 128 keys wide hold 2 and 4 mask words a row (the H200's tiles; the CPU's
+    are 16 wide, one word): each column takes its own word's bit, forward and gradients."""
+    L, d, scale = 150, 16, 0.25
+    keep = mask_of(kind, L, L, gen)
+    layout = pattern_of(keep).pattern.block_layout(*tile, BLOCK_ATTENTION_SPLIT_FILL)
+    assert any(c.partial for c in layout.components)
+    q, k, v, g = (randn(1, 2, L, d, gen=gen, dtype=torch.float32) for _ in range(4))
+    ref = [t.double().requires_grad_() for t in (q, k, v)]
+    want = dense_attention(*ref, keep, scale)
+    want.backward(g.double())
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    got, _ = _attention_library.block_attention(*ours, layout.tensors(), scale, [*tile, 1, 1, 1, 1])
+    got.backward(g)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["empty_rows", "summary"])
 def test_every_output_written_and_lse(kind, gen):
     """Poisoned outputs (NaN) must all be overwritten; LSE = logsumexp(scale * scores)."""

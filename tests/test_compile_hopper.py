@@ -44,6 +44,10 @@ def _cases() -> dict:
     import triton.language as tl
 
     from sparsekernels.kernels.attention_block import _attn_fwd_kernel
+    from sparsekernels.kernels.attention_block_backward import (
+        _attn_bwd_dkdv_kernel,
+        _attn_bwd_dq_kernel,
+    )
     from sparsekernels.kernels.nm_mma_sp_layouts import launch_layouts
     from sparsekernels.kernels.rms_norm import _rms_norm_kernel
     from sparsekernels.kernels.rope_cache import _rope_cache_kernel
@@ -281,6 +285,16 @@ def _cases() -> dict:
     # (sizes and strides) before the float scale
     types = ["*bf16"] * 3 + ["*fp32", "*bf16", "*fp32"] + ["*i32"] * 6 + ["i32"] * 25 + ["fp32"]
     cases["attention forward final bf16"] = (_attn_fwd_kernel, types, constants, 4)
+    constants = dict(ROW_PERM=False, COL_PERM=False, ACCUMULATE=False, BLOCK_M=64, BLOCK_N=64,
+                     BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32", UPCAST=False)  # fmt: skip
+    # q, k, v, d_out, lse, delta, then dk and dv (dkdv) or dq, then the layout's int32 arrays
+    inputs = ["*bf16"] * 4 + ["*fp32"] * 2
+    cases["attention backward dk dv bf16"] = (
+        _attn_bwd_dkdv_kernel, [*inputs, "*bf16", "*bf16", *["*i32"] * 6], constants, 4,
+    )  # fmt: skip
+    cases["attention backward dq bf16"] = (
+        _attn_bwd_dq_kernel, [*inputs, "*bf16", *["*i32"] * 6], constants, 4,
+    )  # fmt: skip
     return cases
 
 
@@ -358,6 +372,8 @@ CASE_NAMES = [
     "csr bitmap wgmma bf16 w2 16 tokens split 4",
     "csr bitmap wgmma bf16 256 tokens",
     "attention forward final bf16",
+    "attention backward dk dv bf16",
+    "attention backward dq bf16",
 ]
 
 
