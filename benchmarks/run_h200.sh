@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew csrbitmap csrbitmapwide routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -235,19 +235,6 @@ for step in $steps; do
         CONFIGS=m1k8n1/b/w4,m1k8n1/b/w8,m1k8n1/v/w4,m1k8n1/v/w8 timeout 200 \
         python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_few_w8.txt" 2>&1)
       echo "nmmmaspfew rc=$? $(tail -1 "$out/nm_mma_sp_few_w8.txt")" ;;
-    csrbitmap)  # unstructured weights on tensor cores from bitmap words (csr_bitmap_cold.py)
-      timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_bitmap.py -n 8 \
-        -p no:cacheprovider >"$out/gpu_tests_csr_bitmap.log" 2>&1
-      echo "csr bitmap tests rc=$? $(tail -1 "$out/gpu_tests_csr_bitmap.log")"
-      TOKENS=1,8,16 CONFIGS=m16w4/4,m32w4/4,m64w4/4,g64w2,g64w4,g128w2 timeout 330 \
-        python3 benchmarks/sweeps/csr_bitmap_cold.py \
-        >"$out/csr_bitmap_cold.txt" 2>&1
-      echo "csrbitmap rc=$? $(tail -1 "$out/csr_bitmap_cold.txt")" ;;
-    csrbitmapwide)  # the bitmap kernels at DLMC-like sizes and 256-2048 tokens, with cuSPARSE
-      SHAPES=512x512,512x2048,2048x512 SPARSITY=0.5,0.7,0.9 TOKENS=256,2048 \
-        CONFIGS=g64w2n128,g64w4n256,g128w2n128,m64w2n64/4,m64w4n128/8 timeout 300 \
-        python3 benchmarks/sweeps/csr_bitmap_cold.py >"$out/csr_bitmap_wide.txt" 2>&1
-      echo "csrbitmapwide rc=$? $(tail -1 "$out/csr_bitmap_wide.txt")" ;;
     routekernels)  # the kernels linear launches against its mma.sp kernel alone (route_kernels.py)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 120 python3 route_kernels.py \
         >"$out/route_kernels.txt" 2>&1)

@@ -19,9 +19,8 @@ by its last piece, 1:4 with four groups a byte into the split plane) and by comp
 activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (2:4, 2:8 and 1:8:
 B permuted in the kernel, split 4 summed by its last piece; fp16 with B permuted before, bias
 and activation); the block-sparse attention
-forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys);
-the CSR bitmap kernel, Triton and Gluon (bf16 split 4 summed by its last piece, fp16 with bias
-and activation).
+forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys),
+and its backward's dK/dV and dQ kernels.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -56,9 +55,6 @@ def _cases() -> dict:
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
     from sparsekernels.kernels.split_k import _sum_partials_kernel
     from sparsekernels.kernels.spmm_csr import _spmm_csr_kernel
-    from sparsekernels.kernels.spmm_csr_bitmap import _csr_bitmap_kernel
-    from sparsekernels.kernels.spmm_csr_bitmap_wgmma import _csr_bitmap_wgmma_kernel
-    from sparsekernels.kernels.spmm_csr_bitmap_wgmma import layouts as bitmap_layouts
     from sparsekernels.kernels.spmm_csr_few import _spmm_csr_few_kernel
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
@@ -249,35 +245,6 @@ def _cases() -> dict:
         data = "*bf16" if dtype == "bf16" else "*fp16"
         pointers = ["*i32", "*i32", "*i32", "*i32", data, data, "*fp32", "*i32"]
         cases[f"nm mma.sp {name}"] = (_nm_mma_sp_kernel, pointers, constants, 4)
-    for name, (block_m, block_w, splits, data) in {
-        "bf16 split 4": (16, 4, 4, "*bf16"),
-        "fp16 one piece": (32, 8, 1, "*fp16"),
-    }.items():  # words, values, row offsets, b, bias, out, partials, counters
-        constants = dict(
-            HAS_BIAS=splits == 1,
-            ACTIVATION=2 if splits == 1 else 0,
-            BLOCK_M=block_m,
-            BLOCK_W=block_w,
-            BLOCK_N=16,
-            SPLITS=splits,
-            FUSED=splits > 1,
-            HW_POPC=True,
-            stride_bk=1,
-            stride_om=1,
-        )  # fmt: skip (linear's x^T and out: unit strides)
-        pointers = ["*i64", data, "*i32", data, data, data, "*fp32", "*i32"]
-        cases[f"csr bitmap {name}"] = (_csr_bitmap_kernel, pointers, constants, 4)
-    for name, (block_w, block_n, splits, data) in {
-        "bf16 8 tokens split 4": (4, 8, 4, "*bf16"),
-        "fp16 16 tokens bias": (8, 16, 1, "*fp16"),
-        "bf16 w2 16 tokens split 4": (2, 16, 4, "*bf16"),
-        "bf16 256 tokens": (4, 256, 1, "*bf16"),
-    }.items():  # words, values, row offsets, b, bias, out, partials, counters
-        constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0, BLOCK_M=64,
-                         BLOCK_W=block_w, SPLITS=splits, FUSED=splits > 1, stride_bk=1,
-                         stride_om=1, **bitmap_layouts(64, block_w, block_n, True))  # fmt: skip
-        pointers = ["*i64", data, "*i32", data, data, data, "*fp32", "*i32"]
-        cases[f"csr bitmap wgmma {name}"] = (_csr_bitmap_wgmma_kernel, pointers, constants, 4)
     constants = dict(ROW_PERM=True, COL_PERM=True, MERGE=True, STORE_FINAL=True, BLOCK_M=64,
                      BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",
                      UPCAST=False)  # fmt: skip
@@ -366,12 +333,6 @@ CASE_NAMES = [
     "nm mma.sp 2:8 wide B stores 16 tokens by rows",
     "nm mma.sp 2:8 by rows 16 tokens split 4",
     "nm mma.sp 1:8 natural B by rows split 4 fp16",
-    "csr bitmap bf16 split 4",
-    "csr bitmap fp16 one piece",
-    "csr bitmap wgmma bf16 8 tokens split 4",
-    "csr bitmap wgmma fp16 16 tokens bias",
-    "csr bitmap wgmma bf16 w2 16 tokens split 4",
-    "csr bitmap wgmma bf16 256 tokens",
     "attention forward final bf16",
     "attention backward dk dv bf16",
     "attention backward dq bf16",

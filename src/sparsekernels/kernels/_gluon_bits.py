@@ -1,7 +1,7 @@
-"""Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py,
-spmm_csr_bitmap_wgmma.py): indices along one axis of a distributed layout, the layouts of a
-one-warpgroup wgmma's accumulator and B tile, and single PTX bit instructions whose edge
-cases the kernels rely on (shifts of 32 or more give 0; byte permutes with zeros)."""
+"""Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py):
+indices along one axis of a distributed layout, the layouts of a one-warpgroup wgmma's
+accumulator and B tile, and single PTX bit instructions whose edge cases the kernels rely on
+(shifts of 32 or more give 0; byte permutes with zeros)."""
 
 from __future__ import annotations
 

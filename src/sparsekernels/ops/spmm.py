@@ -12,7 +12,6 @@ from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
 from ..kernels import spmm_csr_few, spmm_csr_token, tuning
 from . import _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
-from ._csr_bitmap import try_bitmap
 from ._layout import csr_row_walk_in_b_order, padded_rows, spmm_out
 
 
@@ -193,8 +192,6 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     out = spmm_out(b, rows) if walk_in_b_order else b.new_empty((*batch, rows, b.shape[-1]))
     if out.numel() == 0:
         return out
-    if try_bitmap(row_offsets, column_indices, values, b, bias, activation, out):
-        return out  # (tensor cores from bitmap words, where their window says)
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
     if b.dim() == 2 and b.shape[1] == 1 and values.dim() == 1:  # one token: aligned vector loads
