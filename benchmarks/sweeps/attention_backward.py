@@ -3,15 +3,13 @@
 Forward, and forward + backward, of the dispatch's fused path (backend="triton_flash") and of
 causal SDPA on the Sparse Transformer's pattern (local 128 + strided 128, L = 8192, 8 heads),
 causal 4096 x 16 heads and local:256 16384 x 16 heads; bf16, D = 64, q, k, v as a (B, L, H, D)
-projection leaves them. CUDA-graph medians (captured after a warm-up on a side stream, as
-whole-step capture needs); eager do_bench medians (marked *) where a capture fails. The
-backward is the difference. From the repository root on the GPU machine:
+projection leaves them. GPU kernel time from torch.profiler (the sum of a call's kernels, warm
+L2, no host overhead), with each path's costliest kernels. The backward is the difference. From the repository root on the GPU machine:
     PYTHONPATH=src python3 benchmarks/sweeps/attention_backward.py
 """
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench
 
 import sparsekernels as sk
 from sparsekernels.bench.cases import attention_mask
@@ -32,34 +30,31 @@ def patterns():
         yield kind, L, heads, sk.CSRMatrix.from_dense(mask.to(torch.bfloat16), mask)
 
 
-def graph_median(fn, reps: int = 30) -> tuple[float, str]:
-    """Median microseconds of one replay of fn captured as a CUDA graph; eager (*) on failure."""
-    try:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        times = []
+def gpu_time(fn, reps: int = 5) -> tuple[float, list[tuple[str, float]]]:
+    """Microseconds of GPU kernel time a call of fn takes (torch.profiler's CUDA activity, so
+    host overhead does not count; eager calls of these paths are host-bound and capturing a
+    backward in a CUDA graph failed on flash's RNG state), and its costliest kernels."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3)
-        return sorted(times)[len(times) // 2], ""
-    except Exception:  # noqa: BLE001 - a path that cannot be captured is timed eagerly
+            fn()
         torch.cuda.synchronize()
-        return do_bench(fn, warmup=5, rep=40, return_mode="median") * 1e3, "*"
+    kernels = [
+        (event.key, event.self_device_time_total / reps)
+        for event in prof.key_averages()
+        if event.device_type == DeviceType.CUDA and event.self_device_time_total > 0
+    ]
+    kernels.sort(key=lambda item: -item[1])
+    return sum(t for _, t in kernels), kernels
 
 
 def main():
-    print(f"# {torch.cuda.get_device_name()}  D={D} bf16, microseconds (* eager)")
+    print(f"# {torch.cuda.get_device_name()}  D={D} bf16, GPU microseconds a call")
     rows = []
     for name, L, heads, P in patterns():
         torch.manual_seed(0)
@@ -75,23 +70,18 @@ def main():
         }
         for path, fn in paths.items():
             with torch.no_grad():
-                forward, mark_f = graph_median(lambda fn=fn: fn(*qkv))
-            both, mark_b = graph_median(lambda fn=fn: fn(*qkv).backward(grad))
+                forward, _ = gpu_time(lambda fn=fn: fn(*qkv))
+            both, kernels = gpu_time(lambda fn=fn: fn(*qkv).backward(grad))
             for t in leaves:
                 t.grad = None
-            row = (f"{name} L={L} H={heads}", path, forward, mark_f, both, mark_b)
-            print(
-                f"{row[0]:32s} {path:12s} fwd {forward:8.1f}{mark_f:1s} fwd+bwd {both:8.1f}"
-                f"{mark_b:1s} bwd {both - forward:8.1f}",
-                flush=True,
-            )
+            row = (f"{name} L={L} H={heads}", path, forward, both)
+            print(f"{row[0]:32s} {path:12s} fwd {forward:8.1f} fwd+bwd {both:8.1f}", flush=True)
+            for key, us in kernels[:8]:
+                print(f"    {us:8.1f} us  {key[:100]}")
             rows.append(row)
     print(f"\n{'case':32s} {'path':12s} {'fwd':>9s} {'fwd+bwd':>9s} {'bwd':>9s}")
-    for case, path, forward, mark_f, both, mark_b in rows:
-        print(
-            f"{case:32s} {path:12s} {forward:8.1f}{mark_f:1s} {both:8.1f}{mark_b:1s} "
-            f"{both - forward:9.1f}"
-        )
+    for case, path, forward, both in rows:
+        print(f"{case:32s} {path:12s} {forward:9.1f} {both:9.1f} {both - forward:9.1f}")
 
 
 if __name__ == "__main__":
