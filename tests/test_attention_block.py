@@ -108,6 +108,30 @@ def test_half_precision(dtype, gen):
         assert_attention_close(a.grad, b.grad, c.grad)
 
 
+@pytest.mark.parametrize("kind", ["causal", "local_strided"])  # one pass, two passes
+def test_backward_writes_every_gradient_element(kind, gen, monkeypatch):
+    """The gradients start unfilled: poisoned (NaN), every element must be written, zeros for
+    keys no query sees and for queries that see none, with q, k, v strided as a projection's
+    (B, L, H, D) views leave them."""
+    original = _attention_library._output_like
+    monkeypatch.setattr(
+        _attention_library, "_output_like", lambda *args: original(*args).fill_(float("nan"))
+    )
+    L, d, scale = 64, 16, 0.25
+    keep = mask_of(kind, L, L)
+    keep[:16] = False  # a query tile with no keys
+    keep[:, 48:] = False  # a key tile no query sees
+    leaves = [randn(1, L, 2, d, gen=gen, dtype=torch.float32) for _ in range(3)]
+    g = randn(1, 2, L, d, gen=gen, dtype=torch.float32)
+    ref = [t.double().transpose(1, 2).requires_grad_() for t in leaves]
+    dense_attention(*ref, keep, scale).backward(g.double())
+    ours = [t.transpose(1, 2).requires_grad_() for t in leaves]
+    sk.sparse_attention(*ours, pattern_of(keep), scale, backend="triton_flash").backward(g)
+    for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-4, atol=1e-5)
+    assert (ours[0].grad[:, :, :16] == 0).all() and (ours[1].grad[:, :, 48:] == 0).all()
+
+
 @pytest.mark.parametrize("tile", [(16, 64), (32, 128)])
 @pytest.mark.parametrize("kind", ["local_strided", "random", "empty_rows"])
 def test_tiles_of_several_mask_words(tile, kind, gen):

@@ -85,10 +85,8 @@ def main():
         if wanted and not any(w in name for w in wanted):
             continue
         pointers = list(pointers)
-        constants = {
-            **constants,
-            **{arg: 1 for arg in os.environ.get("ONES", "").split(",") if arg},
-        }
+        ones = os.environ.get("ONES", "").split(",")
+        constants = {**constants, **{arg: 1 for arg in ones if arg in kernel.arg_names}}
         signature = {
             arg: "constexpr" if arg in constants else (pointers.pop(0) if pointers else "i32")
             for arg in kernel.arg_names

@@ -110,6 +110,14 @@ def _attn_bwd_dkdv_kernel(
     stride_oh,
     stride_om,
     stride_od,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvn,
+    stride_dvd,
     scale,
     scale_log2e,
     ROW_PERM: tl.constexpr,
@@ -123,71 +131,75 @@ def _attn_bwd_dkdv_kernel(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    """dk, dv: strides of k, v. d_out: strides stride_o*."""
+    """d_out: strides stride_o*; dk, dv: their own. Every program stores its tile, zeros for a
+    key tile no query visits, so the gradients need no zero fill first."""
     kt = tl.program_id(0)
     bh = tl.program_id(1)
     start = tl.load(t_offsets + kt)
     end = tl.load(t_offsets + kt + 1)
-    if end > start:  # key tiles no query visits keep the zeros dk and dv start with
-        b = (bh // H).to(tl.int64)
-        h = (bh % H).to(tl.int64)
-        q += b * stride_qb + h * stride_qh
-        d_out += b * stride_ob + h * stride_oh
-        k_off = b * stride_kb + h * stride_kh
-        v_off = b * stride_vb + h * stride_vh
-        lse += bh.to(tl.int64) * Lq
-        delta += bh.to(tl.int64) * Lq
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    q += b * stride_qb + h * stride_qh
+    d_out += b * stride_ob + h * stride_oh
+    k_off = b * stride_kb + h * stride_kh
+    v_off = b * stride_vb + h * stride_vh
+    lse += bh.to(tl.int64) * Lq
+    delta += bh.to(tl.int64) * Lq
 
-        keys, valid_n = _positions(col_perm, kt, Lk, BLOCK_N, COL_PERM)
-        offs_d = tl.arange(0, BLOCK_D)
-        offs_dv = tl.arange(0, BLOCK_DV)
-        mask_d = offs_d < D
-        mask_dv = offs_dv < DV
-        k_ptrs = keys[:, None] * stride_kn + offs_d[None, :] * stride_kd
-        v_ptrs = keys[:, None] * stride_vn + offs_dv[None, :] * stride_vd
-        k_mask = valid_n[:, None] & mask_d[None, :]
-        v_mask = valid_n[:, None] & mask_dv[None, :]
-        k_tile = tl.load(k + k_off + k_ptrs, mask=k_mask, other=0.0)
-        v_tile = tl.load(v + v_off + v_ptrs, mask=v_mask, other=0.0)
+    keys, valid_n = _positions(col_perm, kt, Lk, BLOCK_N, COL_PERM)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    mask_d = offs_d < D
+    mask_dv = offs_dv < DV
+    k_ptrs = keys[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = keys[:, None] * stride_vn + offs_dv[None, :] * stride_vd
+    k_mask = valid_n[:, None] & mask_d[None, :]
+    v_mask = valid_n[:, None] & mask_dv[None, :]
+    k_tile = tl.load(k + k_off + k_ptrs, mask=k_mask, other=0.0)
+    v_tile = tl.load(v + v_off + v_ptrs, mask=v_mask, other=0.0)
+    if UPCAST:
+        k_tile = k_tile.to(tl.float32)
+        v_tile = v_tile.to(tl.float32)
+    dk_acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+    dv_acc = tl.zeros((BLOCK_N, BLOCK_DV), dtype=tl.float32)
+    for e in range(start, end):
+        qt = tl.load(t_rows + e)
+        mask_id = tl.load(t_masks + e)
+        rows, valid_m = _positions(row_perm, qt, Lq, BLOCK_M, ROW_PERM)
+        q_t = tl.load(
+            q + rows[None, :] * stride_qm + offs_d[:, None] * stride_qd,
+            mask=valid_m[None, :] & mask_d[:, None],
+            other=0.0,
+        )
+        do = tl.load(
+            d_out + rows[:, None] * stride_om + offs_dv[None, :] * stride_od,
+            mask=valid_m[:, None] & mask_dv[None, :],
+            other=0.0,
+        )
+        m = tl.load(lse + rows, mask=valid_m, other=0.0)
+        dlt = tl.load(delta + rows, mask=valid_m, other=0.0)
         if UPCAST:
-            k_tile = k_tile.to(tl.float32)
-            v_tile = v_tile.to(tl.float32)
-        dk_acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-        dv_acc = tl.zeros((BLOCK_N, BLOCK_DV), dtype=tl.float32)
-        for e in range(start, end):
-            qt = tl.load(t_rows + e)
-            mask_id = tl.load(t_masks + e)
-            rows, valid_m = _positions(row_perm, qt, Lq, BLOCK_M, ROW_PERM)
-            q_t = tl.load(
-                q + rows[None, :] * stride_qm + offs_d[:, None] * stride_qd,
-                mask=valid_m[None, :] & mask_d[:, None],
-                other=0.0,
-            )
-            do = tl.load(
-                d_out + rows[:, None] * stride_om + offs_dv[None, :] * stride_od,
-                mask=valid_m[:, None] & mask_dv[None, :],
-                other=0.0,
-            )
-            m = tl.load(lse + rows, mask=valid_m, other=0.0)
-            dlt = tl.load(delta + rows, mask=valid_m, other=0.0)
-            if UPCAST:
-                q_t = q_t.to(tl.float32)
-                do = do.to(tl.float32)
-            s_t = tl.dot(k_tile, q_t, input_precision=PRECISION) * scale_log2e  # (BLOCK_N, BLOCK_M)
-            p_t = tl.exp2(s_t - m[None, :])
-            if mask_id >= 0:
-                keep = _tile_mask_t(words, mask_id, BLOCK_M, BLOCK_N, WORD_BITS)
-                p_t = tl.where(keep, p_t, 0.0)
-            dv_acc = tl.dot(p_t.to(do.dtype), do, dv_acc, input_precision=PRECISION)
-            dp_t = tl.dot(v_tile, tl.trans(do), input_precision=PRECISION)
-            ds_t = p_t * (dp_t - dlt[None, :])
-            dk_acc = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk_acc, input_precision=PRECISION)
-        dk_acc *= scale
-        if ACCUMULATE:
-            dk_acc += tl.load(dk + k_off + k_ptrs, mask=k_mask, other=0.0).to(tl.float32)
-            dv_acc += tl.load(dv + v_off + v_ptrs, mask=v_mask, other=0.0).to(tl.float32)
-        tl.store(dk + k_off + k_ptrs, dk_acc.to(dk.dtype.element_ty), mask=k_mask)
-        tl.store(dv + v_off + v_ptrs, dv_acc.to(dv.dtype.element_ty), mask=v_mask)
+            q_t = q_t.to(tl.float32)
+            do = do.to(tl.float32)
+        s_t = tl.dot(k_tile, q_t, input_precision=PRECISION) * scale_log2e  # (BLOCK_N, BLOCK_M)
+        p_t = tl.exp2(s_t - m[None, :])
+        if mask_id >= 0:
+            keep = _tile_mask_t(words, mask_id, BLOCK_M, BLOCK_N, WORD_BITS)
+            p_t = tl.where(keep, p_t, 0.0)
+        dv_acc = tl.dot(p_t.to(do.dtype), do, dv_acc, input_precision=PRECISION)
+        dp_t = tl.dot(v_tile, tl.trans(do), input_precision=PRECISION)
+        ds_t = p_t * (dp_t - dlt[None, :])
+        dk_acc = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk_acc, input_precision=PRECISION)
+    dk_acc *= scale
+    dk += b * stride_dkb + h * stride_dkh + keys[:, None] * stride_dkn
+    dk += offs_d[None, :] * stride_dkd
+    dv += b * stride_dvb + h * stride_dvh + keys[:, None] * stride_dvn
+    dv += offs_dv[None, :] * stride_dvd
+    if ACCUMULATE:
+        dk_acc += tl.load(dk, mask=k_mask, other=0.0).to(tl.float32)
+        dv_acc += tl.load(dv, mask=v_mask, other=0.0).to(tl.float32)
+    tl.store(dk, dk_acc.to(dk.dtype.element_ty), mask=k_mask)
+    tl.store(dv, dv_acc.to(dv.dtype.element_ty), mask=v_mask)
 
 
 @triton.jit
@@ -226,6 +238,10 @@ def _attn_bwd_dq_kernel(
     stride_oh,
     stride_om,
     stride_od,
+    stride_dqb,
+    stride_dqh,
+    stride_dqm,
+    stride_dqd,
     scale,
     scale_log2e,
     ROW_PERM: tl.constexpr,
@@ -239,68 +255,70 @@ def _attn_bwd_dq_kernel(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    """dq: strides of q. d_out: strides stride_o*."""
+    """d_out: strides stride_o*; dq: its own. Every program stores its tile, zeros for a query
+    tile with no keys, so dq needs no zero fill first."""
     qt = tl.program_id(0)
     bh = tl.program_id(1)
     start = tl.load(offsets + qt)
     end = tl.load(offsets + qt + 1)
-    if end > start:  # query tiles with no keys keep the zeros dq starts with
-        b = (bh // H).to(tl.int64)
-        h = (bh % H).to(tl.int64)
-        q_off = b * stride_qb + h * stride_qh
-        k += b * stride_kb + h * stride_kh
-        v += b * stride_vb + h * stride_vh
-        d_out += b * stride_ob + h * stride_oh
-        lse += bh.to(tl.int64) * Lq
-        delta += bh.to(tl.int64) * Lq
+    b = (bh // H).to(tl.int64)
+    h = (bh % H).to(tl.int64)
+    q_off = b * stride_qb + h * stride_qh
+    k += b * stride_kb + h * stride_kh
+    v += b * stride_vb + h * stride_vh
+    d_out += b * stride_ob + h * stride_oh
+    lse += bh.to(tl.int64) * Lq
+    delta += bh.to(tl.int64) * Lq
 
-        rows, valid_m = _positions(row_perm, qt, Lq, BLOCK_M, ROW_PERM)
-        offs_d = tl.arange(0, BLOCK_D)
-        offs_dv = tl.arange(0, BLOCK_DV)
-        mask_d = offs_d < D
-        mask_dv = offs_dv < DV
-        q_ptrs = rows[:, None] * stride_qm + offs_d[None, :] * stride_qd
-        q_mask = valid_m[:, None] & mask_d[None, :]
-        q_tile = tl.load(q + q_off + q_ptrs, mask=q_mask, other=0.0)
-        do = tl.load(
-            d_out + rows[:, None] * stride_om + offs_dv[None, :] * stride_od,
-            mask=valid_m[:, None] & mask_dv[None, :],
+    rows, valid_m = _positions(row_perm, qt, Lq, BLOCK_M, ROW_PERM)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    mask_d = offs_d < D
+    mask_dv = offs_dv < DV
+    q_ptrs = rows[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    q_mask = valid_m[:, None] & mask_d[None, :]
+    q_tile = tl.load(q + q_off + q_ptrs, mask=q_mask, other=0.0)
+    do = tl.load(
+        d_out + rows[:, None] * stride_om + offs_dv[None, :] * stride_od,
+        mask=valid_m[:, None] & mask_dv[None, :],
+        other=0.0,
+    )
+    m = tl.load(lse + rows, mask=valid_m, other=0.0)
+    dlt = tl.load(delta + rows, mask=valid_m, other=0.0)
+    if UPCAST:
+        q_tile = q_tile.to(tl.float32)
+        do = do.to(tl.float32)
+    dq_acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for e in range(start, end):
+        kt = tl.load(cols + e)
+        mask_id = tl.load(masks + e)
+        keys, valid_n = _positions(col_perm, kt, Lk, BLOCK_N, COL_PERM)
+        k_t = tl.load(
+            k + keys[None, :] * stride_kn + offs_d[:, None] * stride_kd,
+            mask=valid_n[None, :] & mask_d[:, None],
             other=0.0,
         )
-        m = tl.load(lse + rows, mask=valid_m, other=0.0)
-        dlt = tl.load(delta + rows, mask=valid_m, other=0.0)
+        v_t = tl.load(
+            v + keys[None, :] * stride_vn + offs_dv[:, None] * stride_vd,
+            mask=valid_n[None, :] & mask_dv[:, None],
+            other=0.0,
+        )
         if UPCAST:
-            q_tile = q_tile.to(tl.float32)
-            do = do.to(tl.float32)
-        dq_acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-        for e in range(start, end):
-            kt = tl.load(cols + e)
-            mask_id = tl.load(masks + e)
-            keys, valid_n = _positions(col_perm, kt, Lk, BLOCK_N, COL_PERM)
-            k_t = tl.load(
-                k + keys[None, :] * stride_kn + offs_d[:, None] * stride_kd,
-                mask=valid_n[None, :] & mask_d[:, None],
-                other=0.0,
-            )
-            v_t = tl.load(
-                v + keys[None, :] * stride_vn + offs_dv[:, None] * stride_vd,
-                mask=valid_n[None, :] & mask_dv[:, None],
-                other=0.0,
-            )
-            if UPCAST:
-                k_t = k_t.to(tl.float32)
-                v_t = v_t.to(tl.float32)
-            s = tl.dot(q_tile, k_t, input_precision=PRECISION) * scale_log2e
-            p = tl.exp2(s - m[:, None])
-            if mask_id >= 0:
-                p = tl.where(_tile_mask(words, mask_id, BLOCK_M, BLOCK_N, WORD_BITS), p, 0.0)
-            dp = tl.dot(do, v_t, input_precision=PRECISION)
-            ds = p * (dp - dlt[:, None])
-            dq_acc = tl.dot(ds.to(k_t.dtype), tl.trans(k_t), dq_acc, input_precision=PRECISION)
-        dq_acc *= scale
-        if ACCUMULATE:
-            dq_acc += tl.load(dq + q_off + q_ptrs, mask=q_mask, other=0.0).to(tl.float32)
-        tl.store(dq + q_off + q_ptrs, dq_acc.to(dq.dtype.element_ty), mask=q_mask)
+            k_t = k_t.to(tl.float32)
+            v_t = v_t.to(tl.float32)
+        s = tl.dot(q_tile, k_t, input_precision=PRECISION) * scale_log2e
+        p = tl.exp2(s - m[:, None])
+        if mask_id >= 0:
+            p = tl.where(_tile_mask(words, mask_id, BLOCK_M, BLOCK_N, WORD_BITS), p, 0.0)
+        dp = tl.dot(do, v_t, input_precision=PRECISION)
+        ds = p * (dp - dlt[:, None])
+        dq_acc = tl.dot(ds.to(k_t.dtype), tl.trans(k_t), dq_acc, input_precision=PRECISION)
+    dq_acc *= scale
+    dq += b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm
+    dq += offs_d[None, :] * stride_dqd
+    if ACCUMULATE:
+        dq_acc += tl.load(dq, mask=q_mask, other=0.0).to(tl.float32)
+    tl.store(dq, dq_acc.to(dq.dtype.element_ty), mask=q_mask)
 
 
 # ----------------------------------------------------------------------- launchers
@@ -323,12 +341,11 @@ def block_attention_backward(
     num_warps: int,
     num_stages: int,
 ) -> None:
-    """One component's share of dq, dk, dv (zero-filled by the caller; shaped and strided like q,
-    k, v; fp32 when `accumulate`). lse and delta: (B * H, Lq) fp32."""
+    """One component's share of dq, dk, dv (shaped like q, k, v, any strides; fp32 when
+    `accumulate`): written whole, or added to when `accumulate`. lse and delta: (B * H, Lq)
+    fp32."""
     batch, heads, lq, d = q.shape
     lk, d_v = k.shape[2], v.shape[3]
-    if dq.stride() != q.stride() or dk.stride() != k.stride() or dv.stride() != v.stride():
-        raise ValueError("dq, dk and dv must have the strides of q, k and v")
     row_perm, col_perm, flags = _component_args(component)
     offsets, cols, masks, t_offsets, t_rows, t_masks, words = component[2:9]
     common = dict(
@@ -342,9 +359,10 @@ def block_attention_backward(
     strides = (*_strides4(q), *_strides4(k), *_strides4(v), *_strides4(d_out))
     _attn_bwd_dkdv_kernel[(t_offsets.numel() - 1, batch * heads)](
         q, k, v, d_out, lse, delta, dk, dv, row_perm, col_perm, t_offsets, t_rows, t_masks, words,
-        heads, lq, lk, d, d_v, *strides, scale, scale * LOG2E, **common,
+        heads, lq, lk, d, d_v, *strides, *_strides4(dk), *_strides4(dv), scale, scale * LOG2E,
+        **common,
     )  # fmt: skip
     _attn_bwd_dq_kernel[(offsets.numel() - 1, batch * heads)](
         q, k, v, d_out, lse, delta, dq, row_perm, col_perm, offsets, cols, masks, words,
-        heads, lq, lk, d, d_v, *strides, scale, scale * LOG2E, **common,
+        heads, lq, lk, d, d_v, *strides, *_strides4(dq), scale, scale * LOG2E, **common,
     )  # fmt: skip

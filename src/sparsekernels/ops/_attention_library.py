@@ -145,17 +145,20 @@ def block_attention_backward_body(
     from ..kernels import attention_block_backward as backward_kernels
 
     d = q.shape[-1]
-    q, k = _nonempty_head(q.contiguous(), k.contiguous())
-    v = v.contiguous()
+    q, k = _nonempty_head(q, k)
     components = _components(layout)
     merged = len(components) > 1  # later passes add to fp32 gradients
     acc = torch.float32 if merged else q.dtype
-    dq, dk, dv = (torch.zeros_like(t, dtype=acc) for t in (q, k, v))
+    # In q's, k's and v's order of dimensions, so the views that made them (a projection's
+    # (B, L, H, D) rows) take their gradients without transposing copies. The kernels read
+    # q, k, v in place and write every gradient element: no copies, no zero fills.
+    dq, dk, dv = (_output_like(t, t.shape[-1], acc) for t in (q, k, v))
     if _empty(q, k, v):
+        dq, dk, dv = dq.zero_(), dk.zero_(), dv.zero_()
         return dq[..., :d].to(q.dtype), dk[..., :d].to(k.dtype), dv.to(v.dtype)
     delta = backward_kernels.output_gradient_rowsums(out, grad)
     block_m, block_n, _, _, num_warps, num_stages = config
-    for component in components:
+    for i, component in enumerate(components):  # the first writes, later ones add
         backward_kernels.block_attention_backward(
             q=q,
             k=k,
@@ -167,7 +170,7 @@ def block_attention_backward_body(
             dk=dk,
             dv=dv,
             component=component,
-            accumulate=merged,
+            accumulate=i > 0,
             scale=scale,
             block_m=block_m,
             block_n=block_n,
