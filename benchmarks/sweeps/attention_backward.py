@@ -4,7 +4,8 @@ Forward, and forward + backward, of the dispatch's fused path (backend="triton_f
 causal SDPA on the Sparse Transformer's pattern (local 128 + strided 128, L = 8192, 8 heads),
 causal 4096 x 16 heads and local:256 16384 x 16 heads; bf16, D = 64, q, k, v as a (B, L, H, D)
 projection leaves them. GPU kernel time from torch.profiler (the sum of a call's kernels, warm
-L2, no host overhead), with each path's costliest kernels. The backward is the difference. From the repository root on the GPU machine:
+L2, no host overhead), with each path's costliest kernels. The backward is the difference.
+From the repository root on the GPU machine:
     PYTHONPATH=src python3 benchmarks/sweeps/attention_backward.py
 """
 
@@ -12,22 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import sparsekernels as sk
-from sparsekernels.bench.cases import attention_mask
+from _attention_cases import patterns
 
 D = 64
-
-
-def patterns():
-    yield (
-        "local_strided 128/128",
-        8192,
-        8,
-        sk.nn.SparseAttention.local_strided(8192, 128, 128, device="cuda").pattern,
-    )
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for kind, L, heads in (("causal", 4096, 16), ("local:256", 16384, 16)):
-        mask = attention_mask(kind, L, torch.device("cuda"), g)
-        yield kind, L, heads, sk.CSRMatrix.from_dense(mask.to(torch.bfloat16), mask)
 
 
 def gpu_time(fn, reps: int = 5) -> tuple[float, list[tuple[str, float]]]:

@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench_cudagraph
 
-import sparsekernels as sk
-from sparsekernels.bench.cases import attention_mask
+from _attention_cases import patterns
 from sparsekernels.kernels import attention_block
 from sparsekernels.kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
 from sparsekernels.ops import _attention_library
@@ -38,19 +37,6 @@ def parse(name: str):
     warps, rest = rest.split("s")
     stages, _, regs = rest.partition("r")
     return bm, bn, int(warps), int(stages), int(regs) if regs else None
-
-
-def patterns():
-    yield (
-        "local_strided 128/128",
-        8192,
-        8,
-        sk.nn.SparseAttention.local_strided(8192, 128, 128, device="cuda").pattern,
-    )
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for kind, L, heads in (("causal", 4096, 16), ("local:256", 16384, 16)):
-        mask = attention_mask(kind, L, torch.device("cuda"), g)
-        yield kind, L, heads, sk.CSRMatrix.from_dense(mask.to(torch.bfloat16), mask)
 
 
 def run_fused(P, qkv, bm, bn, warps, stages, regs):
