@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew sddmmdw routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -239,6 +239,14 @@ for step in $steps; do
       PYTHONPATH=$PWD/src timeout 200 python3 benchmarks/sweeps/sddmm_weight_grad.py \
         >"$out/sddmm_weight_grad.txt" 2>&1
       echo "sddmmdw rc=$? $(tail -1 "$out/sddmm_weight_grad.txt")" ;;
+    rowruns)  # the H200 reading a weight in runs of 64-512 bytes a row a step (row_run_reads.py)
+      PYTHONPATH=$PWD/src timeout 300 python3 benchmarks/sweeps/row_run_reads.py \
+        >"$out/row_run_reads.txt" 2>&1
+      echo "rowruns rc=$?" ;;
+    attnbwd)  # the fused attention's forward and backward against SDPA's (attention_backward.py)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 \
+        attention_backward.py >"$out/attention_backward.txt" 2>&1)
+      echo "attnbwd rc=$?" ;;
     routekernels)  # the kernels linear launches against its mma.sp kernel alone (route_kernels.py)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 120 python3 route_kernels.py \
         >"$out/route_kernels.txt" 2>&1)

@@ -252,16 +252,18 @@ def _cases() -> dict:
     # (sizes and strides) before the float scale
     types = ["*bf16"] * 3 + ["*fp32", "*bf16", "*fp32"] + ["*i32"] * 6 + ["i32"] * 25 + ["fp32"]
     cases["attention forward final bf16"] = (_attn_fwd_kernel, types, constants, 4)
-    constants = dict(ROW_PERM=False, COL_PERM=False, ACCUMULATE=False, BLOCK_M=64,
+    constants = dict(ROW_PERM=False, COL_PERM=False, ACCUMULATE=True, BLOCK_M=64,
                      BLOCK_N=64, BLOCK_D=64, BLOCK_DV=64, WORD_BITS=32, PRECISION="tf32",
                      UPCAST=False)  # fmt: skip
-    # q, k, v, d_out, lse, delta, then dk and dv (dkdv) or dq, then the layout's int32 arrays
+    # q, k, v, d_out, lse, delta, then dk and dv (dkdv) or dq in bf16 and the earlier passes'
+    # fp32 sums (a merged layout's last pass), then the layout's int32 arrays
     inputs = ["*bf16"] * 4 + ["*fp32"] * 2
     cases["attention backward dk dv bf16"] = (
-        _attn_bwd_dkdv_kernel, [*inputs, "*bf16", "*bf16", *["*i32"] * 6], constants, 4,
+        _attn_bwd_dkdv_kernel, [*inputs, "*bf16", "*bf16", "*fp32", "*fp32", *["*i32"] * 6],
+        constants, 4,
     )  # fmt: skip
     cases["attention backward dq bf16"] = (
-        _attn_bwd_dq_kernel, [*inputs, "*bf16", *["*i32"] * 6], constants, 4,
+        _attn_bwd_dq_kernel, [*inputs, "*bf16", "*fp32", *["*i32"] * 6], constants, 4,
     )  # fmt: skip
     return cases
 

@@ -83,6 +83,8 @@ def _attn_bwd_dkdv_kernel(
     delta,
     dk,
     dv,
+    dk_sum,  # with ACCUMULATE the earlier passes' dk, dv (fp32; dk, dv themselves or the
+    dv_sum,  # last pass's scratch, dk and dv then in their final dtype: no conversion after)
     row_perm,
     col_perm,
     t_offsets,
@@ -191,15 +193,15 @@ def _attn_bwd_dkdv_kernel(
         ds_t = p_t * (dp_t - dlt[None, :])
         dk_acc = tl.dot(ds_t.to(q_t.dtype), tl.trans(q_t), dk_acc, input_precision=PRECISION)
     dk_acc *= scale
-    dk += b * stride_dkb + h * stride_dkh + keys[:, None] * stride_dkn
-    dk += offs_d[None, :] * stride_dkd
-    dv += b * stride_dvb + h * stride_dvh + keys[:, None] * stride_dvn
-    dv += offs_dv[None, :] * stride_dvd
+    dk_at = b * stride_dkb + h * stride_dkh + keys[:, None] * stride_dkn
+    dk_at += offs_d[None, :] * stride_dkd
+    dv_at = b * stride_dvb + h * stride_dvh + keys[:, None] * stride_dvn
+    dv_at += offs_dv[None, :] * stride_dvd
     if ACCUMULATE:
-        dk_acc += tl.load(dk, mask=k_mask, other=0.0).to(tl.float32)
-        dv_acc += tl.load(dv, mask=v_mask, other=0.0).to(tl.float32)
-    tl.store(dk, dk_acc.to(dk.dtype.element_ty), mask=k_mask)
-    tl.store(dv, dv_acc.to(dv.dtype.element_ty), mask=v_mask)
+        dk_acc += tl.load(dk_sum + dk_at, mask=k_mask, other=0.0).to(tl.float32)
+        dv_acc += tl.load(dv_sum + dv_at, mask=v_mask, other=0.0).to(tl.float32)
+    tl.store(dk + dk_at, dk_acc.to(dk.dtype.element_ty), mask=k_mask)
+    tl.store(dv + dv_at, dv_acc.to(dv.dtype.element_ty), mask=v_mask)
 
 
 @triton.jit
@@ -211,6 +213,7 @@ def _attn_bwd_dq_kernel(
     lse,
     delta,
     dq,
+    dq_sum,  # with ACCUMULATE the earlier passes' dq (as dk_sum above)
     row_perm,
     col_perm,
     offsets,
@@ -314,11 +317,11 @@ def _attn_bwd_dq_kernel(
         ds = p * (dp - dlt[:, None])
         dq_acc = tl.dot(ds.to(k_t.dtype), tl.trans(k_t), dq_acc, input_precision=PRECISION)
     dq_acc *= scale
-    dq += b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm
-    dq += offs_d[None, :] * stride_dqd
+    dq_at = b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm
+    dq_at += offs_d[None, :] * stride_dqd
     if ACCUMULATE:
-        dq_acc += tl.load(dq, mask=q_mask, other=0.0).to(tl.float32)
-    tl.store(dq, dq_acc.to(dq.dtype.element_ty), mask=q_mask)
+        dq_acc += tl.load(dq_sum + dq_at, mask=q_mask, other=0.0).to(tl.float32)
+    tl.store(dq + dq_at, dq_acc.to(dq.dtype.element_ty), mask=q_mask)
 
 
 # ----------------------------------------------------------------------- launchers
@@ -340,10 +343,18 @@ def block_attention_backward(
     block_n: int,
     num_warps: int,
     num_stages: int,
+    sums: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
-    """One component's share of dq, dk, dv (shaped like q, k, v, any strides; fp32 when
-    `accumulate`): written whole, or added to when `accumulate`. lse and delta: (B * H, Lq)
-    fp32."""
+    """One component's share of dq, dk, dv (shaped like q, k, v, any strides): written whole,
+    or with `accumulate` added to the earlier passes' fp32 sums, which are dq, dk, dv
+    themselves or `sums` (laid out as they are: the last pass then stores the gradients in
+    their own dtype). lse and delta: (B * H, Lq) fp32."""
+    grads = (dq, dk, dv)
+    if sums is not None and any(
+        s.shape != t.shape or s.stride() != t.stride() for s, t in zip(sums, grads, strict=True)
+    ):
+        raise ValueError("sums must be laid out as dq, dk and dv")
+    dq_sum, dk_sum, dv_sum = sums if sums is not None else (dq, dk, dv)
     batch, heads, lq, d = q.shape
     lk, d_v = k.shape[2], v.shape[3]
     row_perm, col_perm, flags = _component_args(component)
@@ -358,11 +369,11 @@ def block_attention_backward(
     )
     strides = (*_strides4(q), *_strides4(k), *_strides4(v), *_strides4(d_out))
     _attn_bwd_dkdv_kernel[(t_offsets.numel() - 1, batch * heads)](
-        q, k, v, d_out, lse, delta, dk, dv, row_perm, col_perm, t_offsets, t_rows, t_masks, words,
-        heads, lq, lk, d, d_v, *strides, *_strides4(dk), *_strides4(dv), scale, scale * LOG2E,
-        **common,
+        q, k, v, d_out, lse, delta, dk, dv, dk_sum, dv_sum, row_perm, col_perm, t_offsets, t_rows,
+        t_masks, words, heads, lq, lk, d, d_v, *strides, *_strides4(dk), *_strides4(dv), scale,
+        scale * LOG2E, **common,
     )  # fmt: skip
     _attn_bwd_dq_kernel[(offsets.numel() - 1, batch * heads)](
-        q, k, v, d_out, lse, delta, dq, row_perm, col_perm, offsets, cols, masks, words,
+        q, k, v, d_out, lse, delta, dq, dq_sum, row_perm, col_perm, offsets, cols, masks, words,
         heads, lq, lk, d, d_v, *strides, *_strides4(dq), scale, scale * LOG2E, **common,
     )  # fmt: skip

@@ -147,18 +147,20 @@ def block_attention_backward_body(
     d = q.shape[-1]
     q, k = _nonempty_head(q, k)
     components = _components(layout)
-    merged = len(components) > 1  # later passes add to fp32 gradients
-    acc = torch.float32 if merged else q.dtype
     # In q's, k's and v's order of dimensions, so the views that made them (a projection's
     # (B, L, H, D) rows) take their gradients without transposing copies. The kernels read
     # q, k, v in place and write every gradient element: no copies, no zero fills.
-    dq, dk, dv = (_output_like(t, t.shape[-1], acc) for t in (q, k, v))
+    dq, dk, dv = (_output_like(t, t.shape[-1], t.dtype) for t in (q, k, v))
     if _empty(q, k, v):
-        dq, dk, dv = dq.zero_(), dk.zero_(), dv.zero_()
-        return dq[..., :d].to(q.dtype), dk[..., :d].to(k.dtype), dv.to(v.dtype)
+        return dq[..., :d].zero_(), dk[..., :d].zero_(), dv.zero_()
+    # With several components the passes before the last sum into fp32 scratch; the last adds
+    # them and stores the gradients in their dtype (no conversion copies after).
+    last = len(components) - 1
+    sums = tuple(_output_like(t, t.shape[-1], torch.float32) for t in (q, k, v)) if last else None
     delta = backward_kernels.output_gradient_rowsums(out, grad)
     block_m, block_n, _, _, num_warps, num_stages = config
     for i, component in enumerate(components):  # the first writes, later ones add
+        final = i == last
         backward_kernels.block_attention_backward(
             q=q,
             k=k,
@@ -166,9 +168,9 @@ def block_attention_backward_body(
             d_out=grad,
             lse=lse,
             delta=delta,
-            dq=dq,
-            dk=dk,
-            dv=dv,
+            dq=dq if final else sums[0],
+            dk=dk if final else sums[1],
+            dv=dv if final else sums[2],
             component=component,
             accumulate=i > 0,
             scale=scale,
@@ -176,8 +178,9 @@ def block_attention_backward_body(
             block_n=block_n,
             num_warps=num_warps,
             num_stages=num_stages,
+            sums=sums if final and i > 0 else None,
         )
-    return dq[..., :d].to(q.dtype), dk[..., :d].to(k.dtype), dv.to(v.dtype)
+    return dq[..., :d], dk[..., :d], dv
 
 
 block_attention_backward = torch.library.custom_op(
