@@ -14,6 +14,9 @@ thirteenth session's entry, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt):
   its selects, no overlap), or short of warps?
 - the one-hot (expand) kernel at 16 tokens takes 43-45 us for 2:8 where its weight's bytes
   need ~10: what bounds it (the expansion's instructions, shared memory, the dot, latency)?
+- the sparse-tensor-core kernel (spmm_nm_mma_sp.py) at 8 tokens moves 2:4's bytes at 3.3
+  TB/s, 2:8's at 2.6 and 1:8's at 1.8, where a plain read of 1:8's values in its pattern
+  (64-byte runs a row a step) reaches 2.7 incl. launch (row_run_reads.py): what holds 1:8?
 - the row softmax in bf16 is bound by instructions issued: how many does each form issue now
   (base-2 exponentials, one reciprocal a row), with two heads on two warps or on one warp, and
   which pipe is busiest?
@@ -58,6 +61,10 @@ def cases() -> dict:
             vector=1, block=1, activation="none", block_m=4, block_w=128, num_warps=2,
             num_stages=2, prefetch=prefetch,
         )  # fmt: skip
+    x8 = torch.randn(8, 14336, device="cuda", dtype=torch.bfloat16)
+    for pattern in ("2:4", "2:8", "1:8"):  # the sparse-tensor-core kernel's route at 8 tokens
+        _, W8 = weight(pattern, 4096, 14336)
+        calls[f"linear {pattern} 4096x14336 x8 (mma.sp)"] = lambda W8=W8: sk.linear(x8, W8)
     _, W_short = weight("2:8", 14336, 4096)  # the select kernel's short-row tile (2 x 128)
     x_short = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     calls["linear 2:8 14336x4096 x1 (select)"] = lambda: sk.linear(x_short, W_short)
