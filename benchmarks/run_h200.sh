@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -235,6 +235,12 @@ for step in $steps; do
         CONFIGS=m1k8n1/b/w4,m1k8n1/b/w8,m1k8n1/v/w4,m1k8n1/v/w8 timeout 200 \
         python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_few_w8.txt" 2>&1)
       echo "nmmmaspfew rc=$? $(tail -1 "$out/nm_mma_sp_few_w8.txt")" ;;
+    nmmmaspm2)  # 2:8 and 1:8 with 2 and 4 m16 tiles a warp: B (L2 to shared, shared to
+      # registers) shared by more rows (ncu at-4fd8525: 1:8's L1 77% busy, DRAM 37%)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=1:8,2:8 TOKENS=1,2,8,16 \
+        CONFIGS=m1k8n1/b/w8,m2k8n1/b/w8,m2k8n1/b/w4,m4k8n1/b/w8,m2k8n1/v/w8,m1k8n2/w4,m2k8n2/w4 \
+        timeout 400 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_m2.txt" 2>&1)
+      echo "nmmmaspm2 rc=$? $(tail -1 "$out/nm_mma_sp_m2.txt")" ;;
     sddmmdw)  # a CSR weight's gradient at 8192 tokens: the route, its product and gathers
       PYTHONPATH=$PWD/src timeout 200 python3 benchmarks/sweeps/sddmm_weight_grad.py \
         >"$out/sddmm_weight_grad.txt" 2>&1
