@@ -234,6 +234,10 @@ def _cases() -> dict:
         "2:8 wide B stores 16 tokens by rows": (2, 8, (1, 8, 2), 4, 2, "bf16", "columns"),
         "2:8 by rows 16 tokens split 4": (2, 8, (1, 8, 2), 4, 0, "bf16", "columns"),
         "1:8 natural B by rows split 4 fp16": (1, 8, (1, 8, 1), 4, 1, "f16", "columns"),
+        # two m16 tiles a warp: 1:8 at 1-8 tokens, 2:8 and 1:8 at 16 on tall weights
+        "1:8 two tiles natural B by rows split 4": (1, 8, (2, 8, 1), 4, 1, "bf16", "columns"),
+        "2:8 two tiles 16 tokens by rows split 4": (2, 8, (2, 8, 2), 4, 0, "bf16", "columns"),
+        "1:8 two tiles 16 tokens split 4": (1, 8, (2, 8, 2), 4, 0, "bf16"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
@@ -335,6 +339,9 @@ CASE_NAMES = [
     "nm mma.sp 2:8 wide B stores 16 tokens by rows",
     "nm mma.sp 2:8 by rows 16 tokens split 4",
     "nm mma.sp 1:8 natural B by rows split 4 fp16",
+    "nm mma.sp 1:8 two tiles natural B by rows split 4",
+    "nm mma.sp 2:8 two tiles 16 tokens by rows split 4",
+    "nm mma.sp 1:8 two tiles 16 tokens split 4",
     "attention forward final bf16",
     "attention backward dk dv bf16",
     "attention backward dq bf16",

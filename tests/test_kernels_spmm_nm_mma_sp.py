@@ -48,7 +48,7 @@ def test_every_element_written(tile, tokens, dtype, vector, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [2, 1])
-@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 8, 2), (2, 8, 4)])
+@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 8, 2), (2, 8, 1), (2, 8, 2), (2, 8, 4)])
 @pytest.mark.parametrize("tokens", [1, 5, 16, 17])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("vector", [1, 3])
@@ -164,7 +164,8 @@ def test_prefetch_a_step_ahead(n, m, natural_b, wide, gen):
 @pytest.mark.parametrize(
     ("tile", "b_form"),
     [((1, 8, 1), "permuted"), ((1, 8, 2), "permuted"), ((2, 8, 4), "permuted")]
-    + [((1, 8, 1), "natural"), ((1, 8, 1), "wide"), ((1, 8, 2), "wide")],
+    + [((1, 8, 1), "natural"), ((1, 8, 1), "wide"), ((1, 8, 2), "wide")]
+    + [((2, 8, 1), "natural"), ((2, 8, 2), "permuted")],
 )
 @pytest.mark.parametrize("rows", [77, 1024])
 def test_out_by_rows(n, m, tile, b_form, rows, gen):
@@ -320,7 +321,9 @@ def test_route_takes_the_measured_window():
     stores on small weights to 16 tokens, 2:4 and 2:8); split for four programs an SM (132
     SMs; 2:8 and 1:8 at 1-8 tokens eight, to 16 ranges), each range two steps at least; a
     column-major out stored by rows for 2:8 and 1:8 to 8 tokens (2:8 to 16 on large
-    weights). Nothing else (vectors, other patterns, fp32, 33 tokens)."""
+    weights); two m16 tiles a warp for 1:8 at 1-8 tokens (from one on a large weight with
+    K > rows) and for 2:8 and 1:8 past 8 on large weights with rows > K. Nothing else
+    (vectors, other patterns, fp32, 33 tokens)."""
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
 
     bf16 = torch.bfloat16
@@ -342,9 +345,14 @@ def test_route_takes_the_measured_window():
     assert tile(2, 4096, 4096, 2, 8) == (1, 8, 1, 8, True, True)  # 16 steps: 8 ranges of 2
     assert tile(1, 4096, 14336, 2, 8) == (1, 8, 1, 16, True, True)  # 1056 // 64, 56 steps
     assert tile(8, 14336, 4096, 2, 8) == (1, 8, 1, 4, True, True)  # 1056 // 224
-    assert tile(2, 4096, 14336, 1, 8) == (1, 8, 1, 16, True, False)
-    assert tile(3, 14336, 4096, 1, 8) == (1, 8, 1, 4, True, False)
+    # 1:8 at 1-8 tokens: two m16 tiles a warp (one token on a large weight with K > rows)
+    assert tile(2, 4096, 14336, 1, 8) == (2, 8, 1, 16, True, False)
+    assert tile(1, 4096, 14336, 1, 8) == (2, 8, 1, 16, True, False)
+    assert tile(3, 14336, 4096, 1, 8) == (2, 8, 1, 8, True, False)  # 1056 // 112, 16 steps
     assert tile(16, 4096, 14336, 2, 8) == (1, 8, 2, 8, False, False)  # 16 tokens: four
+    # past 8 tokens on a large weight with rows > K: two m16 tiles a warp
+    assert tile(16, 14336, 4096, 2, 8) == (2, 8, 2, 4, False, False)  # 528 // 112
+    assert tile(16, 14336, 4096, 1, 8) == (2, 8, 2, 4, False, False)
     assert tile(16, 4096, 4096, 2, 8) == (1, 8, 2, 8, True, True)
     assert tile(16, 4096, 8192, 1, 8, torch.float16) == (1, 8, 2, 8, False, False)
     assert tile(16, 4096, 4096, 1, 8, torch.float16) == (1, 8, 1, 4, True, False)  # 2 col tiles
@@ -356,7 +364,7 @@ def test_route_takes_the_measured_window():
         (16, 4096, 4096, 2, 4, bf16, 2),
         (1, 4096, 4096, 2, 8),  # small: the select kernel keeps one token
         (1, 14336, 4096, 2, 8),  # and on a tall weight
-        (1, 4096, 14336, 1, 8),
+        (1, 14336, 4096, 1, 8),
         (9, 4096, 4096, 1, 8),
         (17, 4096, 14336, 2, 8),
         (17, 4096, 14336, 1, 8),
@@ -391,11 +399,14 @@ def test_metadata_is_prepared_once_per_weight(gen):
     + [(2, 8, 13, 1000, 2080, torch.bfloat16), (2, 8, 16, 4100, 8208, torch.bfloat16)]
     + [(1, 8, 9, 4100, 8208, torch.float16), (2, 4, 20, 1000, 2080, torch.float16)]
     + [(1, 8, 14, 1000, 2080, torch.float16)]
-    + [(2, 8, 1, 4100, 8208, torch.bfloat16), (1, 8, 2, 1000, 2080, torch.bfloat16)],
+    + [(2, 8, 1, 4100, 8208, torch.bfloat16), (1, 8, 2, 1000, 2080, torch.bfloat16)]
+    + [(1, 8, 1, 4100, 8208, torch.bfloat16)]
+    + [(2, 8, 16, 8208, 4104, torch.bfloat16), (1, 8, 16, 8208, 4112, torch.bfloat16)],
 )
 def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, dtype, gen, monkeypatch):
     """linear takes the kernel in its windows on the GPU (2:4 at 1-32 tokens, 2:8 at 2-16
-    and from one token on a large weight, 1:8 at 2-8 and 9-16 on a large weight), with bias,
+    and from one token on a large weight, 1:8 at 2-8, 9-16 on a large weight and one token on
+    a large weight with K > rows; two m16 tiles a warp on tall ones at 16), with bias,
     split on a few-row weight, its column-major out stored by rows to 8 tokens (2:8 to 16),
     and gives the product in x's layout."""
     import sparsekernels as sk

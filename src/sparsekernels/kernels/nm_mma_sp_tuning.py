@@ -66,6 +66,23 @@ into linear's out as now / by rows): 2:8 at 16 tokens 21.3 / 18.7 us on 4096 x 1
 0.4 through linear; 2:4 and 1:8 at 16 tokens 0.1-1.0 slower, 2:8 on 4096 x 4096 at 16 as
 fast in the sweep but 0.5 slower through linear. So by rows for 2:8 and 1:8 to 8 tokens, and
 2:8 to 16 on large weights.
+
+Two m16 tiles a warp (128 rows a program) share B's copy (L2 to shared memory) and its
+shared-memory reads with twice the rows: Nsight Compute had 1:8 at 8 tokens on 4096 x 14336
+with its L1 77% busy and DRAM 37% (at-4fd8525/ncu.txt), B's traffic a quarter of 2:4's A
+bytes a step. Cold, us (at-c6b0743/nm_mma_sp_m2.txt; one / two tiles a warp, B as the route
+takes it, row-major out):
+                     4096 x 14336        14336 x 4096        4096 x 4096
+  1:8  1 token      12.3 11.5 (12.4)    12.9 11.5 (11.6)     6.2  6.3 (5.4)
+       2 tokens     12.8 12.4           13.2 12.1            6.3  6.3
+       8 tokens     13.2 12.4           13.3 12.1            6.6  6.6
+  2:8  8 tokens     14.5 14.9           14.5 15.8            7.0  7.2
+  16 tokens, 16-token tiles, split for 4 programs an SM:
+  1:8               16.9 19.5           17.4 15.0            9.6  9.6
+  2:8               18.7 22.0           19.4 17.2            9.7 10.1
+(in brackets the select kernel, the one-token route). So 1:8 takes two tiles a warp at 1-8
+tokens, and from one token on large weights with K > rows; 2:8 and 1:8 at 9-16 tokens on
+large weights with rows > K. 2:8 at 1-8 and wide weights at 16 keep one.
 """
 
 from __future__ import annotations
@@ -96,13 +113,35 @@ class _Window:
     most_small_fp16: int = 0  # past most_small in fp16: 8-token tiles, B permuted in the kernel
     fewest_wide: int = 0  # on weights of LARGE_WEIGHT elements or more with K > rows
     out_by_rows_most: int = 0  # tokens to which a column-major out is stored by runs of rows
+    m_tiles_few: int = 1  # m16 tiles a warp at 1-8 tokens
+    m_tiles_tall: int = 1  # past 8 tokens on weights of LARGE_WEIGHT elements or more, rows > K
 
 
 # (n, m) -> the tokens where it measured faster than the route, element-wise
 MMA_SP_WINDOWS = {
     (2, 4): _Window(1, 32, 32, wide_few=False, wide_small=True),
-    (2, 8): _Window(2, 16, 16, wide_few=True, wide_small=True, fewest_wide=1, out_by_rows_most=16),
-    (1, 8): _Window(2, 16, 8, False, False, most_small_fp16=16, out_by_rows_most=8),
+    (2, 8): _Window(
+        2,
+        16,
+        16,
+        wide_few=True,
+        wide_small=True,
+        fewest_wide=1,
+        out_by_rows_most=16,
+        m_tiles_tall=2,
+    ),  # fmt: skip
+    (1, 8): _Window(
+        2,
+        16,
+        8,
+        False,
+        False,
+        most_small_fp16=16,
+        fewest_wide=1,
+        out_by_rows_most=8,
+        m_tiles_few=2,
+        m_tiles_tall=2,
+    ),  # fmt: skip
 }
 WIDE_SMALL_MOST_TOKENS = 16
 
@@ -151,11 +190,17 @@ def spmm_nm_mma_sp_config(
     natural_b = few or wide_past_few
     wide = window.wide_few if few else wide_past_few
     n_tiles = 1 if few else 2
-    tiles = cdiv(rows, 64) * cdiv(n_cols, 8 * n_tiles)
+    if n_cols <= MMA_SP_NATURAL_B_TOKENS:
+        m_tiles = window.m_tiles_few
+    else:
+        m_tiles = window.m_tiles_tall if not small and rows > k else 1
+    tiles = cdiv(rows, 64 * m_tiles) * cdiv(n_cols, 8 * n_tiles)
     steps = cdiv(k // m, 32 // m * MMA_SP_BLOCKS)  # a step: k256
     programs, most_split = MMA_SP_PROGRAMS_PER_SM, MMA_SP_MAX_SPLIT
     if m == 8 and n_cols <= MMA_SP_NATURAL_B_TOKENS:
         programs, most_split = FEW_M8_PROGRAMS_PER_SM, FEW_M8_MAX_SPLIT
     split = min(programs * sms // tiles, most_split, steps // MIN_STEPS_A_RANGE)
     by_rows = n_cols <= window.out_by_rows_most and (few or not small)
-    return SpmmNmMmaSpConfig(1, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b, wide, by_rows)
+    return SpmmNmMmaSpConfig(
+        m_tiles, MMA_SP_BLOCKS, n_tiles, max(1, split), natural_b, wide, by_rows
+    )  # fmt: skip
