@@ -97,6 +97,28 @@ def test_round_trip_from_pruned_weight(n, m, vector, block):
 
 
 @pytest.mark.parametrize("n, m, vector, block", CONFIGS)
+def test_nm_columns_name_the_kept_positions(n, m, vector, block):
+    """nm_columns (what to_dense, the CPU backend and the dense paths index with) gives each
+    stored value its column: the mask's kept positions in order, rows a partial vector group
+    included, the same in int32 and int64."""
+    from sparsekernels.formats.nm import nm_columns
+
+    rows = 2 * vector + 1  # the last vector group partial
+    dense, mask = pruned(n, m, vector, block, rows=rows, groups=5)
+    W = NMMatrix.from_dense(dense, n=n, m=m, vector=vector, block=block, mask=mask)
+    columns = nm_columns(W.indices, rows, n, m, vector, block)
+    assert columns.dtype == torch.int64 and columns.shape == W.values.shape
+    for r in range(rows):
+        assert columns[r].tolist() == mask[r].nonzero().flatten().tolist()
+    assert torch.equal(dense.gather(1, columns), W.values)
+    narrow = nm_columns(W.indices, rows, n, m, vector, block, torch.int32)
+    assert narrow.dtype == torch.int32 and torch.equal(narrow.long(), columns)
+    wide = W.indices.long()  # offsets already of the columns' dtype are not written to
+    assert torch.equal(nm_columns(wide, rows, n, m, vector, block), columns)
+    assert torch.equal(wide, W.indices.long())
+
+
+@pytest.mark.parametrize("n, m, vector, block", CONFIGS)
 def test_packed_indices_decode(n, m, vector, block):
     dense, mask = pruned(n, m, vector, block, rows=6, groups=5)
     W = NMMatrix.from_dense(dense, n=n, m=m, vector=vector, block=block, mask=mask)

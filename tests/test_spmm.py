@@ -251,6 +251,27 @@ def test_torch_sparse_backend_matches_reference(dtype, gen):
     )
 
 
+def test_cpu_nm_pattern_is_built_once_per_weight(gen):
+    """On CPU an N:M weight's CSR pattern for torch's matmul is kept per offsets tensor (int32
+    columns), rebuilt after an in-place edit of the offsets, and the product follows the edit."""
+    from sparsekernels.ops import _torch_sparse
+
+    W = random_nm(9, 32, 2, 8, gen, vector=2)
+    x = randn(3, 32, gen=gen)
+    for _ in range(2):
+        got = sk.linear(x, W, backend="torch_sparse")
+        torch.testing.assert_close(got, x @ W.to_dense().t(), rtol=0, atol=1e-12)
+    offsets, columns = _torch_sparse._nm_pattern(W.indices, 9, 2, 8, 2, 1)
+    assert columns.dtype == torch.int32 and offsets.dtype == torch.int32
+    assert _torch_sparse._nm_pattern(W.indices, 9, 2, 8, 2, 1)[1] is columns
+    first = W.indices[0, :2].tolist()
+    W.indices[0, :2] = torch.tensor([0, 1] if first != [0, 1] else [6, 7])  # rows 0 and 1
+    assert _torch_sparse._nm_pattern(W.indices, 9, 2, 8, 2, 1)[1] is not columns
+    got = sk.linear(x, W, backend="torch_sparse")
+    edited = sk.NMMatrix(W.values, W.indices.clone(), W.shape, 2, 8, vector=2)  # a fresh object
+    torch.testing.assert_close(got, x @ edited.to_dense().t(), rtol=0, atol=1e-12)
+
+
 def test_nm_backward_of_x_densifies_on_cuda_at_batched_sizes():
     """W^T @ B: on CUDA at training sizes dense (densify + cuBLAS) takes it for every pattern,
     the vector-wise ones too; below, the CSR kernel on W^T's cached pattern (triton)."""
