@@ -24,11 +24,12 @@ _PATTERN = IdentityCache()
 
 
 def _nm_pattern(indices, rows: int, n: int, m: int, vector: int, block: int):
-    slots = indices.shape[1] * block
+    slots = indices.shape[1] * block  # stored values a row
     key = (indices._version, rows, n, m, vector, block)
     hit = _PATTERN.get(indices)
     if hit is None or hit[0] != key:
-        index = torch.int32 if rows * slots < 2**31 else torch.int64
+        cols = slots // n * m
+        index = torch.int32 if max(rows * slots, cols) < 2**31 else torch.int64
         columns = nm_columns(indices, rows, n, m, vector, block, index).reshape(-1)
         offsets = torch.arange(rows + 1, device=indices.device, dtype=index) * slots
         hit = (key, offsets, columns)
