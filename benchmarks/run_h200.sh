@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -241,6 +241,12 @@ for step in $steps; do
         CONFIGS=m1k8n1/b/w8,m2k8n1/b/w8,m2k8n1/b/w4,m4k8n1/b/w8,m2k8n1/v/w8,m1k8n2/w4,m2k8n2/w4 \
         timeout 400 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_m2.txt" 2>&1)
       echo "nmmmaspm2 rc=$? $(tail -1 "$out/nm_mma_sp_m2.txt")" ;;
+    nmmmaspm2p)  # two m16 tiles a warp with each step's loads a step ahead (/p), and fewer
+      # ranges (/s4, /s8): with B's share halved, is the walk's latency what holds 1:8 now?
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=1:8,2:8 TOKENS=1,2,8,16 \
+        CONFIGS=m2k8n1/b/w8,m2k8n1/b/w8/p,m2k8n1/b/p/s4,m2k8n1/b/p/s8,m2k8n2/w4,m2k8n2/w4/p \
+        timeout 400 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_m2_prefetch.txt" 2>&1)
+      echo "nmmmaspm2p rc=$? $(tail -1 "$out/nm_mma_sp_m2_prefetch.txt")" ;;
     sddmmdw)  # a CSR weight's gradient at 8192 tokens: the route, its product and gathers
       PYTHONPATH=$PWD/src timeout 200 python3 benchmarks/sweeps/sddmm_weight_grad.py \
         >"$out/sddmm_weight_grad.txt" 2>&1
