@@ -238,6 +238,7 @@ def _cases() -> dict:
         "1:8 two tiles natural B by rows split 4": (1, 8, (2, 8, 1), 4, 1, "bf16", "columns"),
         "2:8 two tiles 16 tokens by rows split 4": (2, 8, (2, 8, 2), 4, 0, "bf16", "columns"),
         "1:8 two tiles 16 tokens split 4": (1, 8, (2, 8, 2), 4, 0, "bf16"),
+        "1:8 two tiles natural B prefetch split 4": (1, 8, (2, 8, 1), 4, 1, "bf16", "prefetch"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
@@ -342,6 +343,7 @@ CASE_NAMES = [
     "nm mma.sp 1:8 two tiles natural B by rows split 4",
     "nm mma.sp 2:8 two tiles 16 tokens by rows split 4",
     "nm mma.sp 1:8 two tiles 16 tokens split 4",
+    "nm mma.sp 1:8 two tiles natural B prefetch split 4",
     "attention forward final bf16",
     "attention backward dk dv bf16",
     "attention backward dq bf16",
