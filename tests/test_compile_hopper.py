@@ -56,6 +56,8 @@ def _cases() -> dict:
     from sparsekernels.kernels.split_k import _sum_partials_kernel
     from sparsekernels.kernels.spmm_csr import _spmm_csr_kernel
     from sparsekernels.kernels.spmm_csr_few import _spmm_csr_few_kernel
+    from sparsekernels.kernels.spmm_csr_scatter import _csr_scatter_kernel
+    from sparsekernels.kernels.spmm_csr_scatter import layouts as scatter_layouts
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
@@ -270,6 +272,17 @@ def _cases() -> dict:
     cases["attention backward dq bf16"] = (
         _attn_bwd_dq_kernel, [*inputs, "*bf16", "*fp32", *["*i32"] * 6], constants, 4,
     )  # fmt: skip
+    for name, (block_n, swizzle, splits, fused) in {
+        "swizzled split 4": (16, True, 4, True),
+        "plain 64 tokens bias": (64, False, 1, False),
+        "swizzled 128 tokens partial planes": (128, True, 2, False),
+    }.items():
+        constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
+                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, CHUNK=512,
+                         DTYPE=tl.bfloat16, **scatter_layouts(swizzle))  # fmt: skip
+        # tile offsets, entries, b, bias, out, partials, counters
+        pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
+        cases[f"csr scatter {name}"] = (_csr_scatter_kernel, pointers, constants, 4)
     return cases
 
 
@@ -347,6 +360,9 @@ CASE_NAMES = [
     "attention forward final bf16",
     "attention backward dk dv bf16",
     "attention backward dq bf16",
+    "csr scatter swizzled split 4",
+    "csr scatter plain 64 tokens bias",
+    "csr scatter swizzled 128 tokens partial planes",
 ]
 
 
@@ -355,6 +371,8 @@ def _compile_all() -> dict[str, str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+
+    from sparsekernels.kernels.spmm_csr_scatter import tile_alone
 
     outcome = {}
     for name, (kernel, pointers, constants, warps) in _cases().items():
@@ -368,8 +386,12 @@ def _compile_all() -> dict[str, str]:
             fn=kernel, signature=signature, constexprs=constants
         )
         try:
-            triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+            kernel = triton.compile(
+                source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
+            )
             outcome[name] = "ok"
+            if name.startswith("csr scatter") and not tile_alone(kernel.metadata.shared):
+                outcome[name] = f"{kernel.metadata.shared} bytes of shared memory, not the tile's"
         except Exception as error:  # noqa: BLE001 - reported per case by the test
             outcome[name] = f"{type(error).__name__}: {error}"[:2000]
     return outcome

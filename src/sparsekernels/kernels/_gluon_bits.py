@@ -1,4 +1,5 @@
-"""Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py):
+"""Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py,
+spmm_csr_scatter.py):
 indices along one axis of a distributed layout, the layouts of a one-warpgroup wgmma's
 accumulator and B tile, and single PTX bit instructions whose edge cases the kernels rely on
 (shifts of 32 or more give 0; byte permutes with zeros)."""
@@ -7,6 +8,9 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+
+# the CTA barrier (Gluon renamed it after Triton 3.6, the H200's)
+cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 
 
 @gluon.constexpr_function

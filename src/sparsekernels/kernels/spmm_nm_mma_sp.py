@@ -49,12 +49,11 @@ from triton.experimental.gluon import language as gl
 from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import _along, _shr
+from ._gluon_bits import cta_barrier as _cta_barrier
 from ._sizes import cdiv
 from .nm_mma_sp_layouts import WARPS, launch_layouts
 from .nm_mma_sp_operands import SPAN_BLOCKS, permuted_b
 
-# the CTA barrier (Gluon renamed it after Triton 3.6)
-_cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 AXES = gl.constexpr(7)  # (WMT, KB, RH, G, NT, Q, RC)
 
 

@@ -1,0 +1,108 @@
+"""The scatter-into-shared-memory CSR kernel (kernels/spmm_csr_scatter.py: each 64 x 64 tile's
+entries stored into a zeroed shared tile, then mma.sync) against the CSR route through linear
+and dense, cold L2, bf16: can unstructured weights beat dense at 4-128 tokens, where the route
+runs 0.2-1.0x dense at 70%?
+
+LLM shapes at 70% and 90% (magnitude-pruned), 1-128 tokens; the kernel's column tiles (16 or
+64 tokens) and splits for 8 or 16 programs an SM; swizzled and plain tiles. Each timing
+rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call, each
+configuration checked against float64 first (NaN where wrong or refused, said).
+    PYTHONPATH=src python3 benchmarks/sweeps/csr_scatter_cold.py
+    SHAPES=4096x14336 TOKENS=16 ...
+"""
+
+import os
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+import sparsekernels as sk
+from sparsekernels.bench.harness import copies_for
+from sparsekernels.kernels.spmm_csr_scatter import BLOCK_M, spmm_csr_scatter, tiled_entries
+
+SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
+    "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
+TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,4,16,64,128").split(",")]
+SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
+# "nN/wW[/plain]": N-token column tiles, a split for W programs an SM
+CONFIGS = os.environ.get("CONFIGS", "n16/w8,n16/w16,n64/w8,n16/w16/plain").split(",")
+
+
+def cold_us(run, copies) -> float:
+    return do_bench_cudagraph(lambda: [run(*c) for c in copies], rep=30) * 1e3 / len(copies)
+
+
+def main():
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"# {torch.cuda.get_device_name()}, bf16, cold L2, us a call")
+    table = []
+    for (M, K), sparsity in [(s, p) for s in SHAPES for p in SPARSITIES]:
+        torch.manual_seed(0)
+        w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), sparsity))
+        dense_A = A.to_dense()
+        forms = {}
+        for swizzle in (True, False):
+            forms[swizzle] = tiled_entries(A.row_offsets, A.column_indices, A.values, K, swizzle)
+        weight_bytes = forms[True][1].nbytes
+        n_copies = max(2, copies_for(weight_bytes, torch.device("cuda")))
+        for tokens in TOKENS:
+            x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
+            want = dense_A.double() @ x.t().double()
+            timed = {}
+            dense_count = max(2, copies_for(M * K * 2, w.device))
+            dense_copies = [(dense_A.clone(),) for _ in range(dense_count)]
+            timed["dense"] = cold_us(lambda d: x @ d.t(), dense_copies)
+            csr_copies = [
+                (sk.CSRMatrix(A.row_offsets.clone(), A.column_indices.clone(), A.values.clone(),
+                              A.shape, check=False),)
+                for _ in range(n_copies)
+            ]  # fmt: skip
+            timed["route"] = cold_us(lambda a: sk.linear(x, a), csr_copies)
+            for name in CONFIGS:
+                block_n = int(name.split("/")[0][1:])
+                wave = int(name.split("/")[1][1:])
+                swizzle = "plain" not in name
+                offsets, entries = forms[swizzle]
+                tiles = -(-M // BLOCK_M) * -(-tokens // block_n)
+                split = max(1, min(wave * sms // tiles, -(-K // 64)))
+                out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
+                b = x.t()
+
+                def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
+                        swizzle=swizzle):  # fmt: skip
+                    spmm_csr_scatter(
+                        tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
+                        activation="none", block_n=block_n, split=split, swizzle=swizzle,
+                    )  # fmt: skip
+
+                key = name
+                timed[f"split {name}"] = split
+                out.fill_(float("nan"))
+                try:
+                    run(offsets, entries)
+                except Exception as error:  # a tile the compiler refuses: say so
+                    print(key, type(error).__name__, str(error)[:300], flush=True)
+                    timed[key] = float("nan")
+                    continue
+                err = ((out.double() - want).norm() / want.norm()).item()
+                if not err < 1e-2:
+                    print(key, "wrong: relative error", err, flush=True)
+                    timed[key] = float("nan")
+                    continue
+                copies = [(offsets, entries.clone()) for _ in range(n_copies)]
+                timed[key] = cold_us(run, copies)
+            label = f"{M}x{K} {sparsity:.0%} t{tokens}"
+            print(label, {k: round(v, 1) for k, v in timed.items()}, flush=True)
+            timed = {k: v for k, v in timed.items() if not k.startswith("split")}
+            table.append((label, timed))
+    names = sorted(
+        {c for _, timed in table for c in timed}, key=lambda c: (c not in ("dense", "route"), c)
+    )  # noqa: E501
+    print(f"\n{'case':<24} " + " ".join(f"{c:>14}" for c in names))
+    for label, timed in table:
+        print(f"{label:<24} " + " ".join(f"{timed.get(c, float('nan')):14.1f}" for c in names))
+
+
+if __name__ == "__main__":
+    main()

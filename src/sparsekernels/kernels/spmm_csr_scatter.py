@@ -1,0 +1,271 @@
+"""CSR @ B on the tensor cores, each K step's stored entries scattered into a zeroed tile in
+shared memory (Flash-LLM's "load as sparse, compute as dense"), in Gluon. An experiment, not
+routed: the CSR bitmap kernels (restore d945ce3..5d969b6) spent 13-16 instructions on every
+element of the dense tile; here a stored entry costs a 2-byte shared store and a few integer
+operations, and the tile's zeros one 16-byte store a thread per 8 elements.
+
+Neither Triton nor Gluon has a shared-memory scatter, so the store is PTX through
+`inline_asm_elementwise`, at an offset in the kernel's dynamic shared window (`global_smem`,
+the symbol Triton's PTX declares): the tile must sit at offset 0 of it. The launcher checks
+that the compiled kernel's shared memory is the tile's 8 KB and no more, so nothing else can
+lie below it (the epilogue's scratch reuses the space after the loop), and refuses the
+kernel otherwise. Barriers order the zeros, the scatter and the tensor cores' reads (ldmatrix
+through Gluon's shared load).
+
+A program takes BLOCK_M (64) rows, BLOCK_N tokens and a range of BLOCK_K (64) column steps.
+The weight comes as `tiled_entries`, built once per weight from CSR: each (64, 64) tile's
+entries together, each one int32 (its place in the shared tile, 2 bytes, above its value's
+16 bits), a tile's run padded to a multiple of 4 entries (a 16-byte load a thread takes 4).
+That is 4 bytes an entry, as CSR with 16-bit columns, but a second copy of the weight in this
+experiment. Each step: zero the tile, scatter the tile's entries (padding entries' place is
+0xFFFF: not stored), then mma.sync (Gluon's mma_v2) of the tile against B's (BLOCK_K,
+BLOCK_N) tile loaded straight into the operand's registers. Split-K as the other
+tensor-core kernels (split_k.end_piece).
+
+The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
+16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False
+lays the rows plainly (a fallback if the two disagree on a GPU). The places are computed when
+the entries are built, so the kernel and `tiled_entries` must agree on it.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from . import split_k
+from ._activation import ACTIVATION_CODES
+from ._gluon_bits import cta_barrier as _cta_barrier
+from ._sizes import cdiv
+
+BLOCK_M = 64
+BLOCK_K = 64
+WARPS = 4
+
+
+@gluon.jit
+def _store_entry(entry):
+    """Entry (int32: place in the tile's bytes above the value's 16 bits) stored into the
+    tile at the dynamic shared window's offset 0 unless its place is 0xFFFF (padding);
+    returns zeros (the store is its effect)."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b16 v, at; .reg .u32 a; mov.b32 {v, at}, $1; "
+        "setp.ne.u16 p, at, 0xFFFF; cvt.u32.u16 a, at; mov.u32 $0, global_smem; "
+        "add.u32 a, a, $0; @p st.shared.b16 [a], v; mov.u32 $0, 0; }",
+        "=r,r",
+        [entry],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
+def _csr_scatter_kernel(
+    tile_offsets,  # (cdiv(M, 64) * K_TILES + 1,) int32: tiled_entries(), multiples of 4
+    entries,  # (padded nnz,) int32: tiled_entries()
+    b,  # (K, N): strides stride_bk, stride_bn
+    bias,
+    out,  # (M, N)
+    partials,  # with SPLITS > 1 the (SPLITS, M, N) float32 workspace
+    counters,  # with FUSED an int32 a tile, zero (split_k.tile_counters)
+    M,
+    N,
+    K,
+    K_TILES,
+    TILES_PER_SPLIT,  # program_id(2) takes its range of column steps
+    SPLIT_STRIDE,  # M * N
+    stride_bk,
+    stride_bn,
+    stride_om,
+    stride_on,
+    HAS_BIAS: gl.constexpr,
+    ACTIVATION: gl.constexpr,
+    SPLITS: gl.constexpr,
+    FUSED: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    CHUNK: gl.constexpr,  # entries a program scatters at once (4 a thread, 128 threads: 512)
+    DTYPE: gl.constexpr,  # the values' type
+    SCATTER: gl.constexpr,  # layouts()
+    ZEROS: gl.constexpr,
+    MMA: gl.constexpr,
+    A_SHARED: gl.constexpr,
+):
+    BM: gl.constexpr = 64
+    BK: gl.constexpr = 64
+    tile = gl.allocate_shared_memory(DTYPE, [BM, BK], A_SHARED)
+    zeros = gl.zeros([BM, BK], DTYPE, ZEROS)
+    a_layout: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
+    b_layout: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
+    offs_k = gl.arange(0, BK, layout=gl.SliceLayout(1, b_layout))
+    offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, b_layout))
+    b_cols = gl.expand_dims(offs_bn.to(gl.int64) * stride_bn, 0)
+    mask_bn = gl.expand_dims(offs_bn < N, 0)
+    lane = gl.arange(0, CHUNK, layout=SCATTER)
+    acc = gl.zeros([BM, BLOCK_N], gl.float32, MMA)
+    done = gl.zeros([CHUNK], gl.int32, SCATTER)  # the stores' results, kept live
+    first = gl.program_id(2) * TILES_PER_SPLIT
+    end = gl.minimum(first + TILES_PER_SPLIT, K_TILES)
+    tiles = tile_offsets + gl.program_id(0) * K_TILES
+    for kt in range(first, end):
+        start = gl.multiple_of(gl.load(tiles + kt), 4)
+        stop = gl.multiple_of(gl.load(tiles + kt + 1), 4)
+        tile.store(zeros)
+        _cta_barrier()
+        for e0 in range(start, stop, CHUNK):
+            at = e0 + lane
+            entry = gl.load(entries + at, mask=at < stop, other=-1)  # -1: place 0xFFFF
+            done += _store_entry(entry)
+        _cta_barrier()
+        a = tile.load(a_layout)
+        ks = kt * BK + offs_k
+        b_ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + b_cols
+        bt = gl.load(b_ptrs, mask=gl.expand_dims(ks < K, 1) & mask_bn, other=0.0)
+        acc = mma_v2(a, bt, acc)
+        _cta_barrier()  # every warp has read the tile before the next step zeroes it
+    # the stores' results are zeros: adding their largest keeps them from being dropped
+    acc += gl.max(done, 0).to(gl.float32)
+    offs_m = gl.program_id(0) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
+    offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, MMA))
+    split_k.end_piece(
+        acc, offs_m, offs_n, offs_m < M, offs_n < N, bias, out, partials, counters, N,
+        SPLIT_STRIDE, stride_om, stride_on, HAS_BIAS, ACTIVATION, gl.float32, SPLITS, FUSED,
+    )  # fmt: skip
+
+
+def layouts(swizzle: bool) -> dict:
+    """The kernel's layouts for 4 warps: SCATTER a chunk of entries, 4 consecutive a thread
+    (one 16-byte load), ZEROS 16 bytes a thread, MMA a warp's 16 rows, A_SHARED the tile
+    (swizzled or plain)."""
+    return {
+        "SCATTER": gl.BlockedLayout([4], [32], [WARPS], [0]),
+        "ZEROS": gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0]),
+        "MMA": gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8]
+        ),  # fmt: skip
+        "A_SHARED": gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
+        if swizzle
+        else gl.SwizzledSharedLayout(1, 1, 1, [1, 0]),
+    }
+
+
+def tiled_entries(
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    values: torch.Tensor,
+    k: int,
+    swizzle: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tile_offsets, entries) of a CSR weight (M, k) of 16-bit values: each (64, 64) tile's
+    entries together, row tiles outer, column steps inner, each an int32 whose high 16 bits
+    are the entry's byte place in the kernel's shared tile (swizzled or plain) and whose low
+    16 bits are its value's; each tile's run padded with -1 (place 0xFFFF: skipped) to a
+    multiple of 4. tile_offsets (row tiles * column steps + 1,) int32 marks the runs."""
+    if values.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"values must be fp16 or bf16, got {values.dtype}")
+    rows = row_offsets.numel() - 1
+    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
+    nnz = column_indices.numel()
+    device = values.device
+    entry_rows = torch.repeat_interleave(
+        torch.arange(rows, device=device), row_offsets.diff().long(), output_size=nnz
+    )
+    cols = column_indices.long()
+    tile_of = entry_rows // BLOCK_M * k_tiles + cols // BLOCK_K
+    r, c = entry_rows % BLOCK_M, cols % BLOCK_K
+    if swizzle:  # 16-byte chunk j of row r at chunk j ^ (r % 8)
+        place = r * (BLOCK_K * 2) + (((c >> 3) ^ (r % 8)) << 4) + ((c & 7) << 1)
+    else:
+        place = r * (BLOCK_K * 2) + c * 2
+    bits = values.reshape(-1).view(torch.int16).long() & 0xFFFF
+    packed = (place << 16) | bits
+    packed = torch.where(packed >= 2**31, packed - 2**32, packed)  # as int32
+    order = torch.argsort(tile_of, stable=True)
+    counts = torch.bincount(tile_of, minlength=row_tiles * k_tiles)
+    padded = (counts + 3) // 4 * 4
+    offsets = torch.zeros(row_tiles * k_tiles + 1, dtype=torch.long, device=device)
+    offsets[1:] = padded.cumsum(0)
+    total = int(offsets[-1])
+    if total >= 2**31:
+        raise ValueError(f"the weight must hold under 2^31 entries, got {nnz}")
+    entries = torch.full((total,), -1, dtype=torch.long, device=device)
+    sorted_tiles = tile_of[order]
+    firsts = torch.zeros_like(counts)
+    firsts[1:] = counts.cumsum(0)[:-1]
+    rank = torch.arange(nnz, device=device) - firsts[sorted_tiles]
+    entries[offsets[sorted_tiles] + rank] = packed[order]
+    return offsets.to(torch.int32), entries.to(torch.int32)
+
+
+TILE_BYTES = BLOCK_M * BLOCK_K * 2
+
+
+def tile_alone(shared_bytes: int) -> bool:
+    """Whether a compiled kernel's shared memory is the tile alone (then the tile, the
+    scatter's target, sits at offset 0 of the shared window)."""
+    return shared_bytes == TILE_BYTES
+
+
+_CHECKED: set = set()
+
+
+def spmm_csr_scatter(
+    *,
+    tile_offsets: torch.Tensor,
+    entries: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    activation: str,
+    block_n: int = 16,
+    split: int = 1,
+    fused: bool = True,
+    swizzle: bool = True,
+) -> torch.Tensor:
+    """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as
+    `tiled_entries` (built with the same `swizzle`) and B (K, N) in any strides, of the
+    values' 16-bit dtype (B's). block_n a multiple of 8 up to 128; `split` > 1 cuts the column
+    steps into that many ranges (split_k)."""
+    rows, cols = out.shape
+    k = b.shape[0]
+    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
+    if tile_offsets.shape != (row_tiles * k_tiles + 1,) or tile_offsets.dtype != torch.int32:
+        raise ValueError(
+            f"tile_offsets must be tiled_entries()'s for a ({rows}, {k}) weight: "
+            f"({row_tiles * k_tiles + 1},) int32, got {tuple(tile_offsets.shape)} "
+            f"{tile_offsets.dtype}"
+        )
+    if entries.dtype != torch.int32 or entries.dim() != 1:
+        raise ValueError(f"entries must be tiled_entries()'s int32 vector, got {entries.dtype}")
+    if block_n % 8 or not 8 <= block_n <= 128:
+        raise ValueError(f"block_n must be a multiple of 8 from 8 to 128, got {block_n}")
+    if b.dtype not in (torch.float16, torch.bfloat16) or out.dtype != b.dtype:
+        raise TypeError(f"b and out must share a 16-bit dtype, got {b.dtype}, {out.dtype}")
+    if rows == 0 or cols == 0:
+        return out
+    steps_per_split, splits = split_k.ranges(k_tiles, split)
+    partials = split_k.workspace(out, splits, torch.float32)
+    grid = (row_tiles, cdiv(cols, block_n), splits)
+    fused = fused and splits > 1
+    counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else tile_offsets
+    compiled = _csr_scatter_kernel[grid](
+        tile_offsets, entries, b, bias if bias is not None else b, out, partials, counters, rows,
+        cols, k, k_tiles, steps_per_split, rows * cols, b.stride(0), b.stride(1), out.stride(0),
+        out.stride(1),
+        HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
+        FUSED=fused, BLOCK_N=block_n, CHUNK=4 * 32 * WARPS,
+        DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=WARPS,
+        **layouts(swizzle),
+    )  # fmt: skip
+    if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
+        if not tile_alone(compiled.metadata.shared):
+            raise RuntimeError(
+                f"spmm_csr_scatter: the kernel holds {compiled.metadata.shared} bytes of shared "
+                f"memory, not its tile's {TILE_BYTES} alone: the tile's offset is unknown"
+            )
+        _CHECKED.add(id(compiled))
+    if splits > 1 and not fused:
+        split_k.sum_partials(partials, bias, out, activation)
+    return out

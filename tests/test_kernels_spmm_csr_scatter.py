@@ -1,0 +1,132 @@
+"""The scatter-into-shared-memory CSR kernel (kernels/spmm_csr_scatter.py, an experiment, not
+routed): its tiled entries decoded back on the CPU, the kernel on the GPU (Gluon has no
+interpreter) against float64 with poisoned outputs."""
+
+import pytest
+import torch
+
+from _helpers import assert_close, randn, random_csr, spmm_bound
+from sparsekernels.kernels.spmm_csr_scatter import (
+    BLOCK_K,
+    BLOCK_M,
+    TILE_BYTES,
+    spmm_csr_scatter,
+    tile_alone,
+    tiled_entries,
+)
+
+
+def _decode(tile_offsets, entries, rows, k, swizzle, dtype):
+    """The dense weight the tiled entries describe (the test's own decoder)."""
+    k_tiles = -(-k // BLOCK_K)
+    dense = torch.zeros(-(-rows // BLOCK_M) * BLOCK_M, k_tiles * BLOCK_K, dtype=dtype)
+    written = torch.zeros_like(dense, dtype=torch.bool)
+    offsets = tile_offsets.tolist()
+    for t in range(len(offsets) - 1):
+        row_tile, k_tile = divmod(t, k_tiles)
+        run = entries[offsets[t] : offsets[t + 1]].tolist()
+        assert offsets[t] % 4 == 0 and len(run) % 4 == 0  # 16-byte runs
+        for entry in run:
+            place, bits = (entry >> 16) & 0xFFFF, entry & 0xFFFF
+            if place == 0xFFFF:  # padding
+                continue
+            r, chunk, within = place // 128, place % 128 // 16, place % 16 // 2
+            c = (chunk ^ (r % 8) if swizzle else chunk) * 8 + within
+            at = (row_tile * BLOCK_M + r, k_tile * BLOCK_K + c)
+            assert not written[at], f"entry {at} twice"
+            written[at] = True
+            value = torch.tensor([bits - 65536 if bits >= 32768 else bits], dtype=torch.int16)
+            dense[at] = value.view(dtype)[0]
+    return dense[:rows, :k]
+
+
+@pytest.mark.parametrize("swizzle", [True, False])
+@pytest.mark.parametrize("shape", [(70, 150), (1, 64), (64, 1), (130, 64)])
+def test_tiled_entries_hold_the_weight(shape, swizzle, gen):
+    """Every stored value once, at its row and column, in its 64 x 64 tile's run; runs padded
+    to 4 entries with skipped places; rows and columns off the tiles; empty rows."""
+    rows, k = shape
+    for dtype in (torch.bfloat16, torch.float16):
+        W = random_csr(rows, k, 0.3, gen, dtype)
+        offsets, entries = tiled_entries(W.row_offsets, W.column_indices, W.values, k, swizzle)
+        assert offsets.dtype == entries.dtype == torch.int32
+        assert torch.equal(_decode(offsets, entries, rows, k, swizzle, dtype), W.to_dense())
+
+
+def test_tiled_entries_reject_wide_values(gen):
+    W = random_csr(8, 8, 0.5, gen, torch.float32)
+    with pytest.raises(TypeError, match="fp16 or bf16"):
+        tiled_entries(W.row_offsets, W.column_indices, W.values, 8)
+
+
+def test_tile_alone():
+    assert tile_alone(TILE_BYTES) and not tile_alone(TILE_BYTES + 1024)
+
+
+def _run(W, b, swizzle=True, bias=None, activation="none", **tile):
+    offsets, entries = tiled_entries(W.row_offsets, W.column_indices, W.values, b.shape[0], swizzle)
+    out = torch.full((W.shape[0], b.shape[1]), float("nan"), dtype=b.dtype, device=b.device)
+    return spmm_csr_scatter(
+        tile_offsets=offsets, entries=entries, b=b, bias=bias, out=out, activation=activation,
+        swizzle=swizzle, **tile,
+    )  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("swizzle", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tokens", [1, 5, 16, 37])
+@pytest.mark.parametrize("block_n", [16, 64])
+def test_every_element_written(swizzle, dtype, tokens, block_n, gen):
+    """Poisoned out, every element written: rows off the 64-row tile, K off the 64-column step
+    (and under one step), tokens off the column tile, empty rows; x^T and a row-major B."""
+    for rows, k, density in ((70, 150, 0.3), (1, 200, 0.5), (130, 40, 0.9), (64, 64, 0.05)):
+        W = random_csr(rows, k, density, gen, dtype, "cuda")
+        x = randn(tokens, k, gen=gen, dtype=dtype, device="cuda")
+        for b in (x.t(), x.t().contiguous()):
+            got = _run(W, b, swizzle, block_n=block_n)
+            want = W.to_dense().double() @ b.double()
+            assert_close(got, want, spmm_bound(W.to_dense(), b), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 3, 64])
+@pytest.mark.parametrize("fused", [True, False])
+def test_bias_activation_and_split(split, fused, gen):
+    W = random_csr(100, 700, 0.3, gen, torch.bfloat16, "cuda")
+    x = randn(9, 700, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(100, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = _run(W, x.t(), bias=bias, activation="gelu", split=split, fused=fused)
+    pre = W.to_dense().double() @ x.t().double() + bias.double()[:, None]
+    want = torch.nn.functional.gelu(pre)
+    assert_close(got, want, spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None],
+                 torch.bfloat16)  # fmt: skip
+    if split > 1 and fused:  # the counters are left at zero: the same bits again
+        again = _run(W, x.t(), bias=bias, activation="gelu", split=split, fused=fused)
+        assert torch.equal(again, got)
+
+
+@pytest.mark.gpu
+def test_llm_shape(gen):
+    """4096 x 4096 at 70%, 16 tokens, split as a route would: one run against float64."""
+    W = random_csr(4096, 4096, 0.3, gen, torch.bfloat16, "cuda", empty_rows=False)
+    x = randn(16, 4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = _run(W, x.t(), split=16)
+    assert_close(got, W.to_dense().double() @ x.t().double(), spmm_bound(W.to_dense(), x.t()),
+                 torch.bfloat16)  # fmt: skip
+
+
+def test_bad_arguments_are_said(gen):
+    W = random_csr(8, 64, 0.5, gen, torch.bfloat16)
+    offsets, entries = tiled_entries(W.row_offsets, W.column_indices, W.values, 64)
+    b = randn(64, 4, gen=gen, dtype=torch.bfloat16)
+    out = torch.empty(8, 4, dtype=torch.bfloat16)
+    args = dict(tile_offsets=offsets, entries=entries, b=b, bias=None, out=out, activation="none")
+    with pytest.raises(ValueError, match="tile_offsets"):
+        spmm_csr_scatter(**{**args, "b": randn(200, 4, gen=gen, dtype=torch.bfloat16)})
+    with pytest.raises(ValueError, match="block_n"):
+        spmm_csr_scatter(**args, block_n=12)
+    with pytest.raises(ValueError, match="entries"):
+        spmm_csr_scatter(**{**args, "entries": entries.long()})
+    with pytest.raises(TypeError, match="16-bit"):
+        spmm_csr_scatter(**{**args, "b": b.float(), "out": out.float()})
