@@ -48,8 +48,8 @@ WARPS = 4
 @gluon.jit
 def _store_entry(entry):
     """Entry (int32: place in the tile's bytes above the value's 16 bits) stored into the
-    tile at the dynamic shared window's offset 0 unless its place is 0xFFFF (padding);
-    returns zeros (the store is its effect)."""
+    tile at the dynamic shared window's offset 0 unless its place is 0xFFFF (padding). The
+    store is its effect (not pure: kept though its zeros go unused)."""
     return gl.inline_asm_elementwise(
         "{ .reg .pred p; .reg .b16 v, at; .reg .u32 a; mov.b32 {v, at}, $1; "
         "setp.ne.u16 p, at, 0xFFFF; cvt.u32.u16 a, at; mov.u32 $0, global_smem; "
@@ -105,7 +105,6 @@ def _csr_scatter_kernel(
     mask_bn = gl.expand_dims(offs_bn < N, 0)
     lane = gl.arange(0, CHUNK, layout=SCATTER)
     acc = gl.zeros([BM, BLOCK_N], gl.float32, MMA)
-    done = gl.zeros([CHUNK], gl.int32, SCATTER)  # the stores' results, kept live
     first = gl.program_id(2) * TILES_PER_SPLIT
     end = gl.minimum(first + TILES_PER_SPLIT, K_TILES)
     tiles = tile_offsets + gl.program_id(0) * K_TILES
@@ -117,7 +116,7 @@ def _csr_scatter_kernel(
         for e0 in range(start, stop, CHUNK):
             at = e0 + lane
             entry = gl.load(entries + at, mask=at < stop, other=-1)  # -1: place 0xFFFF
-            done += _store_entry(entry)
+            _store_entry(entry)
         _cta_barrier()
         a = tile.load(a_layout)
         ks = kt * BK + offs_k
@@ -125,8 +124,6 @@ def _csr_scatter_kernel(
         bt = gl.load(b_ptrs, mask=gl.expand_dims(ks < K, 1) & mask_bn, other=0.0)
         acc = mma_v2(a, bt, acc)
         _cta_barrier()  # every warp has read the tile before the next step zeroes it
-    # the stores' results are zeros: adding their largest keeps them from being dropped
-    acc += gl.max(done, 0).to(gl.float32)
     offs_m = gl.program_id(0) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, MMA))
     split_k.end_piece(
