@@ -108,20 +108,24 @@ def _csr_scatter_kernel(
     first = gl.program_id(2) * TILES_PER_SPLIT
     end = gl.minimum(first + TILES_PER_SPLIT, K_TILES)
     tiles = tile_offsets + gl.program_id(0) * K_TILES
+    start = gl.multiple_of(gl.load(tiles + first), 4)
+    stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
     for kt in range(first, end):
-        start = gl.multiple_of(gl.load(tiles + kt), 4)
-        stop = gl.multiple_of(gl.load(tiles + kt + 1), 4)
+        # B's tile first: its loads fly while the tile is zeroed and scattered
+        ks = kt * BK + offs_k
+        b_ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + b_cols
+        bt = gl.load(b_ptrs, mask=gl.expand_dims(ks < K, 1) & mask_bn, other=0.0)
         tile.store(zeros)
         _cta_barrier()
         for e0 in range(start, stop, CHUNK):
             at = e0 + lane
             entry = gl.load(entries + at, mask=at < stop, other=-1)  # -1: place 0xFFFF
             _store_entry(entry)
+        # the next step's run, read before this step's tensor-core work
+        start = stop
+        stop = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 2, K_TILES)), 4)
         _cta_barrier()
         a = tile.load(a_layout)
-        ks = kt * BK + offs_k
-        b_ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + b_cols
-        bt = gl.load(b_ptrs, mask=gl.expand_dims(ks < K, 1) & mask_bn, other=0.0)
         acc = mma_v2(a, bt, acc)
         _cta_barrier()  # every warp has read the tile before the next step zeroes it
     offs_m = gl.program_id(0) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
