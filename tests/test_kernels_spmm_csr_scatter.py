@@ -79,8 +79,10 @@ def _run(W, b, swizzle=True, bias=None, activation="none", **tile):
 @pytest.mark.parametrize("block_n", [16, 64])
 def test_every_element_written(swizzle, dtype, tokens, block_n, gen):
     """Poisoned out, every element written: rows off the 64-row tile, K off the 64-column step
-    (and under one step), tokens off the column tile, empty rows; x^T and a row-major B."""
-    for rows, k, density in ((70, 150, 0.3), (1, 200, 0.5), (130, 40, 0.9), (64, 64, 0.05)):
+    (and under one step, K = 1), tokens off the column tile, empty rows; x^T and a row-major
+    B."""
+    shapes = ((70, 150, 0.3), (1, 200, 0.5), (130, 40, 0.9), (64, 64, 0.05), (3, 1, 1.0))
+    for rows, k, density in shapes:
         W = random_csr(rows, k, density, gen, dtype, "cuda")
         x = randn(tokens, k, gen=gen, dtype=dtype, device="cuda")
         for b in (x.t(), x.t().contiguous()):
