@@ -272,13 +272,13 @@ def _cases() -> dict:
     cases["attention backward dq bf16"] = (
         _attn_bwd_dq_kernel, [*inputs, "*bf16", "*fp32", *["*i32"] * 6], constants, 4,
     )  # fmt: skip
-    for name, (block_n, swizzle, splits, fused) in {
-        "swizzled split 4": (16, True, 4, True),
-        "plain 64 tokens bias": (64, False, 1, False),
-        "swizzled 128 tokens partial planes": (128, True, 2, False),
+    for name, (block_n, swizzle, splits, fused, chunk) in {
+        "swizzled split 4": (16, True, 4, True, 512),
+        "plain 64 tokens bias": (64, False, 1, False, 1024),
+        "swizzled 128 tokens partial planes": (128, True, 2, False, 2048),
     }.items():
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
-                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, CHUNK=512,
+                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, CHUNK=chunk,
                          DTYPE=tl.bfloat16, **scatter_layouts(swizzle))  # fmt: skip
         # tile offsets, entries, b, bias, out, partials, counters
         pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]

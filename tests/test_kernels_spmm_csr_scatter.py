@@ -92,6 +92,20 @@ def test_every_element_written(swizzle, dtype, tokens, block_n, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("entries_per_thread", [4, 8, 16])
+def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, gen):
+    """A step's run loaded a step ahead up to a chunk (4-16 entries a thread, 512-2048 a
+    program), the rest in its step: dense tiles take 2-8 chunks, sparse ones part of one, and
+    each split's first and last steps prefetch nothing outside their range."""
+    for rows, k, density, split in ((64, 64, 0.97, 1), (130, 300, 0.6, 3), (200, 1000, 0.02, 4)):
+        W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
+        x = randn(16, k, gen=gen, dtype=torch.bfloat16, device="cuda")
+        got = _run(W, x.t(), entries_per_thread=entries_per_thread, split=split, fused=False)
+        want = W.to_dense().double() @ x.t().double()
+        assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", [1, 3, 64])
 @pytest.mark.parametrize("fused", [True, False])
 def test_bias_activation_and_split(split, fused, gen):
@@ -128,6 +142,8 @@ def test_bad_arguments_are_said(gen):
         spmm_csr_scatter(**{**args, "b": randn(200, 4, gen=gen, dtype=torch.bfloat16)})
     with pytest.raises(ValueError, match="block_n"):
         spmm_csr_scatter(**args, block_n=12)
+    with pytest.raises(ValueError, match="entries_per_thread"):
+        spmm_csr_scatter(**args, entries_per_thread=12)
     with pytest.raises(ValueError, match="entries"):
         spmm_csr_scatter(**{**args, "entries": entries.long()})
     with pytest.raises(TypeError, match="16-bit"):

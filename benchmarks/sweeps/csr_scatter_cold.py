@@ -24,8 +24,9 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,4,16,64,128").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain]": N-token column tiles, a split for W programs an SM
-CONFIGS = os.environ.get("CONFIGS", "n16/w8,n16/w16,n64/w8,n16/w16/plain").split(",")
+# "nN/wW[/plain][/eE]": N-token column tiles, a split for W programs an SM, a plain tile, E
+# entries a thread loaded a step ahead (default: the launcher's)
+CONFIGS = os.environ.get("CONFIGS", "n8/w8,n16/w8,n16/w8/e4,n16/w16,n32/w8,n64/w8").split(",")
 
 
 def cold_us(run, copies) -> float:
@@ -63,6 +64,7 @@ def main():
                 block_n = int(name.split("/")[0][1:])
                 wave = int(name.split("/")[1][1:])
                 swizzle = "plain" not in name
+                ept = [int(p[1:]) for p in name.split("/")[2:] if p.startswith("e")]
                 offsets, entries = forms[swizzle]
                 tiles = -(-M // BLOCK_M) * -(-tokens // block_n)
                 split = max(1, min(wave * sms // tiles, -(-K // 64)))
@@ -70,10 +72,11 @@ def main():
                 b = x.t()
 
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
-                        swizzle=swizzle):  # fmt: skip
+                        swizzle=swizzle, ept=ept[0] if ept else None):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
+                        entries_per_thread=ept,
                     )  # fmt: skip
 
                 key = name

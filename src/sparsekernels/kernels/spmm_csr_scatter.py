@@ -17,10 +17,11 @@ The weight comes as `tiled_entries`, built once per weight from CSR: each (64, 6
 entries together, each one int32 (its place in the shared tile, 2 bytes, above its value's
 16 bits), a tile's run padded to a multiple of 4 entries (a 16-byte load a thread takes 4).
 That is 4 bytes an entry, as CSR with 16-bit columns, but a second copy of the weight in this
-experiment. Each step: zero the tile, scatter the tile's entries (padding entries' place is
-0xFFFF: not stored), then mma.sync (Gluon's mma_v2) of the tile against B's (BLOCK_K,
-BLOCK_N) tile loaded straight into the operand's registers. Split-K as the other
-tensor-core kernels (split_k.end_piece).
+experiment. Each step: load B's (BLOCK_K, BLOCK_N) tile straight into the operand's
+registers, zero the tile, scatter the tile's entries (padding entries' place is 0xFFFF: not
+stored), load the next step's run (up to a chunk: the step's latency was the first version's
+limit, at-40366ff), then mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels
+(split_k.end_piece).
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False
@@ -86,7 +87,7 @@ def _csr_scatter_kernel(
     SPLITS: gl.constexpr,
     FUSED: gl.constexpr,
     BLOCK_N: gl.constexpr,
-    CHUNK: gl.constexpr,  # entries a program scatters at once (4 a thread, 128 threads: 512)
+    CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
     DTYPE: gl.constexpr,  # the values' type
     SCATTER: gl.constexpr,  # layouts()
     ZEROS: gl.constexpr,
@@ -101,29 +102,37 @@ def _csr_scatter_kernel(
     b_layout: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
     offs_k = gl.arange(0, BK, layout=gl.SliceLayout(1, b_layout))
     offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, b_layout))
-    b_cols = gl.expand_dims(offs_bn.to(gl.int64) * stride_bn, 0)
+    # B's tile as int32 offsets from its step's first row (the launcher checks B's span)
+    b_offs = gl.expand_dims(offs_k * stride_bk, 1) + gl.expand_dims(offs_bn * stride_bn, 0)
     mask_bn = gl.expand_dims(offs_bn < N, 0)
     lane = gl.arange(0, CHUNK, layout=SCATTER)
     acc = gl.zeros([BM, BLOCK_N], gl.float32, MMA)
     first = gl.program_id(2) * TILES_PER_SPLIT
     end = gl.minimum(first + TILES_PER_SPLIT, K_TILES)
     tiles = tile_offsets + gl.program_id(0) * K_TILES
+    # Loads a step ahead: each step's run and B's tile are read during the step before it,
+    # the run's bounds two steps ahead (a run's load needs them).
     start = gl.multiple_of(gl.load(tiles + first), 4)
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
+    after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
+    run = gl.load(entries + start + lane, mask=start + lane < stop, other=-1)  # -1: skipped
     for kt in range(first, end):
-        # B's tile first: its loads fly while the tile is zeroed and scattered
-        ks = kt * BK + offs_k
-        b_ptrs = b + gl.expand_dims(ks.to(gl.int64) * stride_bk, 1) + b_cols
-        bt = gl.load(b_ptrs, mask=gl.expand_dims(ks < K, 1) & mask_bn, other=0.0)
+        # B's tile first: its loads (from L2: B is read by every row tile) fly while the tile
+        # is zeroed and scattered
+        b_step = b + kt.to(gl.int64) * BK * stride_bk
+        b_mask = gl.expand_dims(offs_k < K - kt * BK, 1) & mask_bn
+        bt = gl.load(b_step + b_offs, mask=b_mask, other=0.0)
         tile.store(zeros)
         _cta_barrier()
-        for e0 in range(start, stop, CHUNK):
+        _store_entry(run)
+        for e0 in range(start + CHUNK, stop, CHUNK):  # a run longer than a chunk
             at = e0 + lane
-            entry = gl.load(entries + at, mask=at < stop, other=-1)  # -1: place 0xFFFF
-            _store_entry(entry)
-        # the next step's run, read before this step's tensor-core work
+            _store_entry(gl.load(entries + at, mask=at < stop, other=-1))
+        more = kt + 1 < end
+        run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
         start = stop
-        stop = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 2, K_TILES)), 4)
+        stop = after
+        after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
         _cta_barrier()
         a = tile.load(a_layout)
         acc = mma_v2(a, bt, acc)
@@ -224,11 +233,14 @@ def spmm_csr_scatter(
     split: int = 1,
     fused: bool = True,
     swizzle: bool = True,
+    entries_per_thread: int | None = None,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as
     `tiled_entries` (built with the same `swizzle`) and B (K, N) in any strides, of the
     values' 16-bit dtype (B's). block_n a multiple of 8 up to 128; `split` > 1 cuts the column
-    steps into that many ranges (split_k)."""
+    steps into that many ranges (split_k). `entries_per_thread` (4, 8 or 16) sets how much of
+    a step's run is loaded a step ahead, the rest of a longer run in its step; by default
+    what a mean tile's run needs, at most 8 beyond 32 tokens a tile (registers)."""
     rows, cols = out.shape
     k = b.shape[0]
     row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
@@ -242,6 +254,15 @@ def spmm_csr_scatter(
         raise ValueError(f"entries must be tiled_entries()'s int32 vector, got {entries.dtype}")
     if block_n % 8 or not 8 <= block_n <= 128:
         raise ValueError(f"block_n must be a multiple of 8 from 8 to 128, got {block_n}")
+    if (BLOCK_K - 1) * b.stride(0) + (cols + block_n) * b.stride(1) >= 2**31:
+        raise ValueError(f"b's step of {BLOCK_K} rows must span under 2^31 elements, got strides "
+                         f"{tuple(b.stride())}")  # fmt: skip
+    if entries_per_thread is None:
+        mean_run = entries.numel() / max(1, row_tiles * k_tiles)
+        groups = cdiv(int(mean_run), 4 * 32 * WARPS)  # 16-byte loads a thread
+        entries_per_thread = 4 if groups <= 1 else 8 if groups == 2 or block_n > 32 else 16
+    if entries_per_thread not in (4, 8, 16):
+        raise ValueError(f"entries_per_thread must be 4, 8 or 16, got {entries_per_thread}")
     if b.dtype not in (torch.float16, torch.bfloat16) or out.dtype != b.dtype:
         raise TypeError(f"b and out must share a 16-bit dtype, got {b.dtype}, {out.dtype}")
     if rows == 0 or cols == 0:
@@ -256,7 +277,7 @@ def spmm_csr_scatter(
         cols, k, k_tiles, steps_per_split, rows * cols, b.stride(0), b.stride(1), out.stride(0),
         out.stride(1),
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
-        FUSED=fused, BLOCK_N=block_n, CHUNK=4 * 32 * WARPS,
+        FUSED=fused, BLOCK_N=block_n, CHUNK=entries_per_thread * 32 * WARPS,
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=WARPS,
         **layouts(swizzle),
     )  # fmt: skip
