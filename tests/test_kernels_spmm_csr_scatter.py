@@ -9,9 +9,9 @@ from _helpers import assert_close, randn, random_csr, spmm_bound
 from sparsekernels.kernels.spmm_csr_scatter import (
     BLOCK_K,
     BLOCK_M,
-    TILE_BYTES,
+    BUFFER_BYTES,
+    buffer_alone,
     spmm_csr_scatter,
-    tile_alone,
     tiled_entries,
 )
 
@@ -59,8 +59,8 @@ def test_tiled_entries_reject_wide_values(gen):
         tiled_entries(W.row_offsets, W.column_indices, W.values, 8)
 
 
-def test_tile_alone():
-    assert tile_alone(TILE_BYTES) and not tile_alone(TILE_BYTES + 1024)
+def test_buffer_alone():
+    assert buffer_alone(BUFFER_BYTES) and not buffer_alone(BUFFER_BYTES + 1024)
 
 
 def _run(W, b, swizzle=True, bias=None, activation="none", **tile):
@@ -76,7 +76,7 @@ def _run(W, b, swizzle=True, bias=None, activation="none", **tile):
 @pytest.mark.parametrize("swizzle", [True, False])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("tokens", [1, 5, 16, 37])
-@pytest.mark.parametrize("block_n", [16, 64])
+@pytest.mark.parametrize("block_n", [8, 16, 32, 64])
 def test_every_element_written(swizzle, dtype, tokens, block_n, gen):
     """Poisoned out, every element written: rows off the 64-row tile, K off the 64-column step
     (and under one step, K = 1), tokens off the column tile, empty rows; x^T and a row-major

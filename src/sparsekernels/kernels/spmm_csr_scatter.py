@@ -6,27 +6,30 @@ operations, and the tile's zeros one 16-byte store a thread per 8 elements.
 
 Neither Triton nor Gluon has a shared-memory scatter, so the store is PTX through
 `inline_asm_elementwise`, at an offset in the kernel's dynamic shared window (`global_smem`,
-the symbol Triton's PTX declares): the tile must sit at offset 0 of it. The launcher checks
-that the compiled kernel's shared memory is the tile's 8 KB and no more, so nothing else can
-lie below it (the epilogue's scratch reuses the space after the loop), and refuses the
-kernel otherwise. Barriers order the zeros, the scatter and the tensor cores' reads (ldmatrix
-through Gluon's shared load).
+the symbol Triton's PTX declares): the tile must sit at offset 0 of it. It is the first half of
+the kernel's one 16 KB buffer (B's tile the second); the launcher checks that the compiled
+kernel's shared memory is that buffer and no more, so nothing else can lie below it (the
+epilogue's scratch reuses the space after the loop), and refuses the kernel otherwise. Barriers
+order the zeros, the scatter and the tensor cores' reads (ldmatrix through Gluon's shared
+load).
 
-A program takes BLOCK_M (64) rows, BLOCK_N tokens and a range of BLOCK_K (64) column steps.
-The weight comes as `tiled_entries`, built once per weight from CSR: each (64, 64) tile's
-entries together, each one int32 (its place in the shared tile, 2 bytes, above its value's
-16 bits), a tile's run padded to a multiple of 4 entries (a 16-byte load a thread takes 4).
-That is 4 bytes an entry, as CSR with 16-bit columns, but a second copy of the weight in this
-experiment. Each step: load B's (BLOCK_K, BLOCK_N) tile straight into the operand's
-registers, zero the tile, scatter the tile's entries (padding entries' place is 0xFFFF: not
-stored), load the next step's run (up to a chunk: the step's latency was the first version's
-limit, at-40366ff), then mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels
+A program takes BLOCK_M (64) rows, BLOCK_N tokens and a range of BLOCK_K (64) column steps. The
+weight comes as `tiled_entries`, built once per weight from CSR: each (64, 64) tile's entries
+together, each one int32 (its place in the shared tile, 2 bytes, above its value's 16 bits), a
+tile's run padded to a multiple of 4 entries (a 16-byte load a thread takes 4). That is 4 bytes
+an entry, as CSR with 16-bit columns, but a second copy of the weight in this experiment. Each
+step: zero the tile and store B's (BLOCK_N, BLOCK_K) tile (16-byte loads, one or a few a
+thread), scatter the tile's entries (padding entries' place is 0xFFFF: not stored), load the
+next step's run (up to a chunk) and B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2).
+The first version loaded B straight into mma's registers: every warp the whole tile, 16 scalar
+loads a thread at 16 tokens with their addresses, 200 instructions a step where this takes 120
+(at-ecb2746: 2-3x slower than the CSR route). Split-K as the other tensor-core kernels
 (split_k.end_piece).
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
-16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False
-lays the rows plainly (a fallback if the two disagree on a GPU). The places are computed when
-the entries are built, so the kernel and `tiled_entries` must agree on it.
+16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False lays
+the rows plainly (a fallback if the two disagree on a GPU). The places are computed when the
+entries are built, so the kernel and `tiled_entries` must agree on it.
 """
 
 from __future__ import annotations
@@ -96,15 +99,20 @@ def _csr_scatter_kernel(
 ):
     BM: gl.constexpr = 64
     BK: gl.constexpr = 64
-    tile = gl.allocate_shared_memory(DTYPE, [BM, BK], A_SHARED)
+    # one buffer, the kernel's only shared memory: the weight's tile at offset 0 (the
+    # scatter's places), then B's (BLOCK_N, BK) tile k-contiguous (ldmatrix for mma's B)
+    buffer = gl.allocate_shared_memory(DTYPE, [2, BM, BK], A_SHARED)
+    tile = buffer.index(0)
+    b_tile = buffer.index(1).slice(0, BLOCK_N)
     zeros = gl.zeros([BM, BK], DTYPE, ZEROS)
     a_layout: gl.constexpr = gl.DotOperandLayout(0, MMA, 2)
     b_layout: gl.constexpr = gl.DotOperandLayout(1, MMA, 2)
-    offs_k = gl.arange(0, BK, layout=gl.SliceLayout(1, b_layout))
-    offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, b_layout))
-    # B's tile as int32 offsets from its step's first row (the launcher checks B's span)
-    b_offs = gl.expand_dims(offs_k * stride_bk, 1) + gl.expand_dims(offs_bn * stride_bn, 0)
-    mask_bn = gl.expand_dims(offs_bn < N, 0)
+    # B's tile as (BLOCK_N, BK) rows k-contiguous, 16 bytes a thread where B^T is row-major
+    # (linear's x), int32 offsets from its step's first row (the launcher checks B's span)
+    offs_bk = gl.arange(0, BK, layout=gl.SliceLayout(0, ZEROS))
+    offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ZEROS))
+    b_offs = gl.expand_dims(offs_bn * stride_bn, 1) + gl.expand_dims(offs_bk * stride_bk, 0)
+    mask_bn = gl.expand_dims(offs_bn < N, 1)
     lane = gl.arange(0, CHUNK, layout=SCATTER)
     acc = gl.zeros([BM, BLOCK_N], gl.float32, MMA)
     first = gl.program_id(2) * TILES_PER_SPLIT
@@ -116,13 +124,12 @@ def _csr_scatter_kernel(
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
     after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
     run = gl.load(entries + start + lane, mask=start + lane < stop, other=-1)  # -1: skipped
+    b_step = b + first.to(gl.int64) * BK * stride_bk
+    b_mask = mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0)
+    bt = gl.load(b_step + b_offs, mask=b_mask, other=0.0)
     for kt in range(first, end):
-        # B's tile first: its loads (from L2: B is read by every row tile) fly while the tile
-        # is zeroed and scattered
-        b_step = b + kt.to(gl.int64) * BK * stride_bk
-        b_mask = gl.expand_dims(offs_k < K - kt * BK, 1) & mask_bn
-        bt = gl.load(b_step + b_offs, mask=b_mask, other=0.0)
         tile.store(zeros)
+        b_tile.store(bt)
         _cta_barrier()
         _store_entry(run)
         for e0 in range(start + CHUNK, stop, CHUNK):  # a run longer than a chunk
@@ -130,13 +137,18 @@ def _csr_scatter_kernel(
             _store_entry(gl.load(entries + at, mask=at < stop, other=-1))
         more = kt + 1 < end
         run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
+        b_step += BK * stride_bk
+        rows_left = gl.where(more, K - (kt + 1) * BK, 0)
+        bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
+                     other=0.0)  # fmt: skip
         start = stop
         stop = after
         after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
         _cta_barrier()
         a = tile.load(a_layout)
-        acc = mma_v2(a, bt, acc)
-        _cta_barrier()  # every warp has read the tile before the next step zeroes it
+        b_op = b_tile.permute((1, 0)).load(b_layout)
+        acc = mma_v2(a, b_op, acc)
+        _cta_barrier()  # every warp has read the tiles before the next step writes them
     offs_m = gl.program_id(0) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, MMA))
     split_k.end_piece(
@@ -210,12 +222,13 @@ def tiled_entries(
 
 
 TILE_BYTES = BLOCK_M * BLOCK_K * 2
+BUFFER_BYTES = 2 * TILE_BYTES  # the weight's tile, then B's
 
 
-def tile_alone(shared_bytes: int) -> bool:
-    """Whether a compiled kernel's shared memory is the tile alone (then the tile, the
-    scatter's target, sits at offset 0 of the shared window)."""
-    return shared_bytes == TILE_BYTES
+def buffer_alone(shared_bytes: int) -> bool:
+    """Whether a compiled kernel's shared memory is its buffer alone (then the weight's tile,
+    the scatter's target, sits at offset 0 of the shared window)."""
+    return shared_bytes == BUFFER_BYTES
 
 
 _CHECKED: set = set()
@@ -235,12 +248,12 @@ def spmm_csr_scatter(
     swizzle: bool = True,
     entries_per_thread: int | None = None,
 ) -> torch.Tensor:
-    """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as
-    `tiled_entries` (built with the same `swizzle`) and B (K, N) in any strides, of the
-    values' 16-bit dtype (B's). block_n a multiple of 8 up to 128; `split` > 1 cuts the column
-    steps into that many ranges (split_k). `entries_per_thread` (4, 8 or 16) sets how much of
-    a step's run is loaded a step ahead, the rest of a longer run in its step; by default
-    what a mean tile's run needs, at most 8 beyond 32 tokens a tile (registers)."""
+    """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
+    (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
+    (B's). block_n 8, 16, 32 or 64 (B's tile shares the buffer); `split` > 1 cuts the column
+    steps into that many ranges (split_k). `entries_per_thread` (4, 8 or 16) sets how much of a
+    step's run is loaded a step ahead, the rest of a longer run in its step; by default what a
+    mean tile's run needs, at most 8 at 64 tokens a tile (registers)."""
     rows, cols = out.shape
     k = b.shape[0]
     row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
@@ -252,15 +265,15 @@ def spmm_csr_scatter(
         )
     if entries.dtype != torch.int32 or entries.dim() != 1:
         raise ValueError(f"entries must be tiled_entries()'s int32 vector, got {entries.dtype}")
-    if block_n % 8 or not 8 <= block_n <= 128:
-        raise ValueError(f"block_n must be a multiple of 8 from 8 to 128, got {block_n}")
+    if block_n not in (8, 16, 32, 64):
+        raise ValueError(f"block_n must be 8, 16, 32 or 64, got {block_n}")
     if (BLOCK_K - 1) * b.stride(0) + (cols + block_n) * b.stride(1) >= 2**31:
         raise ValueError(f"b's step of {BLOCK_K} rows must span under 2^31 elements, got strides "
                          f"{tuple(b.stride())}")  # fmt: skip
     if entries_per_thread is None:
         mean_run = entries.numel() / max(1, row_tiles * k_tiles)
         groups = cdiv(int(mean_run), 4 * 32 * WARPS)  # 16-byte loads a thread
-        entries_per_thread = 4 if groups <= 1 else 8 if groups == 2 or block_n > 32 else 16
+        entries_per_thread = 4 if groups <= 1 else 8 if groups == 2 or block_n == 64 else 16
     if entries_per_thread not in (4, 8, 16):
         raise ValueError(f"entries_per_thread must be 4, 8 or 16, got {entries_per_thread}")
     if b.dtype not in (torch.float16, torch.bfloat16) or out.dtype != b.dtype:
@@ -282,10 +295,10 @@ def spmm_csr_scatter(
         **layouts(swizzle),
     )  # fmt: skip
     if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
-        if not tile_alone(compiled.metadata.shared):
+        if not buffer_alone(compiled.metadata.shared):
             raise RuntimeError(
                 f"spmm_csr_scatter: the kernel holds {compiled.metadata.shared} bytes of shared "
-                f"memory, not its tile's {TILE_BYTES} alone: the tile's offset is unknown"
+                f"memory, not its buffer's {BUFFER_BYTES} alone: the tile's offset is unknown"
             )
         _CHECKED.add(id(compiled))
     if splits > 1 and not fused:
