@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p csrscatter sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p csrscatter csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -254,6 +254,10 @@ for step in $steps; do
       PYTHONPATH=$PWD/src timeout 300 python3 benchmarks/sweeps/csr_scatter_cold.py \
         >"$out/csr_scatter_cold.txt" 2>&1
       echo "csrscatter sweep rc=$?" ;;
+    csrroute)  # the scatter backend through linear against the CSR kernels, densify and dense
+      PYTHONPATH=$PWD/src timeout 260 python3 benchmarks/sweeps/csr_scatter_route.py \
+        >"$out/csr_scatter_route.txt" 2>&1
+      echo "csrroute rc=$?" ;;
     sddmmdw)  # a CSR weight's gradient at 8192 tokens: the route, its product and gathers
       PYTHONPATH=$PWD/src timeout 200 python3 benchmarks/sweeps/sddmm_weight_grad.py \
         >"$out/sddmm_weight_grad.txt" 2>&1
@@ -301,6 +305,7 @@ for step in $steps; do
     nmsparse) bench nmsparse 560 --suite nmsparse --dtype bf16 --limit 100 --no-plots ;;
     nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;
     e2e) bench e2e 420 --suite e2e --no-plots ;;
+    e2ellama) bench e2e 200 --suite e2e --match e2e_llama --no-plots ;;  # the Llama step alone
     sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;
     attention) bench attention 300 --suite attention --no-plots ;;  # speed and peak memory
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;

@@ -11,7 +11,7 @@ from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
 from ..kernels import spmm_csr_few, spmm_csr_token, tuning
-from . import _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
+from . import _csr_scatter, _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
 from ._layout import csr_row_walk_in_b_order, padded_rows, spmm_out
 
 
@@ -45,6 +45,7 @@ def spmm(
             t_ro, t_ci = pattern.row_offsets, pattern.column_indices
         # The narrowest column index type: fewer bytes for a memory-bound kernel to read.
         cols = A.pattern.column_indices_int16()
+        _csr_scatter.prepare(A, B)  # the scatter backend's copy of the weight, once
         return spmm_csr_raw(
             A.row_offsets,
             A.column_indices if cols is None else cols,
@@ -122,7 +123,11 @@ def spmm_csr_raw(
     density = column_indices.numel() / cells if cells else 1.0
     expanded = 0 in b.stride() and b.numel() > 1
     nnz = column_indices.numel()
-    facts = dict(n=b.shape[-1], batch=batch, rows=rows, density=density, nnz=nnz, expanded=expanded)
+    tiled = _csr_scatter.ready(row_offsets, column_indices, values, b)
+    facts = dict(
+        n=b.shape[-1], batch=batch, rows=rows, density=density, nnz=nnz, expanded=expanded,
+        b_dim=b.dim(), tiled=tiled,
+    )  # fmt: skip
     problem = _problem(values, b, **facts)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
@@ -258,6 +263,7 @@ def _reference_nm(values, indices, b, bias, activation, n, m, vector, block, tra
     return reference.spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose)
 
 
+_dispatch.register("spmm_csr", _dispatch.Backend("scatter", _csr_scatter.run, _csr_scatter.reasons))
 _dispatch.register(
     "spmm_csr",
     _dispatch.Backend("dense", _dense.spmm_csr, _dense.reasons(_dense.csr_prefers_dense)),

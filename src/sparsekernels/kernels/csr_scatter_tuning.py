@@ -1,0 +1,30 @@
+"""Where and how the scatter kernel (spmm_csr_scatter.py) runs CSR weights in half precision.
+
+H200, bf16, cold L2, LLM shapes at 70% and 90% (benchmarks/results/nvidia-h200/2026-12-02/
+at-52aea24/csr_scatter_cold.txt), against the CSR route (the few-token kernel to 16 tokens,
+densify + cuBLAS past it) and dense:
+- 16 tokens, 16-token tiles, a split for 8 programs an SM: 36-40 us at 70% on 14336 x 4096
+  and 4096 x 14336 (route 73, dense 32-34), 25-27 at 90% (route 34-37); 4096 x 4096 11.5-15.3
+  (route 15.3-25.8, dense 14).
+- 64 tokens, 32-token tiles: 57-88 us on the large shapes (route 91-147, dense 33-37);
+  4096 x 4096 30-31 (route 27-34).
+- 128 tokens: no better than densifying (92-151 against 92-149); 1-4 tokens: the CSR
+  kernels are faster (1 token: 10-24 us against 21-33).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CSR_SCATTER_MIN_N = 9  # below: the CSR few-token kernel
+CSR_SCATTER_MAX_N = 64  # above: densify + cuBLAS
+
+
+@dataclass(frozen=True)
+class CsrScatterConfig:
+    block_n: int  # tokens a program
+    programs_per_sm: int  # the K split aims at this many programs an SM
+
+
+def csr_scatter_config(n: int) -> CsrScatterConfig:
+    return CsrScatterConfig(block_n=16 if n <= 16 else 32, programs_per_sm=8)

@@ -1,0 +1,112 @@
+"""The `scatter` backend of spmm_csr: CSR weights in half precision at 9-64 tokens on the
+tensor cores (kernels/spmm_csr_scatter.py), where the CSR kernels walk each stored entry's row
+of B and densifying costs a pass over the dense weight.
+
+The kernel reads the weight as `tiled_entries`, a second copy of it (4 bytes a stored entry,
+as CSR with 16-bit columns). spmm builds it once for a CSRMatrix's own values (`prepare`),
+kept while they live and rebuilt when they change in place; the automatic choice takes this
+backend only for values prepared so (a transposed product's values, gathered for each call,
+would rebuild it every time). Weights whose values need a gradient are not prepared: a
+training step would rebuild the copy after every optimizer step.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from ..kernels import csr_scatter_tuning as tuning
+from ..kernels._sizes import cdiv
+from ..kernels.spmm_csr_scatter import BLOCK_M, spmm_csr_scatter, tiled_entries
+from . import _dispatch
+from ._identity_cache import IdentityCache
+from ._layout import spmm_out
+
+_HALF = (torch.float16, torch.bfloat16)
+# values -> (their version, id(row offsets), id(column indices), tile offsets, entries)
+_TILED = IdentityCache()
+
+
+def _fits(values: torch.Tensor, b: torch.Tensor) -> bool:
+    n = b.shape[-1]
+    return (
+        values.is_cuda
+        and values.dim() == 1
+        and b.dim() == 2
+        and values.dtype in _HALF
+        and tuning.CSR_SCATTER_MIN_N <= n <= tuning.CSR_SCATTER_MAX_N
+    )
+
+
+def _tiled(row_offsets, column_indices, values, k: int, build: bool):
+    """The tiled entries of these very arrays at the values' current version; built when
+    `build`, else None when absent or stale."""
+    entry = _TILED.get(values)
+    key = (values._version, id(row_offsets), id(column_indices))
+    if entry is not None and entry[:3] == key:
+        return entry[3:]
+    if not build:
+        return None
+    offsets, entries = tiled_entries(row_offsets, column_indices, values, k)
+    _TILED[values] = (*key, offsets, entries)
+    return offsets, entries
+
+
+def prepare(A, B: torch.Tensor) -> None:
+    """Build A's tiled entries when this backend would take A @ B and A's values need no
+    gradient (a CSRMatrix's own values: they outlive the call). Not while a CUDA graph is
+    captured (the build waits on the GPU): a graph captures the other kernels unless an
+    eager call came first."""
+    if not _fits(A.values, B) or (A.values.requires_grad and torch.is_grad_enabled()):
+        return
+    if not torch.cuda.is_current_stream_capturing():
+        cols = A.pattern.column_indices_int16()
+        column_indices = A.column_indices if cols is None else cols
+        _tiled(A.row_offsets, column_indices, A.values, A.shape[1], build=True)
+
+
+def ready(row_offsets, column_indices, values, b) -> bool:
+    """Whether the automatic choice may take this backend: prepared entries for these
+    arrays."""
+    return _fits(values, b) and _tiled(row_offsets, column_indices, values, 0, False) is not None
+
+
+@functools.cache
+def _sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def run(row_offsets, column_indices, values, b, bias, row_order, activation):
+    rows, k, n = row_offsets.numel() - 1, b.shape[0], b.shape[1]
+    offsets, entries = _tiled(row_offsets, column_indices, values, k, build=True)
+    out = spmm_out(b, rows)
+    if out.numel() == 0:
+        return out
+    config = tuning.csr_scatter_config(n)
+    tiles = cdiv(rows, BLOCK_M) * cdiv(n, config.block_n)
+    sms = _sms(b.device.index if b.device.index is not None else torch.cuda.current_device())
+    split = max(1, min(config.programs_per_sm * sms // tiles, cdiv(k, 64)))
+    return spmm_csr_scatter(
+        tile_offsets=offsets, entries=entries, b=b, bias=bias, out=out, activation=activation,
+        block_n=config.block_n, split=split,
+    )  # fmt: skip
+
+
+def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
+    facts = problem.facts
+    if problem.device.type != "cuda":
+        return [f"tensors are on {problem.device.type}; the scatter kernel (Gluon) needs CUDA"]
+    found = []
+    if problem.dtype not in _HALF:
+        found.append(f"the scatter kernel runs fp16 and bf16, not {problem.dtype}")
+    if facts.get("batch", 1) != 1 or facts.get("b_dim", 2) != 2:
+        found.append("the scatter kernel takes one matrix and a 2-D B")
+    n, low, high = facts["n"], tuning.CSR_SCATTER_MIN_N, tuning.CSR_SCATTER_MAX_N
+    if not forced and not low <= n <= high:
+        found.append(
+            f"N = {n} is outside the scatter kernel's {low}-{high} (kernels/csr_scatter_tuning.py)"
+        )
+    if not forced and not facts.get("tiled", False):
+        found.append("the values have no tiled entries built by spmm (not a CSRMatrix's own)")
+    return found

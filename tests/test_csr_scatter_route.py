@@ -1,0 +1,90 @@
+"""The scatter backend of spmm_csr (ops/_csr_scatter.py) through linear and spmm on the GPU:
+chosen for a CSRMatrix's own half-precision values at 9-64 tokens, its copy of the weight
+rebuilt when the values change in place, never built for values that need a gradient."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, randn, random_csr, spmm_bound
+from sparsekernels.ops import _csr_scatter, _dispatch
+from sparsekernels.ops.spmm import spmm_csr_raw
+
+pytestmark = pytest.mark.gpu
+
+
+def _want(W, x, bias=None):
+    out = x.double() @ W.to_dense().double().t()
+    return out if bias is None else out + bias.double()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tokens", [9, 16, 17, 33, 64])
+def test_linear_takes_the_scatter_kernel(dtype, tokens, gen, monkeypatch):
+    """Rows and K off the kernel's 64 x 64 tiles, empty rows, tokens off its column tiles;
+    the product is the scatter kernel's and matches float64."""
+    W = random_csr(200, 300, 0.3, gen, dtype, "cuda")
+    x = randn(tokens, 300, gen=gen, dtype=dtype, device="cuda")
+    backend, calls = _dispatch._REGISTRY["spmm_csr"]["scatter"], []
+
+    def counted(*args):
+        calls.append(1)
+        return backend.run(*args)
+
+    monkeypatch.setitem(_dispatch._REGISTRY["spmm_csr"], "scatter",
+                        dataclasses.replace(backend, run=counted))  # fmt: skip
+    got = sk.linear(x, W)
+    assert calls == [1]
+    assert_close(got, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), dtype)
+
+
+def test_spmm_bias_activation_and_a_row_major_b(gen):
+    W = random_csr(130, 700, 0.1, gen, torch.bfloat16, "cuda")
+    B = randn(700, 24, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(130, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.spmm(W, B, bias, activation="relu")
+    want = torch.relu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, torch.bfloat16)
+
+
+def test_values_changed_in_place_are_seen(gen):
+    """The tiled copy is rebuilt after an in-place change of the values (their version)."""
+    W = random_csr(128, 256, 0.3, gen, torch.bfloat16, "cuda")
+    x = randn(16, 256, gen=gen, dtype=torch.bfloat16, device="cuda")
+    sk.linear(x, W)
+    with torch.no_grad():
+        W.values.mul_(-2)
+    got = sk.linear(x, W)
+    assert_close(got, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), torch.bfloat16)
+
+
+def test_values_needing_a_gradient_are_not_tiled(gen):
+    """Training keeps the other kernels (an optimizer step would rebuild the copy), and its
+    gradients are right."""
+    W = random_csr(64, 128, 0.3, gen, torch.bfloat16, "cuda")
+    W.values.requires_grad_()
+    x = randn(16, 128, gen=gen, dtype=torch.bfloat16, device="cuda").requires_grad_()
+    out = sk.linear(x, W)
+    assert _csr_scatter._TILED.get(W.values) is None
+    out.float().sum().backward()
+    dense = W.to_dense().double()
+    ones = torch.ones(16, 64, dtype=torch.float64, device="cuda")
+    assert_close(x.grad, ones @ dense, ones.abs() @ dense.abs(), torch.bfloat16)
+    with torch.no_grad():  # inference with the same weight takes the kernel
+        got = sk.linear(x.detach(), W)
+    assert _csr_scatter._TILED.get(W.values) is not None
+    assert_close(got, _want(W, x.detach()), spmm_bound(dense, x.detach().t()).t(),
+                 torch.bfloat16)  # fmt: skip
+
+
+def test_forced_on_values_not_prepared(gen):
+    """backend="scatter" builds the copy itself, at any token count."""
+    W = random_csr(70, 90, 0.5, gen, torch.float16, "cuda")
+    B = randn(90, 3, gen=gen, dtype=torch.float16, device="cuda")
+    got = spmm_csr_raw(W.row_offsets, W.column_indices, W.values.clone(), B, None,
+                                   None, "none", backend="scatter")  # fmt: skip
+    assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B),
+                 torch.float16)  # fmt: skip
