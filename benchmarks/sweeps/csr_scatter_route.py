@@ -53,7 +53,7 @@ def main():
                     return sk.linear(x, a, backend=chosen)
 
                 try:
-                    err = ((run(copies[0]).double() - want).norm() / want.norm()).item()
+                    err = ((run(*copies[0]).double() - want).norm() / want.norm()).item()
                 except Exception as error:  # a backend that refuses: say so
                     print(tokens, backend, type(error).__name__, str(error)[:200], flush=True)
                     timed[backend] = float("nan")

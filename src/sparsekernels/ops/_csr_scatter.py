@@ -7,7 +7,8 @@ as CSR with 16-bit columns). spmm builds it once for a CSRMatrix's own values (`
 kept while they live and rebuilt when they change in place; the automatic choice takes this
 backend only for values prepared so (a transposed product's values, gathered for each call,
 would rebuild it every time). Weights whose values need a gradient are not prepared: a
-training step would rebuild the copy after every optimizer step.
+training step would rebuild the copy after every optimizer step. Not under torch.compile,
+which cannot trace the lookup by identity and version.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ _TILED = IdentityCache()
 
 
 def _fits(values: torch.Tensor, b: torch.Tensor) -> bool:
+    """Not under torch.compile: the copy is found by the values' identity and version."""
     n = b.shape[-1]
     return (
-        values.is_cuda
+        not torch.compiler.is_compiling()
+        and values.is_cuda
         and values.dim() == 1
         and b.dim() == 2
         and values.dtype in _HALF
