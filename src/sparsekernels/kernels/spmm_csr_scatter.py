@@ -190,20 +190,25 @@ def tiled_entries(
     rows = row_offsets.numel() - 1
     row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
     nnz = column_indices.numel()
-    device = values.device
+    if row_tiles * k_tiles >= 2**31:
+        raise ValueError(f"the weight must have under 2^31 tiles of 64 x 64, got {(rows, k)}")
+    device, i32 = values.device, torch.int32
+    # int32 but the sort's order and the index tensors (long, as the earlier build on the GPU)
     entry_rows = torch.repeat_interleave(
-        torch.arange(rows, device=device), row_offsets.diff().long(), output_size=nnz
+        torch.arange(rows, device=device, dtype=i32), row_offsets.diff().long(), output_size=nnz
     )
-    cols = column_indices.long()
+    cols = column_indices.to(i32)
     tile_of = entry_rows // BLOCK_M * k_tiles + cols // BLOCK_K
     r, c = entry_rows % BLOCK_M, cols % BLOCK_K
+    del entry_rows, cols
     if swizzle:  # 16-byte chunk j of row r at chunk j ^ (r % 8)
         place = r * (BLOCK_K * 2) + (((c >> 3) ^ (r % 8)) << 4) + ((c & 7) << 1)
     else:
         place = r * (BLOCK_K * 2) + c * 2
-    bits = values.reshape(-1).view(torch.int16).long() & 0xFFFF
-    packed = (place << 16) | bits
-    packed = torch.where(packed >= 2**31, packed - 2**32, packed)  # as int32
+    del r, c
+    # places are under 8192 (2^13): shifted by 16 they stay positive int32
+    packed = (place << 16) | (values.reshape(-1).view(torch.int16).to(i32) & 0xFFFF)
+    del place
     order = torch.argsort(tile_of, stable=True)
     counts = torch.bincount(tile_of, minlength=row_tiles * k_tiles)
     padded = (counts + 3) // 4 * 4
@@ -212,13 +217,12 @@ def tiled_entries(
     total = int(offsets[-1])
     if total >= 2**31:
         raise ValueError(f"the weight must hold under 2^31 entries, got {nnz}")
-    entries = torch.full((total,), -1, dtype=torch.long, device=device)
-    sorted_tiles = tile_of[order]
-    firsts = torch.zeros_like(counts)
-    firsts[1:] = counts.cumsum(0)[:-1]
-    rank = torch.arange(nnz, device=device) - firsts[sorted_tiles]
-    entries[offsets[sorted_tiles] + rank] = packed[order]
-    return offsets.to(torch.int32), entries.to(torch.int32)
+    firsts = counts.cumsum(0) - counts
+    shift = offsets[:-1] - firsts  # a tile's padded start less its packed one
+    places = torch.arange(nnz, device=device) + shift[tile_of[order].long()]
+    entries = torch.full((total,), -1, dtype=i32, device=device)
+    entries[places] = packed[order]
+    return offsets.to(i32), entries
 
 
 TILE_BYTES = BLOCK_M * BLOCK_K * 2
