@@ -7,19 +7,18 @@ import torch
 
 from _helpers import assert_close, randn, random_csr, spmm_bound
 from sparsekernels.kernels.spmm_csr_scatter import (
-    BLOCK_K,
     BLOCK_M,
-    BUFFER_BYTES,
     buffer_alone,
+    buffer_bytes,
     spmm_csr_scatter,
     tiled_entries,
 )
 
 
-def _decode(tile_offsets, entries, rows, k, swizzle, dtype):
+def _decode(tile_offsets, entries, rows, k, swizzle, dtype, block_k):
     """The dense weight the tiled entries describe (the test's own decoder)."""
-    k_tiles = -(-k // BLOCK_K)
-    dense = torch.zeros(-(-rows // BLOCK_M) * BLOCK_M, k_tiles * BLOCK_K, dtype=dtype)
+    k_tiles = -(-k // block_k)
+    dense = torch.zeros(-(-rows // BLOCK_M) * BLOCK_M, k_tiles * block_k, dtype=dtype)
     written = torch.zeros_like(dense, dtype=torch.bool)
     offsets = tile_offsets.tolist()
     for t in range(len(offsets) - 1):
@@ -30,9 +29,10 @@ def _decode(tile_offsets, entries, rows, k, swizzle, dtype):
             place, bits = (entry >> 16) & 0xFFFF, entry & 0xFFFF
             if place == 0xFFFF:  # padding
                 continue
-            r, chunk, within = place // 128, place % 128 // 16, place % 16 // 2
+            r, chunk = place // (2 * block_k), place % (2 * block_k) // 16
+            within = place % 16 // 2
             c = (chunk ^ (r % 8) if swizzle else chunk) * 8 + within
-            at = (row_tile * BLOCK_M + r, k_tile * BLOCK_K + c)
+            at = (row_tile * BLOCK_M + r, k_tile * block_k + c)
             assert not written[at], f"entry {at} twice"
             written[at] = True
             value = torch.tensor([bits - 65536 if bits >= 32768 else bits], dtype=torch.int16)
@@ -40,35 +40,45 @@ def _decode(tile_offsets, entries, rows, k, swizzle, dtype):
     return dense[:rows, :k]
 
 
+@pytest.mark.parametrize("block_k", [64, 128])
 @pytest.mark.parametrize("swizzle", [True, False])
-@pytest.mark.parametrize("shape", [(70, 150), (1, 64), (64, 1), (130, 64)])
-def test_tiled_entries_hold_the_weight(shape, swizzle, gen):
-    """Every stored value once, at its row and column, in its 64 x 64 tile's run; runs padded
-    to 4 entries with skipped places; rows and columns off the tiles; empty rows."""
+@pytest.mark.parametrize("shape", [(70, 150), (1, 64), (64, 1), (130, 64), (65, 300)])
+def test_tiled_entries_hold_the_weight(shape, swizzle, block_k, gen):
+    """Every stored value once, at its row and column, in its (64, block_k) tile's run; runs
+    padded to 4 entries with skipped places; rows and columns off the tiles; empty rows."""
     rows, k = shape
     for dtype in (torch.bfloat16, torch.float16):
         W = random_csr(rows, k, 0.3, gen, dtype)
-        offsets, entries = tiled_entries(W.row_offsets, W.column_indices, W.values, k, swizzle)
+        offsets, entries = tiled_entries(
+            W.row_offsets, W.column_indices, W.values, k, swizzle, block_k
+        )
         assert offsets.dtype == entries.dtype == torch.int32
-        assert torch.equal(_decode(offsets, entries, rows, k, swizzle, dtype), W.to_dense())
+        got = _decode(offsets, entries, rows, k, swizzle, dtype, block_k)
+        assert torch.equal(got, W.to_dense())
 
 
 def test_tiled_entries_reject_wide_values(gen):
     W = random_csr(8, 8, 0.5, gen, torch.float32)
     with pytest.raises(TypeError, match="fp16 or bf16"):
         tiled_entries(W.row_offsets, W.column_indices, W.values, 8)
+    half = W.values.to(torch.bfloat16)
+    with pytest.raises(ValueError, match="block_k"):
+        tiled_entries(W.row_offsets, W.column_indices, half, 8, block_k=32)
 
 
 def test_buffer_alone():
-    assert buffer_alone(BUFFER_BYTES) and not buffer_alone(BUFFER_BYTES + 1024)
+    assert buffer_alone(buffer_bytes()) and not buffer_alone(buffer_bytes() + 1024)
+    assert buffer_alone(buffer_bytes(128), 128) and not buffer_alone(buffer_bytes(), 128)
 
 
-def _run(W, b, swizzle=True, bias=None, activation="none", **tile):
-    offsets, entries = tiled_entries(W.row_offsets, W.column_indices, W.values, b.shape[0], swizzle)
+def _run(W, b, swizzle=True, bias=None, activation="none", block_k=64, **tile):
+    offsets, entries = tiled_entries(
+        W.row_offsets, W.column_indices, W.values, b.shape[0], swizzle, block_k
+    )
     out = torch.full((W.shape[0], b.shape[1]), float("nan"), dtype=b.dtype, device=b.device)
     return spmm_csr_scatter(
         tile_offsets=offsets, entries=entries, b=b, bias=bias, out=out, activation=activation,
-        swizzle=swizzle, **tile,
+        swizzle=swizzle, block_k=block_k, **tile,
     )  # fmt: skip
 
 
@@ -92,15 +102,33 @@ def test_every_element_written(swizzle, dtype, tokens, block_n, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("swizzle", [True, False])
+@pytest.mark.parametrize("tokens", [1, 16, 37])
+@pytest.mark.parametrize("block_n", [16, 64])
+def test_128_column_steps(swizzle, tokens, block_n, gen):
+    """Steps of 128 columns (tiles of 64 x 128, a 32 KB buffer): K off the step and under one,
+    split ranges, poisoned out."""
+    shapes = ((70, 300, 0.3, 1), (130, 40, 0.9, 1), (64, 1000, 0.1, 3), (3, 1, 1.0, 1))
+    for rows, k, density, split in shapes:
+        W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
+        x = randn(tokens, k, gen=gen, dtype=torch.bfloat16, device="cuda")
+        got = _run(W, x.t(), swizzle, block_k=128, block_n=block_n, split=split)
+        want = W.to_dense().double() @ x.t().double()
+        assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_k", [64, 128])
 @pytest.mark.parametrize("entries_per_thread", [4, 8, 16])
-def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, gen):
+def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, block_k, gen):
     """A step's run loaded a step ahead up to a chunk (4-16 entries a thread, 512-2048 a
     program), the rest in its step: dense tiles take 2-8 chunks, sparse ones part of one, and
     each split's first and last steps prefetch nothing outside their range."""
     for rows, k, density, split in ((64, 64, 0.97, 1), (130, 300, 0.6, 3), (200, 1000, 0.02, 4)):
         W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
         x = randn(16, k, gen=gen, dtype=torch.bfloat16, device="cuda")
-        got = _run(W, x.t(), entries_per_thread=entries_per_thread, split=split, fused=False)
+        got = _run(W, x.t(), entries_per_thread=entries_per_thread, split=split, fused=False,
+                   block_k=block_k)  # fmt: skip
         want = W.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 
@@ -144,6 +172,8 @@ def test_bad_arguments_are_said(gen):
         spmm_csr_scatter(**args, block_n=12)
     with pytest.raises(ValueError, match="entries_per_thread"):
         spmm_csr_scatter(**args, entries_per_thread=12)
+    with pytest.raises(ValueError, match="block_k"):
+        spmm_csr_scatter(**args, block_k=96)
     with pytest.raises(ValueError, match="entries"):
         spmm_csr_scatter(**{**args, "entries": entries.long()})
     with pytest.raises(TypeError, match="16-bit"):

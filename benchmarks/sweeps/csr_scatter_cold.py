@@ -24,9 +24,17 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,4,16,64,128").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/eE]": N-token column tiles, a split for W programs an SM, a plain tile, E
-# entries a thread loaded a step ahead (default: the launcher's)
-CONFIGS = os.environ.get("CONFIGS", "n8/w8,n16/w8,n16/w8/e4,n16/w16,n32/w8,n64/w8").split(",")
+# "nN/wW[/plain][/eE][/kK]": N-token column tiles, a split for W programs an SM, a plain tile,
+# E entries a thread loaded a step ahead (default: the launcher's), K columns a step (64)
+CONFIGS = os.environ.get(
+    "CONFIGS", "n8/w8,n16/w8,n16/w8/k128,n16/w4/k128,n32/w8,n32/w8/k128,n64/w8/k128"
+).split(",")
+
+
+def _option(name: str, letter: str, default):
+    """A configuration's "/eE" or "/kK" number, else the default."""
+    found = [int(p[1:]) for p in name.split("/")[2:] if p.startswith(letter)]
+    return found[0] if found else default
 
 
 def cold_us(run, copies) -> float:
@@ -44,8 +52,11 @@ def main():
         dense_A = A.to_dense()
         forms = {}
         for swizzle in (True, False):
-            forms[swizzle] = tiled_entries(A.row_offsets, A.column_indices, A.values, K, swizzle)
-        weight_bytes = forms[True][1].nbytes
+            for block_k in (64, 128):
+                forms[swizzle, block_k] = tiled_entries(
+                    A.row_offsets, A.column_indices, A.values, K, swizzle, block_k
+                )
+        weight_bytes = forms[True, 64][1].nbytes
         n_copies = max(2, copies_for(weight_bytes, torch.device("cuda")))
         for tokens in TOKENS:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
@@ -64,19 +75,20 @@ def main():
                 block_n = int(name.split("/")[0][1:])
                 wave = int(name.split("/")[1][1:])
                 swizzle = "plain" not in name
-                ept = [int(p[1:]) for p in name.split("/")[2:] if p.startswith("e")]
-                offsets, entries = forms[swizzle]
+                ept = _option(name, "e", None)
+                block_k = _option(name, "k", 64)
+                offsets, entries = forms[swizzle, block_k]
                 tiles = -(-M // BLOCK_M) * -(-tokens // block_n)
-                split = max(1, min(wave * sms // tiles, -(-K // 64)))
+                split = max(1, min(wave * sms // tiles, -(-K // block_k)))
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
                 b = x.t()
 
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
-                        swizzle=swizzle, ept=ept[0] if ept else None):  # fmt: skip
+                        swizzle=swizzle, ept=ept, block_k=block_k):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
-                        entries_per_thread=ept,
+                        entries_per_thread=ept, block_k=block_k,
                     )  # fmt: skip
 
                 key = name

@@ -13,18 +13,18 @@ epilogue's scratch reuses the space after the loop), and refuses the kernel othe
 order the zeros, the scatter and the tensor cores' reads (ldmatrix through Gluon's shared
 load).
 
-A program takes BLOCK_M (64) rows, BLOCK_N tokens and a range of BLOCK_K (64) column steps. The
-weight comes as `tiled_entries`, built once per weight from CSR: each (64, 64) tile's entries
-together, each one int32 (its place in the shared tile, 2 bytes, above its value's 16 bits), a
-tile's run padded to a multiple of 4 entries (a 16-byte load a thread takes 4). That is 4 bytes
-an entry, as CSR with 16-bit columns, but a second copy of the weight in this experiment. Each
-step: zero the tile and store B's (BLOCK_N, BLOCK_K) tile (16-byte loads, one or a few a
-thread), scatter the tile's entries (padding entries' place is 0xFFFF: not stored), load the
-next step's run (up to a chunk) and B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2).
-The first version loaded B straight into mma's registers: every warp the whole tile, 16 scalar
-loads a thread at 16 tokens with their addresses, 200 instructions a step where this takes 120
-(at-ecb2746: 2-3x slower than the CSR route). Split-K as the other tensor-core kernels
-(split_k.end_piece).
+A program takes BLOCK_M (64) rows, BLOCK_N tokens and a range of column steps (BK: 64, or 128
+as an experiment: half the steps' fixed work an entry, a 32 KB buffer). The weight comes as
+`tiled_entries`, built once per weight from CSR: each (64, BK) tile's entries together, each
+one int32 (its place in the shared tile, 2 bytes, above its value's 16 bits), a tile's run
+padded to a multiple of 4 entries (a 16-byte load a thread takes 4). That is 4 bytes an entry,
+as CSR with 16-bit columns, but a second copy of the weight in this experiment. Each step: zero
+the tile and store B's (BLOCK_N, BK) tile (16-byte loads, one or a few a thread), scatter
+the tile's entries (padding entries' place is 0xFFFF: not stored), load the next step's run (up
+to a chunk) and B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2). The first version
+loaded B straight into mma's registers: every warp the whole tile, 16 scalar loads a thread at
+16 tokens with their addresses, 200 instructions a step where this takes 120 (at-ecb2746: 2-3x
+slower than the CSR route). Split-K as the other tensor-core kernels (split_k.end_piece).
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False lays
@@ -45,7 +45,8 @@ from ._gluon_bits import cta_barrier as _cta_barrier
 from ._sizes import cdiv
 
 BLOCK_M = 64
-BLOCK_K = 64
+BLOCK_K = 64  # columns a step by default; 128 halves the steps (an experiment)
+BLOCK_KS = (64, 128)
 WARPS = 4
 
 
@@ -90,6 +91,7 @@ def _csr_scatter_kernel(
     SPLITS: gl.constexpr,
     FUSED: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    BK: gl.constexpr,  # columns a step: 64 or 128 (tiled_entries' block_k)
     CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
     DTYPE: gl.constexpr,  # the values' type
     SCATTER: gl.constexpr,  # layouts()
@@ -98,7 +100,6 @@ def _csr_scatter_kernel(
     A_SHARED: gl.constexpr,
 ):
     BM: gl.constexpr = 64
-    BK: gl.constexpr = 64
     # one buffer, the kernel's only shared memory: the weight's tile at offset 0 (the
     # scatter's places), then B's (BLOCK_N, BK) tile k-contiguous (ldmatrix for mma's B)
     buffer = gl.allocate_shared_memory(DTYPE, [2, BM, BK], A_SHARED)
@@ -179,6 +180,7 @@ def tiled_entries(
     values: torch.Tensor,
     k: int,
     swizzle: bool = True,
+    block_k: int = BLOCK_K,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tile_offsets, entries) of a CSR weight (M, k) of 16-bit values: each (64, 64) tile's
     entries together, row tiles outer, column steps inner, each an int32 whose high 16 bits
@@ -188,7 +190,9 @@ def tiled_entries(
     if values.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"values must be fp16 or bf16, got {values.dtype}")
     rows = row_offsets.numel() - 1
-    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
+    if block_k not in BLOCK_KS:
+        raise ValueError(f"block_k must be one of {BLOCK_KS}, got {block_k}")
+    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, block_k)
     nnz = column_indices.numel()
     if row_tiles * k_tiles >= 2**31:
         raise ValueError(f"the weight must have under 2^31 tiles of 64 x 64, got {(rows, k)}")
@@ -198,15 +202,15 @@ def tiled_entries(
         torch.arange(rows, device=device, dtype=i32), row_offsets.diff().long(), output_size=nnz
     )
     cols = column_indices.to(i32)
-    tile_of = entry_rows // BLOCK_M * k_tiles + cols // BLOCK_K
-    r, c = entry_rows % BLOCK_M, cols % BLOCK_K
+    tile_of = entry_rows // BLOCK_M * k_tiles + cols // block_k
+    r, c = entry_rows % BLOCK_M, cols % block_k
     del entry_rows, cols
     if swizzle:  # 16-byte chunk j of row r at chunk j ^ (r % 8)
-        place = r * (BLOCK_K * 2) + (((c >> 3) ^ (r % 8)) << 4) + ((c & 7) << 1)
+        place = r * (block_k * 2) + (((c >> 3) ^ (r % 8)) << 4) + ((c & 7) << 1)
     else:
-        place = r * (BLOCK_K * 2) + c * 2
+        place = r * (block_k * 2) + c * 2
     del r, c
-    # places are under 8192 (2^13): shifted by 16 they stay positive int32
+    # places are under 16384 (2^14): shifted by 16 they stay positive int32
     packed = (place << 16) | (values.reshape(-1).view(torch.int16).to(i32) & 0xFFFF)
     del place
     order = torch.argsort(tile_of, stable=True)
@@ -225,14 +229,15 @@ def tiled_entries(
     return offsets.to(i32), entries
 
 
-TILE_BYTES = BLOCK_M * BLOCK_K * 2
-BUFFER_BYTES = 2 * TILE_BYTES  # the weight's tile, then B's
+def buffer_bytes(block_k: int = BLOCK_K) -> int:
+    """The kernel's one shared buffer: the weight's (64, block_k) tile, then B's."""
+    return 2 * BLOCK_M * block_k * 2
 
 
-def buffer_alone(shared_bytes: int) -> bool:
+def buffer_alone(shared_bytes: int, block_k: int = BLOCK_K) -> bool:
     """Whether a compiled kernel's shared memory is its buffer alone (then the weight's tile,
     the scatter's target, sits at offset 0 of the shared window)."""
-    return shared_bytes == BUFFER_BYTES
+    return shared_bytes == buffer_bytes(block_k)
 
 
 _CHECKED: set = set()
@@ -251,16 +256,20 @@ def spmm_csr_scatter(
     fused: bool = True,
     swizzle: bool = True,
     entries_per_thread: int | None = None,
+    block_k: int = BLOCK_K,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
     (B's). block_n 8, 16, 32 or 64 (B's tile shares the buffer); `split` > 1 cuts the column
     steps into that many ranges (split_k). `entries_per_thread` (4, 8 or 16) sets how much of a
     step's run is loaded a step ahead, the rest of a longer run in its step; by default what a
-    mean tile's run needs, at most 8 at 64 tokens a tile (registers)."""
+    mean tile's run needs, at most 8 at 64 tokens a tile (registers). `block_k` (64 or 128:
+    columns a step) must be the one the entries were built with."""
     rows, cols = out.shape
     k = b.shape[0]
-    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
+    if block_k not in BLOCK_KS:
+        raise ValueError(f"block_k must be one of {BLOCK_KS}, got {block_k}")
+    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, block_k)
     if tile_offsets.shape != (row_tiles * k_tiles + 1,) or tile_offsets.dtype != torch.int32:
         raise ValueError(
             f"tile_offsets must be tiled_entries()'s for a ({rows}, {k}) weight: "
@@ -271,8 +280,8 @@ def spmm_csr_scatter(
         raise ValueError(f"entries must be tiled_entries()'s int32 vector, got {entries.dtype}")
     if block_n not in (8, 16, 32, 64):
         raise ValueError(f"block_n must be 8, 16, 32 or 64, got {block_n}")
-    if (BLOCK_K - 1) * b.stride(0) + (cols + block_n) * b.stride(1) >= 2**31:
-        raise ValueError(f"b's step of {BLOCK_K} rows must span under 2^31 elements, got strides "
+    if (block_k - 1) * b.stride(0) + (cols + block_n) * b.stride(1) >= 2**31:
+        raise ValueError(f"b's step of {block_k} rows must span under 2^31 elements, got strides "
                          f"{tuple(b.stride())}")  # fmt: skip
     if entries_per_thread is None:
         mean_run = entries.numel() / max(1, row_tiles * k_tiles)
@@ -294,15 +303,16 @@ def spmm_csr_scatter(
         cols, k, k_tiles, steps_per_split, rows * cols, b.stride(0), b.stride(1), out.stride(0),
         out.stride(1),
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
-        FUSED=fused, BLOCK_N=block_n, CHUNK=entries_per_thread * 32 * WARPS,
+        FUSED=fused, BLOCK_N=block_n, BK=block_k, CHUNK=entries_per_thread * 32 * WARPS,
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=WARPS,
         **layouts(swizzle),
     )  # fmt: skip
     if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
-        if not buffer_alone(compiled.metadata.shared):
+        if not buffer_alone(compiled.metadata.shared, block_k):
             raise RuntimeError(
                 f"spmm_csr_scatter: the kernel holds {compiled.metadata.shared} bytes of shared "
-                f"memory, not its buffer's {BUFFER_BYTES} alone: the tile's offset is unknown"
+                f"memory, not its buffer's {buffer_bytes(block_k)} alone: the tile's offset is "
+                "unknown"
             )
         _CHECKED.add(id(compiled))
     if splits > 1 and not fused:
