@@ -88,3 +88,13 @@ def test_forced_on_values_not_prepared(gen):
                                    None, "none", backend="scatter")  # fmt: skip
     assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B),
                  torch.float16)  # fmt: skip
+
+
+def test_nothing_stored(gen):
+    """A weight with no stored entry is not tiled; its product is zeros plus the bias."""
+    W = random_csr(70, 90, 0.0, gen, torch.bfloat16, "cuda")
+    x = randn(16, 90, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(70, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, bias)
+    assert _csr_scatter._TILED.get(W.values) is None
+    torch.testing.assert_close(got, bias.expand(16, 70))

@@ -229,6 +229,11 @@ def tiled_entries(
     return offsets.to(i32), entries
 
 
+def b_step_fits(b: torch.Tensor, block_n: int, block_k: int = BLOCK_K) -> bool:
+    """Whether a step's (block_k, N) rows of B span under 2^31 elements (int32 offsets)."""
+    return (block_k - 1) * b.stride(0) + (b.shape[1] + block_n) * b.stride(1) < 2**31
+
+
 def buffer_bytes(block_k: int = BLOCK_K) -> int:
     """The kernel's one shared buffer: the weight's (64, block_k) tile, then B's."""
     return 2 * BLOCK_M * block_k * 2
@@ -280,7 +285,7 @@ def spmm_csr_scatter(
         raise ValueError(f"entries must be tiled_entries()'s int32 vector, got {entries.dtype}")
     if block_n not in (8, 16, 32, 64):
         raise ValueError(f"block_n must be 8, 16, 32 or 64, got {block_n}")
-    if (block_k - 1) * b.stride(0) + (cols + block_n) * b.stride(1) >= 2**31:
+    if not b_step_fits(b, block_n, block_k):
         raise ValueError(f"b's step of {block_k} rows must span under 2^31 elements, got strides "
                          f"{tuple(b.stride())}")  # fmt: skip
     if entries_per_thread is None:

@@ -19,7 +19,7 @@ import torch
 
 from ..kernels import csr_scatter_tuning as tuning
 from ..kernels._sizes import cdiv
-from ..kernels.spmm_csr_scatter import BLOCK_M, spmm_csr_scatter, tiled_entries
+from ..kernels.spmm_csr_scatter import BLOCK_M, b_step_fits, spmm_csr_scatter, tiled_entries
 from . import _dispatch
 from ._identity_cache import IdentityCache
 from ._layout import spmm_out
@@ -39,6 +39,8 @@ def _fits(values: torch.Tensor, b: torch.Tensor) -> bool:
         and b.dim() == 2
         and values.dtype in _HALF
         and tuning.CSR_SCATTER_MIN_N <= n <= tuning.CSR_SCATTER_MAX_N
+        and values.numel() > 0  # nothing stored, or K = 0: the other kernels' zeros
+        and b_step_fits(b, tuning.csr_scatter_config(n).block_n)
     )
 
 
