@@ -277,10 +277,12 @@ def _cases() -> dict:
         "plain 64 tokens bias": (64, False, 1, False, 1024),
         "swizzled 32 tokens partial planes": (32, True, 2, False, 2048),
         "swizzled 128 columns 16 tokens": (16, True, 4, True, 1024),
+        "swizzled two ahead 16 tokens": (16, True, 4, True, 512),
     }.items():
         block_k = 128 if "128 columns" in name else 64
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=fused, BLOCK_N=block_n, BK=block_k, CHUNK=chunk,
+                         AHEAD=2 if "two ahead" in name else 1,
                          DTYPE=tl.bfloat16, **scatter_layouts(swizzle))  # fmt: skip
         # tile offsets, entries, b, bias, out, partials, counters
         pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
@@ -366,6 +368,7 @@ CASE_NAMES = [
     "csr scatter plain 64 tokens bias",
     "csr scatter swizzled 32 tokens partial planes",
     "csr scatter swizzled 128 columns 16 tokens",
+    "csr scatter swizzled two ahead 16 tokens",
 ]
 
 

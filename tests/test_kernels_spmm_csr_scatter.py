@@ -118,35 +118,39 @@ def test_128_column_steps(swizzle, tokens, block_n, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("steps_ahead", [1, 2])
 @pytest.mark.parametrize("block_k", [64, 128])
 @pytest.mark.parametrize("entries_per_thread", [4, 8, 16])
-def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, block_k, gen):
+def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, block_k, steps_ahead, gen):
     """A step's run loaded a step ahead up to a chunk (4-16 entries a thread, 512-2048 a
     program), the rest in its step: dense tiles take 2-8 chunks, sparse ones part of one, and
-    each split's first and last steps prefetch nothing outside their range."""
+    each split's first and last steps prefetch nothing outside their range (one or two steps
+    ahead: ranges of 1-5 steps)."""
     for rows, k, density, split in ((64, 64, 0.97, 1), (130, 300, 0.6, 3), (200, 1000, 0.02, 4)):
         W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
         x = randn(16, k, gen=gen, dtype=torch.bfloat16, device="cuda")
         got = _run(W, x.t(), entries_per_thread=entries_per_thread, split=split, fused=False,
-                   block_k=block_k)  # fmt: skip
+                   block_k=block_k, steps_ahead=steps_ahead)  # fmt: skip
         want = W.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("steps_ahead", [1, 2])
 @pytest.mark.parametrize("split", [1, 3, 64])
 @pytest.mark.parametrize("fused", [True, False])
-def test_bias_activation_and_split(split, fused, gen):
+def test_bias_activation_and_split(split, fused, steps_ahead, gen):
     W = random_csr(100, 700, 0.3, gen, torch.bfloat16, "cuda")
     x = randn(9, 700, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(100, gen=gen, dtype=torch.bfloat16, device="cuda")
-    got = _run(W, x.t(), bias=bias, activation="gelu", split=split, fused=fused)
+    tile = dict(split=split, fused=fused, steps_ahead=steps_ahead)
+    got = _run(W, x.t(), bias=bias, activation="gelu", **tile)
     pre = W.to_dense().double() @ x.t().double() + bias.double()[:, None]
     want = torch.nn.functional.gelu(pre)
     assert_close(got, want, spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None],
                  torch.bfloat16)  # fmt: skip
     if split > 1 and fused:  # the counters are left at zero: the same bits again
-        again = _run(W, x.t(), bias=bias, activation="gelu", split=split, fused=fused)
+        again = _run(W, x.t(), bias=bias, activation="gelu", **tile)
         assert torch.equal(again, got)
 
 
@@ -174,6 +178,8 @@ def test_bad_arguments_are_said(gen):
         spmm_csr_scatter(**args, entries_per_thread=12)
     with pytest.raises(ValueError, match="block_k"):
         spmm_csr_scatter(**args, block_k=96)
+    with pytest.raises(ValueError, match="steps_ahead"):
+        spmm_csr_scatter(**args, steps_ahead=3)
     with pytest.raises(ValueError, match="entries"):
         spmm_csr_scatter(**{**args, "entries": entries.long()})
     with pytest.raises(TypeError, match="16-bit"):

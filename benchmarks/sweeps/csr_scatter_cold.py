@@ -3,8 +3,8 @@ entries stored into a zeroed shared tile, then mma.sync) against the CSR route t
 and dense, cold L2, bf16: can unstructured weights beat dense at 4-128 tokens, where the route
 runs 0.2-1.0x dense at 70%?
 
-LLM shapes at 70% and 90% (magnitude-pruned), 1-128 tokens; the kernel's column tiles (16 or
-64 tokens) and splits for 8 or 16 programs an SM; swizzled and plain tiles. Each timing
+LLM shapes at 70% and 90% (magnitude-pruned), 8-64 tokens (TOKENS=...); the kernel's column
+tiles, splits for 4-16 programs an SM, 64- or 128-column steps, loads one or two steps ahead. Each timing
 rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call, each
 configuration checked against float64 first (NaN where wrong or refused, said).
     PYTHONPATH=src python3 benchmarks/sweeps/csr_scatter_cold.py
@@ -22,17 +22,19 @@ from sparsekernels.kernels.spmm_csr_scatter import BLOCK_M, spmm_csr_scatter, ti
 
 SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
-TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,4,16,64,128").split(",")]
+TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,16,32,64").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/eE][/kK]": N-token column tiles, a split for W programs an SM, a plain tile,
-# E entries a thread loaded a step ahead (default: the launcher's), K columns a step (64)
+# "nN/wW[/plain][/eE][/kK][/aA]": N-token column tiles, a split for W programs an SM, a plain
+# tile, E entries a thread loaded ahead (default: the launcher's), K columns a step (64), A steps
+# loaded ahead (1)
 CONFIGS = os.environ.get(
-    "CONFIGS", "n8/w8,n16/w8,n16/w8/k128,n16/w4/k128,n32/w8,n32/w8/k128,n64/w8/k128"
+    "CONFIGS",
+    "n16/w8,n16/w8/a2,n16/w8/k128,n16/w4/k128,n16/w8/k128/a2,n32/w8,n32/w8/a2,n32/w8/k128",
 ).split(",")
 
 
 def _option(name: str, letter: str, default):
-    """A configuration's "/eE" or "/kK" number, else the default."""
+    """A configuration's "/eE", "/kK" or "/aA" number, else the default."""
     found = [int(p[1:]) for p in name.split("/")[2:] if p.startswith(letter)]
     return found[0] if found else default
 
@@ -77,6 +79,7 @@ def main():
                 swizzle = "plain" not in name
                 ept = _option(name, "e", None)
                 block_k = _option(name, "k", 64)
+                ahead = _option(name, "a", 1)
                 offsets, entries = forms[swizzle, block_k]
                 tiles = -(-M // BLOCK_M) * -(-tokens // block_n)
                 split = max(1, min(wave * sms // tiles, -(-K // block_k)))
@@ -84,11 +87,11 @@ def main():
                 b = x.t()
 
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
-                        swizzle=swizzle, ept=ept, block_k=block_k):  # fmt: skip
+                        swizzle=swizzle, ept=ept, block_k=block_k, ahead=ahead):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
-                        entries_per_thread=ept, block_k=block_k,
+                        entries_per_thread=ept, block_k=block_k, steps_ahead=ahead,
                     )  # fmt: skip
 
                 key = name

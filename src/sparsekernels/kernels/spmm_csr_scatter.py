@@ -19,12 +19,14 @@ as an experiment: half the steps' fixed work an entry, a 32 KB buffer). The weig
 one int32 (its place in the shared tile, 2 bytes, above its value's 16 bits), a tile's run
 padded to a multiple of 4 entries (a 16-byte load a thread takes 4). That is 4 bytes an entry,
 as CSR with 16-bit columns, but a second copy of the weight in this experiment. Each step: zero
-the tile and store B's (BLOCK_N, BK) tile (16-byte loads, one or a few a thread), scatter
-the tile's entries (padding entries' place is 0xFFFF: not stored), load the next step's run (up
-to a chunk) and B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2). The first version
+the tile and store B's (BLOCK_N, BK) tile (16-byte loads, one or a few a thread), scatter the
+tile's entries (padding entries' place is 0xFFFF: not stored), load the next step's run (up to
+a chunk) and B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2). The first version
 loaded B straight into mma's registers: every warp the whole tile, 16 scalar loads a thread at
 16 tokens with their addresses, 200 instructions a step where this takes 120 (at-ecb2746: 2-3x
-slower than the CSR route). Split-K as the other tensor-core kernels (split_k.end_piece).
+slower than the CSR route). AHEAD = 2 (an experiment) loads each step's run and B two steps
+ahead: the step seems to wait on them (26 us at 90% on 4096 x 14336 at 16 tokens where the
+bytes need 7; IPC about 1). Split-K as the other tensor-core kernels (split_k.end_piece).
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False lays
@@ -93,6 +95,7 @@ def _csr_scatter_kernel(
     BLOCK_N: gl.constexpr,
     BK: gl.constexpr,  # columns a step: 64 or 128 (tiled_entries' block_k)
     CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
+    AHEAD: gl.constexpr,  # steps whose run and B are loaded ahead: 1, or 2 (an experiment)
     DTYPE: gl.constexpr,  # the values' type
     SCATTER: gl.constexpr,  # layouts()
     ZEROS: gl.constexpr,
@@ -119,8 +122,9 @@ def _csr_scatter_kernel(
     first = gl.program_id(2) * TILES_PER_SPLIT
     end = gl.minimum(first + TILES_PER_SPLIT, K_TILES)
     tiles = tile_offsets + gl.program_id(0) * K_TILES
-    # Loads a step ahead: each step's run and B's tile are read during the step before it,
-    # the run's bounds two steps ahead (a run's load needs them).
+    # Loads AHEAD steps ahead: each step's run and B's tile are read during the step (or two)
+    # before it, the run's bounds a step earlier still (a run's load needs them). Bounds of
+    # step kt: [start, stop); `after` ends step kt + 1's run, `after2` step kt + 2's.
     start = gl.multiple_of(gl.load(tiles + first), 4)
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
     after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
@@ -128,6 +132,13 @@ def _csr_scatter_kernel(
     b_step = b + first.to(gl.int64) * BK * stride_bk
     b_mask = mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0)
     bt = gl.load(b_step + b_offs, mask=b_mask, other=0.0)
+    if AHEAD == 2:
+        after2 = gl.multiple_of(gl.load(tiles + gl.minimum(first + 3, K_TILES)), 4)
+        more = first + 1 < end
+        run2 = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
+        rows_left = gl.where(more, K - (first + 1) * BK, 0)
+        bt2 = gl.load(b_step + BK * stride_bk + b_offs,
+                      mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0), other=0.0)  # fmt: skip
     for kt in range(first, end):
         tile.store(zeros)
         b_tile.store(bt)
@@ -136,15 +147,33 @@ def _csr_scatter_kernel(
         for e0 in range(start + CHUNK, stop, CHUNK):  # a run longer than a chunk
             at = e0 + lane
             _store_entry(gl.load(entries + at, mask=at < stop, other=-1))
-        more = kt + 1 < end
-        run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
-        b_step += BK * stride_bk
-        rows_left = gl.where(more, K - (kt + 1) * BK, 0)
-        bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
-                     other=0.0)  # fmt: skip
-        start = stop
-        stop = after
-        after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
+        if AHEAD == 1:
+            more = kt + 1 < end
+            run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
+            b_step += BK * stride_bk
+            rows_left = gl.where(more, K - (kt + 1) * BK, 0)
+            bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
+                         other=0.0)  # fmt: skip
+            start = stop
+            stop = after
+            after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
+        else:  # step kt + 2's run [after, after2) and B
+            more = kt + 2 < end
+            run_next = gl.load(entries + after + lane, mask=(after + lane < after2) & more,
+                               other=-1)  # fmt: skip
+            b_step += BK * stride_bk
+            rows_left = gl.where(more, K - (kt + 2) * BK, 0)
+            bt_next = gl.load(b_step + BK * stride_bk + b_offs,
+                              mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
+                              other=0.0)  # fmt: skip
+            run = run2
+            run2 = run_next
+            bt = bt2
+            bt2 = bt_next
+            start = stop
+            stop = after
+            after = after2
+            after2 = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 4, K_TILES)), 4)
         _cta_barrier()
         a = tile.load(a_layout)
         b_op = b_tile.permute((1, 0)).load(b_layout)
@@ -262,6 +291,7 @@ def spmm_csr_scatter(
     swizzle: bool = True,
     entries_per_thread: int | None = None,
     block_k: int = BLOCK_K,
+    steps_ahead: int = 1,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
@@ -269,11 +299,14 @@ def spmm_csr_scatter(
     steps into that many ranges (split_k). `entries_per_thread` (4, 8 or 16) sets how much of a
     step's run is loaded a step ahead, the rest of a longer run in its step; by default what a
     mean tile's run needs, at most 8 at 64 tokens a tile (registers). `block_k` (64 or 128:
-    columns a step) must be the one the entries were built with."""
+    columns a step) must be the one the entries were built with. `steps_ahead` 2 loads each
+    step's run and B two steps ahead (an experiment: more bytes in flight, more registers)."""
     rows, cols = out.shape
     k = b.shape[0]
     if block_k not in BLOCK_KS:
         raise ValueError(f"block_k must be one of {BLOCK_KS}, got {block_k}")
+    if steps_ahead not in (1, 2):
+        raise ValueError(f"steps_ahead must be 1 or 2, got {steps_ahead}")
     row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, block_k)
     if tile_offsets.shape != (row_tiles * k_tiles + 1,) or tile_offsets.dtype != torch.int32:
         raise ValueError(
@@ -309,6 +342,7 @@ def spmm_csr_scatter(
         out.stride(1),
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
         FUSED=fused, BLOCK_N=block_n, BK=block_k, CHUNK=entries_per_thread * 32 * WARPS,
+        AHEAD=steps_ahead,
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=WARPS,
         **layouts(swizzle),
     )  # fmt: skip
