@@ -4,8 +4,8 @@ and dense, cold L2, bf16: can unstructured weights beat dense at 4-128 tokens, w
 runs 0.2-1.0x dense at 70%?
 
 LLM shapes at 70% and 90% (magnitude-pruned), 8-64 tokens (TOKENS=...); the kernel's column
-tiles, splits for 4-16 programs an SM, 64- or 128-column steps, loads one or two steps ahead. Each timing
-rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call, each
+tiles, splits for 4-16 programs an SM, 64- or 128-column steps, loads one or two steps ahead.
+Each timing rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call, each
 configuration checked against float64 first (NaN where wrong or refused, said).
     PYTHONPATH=src python3 benchmarks/sweeps/csr_scatter_cold.py
     SHAPES=4096x14336 TOKENS=16 ...
