@@ -98,3 +98,24 @@ def test_nothing_stored(gen):
     got = sk.linear(x, W, bias)
     assert _csr_scatter._TILED.get(W.values) is None
     torch.testing.assert_close(got, bias.expand(16, 70))
+
+
+def test_a_cuda_graph_after_an_eager_call(gen):
+    """The tiled copy is built by the eager call, outside the capture; the graph replays the
+    scatter kernel on new inputs."""
+    W = random_csr(130, 200, 0.3, gen, torch.bfloat16, "cuda")
+    x = randn(16, 200, gen=gen, dtype=torch.bfloat16, device="cuda")
+    sk.linear(x, W)
+    assert _csr_scatter._TILED.get(W.values) is not None
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        sk.linear(x, W)  # warm-up on the capture's stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = sk.linear(x, W)
+    x.copy_(randn(16, 200, gen=gen, dtype=torch.bfloat16, device="cuda"))
+    out.fill_(float("nan"))
+    graph.replay()
+    assert_close(out, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), torch.bfloat16)
