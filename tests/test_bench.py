@@ -107,16 +107,20 @@ def test_the_automatic_route_is_marked_and_summarised(quick_run):
     assert "The automatic route (backend=None) against each peer: " in summary
 
 
-@pytest.mark.parametrize(("density", "route"), [(0.02, "sk_triton"), (0.2, "sk_dense")])
-def test_the_marked_route_sees_what_the_op_sees(density, route):
+@pytest.mark.parametrize(
+    ("density", "n", "route"),
+    [(0.02, 256, "sk_triton"), (0.2, 256, "sk_dense"), (0.3, 16, "sk_scatter")],
+)
+def test_the_marked_route_sees_what_the_op_sees(density, n, route):
     """The harness asks dispatch with the facts the op passes: a bf16 CSR product at N = 256
     stays on the CSR kernel when small (512 x 512 at 2%: its stored entries count) and densifies
-    at 20%. No GPU is needed: dispatch only reads the problem's device type."""
+    at 20%; at 16 tokens the CSRMatrix's prepared copy takes the scatter kernel. No GPU is
+    needed: dispatch only reads the problem's device type."""
     from sparsekernels.bench import providers
     from sparsekernels.bench.cases import AUTOMATIC_ROUTE, Case
 
     case = Case(
-        "spmm", "csr", "random", (512, 512, 256), density, torch.bfloat16,
+        "spmm", "csr", "random", (512, 512, n), density, torch.bfloat16,
         torch.device("cuda"), build=lambda seed: {},
     )  # fmt: skip
     marked = [e.provider.name for e in providers.ours(case) if e.provider.note == AUTOMATIC_ROUTE]
@@ -222,8 +226,10 @@ def test_triton_is_not_run_on_cpu_unless_named():
     entries = {e.provider.name: e for e in providers_for(case)}
     assert entries["sk_triton"].status == "unsupported"
     assert entries["sk_reference"].status == "ready"
+    assert entries["sk_scatter"].status == "unsupported"  # Gluon: CUDA only
     only = {e.provider.name for e in providers_for(case, {"sk", "dense"})}
-    assert only == {"sk_dense", "sk_triton", "sk_torch_sparse", "sk_reference", "dense"}
+    ours = {"sk_scatter", "sk_dense", "sk_triton", "sk_torch_sparse", "sk_reference"}
+    assert only == ours | {"dense"}
 
 
 def _smtx(rows, cols, entries):

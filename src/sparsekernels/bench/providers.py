@@ -68,7 +68,8 @@ def _dispatch_problems(case: Case) -> dict[str, _dispatch.Problem]:
         if case.format == "nm":
             return {"spmm_nm": problem(n=N, k=K, pattern=case.nm, shape=(M, K))}
         nnz = round(case.density * M * K)  # the route weighs its products (stored x N)
-        return {"spmm_csr": problem(n=N, k=K, rows=M, nnz=nnz)}
+        # a case's weight is a CSRMatrix: spmm prepares the scatter backend's tiled copy
+        return {"spmm_csr": problem(n=N, k=K, rows=M, nnz=nnz, b_dim=2, tiled=True)}
     if case.op == "sddmm":
         return {"sddmm_csr": problem(n=N, k=K)}
     if case.op == "softmax":
