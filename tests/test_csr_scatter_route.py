@@ -21,7 +21,7 @@ def _want(W, x, bias=None):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("tokens", [9, 16, 17, 33, 64])
+@pytest.mark.parametrize("tokens", [8, 9, 16, 17, 33, 64])
 def test_linear_takes_the_scatter_kernel(dtype, tokens, gen, monkeypatch):
     """Rows and K off the kernel's 64 x 64 tiles, empty rows, tokens off its column tiles;
     the product is the scatter kernel's and matches float64."""

@@ -29,7 +29,7 @@ _HALF = (torch.float16, torch.bfloat16)
 _TILED = IdentityCache()
 
 
-def _fits(values: torch.Tensor, b: torch.Tensor) -> bool:
+def _fits(values: torch.Tensor, b: torch.Tensor, rows: int) -> bool:
     """Not under torch.compile: the copy is found by the values' identity and version."""
     n = b.shape[-1]
     return (
@@ -38,8 +38,8 @@ def _fits(values: torch.Tensor, b: torch.Tensor) -> bool:
         and values.dim() == 1
         and b.dim() == 2
         and values.dtype in _HALF
-        and tuning.CSR_SCATTER_MIN_N <= n <= tuning.CSR_SCATTER_MAX_N
         and values.numel() > 0  # nothing stored, or K = 0: the other kernels' zeros
+        and tuning.csr_scatter_takes(n, values.numel() / (rows * b.shape[0]))
         and b_step_fits(b, tuning.csr_scatter_config(n).block_n)
     )
 
@@ -63,7 +63,7 @@ def prepare(A, B: torch.Tensor) -> None:
     gradient (a CSRMatrix's own values: they outlive the call). Not while a CUDA graph is
     captured (the build waits on the GPU): a graph captures the other kernels unless an
     eager call came first."""
-    if not _fits(A.values, B) or (A.values.requires_grad and torch.is_grad_enabled()):
+    if not _fits(A.values, B, A.shape[0]) or (A.values.requires_grad and torch.is_grad_enabled()):
         return
     if not torch.cuda.is_current_stream_capturing():
         cols = A.pattern.column_indices_int16()
@@ -74,7 +74,10 @@ def prepare(A, B: torch.Tensor) -> None:
 def ready(row_offsets, column_indices, values, b) -> bool:
     """Whether the automatic choice may take this backend: prepared entries for these
     arrays."""
-    return _fits(values, b) and _tiled(row_offsets, column_indices, values, 0, False) is not None
+    rows = row_offsets.numel() - 1
+    return (
+        _fits(values, b, rows) and _tiled(row_offsets, column_indices, values, 0, False) is not None
+    )
 
 
 @functools.cache
@@ -107,10 +110,11 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
         found.append(f"the scatter kernel runs fp16 and bf16, not {problem.dtype}")
     if facts.get("batch", 1) != 1 or facts.get("b_dim", 2) != 2:
         found.append("the scatter kernel takes one matrix and a 2-D B")
-    n, low, high = facts["n"], tuning.CSR_SCATTER_MIN_N, tuning.CSR_SCATTER_MAX_N
-    if not forced and not low <= n <= high:
+    n, density = facts["n"], facts.get("density", 0.0)
+    if not forced and not tuning.csr_scatter_takes(n, density):
         found.append(
-            f"N = {n} is outside the scatter kernel's {low}-{high} (kernels/csr_scatter_tuning.py)"
+            f"N = {n} at density {density:.3g} is not the scatter kernel's "
+            f"(kernels/csr_scatter_tuning.py)"
         )
     if not forced and not facts.get("tiled", False):
         found.append("the values have no tiled entries built by spmm (not a CSRMatrix's own)")
