@@ -1,6 +1,7 @@
 """The scatter backend of spmm_csr (ops/_csr_scatter.py) through linear and spmm on the GPU:
-chosen for a CSRMatrix's own half-precision values at 9-64 tokens, its copy of the weight
-rebuilt when the values change in place, never built for values that need a gradient."""
+chosen for a CSRMatrix's own half-precision values at 8-64 tokens, its copy of the weight
+rebuilt when the values change in place, never built for values that need a gradient; the
+copy's lookup on the CPU."""
 
 import dataclasses
 
@@ -12,7 +13,18 @@ from _helpers import assert_close, randn, random_csr, spmm_bound
 from sparsekernels.ops import _csr_scatter, _dispatch
 from sparsekernels.ops.spmm import spmm_csr_raw
 
-pytestmark = pytest.mark.gpu
+
+def test_the_copy_is_kept_for_these_arrays_at_this_version(gen):
+    """A lookup finds the copy for the very values and pattern arrays it was built from, at
+    the values' version: not after an in-place change, nor for another pattern's arrays."""
+    W = random_csr(70, 130, 0.3, gen, torch.bfloat16)
+    arrays = (W.row_offsets, W.column_indices, W.values)
+    built = _csr_scatter._tiled(*arrays, 130, build=True)
+    assert _csr_scatter._tiled(*arrays, 130, build=False)[1] is built[1]
+    other = (W.row_offsets.clone(), W.column_indices, W.values)
+    assert _csr_scatter._tiled(*other, 130, build=False) is None
+    W.values.mul_(2)
+    assert _csr_scatter._tiled(*arrays, 130, build=False) is None
 
 
 def _want(W, x, bias=None):
@@ -20,6 +32,7 @@ def _want(W, x, bias=None):
     return out if bias is None else out + bias.double()
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("tokens", [8, 9, 16, 17, 33, 64])
 def test_linear_takes_the_scatter_kernel(dtype, tokens, gen, monkeypatch):
@@ -40,6 +53,7 @@ def test_linear_takes_the_scatter_kernel(dtype, tokens, gen, monkeypatch):
     assert_close(got, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), dtype)
 
 
+@pytest.mark.gpu
 def test_spmm_bias_activation_and_a_row_major_b(gen):
     W = random_csr(130, 700, 0.1, gen, torch.bfloat16, "cuda")
     B = randn(700, 24, gen=gen, dtype=torch.bfloat16, device="cuda")
@@ -50,6 +64,7 @@ def test_spmm_bias_activation_and_a_row_major_b(gen):
     assert_close(got, want, bound, torch.bfloat16)
 
 
+@pytest.mark.gpu
 def test_values_changed_in_place_are_seen(gen):
     """The tiled copy is rebuilt after an in-place change of the values (their version)."""
     W = random_csr(128, 256, 0.3, gen, torch.bfloat16, "cuda")
@@ -61,6 +76,7 @@ def test_values_changed_in_place_are_seen(gen):
     assert_close(got, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), torch.bfloat16)
 
 
+@pytest.mark.gpu
 def test_values_needing_a_gradient_are_not_tiled(gen):
     """Training keeps the other kernels (an optimizer step would rebuild the copy), and its
     gradients are right."""
@@ -80,6 +96,7 @@ def test_values_needing_a_gradient_are_not_tiled(gen):
                  torch.bfloat16)  # fmt: skip
 
 
+@pytest.mark.gpu
 def test_forced_on_values_not_prepared(gen):
     """backend="scatter" builds the copy itself, at any token count."""
     W = random_csr(70, 90, 0.5, gen, torch.float16, "cuda")
@@ -90,6 +107,7 @@ def test_forced_on_values_not_prepared(gen):
                  torch.float16)  # fmt: skip
 
 
+@pytest.mark.gpu
 def test_nothing_stored(gen):
     """A weight with no stored entry is not tiled; its product is zeros plus the bias."""
     W = random_csr(70, 90, 0.0, gen, torch.bfloat16, "cuda")
@@ -100,6 +118,7 @@ def test_nothing_stored(gen):
     torch.testing.assert_close(got, bias.expand(16, 70))
 
 
+@pytest.mark.gpu
 def test_a_cuda_graph_after_an_eager_call(gen):
     """The tiled copy is built by the eager call, outside the capture; the graph replays the
     scatter kernel on new inputs."""

@@ -14,6 +14,7 @@ which cannot trace the lookup by identity and version.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 
@@ -25,7 +26,7 @@ from ._identity_cache import IdentityCache
 from ._layout import spmm_out
 
 _HALF = (torch.float16, torch.bfloat16)
-# values -> (their version, id(row offsets), id(column indices), tile offsets, entries)
+# values -> (their version, weak refs to row offsets and column indices, tile offsets, entries)
 _TILED = IdentityCache()
 
 
@@ -46,15 +47,21 @@ def _fits(values: torch.Tensor, b: torch.Tensor, rows: int) -> bool:
 
 def _tiled(row_offsets, column_indices, values, k: int, build: bool):
     """The tiled entries of these very arrays at the values' current version; built when
-    `build`, else None when absent or stale."""
+    `build`, else None when absent or stale. The pattern's arrays are held weakly (an id
+    could be reused by another pattern's once they die)."""
     entry = _TILED.get(values)
-    key = (values._version, id(row_offsets), id(column_indices))
-    if entry is not None and entry[:3] == key:
+    if (
+        entry is not None
+        and entry[0] == values._version
+        and entry[1]() is row_offsets
+        and entry[2]() is column_indices
+    ):
         return entry[3:]
     if not build:
         return None
     offsets, entries = tiled_entries(row_offsets, column_indices, values, k)
-    _TILED[values] = (*key, offsets, entries)
+    pattern = (weakref.ref(row_offsets), weakref.ref(column_indices))
+    _TILED[values] = (values._version, *pattern, offsets, entries)
     return offsets, entries
 
 
