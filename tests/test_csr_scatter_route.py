@@ -34,12 +34,19 @@ def _want(W, x, bias=None):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("tokens", [8, 9, 16, 17, 33, 64])
-def test_linear_takes_the_scatter_kernel(dtype, tokens, gen, monkeypatch):
+@pytest.mark.parametrize(
+    ("rows", "k", "density", "tokens"),
+    [
+        *((200, 300, 0.3, t) for t in (8, 9, 16, 17, 32)),
+        (2048, 2**14 + 3, 0.02, 33),  # past 32 tokens: weights of 2^25 elements or more
+        (2100, 2**14 + 1000, 0.02, 64),
+    ],
+)
+def test_linear_takes_the_scatter_kernel(dtype, rows, k, density, tokens, gen, monkeypatch):
     """Rows and K off the kernel's 64 x 64 tiles, empty rows, tokens off its column tiles;
     the product is the scatter kernel's and matches float64."""
-    W = random_csr(200, 300, 0.3, gen, dtype, "cuda")
-    x = randn(tokens, 300, gen=gen, dtype=dtype, device="cuda")
+    W = random_csr(rows, k, density, gen, dtype, "cuda")
+    x = randn(tokens, k, gen=gen, dtype=dtype, device="cuda")
     backend, calls = _dispatch._REGISTRY["spmm_csr"]["scatter"], []
 
     def counted(*args):

@@ -183,10 +183,15 @@ def test_dense_fallback_is_chosen_only_where_tuning_says():
     sparse_fp32 = problem("cuda", torch.float32, n=2048, density=0.02)
     assert _dispatch.choose("spmm_csr", sparse_fp32) == "triton"
     # the scatter kernel: prepared (tiled) half-precision weights at 9-64 tokens, one matrix
-    tiled = lambda dtype, n, density=0.3, **more: _dispatch.choose(  # noqa: E731
-        "spmm_csr", problem("cuda", dtype, n=n, density=density, b_dim=2, tiled=True, **more)
-    )
+    tiled = lambda dtype, n, density=0.3, rows=4096, **more: _dispatch.choose(  # noqa: E731
+        "spmm_csr",
+        problem("cuda", dtype, n=n, density=density, rows=rows, k=14336, b_dim=2, tiled=True,
+                **more),
+    )  # fmt: skip
     assert tiled(torch.bfloat16, 9, 0.1) == tiled(torch.float16, 64) == "scatter"
+    # past 32 tokens only on weights of 2^25 elements or more (4096 x 14336, not 1024 x 14336)
+    assert tiled(torch.bfloat16, 32, rows=1024) == "scatter"
+    assert tiled(torch.bfloat16, 33, rows=1024) == "dense"
     assert tiled(torch.bfloat16, 8) == "scatter"  # 8 tokens: at 70% sparsity, not 90%
     assert tiled(torch.bfloat16, 8, 0.1) == "triton" and tiled(torch.bfloat16, 7) == "triton"
     assert tiled(torch.bfloat16, 65) == "dense"

@@ -10,8 +10,9 @@ densify + cuBLAS past it) and dense:
   4096 x 4096 30-31 (route 27-34).
 - 128 tokens: no better than densifying (92-151 against 92-149); 1-4 tokens: the CSR
   kernels are faster (1 token: 10-24 us against 21-33).
-- 8 tokens, through linear (at-d3e6a60/csr_scatter_route.txt): at 70% 14.0-36.2 us against the
-  few-token kernel's 18.4-52.6; at 90% 10.9-26.5 against 11.5-26.0 (slower on 4096 x 14336).
+- Through linear (at-d3e6a60/csr_scatter_route.txt): 8 tokens at 70% 14.0-36.2 us against
+  the few-token kernel's 18.4-52.6, at 90% 10.9-26.5 against 11.5-26.0 (slower on
+  4096 x 14336); 32 tokens 20.5-55.4 against densifying's 28.5-144.7 on all three shapes.
 """
 
 from __future__ import annotations
@@ -21,13 +22,19 @@ from dataclasses import dataclass
 CSR_SCATTER_MIN_N = 9  # below: the CSR few-token kernel
 CSR_SCATTER_MAX_N = 64  # above: densify + cuBLAS
 CSR_SCATTER_8_MIN_DENSITY = 0.25  # 8 tokens too, for weights this dense (70% sparse: 0.3)
+# Past 32 tokens only on large weights: at 64, 4096 x 4096 lost to densifying (31-35 us against
+# 26-34) where 14336 x 4096 and 4096 x 14336 won (60-88 against 92-146); at 32 all three won.
+CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**25
 
 
-def csr_scatter_takes(n: int, density: float) -> bool:
-    """Whether the route takes the scatter kernel for N = n on a weight of this density."""
+def csr_scatter_takes(n: int, density: float, elements: int) -> bool:
+    """Whether the route takes the scatter kernel for N = n on a weight of this density and
+    this many elements (rows x K)."""
     if n == CSR_SCATTER_MIN_N - 1:
         return density >= CSR_SCATTER_8_MIN_DENSITY
-    return CSR_SCATTER_MIN_N <= n <= CSR_SCATTER_MAX_N
+    if n > 32:
+        return n <= CSR_SCATTER_MAX_N and elements >= CSR_SCATTER_WIDE_MIN_ELEMENTS
+    return n >= CSR_SCATTER_MIN_N
 
 
 @dataclass(frozen=True)

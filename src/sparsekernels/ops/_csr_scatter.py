@@ -40,7 +40,7 @@ def _fits(values: torch.Tensor, b: torch.Tensor, rows: int) -> bool:
         and b.dim() == 2
         and values.dtype in _HALF
         and values.numel() > 0  # nothing stored, or K = 0: the other kernels' zeros
-        and tuning.csr_scatter_takes(n, values.numel() / (rows * b.shape[0]))
+        and tuning.csr_scatter_takes(n, values.numel() / (rows * b.shape[0]), rows * b.shape[0])
         and b_step_fits(b, tuning.csr_scatter_config(n).block_n)
     )
 
@@ -118,10 +118,11 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     if facts.get("batch", 1) != 1 or facts.get("b_dim", 2) != 2:
         found.append("the scatter kernel takes one matrix and a 2-D B")
     n, density = facts["n"], facts.get("density", 0.0)
-    if not forced and not tuning.csr_scatter_takes(n, density):
+    elements = facts.get("rows", 0) * facts.get("k", 0)
+    if not forced and not tuning.csr_scatter_takes(n, density, elements):
         found.append(
-            f"N = {n} at density {density:.3g} is not the scatter kernel's "
-            f"(kernels/csr_scatter_tuning.py)"
+            f"N = {n} at density {density:.3g} on {elements} elements is not the scatter "
+            f"kernel's (kernels/csr_scatter_tuning.py)"
         )
     if not forced and not facts.get("tiled", False):
         found.append("the values have no tiled entries built by spmm (not a CSRMatrix's own)")

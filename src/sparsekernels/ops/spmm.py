@@ -126,7 +126,7 @@ def spmm_csr_raw(
     tiled = _csr_scatter.ready(row_offsets, column_indices, values, b)
     facts = dict(
         n=b.shape[-1], batch=batch, rows=rows, density=density, nnz=nnz, expanded=expanded,
-        b_dim=b.dim(), tiled=tiled,
+        b_dim=b.dim(), tiled=tiled, k=b.shape[-2],
     )  # fmt: skip
     problem = _problem(values, b, **facts)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
