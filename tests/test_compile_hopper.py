@@ -278,15 +278,18 @@ def _cases() -> dict:
         "swizzled 32 tokens partial planes": (32, True, 2, False, 2048),
         "swizzled 128 columns 16 tokens": (16, True, 4, True, 1024),
         "swizzled two ahead 16 tokens": (16, True, 4, True, 512),
+        "swizzled 128 rows 16 tokens": (16, True, 4, True, 1024),
     }.items():
         block_k = 128 if "128 columns" in name else 64
+        warps = 8 if "128 rows" in name else 4
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
-                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, BK=block_k, CHUNK=chunk,
+                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, BM=16 * warps, BK=block_k,
+                         CHUNK=chunk,
                          AHEAD=2 if "two ahead" in name else 1,
-                         DTYPE=tl.bfloat16, **scatter_layouts(swizzle))  # fmt: skip
+                         DTYPE=tl.bfloat16, **scatter_layouts(swizzle, warps))  # fmt: skip
         # tile offsets, entries, b, bias, out, partials, counters
         pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
-        cases[f"csr scatter {name}"] = (_csr_scatter_kernel, pointers, constants, 4)
+        cases[f"csr scatter {name}"] = (_csr_scatter_kernel, pointers, constants, warps)
     return cases
 
 
@@ -369,6 +372,7 @@ CASE_NAMES = [
     "csr scatter swizzled 32 tokens partial planes",
     "csr scatter swizzled 128 columns 16 tokens",
     "csr scatter swizzled two ahead 16 tokens",
+    "csr scatter swizzled 128 rows 16 tokens",
 ]
 
 
@@ -397,7 +401,9 @@ def _compile_all() -> dict[str, str]:
             )
             outcome[name] = "ok"
             block_k = 128 if "128 columns" in name else 64
-            if name.startswith("csr scatter") and not buffer_alone(kernel.metadata.shared, block_k):
+            block_m = 128 if "128 rows" in name else 64
+            shared = kernel.metadata.shared
+            if name.startswith("csr scatter") and not buffer_alone(shared, block_k, block_m):
                 outcome[name] = f"{kernel.metadata.shared} bytes of shared memory, not the buffer's"
         except Exception as error:  # noqa: BLE001 - reported per case by the test
             outcome[name] = f"{type(error).__name__}: {error}"[:2000]

@@ -7,7 +7,6 @@ import torch
 
 from _helpers import assert_close, randn, random_csr, spmm_bound
 from sparsekernels.kernels.spmm_csr_scatter import (
-    BLOCK_M,
     buffer_alone,
     buffer_bytes,
     spmm_csr_scatter,
@@ -15,10 +14,10 @@ from sparsekernels.kernels.spmm_csr_scatter import (
 )
 
 
-def _decode(tile_offsets, entries, rows, k, swizzle, dtype, block_k):
+def _decode(tile_offsets, entries, rows, k, swizzle, dtype, block_k, block_m):
     """The dense weight the tiled entries describe (the test's own decoder)."""
     k_tiles = -(-k // block_k)
-    dense = torch.zeros(-(-rows // BLOCK_M) * BLOCK_M, k_tiles * block_k, dtype=dtype)
+    dense = torch.zeros(-(-rows // block_m) * block_m, k_tiles * block_k, dtype=dtype)
     written = torch.zeros_like(dense, dtype=torch.bool)
     offsets = tile_offsets.tolist()
     for t in range(len(offsets) - 1):
@@ -32,7 +31,7 @@ def _decode(tile_offsets, entries, rows, k, swizzle, dtype, block_k):
             r, chunk = place // (2 * block_k), place % (2 * block_k) // 16
             within = place % 16 // 2
             c = (chunk ^ (r % 8) if swizzle else chunk) * 8 + within
-            at = (row_tile * BLOCK_M + r, k_tile * block_k + c)
+            at = (row_tile * block_m + r, k_tile * block_k + c)
             assert not written[at], f"entry {at} twice"
             written[at] = True
             value = torch.tensor([bits - 65536 if bits >= 32768 else bits], dtype=torch.int16)
@@ -40,20 +39,21 @@ def _decode(tile_offsets, entries, rows, k, swizzle, dtype, block_k):
     return dense[:rows, :k]
 
 
-@pytest.mark.parametrize("block_k", [64, 128])
+@pytest.mark.parametrize(("block_m", "block_k"), [(64, 64), (64, 128), (128, 64), (128, 128)])
 @pytest.mark.parametrize("swizzle", [True, False])
 @pytest.mark.parametrize("shape", [(70, 150), (1, 64), (64, 1), (130, 64), (65, 300)])
-def test_tiled_entries_hold_the_weight(shape, swizzle, block_k, gen):
-    """Every stored value once, at its row and column, in its (64, block_k) tile's run; runs
-    padded to 4 entries with skipped places; rows and columns off the tiles; empty rows."""
+def test_tiled_entries_hold_the_weight(shape, swizzle, block_k, block_m, gen):
+    """Every stored value once, at its row and column, in its (block_m, block_k) tile's run;
+    runs padded to 4 entries with skipped places; rows and columns off the tiles; empty
+    rows."""
     rows, k = shape
     for dtype in (torch.bfloat16, torch.float16):
         W = random_csr(rows, k, 0.3, gen, dtype)
         offsets, entries = tiled_entries(
-            W.row_offsets, W.column_indices, W.values, k, swizzle, block_k
+            W.row_offsets, W.column_indices, W.values, k, swizzle, block_k, block_m
         )
         assert offsets.dtype == entries.dtype == torch.int32
-        got = _decode(offsets, entries, rows, k, swizzle, dtype, block_k)
+        got = _decode(offsets, entries, rows, k, swizzle, dtype, block_k, block_m)
         assert torch.equal(got, W.to_dense())
 
 
@@ -64,21 +64,24 @@ def test_tiled_entries_reject_wide_values(gen):
     half = W.values.to(torch.bfloat16)
     with pytest.raises(ValueError, match="block_k"):
         tiled_entries(W.row_offsets, W.column_indices, half, 8, block_k=32)
+    with pytest.raises(ValueError, match="block_m"):
+        tiled_entries(W.row_offsets, W.column_indices, half, 8, block_m=96)
 
 
 def test_buffer_alone():
     assert buffer_alone(buffer_bytes()) and not buffer_alone(buffer_bytes() + 1024)
     assert buffer_alone(buffer_bytes(128), 128) and not buffer_alone(buffer_bytes(), 128)
+    assert buffer_alone(buffer_bytes(64, 128), 64, 128) and buffer_bytes(128, 128) == 65536
 
 
-def _run(W, b, swizzle=True, bias=None, activation="none", block_k=64, **tile):
+def _run(W, b, swizzle=True, bias=None, activation="none", block_k=64, block_m=64, **tile):
     offsets, entries = tiled_entries(
-        W.row_offsets, W.column_indices, W.values, b.shape[0], swizzle, block_k
+        W.row_offsets, W.column_indices, W.values, b.shape[0], swizzle, block_k, block_m
     )
     out = torch.full((W.shape[0], b.shape[1]), float("nan"), dtype=b.dtype, device=b.device)
     return spmm_csr_scatter(
         tile_offsets=offsets, entries=entries, b=b, bias=bias, out=out, activation=activation,
-        swizzle=swizzle, block_k=block_k, **tile,
+        swizzle=swizzle, block_k=block_k, block_m=block_m, **tile,
     )  # fmt: skip
 
 
@@ -113,6 +116,22 @@ def test_128_column_steps(swizzle, tokens, block_n, gen):
         W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
         x = randn(tokens, k, gen=gen, dtype=torch.bfloat16, device="cuda")
         got = _run(W, x.t(), swizzle, block_k=128, block_n=block_n, split=split)
+        want = W.to_dense().double() @ x.t().double()
+        assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_k", [64, 128])
+@pytest.mark.parametrize("tokens", [1, 16, 37])
+@pytest.mark.parametrize("block_n", [16, 64])
+def test_128_row_tiles(block_k, tokens, block_n, gen):
+    """Tiles of 128 rows on 8 warps (B's tile shared by twice the rows): rows off the tile, a
+    single row, K off the step, split ranges, poisoned out."""
+    shapes = ((70, 300, 0.3, 1), (300, 40, 0.9, 1), (129, 1000, 0.1, 3), (1, 200, 0.5, 2))
+    for rows, k, density, split in shapes:
+        W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
+        x = randn(tokens, k, gen=gen, dtype=torch.bfloat16, device="cuda")
+        got = _run(W, x.t(), block_m=128, block_k=block_k, block_n=block_n, split=split)
         want = W.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 
@@ -180,6 +199,8 @@ def test_bad_arguments_are_said(gen):
         spmm_csr_scatter(**args, block_k=96)
     with pytest.raises(ValueError, match="steps_ahead"):
         spmm_csr_scatter(**args, steps_ahead=3)
+    with pytest.raises(ValueError, match="block_m"):
+        spmm_csr_scatter(**args, block_m=32)
     with pytest.raises(ValueError, match="entries"):
         spmm_csr_scatter(**{**args, "entries": entries.long()})
     with pytest.raises(TypeError, match="16-bit"):

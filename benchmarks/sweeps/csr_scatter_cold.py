@@ -4,7 +4,8 @@ and dense, cold L2, bf16: can unstructured weights beat dense at 4-128 tokens, w
 runs 0.2-1.0x dense at 70%?
 
 LLM shapes at 70% and 90% (magnitude-pruned), 8-64 tokens (TOKENS=...); the kernel's column
-tiles, splits for 4-16 programs an SM, 64- or 128-column steps, loads one or two steps ahead.
+tiles, splits for 4-16 programs an SM, 64- or 128-column steps, loads one or two steps ahead,
+64- or 128-row tiles.
 Each timing rotates weight copies that overflow L2 twice; CUDA-graph medians in us a call, each
 configuration checked against float64 first (NaN where wrong or refused, said).
     PYTHONPATH=src python3 benchmarks/sweeps/csr_scatter_cold.py
@@ -18,23 +19,24 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.kernels.spmm_csr_scatter import BLOCK_M, spmm_csr_scatter, tiled_entries
+from sparsekernels.kernels.spmm_csr_scatter import spmm_csr_scatter, tiled_entries
 
 SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,16,32,64").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/eE][/kK][/aA]": N-token column tiles, a split for W programs an SM, a plain
-# tile, E entries a thread loaded ahead (default: the launcher's), K columns a step (64), A steps
-# loaded ahead (1)
+# "nN/wW[/plain][/eE][/kK][/aA][/mM]": N-token column tiles, a split for W programs an SM, a
+# plain tile, E entries a thread loaded ahead (default: the launcher's), K columns a step (64),
+# A steps loaded ahead (1), M rows a program (64; 128 on 8 warps)
 CONFIGS = os.environ.get(
     "CONFIGS",
-    "n16/w8,n16/w8/a2,n16/w8/k128,n16/w4/k128,n16/w8/k128/a2,n32/w8,n32/w8/a2,n32/w8/k128",
+    "n16/w8,n16/w8/a2,n16/w8/k128,n16/w4/k128,n16/w8/k128/a2,n16/w8/m128,n16/w4/m128/a2,"
+    "n32/w8,n32/w8/a2,n32/w8/k128,n32/w4/m128",
 ).split(",")
 
 
 def _option(name: str, letter: str, default):
-    """A configuration's "/eE", "/kK" or "/aA" number, else the default."""
+    """A configuration's "/eE", "/kK", "/aA" or "/mM" number, else the default."""
     found = [int(p[1:]) for p in name.split("/")[2:] if p.startswith(letter)]
     return found[0] if found else default
 
@@ -52,13 +54,14 @@ def main():
         w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), sparsity))
         dense_A = A.to_dense()
-        forms = {}
-        for swizzle in (True, False):
-            for block_k in (64, 128):
-                forms[swizzle, block_k] = tiled_entries(
-                    A.row_offsets, A.column_indices, A.values, K, swizzle, block_k
-                )
-        weight_bytes = forms[True, 64][1].nbytes
+        forms = {}  # (swizzle, block_k, block_m) -> tiled entries, built as configurations ask
+
+        def form(*key, A=A, K=K, forms=forms):
+            if key not in forms:
+                forms[key] = tiled_entries(A.row_offsets, A.column_indices, A.values, K, *key)
+            return forms[key]
+
+        weight_bytes = form(True, 64, 64)[1].nbytes
         n_copies = max(2, copies_for(weight_bytes, torch.device("cuda")))
         for tokens in TOKENS:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
@@ -72,6 +75,8 @@ def main():
                               A.shape, check=False),)
                 for _ in range(n_copies)
             ]  # fmt: skip
+            for (a,) in csr_copies:  # eager first: the route's tiled copies, outside the graph
+                sk.linear(x, a)
             timed["route"] = cold_us(lambda a: sk.linear(x, a), csr_copies)
             for name in CONFIGS:
                 block_n = int(name.split("/")[0][1:])
@@ -80,18 +85,21 @@ def main():
                 ept = _option(name, "e", None)
                 block_k = _option(name, "k", 64)
                 ahead = _option(name, "a", 1)
-                offsets, entries = forms[swizzle, block_k]
-                tiles = -(-M // BLOCK_M) * -(-tokens // block_n)
+                block_m = _option(name, "m", 64)
+                offsets, entries = form(swizzle, block_k, block_m)
+                tiles = -(-M // block_m) * -(-tokens // block_n)
                 split = max(1, min(wave * sms // tiles, -(-K // block_k)))
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
                 b = x.t()
 
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
-                        swizzle=swizzle, ept=ept, block_k=block_k, ahead=ahead):  # fmt: skip
+                        swizzle=swizzle, ept=ept, block_k=block_k, ahead=ahead,
+                        block_m=block_m):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
                         entries_per_thread=ept, block_k=block_k, steps_ahead=ahead,
+                        block_m=block_m,
                     )  # fmt: skip
 
                 key = name

@@ -13,20 +13,21 @@ epilogue's scratch reuses the space after the loop), and refuses the kernel othe
 order the zeros, the scatter and the tensor cores' reads (ldmatrix through Gluon's shared
 load).
 
-A program takes BLOCK_M (64) rows, BLOCK_N tokens and a range of column steps (BK: 64, or 128
-as an experiment: half the steps' fixed work an entry, a 32 KB buffer). The weight comes as
-`tiled_entries`, built once per weight from CSR: each (64, BK) tile's entries together, each
-one int32 (its place in the shared tile, 2 bytes, above its value's 16 bits), a tile's run
-padded to a multiple of 4 entries (a 16-byte load a thread takes 4). That is 4 bytes an entry,
-as CSR with 16-bit columns, but a second copy of the weight in this experiment. Each step: zero
-the tile and store B's (BLOCK_N, BK) tile (16-byte loads, one or a few a thread), scatter the
-tile's entries (padding entries' place is 0xFFFF: not stored), load the next step's run (up to
-a chunk) and B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2). The first version
-loaded B straight into mma's registers: every warp the whole tile, 16 scalar loads a thread at
-16 tokens with their addresses, 200 instructions a step where this takes 120 (at-ecb2746: 2-3x
-slower than the CSR route). AHEAD = 2 (an experiment) loads each step's run and B two steps
-ahead: the step seems to wait on them (26 us at 90% on 4096 x 14336 at 16 tokens where the
-bytes need 7; IPC about 1). Split-K as the other tensor-core kernels (split_k.end_piece).
+A program takes BM rows (64, or 128 with 8 warps as an experiment: B's tile then serves twice
+the rows), BLOCK_N tokens and a range of column steps (BK: 64, or 128 as an experiment: half
+the steps' fixed work an entry, a 32 KB buffer). The weight comes as `tiled_entries`, built
+once per weight from CSR: each (BM, BK) tile's entries together, each one int32 (its place in
+the shared tile, 2 bytes, above its value's 16 bits), a tile's run padded to a multiple of 4
+entries (a 16-byte load a thread takes 4). That is 4 bytes an entry, as CSR with 16-bit
+columns, but a second copy of the weight in this experiment. Each step: zero the tile and store
+B's (BLOCK_N, BK) tile (16-byte loads, one or a few a thread), scatter the tile's entries
+(padding entries' place is 0xFFFF: not stored), load the next step's run (up to a chunk) and
+B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2). The first version loaded B straight
+into mma's registers: every warp the whole tile, 16 scalar loads a thread at 16 tokens with
+their addresses, 200 instructions a step where this takes 120 (at-ecb2746: 2-3x slower than the
+CSR route). AHEAD = 2 (an experiment) loads each step's run and B two steps ahead: the step
+seems to wait on them (26 us at 90% on 4096 x 14336 at 16 tokens where the bytes need 7; IPC
+about 1). Split-K as the other tensor-core kernels (split_k.end_piece).
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False lays
@@ -46,10 +47,11 @@ from ._activation import ACTIVATION_CODES
 from ._gluon_bits import cta_barrier as _cta_barrier
 from ._sizes import cdiv
 
-BLOCK_M = 64
+BLOCK_M = 64  # rows a program by default; 128 (8 warps) shares B's tile (an experiment)
+BLOCK_MS = (64, 128)
 BLOCK_K = 64  # columns a step by default; 128 halves the steps (an experiment)
 BLOCK_KS = (64, 128)
-WARPS = 4
+WARPS = 4  # at BLOCK_M rows: a warp's mma rows are 16
 
 
 @gluon.jit
@@ -93,6 +95,7 @@ def _csr_scatter_kernel(
     SPLITS: gl.constexpr,
     FUSED: gl.constexpr,
     BLOCK_N: gl.constexpr,
+    BM: gl.constexpr,  # rows a program: 64, or 128 with 8 warps (tiled_entries' block_m)
     BK: gl.constexpr,  # columns a step: 64 or 128 (tiled_entries' block_k)
     CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
     AHEAD: gl.constexpr,  # steps whose run and B are loaded ahead: 1, or 2 (an experiment)
@@ -102,7 +105,6 @@ def _csr_scatter_kernel(
     MMA: gl.constexpr,
     A_SHARED: gl.constexpr,
 ):
-    BM: gl.constexpr = 64
     # one buffer, the kernel's only shared memory: the weight's tile at offset 0 (the
     # scatter's places), then B's (BLOCK_N, BK) tile k-contiguous (ldmatrix for mma's B)
     buffer = gl.allocate_shared_memory(DTYPE, [2, BM, BK], A_SHARED)
@@ -187,15 +189,15 @@ def _csr_scatter_kernel(
     )  # fmt: skip
 
 
-def layouts(swizzle: bool) -> dict:
-    """The kernel's layouts for 4 warps: SCATTER a chunk of entries, 4 consecutive a thread
-    (one 16-byte load), ZEROS 16 bytes a thread, MMA a warp's 16 rows, A_SHARED the tile
-    (swizzled or plain)."""
+def layouts(swizzle: bool, warps: int = WARPS) -> dict:
+    """The kernel's layouts for `warps` warps (a tile's rows / 16): SCATTER a chunk of entries,
+    4 consecutive a thread (one 16-byte load), ZEROS 16 bytes a thread, MMA a warp's 16 rows,
+    A_SHARED the tile (swizzled or plain)."""
     return {
-        "SCATTER": gl.BlockedLayout([4], [32], [WARPS], [0]),
-        "ZEROS": gl.BlockedLayout([1, 8], [4, 8], [WARPS, 1], [1, 0]),
+        "SCATTER": gl.BlockedLayout([4], [32], [warps], [0]),
+        "ZEROS": gl.BlockedLayout([1, 8], [4, 8], [warps, 1], [1, 0]),
         "MMA": gl.NVMMADistributedLayout(
-            version=[2, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, 8]
+            version=[2, 0], warps_per_cta=[warps, 1], instr_shape=[16, 8]
         ),  # fmt: skip
         "A_SHARED": gl.SwizzledSharedLayout(8, 1, 8, [1, 0])
         if swizzle
@@ -210,6 +212,7 @@ def tiled_entries(
     k: int,
     swizzle: bool = True,
     block_k: int = BLOCK_K,
+    block_m: int = BLOCK_M,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tile_offsets, entries) of a CSR weight (M, k) of 16-bit values: each (64, 64) tile's
     entries together, row tiles outer, column steps inner, each an int32 whose high 16 bits
@@ -221,7 +224,9 @@ def tiled_entries(
     rows = row_offsets.numel() - 1
     if block_k not in BLOCK_KS:
         raise ValueError(f"block_k must be one of {BLOCK_KS}, got {block_k}")
-    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, block_k)
+    if block_m not in BLOCK_MS:
+        raise ValueError(f"block_m must be one of {BLOCK_MS}, got {block_m}")
+    row_tiles, k_tiles = cdiv(rows, block_m), cdiv(k, block_k)
     nnz = column_indices.numel()
     if row_tiles * k_tiles >= 2**31:
         raise ValueError(f"the weight must have under 2^31 tiles of 64 x 64, got {(rows, k)}")
@@ -231,15 +236,15 @@ def tiled_entries(
         torch.arange(rows, device=device, dtype=i32), row_offsets.diff().long(), output_size=nnz
     )
     cols = column_indices.to(i32)
-    tile_of = entry_rows // BLOCK_M * k_tiles + cols // block_k
-    r, c = entry_rows % BLOCK_M, cols % block_k
+    tile_of = entry_rows // block_m * k_tiles + cols // block_k
+    r, c = entry_rows % block_m, cols % block_k
     del entry_rows, cols
     if swizzle:  # 16-byte chunk j of row r at chunk j ^ (r % 8)
         place = r * (block_k * 2) + (((c >> 3) ^ (r % 8)) << 4) + ((c & 7) << 1)
     else:
         place = r * (block_k * 2) + c * 2
     del r, c
-    # places are under 16384 (2^14): shifted by 16 they stay positive int32
+    # places are under 32768 (2^15): shifted by 16 they stay positive int32
     packed = (place << 16) | (values.reshape(-1).view(torch.int16).to(i32) & 0xFFFF)
     del place
     order = torch.argsort(tile_of, stable=True)
@@ -263,15 +268,15 @@ def b_step_fits(b: torch.Tensor, block_n: int, block_k: int = BLOCK_K) -> bool:
     return (block_k - 1) * b.stride(0) + (b.shape[1] + block_n) * b.stride(1) < 2**31
 
 
-def buffer_bytes(block_k: int = BLOCK_K) -> int:
-    """The kernel's one shared buffer: the weight's (64, block_k) tile, then B's."""
-    return 2 * BLOCK_M * block_k * 2
+def buffer_bytes(block_k: int = BLOCK_K, block_m: int = BLOCK_M) -> int:
+    """The kernel's one shared buffer: the weight's (block_m, block_k) tile, then B's."""
+    return 2 * block_m * block_k * 2
 
 
-def buffer_alone(shared_bytes: int, block_k: int = BLOCK_K) -> bool:
+def buffer_alone(shared_bytes: int, block_k: int = BLOCK_K, block_m: int = BLOCK_M) -> bool:
     """Whether a compiled kernel's shared memory is its buffer alone (then the weight's tile,
     the scatter's target, sits at offset 0 of the shared window)."""
-    return shared_bytes == buffer_bytes(block_k)
+    return shared_bytes == buffer_bytes(block_k, block_m)
 
 
 _CHECKED: set = set()
@@ -292,6 +297,7 @@ def spmm_csr_scatter(
     entries_per_thread: int | None = None,
     block_k: int = BLOCK_K,
     steps_ahead: int = 1,
+    block_m: int = BLOCK_M,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
@@ -307,7 +313,10 @@ def spmm_csr_scatter(
         raise ValueError(f"block_k must be one of {BLOCK_KS}, got {block_k}")
     if steps_ahead not in (1, 2):
         raise ValueError(f"steps_ahead must be 1 or 2, got {steps_ahead}")
-    row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, block_k)
+    if block_m not in BLOCK_MS:
+        raise ValueError(f"block_m must be one of {BLOCK_MS}, got {block_m}")
+    warps = block_m // 16
+    row_tiles, k_tiles = cdiv(rows, block_m), cdiv(k, block_k)
     if tile_offsets.shape != (row_tiles * k_tiles + 1,) or tile_offsets.dtype != torch.int32:
         raise ValueError(
             f"tile_offsets must be tiled_entries()'s for a ({rows}, {k}) weight: "
@@ -323,7 +332,7 @@ def spmm_csr_scatter(
                          f"{tuple(b.stride())}")  # fmt: skip
     if entries_per_thread is None:
         mean_run = entries.numel() / max(1, row_tiles * k_tiles)
-        groups = cdiv(int(mean_run), 4 * 32 * WARPS)  # 16-byte loads a thread
+        groups = cdiv(int(mean_run), 4 * 32 * warps)  # 16-byte loads a thread
         entries_per_thread = 4 if groups <= 1 else 8 if groups == 2 or block_n == 64 else 16
     if entries_per_thread not in (4, 8, 16):
         raise ValueError(f"entries_per_thread must be 4, 8 or 16, got {entries_per_thread}")
@@ -341,17 +350,18 @@ def spmm_csr_scatter(
         cols, k, k_tiles, steps_per_split, rows * cols, b.stride(0), b.stride(1), out.stride(0),
         out.stride(1),
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
-        FUSED=fused, BLOCK_N=block_n, BK=block_k, CHUNK=entries_per_thread * 32 * WARPS,
+        FUSED=fused, BLOCK_N=block_n, BM=block_m, BK=block_k,
+        CHUNK=entries_per_thread * 32 * warps,
         AHEAD=steps_ahead,
-        DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=WARPS,
-        **layouts(swizzle),
+        DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
+        **layouts(swizzle, warps),
     )  # fmt: skip
     if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
-        if not buffer_alone(compiled.metadata.shared, block_k):
+        if not buffer_alone(compiled.metadata.shared, block_k, block_m):
             raise RuntimeError(
                 f"spmm_csr_scatter: the kernel holds {compiled.metadata.shared} bytes of shared "
-                f"memory, not its buffer's {buffer_bytes(block_k)} alone: the tile's offset is "
-                "unknown"
+                f"memory, not its buffer's {buffer_bytes(block_k, block_m)} alone: the tile's "
+                "offset is unknown"
             )
         _CHECKED.add(id(compiled))
     if splits > 1 and not fused:
