@@ -73,7 +73,7 @@ def _store_entry(entry):
 
 @gluon.jit
 def _csr_scatter_kernel(
-    tile_offsets,  # (cdiv(M, 64) * K_TILES + 1,) int32: tiled_entries(), multiples of 4
+    tile_offsets,  # (cdiv(M, BM) * K_TILES + 1,) int32: tiled_entries(), multiples of 4
     entries,  # (padded nnz,) int32: tiled_entries()
     b,  # (K, N): strides stride_bk, stride_bn
     bias,
