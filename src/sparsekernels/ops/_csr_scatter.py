@@ -1,6 +1,6 @@
-"""The `scatter` backend of spmm_csr: CSR weights in half precision at 9-64 tokens on the
-tensor cores (kernels/spmm_csr_scatter.py), where the CSR kernels walk each stored entry's row
-of B and densifying costs a pass over the dense weight.
+"""The `scatter` backend of spmm_csr: CSR weights in half precision at 8-64 tokens on the
+tensor cores (kernels/spmm_csr_scatter.py; csr_scatter_tuning.py says where), where the CSR
+kernels walk each stored entry's row of B and densifying costs a pass over the dense weight.
 
 The kernel reads the weight as `tiled_entries`, a second copy of it (4 bytes a stored entry,
 as CSR with 16-bit columns). spmm builds it once for a CSRMatrix's own values (`prepare`),
@@ -93,6 +93,8 @@ def _sms(device_index: int) -> int:
 
 
 def run(row_offsets, column_indices, values, b, bias, row_order, activation):
+    """The product in b's memory order (linear's output comes back contiguous); a forced call
+    on values not prepared builds their copy here."""
     rows, k, n = row_offsets.numel() - 1, b.shape[0], b.shape[1]
     offsets, entries = _tiled(row_offsets, column_indices, values, k, build=True)
     out = spmm_out(b, rows)
