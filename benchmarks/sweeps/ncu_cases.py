@@ -17,6 +17,9 @@ thirteenth session's entry, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt):
 - the sparse-tensor-core kernel (spmm_nm_mma_sp.py) at 8 tokens moves 2:4's bytes at 3.3
   TB/s, 2:8's at 2.6 and 1:8's at 1.8, where a plain read of 1:8's values in its pattern
   (64-byte runs a row a step) reaches 2.7 incl. launch (row_run_reads.py): what holds 1:8?
+- the CSR scatter kernel (spmm_csr_scatter.py, the route at 9-32 tokens) takes 26 us at 90%
+  on 14336 x 4096 at 16 tokens where its bytes need 7; loading two steps ahead, 128-column
+  steps and 128-row tiles changed nothing (at-34d7d26): what does each step wait on?
 - the row softmax in bf16 is bound by instructions issued: how many does each form issue now
   (base-2 exponentials, one reciprocal a row), with two heads on two warps or on one warp, and
   which pipe is busiest?
@@ -78,6 +81,12 @@ def cases() -> dict:
                                           ("2:8", 4096, 14336, 4, 64),
                                           ("2:8", 14336, 4096, 3, 64)):  # fmt: skip
         calls.update(_wgmma_cases(pattern, M, K, split, block_m))
+    for sparsity, M, K in (("90%", 14336, 4096), ("70%", 4096, 14336)):
+        _, W_csr = weight(sparsity, M, K)
+        x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
+        calls[f"linear {sparsity} {M}x{K} x16 (scatter)"] = (
+            lambda W_csr=W_csr, x16=x16: sk.linear(x16, W_csr)
+        )  # fmt: skip
     g = torch.Generator(device="cuda").manual_seed(0)
     P = _pattern_from_mask(
         attention_mask("local:256", 4096, torch.device("cuda"), g), torch.float32
