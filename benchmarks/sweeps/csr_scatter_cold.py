@@ -25,14 +25,13 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,16,32,64").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/eE][/kK][/aA][/mM]": N-token column tiles, a split for W programs an SM, a
-# plain tile, E entries a thread loaded ahead (default: the launcher's), K columns a step (64),
-# A steps loaded ahead (1), M rows a program (64; 128 on 8 warps)
-CONFIGS = os.environ.get(
-    "CONFIGS",
-    "n16/w8,n16/w8/a2,n16/w8/k128,n16/w4/k128,n16/w8/k128/a2,n16/w8/m128,n16/w4/m128/a2,"
-    "n32/w8,n32/w8/a2,n32/w8/k128,n32/w4/m128",
-).split(",")
+# "nN/wW[/plain][/rc][/eE][/kK][/aA][/mM]": N-token column tiles, a split for W programs an
+# SM, a plain tile, runs in row and column order (not spread over the banks), E entries a
+# thread loaded ahead (default: the launcher's), K columns a step (64), A steps loaded ahead
+# (1), M rows a program (64; 128 on 8 warps)
+CONFIGS = os.environ.get("CONFIGS", "n16/w8,n16/w8/rc,n16/w4,n32/w8,n32/w8/rc,n32/w4/m128").split(
+    ","
+)
 
 
 def _option(name: str, letter: str, default):
@@ -54,14 +53,16 @@ def main():
         w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), sparsity))
         dense_A = A.to_dense()
-        forms = {}  # (swizzle, block_k, block_m) -> tiled entries, built as configurations ask
+        forms = {}  # (swizzle, block_k, block_m, spread) -> tiled entries, as configurations ask
 
         def form(*key, A=A, K=K, forms=forms):
             if key not in forms:
-                forms[key] = tiled_entries(A.row_offsets, A.column_indices, A.values, K, *key)
+                swizzle, block_k, block_m, spread = key
+                forms[key] = tiled_entries(A.row_offsets, A.column_indices, A.values, K, swizzle,
+                                           block_k, block_m, spread)  # fmt: skip
             return forms[key]
 
-        weight_bytes = form(True, 64, 64)[1].nbytes
+        weight_bytes = form(True, 64, 64, True)[1].nbytes
         n_copies = max(2, copies_for(weight_bytes, torch.device("cuda")))
         for tokens in TOKENS:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
@@ -86,7 +87,7 @@ def main():
                 block_k = _option(name, "k", 64)
                 ahead = _option(name, "a", 1)
                 block_m = _option(name, "m", 64)
-                offsets, entries = form(swizzle, block_k, block_m)
+                offsets, entries = form(swizzle, block_k, block_m, "rc" not in name.split("/"))
                 tiles = -(-M // block_m) * -(-tokens // block_n)
                 split = max(1, min(wave * sms // tiles, -(-K // block_k)))
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
