@@ -109,7 +109,8 @@ def main():
             dump = Path(os.environ["DUMP"], re.sub(r"\W+", "_", name))
             dump.parent.mkdir(parents=True, exist_ok=True)
             dump.with_suffix(".ttgir").write_text(compiled.asm["ttgir"])
-        print(f"{name:48s} {stats(compiled.asm['ptx'], dump)}", flush=True)
+        shared = compiled.metadata.shared
+        print(f"{name:48s} {stats(compiled.asm['ptx'], dump)} shared {shared}", flush=True)
 
 
 if __name__ == "__main__":

@@ -324,6 +324,7 @@ def spmm_csr_scatter(
     block_k: int = BLOCK_K,
     steps_ahead: int = 1,
     block_m: int = BLOCK_M,
+    wgmma: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
@@ -332,7 +333,9 @@ def spmm_csr_scatter(
     step's run is loaded a step ahead, the rest of a longer run in its step; by default what a
     mean tile's run needs, at most 8 at 64 tokens a tile (registers). `block_k` (64 or 128:
     columns a step) must be the one the entries were built with. `steps_ahead` 2 loads each
-    step's run and B two steps ahead (an experiment: more bytes in flight, more registers)."""
+    step's run and B two steps ahead (an experiment: more bytes in flight, more registers).
+    `wgmma` runs spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step
+    ahead)."""
     rows, cols = out.shape
     k = b.shape[0]
     if block_k not in BLOCK_KS:
@@ -341,6 +344,11 @@ def spmm_csr_scatter(
         raise ValueError(f"steps_ahead must be 1 or 2, got {steps_ahead}")
     if block_m not in BLOCK_MS:
         raise ValueError(f"block_m must be one of {BLOCK_MS}, got {block_m}")
+    if wgmma and (block_k, block_m, steps_ahead, swizzle) != (64, 64, 1, True):
+        raise ValueError(
+            "wgmma takes block_k=64, block_m=64, steps_ahead=1 and swizzled entries, got "
+            f"{block_k}, {block_m}, {steps_ahead}, swizzle={swizzle}"
+        )
     warps = block_m // 16
     row_tiles, k_tiles = cdiv(rows, block_m), cdiv(k, block_k)
     if tile_offsets.shape != (row_tiles * k_tiles + 1,) or tile_offsets.dtype != torch.int32:
@@ -371,23 +379,34 @@ def spmm_csr_scatter(
     grid = (row_tiles, cdiv(cols, block_n), splits)
     fused = fused and splits > 1
     counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else tile_offsets
-    compiled = _csr_scatter_kernel[grid](
+    args = (
         tile_offsets, entries, b, bias if bias is not None else b, out, partials, counters, rows,
         cols, k, k_tiles, steps_per_split, rows * cols, b.stride(0), b.stride(1), out.stride(0),
         out.stride(1),
-        HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
-        FUSED=fused, BLOCK_N=block_n, BM=block_m, BK=block_k,
-        CHUNK=entries_per_thread * 32 * warps,
-        AHEAD=steps_ahead,
-        DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
-        **layouts(swizzle, warps),
     )  # fmt: skip
+    constants = dict(
+        HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
+        FUSED=fused, BLOCK_N=block_n, CHUNK=entries_per_thread * 32 * warps,
+        DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
+    )  # fmt: skip
+    if wgmma:
+        from . import spmm_csr_scatter_wgmma as ring
+
+        compiled = ring._csr_scatter_wgmma_kernel[grid](
+            *args, B_SLOTS=ring.b_slots(block_n), **constants, **ring.layouts(block_n)
+        )
+        want = ring.buffer_bytes(block_n)
+    else:
+        compiled = _csr_scatter_kernel[grid](
+            *args, BM=block_m, BK=block_k, AHEAD=steps_ahead, **constants,
+            **layouts(swizzle, warps),
+        )  # fmt: skip
+        want = buffer_bytes(block_k, block_m)
     if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
-        if not buffer_alone(compiled.metadata.shared, block_k, block_m):
+        if compiled.metadata.shared != want:
             raise RuntimeError(
                 f"spmm_csr_scatter: the kernel holds {compiled.metadata.shared} bytes of shared "
-                f"memory, not its buffer's {buffer_bytes(block_k, block_m)} alone: the tile's "
-                "offset is unknown"
+                f"memory, not its buffer's {want} alone: the tile's offset is unknown"
             )
         _CHECKED.add(id(compiled))
     if splits > 1 and not fused:
