@@ -8,7 +8,7 @@ import torch
 
 from _helpers import assert_close, randn, random_csr, spmm_bound
 from sparsekernels.kernels.spmm_csr_scatter import spmm_csr_scatter, tiled_entries
-from sparsekernels.kernels.spmm_csr_scatter_wgmma import b_slots, buffer_bytes
+from sparsekernels.kernels.spmm_csr_scatter_wgmma import b_slots, buffer_bytes, turn_ranges
 
 
 def _run(W, b, bias=None, activation="none", **tile):
@@ -18,6 +18,15 @@ def _run(W, b, bias=None, activation="none", **tile):
         tile_offsets=offsets, entries=entries, b=b, bias=bias, out=out, activation=activation,
         wgmma=True, **tile,
     )  # fmt: skip
+
+
+def test_split_ranges_are_whole_turns():
+    """Pieces of whole turns of 3 steps covering every step, none empty; K = 0 one piece."""
+    for steps in (0, 1, 2, 3, 4, 16, 64, 224):
+        for split in (1, 2, 3, 4, 5, 16, 64):
+            per, pieces = turn_ranges(steps, split)
+            assert per % 3 == 0 and pieces <= max(1, split)
+            assert (pieces - 1) * per < max(steps, 1) <= pieces * per
 
 
 def test_buffer_holds_the_ring_and_b():

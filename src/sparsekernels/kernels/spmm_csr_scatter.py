@@ -374,7 +374,12 @@ def spmm_csr_scatter(
         raise TypeError(f"b and out must share a 16-bit dtype, got {b.dtype}, {out.dtype}")
     if rows == 0 or cols == 0:
         return out
-    steps_per_split, splits = split_k.ranges(k_tiles, split)
+    if wgmma:
+        from . import spmm_csr_scatter_wgmma as ring
+
+        steps_per_split, splits = ring.turn_ranges(k_tiles, split)
+    else:
+        steps_per_split, splits = split_k.ranges(k_tiles, split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (row_tiles, cdiv(cols, block_n), splits)
     fused = fused and splits > 1
@@ -390,8 +395,6 @@ def spmm_csr_scatter(
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
     )  # fmt: skip
     if wgmma:
-        from . import spmm_csr_scatter_wgmma as ring
-
         compiled = ring._csr_scatter_wgmma_kernel[grid](
             *args, B_SLOTS=ring.b_slots(block_n), **constants, **ring.layouts(block_n)
         )

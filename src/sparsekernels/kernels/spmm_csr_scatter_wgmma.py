@@ -48,6 +48,14 @@ def buffer_bytes(block_n: int) -> int:
     return (RING.value + b_slots(block_n)) * TILE_BYTES.value
 
 
+def turn_ranges(steps: int, split: int) -> tuple[int, int]:
+    """split_k.ranges with each piece whole turns of the ring (the kernel runs a turn whole:
+    a piece's last turn may pass its range, in empty steps), the last piece what is left."""
+    per_piece, _ = split_k.ranges(steps, split)
+    per_piece = cdiv(per_piece, RING.value) * RING.value
+    return per_piece, max(1, cdiv(steps, per_piece))
+
+
 @gluon.jit
 def _scatter_run(run, shift):
     """The run's entries stored into the tile `shift` >> 16 bytes into the buffer (padding,
@@ -112,34 +120,36 @@ def _csr_scatter_wgmma_kernel(
     b_mask = mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0)
     bt = gl.load(b_step + b_offs, mask=b_mask, other=0.0)
     _cta_barrier()  # the zeros before any warp's scatter
-    # the ring's turns unrolled: each step's tiles are static slices of the buffer
+    # The ring's turns unrolled, so each step's tiles are static slices of the buffer. A turn
+    # runs whole: steps past the range load nothing (masked: empty runs, zero B) and add zero
+    # products (the launcher makes ranges whole turns but the last). Not `if kt < end`
+    # around a step: Triton 3.6 then drops `start` from the loop's carried values.
     for k0 in range(first, end, RING):
         for r in gl.static_range(RING):
-            if k0 + r < end:
-                kt = k0 + r
-                _scatter_run(run, r * (TILE_BYTES << 16))
-                for e0 in range(start + CHUNK, stop, CHUNK):  # a run longer than a chunk
-                    at = e0 + lane
-                    _scatter_run(gl.load(entries + at, mask=at < stop, other=-1),
-                                 r * (TILE_BYTES << 16))  # fmt: skip
-                b_tile = buffer.index(RING + r * BLOCK_N // BM).slice(r * BLOCK_N % BM, BLOCK_N)
-                b_tile.store(bt)
-                acc = warpgroup_mma_wait(0, deps=[acc])  # the step before's product is done
-                fence_async_shared()  # the stores, for wgmma's reads (the async proxy)
-                _cta_barrier()
-                acc = warpgroup_mma(buffer.index(r), b_tile.permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(1, deps=[acc])  # (in flight: joined at the next step)
-                more = kt + 1 < end
-                run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
-                b_step += BK * stride_bk
-                rows_left = gl.where(more, K - (kt + 1) * BK, 0)
-                bt = gl.load(b_step + b_offs,
-                             mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
-                             other=0.0)  # fmt: skip
-                start = stop
-                stop = after
-                after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
-                buffer.index((r + RING - 1) % RING).store(zeros)  # the step before's tile
+            kt = k0 + r
+            _scatter_run(run, r * (TILE_BYTES << 16))
+            rest_end = gl.where(kt < end, stop, start)  # past the range: no second chunk
+            for e0 in range(start + CHUNK, rest_end, CHUNK):  # a run longer than a chunk
+                at = e0 + lane
+                _scatter_run(gl.load(entries + at, mask=at < stop, other=-1),
+                             r * (TILE_BYTES << 16))  # fmt: skip
+            b_tile = buffer.index(RING + r * BLOCK_N // BM).slice(r * BLOCK_N % BM, BLOCK_N)
+            b_tile.store(bt)
+            acc = warpgroup_mma_wait(0, deps=[acc])  # the step before's product is done
+            fence_async_shared()  # the stores, for wgmma's reads (the async proxy)
+            _cta_barrier()
+            acc = warpgroup_mma(buffer.index(r), b_tile.permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=[acc])  # (in flight: joined at the next step)
+            more = kt + 1 < end
+            run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
+            b_step += BK * stride_bk
+            rows_left = gl.where(more, K - (kt + 1) * BK, 0)
+            bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
+                         other=0.0)  # fmt: skip
+            start = stop
+            stop = after
+            after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
+            buffer.index((r + RING - 1) % RING).store(zeros)  # the step before's tile
     acc = warpgroup_mma_wait(0, deps=[acc])
     offs_m = gl.program_id(0) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, ACC))
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))
