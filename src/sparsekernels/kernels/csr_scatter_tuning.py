@@ -13,6 +13,11 @@ densify + cuBLAS past it) and dense:
 - Through linear (at-d3e6a60/csr_scatter_route.txt): 8 tokens at 70% 14.0-36.2 us against
   the few-token kernel's 18.4-52.6, at 90% 10.9-26.5 against 11.5-26.0 (slower on
   4096 x 14336); 32 tokens 20.5-55.4 against densifying's 28.5-144.7 on all three shapes.
+- With the runs spread over the banks (at-5bed061, cuBLAS in the same run): 16 tokens 13.6-34.0
+  us at 70% (0.91-1.01x dense), 11.2-26.2 at 90% (1.21-1.27x). A split for 4 programs an SM
+  instead of 8 was 3-15% faster on 4096 x 4096 and 4096 x 14336 and 9-11% slower on
+  14336 x 4096, in a run where the route and the same configuration called directly (its
+  output row-major, not linear's) differ by up to 9%: left at 8.
 """
 
 from __future__ import annotations

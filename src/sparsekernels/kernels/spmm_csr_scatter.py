@@ -1,8 +1,9 @@
 """CSR @ B on the tensor cores, each K step's stored entries scattered into a zeroed tile in
-shared memory (Flash-LLM's "load as sparse, compute as dense"), in Gluon. An experiment, not
-routed: the CSR bitmap kernels (restore d945ce3..5d969b6) spent 13-16 instructions on every
-element of the dense tile; here a stored entry costs a 2-byte shared store and a few integer
-operations, and the tile's zeros one 16-byte store a thread per 8 elements.
+shared memory (Flash-LLM's "load as sparse, compute as dense"), in Gluon: the CSR route at
+8-64 tokens in half precision (ops/_csr_scatter.py). The CSR bitmap kernels (restore
+d945ce3..5d969b6) spent 13-16 instructions on every element of the dense tile; here a stored
+entry costs a 2-byte shared store and a few integer operations, and the tile's zeros one
+16-byte store a thread per 8 elements.
 
 Neither Triton nor Gluon has a shared-memory scatter, so the store is PTX through
 `inline_asm_elementwise`, at an offset in the kernel's dynamic shared window (`global_smem`,
@@ -18,20 +19,23 @@ the rows), BLOCK_N tokens and a range of column steps (BK: 64, or 128 as an expe
 the steps' fixed work an entry, a 32 KB buffer). The weight comes as `tiled_entries`, built
 once per weight from CSR: each (BM, BK) tile's entries together, each one int32 (its place in
 the shared tile, 2 bytes, above its value's 16 bits), a tile's run padded to a multiple of 4
-entries (a 16-byte load a thread takes 4). That is 4 bytes an entry, as CSR with 16-bit
-columns, but a second copy of the weight in this experiment. Each step: zero the tile and store
-B's (BLOCK_N, BK) tile (16-byte loads, one or a few a thread), scatter the tile's entries
-(padding entries' place is 0xFFFF: not stored), load the next step's run (up to a chunk) and
-B's tile, then ldmatrix both and mma.sync (Gluon's mma_v2). The first version loaded B straight
-into mma's registers: every warp the whole tile, 16 scalar loads a thread at 16 tokens with
-their addresses, 200 instructions a step where this takes 120 (at-ecb2746: 2-3x slower than the
-CSR route). AHEAD = 2 (an experiment) loads each step's run and B two steps ahead: the step
-seems to wait on them (26 us at 90% on 4096 x 14336 at 16 tokens where the bytes need 7; IPC
-about 1). Split-K as the other tensor-core kernels (split_k.end_piece).
+entries (a 16-byte load a thread takes 4) and dealt over the shared banks (a warp's store
+writes entries about n / 32 apart in bank order: 1.8 words a bank where row-and-column order
+wrote 3.2; 5-10% faster at 70%, at-5bed061). Each step: zero the tile and store B's
+(BLOCK_N, BK) tile (16-byte loads), scatter the tile's entries (padding entries' place is
+0xFFFF: not stored), load the next step's run (up to a chunk) and B's tile, then ldmatrix both
+and mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels (split_k.end_piece).
+
+What holds it (Nsight Compute, at-35aed1b: 90% on 14336 x 4096 at 16 tokens, 26 us where its
+bytes need 7): the L1/shared pipe 83% busy, short-scoreboard waits 43% of a warp's cycles, 256
+shared wavefronts a step (zeros 64, ldmatrix 128 of which B's tile read by every warp 64,
+scatter 47). Measured and no faster: loads two steps ahead (AHEAD = 2), 128-column steps,
+128-row tiles sharing B (at-34d7d26), and wgmma reading both tiles from shared memory in a
+ring of three, half the wavefronts gone (spmm_csr_scatter_wgmma.py, `wgmma=True`, at-ac07a0e).
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
-16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice; swizzle=False lays
-the rows plainly (a fallback if the two disagree on a GPU). The places are computed when the
+16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice (wgmma's 128-byte
+swizzle is the same); swizzle=False lays the rows plainly. The places are computed when the
 entries are built, so the kernel and `tiled_entries` must agree on it.
 """
 

@@ -1,22 +1,30 @@
 """The scatter kernel (spmm_csr_scatter.py) with wgmma reading the tiles from shared memory,
-three tiles in a ring, in Gluon (sm_90).
+three tiles in a ring, in Gluon (sm_90). An experiment, not routed: no faster.
 
 Nsight Compute on the mma.sync form (results/nvidia-h200/2026-12-02/at-35aed1b/ncu.txt, 90%
 on 14336 x 4096 at 16 tokens): the L1/shared pipe 83% busy, short-scoreboard waits 43% of a
 warp's cycles. Of a step's 256 shared wavefronts (a 64 x 64 tile, 4 warps) ldmatrix took
 128: the weight's tile once, B's tile once for each warp. wgmma reads both from shared
 memory itself, B once for the warpgroup, and without an instruction a warp waits on; that
-leaves the zeros (64), the scatter and B's store (16).
+leaves the zeros (64), the scatter and B's store (16). Measured (at-ac07a0e): within noise of
+mma.sync at 8-32 tokens (16 tokens, 70%: 33.8-35.0 us on the large shapes against 32.5-37.1;
+90%: 24.5-24.8 against 24.2-26.2); its 32 KB buffer also allows fewer programs an SM. So the
+shared pipe's bytes are not what holds the step.
 
 The ring lets the tensor cores run a step's product while the warps load and scatter the
 next: step i scatters into tile i % 3, waits for step i - 1's wgmma, fences the shared
 stores for the async proxy and meets the other warps at the step's one barrier, starts its
 wgmma asynchronously, loads step i + 1's run and B, and zeroes tile (i + 2) % 3 (step
 i - 1's, whose wgmma every warp has seen finish before the barrier); the scatter into that
-tile comes two barriers later. The tiles are the 128-byte swizzle wgmma reads (NVMMA: row
-r's 16-byte chunk j at j ^ (r % 8)), the places tiled_entries(swizzle=True) computes; the
-scatter adds the tile's offset in the kernel's one buffer (the weight's three tiles, then
-B's), which the launcher checks sits at offset 0 of the shared window.
+tile comes two barriers later. The ring's turn is unrolled (static tile slices) and runs
+whole: past a program's range a step's loads are masked off (an empty run, zero B) and its
+product adds zero, and the launcher cuts K into ranges of whole turns (`turn_ranges`). With
+an `if` around each step instead, Triton 3.6 dropped the run's start from the loop's carried
+values (the TTGIR's scf.for lacked it): wrong past one turn (at-33c8671). The tiles are the
+128-byte swizzle wgmma reads (NVMMA: row r's 16-byte chunk j at j ^ (r % 8)), the places
+tiled_entries(swizzle=True) computes; the scatter adds the tile's offset in the kernel's one
+buffer (the weight's three tiles, then B's), which the launcher checks sits at offset 0 of
+the shared window.
 """
 
 from __future__ import annotations
