@@ -290,7 +290,7 @@ for step in $steps; do
       timeout 300 ncu --clock-control none --profile-from-start off --nvtx \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
         --section Occupancy --section LaunchStats --section SchedulerStats \
-        --section InstructionStats --section ComputeWorkloadAnalysis \
+        --section InstructionStats --section ComputeWorkloadAnalysis --section SourceCounters \
         python3 benchmarks/sweeps/ncu_cases.py >"$out/ncu.txt" 2>&1
       echo "ncu rc=$? $(grep -c 'profiled:' "$out/ncu.txt") cases" ;;
     trainstep)

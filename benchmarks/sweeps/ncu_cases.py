@@ -19,7 +19,8 @@ thirteenth session's entry, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt):
   (64-byte runs a row a step) reaches 2.7 incl. launch (row_run_reads.py): what holds 1:8?
 - the CSR scatter kernel (spmm_csr_scatter.py, the route at 9-32 tokens) takes 26 us at 90%
   on 14336 x 4096 at 16 tokens where its bytes need 7; loading two steps ahead, 128-column
-  steps and 128-row tiles changed nothing (at-34d7d26): what does each step wait on?
+  steps and 128-row tiles changed nothing (at-34d7d26): what does each step wait on? (read in
+  at-35aed1b: the shared pipe; the wgmma ring, half its wavefronts, is no faster: and now?)
 - the row softmax in bf16 is bound by instructions issued: how many does each form issue now
   (base-2 exponentials, one reciprocal a row), with two heads on two warps or on one warp, and
   which pipe is busiest?
@@ -87,6 +88,7 @@ def cases() -> dict:
         calls[f"linear {sparsity} {M}x{K} x16 (scatter)"] = (
             lambda W_csr=W_csr, x16=x16: sk.linear(x16, W_csr)
         )  # fmt: skip
+        calls[f"wgmma ring {sparsity} {M}x{K} x16 (scatter)"] = _scatter_ring_case(W_csr, x16)
     g = torch.Generator(device="cuda").manual_seed(0)
     P = _pattern_from_mask(
         attention_mask("local:256", 4096, torch.device("cuda"), g), torch.float32
@@ -99,6 +101,22 @@ def cases() -> dict:
         num_warps=1, heads=2,
     )  # fmt: skip
     return calls
+
+
+def _scatter_ring_case(W, x):
+    """The scatter kernel's wgmma ring (spmm_csr_scatter_wgmma.py) with the route's split: the
+    mma.sync form's shared wavefronts halved bought nothing (at-ac07a0e); what does its step
+    wait on now?"""
+    from sparsekernels.kernels.spmm_csr_scatter import spmm_csr_scatter, tiled_entries
+
+    offsets, entries = tiled_entries(W.row_offsets, W.column_indices, W.values, W.shape[1])
+    out = torch.empty(W.shape[0], x.shape[0], device="cuda", dtype=torch.bfloat16)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    split = max(1, min(8 * sms // -(-W.shape[0] // 64), -(-W.shape[1] // 64)))
+    return lambda: spmm_csr_scatter(
+        tile_offsets=offsets, entries=entries, b=x.t(), bias=None, out=out, activation="none",
+        split=split, wgmma=True,
+    )  # fmt: skip
 
 
 def _wgmma_cases(pattern: str, M: int, K: int, split: int, block_m: int) -> dict:
