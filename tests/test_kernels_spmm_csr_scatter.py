@@ -1,10 +1,11 @@
-"""The scatter-into-shared-memory CSR kernel (kernels/spmm_csr_scatter.py, an experiment, not
-routed): its tiled entries decoded back on the CPU, the kernel on the GPU (Gluon has no
-interpreter) against float64 with poisoned outputs."""
+"""The scatter-into-shared-memory CSR kernel (kernels/spmm_csr_scatter.py, the CSR route at
+8-64 tokens in half precision): its tiled entries decoded back on the CPU, the kernel on the
+GPU (Gluon has no interpreter) against float64 with poisoned outputs."""
 
 import pytest
 import torch
 
+import sparsekernels as sk
 from _helpers import assert_close, randn, random_csr, spmm_bound
 from sparsekernels.kernels.spmm_csr_scatter import (
     buffer_alone,
@@ -184,6 +185,26 @@ def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, block_k, steps
                    block_k=block_k, steps_ahead=steps_ahead)  # fmt: skip
         want = W.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("steps_ahead", [1, 2])
+@pytest.mark.parametrize("split", [1, 2, 5])
+@pytest.mark.parametrize("entries_per_thread", [4, 16])
+def test_late_mask_cuts_runs_to_their_tile(steps_ahead, split, entries_per_thread, gen):
+    """Runs loaded to the range's end and cut when scattered: a sparse tile before a dense
+    one (the over-read is the next tile's entries), empty tiles, runs longer than a chunk,
+    split ranges (the over-read stops at the range's end), K off the step."""
+    W = random_csr(130, 900, 0.05, gen, torch.bfloat16, "cuda")
+    dense = W.to_dense()
+    dense[:, 64:128] = randn(130, 64, gen=gen, dtype=torch.bfloat16, device="cuda")  # full
+    dense[:, 256:384] = 0  # two empty column steps
+    for weight in (W, sk.CSRMatrix.from_dense(dense)):
+        x = randn(16, 900, gen=gen, dtype=torch.bfloat16, device="cuda")
+        got = _run(weight, x.t(), late_mask=True, steps_ahead=steps_ahead, split=split,
+                   entries_per_thread=entries_per_thread)  # fmt: skip
+        want = weight.to_dense().double() @ x.t().double()
+        assert_close(got, want, spmm_bound(weight.to_dense(), x.t()), torch.bfloat16)
 
 
 @pytest.mark.gpu

@@ -32,6 +32,10 @@ shared wavefronts a step (zeros 64, ldmatrix 128 of which B's tile read by every
 scatter 47). Measured and no faster: loads two steps ahead (AHEAD = 2), 128-column steps,
 128-row tiles sharing B (at-34d7d26), and wgmma reading both tiles from shared memory in a
 ring of three, half the wavefronts gone (spmm_csr_scatter_wgmma.py, `wgmma=True`, at-ac07a0e).
+A step takes ~1.2 us, about one cold load: each run's load is masked by its end, an offset
+loaded the step before, a chain every form kept. LATE_MASK (`late_mask`, not yet run on a
+GPU) loads a run to its range's end and cuts it to its tile when scattering, so a run's load
+needs only its start, loaded two steps before.
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice (wgmma's 128-byte
@@ -103,6 +107,7 @@ def _csr_scatter_kernel(
     BK: gl.constexpr,  # columns a step: 64 or 128 (tiled_entries' block_k)
     CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
     AHEAD: gl.constexpr,  # steps whose run and B are loaded ahead: 1, or 2 (an experiment)
+    LATE_MASK: gl.constexpr,  # runs loaded to the range's end, cut to their tile at the scatter
     DTYPE: gl.constexpr,  # the values' type
     SCATTER: gl.constexpr,  # layouts()
     ZEROS: gl.constexpr,
@@ -130,10 +135,14 @@ def _csr_scatter_kernel(
     tiles = tile_offsets + gl.program_id(0) * K_TILES
     # Loads AHEAD steps ahead: each step's run and B's tile are read during the step (or two)
     # before it, the run's bounds a step earlier still (a run's load needs them). Bounds of
-    # step kt: [start, stop); `after` ends step kt + 1's run, `after2` step kt + 2's.
+    # step kt: [start, stop); `after` ends step kt + 1's run, `after2` step kt + 2's. A run's
+    # load masked by its end waits on the offset loaded a step before; with LATE_MASK it is
+    # masked by the range's end (`last`) and cut to its tile when scattered, so its load
+    # needs only its start, loaded two steps before: no load waits on the step before's.
     start = gl.multiple_of(gl.load(tiles + first), 4)
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
     after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
+    last = gl.multiple_of(gl.load(tiles + end), 4) if LATE_MASK else stop  # a run load's bound
     run = gl.load(entries + start + lane, mask=start + lane < stop, other=-1)  # -1: skipped
     b_step = b + first.to(gl.int64) * BK * stride_bk
     b_mask = mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0)
@@ -141,7 +150,8 @@ def _csr_scatter_kernel(
     if AHEAD == 2:
         after2 = gl.multiple_of(gl.load(tiles + gl.minimum(first + 3, K_TILES)), 4)
         more = first + 1 < end
-        run2 = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
+        bound = last if LATE_MASK else after
+        run2 = gl.load(entries + stop + lane, mask=(stop + lane < bound) & more, other=-1)
         rows_left = gl.where(more, K - (first + 1) * BK, 0)
         bt2 = gl.load(b_step + BK * stride_bk + b_offs,
                       mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0), other=0.0)  # fmt: skip
@@ -149,13 +159,16 @@ def _csr_scatter_kernel(
         tile.store(zeros)
         b_tile.store(bt)
         _cta_barrier()
+        if LATE_MASK:
+            run = gl.where(start + lane < stop, run, -1)  # the next tile's entries: skipped
         _store_entry(run)
         for e0 in range(start + CHUNK, stop, CHUNK):  # a run longer than a chunk
             at = e0 + lane
             _store_entry(gl.load(entries + at, mask=at < stop, other=-1))
         if AHEAD == 1:
             more = kt + 1 < end
-            run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
+            bound = last if LATE_MASK else after
+            run = gl.load(entries + stop + lane, mask=(stop + lane < bound) & more, other=-1)
             b_step += BK * stride_bk
             rows_left = gl.where(more, K - (kt + 1) * BK, 0)
             bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
@@ -165,7 +178,8 @@ def _csr_scatter_kernel(
             after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
         else:  # step kt + 2's run [after, after2) and B
             more = kt + 2 < end
-            run_next = gl.load(entries + after + lane, mask=(after + lane < after2) & more,
+            bound = last if LATE_MASK else after2
+            run_next = gl.load(entries + after + lane, mask=(after + lane < bound) & more,
                                other=-1)  # fmt: skip
             b_step += BK * stride_bk
             rows_left = gl.where(more, K - (kt + 2) * BK, 0)
@@ -329,6 +343,7 @@ def spmm_csr_scatter(
     steps_ahead: int = 1,
     block_m: int = BLOCK_M,
     wgmma: bool = False,
+    late_mask: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
@@ -339,7 +354,8 @@ def spmm_csr_scatter(
     columns a step) must be the one the entries were built with. `steps_ahead` 2 loads each
     step's run and B two steps ahead (an experiment: more bytes in flight, more registers).
     `wgmma` runs spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step
-    ahead)."""
+    ahead). `late_mask` loads each run up to its range's end and cuts it to its tile when
+    scattered (an experiment: no load then waits on an offset loaded the step before)."""
     rows, cols = out.shape
     k = b.shape[0]
     if block_k not in BLOCK_KS:
@@ -396,6 +412,7 @@ def spmm_csr_scatter(
     constants = dict(
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
         FUSED=fused, BLOCK_N=block_n, CHUNK=entries_per_thread * 32 * warps,
+        LATE_MASK=late_mask,
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
     )  # fmt: skip
     if wgmma:
