@@ -248,7 +248,8 @@ for step in $steps; do
         timeout 400 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_m2_prefetch.txt" 2>&1)
       echo "nmmmaspm2p rc=$? $(tail -1 "$out/nm_mma_sp_m2_prefetch.txt")" ;;
     csrscatter)  # the scatter-into-shared-memory CSR kernel: its GPU tests, then the cold sweep
-      timeout 240 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_scatter.py -n 8 \
+      timeout 240 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_scatter.py \
+        tests/test_kernels_spmm_csr_scatter_wgmma.py tests/test_csr_scatter_route.py -n 8 \
         >"$out/gpu_tests_csr_scatter.log" 2>&1
       echo "csrscatter tests rc=$? $(tail -1 "$out/gpu_tests_csr_scatter.log")"
       PYTHONPATH=$PWD/src timeout 300 python3 benchmarks/sweeps/csr_scatter_cold.py \
