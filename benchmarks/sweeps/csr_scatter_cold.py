@@ -29,9 +29,9 @@ SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",
 # programs an SM, a plain tile, runs in row and column order (not spread over the banks), the
 # wgmma ring (spmm_csr_scatter_wgmma.py), runs loaded to the range's end and cut at the
 # scatter (late_mask), E entries a thread loaded ahead (default: the launcher's), K columns a
-# step (64), A steps loaded ahead (1), M rows a program (64; 128 on 8 warps)
+# step (64), A steps loaded ahead (1; 2: in pairs, runs cut at the scatter), M rows a program (64; 128 on 8 warps)
 CONFIGS = os.environ.get(
-    "CONFIGS", "n16/w8,n16/w8/lm,n16/w8/a2/lm,n16/w4/lm,n16/w4/wg/lm,n32/w8,n32/w8/lm"
+    "CONFIGS", "n16/w8,n16/w8/a2,n16/w4/a2,n16/w16/a2,n32/w8,n32/w8/a2,n32/w4/a2"
 ).split(",")
 
 

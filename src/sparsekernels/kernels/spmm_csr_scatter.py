@@ -29,13 +29,13 @@ and mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels (split_k
 What holds it (Nsight Compute, at-35aed1b: 90% on 14336 x 4096 at 16 tokens, 26 us where its
 bytes need 7): the L1/shared pipe 83% busy, short-scoreboard waits 43% of a warp's cycles, 256
 shared wavefronts a step (zeros 64, ldmatrix 128 of which B's tile read by every warp 64,
-scatter 47). Measured and no faster: loads two steps ahead (AHEAD = 2), 128-column steps,
-128-row tiles sharing B (at-34d7d26), and wgmma reading both tiles from shared memory in a
-ring of three, half the wavefronts gone (spmm_csr_scatter_wgmma.py, `wgmma=True`, at-ac07a0e).
-A step takes ~1.2 us, about one cold load: each run's load is masked by its end, an offset
-loaded the step before, a chain every form kept. LATE_MASK (`late_mask`, not yet run on a
-GPU) loads a run to its range's end and cuts it to its tile when scattering, so a run's load
-needs only its start, loaded two steps before.
+scatter 47). Measured and no faster: 128-column steps, 128-row tiles sharing B (at-34d7d26),
+wgmma reading both tiles from shared memory in a ring of three, half the wavefronts gone
+(spmm_csr_scatter_wgmma.py, `wgmma=True`, at-ac07a0e), and runs loaded to the range's end and
+cut when scattered (`late_mask`, at-4ba51d1). A step takes ~1.2 us, about one cold load: the
+one-ahead walk waits each step on the loads of the step before, and the first two-ahead walk
+did too (its SASS copied the rotated registers at each step's end, a copy waiting for its
+load). `steps_ahead=2` now walks the steps in pairs with nothing loaded rotating (two_ahead).
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice (wgmma's 128-byte
@@ -48,35 +48,17 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
-from ._gluon_bits import cta_barrier as _cta_barrier
 from ._sizes import cdiv
+from .spmm_csr_scatter_walks import one_ahead, two_ahead
 
 BLOCK_M = 64  # rows a program by default; 128 (8 warps) shares B's tile (an experiment)
 BLOCK_MS = (64, 128)
 BLOCK_K = 64  # columns a step by default; 128 halves the steps (an experiment)
 BLOCK_KS = (64, 128)
 WARPS = 4  # at BLOCK_M rows: a warp's mma rows are 16
-
-
-@gluon.jit
-def _store_entry(entry):
-    """Entry (int32: place in the tile's bytes above the value's 16 bits) stored into the
-    tile at the dynamic shared window's offset 0 unless its place is 0xFFFF (padding). The
-    store is its effect (not pure: kept though its zeros go unused)."""
-    return gl.inline_asm_elementwise(
-        "{ .reg .pred p; .reg .b16 v, at; .reg .u32 a; mov.b32 {v, at}, $1; "
-        "setp.ne.u16 p, at, 0xFFFF; cvt.u32.u16 a, at; mov.u32 $0, global_smem; "
-        "add.u32 a, a, $0; @p st.shared.b16 [a], v; mov.u32 $0, 0; }",
-        "=r,r",
-        [entry],
-        dtype=gl.int32,
-        is_pure=False,
-        pack=1,
-    )
 
 
 @gluon.jit
@@ -133,72 +115,16 @@ def _csr_scatter_kernel(
     first = gl.program_id(2) * TILES_PER_SPLIT
     end = gl.minimum(first + TILES_PER_SPLIT, K_TILES)
     tiles = tile_offsets + gl.program_id(0) * K_TILES
-    # Loads AHEAD steps ahead: each step's run and B's tile are read during the step (or two)
-    # before it, the run's bounds a step earlier still (a run's load needs them). Bounds of
-    # step kt: [start, stop); `after` ends step kt + 1's run, `after2` step kt + 2's. A run's
-    # load masked by its end waits on the offset loaded a step before; with LATE_MASK it is
-    # masked by the range's end (`last`) and cut to its tile when scattered, so its load
-    # needs only its start, loaded two steps before: no load waits on the step before's.
-    start = gl.multiple_of(gl.load(tiles + first), 4)
-    stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
-    after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
-    last = gl.multiple_of(gl.load(tiles + end), 4) if LATE_MASK else stop  # a run load's bound
-    run = gl.load(entries + start + lane, mask=start + lane < stop, other=-1)  # -1: skipped
-    b_step = b + first.to(gl.int64) * BK * stride_bk
-    b_mask = mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0)
-    bt = gl.load(b_step + b_offs, mask=b_mask, other=0.0)
-    if AHEAD == 2:
-        after2 = gl.multiple_of(gl.load(tiles + gl.minimum(first + 3, K_TILES)), 4)
-        more = first + 1 < end
-        bound = last if LATE_MASK else after
-        run2 = gl.load(entries + stop + lane, mask=(stop + lane < bound) & more, other=-1)
-        rows_left = gl.where(more, K - (first + 1) * BK, 0)
-        bt2 = gl.load(b_step + BK * stride_bk + b_offs,
-                      mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0), other=0.0)  # fmt: skip
-    for kt in range(first, end):
-        tile.store(zeros)
-        b_tile.store(bt)
-        _cta_barrier()
-        if LATE_MASK:
-            run = gl.where(start + lane < stop, run, -1)  # the next tile's entries: skipped
-        _store_entry(run)
-        for e0 in range(start + CHUNK, stop, CHUNK):  # a run longer than a chunk
-            at = e0 + lane
-            _store_entry(gl.load(entries + at, mask=at < stop, other=-1))
-        if AHEAD == 1:
-            more = kt + 1 < end
-            bound = last if LATE_MASK else after
-            run = gl.load(entries + stop + lane, mask=(stop + lane < bound) & more, other=-1)
-            b_step += BK * stride_bk
-            rows_left = gl.where(more, K - (kt + 1) * BK, 0)
-            bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
-                         other=0.0)  # fmt: skip
-            start = stop
-            stop = after
-            after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
-        else:  # step kt + 2's run [after, after2) and B
-            more = kt + 2 < end
-            bound = last if LATE_MASK else after2
-            run_next = gl.load(entries + after + lane, mask=(after + lane < bound) & more,
-                               other=-1)  # fmt: skip
-            b_step += BK * stride_bk
-            rows_left = gl.where(more, K - (kt + 2) * BK, 0)
-            bt_next = gl.load(b_step + BK * stride_bk + b_offs,
-                              mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),
-                              other=0.0)  # fmt: skip
-            run = run2
-            run2 = run_next
-            bt = bt2
-            bt2 = bt_next
-            start = stop
-            stop = after
-            after = after2
-            after2 = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 4, K_TILES)), 4)
-        _cta_barrier()
-        a = tile.load(a_layout)
-        b_op = b_tile.permute((1, 0)).load(b_layout)
-        acc = mma_v2(a, b_op, acc)
-        _cta_barrier()  # every warp has read the tiles before the next step writes them
+    # AHEAD steps' runs and B's tiles in flight: one_ahead's steps each wait about one cold
+    # load; two_ahead's loads have two steps to land
+    if AHEAD == 1:
+        acc = one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk,
+                         lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, LATE_MASK,
+                         a_layout, b_layout)  # fmt: skip
+    else:
+        acc = two_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk,
+                         lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, a_layout,
+                         b_layout)  # fmt: skip
     offs_m = gl.program_id(0) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, MMA))
     split_k.end_piece(
@@ -351,8 +277,9 @@ def spmm_csr_scatter(
     steps into that many ranges (split_k). `entries_per_thread` (4, 8 or 16) sets how much of a
     step's run is loaded a step ahead, the rest of a longer run in its step; by default what a
     mean tile's run needs, at most 8 at 64 tokens a tile (registers). `block_k` (64 or 128:
-    columns a step) must be the one the entries were built with. `steps_ahead` 2 loads each
-    step's run and B two steps ahead (an experiment: more bytes in flight, more registers).
+    columns a step) must be the one the entries were built with. `steps_ahead` 2 walks the
+    steps in pairs, each step's run (to the range's end, cut when scattered: late_mask
+    always) and B loaded two steps ahead (an experiment: 64 registers at 16 tokens, not 48).
     `wgmma` runs spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step
     ahead). `late_mask` loads each run up to its range's end and cuts it to its tile when
     scattered (an experiment: no load then waits on an offset loaded the step before)."""

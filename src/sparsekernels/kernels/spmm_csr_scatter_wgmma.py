@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from . import split_k
 from ._gluon_bits import cta_barrier as _cta_barrier
 from ._sizes import cdiv
-from .spmm_csr_scatter import _store_entry
+from .spmm_csr_scatter_walks import store_entry
 
 RING = gl.constexpr(3)  # the weight's tiles in flight: scattered, read by wgmma, zeroed
 TILE_BYTES = gl.constexpr(64 * 64 * 2)
@@ -65,10 +65,10 @@ def turn_ranges(steps: int, split: int) -> tuple[int, int]:
 
 
 @gluon.jit
-def _scatter_run(run, shift):
+def scatter_run(run, shift):
     """The run's entries stored into the tile `shift` >> 16 bytes into the buffer (padding,
     -1, stays padding)."""
-    _store_entry(gl.where(run != -1, run + shift, run))
+    store_entry(gl.where(run != -1, run + shift, run))
 
 
 @gluon.jit
@@ -139,11 +139,11 @@ def _csr_scatter_wgmma_kernel(
             kt = k0 + r
             if LATE_MASK:
                 run = gl.where(start + lane < stop, run, -1)  # the next tile's: skipped
-            _scatter_run(run, r * (TILE_BYTES << 16))
+            scatter_run(run, r * (TILE_BYTES << 16))
             rest_end = gl.where(kt < end, stop, start)  # past the range: no second chunk
             for e0 in range(start + CHUNK, rest_end, CHUNK):  # a run longer than a chunk
                 at = e0 + lane
-                _scatter_run(gl.load(entries + at, mask=at < stop, other=-1),
+                scatter_run(gl.load(entries + at, mask=at < stop, other=-1),
                              r * (TILE_BYTES << 16))  # fmt: skip
             b_tile = buffer.index(RING + r * BLOCK_N // BM).slice(r * BLOCK_N % BM, BLOCK_N)
             b_tile.store(bt)
