@@ -144,17 +144,19 @@ def test_b_permuted_in_the_kernel(n, m, tile, wide, gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize(("n", "m"), [(2, 4), (2, 8), (1, 8)])
 @pytest.mark.parametrize(("natural_b", "wide"), [(False, False), (True, False), (True, True)])
-def test_prefetch_a_step_ahead(n, m, natural_b, wide, gen):
-    """Each step's loads issued a step ahead: ranges of one step, of several and of only a
-    masked tail (split 1, 3 and 64 over 5 steps and a partial one), bias and GELU."""
+@pytest.mark.parametrize("tile", [(1, 8, 1), (2, 8, 1)])
+def test_prefetch_a_step_ahead(n, m, natural_b, wide, tile, gen):
+    """Each step's loads issued a step ahead, the steps in pairs: ranges of one step, of two,
+    of an odd number past a whole pair (5: the pairs' loop, then one step) and of only a
+    masked tail (split 1, 2, 3 and 64 over 5 steps and a partial one), bias and GELU."""
     groups = 5 * 32 + 6  # 5 full steps of k256 and a partial one (m = 4: 2.5 steps and a tail)
     W = random_nm(77, groups * 8, n, m, gen, 1, 1, torch.bfloat16, "cuda")
     x = randn(11, groups * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(77, gen=gen, dtype=torch.bfloat16, device="cuda")
     want = torch.nn.functional.gelu(W.to_dense().double() @ x.t().double() + bias[:, None])
     bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
-    for split in (1, 3, 64):
-        got = _launch_poisoned(W, x.t(), (1, 8, 1), bias=bias, activation="gelu", split=split,
+    for split in (1, 2, 3, 64):
+        got = _launch_poisoned(W, x.t(), tile, bias=bias, activation="gelu", split=split,
                                natural_b=natural_b, wide_b_stores=wide, prefetch=True)  # fmt: skip
         assert_close(got, want, bound, torch.bfloat16)
 

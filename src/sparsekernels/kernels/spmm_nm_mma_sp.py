@@ -305,18 +305,36 @@ def _nm_mma_sp_kernel(
     first = gl.program_id(2) * GROUPS_PER_SPLIT
     end = gl.minimum(first + GROUPS_PER_SPLIT, groups_total)
     full = first + (end - first) // STEP * STEP
-    if PREFETCH:  # each step's loads issued before the step ahead of it runs its MMAs
-        if full > first:
-            loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, first, end, K, KB,
+    if PREFETCH:  # two steps' registers (la, lb), each step's loads issued into the set
+        # its step of the pair before freed. Rotating one set through another (the first
+        # form, at 7e0b151) made the compiler copy them each step, a copy waiting for its
+        # load: that form prefetched nothing.
+        pairs_end = first + (full - first) // (2 * STEP) * (2 * STEP)
+        if pairs_end > first:
+            la = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, first, end, K, KB, N_KEEP,
+                            M_GROUP, False, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
+            lb = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, first + STEP, end, K, KB,
+                            N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
+                            B_NATURAL)  # fmt: skip
+            for g0 in range(first, pairs_end - 2 * STEP, 2 * STEP):
+                acc = _mma_step(acc, la, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
+                                A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
+                la = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0 + 2 * STEP, end, K,
+                                KB, N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
+                                B_NATURAL)  # fmt: skip
+                acc = _mma_step(acc, lb, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
+                                A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
+                lb = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0 + 3 * STEP, end, K,
+                                KB, N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
+                                B_NATURAL)  # fmt: skip
+            acc = _mma_step(acc, la, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
+                            B_LOAD, B_NATURAL)  # fmt: skip
+            acc = _mma_step(acc, lb, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
+                            B_LOAD, B_NATURAL)  # fmt: skip
+        if pairs_end < full:  # an odd step
+            loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, pairs_end, end, K, KB,
                                 N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
                                 B_NATURAL)  # fmt: skip
-            for g0 in range(first + STEP, full, STEP):
-                ahead = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB,
-                                   N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
-                                   B_NATURAL)  # fmt: skip
-                acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
-                                A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
-                loaded = ahead
             acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
                             A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
     else:
