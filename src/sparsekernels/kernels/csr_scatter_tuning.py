@@ -18,6 +18,13 @@ densify + cuBLAS past it) and dense:
   instead of 8 was 3-15% faster on 4096 x 4096 and 4096 x 14336 and 9-11% slower on
   14336 x 4096, in a run where the route and the same configuration called directly (its
   output row-major, not linear's) differ by up to 9%: left at 8.
+- Past 16 tokens (32-token tiles), a split for 4 programs an SM, not 8 (at-8e676ab/
+  csr_scatter_cold_wide.txt, 24-64 tokens): 4096 x 14336 39-71 us against 51-81 at 70%, 33-57
+  against 41-77 at 90%; 4096 x 4096 16-25 against 25-37 (8 an SM, or densifying past 32
+  tokens); 14336 x 4096 5-10% faster at 70%, 0-8% slower at 90% at 32-64 tokens. Fewer
+  ranges, fewer partial tiles to sum. Dense is still faster there (12-36 us).
+- Steps loaded two ahead (`steps_ahead=2`, in pairs, no copies waiting on loads) was no faster
+  anywhere (at-211b1ee), nor runs cut at the scatter (`late_mask`, at-4ba51d1).
 """
 
 from __future__ import annotations
@@ -27,9 +34,9 @@ from dataclasses import dataclass
 CSR_SCATTER_MIN_N = 9  # below: the CSR few-token kernel
 CSR_SCATTER_MAX_N = 64  # above: densify + cuBLAS
 CSR_SCATTER_8_MIN_DENSITY = 0.25  # 8 tokens too, for weights this dense (70% sparse: 0.3)
-# Past 32 tokens only on large weights: at 64, 4096 x 4096 lost to densifying (31-35 us against
-# 26-34) where 14336 x 4096 and 4096 x 14336 won (60-88 against 92-146); at 32 all three won.
-CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**25
+# Past 32 tokens only on weights of 4096 x 4096 or more: there, 4 programs an SM beat densifying
+# (4096 x 4096 at 48-64 tokens: 20-25 us against 27-37, at-8e676ab); smaller ones unmeasured.
+CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**24
 
 
 def csr_scatter_takes(n: int, density: float, elements: int) -> bool:
@@ -49,4 +56,6 @@ class CsrScatterConfig:
 
 
 def csr_scatter_config(n: int) -> CsrScatterConfig:
-    return CsrScatterConfig(block_n=16 if n <= 16 else 32, programs_per_sm=8)
+    if n <= 16:
+        return CsrScatterConfig(block_n=16, programs_per_sm=8)
+    return CsrScatterConfig(block_n=32, programs_per_sm=4)
