@@ -280,14 +280,12 @@ def _cases() -> dict:
         "swizzled 128 columns 16 tokens": (16, True, 4, True, 1024),
         "swizzled two ahead 16 tokens": (16, True, 4, True, 512),
         "swizzled 128 rows 16 tokens": (16, True, 4, True, 1024),
-        "swizzled late mask 16 tokens": (16, True, 4, True, 512),
-        "swizzled two ahead late mask 16 tokens": (16, True, 4, True, 512),
     }.items():
         block_k = 128 if "128 columns" in name else 64
         warps = 8 if "128 rows" in name else 4
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=fused, BLOCK_N=block_n, BM=16 * warps, BK=block_k,
-                         CHUNK=chunk, LATE_MASK="late mask" in name,
+                         CHUNK=chunk,
                          AHEAD=2 if "two ahead" in name else 1,
                          DTYPE=tl.bfloat16, **scatter_layouts(swizzle, warps))  # fmt: skip
         # tile offsets, entries, b, bias, out, partials, counters
@@ -298,11 +296,10 @@ def _cases() -> dict:
         "64 tokens bias": (64, 1, False, 1024),
         "32 tokens partial planes": (32, 2, False, 2048),
         "8 tokens split 8": (8, 8, True, 2048),
-        "late mask 16 tokens": (16, 4, True, 512),
     }.items():
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=fused, BLOCK_N=block_n, CHUNK=chunk,
-                         LATE_MASK="late mask" in name, B_SLOTS=scatter_ring.b_slots(block_n),
+                         B_SLOTS=scatter_ring.b_slots(block_n),
                          DTYPE=tl.bfloat16,
                          **scatter_ring.layouts(block_n))  # fmt: skip
         pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
@@ -392,13 +389,10 @@ CASE_NAMES = [
     "csr scatter swizzled 128 columns 16 tokens",
     "csr scatter swizzled two ahead 16 tokens",
     "csr scatter swizzled 128 rows 16 tokens",
-    "csr scatter swizzled late mask 16 tokens",
-    "csr scatter swizzled two ahead late mask 16 tokens",
     "csr scatter wgmma 16 tokens split 4",
     "csr scatter wgmma 64 tokens bias",
     "csr scatter wgmma 32 tokens partial planes",
     "csr scatter wgmma 8 tokens split 8",
-    "csr scatter wgmma late mask 16 tokens",
 ]
 
 

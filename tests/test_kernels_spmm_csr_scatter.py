@@ -191,17 +191,18 @@ def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, block_k, steps
 @pytest.mark.parametrize("steps_ahead", [1, 2])
 @pytest.mark.parametrize("split", [1, 2, 5])
 @pytest.mark.parametrize("entries_per_thread", [4, 16])
-def test_late_mask_cuts_runs_to_their_tile(steps_ahead, split, entries_per_thread, gen):
-    """Runs loaded to the range's end and cut when scattered: a sparse tile before a dense
-    one (the over-read is the next tile's entries), empty tiles, runs longer than a chunk,
-    split ranges (the over-read stops at the range's end), K off the step."""
+def test_runs_cut_to_their_tile(steps_ahead, split, entries_per_thread, gen):
+    """Tile boundaries (two steps ahead loads each run to the range's end and cuts it when
+    scattering): a sparse tile before a dense one (the over-read is the next tile's entries),
+    empty tiles, runs longer than a chunk, split ranges (the over-read stops at the range's
+    end), K off the step."""
     W = random_csr(130, 900, 0.05, gen, torch.bfloat16, "cuda")
     dense = W.to_dense()
     dense[:, 64:128] = randn(130, 64, gen=gen, dtype=torch.bfloat16, device="cuda")  # full
     dense[:, 256:384] = 0  # two empty column steps
     for weight in (W, sk.CSRMatrix.from_dense(dense)):
         x = randn(16, 900, gen=gen, dtype=torch.bfloat16, device="cuda")
-        got = _run(weight, x.t(), late_mask=True, steps_ahead=steps_ahead, split=split,
+        got = _run(weight, x.t(), steps_ahead=steps_ahead, split=split,
                    entries_per_thread=entries_per_thread)  # fmt: skip
         want = weight.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(weight.to_dense(), x.t()), torch.bfloat16)

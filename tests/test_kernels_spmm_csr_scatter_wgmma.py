@@ -53,18 +53,15 @@ def test_every_element_written(dtype, tokens, block_n, gen):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("late_mask", [False, True])
 @pytest.mark.parametrize("entries_per_thread", [4, 8, 16])
 @pytest.mark.parametrize("split", [1, 2, 3, 5])
-def test_runs_and_split_ranges(entries_per_thread, split, late_mask, gen):
+def test_runs_and_split_ranges(entries_per_thread, split, gen):
     """Dense tiles (runs of 2-8 chunks) and sparse ones; split ranges of 1-7 steps, each
-    starting its ring at tile 0 and ending mid-turn; runs loaded to the range's end and cut
-    at the scatter (late_mask)."""
+    starting its ring at tile 0 and ending mid-turn."""
     for rows, k, density in ((64, 64, 0.97), (130, 1300, 0.6), (200, 1000, 0.02)):
         W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
         x = randn(16, k, gen=gen, dtype=torch.bfloat16, device="cuda")
-        got = _run(W, x.t(), entries_per_thread=entries_per_thread, split=split, fused=False,
-                   late_mask=late_mask)  # fmt: skip
+        got = _run(W, x.t(), entries_per_thread=entries_per_thread, split=split, fused=False)
         want = W.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 

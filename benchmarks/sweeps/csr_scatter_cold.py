@@ -25,14 +25,12 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,16,32,64").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/rc][/wg][/lm][/eE][/kK][/aA][/mM]": N-token column tiles, a split for W
-# programs an SM, a plain tile, runs in row and column order (not spread over the banks), the
-# wgmma ring (spmm_csr_scatter_wgmma.py), runs loaded to the range's end and cut at the
-# scatter (late_mask), E entries a thread loaded ahead (default: the launcher's), K columns a
-# step (64), A steps loaded ahead (1; 2: in pairs, runs cut at the scatter), M rows a program (64; 128 on 8 warps)
-CONFIGS = os.environ.get(
-    "CONFIGS", "n16/w8,n16/w8/a2,n16/w4/a2,n16/w16/a2,n32/w8,n32/w8/a2,n32/w4/a2"
-).split(",")
+# "nN/wW[/plain][/rc][/wg][/eE][/kK][/aA][/mM]": N-token column tiles, a split for W programs
+# an SM, a plain tile, runs in row and column order (not spread over the banks), the wgmma
+# ring (spmm_csr_scatter_wgmma.py), E entries a thread loaded ahead (default: the launcher's),
+# K columns a step (64), A steps loaded ahead (1; 2: in pairs), M rows a program (64; 128 on 8
+# warps). The routed ones: n16/w8 to 16 tokens, n32/w4 past.
+CONFIGS = os.environ.get("CONFIGS", "n16/w8,n16/w4,n16/w8/a2,n32/w4,n32/w8,n32/w4/a2").split(",")
 
 
 def _option(name: str, letter: str, default):
@@ -89,7 +87,6 @@ def main():
                 ahead = _option(name, "a", 1)
                 block_m = _option(name, "m", 64)
                 wgmma = "wg" in name.split("/")
-                late_mask = "lm" in name.split("/")
                 offsets, entries = form(swizzle, block_k, block_m, "rc" not in name.split("/"))
                 tiles = -(-M // block_m) * -(-tokens // block_n)
                 split = max(1, min(wave * sms // tiles, -(-K // block_k)))
@@ -98,12 +95,12 @@ def main():
 
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
                         swizzle=swizzle, ept=ept, block_k=block_k, ahead=ahead,
-                        block_m=block_m, wgmma=wgmma, late_mask=late_mask):  # fmt: skip
+                        block_m=block_m, wgmma=wgmma):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
                         entries_per_thread=ept, block_k=block_k, steps_ahead=ahead,
-                        block_m=block_m, wgmma=wgmma, late_mask=late_mask,
+                        block_m=block_m, wgmma=wgmma,
                     )  # fmt: skip
 
                 key = name

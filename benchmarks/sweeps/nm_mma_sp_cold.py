@@ -36,8 +36,8 @@ WAVE = int(os.environ.get("WAVE", "4"))
 
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     """/b: B permuted in the kernel; /v: likewise, loaded for 16-byte shared stores; /wW: split
-    for W programs an SM; /sS: S ranges; /p: each step's loads a step ahead (2:4 at 7fb308d:
-    no faster); /o: a column-major out (as linear's); /c: likewise, stored by runs of rows."""
+    for W programs an SM; /sS: S ranges; /p: each step's loads a step ahead (in pairs: no
+    faster, at-8e676ab); /o: a column-major out (as linear's); /c: likewise, stored by runs of rows."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))

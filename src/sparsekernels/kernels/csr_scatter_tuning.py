@@ -24,7 +24,7 @@ densify + cuBLAS past it) and dense:
   tokens); 14336 x 4096 5-10% faster at 70%, 0-8% slower at 90% at 32-64 tokens. Fewer
   ranges, fewer partial tiles to sum. Dense is still faster there (12-36 us).
 - Steps loaded two ahead (`steps_ahead=2`, in pairs, no copies waiting on loads) was no faster
-  anywhere (at-211b1ee), nor runs cut at the scatter (`late_mask`, at-4ba51d1).
+  anywhere (at-211b1ee), nor runs cut at the scatter (`late_mask`, at-4ba51d1; dropped).
 """
 
 from __future__ import annotations

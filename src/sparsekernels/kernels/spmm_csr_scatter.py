@@ -30,12 +30,15 @@ What holds it (Nsight Compute, at-35aed1b: 90% on 14336 x 4096 at 16 tokens, 26 
 bytes need 7): the L1/shared pipe 83% busy, short-scoreboard waits 43% of a warp's cycles, 256
 shared wavefronts a step (zeros 64, ldmatrix 128 of which B's tile read by every warp 64,
 scatter 47). Measured and no faster: 128-column steps, 128-row tiles sharing B (at-34d7d26),
-wgmma reading both tiles from shared memory in a ring of three, half the wavefronts gone
-(spmm_csr_scatter_wgmma.py, `wgmma=True`, at-ac07a0e), and runs loaded to the range's end and
-cut when scattered (`late_mask`, at-4ba51d1). A step takes ~1.2 us, about one cold load: the
-one-ahead walk waits each step on the loads of the step before, and the first two-ahead walk
-did too (its SASS copied the rotated registers at each step's end, a copy waiting for its
-load). `steps_ahead=2` now walks the steps in pairs with nothing loaded rotating (two_ahead).
+wgmma reading both tiles from shared memory in a ring of three (spmm_csr_scatter_wgmma.py,
+`wgmma=True`, at-ac07a0e), runs loaded to the range's end and cut at the scatter (at-4ba51d1,
+dropped after), and every step's loads two steps ahead (`steps_ahead=2`, in pairs so that no
+register copy waits on a load, at-211b1ee). So a program's chain of loads is not what holds it:
+with 8 programs an SM their steps overlap. The L1 pipe is: at 90% a 64 x 64 tile's zeros and
+its ldmatrix move 16 KB of shared memory for ~410 entries (40 bytes an entry against 4 from
+DRAM, a wider ratio than the H200's ~7x of shared to DRAM bandwidth); at 70%, with the
+scatter, ~315 wavefronts a step, 17 us on 14336 x 4096 at one wavefront a cycle, plus ~5 us of
+a program's fixed latency (the offsets, the first run, the split's sum): 1.4x dense at best.
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice (wgmma's 128-byte
@@ -89,7 +92,6 @@ def _csr_scatter_kernel(
     BK: gl.constexpr,  # columns a step: 64 or 128 (tiled_entries' block_k)
     CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
     AHEAD: gl.constexpr,  # steps whose run and B are loaded ahead: 1, or 2 (an experiment)
-    LATE_MASK: gl.constexpr,  # runs loaded to the range's end, cut to their tile at the scatter
     DTYPE: gl.constexpr,  # the values' type
     SCATTER: gl.constexpr,  # layouts()
     ZEROS: gl.constexpr,
@@ -115,16 +117,15 @@ def _csr_scatter_kernel(
     first = gl.program_id(2) * TILES_PER_SPLIT
     end = gl.minimum(first + TILES_PER_SPLIT, K_TILES)
     tiles = tile_offsets + gl.program_id(0) * K_TILES
-    # AHEAD steps' runs and B's tiles in flight: one_ahead's steps each wait about one cold
-    # load; two_ahead's loads have two steps to land
+    # AHEAD steps' runs and B's tiles in flight (two: an experiment, no faster)
     if AHEAD == 1:
         acc = one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk,
-                         lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, LATE_MASK,
-                         a_layout, b_layout)  # fmt: skip
+                        lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, a_layout,
+                        b_layout)  # fmt: skip
     else:
         acc = two_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk,
-                         lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, a_layout,
-                         b_layout)  # fmt: skip
+                        lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, a_layout,
+                        b_layout)  # fmt: skip
     offs_m = gl.program_id(0) * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
     offs_n = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, MMA))
     split_k.end_piece(
@@ -269,7 +270,6 @@ def spmm_csr_scatter(
     steps_ahead: int = 1,
     block_m: int = BLOCK_M,
     wgmma: bool = False,
-    late_mask: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
@@ -278,11 +278,9 @@ def spmm_csr_scatter(
     step's run is loaded a step ahead, the rest of a longer run in its step; by default what a
     mean tile's run needs, at most 8 at 64 tokens a tile (registers). `block_k` (64 or 128:
     columns a step) must be the one the entries were built with. `steps_ahead` 2 walks the
-    steps in pairs, each step's run (to the range's end, cut when scattered: late_mask
-    always) and B loaded two steps ahead (an experiment: 64 registers at 16 tokens, not 48).
-    `wgmma` runs spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step
-    ahead). `late_mask` loads each run up to its range's end and cuts it to its tile when
-    scattered (an experiment: no load then waits on an offset loaded the step before)."""
+    steps in pairs, each step's run (to the range's end, cut when scattered) and B loaded two
+    steps ahead (an experiment, no faster: 64 registers at 16 tokens, not 48). `wgmma` runs
+    spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step ahead; no faster)."""
     rows, cols = out.shape
     k = b.shape[0]
     if block_k not in BLOCK_KS:
@@ -339,7 +337,6 @@ def spmm_csr_scatter(
     constants = dict(
         HAS_BIAS=bias is not None, ACTIVATION=ACTIVATION_CODES[activation], SPLITS=splits,
         FUSED=fused, BLOCK_N=block_n, CHUNK=entries_per_thread * 32 * warps,
-        LATE_MASK=late_mask,
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
     )  # fmt: skip
     if wgmma:

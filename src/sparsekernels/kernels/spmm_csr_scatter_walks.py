@@ -71,20 +71,15 @@ def one_ahead(
     stride_bk,
     BK: gl.constexpr,
     CHUNK: gl.constexpr,
-    LATE_MASK: gl.constexpr,
     a_layout: gl.constexpr,
     b_layout: gl.constexpr,
 ):
     """The steps [first, end), each step's run and B's tile loaded during the step before.
-    Bounds of step kt: [start, stop); `after` ends step kt + 1's run. A run's load masked by
-    its end waits on that offset, loaded a step before; LATE_MASK masks it by the range's
-    end (`last`) instead. Either way the step waits on the loads of the step before: a step
-    takes about one cold load."""
+    Bounds of step kt: [start, stop); `after` ends step kt + 1's run."""
     start = gl.multiple_of(gl.load(tiles + first), 4)
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
     after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
-    last = gl.multiple_of(gl.load(tiles + end), 4) if LATE_MASK else stop  # a run load's bound
-    run = gl.load(entries + start + lane, mask=start + lane < last, other=-1)  # -1: skipped
+    run = gl.load(entries + start + lane, mask=start + lane < stop, other=-1)  # -1: skipped
     b_step = b + first.to(gl.int64) * BK * stride_bk
     bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0),
                  other=0.0)  # fmt: skip
@@ -94,8 +89,7 @@ def one_ahead(
         _cta_barrier()
         scatter_run(run, start, stop, entries, lane, CHUNK)
         more = kt + 1 < end
-        bound = last if LATE_MASK else after
-        run = gl.load(entries + stop + lane, mask=(stop + lane < bound) & more, other=-1)
+        run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
         b_step += BK * stride_bk
         rows_left = gl.where(more, K - (kt + 1) * BK, 0)
         bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),

@@ -65,7 +65,7 @@ def turn_ranges(steps: int, split: int) -> tuple[int, int]:
 
 
 @gluon.jit
-def scatter_run(run, shift):
+def _scatter_shifted(run, shift):
     """The run's entries stored into the tile `shift` >> 16 bytes into the buffer (padding,
     -1, stays padding)."""
     store_entry(gl.where(run != -1, run + shift, run))
@@ -96,7 +96,6 @@ def _csr_scatter_wgmma_kernel(
     FUSED: gl.constexpr,
     BLOCK_N: gl.constexpr,
     CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
-    LATE_MASK: gl.constexpr,  # runs loaded to the range's end, cut at the scatter (mma.sync's)
     B_SLOTS: gl.constexpr,  # b_slots(BLOCK_N)
     DTYPE: gl.constexpr,
     SCATTER: gl.constexpr,  # layouts()
@@ -124,7 +123,6 @@ def _csr_scatter_wgmma_kernel(
     start = gl.multiple_of(gl.load(tiles + first), 4)
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
     after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
-    last = gl.multiple_of(gl.load(tiles + end), 4) if LATE_MASK else stop  # a run load's bound
     run = gl.load(entries + start + lane, mask=start + lane < stop, other=-1)
     b_step = b + first.to(gl.int64) * BK * stride_bk
     b_mask = mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0)
@@ -137,13 +135,11 @@ def _csr_scatter_wgmma_kernel(
     for k0 in range(first, end, RING):
         for r in gl.static_range(RING):
             kt = k0 + r
-            if LATE_MASK:
-                run = gl.where(start + lane < stop, run, -1)  # the next tile's: skipped
-            scatter_run(run, r * (TILE_BYTES << 16))
+            _scatter_shifted(run, r * (TILE_BYTES << 16))
             rest_end = gl.where(kt < end, stop, start)  # past the range: no second chunk
             for e0 in range(start + CHUNK, rest_end, CHUNK):  # a run longer than a chunk
                 at = e0 + lane
-                scatter_run(gl.load(entries + at, mask=at < stop, other=-1),
+                _scatter_shifted(gl.load(entries + at, mask=at < stop, other=-1),
                              r * (TILE_BYTES << 16))  # fmt: skip
             b_tile = buffer.index(RING + r * BLOCK_N // BM).slice(r * BLOCK_N % BM, BLOCK_N)
             b_tile.store(bt)
@@ -153,8 +149,7 @@ def _csr_scatter_wgmma_kernel(
             acc = warpgroup_mma(buffer.index(r), b_tile.permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(1, deps=[acc])  # (in flight: joined at the next step)
             more = kt + 1 < end
-            bound = last if LATE_MASK else after
-            run = gl.load(entries + stop + lane, mask=(stop + lane < bound) & more, other=-1)
+            run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
             b_step += BK * stride_bk
             rows_left = gl.where(more, K - (kt + 1) * BK, 0)
             bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < rows_left, 0),

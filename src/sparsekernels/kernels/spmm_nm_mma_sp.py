@@ -25,7 +25,8 @@ B goes through shared memory once a program (every warp reads all of it): read a
 permuted on the way (natural_b; with wide_b_stores loaded so that a thread's shared stores are
 16 bytes, not 4), or permuted by a launch before (permuted_b). A step is 8 k32 blocks (k256);
 a warp one m16 tile. Split-K as the wgmma kernel (split_k.end_piece: the last piece of a tile
-sums the planes in order). prefetch issues each step's loads a step ahead.
+sums the planes in order). prefetch issues each step's loads a step ahead, the steps in pairs:
+no faster at 1-16 tokens (at-8e676ab: 96 registers, not 80; slower at 1-8 tokens), not routed.
 
 2:8 and 1:8: a group is two of the MMA's chunks of four (its halves); the lane loads the
 group's values once and makes both halves' registers from them by the group's class (shifts
