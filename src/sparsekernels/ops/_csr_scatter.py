@@ -41,7 +41,7 @@ def _fits(values: torch.Tensor, b: torch.Tensor, rows: int) -> bool:
         and values.dtype in _HALF
         and values.numel() > 0  # nothing stored, or K = 0: the other kernels' zeros
         and tuning.csr_scatter_takes(n, values.numel() / (rows * b.shape[0]), rows * b.shape[0])
-        and b_step_fits(b, tuning.csr_scatter_config(n).block_n)
+        and b_step_fits(b, tuning.csr_scatter_config(n, rows, b.shape[0]).block_n)
     )
 
 
@@ -100,7 +100,7 @@ def run(row_offsets, column_indices, values, b, bias, row_order, activation):
     out = spmm_out(b, rows)
     if out.numel() == 0:
         return out
-    config = tuning.csr_scatter_config(n)
+    config = tuning.csr_scatter_config(n, rows, k)
     tiles = cdiv(rows, BLOCK_M) * cdiv(n, config.block_n)
     sms = _sms(b.device.index if b.device.index is not None else torch.cuda.current_device())
     split = max(1, min(config.programs_per_sm * sms // tiles, cdiv(k, 64)))
