@@ -280,11 +280,13 @@ def _cases() -> dict:
         "swizzled 128 columns 16 tokens": (16, True, 4, True, 1024),
         "swizzled two ahead 16 tokens": (16, True, 4, True, 512),
         "swizzled 128 rows 16 tokens": (16, True, 4, True, 1024),
+        "swizzled 128 rows on 4 warps 16 tokens": (16, True, 4, True, 512),
     }.items():
         block_k = 128 if "128 columns" in name else 64
-        warps = 8 if "128 rows" in name else 4
+        block_m = 128 if "128 rows" in name else 64
+        warps = 4 if "4 warps" in name else block_m // 16
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
-                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, BM=16 * warps, BK=block_k,
+                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, BM=block_m, BK=block_k,
                          CHUNK=chunk,
                          AHEAD=2 if "two ahead" in name else 1,
                          DTYPE=tl.bfloat16, **scatter_layouts(swizzle, warps))  # fmt: skip
@@ -387,6 +389,7 @@ CASE_NAMES = [
     "csr scatter plain 64 tokens bias",
     "csr scatter swizzled 32 tokens partial planes",
     "csr scatter swizzled 128 columns 16 tokens",
+    "csr scatter swizzled 128 rows on 4 warps 16 tokens",
     "csr scatter swizzled two ahead 16 tokens",
     "csr scatter swizzled 128 rows 16 tokens",
     "csr scatter wgmma 16 tokens split 4",

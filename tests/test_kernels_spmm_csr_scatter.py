@@ -157,14 +157,16 @@ def test_128_column_steps(swizzle, tokens, block_n, gen):
 @pytest.mark.parametrize("block_k", [64, 128])
 @pytest.mark.parametrize("tokens", [1, 16, 37])
 @pytest.mark.parametrize("block_n", [16, 64])
-def test_128_row_tiles(block_k, tokens, block_n, gen):
-    """Tiles of 128 rows on 8 warps (B's tile shared by twice the rows): rows off the tile, a
-    single row, K off the step, split ranges, poisoned out."""
+@pytest.mark.parametrize("warps", [8, 4])
+def test_128_row_tiles(block_k, tokens, block_n, warps, gen):
+    """Tiles of 128 rows on 8 warps (B's tile shared by twice the rows) or 4 (a warp's two m16
+    tiles): rows off the tile, a single row, K off the step, split ranges, poisoned out."""
     shapes = ((70, 300, 0.3, 1), (300, 40, 0.9, 1), (129, 1000, 0.1, 3), (1, 200, 0.5, 2))
     for rows, k, density, split in shapes:
         W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
         x = randn(tokens, k, gen=gen, dtype=torch.bfloat16, device="cuda")
-        got = _run(W, x.t(), block_m=128, block_k=block_k, block_n=block_n, split=split)
+        got = _run(W, x.t(), block_m=128, block_k=block_k, block_n=block_n, split=split,
+                   warps=warps)  # fmt: skip
         want = W.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 
@@ -255,6 +257,8 @@ def test_bad_arguments_are_said(gen):
         spmm_csr_scatter(**args, steps_ahead=3)
     with pytest.raises(ValueError, match="block_m"):
         spmm_csr_scatter(**args, block_m=32)
+    with pytest.raises(ValueError, match="warps"):
+        spmm_csr_scatter(**args, warps=8)  # 64 rows: a warp's 16 at least
     with pytest.raises(ValueError, match="entries"):
         spmm_csr_scatter(**{**args, "entries": entries.long()})
     with pytest.raises(TypeError, match="16-bit"):

@@ -29,12 +29,15 @@ SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",
 # an SM, a plain tile, runs in row and column order (not spread over the banks), the wgmma
 # ring (spmm_csr_scatter_wgmma.py), E entries a thread loaded ahead (default: the launcher's),
 # K columns a step (64), A steps loaded ahead (1; 2: in pairs), M rows a program (64; 128 on 8
-# warps). The routed ones: n16/w8 to 16 tokens, n32/w4 past.
-CONFIGS = os.environ.get("CONFIGS", "n16/w8,n16/w4,n16/w8/a2,n32/w4,n32/w8,n32/w4/a2").split(",")
+# warps), G warps (M / 16, or 4 at M 128). Routed: n16/w8 to 16 tokens (w4 where rows <= K),
+# n32/w4 past.
+CONFIGS = os.environ.get(
+    "CONFIGS", "n16/w8,n16/w4,n16/w4/m128/g4,n16/w8/m128/g4,n32/w4,n32/w4/m128/g4"
+).split(",")
 
 
 def _option(name: str, letter: str, default):
-    """A configuration's "/eE", "/kK", "/aA" or "/mM" number, else the default."""
+    """A configuration's "/eE", "/kK", "/aA", "/mM" or "/gG" number, else the default."""
     found = [int(p[1:]) for p in name.split("/")[2:] if p.startswith(letter)]
     return found[0] if found else default
 
@@ -86,6 +89,7 @@ def main():
                 block_k = _option(name, "k", 64)
                 ahead = _option(name, "a", 1)
                 block_m = _option(name, "m", 64)
+                warps = _option(name, "g", None)
                 wgmma = "wg" in name.split("/")
                 offsets, entries = form(swizzle, block_k, block_m, "rc" not in name.split("/"))
                 tiles = -(-M // block_m) * -(-tokens // block_n)
@@ -95,12 +99,12 @@ def main():
 
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
                         swizzle=swizzle, ept=ept, block_k=block_k, ahead=ahead,
-                        block_m=block_m, wgmma=wgmma):  # fmt: skip
+                        block_m=block_m, wgmma=wgmma, warps=warps):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
                         entries_per_thread=ept, block_k=block_k, steps_ahead=ahead,
-                        block_m=block_m, wgmma=wgmma,
+                        block_m=block_m, wgmma=wgmma, warps=warps,
                     )  # fmt: skip
 
                 key = name

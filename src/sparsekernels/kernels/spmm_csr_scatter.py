@@ -14,17 +14,18 @@ epilogue's scratch reuses the space after the loop), and refuses the kernel othe
 order the zeros, the scatter and the tensor cores' reads (ldmatrix through Gluon's shared
 load).
 
-A program takes BM rows (64, or 128 with 8 warps as an experiment: B's tile then serves twice
-the rows), BLOCK_N tokens and a range of column steps (BK: 64, or 128 as an experiment: half
-the steps' fixed work an entry, a 32 KB buffer). The weight comes as `tiled_entries`, built
-once per weight from CSR: each (BM, BK) tile's entries together, each one int32 (its place in
-the shared tile, 2 bytes, above its value's 16 bits), a tile's run padded to a multiple of 4
-entries (a 16-byte load a thread takes 4) and dealt over the shared banks (a warp's store
-writes entries about n / 32 apart in bank order: 1.8 words a bank where row-and-column order
-wrote 3.2; 5-10% faster at 70%, at-5bed061). Each step: zero the tile and store B's
-(BLOCK_N, BK) tile (16-byte loads), scatter the tile's entries (padding entries' place is
-0xFFFF: not stored), load the next step's run (up to a chunk) and B's tile, then ldmatrix both
-and mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels (split_k.end_piece).
+A program takes BM rows (64, or 128 as an experiment: B's tile then serves twice the rows, on 8
+warps or on 4 with two m16 tiles a warp), BLOCK_N tokens and a range of column steps (BK: 64,
+or 128 as an experiment: half the steps' fixed work an entry, a 32 KB buffer). The weight comes
+as `tiled_entries`, built once per weight from CSR: each (BM, BK) tile's entries together, each
+one int32 (its place in the shared tile, 2 bytes, above its value's 16 bits), a tile's run
+padded to a multiple of 4 entries (a 16-byte load a thread takes 4) and dealt over the shared
+banks (a warp's store writes entries about n / 32 apart in bank order: 1.8 words a bank where
+row-and-column order wrote 3.2; 5-10% faster at 70%, at-5bed061). Each step: zero the tile and
+store B's (BLOCK_N, BK) tile (16-byte loads), scatter the tile's entries (padding entries'
+place is 0xFFFF: not stored), load the next step's run (up to a chunk) and B's tile, then
+ldmatrix both and mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels
+(split_k.end_piece).
 
 What holds it (Nsight Compute, at-35aed1b: 90% on 14336 x 4096 at 16 tokens, 26 us where its
 bytes need 7): the L1/shared pipe 83% busy, short-scoreboard waits 43% of a warp's cycles, 256
@@ -270,6 +271,7 @@ def spmm_csr_scatter(
     steps_ahead: int = 1,
     block_m: int = BLOCK_M,
     wgmma: bool = False,
+    warps: int | None = None,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
@@ -280,7 +282,9 @@ def spmm_csr_scatter(
     columns a step) must be the one the entries were built with. `steps_ahead` 2 walks the
     steps in pairs, each step's run (to the range's end, cut when scattered) and B loaded two
     steps ahead (an experiment, no faster: 64 registers at 16 tokens, not 48). `wgmma` runs
-    spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step ahead; no faster)."""
+    spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step ahead; no faster).
+    `warps`: block_m / 16 (a warp's 16 rows), or 4 at block_m 128 (an experiment: a warp's
+    two m16 tiles share its read of B's tile, half the ldmatrix of B an entry)."""
     rows, cols = out.shape
     k = b.shape[0]
     if block_k not in BLOCK_KS:
@@ -294,7 +298,10 @@ def spmm_csr_scatter(
             "wgmma takes block_k=64, block_m=64, steps_ahead=1 and swizzled entries, got "
             f"{block_k}, {block_m}, {steps_ahead}, swizzle={swizzle}"
         )
-    warps = block_m // 16
+    if warps is None:
+        warps = block_m // 16
+    if warps not in (4, block_m // 16):
+        raise ValueError(f"warps must be 4 or block_m / 16 ({block_m // 16}), got {warps}")
     row_tiles, k_tiles = cdiv(rows, block_m), cdiv(k, block_k)
     if tile_offsets.shape != (row_tiles * k_tiles + 1,) or tile_offsets.dtype != torch.int32:
         raise ValueError(
