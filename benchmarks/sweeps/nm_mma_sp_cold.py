@@ -37,7 +37,8 @@ WAVE = int(os.environ.get("WAVE", "4"))
 def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
     """/b: B permuted in the kernel; /v: likewise, loaded for 16-byte shared stores; /wW: split
     for W programs an SM; /sS: S ranges; /p: each step's loads a step ahead (in pairs: no
-    faster, at-8e676ab); /o: a column-major out (as linear's); /c: likewise, stored by runs of rows."""
+    faster, at-8e676ab); /o: a column-major out (as linear's); /c: likewise, stored by runs of rows;
+    /d: permuted B loaded by each warp, no shared copy."""
     tile, *flags = name.split("/")
     mt, rest = tile[1:].split("k")
     kb, nt = (int(d) for d in rest.split("n"))
@@ -54,6 +55,7 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
         wide_b_stores="v" in flags,
         prefetch="p" in flags,
         out_m_fastest="c" in flags,
+        b_direct="d" in flags,
     )
 
 
