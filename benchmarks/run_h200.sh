@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p nmbdirect csrscatter csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p nmbdirect host csrscatter csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -247,6 +247,10 @@ for step in $steps; do
         CONFIGS=m2k8n1/b/w8,m2k8n1/b/w8/p,m2k8n1/b/p/s4,m2k8n1/b/p/s8,m2k8n2/w4,m2k8n2/w4/p \
         timeout 400 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_m2_prefetch.txt" 2>&1)
       echo "nmmmaspm2p rc=$? $(tail -1 "$out/nm_mma_sp_m2_prefetch.txt")" ;;
+    host)  # host time of eager calls and where it goes (cProfile): sweeps/host_overhead.py
+      PYTHONPATH=$PWD/src timeout 200 python3 benchmarks/sweeps/host_overhead.py \
+        >"$out/host_overhead.txt" 2>&1
+      echo "host rc=$? $(tail -14 "$out/host_overhead.txt" | tr '\n' ';')" ;;
     nmbdirect)  # mma.sp with permuted B loaded by each warp (/d), no shared copy: tests, sweep
       timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_mma_sp.py -n 8 \
         -k "b_direct or bad_patterns" >"$out/gpu_tests_b_direct.log" 2>&1

@@ -1,6 +1,7 @@
 """Host time of an eager call (no grad) of the public ops, and where it goes (cProfile):
-SDDMM, the row softmax, linear with a 2:8 and a 70% CSR weight at one token, and torch's
-matmul, each in a host-bound loop of 200 calls. Prints a table last.
+SDDMM, the row softmax, linear with 2:4, 2:8, 1:8 and 70% / 90% CSR weights at one token and
+at 16 (the mma.sp kernel, the few-token and scatter kernels), and torch's matmul, each in a
+host-bound loop of 200 calls. Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/host_overhead.py
 """
 
@@ -29,17 +30,29 @@ mask = torch.rand(4096, 4096, device=dev) < 0.02
 P = sk.CSRMatrix.from_dense(torch.randn(4096, 4096, device=dev, dtype=bf) * mask)
 X = torch.randn(4096, 64, device=dev, dtype=bf)
 Y = torch.randn(4096, 64, device=dev, dtype=bf)
+W24 = nm_weight(4096, 14336, 2, 4)
 W28 = nm_weight(4096, 14336, 2, 8)
+W18 = nm_weight(4096, 14336, 1, 8)
 x1 = torch.randn(1, 14336, device=dev, dtype=bf)
+x16 = torch.randn(16, 14336, device=dev, dtype=bf)
 wc = torch.randn(4096, 14336, device=dev, dtype=bf)
 Wcsr = sk.CSRMatrix.from_dense(wc * (torch.rand_like(wc, dtype=torch.float32) < 0.3))
+Wcsr90 = sk.CSRMatrix.from_dense(wc * (torch.rand_like(wc, dtype=torch.float32) < 0.1))
 S = sk.sddmm(X, Y, P)
 CALLS = {
     "sddmm bf16 2% K=64": lambda: sk.sddmm(X, Y, P),
     "sparse_softmax": lambda: sk.sparse_softmax(S, 0.125),
+    "linear 2:4 1 token": lambda: sk.linear(x1, W24),
     "linear 2:8 1 token": lambda: sk.linear(x1, W28),
+    "linear 1:8 1 token": lambda: sk.linear(x1, W18),
+    "linear 2:4 16 tokens": lambda: sk.linear(x16, W24),
+    "linear 2:8 16 tokens": lambda: sk.linear(x16, W28),
+    "linear 1:8 16 tokens": lambda: sk.linear(x16, W18),
     "linear csr 70% 1 token": lambda: sk.linear(x1, Wcsr),
-    "torch matmul": lambda: x1 @ wc.t(),
+    "linear csr 90% 1 token": lambda: sk.linear(x1, Wcsr90),
+    "linear csr 70% 16 tokens": lambda: sk.linear(x16, Wcsr),
+    "torch matmul 1 token": lambda: x1 @ wc.t(),
+    "torch matmul 16 tokens": lambda: x16 @ wc.t(),
 }
 rows = []
 for name, fn in CALLS.items():

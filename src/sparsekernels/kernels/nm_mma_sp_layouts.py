@@ -2,6 +2,8 @@
 registers the inline mma.sp reads four at a time, and each operand's load, a lane's vector
 innermost."""
 
+import functools
+
 from triton.experimental.gluon import language as gl
 
 from .nm_mma_sp_operands import SPAN_BLOCKS
@@ -64,10 +66,11 @@ def layouts(m_tiles: int, blocks: int, n_tiles: int, n: int = 2, m: int = 4) -> 
     }
 
 
+@functools.cache  # built once per tile: 64 us of host time a launch on the CPU box
 def launch_layouts(m_tiles: int, blocks: int, n_tiles: int, natural_b: int, n: int, m: int) -> dict:
     """layouts() with B_COPY the one for B as given: permuted before (natural_b 0), as it
     lies (1), or as it lies loaded for 16-byte shared stores (2)."""
-    chosen = layouts(m_tiles, blocks, n_tiles, n, m)
+    chosen = layouts(m_tiles, blocks, n_tiles, n, m)  # (a fresh dict: popped below)
     natural, wide = chosen.pop("B_NATURAL_COPY"), chosen.pop("B_WIDE_COPY")
     if natural_b:
         chosen["B_COPY"] = wide if natural_b == 2 else natural

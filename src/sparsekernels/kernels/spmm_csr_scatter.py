@@ -49,6 +49,8 @@ entries are built, so the kernel and `tiled_entries` must agree on it.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -135,6 +137,7 @@ def _csr_scatter_kernel(
     )  # fmt: skip
 
 
+@functools.cache  # built once: callers spread it (**), never change it
 def layouts(swizzle: bool, warps: int = WARPS) -> dict:
     """The kernel's layouts for `warps` warps (a tile's rows / 16): SCATTER a chunk of entries,
     4 consecutive a thread (one 16-byte load), ZEROS 16 bytes a thread, MMA a warp's 16 rows,

@@ -29,6 +29,8 @@ the shared window.
 
 from __future__ import annotations
 
+import functools
+
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -167,6 +169,7 @@ def _csr_scatter_wgmma_kernel(
     )  # fmt: skip
 
 
+@functools.cache  # built once: callers spread it (**), never change it
 def layouts(block_n: int) -> dict:
     """SCATTER a chunk of entries (4 consecutive a thread), ZEROS 16 bytes a thread, ACC the
     wgmma's accumulator (one warpgroup, 64 rows), SHARED the buffer's 128-byte swizzle."""

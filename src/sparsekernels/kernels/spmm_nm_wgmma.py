@@ -44,6 +44,7 @@ registers before the wait; it protects only the accumulator) (benchmarks/NOTES.m
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -238,6 +239,7 @@ def _nm_wgmma_kernel(
     )  # fmt: skip
 
 
+@functools.cache  # built once per tile: callers spread it (**), never change it
 def layouts(block_m: int, block_g: int, block_n: int, m: int, k_contiguous: bool) -> dict:
     """The kernel's layouts for 4 warps (one warpgroup; block_m 64 or 128). WORDS: the int32
     words (pairs of positions) of a step as (rows, GL, HQ, PL, QUAD), owned as the wgmma A

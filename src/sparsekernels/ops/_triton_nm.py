@@ -11,7 +11,6 @@ built once per weight."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import torch
@@ -43,7 +42,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         if sparse_cores is not None:
             rows = values.shape[0]
             classes = class_words(indices, rows, vector, n) if m == 8 else None
-            tile = dataclasses.asdict(sparse_cores)
+            tile = dict(vars(sparse_cores))  # (asdict deep-copies: 11 us a call)
             out_m_fastest = tile.pop("out_by_rows") and out.stride(0) == 1
             mma_sp.spmm_nm_mma_sp(
                 values=values, metadata=metadata_words(indices, rows, vector, n, m), b=b, n=n, m=m,
@@ -173,7 +172,7 @@ def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector,
         m=m,
         vector=vector,
         activation=activation,
-        **dataclasses.asdict(config),
+        **vars(config),
     )
 
 
