@@ -261,7 +261,7 @@ for step in $steps; do
       echo "nmbdirect sweep rc=$? $(tail -1 "$out/nm_mma_sp_b_direct.txt")" ;;
     csrscatter)  # the scatter-into-shared-memory CSR kernel: its GPU tests, then the cold sweep
       timeout 240 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_scatter.py \
-        tests/test_kernels_spmm_csr_scatter_wgmma.py tests/test_csr_scatter_route.py -n 8 \
+        tests/test_csr_scatter_route.py -n 8 \
         >"$out/gpu_tests_csr_scatter.log" 2>&1
       echo "csrscatter tests rc=$? $(tail -1 "$out/gpu_tests_csr_scatter.log")"
       PYTHONPATH=$PWD/src timeout 300 python3 benchmarks/sweeps/csr_scatter_cold.py \

@@ -25,12 +25,11 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,16,32,64").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/rc][/wg][/eE][/kK][/aA][/mM]": N-token column tiles, a split for W programs
-# an SM, a plain tile, runs in row and column order (not spread over the banks), the wgmma
-# ring (spmm_csr_scatter_wgmma.py), E entries a thread loaded ahead (default: the launcher's),
-# K columns a step (64), A steps loaded ahead (1; 2: in pairs), M rows a program (64; 128 on 8
-# warps), G warps (M / 16, or 4 at M 128). Routed: n16/w8 to 16 tokens (w4 where rows <= K),
-# n32/w4 past.
+# "nN/wW[/plain][/rc][/eE][/kK][/aA][/mM][/gG]": N-token column tiles, a split for W programs
+# an SM, a plain tile, runs in row and column order (not spread over the banks), E entries a
+# thread loaded ahead (default: the launcher's), K columns a step (64), A steps loaded ahead
+# (1; 2: in pairs), M rows a program (64; 128 on 8 warps), G warps (M / 16, or 4 at M 128).
+# Routed: n16/w8 to 16 tokens (w4 where rows <= K), n32/w4 past.
 CONFIGS = os.environ.get(
     "CONFIGS", "n16/w8,n16/w4,n16/w4/m128/g4,n16/w8/m128/g4,n32/w4,n32/w4/m128/g4"
 ).split(",")
@@ -90,7 +89,6 @@ def main():
                 ahead = _option(name, "a", 1)
                 block_m = _option(name, "m", 64)
                 warps = _option(name, "g", None)
-                wgmma = "wg" in name.split("/")
                 offsets, entries = form(swizzle, block_k, block_m, "rc" not in name.split("/"))
                 tiles = -(-M // block_m) * -(-tokens // block_n)
                 split = max(1, min(wave * sms // tiles, -(-K // block_k)))
@@ -99,12 +97,12 @@ def main():
 
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
                         swizzle=swizzle, ept=ept, block_k=block_k, ahead=ahead,
-                        block_m=block_m, wgmma=wgmma, warps=warps):  # fmt: skip
+                        block_m=block_m, warps=warps):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
                         entries_per_thread=ept, block_k=block_k, steps_ahead=ahead,
-                        block_m=block_m, wgmma=wgmma, warps=warps,
+                        block_m=block_m, warps=warps,
                     )  # fmt: skip
 
                 key = name

@@ -31,15 +31,16 @@ What holds it (Nsight Compute, at-35aed1b: 90% on 14336 x 4096 at 16 tokens, 26 
 bytes need 7): the L1/shared pipe 83% busy, short-scoreboard waits 43% of a warp's cycles, 256
 shared wavefronts a step (zeros 64, ldmatrix 128 of which B's tile read by every warp 64,
 scatter 47). Measured and no faster: 128-column steps, 128-row tiles sharing B (at-34d7d26),
-wgmma reading both tiles from shared memory in a ring of three (spmm_csr_scatter_wgmma.py,
-`wgmma=True`, at-ac07a0e), runs loaded to the range's end and cut at the scatter (at-4ba51d1,
-dropped after), and every step's loads two steps ahead (`steps_ahead=2`, in pairs so that no
-register copy waits on a load, at-211b1ee). So a program's chain of loads is not what holds it:
-with 8 programs an SM their steps overlap. The L1 pipe is: at 90% a 64 x 64 tile's zeros and
-its ldmatrix move 16 KB of shared memory for ~410 entries (40 bytes an entry against 4 from
-DRAM, a wider ratio than the H200's ~7x of shared to DRAM bandwidth); at 70%, with the
-scatter, ~315 wavefronts a step, 17 us on 14336 x 4096 at one wavefront a cycle, plus ~5 us of
-a program's fixed latency (the offsets, the first run, the split's sum): 1.4x dense at best.
+wgmma reading both tiles from shared memory in a ring of three (at-ac07a0e; dropped after
+1a0b96b, where spmm_csr_scatter_wgmma.py holds it), runs loaded to the range's end and cut at
+the scatter (at-4ba51d1, dropped after), and every step's loads two steps ahead
+(`steps_ahead=2`, in pairs so that no register copy waits on a load, at-211b1ee). So a
+program's chain of loads is not what holds it: with 8 programs an SM their steps overlap. The
+L1 pipe is: at 90% a 64 x 64 tile's zeros and its ldmatrix move 16 KB of shared memory for ~410
+entries (40 bytes an entry against 4 from DRAM, a wider ratio than the H200's ~7x of shared to
+DRAM bandwidth); at 70%, with the scatter, ~315 wavefronts a step, 17 us on 14336 x 4096 at one
+wavefront a cycle, plus ~5 us of a program's fixed latency (the offsets, the first run, the
+split's sum): 1.4x dense at best.
 
 The tile's shared layout is swizzled like Triton's SwizzledSharedLayout(8, 1, 8): row r's
 16-byte chunk j lies at chunk j ^ (r % 8), so ldmatrix reads no bank twice (wgmma's 128-byte
@@ -273,7 +274,6 @@ def spmm_csr_scatter(
     block_k: int = BLOCK_K,
     steps_ahead: int = 1,
     block_m: int = BLOCK_M,
-    wgmma: bool = False,
     warps: int | None = None,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
@@ -284,8 +284,7 @@ def spmm_csr_scatter(
     mean tile's run needs, at most 8 at 64 tokens a tile (registers). `block_k` (64 or 128:
     columns a step) must be the one the entries were built with. `steps_ahead` 2 walks the
     steps in pairs, each step's run (to the range's end, cut when scattered) and B loaded two
-    steps ahead (an experiment, no faster: 64 registers at 16 tokens, not 48). `wgmma` runs
-    spmm_csr_scatter_wgmma.py's kernel (64 x 64 tiles, swizzled, one step ahead; no faster).
+    steps ahead (an experiment, no faster: 64 registers at 16 tokens, not 48).
     `warps`: block_m / 16 (a warp's 16 rows), or 4 at block_m 128 (an experiment: a warp's
     two m16 tiles share its read of B's tile, half the ldmatrix of B an entry)."""
     rows, cols = out.shape
@@ -296,11 +295,6 @@ def spmm_csr_scatter(
         raise ValueError(f"steps_ahead must be 1 or 2, got {steps_ahead}")
     if block_m not in BLOCK_MS:
         raise ValueError(f"block_m must be one of {BLOCK_MS}, got {block_m}")
-    if wgmma and (block_k, block_m, steps_ahead, swizzle) != (64, 64, 1, True):
-        raise ValueError(
-            "wgmma takes block_k=64, block_m=64, steps_ahead=1 and swizzled entries, got "
-            f"{block_k}, {block_m}, {steps_ahead}, swizzle={swizzle}"
-        )
     if warps is None:
         warps = block_m // 16
     if warps not in (4, block_m // 16):
@@ -329,12 +323,7 @@ def spmm_csr_scatter(
         raise TypeError(f"b and out must share a 16-bit dtype, got {b.dtype}, {out.dtype}")
     if rows == 0 or cols == 0:
         return out
-    if wgmma:
-        from . import spmm_csr_scatter_wgmma as ring
-
-        steps_per_split, splits = ring.turn_ranges(k_tiles, split)
-    else:
-        steps_per_split, splits = split_k.ranges(k_tiles, split)
+    steps_per_split, splits = split_k.ranges(k_tiles, split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (row_tiles, cdiv(cols, block_n), splits)
     fused = fused and splits > 1
@@ -349,17 +338,10 @@ def spmm_csr_scatter(
         FUSED=fused, BLOCK_N=block_n, CHUNK=entries_per_thread * 32 * warps,
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
     )  # fmt: skip
-    if wgmma:
-        compiled = ring._csr_scatter_wgmma_kernel[grid](
-            *args, B_SLOTS=ring.b_slots(block_n), **constants, **ring.layouts(block_n)
-        )
-        want = ring.buffer_bytes(block_n)
-    else:
-        compiled = _csr_scatter_kernel[grid](
-            *args, BM=block_m, BK=block_k, AHEAD=steps_ahead, **constants,
-            **layouts(swizzle, warps),
-        )  # fmt: skip
-        want = buffer_bytes(block_k, block_m)
+    compiled = _csr_scatter_kernel[grid](
+        *args, BM=block_m, BK=block_k, AHEAD=steps_ahead, **constants, **layouts(swizzle, warps),
+    )  # fmt: skip
+    want = buffer_bytes(block_k, block_m)
     if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
         if compiled.metadata.shared != want:
             raise RuntimeError(
