@@ -52,28 +52,9 @@ def product(tile, b_tile, acc, a_layout: gl.constexpr, b_layout: gl.constexpr):
 
 
 @gluon.jit
-def one_ahead(
-    tile,
-    b_tile,
-    zeros,
-    acc,
-    tiles,
-    entries,
-    b,
-    b_offs,
-    mask_bn,
-    offs_bk,
-    lane,
-    first,
-    end,
-    K,
-    K_TILES,
-    stride_bk,
-    BK: gl.constexpr,
-    CHUNK: gl.constexpr,
-    a_layout: gl.constexpr,
-    b_layout: gl.constexpr,
-):
+def one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk, lane, first,
+              end, K, K_TILES, stride_bk, BK: gl.constexpr, CHUNK: gl.constexpr,
+              a_layout: gl.constexpr, b_layout: gl.constexpr):  # fmt: skip
     """The steps [first, end), each step's run and B's tile loaded during the step before.
     Bounds of step kt: [start, stop); `after` ends step kt + 1's run."""
     start = gl.multiple_of(gl.load(tiles + first), 4)
@@ -145,28 +126,9 @@ def step_then_load(
 
 
 @gluon.jit
-def two_ahead(
-    tile,
-    b_tile,
-    zeros,
-    acc,
-    tiles,
-    entries,
-    b,
-    b_offs,
-    mask_bn,
-    offs_bk,
-    lane,
-    first,
-    end,
-    K,
-    K_TILES,
-    stride_bk,
-    BK: gl.constexpr,
-    CHUNK: gl.constexpr,
-    a_layout: gl.constexpr,
-    b_layout: gl.constexpr,
-):
+def two_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk, lane, first,
+              end, K, K_TILES, stride_bk, BK: gl.constexpr, CHUNK: gl.constexpr,
+              a_layout: gl.constexpr, b_layout: gl.constexpr):  # fmt: skip
     """The steps [first, end) in pairs, each step's run and B's tile loaded two steps ahead
     into the registers its step of the pair before freed (run_a / bt_a even steps, run_b /
     bt_b odd). Nothing loaded rotates through the loop's carried values: a rotation (the
