@@ -1,7 +1,7 @@
 """The scatter backend of spmm_csr (ops/_csr_scatter.py) through linear and spmm on the GPU:
-chosen for a CSRMatrix's own half-precision values at 8-64 tokens, its copy of the weight
-rebuilt when the values change in place, never built for values that need a gradient; the
-copy's lookup on the CPU."""
+chosen for a CSRMatrix's own half-precision values at 8-64 tokens (128-row tiles on large
+sparse weights), its copy of the weight rebuilt when the values change in place, never built
+for values that need a gradient; the copy's lookup and tile height on the CPU."""
 
 import dataclasses
 
@@ -27,6 +27,16 @@ def test_the_copy_is_kept_for_these_arrays_at_this_version(gen):
     assert _csr_scatter._tiled(*arrays, 130, build=False) is None
 
 
+def test_the_copy_has_the_weights_tile_height(gen):
+    """Sparse weights of 2^25 elements or more are copied in 128-row tiles (the launch takes
+    its height from the same rule), others in 64."""
+    for rows, density, height in ((2048, 0.002, 128), (2048, 0.3, 64), (1000, 0.002, 64)):
+        W = random_csr(rows, 2**14 + 3, density, gen, torch.bfloat16)
+        offsets, _ = _csr_scatter._tiled(W.row_offsets, W.column_indices, W.values,
+                                         W.shape[1], build=True)  # fmt: skip
+        assert offsets.numel() == -(-rows // height) * -(-W.shape[1] // 64) + 1
+
+
 def _want(W, x, bias=None):
     out = x.double() @ W.to_dense().double().t()
     return out if bias is None else out + bias.double()
@@ -38,8 +48,10 @@ def _want(W, x, bias=None):
     ("rows", "k", "density", "tokens"),
     [
         *((200, 300, 0.3, t) for t in (8, 9, 16, 17, 32)),
-        (2048, 2**14 + 3, 0.02, 33),  # past 32 tokens: weights of 2^25 elements or more
-        (2100, 2**14 + 1000, 0.02, 64),
+        (4100, 4096, 0.1, 8),  # 8 tokens on a sparse weight of 2^24 elements or more
+        # 2^25 elements or more at density 0.2 or less: a copy in 128-row tiles
+        *((2048, 2**14 + 3, 0.02, t) for t in (8, 12, 24, 33)),
+        (2100, 2**14 + 1000, 0.05, 64),
     ],
 )
 def test_linear_takes_the_scatter_kernel(dtype, rows, k, density, tokens, gen, monkeypatch):

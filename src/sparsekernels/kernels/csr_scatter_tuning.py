@@ -25,6 +25,15 @@ densify + cuBLAS past it) and dense:
   ranges, fewer partial tiles to sum. Dense is still faster there (12-36 us).
 - Steps loaded two ahead (`steps_ahead=2`, in pairs, no copies waiting on loads) was no faster
   anywhere (at-211b1ee), nor runs cut at the scatter (`late_mask`, at-4ba51d1; dropped).
+- 128-row tiles on 4 warps (a warp's two m16 tiles share its reads of B's tile), a split for 4
+  programs an SM (at-743e956/csr_scatter_cold.txt): at 90% on 4096 x 14336 and 14336 x 4096,
+  8-16 tokens 21.4-23.1 us against 21.9-26.2 (the route then: 8 tokens on the few-token
+  kernel), 64 tokens 45.2-50.2 against 57.1-61.8; 32 tokens 30.2 against 34.9 on 14336 x 4096
+  but 40.8 against 33.6 on 4096 x 14336. At 70% slower to 16 tokens (34.9-37.2 against
+  31.8-33.2); on 4096 x 4096 at 90% slower (10.8-11.2 against 9.7-10.0). The copy of the
+  weight is built for one tile height, so the height follows the weight, not the tokens.
+  At 8 tokens and 90% the scatter kernel beat the few-token kernel on all three shapes
+  (9.7-21.7 us against 11.3-26.2; 4096 x 14336 even).
 """
 
 from __future__ import annotations
@@ -34,6 +43,10 @@ from dataclasses import dataclass
 CSR_SCATTER_MIN_N = 9  # below: the CSR few-token kernel
 CSR_SCATTER_MAX_N = 64  # above: densify + cuBLAS
 CSR_SCATTER_8_MIN_DENSITY = 0.25  # 8 tokens too, for weights this dense (70% sparse: 0.3)
+CSR_SCATTER_8_MIN_ELEMENTS = 2**24  # ... or this large (measured 4096 x 4096 and up at 90%)
+# 128-row tiles on weights this sparse and large (90% on 4096 x 14336 and 14336 x 4096)
+CSR_SCATTER_TALL_TILE_MAX_DENSITY = 0.2
+CSR_SCATTER_TALL_TILE_MIN_ELEMENTS = 2**25
 # Past 32 tokens only on weights of 4096 x 4096 or more: there, 4 programs an SM beat densifying
 # (4096 x 4096 at 48-64 tokens: 20-25 us against 27-37, at-8e676ab); smaller ones unmeasured.
 CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**24
@@ -43,22 +56,33 @@ def csr_scatter_takes(n: int, density: float, elements: int) -> bool:
     """Whether the route takes the scatter kernel for N = n on a weight of this density and
     this many elements (rows x K)."""
     if n == CSR_SCATTER_MIN_N - 1:
-        return density >= CSR_SCATTER_8_MIN_DENSITY
+        return density >= CSR_SCATTER_8_MIN_DENSITY or elements >= CSR_SCATTER_8_MIN_ELEMENTS
     if n > 32:
         return n <= CSR_SCATTER_MAX_N and elements >= CSR_SCATTER_WIDE_MIN_ELEMENTS
     return n >= CSR_SCATTER_MIN_N
+
+
+def csr_scatter_tile_rows(rows: int, k: int, stored: int) -> int:
+    """Rows a tile of the weight's copy (tiled_entries' block_m) for a (rows, k) weight of
+    `stored` entries: 128 where sparse and large enough (see above), else 64."""
+    elements = rows * k
+    sparse = stored <= CSR_SCATTER_TALL_TILE_MAX_DENSITY * elements
+    return 128 if sparse and elements >= CSR_SCATTER_TALL_TILE_MIN_ELEMENTS else 64
 
 
 @dataclass(frozen=True)
 class CsrScatterConfig:
     block_n: int  # tokens a program
     programs_per_sm: int  # the K split aims at this many programs an SM
+    warps: int = 4  # a warp's 16 rows at 64-row tiles, two m16 tiles a warp at 128
 
 
-def csr_scatter_config(n: int, rows: int, k: int) -> CsrScatterConfig:
-    """The tile and split for N = n on a (rows, k) weight: to 16 tokens 4 programs an SM where
-    rows <= k (6-16% faster on 4096 x 4096, 1-11% on 4096 x 14336, at-1a0b96b) and 8 on
-    tall weights (14336 x 4096: 4 was 9-13% slower); past 16 tokens 4 (see above)."""
-    if n <= 16:
-        return CsrScatterConfig(block_n=16, programs_per_sm=4 if rows <= k else 8)
-    return CsrScatterConfig(block_n=32, programs_per_sm=4)
+def csr_scatter_config(n: int, rows: int, k: int, block_m: int = 64) -> CsrScatterConfig:
+    """The tile and split for N = n on a (rows, k) weight copied in `block_m`-row tiles: at
+    128 rows 4 programs an SM; at 64 to 16 tokens 4 programs an SM where rows <= k (6-16%
+    faster on 4096 x 4096, 1-11% on 4096 x 14336, at-1a0b96b) and 8 on tall weights
+    (14336 x 4096: 4 was 9-13% slower); past 16 tokens 4 (see above)."""
+    block_n = 16 if n <= 16 else 32
+    if block_m == 128 or n > 16:
+        return CsrScatterConfig(block_n=block_n, programs_per_sm=4)
+    return CsrScatterConfig(block_n=block_n, programs_per_sm=4 if rows <= k else 8)

@@ -20,7 +20,7 @@ import torch
 
 from ..kernels import csr_scatter_tuning as tuning
 from ..kernels._sizes import cdiv
-from ..kernels.spmm_csr_scatter import BLOCK_M, b_step_fits, spmm_csr_scatter, tiled_entries
+from ..kernels.spmm_csr_scatter import BLOCK_K, b_step_fits, spmm_csr_scatter, tiled_entries
 from . import _dispatch
 from ._identity_cache import IdentityCache
 from ._layout import spmm_out
@@ -41,14 +41,21 @@ def _fits(values: torch.Tensor, b: torch.Tensor, rows: int) -> bool:
         and values.dtype in _HALF
         and values.numel() > 0  # nothing stored, or K = 0: the other kernels' zeros
         and tuning.csr_scatter_takes(n, values.numel() / (rows * b.shape[0]), rows * b.shape[0])
-        and b_step_fits(b, tuning.csr_scatter_config(n, rows, b.shape[0]).block_n)
+        and b_step_fits(b, _config(rows, b.shape[0], n, values.numel())[1].block_n)
     )
+
+
+def _config(rows: int, k: int, n: int, stored: int):
+    """The copy's tile height (a weight's, whatever the tokens) and the launch's config."""
+    block_m = tuning.csr_scatter_tile_rows(rows, k, stored)
+    return block_m, tuning.csr_scatter_config(n, rows, k, block_m)
 
 
 def _tiled(row_offsets, column_indices, values, k: int, build: bool):
     """The tiled entries of these very arrays at the values' current version; built when
-    `build`, else None when absent or stale. The pattern's arrays are held weakly (an id
-    could be reused by another pattern's once they die)."""
+    `build` (in the weight's tile height, csr_scatter_tile_rows), else None when absent or
+    stale. The pattern's arrays are held weakly (an id could be reused by another pattern's
+    once they die)."""
     entry = _TILED.get(values)
     if (
         entry is not None
@@ -59,7 +66,8 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
         return entry[3:]
     if not build:
         return None
-    offsets, entries = tiled_entries(row_offsets, column_indices, values, k)
+    block_m = tuning.csr_scatter_tile_rows(row_offsets.numel() - 1, k, values.numel())
+    offsets, entries = tiled_entries(row_offsets, column_indices, values, k, block_m=block_m)
     pattern = (weakref.ref(row_offsets), weakref.ref(column_indices))
     _TILED[values] = (values._version, *pattern, offsets, entries)
     return offsets, entries
@@ -83,7 +91,8 @@ def ready(row_offsets, column_indices, values, b) -> bool:
     arrays."""
     rows = row_offsets.numel() - 1
     return (
-        _fits(values, b, rows) and _tiled(row_offsets, column_indices, values, 0, False) is not None
+        _fits(values, b, rows)
+        and _tiled(row_offsets, column_indices, values, b.shape[0], False) is not None
     )
 
 
@@ -96,17 +105,17 @@ def run(row_offsets, column_indices, values, b, bias, row_order, activation):
     """The product in b's memory order (linear's output comes back contiguous); a forced call
     on values not prepared builds their copy here."""
     rows, k, n = row_offsets.numel() - 1, b.shape[0], b.shape[1]
+    block_m, config = _config(rows, k, n, values.numel())
     offsets, entries = _tiled(row_offsets, column_indices, values, k, build=True)
     out = spmm_out(b, rows)
     if out.numel() == 0:
         return out
-    config = tuning.csr_scatter_config(n, rows, k)
-    tiles = cdiv(rows, BLOCK_M) * cdiv(n, config.block_n)
+    tiles = cdiv(rows, block_m) * cdiv(n, config.block_n)
     sms = _sms(b.device.index if b.device.index is not None else torch.cuda.current_device())
-    split = max(1, min(config.programs_per_sm * sms // tiles, cdiv(k, 64)))
+    split = max(1, min(config.programs_per_sm * sms // tiles, cdiv(k, BLOCK_K)))
     return spmm_csr_scatter(
         tile_offsets=offsets, entries=entries, b=b, bias=bias, out=out, activation=activation,
-        block_n=config.block_n, split=split,
+        block_n=config.block_n, split=split, block_m=block_m, warps=config.warps,
     )  # fmt: skip
 
 
