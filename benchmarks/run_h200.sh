@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p nmbdirect host csrscatter csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -251,14 +251,6 @@ for step in $steps; do
       PYTHONPATH=$PWD/src timeout 200 python3 benchmarks/sweeps/host_overhead.py \
         >"$out/host_overhead.txt" 2>&1
       echo "host rc=$? $(tail -14 "$out/host_overhead.txt" | tr '\n' ';')" ;;
-    nmbdirect)  # mma.sp with permuted B loaded by each warp (/d), no shared copy: tests, sweep
-      timeout 150 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_mma_sp.py -n 8 \
-        -k "b_direct or bad_patterns" >"$out/gpu_tests_b_direct.log" 2>&1
-      echo "nmbdirect tests rc=$? $(tail -1 "$out/gpu_tests_b_direct.log")"
-      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=2:4,2:8,1:8 TOKENS=9,16,32 \
-        CONFIGS=m1k8n2,m1k8n2/d,m2k8n2,m2k8n2/d,m1k8n2/c,m1k8n2/c/d,m2k8n2/c,m2k8n2/c/d \
-        timeout 300 python3 nm_mma_sp_cold.py >"$out/nm_mma_sp_b_direct.txt" 2>&1)
-      echo "nmbdirect sweep rc=$? $(tail -1 "$out/nm_mma_sp_b_direct.txt")" ;;
     csrscatter)  # the scatter-into-shared-memory CSR kernel: its GPU tests, then the cold sweep
       timeout 240 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_scatter.py \
         tests/test_csr_scatter_route.py -n 8 \

@@ -241,25 +241,11 @@ def _cases() -> dict:
         "2:8 two tiles 16 tokens by rows split 4": (2, 8, (2, 8, 2), 4, 0, "bf16", "columns"),
         "1:8 two tiles 16 tokens split 4": (1, 8, (2, 8, 2), 4, 0, "bf16"),
         "1:8 two tiles natural B prefetch split 4": (1, 8, (2, 8, 1), 4, 1, "bf16", "prefetch"),
-        # permuted B loaded by each warp, no shared copy
-        "2:8 B direct 16 tokens by rows split 4": (
-            2,
-            8,
-            (1, 8, 2),
-            4,
-            0,
-            "bf16",
-            "direct",
-            "columns",
-        ),
-        "1:8 two tiles B direct 16 tokens split 4": (1, 8, (2, 8, 2), 4, 0, "bf16", "direct"),
-        "2:4 B direct 16 tokens bias": (2, 4, (1, 8, 2), 1, 0, "bf16", "direct"),
     }.items():
         m_tiles, blocks, n_tiles = tile
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=splits > 1, N_KEEP=n, M_GROUP=m, M_TILES=m_tiles,
                          KB=blocks, NT=n_tiles, B_NATURAL=natural, PREFETCH="prefetch" in flags,
-                         B_DIRECT="direct" in flags,
                          OUT_M_FASTEST="columns" in flags,
                          ASM=_mma_sp_asm(dtype, m == 4), CONSTRAINTS=MMA_SP_CONSTRAINTS,
                          **launch_layouts(m_tiles, blocks, n_tiles, natural, n, m))  # fmt: skip
@@ -380,9 +366,6 @@ CASE_NAMES = [
     "nm mma.sp 2:8 two tiles 16 tokens by rows split 4",
     "nm mma.sp 1:8 two tiles 16 tokens split 4",
     "nm mma.sp 1:8 two tiles natural B prefetch split 4",
-    "nm mma.sp 2:8 B direct 16 tokens by rows split 4",
-    "nm mma.sp 1:8 two tiles B direct 16 tokens split 4",
-    "nm mma.sp 2:4 B direct 16 tokens bias",
     "attention forward final bf16",
     "attention backward dk dv bf16",
     "attention backward dq bf16",

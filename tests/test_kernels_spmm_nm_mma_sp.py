@@ -99,10 +99,6 @@ def test_bad_patterns_are_said(gen):
     with pytest.raises(ValueError, match="wide_b_stores"):
         spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
                        activation="none", classes=metadata, wide_b_stores=True)  # fmt: skip
-    with pytest.raises(ValueError, match="b_direct"):
-        spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, m=8, bias=None, out=out,
-                       activation="none", classes=metadata, natural_b=True,
-                       b_direct=True)  # fmt: skip
     with pytest.raises(ValueError, match="n:m must be"):
         spmm_nm_mma_sp(values=W.values, metadata=metadata, b=x, n=4, m=8, bias=None, out=out,
                        activation="none", classes=metadata)  # fmt: skip
@@ -163,37 +159,6 @@ def test_prefetch_a_step_ahead(n, m, natural_b, wide, tile, gen):
         got = _launch_poisoned(W, x.t(), tile, bias=bias, activation="gelu", split=split,
                                natural_b=natural_b, wide_b_stores=wide, prefetch=True)  # fmt: skip
         assert_close(got, want, bound, torch.bfloat16)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("n", "m"), [(2, 4), (2, 8), (1, 8)])
-@pytest.mark.parametrize("tile", [(1, 8, 1), (1, 8, 2), (2, 8, 2), (2, 8, 4)])
-@pytest.mark.parametrize("tokens", [1, 9, 16, 17])
-@pytest.mark.parametrize("out_by_rows", [False, True])
-def test_b_direct(n, m, tile, tokens, out_by_rows, gen):
-    """Permuted B loaded by each warp straight into its registers (no shared copy): tokens off
-    the column tile (the last n8 tile's columns past N are the last's), rows off the tile,
-    ranges of several steps, of one, and of only a masked tail (split 1, 3, 64 over 3 full
-    steps and a partial one), bias and GELU, a row-major or a column-major out."""
-    groups = 3 * 32 + 6
-    rows = 77
-    W = random_nm(rows, groups * 8, n, m, gen, 1, 1, torch.bfloat16, "cuda")
-    x = randn(tokens, groups * 8, gen=gen, dtype=torch.bfloat16, device="cuda")
-    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
-    want = torch.nn.functional.gelu(W.to_dense().double() @ x.t().double() + bias[:, None])
-    bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
-    classes = class_words(W.indices, rows, 1, n) if m == 8 else None
-    metadata = metadata_words(W.indices, rows, 1, n, m)
-    m_tiles, blocks, n_tiles = tile
-    for split in (1, 3, 64):
-        out = torch.full((tokens, rows), float("nan"), dtype=torch.bfloat16, device="cuda")
-        out = out.t() if out_by_rows else out.t().contiguous()
-        spmm_nm_mma_sp(
-            values=W.values, metadata=metadata, b=x.t(), n=n, m=m, classes=classes, bias=bias,
-            out=out, activation="gelu", m_tiles=m_tiles, blocks=blocks, n_tiles=n_tiles,
-            split=split, out_m_fastest=out_by_rows, b_direct=True,
-        )  # fmt: skip
-        assert_close(out, want, bound, torch.bfloat16)
 
 
 @pytest.mark.gpu

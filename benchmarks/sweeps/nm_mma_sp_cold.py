@@ -55,7 +55,6 @@ def parse(name: str, rows: int, tokens: int, k: int, sms: int) -> dict:
         wide_b_stores="v" in flags,
         prefetch="p" in flags,
         out_m_fastest="c" in flags,
-        b_direct="d" in flags,
     )
 
 

@@ -77,7 +77,7 @@ MMA_SP_CONSTRAINTS = "=f,=f,=f,=f,r,r,r,r,r,r,r,r,0,1,2,3,r,r,r,r"
 def _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB: gl.constexpr,
                N_KEEP: gl.constexpr, M_GROUP: gl.constexpr, MASKED: gl.constexpr,
                A_LOAD: gl.constexpr, META_LOAD: gl.constexpr, B_COPY: gl.constexpr,
-               B_NATURAL: gl.constexpr, B_DIRECT: gl.constexpr):  # fmt: skip
+               B_NATURAL: gl.constexpr):  # fmt: skip
     """A step's global loads for the groups g0 on (8 KB of 2:4, 4 KB of m = 8), a vector a
     lane (module docstring): A (WMT, SP, 4, G, 1, Q, RC), lane q's words 4 q .. 4 q + 3 of
     each span (a 2:4 or 2:8 group each, two 1:8 groups); the metadata (WMT, KB / 4, 4, G,
@@ -101,9 +101,7 @@ def _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB: gl.cons
         classes = gl.load(class_tiles + block0 // 8 * 32)  # a step of 8 blocks: 32 words
     else:
         classes = meta
-    if B_DIRECT:  # permuted B straight into each warp's registers (b_tiles in B_LOAD)
-        b_copy = gl.load(b_tiles + block0 * 128)
-    elif B_NATURAL == 2:  # (tokens, span, j % 2, the span's 8 SPAN places): 16-byte stores
+    if B_NATURAL == 2:  # (tokens, span, j % 2, the span's 8 SPAN places): 16-byte stores
         pairs = _along(KB // SPAN, 1, 4, B_COPY) * (16 * SPAN) + _along(2, 2, 4, B_COPY) * (
             8 * SPAN
         ) + _along(8 * SPAN, 3, 4, B_COPY)  # fmt: skip
@@ -130,25 +128,22 @@ def _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB: gl.cons
 def _mma_step(acc, loaded, b_shared, ASM: gl.constexpr, CONSTRAINTS: gl.constexpr,
               KB: gl.constexpr, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr,
               A_LOAD: gl.constexpr, B_LOAD: gl.constexpr,
-              B_NATURAL: gl.constexpr, B_DIRECT: gl.constexpr):  # fmt: skip
+              B_NATURAL: gl.constexpr):  # fmt: skip
     """acc + the step's products: B's words to shared memory (every warp reads all of them),
     the operands split into k32 blocks in acc's layout (registers copied along the axes they
     are broadcast on), then one mma.sp a block and (m16, n8) tile, chained on acc."""
     a, meta, classes, b_copy = loaded
     NT: gl.constexpr = b_shared.shape[0]
     SPAN: gl.constexpr = 2 if M_GROUP == 4 else 8 // N_KEEP
-    if B_DIRECT:  # loaded in B_LOAD's layout: each warp all of it, from L1 or L2
-        bw = b_copy
+    if B_NATURAL:  # a pair's place in its span: (j % 2, q // 2, kl, j // 2, q % 2), permuted_b
+        b_copy = gl.reshape(b_copy, [NT, 8, KB // SPAN, 2, 2, SPAN, 2, 2])
+        b_copy = gl.permute(b_copy, (0, 2, 5, 1, 4, 7, 6, 3))
+        b_shared.reshape([NT, KB, 8, 4, 4]).store(gl.reshape(b_copy, [NT, KB, 8, 4, 4]))
     else:
-        if B_NATURAL:  # a pair's place in its span: (j % 2, q // 2, kl, j // 2, q % 2)
-            b_copy = gl.reshape(b_copy, [NT, 8, KB // SPAN, 2, 2, SPAN, 2, 2])
-            b_copy = gl.permute(b_copy, (0, 2, 5, 1, 4, 7, 6, 3))
-            b_shared.reshape([NT, KB, 8, 4, 4]).store(gl.reshape(b_copy, [NT, KB, 8, 4, 4]))
-        else:
-            b_shared.store(b_copy)
-        _cta_barrier()
-        bw = b_shared.reshape([NT, KB, 8, 4, 4]).load(B_LOAD)  # (NT, KB, G, Q, J)
-        _cta_barrier()  # read before the next step's copy
+        b_shared.store(b_copy)
+    _cta_barrier()
+    bw = b_shared.reshape([NT, KB, 8, 4, 4]).load(B_LOAD)  # (NT, KB, G, Q, J)
+    _cta_barrier()  # read before the next step's copy
     bw = gl.permute(gl.reshape(bw, [1, NT, KB, 8, 4, 2, 2]), (0, 2, 5, 3, 1, 4, 6))
     layout: gl.constexpr = acc.type.layout
     if M_GROUP == 8:
@@ -200,7 +195,6 @@ def _nm_mma_sp_kernel(
     B_NATURAL: gl.constexpr,  # b is B's (N, K / 2) int32 pairs, permuted in the kernel (2:
     # loaded for 16-byte shared stores)
     PREFETCH: gl.constexpr,  # a step's loads issued a step ahead (two steps' registers)
-    B_DIRECT: gl.constexpr,  # permuted B loaded by each warp into its registers (no shared copy)
     ASM: gl.constexpr,
     CONSTRAINTS: gl.constexpr,
     LAYOUT: gl.constexpr,  # nm_mma_sp_layouts.layouts()
@@ -243,13 +237,6 @@ def _nm_mma_sp_kernel(
         tokens = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, gl.SliceLayout(1, B_COPY))
         tokens = gl.minimum(tokens, N - 1).to(gl.int64)
         b_tiles = b + gl.expand_dims(tokens * stride_b, 1)
-    elif B_DIRECT:  # (NT, KB, G, Q, J) words of permuted_b, each warp all of them
-        nts = gl.program_id(1) * NT + _along(NT, 0, 5, B_LOAD)
-        nts = gl.minimum(nts, (N + 7) // 8 - 1).to(gl.int64)
-        b_tiles = b + nts * stride_b + (
-            _along(KB, 1, 5, B_LOAD) * 128 + _along(8, 2, 5, B_LOAD) * 16
-            + _along(4, 3, 5, B_LOAD) * 4 + _along(4, 4, 5, B_LOAD)
-        )  # fmt: skip
     else:
         nts = gl.program_id(1) * NT + gl.arange(0, NT, gl.SliceLayout(1, B_COPY))
         nts = gl.minimum(nts, (N + 7) // 8 - 1).to(gl.int64)
@@ -267,45 +254,44 @@ def _nm_mma_sp_kernel(
         pairs_end = first + (full - first) // (2 * STEP) * (2 * STEP)
         if pairs_end > first:
             la = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, first, end, K, KB, N_KEEP,
-                            M_GROUP, False, A_LOAD, META_LOAD, B_COPY, B_NATURAL,
-                            B_DIRECT)  # fmt: skip
+                            M_GROUP, False, A_LOAD, META_LOAD, B_COPY, B_NATURAL)  # fmt: skip
             lb = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, first + STEP, end, K, KB,
                             N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
-                            B_NATURAL, B_DIRECT)  # fmt: skip
+                            B_NATURAL)  # fmt: skip
             for g0 in range(first, pairs_end - 2 * STEP, 2 * STEP):
                 acc = _mma_step(acc, la, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
-                                A_LOAD, B_LOAD, B_NATURAL, B_DIRECT)  # fmt: skip
+                                A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
                 la = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0 + 2 * STEP, end, K,
                                 KB, N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
-                                B_NATURAL, B_DIRECT)  # fmt: skip
+                                B_NATURAL)  # fmt: skip
                 acc = _mma_step(acc, lb, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
-                                A_LOAD, B_LOAD, B_NATURAL, B_DIRECT)  # fmt: skip
+                                A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
                 lb = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0 + 3 * STEP, end, K,
                                 KB, N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
-                                B_NATURAL, B_DIRECT)  # fmt: skip
+                                B_NATURAL)  # fmt: skip
             acc = _mma_step(acc, la, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
-                            B_LOAD, B_NATURAL, B_DIRECT)  # fmt: skip
+                            B_LOAD, B_NATURAL)  # fmt: skip
             acc = _mma_step(acc, lb, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
-                            B_LOAD, B_NATURAL, B_DIRECT)  # fmt: skip
+                            B_LOAD, B_NATURAL)  # fmt: skip
         if pairs_end < full:  # an odd step
             loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, pairs_end, end, K, KB,
                                 N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
-                                B_NATURAL, B_DIRECT)  # fmt: skip
+                                B_NATURAL)  # fmt: skip
             acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
-                            A_LOAD, B_LOAD, B_NATURAL, B_DIRECT)  # fmt: skip
+                            A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
     else:
         for g0 in range(first, full, STEP):  # a step's loads all in flight, then its MMAs
             loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, g0, end, K, KB,
                                 N_KEEP, M_GROUP, False, A_LOAD, META_LOAD, B_COPY,
-                                B_NATURAL, B_DIRECT)  # fmt: skip
+                                B_NATURAL)  # fmt: skip
             acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP,
-                            A_LOAD, B_LOAD, B_NATURAL, B_DIRECT)  # fmt: skip
+                            A_LOAD, B_LOAD, B_NATURAL)  # fmt: skip
     if full < end:
         loaded = _load_step(a_rows, meta_tiles, class_tiles, b_tiles, full, end, K, KB,
                             N_KEEP, M_GROUP, True, A_LOAD, META_LOAD, B_COPY,
-                            B_NATURAL, B_DIRECT)  # fmt: skip
+                            B_NATURAL)  # fmt: skip
         acc = _mma_step(acc, loaded, b_shared, ASM, CONSTRAINTS, KB, N_KEEP, M_GROUP, A_LOAD,
-                        B_LOAD, B_NATURAL, B_DIRECT)  # fmt: skip
+                        B_LOAD, B_NATURAL)  # fmt: skip
     tile = gl.reshape(acc, [BLOCK_M, BLOCK_N])
     if OUT_M_FASTEST:  # a thread's runs of rows: 16-byte stores into a column-major out
         tile = gl.convert_layout(tile, OUT_LAYOUT)
@@ -354,7 +340,6 @@ def spmm_nm_mma_sp(
     wide_b_stores: bool = False,
     prefetch: bool = False,
     out_m_fastest: bool = False,
-    b_direct: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) and an n:m weight (2:4, 2:8, 1:8): values
     (M, K / m * n) 16-bit, metadata its `metadata_words` (and for m = 8 classes its
@@ -365,9 +350,7 @@ def spmm_nm_mma_sp(
     (wide_b_stores: loaded so that its shared stores are 16 bytes, not 4). prefetch: each
     step's loads issued a step ahead. out_m_fastest: the tile stored by runs of rows (and the
     split-K planes laid out so), for an out with unit stride along M (linear's); not with an
-    unfused split (sum_partials reads row-major planes). b_direct (permuted B only): each
-    warp loads its B registers from global memory (L1 / L2), with no shared copy and no
-    barriers (an experiment: the copy, its stores and two barriers a step gone).
+    unfused split (sum_partials reads row-major planes).
     m = 8 takes plain `mma.sp` (its padding slots' indices need not rise)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
@@ -378,8 +361,6 @@ def spmm_nm_mma_sp(
         raise ValueError(f"n:m must be 2:4, 2:8 or 1:8, got {n}:{m}")
     if wide_b_stores and not natural_b:
         raise ValueError("wide_b_stores is a form of natural_b (B permuted in the kernel)")
-    if b_direct and natural_b:
-        raise ValueError("b_direct loads permuted B (natural_b=False)")
     if m == 8 and classes is None:
         raise ValueError(f"{n}:8 needs its classes (nm_mma_sp_operands.class_words)")
     if values.shape[1] * values.element_size() % 4:
@@ -435,7 +416,6 @@ def spmm_nm_mma_sp(
         NT=n_tiles,
         B_NATURAL=natural_b * (1 + wide_b_stores),
         PREFETCH=prefetch,
-        B_DIRECT=b_direct,
         OUT_M_FASTEST=out_m_fastest,
         ASM=_mma_sp_asm(type_name, ordered and m == 4),
         CONSTRAINTS=MMA_SP_CONSTRAINTS,
