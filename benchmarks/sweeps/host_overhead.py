@@ -72,6 +72,7 @@ for name, fn in CALLS.items():
     torch.cuda.synchronize()
     print(f"==== {name}: {wall:.1f} us a call (host-bound loop)")
     pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats("sparsekernels|triton", 30)
     rows.append((name, wall))
 for name, wall in rows:
     print(f"{name:28s} {wall:8.1f} us")
