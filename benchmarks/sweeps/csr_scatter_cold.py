@@ -29,7 +29,8 @@ SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",
 # an SM, a plain tile, runs in row and column order (not spread over the banks), E entries a
 # thread loaded ahead (default: the launcher's), K columns a step (64), A steps loaded ahead
 # (1; 2: in pairs), M rows a program (64; 128 on 8 warps), G warps (M / 16, or 4 at M 128).
-# Routed: n16/w8 to 16 tokens (w4 where rows <= K), n32/w4 past.
+# Routed: n16/w8 to 16 tokens (w4 where rows <= K), n32/w4 past; m128/g4 with w4 on weights of
+# 2^25 elements or more at density <= 0.2 (csr_scatter_tuning).
 CONFIGS = os.environ.get(
     "CONFIGS", "n16/w8,n16/w4,n16/w4/m128/g4,n16/w8/m128/g4,n32/w4,n32/w4/m128/g4"
 ).split(",")
