@@ -33,7 +33,9 @@ densify + cuBLAS past it) and dense:
   31.8-33.2); on 4096 x 4096 at 90% slower (10.8-11.2 against 9.7-10.0). The copy of the
   weight is built for one tile height, so the height follows the weight, not the tokens.
   At 8 tokens and 90% the scatter kernel beat the few-token kernel on all three shapes
-  (9.7-21.7 us against 11.3-26.2; 4096 x 14336 even).
+  (9.7-21.7 us against 11.3-26.2; 4096 x 14336 even). At 17-32 tokens 128-row tiles take a
+  split for 2 programs an SM (at-6638332): 30.6-30.9 us on both shapes at 90% against 36.6-41.1
+  at 4 and 32.8-32.9 on 64-row tiles (dense 31-34); at 64 tokens 4 stays (45.5 against 50.2).
 """
 
 from __future__ import annotations
@@ -79,10 +81,13 @@ class CsrScatterConfig:
 
 def csr_scatter_config(n: int, rows: int, k: int, block_m: int = 64) -> CsrScatterConfig:
     """The tile and split for N = n on a (rows, k) weight copied in `block_m`-row tiles: at
-    128 rows 4 programs an SM; at 64 to 16 tokens 4 programs an SM where rows <= k (6-16%
-    faster on 4096 x 4096, 1-11% on 4096 x 14336, at-1a0b96b) and 8 on tall weights
-    (14336 x 4096: 4 was 9-13% slower); past 16 tokens 4 (see above)."""
+    128 rows 4 programs an SM, 2 at 17-32 tokens (fewer ranges to sum); at 64 to 16 tokens 4
+    programs an SM where rows <= k (6-16% faster on 4096 x 4096, 1-11% on 4096 x 14336,
+    at-1a0b96b) and 8 on tall weights (14336 x 4096: 4 was 9-13% slower); past 16 tokens 4
+    (see above)."""
     block_n = 16 if n <= 16 else 32
-    if block_m == 128 or n > 16:
+    if block_m == 128:
+        return CsrScatterConfig(block_n=block_n, programs_per_sm=2 if 16 < n <= 32 else 4)
+    if n > 16:
         return CsrScatterConfig(block_n=block_n, programs_per_sm=4)
     return CsrScatterConfig(block_n=block_n, programs_per_sm=4 if rows <= k else 8)
