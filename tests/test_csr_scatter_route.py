@@ -27,6 +27,17 @@ def test_the_copy_is_kept_for_these_arrays_at_this_version(gen):
     assert _csr_scatter._tiled(*arrays, 130, build=False) is None
 
 
+def test_inference_values_are_tiled_for_the_call_only(gen):
+    """Inference tensors have no version counter: the copy is built when asked, never kept."""
+    with torch.inference_mode():
+        W = random_csr(70, 130, 0.3, gen, torch.bfloat16)
+    arrays = (W.row_offsets, W.column_indices, W.values)
+    offsets, entries = _csr_scatter._tiled(*arrays, 130, build=True)
+    assert offsets.numel() == 2 * 3 + 1 and entries.numel() >= W.values.numel()
+    assert _csr_scatter._tiled(*arrays, 130, build=False) is None
+    assert _csr_scatter._TILED.get(W.values) is None
+
+
 def test_the_copy_has_the_weights_tile_height(gen):
     """Sparse weights of 2^25 elements or more are copied in 128-row tiles (the launch takes
     its height from the same rule), others in 64."""
@@ -124,6 +135,20 @@ def test_forced_on_values_not_prepared(gen):
                                    None, "none", backend="scatter")  # fmt: skip
     assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B),
                  torch.float16)  # fmt: skip
+
+
+@pytest.mark.gpu
+def test_inference_mode_weights(gen):
+    """A weight made under inference_mode (no version counter) takes the other kernels, or
+    this one when forced, with its copy built for the call; both products are right."""
+    with torch.inference_mode():
+        W = random_csr(130, 200, 0.3, gen, torch.bfloat16, "cuda")
+        x = randn(16, 200, gen=gen, dtype=torch.bfloat16, device="cuda")
+        bound = spmm_bound(W.to_dense(), x.t()).t()
+        for backend in (None, "scatter"):
+            got = sk.linear(x, W, backend=backend)
+            assert_close(got, _want(W, x), bound, torch.bfloat16)
+        assert _csr_scatter._TILED.get(W.values) is None
 
 
 @pytest.mark.gpu

@@ -40,6 +40,7 @@ def _fits(values: torch.Tensor, b: torch.Tensor, rows: int) -> bool:
         and b.dim() == 2
         and values.dtype in _HALF
         and values.numel() > 0  # nothing stored, or K = 0: the other kernels' zeros
+        and not values.is_inference()  # no version counter: its copy could not be kept
         and tuning.csr_scatter_takes(n, values.numel() / (rows * b.shape[0]), rows * b.shape[0])
         and b_step_fits(b, _config(rows, b.shape[0], n, values.numel())[1].block_n)
     )
@@ -55,7 +56,10 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
     """The tiled entries of these very arrays at the values' current version; built when
     `build` (in the weight's tile height, csr_scatter_tile_rows), else None when absent or
     stale. The pattern's arrays are held weakly (an id could be reused by another pattern's
-    once they die)."""
+    once they die). Inference tensors have no version counter: their copy is built for each
+    (forced) call and never kept; the automatic choice does not take this backend for them."""
+    if values.is_inference():
+        return _build(row_offsets, column_indices, values, k) if build else None
     entry = _TILED.get(values)
     if (
         entry is not None
@@ -66,11 +70,15 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
         return entry[3:]
     if not build:
         return None
-    block_m = tuning.csr_scatter_tile_rows(row_offsets.numel() - 1, k, values.numel())
-    offsets, entries = tiled_entries(row_offsets, column_indices, values, k, block_m=block_m)
+    offsets, entries = _build(row_offsets, column_indices, values, k)
     pattern = (weakref.ref(row_offsets), weakref.ref(column_indices))
     _TILED[values] = (values._version, *pattern, offsets, entries)
     return offsets, entries
+
+
+def _build(row_offsets, column_indices, values, k: int):
+    block_m = tuning.csr_scatter_tile_rows(row_offsets.numel() - 1, k, values.numel())
+    return tiled_entries(row_offsets, column_indices, values, k, block_m=block_m)
 
 
 def prepare(A, B: torch.Tensor) -> None:

@@ -102,6 +102,30 @@ def _problem(values: torch.Tensor, b: torch.Tensor, **facts) -> _dispatch.Proble
     return _dispatch.Problem(b.device, b.dtype, facts)
 
 
+def csr_problem(row_offsets, column_indices, values, b) -> _dispatch.Problem:
+    """What the CSR backends decide on (spmm_csr_raw, and linear's eager plans)."""
+    batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
+    rows = row_offsets.numel() - 1
+    cells = rows * b.shape[-2]
+    density = column_indices.numel() / cells if cells else 1.0
+    expanded = 0 in b.stride() and b.numel() > 1
+    nnz = column_indices.numel()
+    tiled = _csr_scatter.ready(row_offsets, column_indices, values, b)
+    facts = dict(
+        n=b.shape[-1], batch=batch, rows=rows, density=density, nnz=nnz, expanded=expanded,
+        b_dim=b.dim(), tiled=tiled, k=b.shape[-2],
+    )  # fmt: skip
+    return _problem(values, b, **facts)
+
+
+def nm_problem(values, b, n, m, vector, block, transpose) -> _dispatch.Problem:
+    """What the N:M backends decide on (spmm_nm_raw, and linear's eager plans)."""
+    shape = (values.shape[0], values.shape[1] // n * m)
+    return _problem(
+        values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose, shape=shape
+    )
+
+
 def spmm_csr_raw(
     row_offsets,
     column_indices,
@@ -117,18 +141,7 @@ def spmm_csr_raw(
     t_perm=None,
 ) -> torch.Tensor:
     """The registered op with its backend chosen (forced `backend`, else `hint` if it fits)."""
-    batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
-    rows = row_offsets.numel() - 1
-    cells = rows * b.shape[-2]
-    density = column_indices.numel() / cells if cells else 1.0
-    expanded = 0 in b.stride() and b.numel() > 1
-    nnz = column_indices.numel()
-    tiled = _csr_scatter.ready(row_offsets, column_indices, values, b)
-    facts = dict(
-        n=b.shape[-1], batch=batch, rows=rows, density=density, nnz=nnz, expanded=expanded,
-        b_dim=b.dim(), tiled=tiled, k=b.shape[-2],
-    )  # fmt: skip
-    problem = _problem(values, b, **facts)
+    problem = csr_problem(row_offsets, column_indices, values, b)
     name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
         args = (row_offsets, column_indices, values, b, bias, row_order, activation)
@@ -156,10 +169,7 @@ def spmm_nm_raw(
 ) -> torch.Tensor:
     """The registered op with its backend chosen; `matrix` (the NMMatrix, when the caller has
     it) lends the cusparselt backend the weight it packed once."""
-    shape = (values.shape[0], values.shape[1] // n * m)
-    problem = _problem(
-        values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose, shape=shape
-    )
+    problem = nm_problem(values, b, n, m, vector, block, transpose)
     name = _dispatch.choose_with_hint("spmm_nm", problem, backend, hint)
     if name == "cusparselt":  # its own op: it takes the packed weight as one more tensor
         return _cusparselt.spmm(values, indices, b, bias, activation, matrix)

@@ -1,0 +1,92 @@
+"""Repeat eager calls of `linear` that want no gradient skip the checks and the backend choice.
+
+An eager linear call paid 87-183 us of Python on the H200's host against 5-25 us of GPU
+(benchmarks/results/nvidia-h200/2026-12-02/at-743e956/host_overhead.txt); the checks, the
+facts the backends decide on and the choice among them were a third of it for N:M weights
+and half for CSR. Their outcome depends only on the call's signature (x's shape, strides,
+dtype and device, the bias's, a forced backend) and on the weight as it is (its values'
+version: an in-place change can change the scatter kernel's copy). So the first call of a
+signature takes the whole path, then remembers the backend chosen; later calls with that
+signature run it directly. Not under torch.compile, not for fake or functional tensors, not
+when a gradient is wanted (those take the custom op or its autograd twin).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..formats import CSRMatrix, NMMatrix
+from . import _cusparselt, _dispatch, _library
+from ._identity_cache import IdentityCache
+from .spmm import csr_problem, nm_problem
+
+# W's values -> {call signature: backend}; an entry holds no tensor (IdentityCache's rule)
+_PLANS = IdentityCache()
+MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
+
+
+def _signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:
+    bias_part = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
+    return (
+        x.shape, x.stride(), x.dtype, x.device, bias_part, backend, W.values._version,
+        _dispatch.triton_interpreter_enabled(),
+    )  # fmt: skip
+
+
+def _b(x: torch.Tensor, W) -> torch.Tensor:
+    """linear's B: x's tokens as columns (W @ x^T)."""
+    return x.reshape(math.prod(x.shape[:-1]), W.shape[1]).t()
+
+
+def _csr_columns(W: CSRMatrix) -> torch.Tensor:
+    cols = W.pattern.column_indices_int16()  # as spmm passes them
+    return W.column_indices if cols is None else cols
+
+
+def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
+    """linear(x, W, bias) by the backend an earlier call of this signature chose, else None."""
+    kind = type(W)
+    if kind is not CSRMatrix and kind is not NMMatrix:
+        return None
+    if not _library.eager_inference(W.values, x, bias):  # (first: no lookup under compile)
+        return None
+    plans = _PLANS.get(W.values)
+    if plans is None:
+        return None
+    name = plans.get(_signature(x, W, bias, backend))
+    if name is None:
+        return None
+    b = _b(x, W)
+    if kind is CSRMatrix:
+        args = (W.row_offsets, _csr_columns(W), W.values, b, bias, W.row_order, "none")
+        out = _dispatch.run("spmm_csr", name, *args)
+    elif name == "cusparselt":
+        out = _cusparselt.spmm(W.values, W.indices, b, bias, "none", W)
+    else:
+        out = _dispatch.run("spmm_nm", name, W.values, W.indices, b, bias, "none", W.n, W.m,
+                            W.vector, W.block, False)  # fmt: skip
+    return out.t().contiguous().view(*x.shape[:-1], W.shape[0])
+
+
+def remember(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> None:
+    """After a whole call of linear: the backend its signature takes, for the next call. Not
+    while a CUDA graph is captured: spmm builds the scatter kernel's copy only outside one,
+    so a captured first call may choose what eager calls would not."""
+    if not _library.eager_inference(W.values, x, bias) or W.values.is_inference():
+        return  # (inference tensors have no version to key on)
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    b = _b(x, W)
+    if isinstance(W, CSRMatrix):
+        problem = csr_problem(W.row_offsets, _csr_columns(W), W.values, b)
+        name = _dispatch.choose_with_hint("spmm_csr", problem, backend, None)
+    else:
+        problem = nm_problem(W.values, b, W.n, W.m, W.vector, W.block, False)
+        name = _dispatch.choose_with_hint("spmm_nm", problem, backend, None)
+    plans = _PLANS.get(W.values)
+    if plans is None or len(plans) >= MOST_SIGNATURES:
+        plans = {}
+        _PLANS[W.values] = plans
+    plans[_signature(x, W, bias, backend)] = name

@@ -1,0 +1,169 @@
+"""linear's eager plans (ops/_eager_plans.py): a repeat call without a gradient runs the backend
+its signature chose, with the same product; anything that could change the choice or the
+checks' outcome takes the whole path again."""
+
+import gc
+import importlib
+import weakref
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
+from sparsekernels.ops import _dispatch, _eager_plans
+
+linear_module = importlib.import_module("sparsekernels.ops.linear")  # (ops.linear is the function)
+
+
+def _want(W, x, bias=None):
+    out = x.double() @ W.to_dense().double().t()
+    return out if bias is None else out + bias.double()
+
+
+def _bound(W, x, bias=None):
+    bound = (
+        spmm_bound(W.to_dense(), x.reshape(-1, x.shape[-1]).t())
+        .t()
+        .reshape(*x.shape[:-1], W.shape[0])
+    )
+    return bound if bias is None else bound + bias.double().abs()
+
+
+@pytest.fixture
+def whole_path_calls(monkeypatch):
+    """How many calls took linear's whole path (its spmm) since the fixture was made."""
+    calls = []
+    spmm = linear_module.spmm
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return spmm(*args, **kwargs)
+
+    monkeypatch.setattr(linear_module, "spmm", counted)
+    return calls
+
+
+def _weights(gen, dtype=torch.float32):
+    return [random_csr(37, 50, 0.3, gen, dtype), random_nm(37, 48, 2, 8, gen, dtype=dtype)]
+
+
+@pytest.mark.parametrize("kind", [0, 1], ids=["csr", "nm"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_a_repeat_call_takes_the_plan_with_the_same_product(kind, dtype, gen, whole_path_calls):
+    """Fresh x each call (never zeros), a bias, 3-D x: the planned calls match float64."""
+    W = _weights(gen, dtype)[kind]
+    bias = randn(37, gen=gen, dtype=dtype)
+    with torch.no_grad():
+        for _ in range(3):
+            x = randn(2, 3, W.shape[1], gen=gen, dtype=dtype)
+            got = sk.linear(x, W, bias)
+            assert got.shape == (2, 3, 37) and got.is_contiguous()
+            assert_close(got, _want(W, x, bias), _bound(W, x, bias), dtype)
+    assert len(whole_path_calls) == 1
+
+
+def test_one_token_and_k_one(gen, whole_path_calls):
+    W = random_csr(5, 1, 1.0, gen, torch.float32, empty_rows=False)
+    for _ in range(2):
+        x = randn(1, 1, gen=gen, dtype=torch.float32)
+        assert_close(sk.linear(x, W), _want(W, x), _bound(W, x), torch.float32)
+    assert len(whole_path_calls) == 1
+
+
+def test_signature_changes_take_the_whole_path(gen, whole_path_calls):
+    """Another shape, strides, dtype, bias or forced backend is a new signature."""
+    W = random_csr(37, 50, 0.3, gen, torch.float32)
+    x = randn(4, 50, gen=gen, dtype=torch.float32)
+    bias = randn(37, gen=gen, dtype=torch.float32)
+    calls = [
+        lambda: sk.linear(x, W),
+        lambda: sk.linear(x[:3], W),
+        lambda: sk.linear(randn(50, 4, gen=gen, dtype=torch.float32).t(), W),  # strides
+        lambda: sk.linear(x, W, bias),
+        lambda: sk.linear(x, W, backend="reference"),
+    ]
+    for i, call in enumerate(calls):
+        call()
+        assert len(whole_path_calls) == i + 1
+        call()  # the same signature again: planned
+        assert len(whole_path_calls) == i + 1
+
+
+def test_bad_input_is_still_refused_after_a_plan(gen):
+    """Wrong K, dtype or bias are other signatures: the checks run and name the argument."""
+    W = random_nm(37, 48, 2, 8, gen, dtype=torch.float32)
+    x = randn(4, 48, gen=gen, dtype=torch.float32)
+    sk.linear(x, W)
+    sk.linear(x, W)
+    with pytest.raises(ValueError, match="in_features"):
+        sk.linear(randn(4, 40, gen=gen, dtype=torch.float32), W)
+    with pytest.raises((TypeError, ValueError), match="dtype"):
+        sk.linear(x.double(), W)
+    with pytest.raises(ValueError, match="bias"):
+        sk.linear(x, W, randn(36, gen=gen, dtype=torch.float32))
+    with pytest.raises(ValueError, match="backend"):
+        sk.linear(x, W, backend="nonsense")
+
+
+def test_values_changed_in_place_take_the_whole_path(gen, whole_path_calls):
+    W = random_csr(37, 50, 0.3, gen, torch.float32)
+    x = randn(4, 50, gen=gen, dtype=torch.float32)
+    sk.linear(x, W)
+    with torch.no_grad():
+        W.values.mul_(-3)
+    got = sk.linear(x, W)
+    assert len(whole_path_calls) == 2
+    assert_close(got, _want(W, x), _bound(W, x), torch.float32)
+
+
+def test_a_gradient_takes_the_whole_path_and_is_right(gen, whole_path_calls):
+    W = random_nm(37, 48, 2, 8, gen, dtype=torch.float64)
+    x = randn(4, 48, gen=gen, dtype=torch.float64)
+    sk.linear(x, W)
+    sk.linear(x, W)
+    assert len(whole_path_calls) == 1
+    x.requires_grad_()
+    sk.linear(x, W).sum().backward()
+    assert len(whole_path_calls) == 2
+    torch.testing.assert_close(x.grad, torch.ones(4, 37, dtype=torch.float64) @ W.to_dense())
+
+
+def test_the_backend_is_looked_up_at_each_call(gen, monkeypatch):
+    """A planned call runs the registered backend of that name as it is now."""
+    W = random_csr(37, 50, 0.3, gen, torch.float32)
+    x = randn(4, 50, gen=gen, dtype=torch.float32)
+    sk.linear(x, W)
+    (name,) = _eager_plans._PLANS.get(W.values).values()
+    backend, calls = _dispatch._REGISTRY["spmm_csr"][name], []
+
+    def counted(*args):
+        calls.append(1)
+        return backend.run(*args)
+
+    monkeypatch.setitem(_dispatch._REGISTRY["spmm_csr"], name,
+                        _dispatch.Backend(name, counted, backend.reasons))  # fmt: skip
+    sk.linear(x, W)
+    assert calls == [1]
+
+
+def test_plans_hold_no_weight_and_stay_few(gen):
+    """The plans die with the weight's values and keep at most MOST_SIGNATURES signatures."""
+    W = random_csr(37, 50, 0.3, gen, torch.float32)
+    for tokens in range(1, _eager_plans.MOST_SIGNATURES + 3):
+        sk.linear(randn(tokens, 50, gen=gen, dtype=torch.float32), W)
+    assert len(_eager_plans._PLANS.get(W.values)) <= _eager_plans.MOST_SIGNATURES
+    values = weakref.ref(W.values)
+    del W
+    gc.collect()
+    assert values() is None
+
+
+def test_inference_mode_weights_take_the_whole_path(gen, whole_path_calls):
+    """Inference tensors have no version counter to key a plan on."""
+    with torch.inference_mode():
+        W = random_csr(37, 50, 0.3, gen, torch.float32)
+        x = randn(4, 50, gen=gen, dtype=torch.float32)
+        for _ in range(2):
+            assert_close(sk.linear(x, W), _want(W, x), _bound(W, x), torch.float32)
+    assert len(whole_path_calls) == 2
