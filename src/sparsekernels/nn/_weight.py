@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..formats import CSRMatrix, NMMatrix
+from ..ops._identity_cache import version
 from ..prune.config import resolve
 
 _INDEX_BUFFERS = {"csr": ("row_offsets", "column_indices"), "nm": ("indices",)}
@@ -63,9 +64,11 @@ class SparseWeightModule(nn.Module):
     def weight(self) -> CSRMatrix | NMMatrix:
         """The sparse weight (out_features, in_features) whose values are this layer's Parameter."""
         buffers = tuple(getattr(self, name) for name in _INDEX_BUFFERS[self.format])
-        key = tuple((b, b._version, b.device) for b in buffers)
+        key = tuple((b, version(b), b.device) for b in buffers)
         cache = self._format_cache
+        # (inference tensors have no version: never fresh, the format is built each time)
         fresh = cache is not None and len(cache[0]) == len(key)
+        fresh = fresh and all(v is not None for _, v, _ in key)
         fresh = fresh and all(
             a is b and va == vb and da == db
             for (a, va, da), (b, vb, db) in zip(cache[0], key, strict=True)

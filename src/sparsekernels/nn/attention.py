@@ -14,6 +14,7 @@ from torch import nn
 
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
+from ..ops._identity_cache import version
 
 _ROWS_PER_CHUNK = 512  # rows of the (L, L) boolean mask built at once
 
@@ -93,11 +94,16 @@ class SparseAttention(nn.Module):
     @property
     def pattern(self) -> CSRMatrix:
         """The pattern as a CSRMatrix (values unused), built once per index buffers."""
-        key = tuple((b, b._version, b.device) for b in (self.row_offsets, self.column_indices))
+        key = tuple((b, version(b), b.device) for b in (self.row_offsets, self.column_indices))
         cache = self._cache
-        fresh = cache is not None and all(
-            a is b and va == vb and da == db
-            for (a, va, da), (b, vb, db) in zip(cache[0], key, strict=True)
+        # (inference tensors have no version: never fresh, the pattern is built each time)
+        fresh = (
+            cache is not None
+            and all(v is not None for _, v, _ in key)
+            and all(
+                a is b and va == vb and da == db
+                for (a, va, da), (b, vb, db) in zip(cache[0], key, strict=True)
+            )
         )
         if not fresh:
             nnz = self.column_indices.numel()

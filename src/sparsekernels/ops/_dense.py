@@ -11,7 +11,7 @@ import torch
 
 from .. import reference
 from . import _dispatch
-from ._identity_cache import IdentityCache
+from ._identity_cache import IdentityCache, version
 from ._layout import column_major
 
 
@@ -56,12 +56,13 @@ _FLAT = IdentityCache()
 def flat_positions(row_offsets, column_indices, cols: int) -> torch.Tensor:
     """Keyed by the column indices' identity; the entry holds its row offsets, so their identity
     stays valid, and both versions, so an in-place edit recomputes."""
-    key = (row_offsets._version, column_indices._version, cols)
+    key = (version(row_offsets), version(column_indices), cols)
     hit = _FLAT.get(column_indices)
-    if hit is None or hit[0] is not row_offsets or hit[1] != key:
+    if hit is None or hit[0] is not row_offsets or hit[1] != key or None in key:
         rows = reference.row_indices(row_offsets, column_indices.numel())
         hit = (row_offsets, key, rows * cols + column_indices.long())
-        _FLAT[column_indices] = hit
+        if None not in key:  # (inference tensors': built for the call)
+            _FLAT[column_indices] = hit
     return hit[2]
 
 

@@ -38,3 +38,10 @@ class IdentityCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def version(tensor: torch.Tensor) -> int | None:
+    """The tensor's version counter (in-place changes bump it), or None for an inference
+    tensor, which has none: what is derived from it cannot be kept, as a change could not be
+    seen (reading `_version` there raises)."""
+    return None if tensor.is_inference() else tensor._version

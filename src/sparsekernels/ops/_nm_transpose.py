@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ._identity_cache import IdentityCache
+from ._identity_cache import IdentityCache, version
 
 # indices tensor -> ((its version, rows, pattern), W^T's Pattern, permutation of W's values)
 _TRANSPOSED = IdentityCache()
@@ -18,9 +18,9 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
     from ..formats._pattern import Pattern, index_dtype_for
     from ..formats.nm import nm_columns
 
-    key = (indices._version, rows, n, m, vector, block)
+    key = (version(indices), rows, n, m, vector, block)
     hit = _TRANSPOSED.get(indices)
-    if hit is None or hit[0] != key:
+    if hit is None or hit[0] != key or key[0] is None:
         columns = nm_columns(indices, rows, n, m, vector, block)
         slots = columns.shape[1]
         cols = indices.shape[1] * block // n * m
@@ -32,5 +32,6 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
         )
         transposed, perm = pattern.transpose()
         hit = (key, transposed, perm)
-        _TRANSPOSED[indices] = hit
+        if key[0] is not None:  # (an inference tensor's: built for the call)
+            _TRANSPOSED[indices] = hit
     return hit[1], hit[2]

@@ -14,18 +14,19 @@ import torch
 
 from ..formats._pattern import Pattern
 from ..kernels import sddmm_tiles
-from ._identity_cache import IdentityCache
+from ._identity_cache import IdentityCache, version
 
 # column indices -> (row offsets, (versions, columns), {plan name: plan})
 _PLANS = IdentityCache()
 
 
 def _plans(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int) -> dict:
-    key = (row_offsets._version, column_indices._version, cols)
+    key = (version(row_offsets), version(column_indices), cols)
     hit = _PLANS.get(column_indices)
-    if hit is None or hit[0] is not row_offsets or hit[1] != key:
+    if hit is None or hit[0] is not row_offsets or hit[1] != key or None in key:
         hit = (row_offsets, key, {})
-        _PLANS[column_indices] = hit
+        if None not in key:  # (inference tensors': plans made for the call)
+            _PLANS[column_indices] = hit
     return hit[2]
 
 

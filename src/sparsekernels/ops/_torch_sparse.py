@@ -13,7 +13,7 @@ import torch
 
 from .. import reference
 from ..formats.nm import nm_columns
-from ._identity_cache import IdentityCache
+from ._identity_cache import IdentityCache, version
 from ._nm_transpose import transposed_pattern
 
 # indices tensor -> (its version and the pattern's arguments, CSR row offsets, columns): an N:M
@@ -25,15 +25,16 @@ _PATTERN = IdentityCache()
 
 def _nm_pattern(indices, rows: int, n: int, m: int, vector: int, block: int):
     slots = indices.shape[1] * block  # stored values a row
-    key = (indices._version, rows, n, m, vector, block)
+    key = (version(indices), rows, n, m, vector, block)
     hit = _PATTERN.get(indices)
-    if hit is None or hit[0] != key:
+    if hit is None or hit[0] != key or key[0] is None:
         cols = slots // n * m
         index = torch.int32 if max(rows * slots, cols) < 2**31 else torch.int64
         columns = nm_columns(indices, rows, n, m, vector, block, index).reshape(-1)
         offsets = torch.arange(rows + 1, device=indices.device, dtype=index) * slots
         hit = (key, offsets, columns)
-        _PATTERN[indices] = hit
+        if key[0] is not None:  # (an inference tensor's: built for the call)
+            _PATTERN[indices] = hit
     return hit[1], hit[2]
 
 

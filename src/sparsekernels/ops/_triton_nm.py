@@ -25,7 +25,7 @@ from ..kernels import spmm_nm_select as select
 from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
 from . import _dispatch
-from ._identity_cache import IdentityCache
+from ._identity_cache import IdentityCache, version
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
 from ._nm_transpose import transposed_pattern
 
@@ -251,13 +251,15 @@ def _mma_sp_operand(what: str, indices: torch.Tensor, rows: int, vector: int, n:
         cached = {}
         _MMA_SP[indices] = cached
     hit = cached.get((what, rows, vector, n, m))
-    if hit is None or hit[0] != indices._version:
+    seen = version(indices)
+    if hit is None or hit[0] != seen or seen is None:
         if what == "metadata":
             operand = mma_sp_operands.metadata_words(indices, rows, vector, n, m)
         else:
             operand = mma_sp_operands.class_words(indices, rows, vector, n)
-        hit = (indices._version, operand)
-        cached[(what, rows, vector, n, m)] = hit
+        hit = (seen, operand)
+        if seen is not None:  # (an inference tensor's: built for the call)
+            cached[(what, rows, vector, n, m)] = hit
     return hit[1]
 
 
@@ -274,11 +276,12 @@ def class_words(indices: torch.Tensor, rows: int, vector: int, n: int = 2) -> to
 def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
     from ..formats.nm import pack_offsets
 
-    version = indices._version
+    seen = version(indices)
     hit = _PACKED.get(indices)
-    if hit is None or hit[0] != version or hit[1] != bits:
-        hit = (version, bits, pack_offsets(indices, bits))
-        _PACKED[indices] = hit
+    if hit is None or hit[0] != seen or hit[1] != bits or seen is None:
+        hit = (seen, bits, pack_offsets(indices, bits))
+        if seen is not None:  # (an inference tensor's: built for the call)
+            _PACKED[indices] = hit
     return hit[2]
 
 

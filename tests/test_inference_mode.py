@@ -1,0 +1,91 @@
+"""Weights, patterns and layers made under torch.inference_mode: inference tensors have no
+version counter, so what the ops derive from them once per weight elsewhere (N:M patterns
+for torch's matmul, transposed patterns, sddmm plans, a layer's format) is built for each
+call instead; the products match weights made outside it."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import random_csr, random_nm
+
+
+def _twins(make):
+    """The same weight made normally and under inference_mode (same seed)."""
+    normal = make(torch.Generator().manual_seed(5))
+    with torch.inference_mode():
+        frozen = make(torch.Generator().manual_seed(5))
+    assert frozen.values.is_inference() and not normal.values.is_inference()
+    return normal, frozen
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda g: random_csr(37, 50, 0.3, g, torch.float32),
+        lambda g: random_nm(37, 48, 2, 8, g, dtype=torch.float32),
+        lambda g: random_nm(36, 64, 1, 4, g, vector=4, dtype=torch.float32),
+    ],
+    ids=["csr", "nm", "nm-vector"],
+)
+def test_linear_and_spmm(make):
+    normal, frozen = _twins(make)
+    x = torch.randn(5, normal.shape[1])
+    bias = torch.randn(normal.shape[0])
+    want = sk.linear(x, normal, bias)
+    with torch.inference_mode():
+        for _ in range(2):  # a second call must not trust anything kept from the first
+            torch.testing.assert_close(sk.linear(x, frozen, bias), want)
+            torch.testing.assert_close(sk.spmm(frozen, x.t()), sk.spmm(normal, x.t()))
+    torch.testing.assert_close(sk.linear(x, frozen, bias), want)  # and outside it
+
+
+def test_sddmm_and_softmax_on_an_inference_pattern():
+    normal, frozen = _twins(lambda g: random_csr(40, 30, 0.3, g, torch.float32))
+    x, y = torch.randn(40, 8), torch.randn(30, 8)
+    want = sk.sparse_softmax(sk.sddmm(x, y, normal), 0.5)
+    with torch.inference_mode():
+        for _ in range(2):
+            got = sk.sparse_softmax(sk.sddmm(x, y, frozen), 0.5)
+            torch.testing.assert_close(got.values, want.values)
+
+
+def test_sparse_linear_made_under_inference_mode():
+    dense = torch.nn.Linear(48, 20)
+    normal = sk.nn.SparseLinear.from_dense(dense, pattern="2:8")
+    with torch.inference_mode():
+        frozen = sk.nn.SparseLinear.from_dense(dense, pattern="2:8")
+        x = torch.randn(3, 48)
+        for _ in range(2):
+            torch.testing.assert_close(frozen(x), normal(x))
+
+
+def test_sparse_attention_made_under_inference_mode():
+    normal = sk.nn.SparseAttention.local_strided(24, 4, 5)
+    with torch.inference_mode():
+        frozen = sk.nn.SparseAttention.local_strided(24, 4, 5)
+        q, k, v = (torch.randn(2, 3, 24, 8) for _ in range(3))
+        for _ in range(2):
+            torch.testing.assert_close(frozen(q, k, v), normal(q, k, v))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 16])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda g: random_csr(300, 512, 0.3, g, torch.bfloat16, "cuda"),
+        lambda g: random_nm(300, 512, 2, 8, g, dtype=torch.bfloat16, device="cuda"),
+        lambda g: random_nm(300, 512, 2, 4, g, dtype=torch.bfloat16, device="cuda"),
+    ],
+    ids=["csr", "2:8", "2:4"],
+)
+def test_linear_on_the_gpu(make, tokens):
+    """The GPU routes (the sparse tensor cores' metadata, packed offsets, the scatter
+    kernel's copy) with weights made under inference_mode: the same bits as made outside."""
+    normal, frozen = _twins(make)
+    x = torch.randn(tokens, 512, device="cuda", dtype=torch.bfloat16)
+    want = sk.linear(x, normal)
+    with torch.inference_mode():
+        for _ in range(2):
+            torch.testing.assert_close(sk.linear(x, frozen), want, rtol=0, atol=0)
