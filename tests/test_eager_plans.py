@@ -167,3 +167,13 @@ def test_inference_mode_weights_take_the_whole_path(gen, whole_path_calls):
         for _ in range(2):
             assert_close(sk.linear(x, W), _want(W, x), _bound(W, x), torch.float32)
     assert len(whole_path_calls) == 2
+
+
+def test_not_a_tensor_after_a_plan_is_refused(gen):
+    W = random_nm(6, 8, 2, 4, gen, dtype=torch.float64)
+    x = randn(2, 8, gen=gen)
+    sk.linear(x, W)
+    with pytest.raises(TypeError, match="bias must be a torch.Tensor"):
+        sk.linear(x, W, [0.0] * 6)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        sk.linear(x.tolist(), W)

@@ -24,6 +24,7 @@ from .spmm import csr_problem, nm_problem
 
 # W's values -> {call signature: backend}; an entry holds no tensor (IdentityCache's rule)
 _PLANS = IdentityCache()
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
 
 
@@ -50,7 +51,9 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
     kind = type(W)
     if kind is not CSRMatrix and kind is not NMMatrix:
         return None
-    if not _library.eager_inference(W.values, x, bias):  # (first: no lookup under compile)
+    if type(x) not in _PLAIN or (bias is not None and type(bias) not in _PLAIN):
+        return None  # (anything else: the whole path's checks name it)
+    if not _library.eager_inference(W.values, x, bias):  # (before any lookup: not compiling)
         return None
     plans = _PLANS.get(W.values)
     if plans is None:
