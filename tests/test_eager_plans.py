@@ -177,3 +177,14 @@ def test_not_a_tensor_after_a_plan_is_refused(gen):
         sk.linear(x, W, [0.0] * 6)
     with pytest.raises(TypeError, match="x must be a torch.Tensor"):
         sk.linear(x.tolist(), W)
+
+
+def test_compiled_calls_after_a_plan(gen):
+    """torch.compile(fullgraph=True) of linear on a weight with plans: traced through the op."""
+    W = random_nm(6, 8, 2, 4, gen, dtype=torch.float64)
+    x = randn(3, 8, gen=gen)
+    with torch.no_grad():
+        eager = sk.linear(x, W)
+        sk.linear(x, W)  # planned
+        compiled = torch.compile(lambda x: sk.linear(x, W), fullgraph=True, backend="eager")(x)
+    torch.testing.assert_close(compiled, eager)
