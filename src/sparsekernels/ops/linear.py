@@ -8,7 +8,7 @@ import torch
 
 from .. import _checks
 from ..formats import CSRMatrix, NMMatrix
-from . import _eager_plans
+from . import _autocast, _eager_plans
 from .spmm import spmm
 
 
@@ -28,6 +28,12 @@ def linear(
                 [3.],
                 [3.]])
     """
+    dtype = _autocast.target(x)
+    if dtype is not None:  # as F.linear: in autocast's dtype
+        with torch.autocast(x.device.type, enabled=False):
+            cast = _autocast.cast
+            return linear(cast(x, dtype), _autocast.cast_weight(W, dtype), cast(bias, dtype),
+                          backend=backend)  # fmt: skip
     planned = _eager_plans.run(x, W, bias, backend)  # a repeat eager call: its backend at once
     if planned is not None:
         return planned

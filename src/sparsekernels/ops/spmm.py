@@ -11,7 +11,16 @@ from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
 from ..kernels import spmm_csr_few, spmm_csr_token, tuning
-from . import _csr_scatter, _cusparselt, _dense, _dispatch, _library, _torch_sparse, _triton_nm
+from . import (
+    _autocast,
+    _csr_scatter,
+    _cusparselt,
+    _dense,
+    _dispatch,
+    _library,
+    _torch_sparse,
+    _triton_nm,
+)
 from ._layout import csr_row_walk_in_b_order, padded_rows, spmm_out
 
 
@@ -34,6 +43,12 @@ def spmm(
         tensor([[1., 1., 1.],
                 [2., 2., 2.]])
     """
+    dtype = _autocast.target(B)
+    if dtype is not None:  # as matmul: in autocast's dtype
+        with torch.autocast(B.device.type, enabled=False):
+            cast = _autocast.cast
+            return spmm(_autocast.cast_weight(A, dtype), cast(B, dtype), cast(bias, dtype),
+                        activation, backend=backend)  # fmt: skip
     activation = _checks.activation(activation)
     if isinstance(A, CSRMatrix):
         _check_operands(A, B, bias, allow_batch=True)

@@ -1,0 +1,67 @@
+"""linear and spmm under torch.autocast, as F.linear and matmul are: their float32, float16 and
+bfloat16 operands cast to the autocast dtype of the inputs' device type, then the op run with
+autocast off (a backend's own torch ops must not cast again: torch's CPU CSR matmul has no
+bfloat16). float64 is left alone, as autocast does.
+
+A weight whose values want no gradient keeps its cast copy (per values tensor, version and
+dtype): a fresh copy every call would rebuild what the ops keep per weight (the scatter
+kernel's copy of a CSR weight, linear's eager plans). Values that want one are cast each call,
+so the gradient reaches them."""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..formats import CSRMatrix, NMMatrix
+from ._identity_cache import IdentityCache, version
+
+_CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
+# W's values -> (version, dtype, weak refs to W's pattern, W with its values cast); the entry
+# holds no reference to the values (IdentityCache's rule)
+_CAST = IdentityCache()
+
+
+def target(t) -> torch.dtype | None:
+    """The dtype autocast asks of an op on `t`'s device type, else None (off, or not a tensor:
+    the op's checks name it)."""
+    if not isinstance(t, torch.Tensor) or not torch.is_autocast_enabled(t.device.type):
+        return None
+    return torch.get_autocast_dtype(t.device.type)
+
+
+def cast(t: torch.Tensor | None, dtype: torch.dtype):
+    """t in `dtype` when autocast would cast it (a float32 / 16-bit tensor), else t."""
+    if isinstance(t, torch.Tensor) and t.dtype in _CASTABLE and t.dtype != dtype:
+        return t.to(dtype)
+    return t
+
+
+def cast_weight(W, dtype: torch.dtype):
+    """W with its values in `dtype` where autocast would cast them; kept while they last."""
+    if not isinstance(W, (CSRMatrix, NMMatrix)):
+        return W  # (the op's checks name it)
+    values = W.values
+    if values.dtype not in _CASTABLE or values.dtype == dtype:
+        return W
+    seen = version(values)
+    wants_grad = torch.is_grad_enabled() and values.requires_grad
+    if wants_grad or seen is None or torch.compiler.is_compiling():
+        return W.with_values(values.to(dtype))
+    pattern = _pattern(W)
+    hit = _CAST.get(values)
+    if hit is None or hit[:2] != (seen, dtype) or not _same(hit[2], pattern):
+        cast_W = W.with_values(values.to(dtype))
+        hit = (seen, dtype, tuple(weakref.ref(t) for t in pattern), cast_W)
+        _CAST[values] = hit
+    return hit[3]
+
+
+def _pattern(W) -> tuple:
+    """The tensors that hold W's pattern (another pattern with the same values: another copy)."""
+    return (W.row_offsets, W.column_indices) if isinstance(W, CSRMatrix) else (W.indices,)
+
+
+def _same(refs: tuple, pattern: tuple) -> bool:
+    return len(refs) == len(pattern) and all(r() is t for r, t in zip(refs, pattern, strict=True))
