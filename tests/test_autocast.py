@@ -95,3 +95,10 @@ def test_sparse_linear_under_cuda_autocast(kw, tokens):
     bound = xb.abs() @ W.abs().t() + layer.bias.detach().double().abs()
     assert_close(got, exact, bound, torch.bfloat16)
     torch.testing.assert_close(again, got, rtol=0, atol=0)
+
+
+def test_devices_without_autocast_pass_through():
+    """meta tensors (shape inference) have no autocast state to ask: the op runs as before."""
+    W = sk.NMMatrix.from_dense(torch.tensor([[1.0, 0.0, 0.0, 2.0]]), 2, 4).to("meta")
+    out = sk.linear(torch.ones(3, 4, device="meta"), W)
+    assert out.device.type == "meta" and out.shape == (3, 1)

@@ -18,6 +18,7 @@ from ..formats import CSRMatrix, NMMatrix
 from ._identity_cache import IdentityCache, version
 
 _CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu")  # (others, meta among them, have none)
 # W's values -> (version, dtype, weak refs to W's pattern, W with its values cast); the entry
 # holds no reference to the values (IdentityCache's rule)
 _CAST = IdentityCache()
@@ -26,7 +27,9 @@ _CAST = IdentityCache()
 def target(t) -> torch.dtype | None:
     """The dtype autocast asks of an op on `t`'s device type, else None (off, or not a tensor:
     the op's checks name it)."""
-    if not isinstance(t, torch.Tensor) or not torch.is_autocast_enabled(t.device.type):
+    if not isinstance(t, torch.Tensor) or t.device.type not in _AUTOCAST_DEVICES:
+        return None
+    if not torch.is_autocast_enabled(t.device.type):
         return None
     return torch.get_autocast_dtype(t.device.type)
 
