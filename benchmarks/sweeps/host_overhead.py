@@ -1,7 +1,7 @@
 """Host time of an eager call (no grad) of the public ops, and where it goes (cProfile):
 SDDMM, the row softmax, linear with 2:4, 2:8, 1:8 and 70% / 90% CSR weights at one token and
-at 16 (the mma.sp kernel, the few-token and scatter kernels), and torch's matmul, each in a
-host-bound loop of 200 calls. Prints a table last.
+at 16 (the mma.sp kernel, the few-token and scatter kernels), two of them without linear's
+eager plans, and torch's matmul, each in a host-bound loop of 200 calls. Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/host_overhead.py
 """
 
@@ -13,6 +13,7 @@ import time
 import torch
 
 import sparsekernels as sk
+from sparsekernels.ops import _eager_plans
 
 torch.manual_seed(0)
 
@@ -39,6 +40,17 @@ wc = torch.randn(4096, 14336, device=dev, dtype=bf)
 Wcsr = sk.CSRMatrix.from_dense(wc * (torch.rand_like(wc, dtype=torch.float32) < 0.3))
 Wcsr90 = sk.CSRMatrix.from_dense(wc * (torch.rand_like(wc, dtype=torch.float32) < 0.1))
 S = sk.sddmm(X, Y, P)
+
+
+def _unplanned(op, *args):
+    """The whole path every call (linear's eager plans set aside): what the plans save."""
+    run, _eager_plans.run = _eager_plans.run, lambda *a: None
+    try:
+        return op(*args)
+    finally:
+        _eager_plans.run = run
+
+
 CALLS = {
     "sddmm bf16 2% K=64": lambda: sk.sddmm(X, Y, P),
     "sparse_softmax": lambda: sk.sparse_softmax(S, 0.125),
@@ -51,6 +63,8 @@ CALLS = {
     "linear csr 70% 1 token": lambda: sk.linear(x1, Wcsr),
     "linear csr 90% 1 token": lambda: sk.linear(x1, Wcsr90),
     "linear csr 70% 16 tokens": lambda: sk.linear(x16, Wcsr),
+    "linear 2:8 1 token, no plan": lambda: _unplanned(sk.linear, x1, W28),
+    "linear csr 70% 1 token, no plan": lambda: _unplanned(sk.linear, x1, Wcsr),
     "torch matmul 1 token": lambda: x1 @ wc.t(),
     "torch matmul 16 tokens": lambda: x16 @ wc.t(),
 }
