@@ -60,13 +60,16 @@ def test_config_rule():
 
 
 def test_dense_fallback_rule():
-    """Half precision densifies past 16 columns, except the smallest products (N <= 256 and at
-    most 3M multiply-adds), where the CSR kernel's one launch wins; strict fp32 from 14% stored,
-    or 30% for products of at most 24M multiply-adds."""
+    """Half precision densifies past 16 columns, except the smallest products (N <= 256, at
+    most 3M multiply-adds and 5% stored), where the CSR kernel's one launch wins; strict fp32
+    from 14% stored, or 30% for products of at most 24M multiply-adds."""
     from sparsekernels.kernels.tuning import spmm_csr_prefers_dense as prefers_dense
 
     assert not prefers_dense(256, 0.02, True, 5243 * 256)  # 512 x 512 at 2%
     assert prefers_dense(256, 0.1, True, 26214 * 256)  # at 10%: 6.7M
+    assert not prefers_dense(196, 0.05, True, 13107 * 196)  # 1024 x 256 at 5%: 2.6M
+    assert prefers_dense(64, 0.1, True, 14746 * 64)  # 384 x 384 at 10%: 0.9M, yet 10% stored
+    assert prefers_dense(112, 0.3, True, 44237 * 112) and prefers_dense(64, 0.3, True, 44237 * 64)
     assert prefers_dense(784, 0.02, True, 5243 * 784)  # wide N
     assert prefers_dense(64, 0.02, True)  # products unknown
     assert not prefers_dense(16, 0.5, True)  # the decode sizes

@@ -304,9 +304,13 @@ FP32_SMALL_MAX_PRODUCTS = 24_000_000
 # (results/nvidia-h200/2026-11-30/at-3a5f8a3/dlmc): the CSR kernel was faster at N <= 256 with
 # at most ~3M multiply-adds (stored entries x N): 512 x 512 at 2% and N = 256 4.0 us against
 # 5.0, 512 x 4608 at 2% and N = 49 8.3 against 15.6; past that it lost (512 x 512 at 10%,
-# 6.7M: 6.8-9.5 against 5.1).
+# 6.7M: 6.8-9.5 against 5.1). It won at 2-5% stored (1024 x 256 at 5%, N = 196: 6.5 against
+# 7.7); at 10% or more it lost on small products too: all-MiniLM's 384 x 384 at 64-112 tokens
+# (results/nvidia-h200/2026-12-02/at-9aa671a/small_layer_routes.txt, warm L2) 8.9-11.0 us at
+# 10% and 13.8 at 30% against densify's 4.9 (its rows' entries walked in series).
 HALF_CSR_MAX_N = 256
 HALF_CSR_MAX_PRODUCTS = 3_000_000
+HALF_CSR_MAX_DENSITY = 0.05
 
 
 def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool, products: int = 0) -> bool:
@@ -314,7 +318,8 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool, product
     if n <= SPMM_CSR_DECODE_MAX_N:
         return False
     if half_precision:
-        return not (n <= HALF_CSR_MAX_N and 0 < products <= HALF_CSR_MAX_PRODUCTS)
+        small = 0 < products <= HALF_CSR_MAX_PRODUCTS and density <= HALF_CSR_MAX_DENSITY
+        return not (n <= HALF_CSR_MAX_N and small)
     small = 0 < products <= FP32_SMALL_MAX_PRODUCTS and density <= FP32_SMALL_MAX_DENSITY
     return density > FP32_DENSE_MIN_DENSITY and not small
 
