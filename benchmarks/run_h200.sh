@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests smalllayers csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -263,6 +263,10 @@ for step in $steps; do
       timeout 200 python3 -m pytest -q -m gpu tests/test_csr_scatter_route.py tests/test_gpu.py \
         tests/test_inference_mode.py tests/test_autocast.py -n 8 >"$out/gpu_tests_user.log" 2>&1
       echo "usertests rc=$? $(tail -1 "$out/gpu_tests_user.log")" ;;
+    launch)  # eager host time by layer: sk.linear, the JIT launch, the compiled kernel's launcher
+      PYTHONPATH=$PWD/src timeout 120 python3 benchmarks/sweeps/launch_overhead.py \
+        >"$out/launch_overhead.txt" 2>&1
+      echo "launch rc=$? $(tail -8 "$out/launch_overhead.txt" | tr '\n' ';')" ;;
     smalllayers)  # MiniLM-sized layers through linear, every backend, warm and cold L2
       PYTHONPATH=$PWD/src timeout 420 python3 benchmarks/sweeps/small_layer_routes.py \
         >"$out/small_layer_routes.txt" 2>&1
