@@ -134,7 +134,8 @@ def test_the_backend_is_looked_up_at_each_call(gen, monkeypatch):
     W = random_csr(37, 50, 0.3, gen, torch.float32)
     x = randn(4, 50, gen=gen, dtype=torch.float32)
     sk.linear(x, W)
-    (name,) = _eager_plans._PLANS.get(W.values).values()
+    (plan,) = _eager_plans._PLANS.get(W.values).values()
+    name = plan.backend
     backend, calls = _dispatch._REGISTRY["spmm_csr"][name], []
 
     def counted(*args):

@@ -9,6 +9,8 @@ version: an in-place change can change the scatter kernel's copy). So the first 
 signature takes the whole path, then remembers the backend chosen; later calls with that
 signature run it directly. Not under torch.compile, not for fake or functional tensors, not
 when a gradient is wanted (those take the custom op or its autograd twin).
+The second call of a signature also records the backend's Triton launches where it can, and
+later ones replay them through the compiled kernels (ops/_launch_plans.py).
 """
 
 from __future__ import annotations
@@ -18,14 +20,24 @@ import math
 import torch
 
 from ..formats import CSRMatrix, NMMatrix
-from . import _cusparselt, _dispatch, _library
+from . import _cusparselt, _dispatch, _launch_plans, _library
 from ._identity_cache import IdentityCache
 from .spmm import csr_problem, nm_problem
 
-# W's values -> {call signature: backend}; an entry holds no tensor (IdentityCache's rule)
+# W's values -> {call signature: _Plan}; an entry holds no tensor (IdentityCache's rule; a launch
+# plan holds storages, not tensors)
 _PLANS = IdentityCache()
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
+
+
+class _Plan:
+    __slots__ = ("backend", "launches", "recorded")
+
+    def __init__(self, backend: str) -> None:
+        self.backend = backend
+        self.launches: _launch_plans.LaunchPlan | None = None
+        self.recorded = False  # (recording is tried once a signature)
 
 
 def _signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:
@@ -58,19 +70,32 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
     plans = _PLANS.get(W.values)
     if plans is None:
         return None
-    name = plans.get(_signature(x, W, bias, backend))
-    if name is None:
+    plan = plans.get(_signature(x, W, bias, backend))
+    if plan is None:
         return None
-    b = _b(x, W)
-    if kind is CSRMatrix:
-        args = (W.row_offsets, _csr_columns(W), W.values, b, bias, W.row_order, "none")
-        out = _dispatch.run("spmm_csr", name, *args)
-    elif name == "cusparselt":
-        out = _cusparselt.spmm(W.values, W.indices, b, bias, "none", W)
-    else:
-        out = _dispatch.run("spmm_nm", name, W.values, W.indices, b, bias, "none", W.n, W.m,
-                            W.vector, W.block, False)  # fmt: skip
+    out = None
+    if plan.launches is not None:
+        out = plan.launches.replay(x, bias, _launch_plans.weight_state(W))
+    if out is None:
+        call = _backend_call(x, W, bias, plan.backend)
+        if plan.recorded or not _launch_plans.can_record(x):
+            out = call()
+        else:
+            plan.recorded = True
+            out, plan.launches = _launch_plans.record(call, x, bias, W)
     return out.t().contiguous().view(*x.shape[:-1], W.shape[0])
+
+
+def _backend_call(x: torch.Tensor, W, bias: torch.Tensor | None, name: str):
+    """The backend `name`'s product W @ x^T (out features x tokens), as a call to make."""
+    b = _b(x, W)
+    if isinstance(W, CSRMatrix):
+        args = (W.row_offsets, _csr_columns(W), W.values, b, bias, W.row_order, "none")
+        return lambda: _dispatch.run("spmm_csr", name, *args)
+    if name == "cusparselt":
+        return lambda: _cusparselt.spmm(W.values, W.indices, b, bias, "none", W)
+    return lambda: _dispatch.run("spmm_nm", name, W.values, W.indices, b, bias, "none", W.n,
+                                 W.m, W.vector, W.block, False)  # fmt: skip
 
 
 def remember(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> None:
@@ -92,4 +117,4 @@ def remember(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None)
     if plans is None or len(plans) >= MOST_SIGNATURES:
         plans = {}
         _PLANS[W.values] = plans
-    plans[_signature(x, W, bias, backend)] = name
+    plans[_signature(x, W, bias, backend)] = _Plan(name)
