@@ -3,8 +3,8 @@ Triton launches replayed with the arguments it passed, through the JIT function
 (`fn[grid](...)`: Triton's binder, specialization and cache lookup) and through the compiled
 kernel's own launcher (what a plan that kept the compiled kernel would pay), and torch's
 matmul. Small weights (512 x 512: the GPU never holds the loop back), one token, bf16.
-Host-bound loops of many calls, then one synchronize. sk.linear's row includes the launch plans
-(ops/_launch_plans.py) where they apply; the launches are recorded on a fresh copy of the weight.
+Host-bound loops of many calls, then one synchronize. sk.linear with the launch plans off (their
+default), and on (ops/_launch_plans.py); the launches are recorded on a fresh copy.
     PYTHONPATH=src python3 benchmarks/sweeps/launch_overhead.py
 """
 
@@ -17,6 +17,7 @@ import triton
 
 import sparsekernels as sk
 import sparsekernels.kernels as kernels_pkg
+from sparsekernels.ops import _launch_plans
 
 CALLS = 3000
 
@@ -112,6 +113,12 @@ def main():
         for name, W in weights.items():
             want = sk.linear(x, W)
             rows.append((f"{name}: sk.linear", host_us(lambda W=W: sk.linear(x, W))))
+            _launch_plans.ENABLED = True  # (a fresh copy: its second call records)
+            planned = fresh_copy(W)
+            rows.append((f"{name}: + launch plans", host_us(lambda: sk.linear(x, planned))))
+            replays = torch.equal(sk.linear(x, planned), want)
+            print(f"{name}: launch plans {_launch_plans.stats}, same answer: {replays}")
+            _launch_plans.ENABLED = False
             fresh = fresh_copy(W)  # (W's own calls replay their launches: no JIT function runs)
             launches = record_launches(lambda: sk.linear(x, fresh))
             names = ", ".join(f.fn.__name__ if hasattr(f, "fn") else str(f) for f, *_ in launches)

@@ -16,11 +16,13 @@ the host) refuses the plan, and so does a launch that did not go through a JIT f
 A replay needs the recorded Triton (its launcher's arguments are internal), no launch hooks,
 the same device and stream (buffers the launches fill are the plan's), the weight's very
 tensors unchanged, and x and the bias at the same 16-byte alignment (what the kernels were
-specialized on); otherwise the call takes the backend as before.
+specialized on); otherwise the call takes the backend as before. Off by default (ENABLED) until
+its GPU tests (tests/test_launch_plans.py) and timings have run on the H200.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -29,6 +31,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._identity_cache import version
 
+# Off until its GPU tests and timings have run on the H200 (written after the thirty-first
+# session's device time): SPARSEKERNELS_LAUNCH_PLANS=1 turns it on.
+ENABLED = os.environ.get("SPARSEKERNELS_LAUNCH_PLANS") == "1"
 SUPPORTED_TRITON = ("3.6.",)  # launcher arguments as JITFunction.run passes them there
 _ALLOCATIONS = {
     torch.ops.aten.empty,
@@ -134,7 +139,8 @@ def can_record(x: torch.Tensor) -> bool:
     from ._dispatch import triton_interpreter_enabled
 
     return (
-        x.is_cuda
+        ENABLED
+        and x.is_cuda
         and not triton_interpreter_enabled()
         and triton.__version__.startswith(SUPPORTED_TRITON)
         and _hooks_idle()
