@@ -259,9 +259,10 @@ for step in $steps; do
       PYTHONPATH=$PWD/src timeout 300 python3 benchmarks/sweeps/csr_scatter_cold.py \
         >"$out/csr_scatter_cold.txt" 2>&1
       echo "csrscatter sweep rc=$?" ;;
-    usertests)  # the GPU cases of the route, inference_mode and autocast files (thirtieth session)
-      timeout 200 python3 -m pytest -q -m gpu tests/test_csr_scatter_route.py tests/test_gpu.py \
-        tests/test_inference_mode.py tests/test_autocast.py -n 8 >"$out/gpu_tests_user.log" 2>&1
+    usertests)  # GPU cases of the route, inference_mode, autocast, launch plan and demo graph files
+      timeout 240 python3 -m pytest -q -m gpu tests/test_csr_scatter_route.py tests/test_gpu.py \
+        tests/test_inference_mode.py tests/test_autocast.py tests/test_launch_plans.py \
+        tests/test_minilm_graphs.py -n 8 >"$out/gpu_tests_user.log" 2>&1
       echo "usertests rc=$? $(tail -1 "$out/gpu_tests_user.log")" ;;
     launch)  # eager host time by layer: sk.linear, the JIT launch, the compiled kernel's launcher
       PYTHONPATH=$PWD/src timeout 120 python3 benchmarks/sweeps/launch_overhead.py \

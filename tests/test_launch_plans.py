@@ -125,3 +125,84 @@ def test_a_changed_pattern_takes_the_backend(gen):
         got = sk.linear(x, W)
         want = sk.linear(x, _twin(W))
     assert torch.equal(got, want) and _launch_plans.stats["replayed"] == before
+
+
+class _FakeKernel:
+    """A compiled kernel's launcher stand-in: notes what each launch was given."""
+
+    function, packed_metadata = 7, "meta"
+
+    def __init__(self):
+        self.launches = []
+
+    def run(self, *args):
+        self.launches.append(args)
+
+
+class _FakeJit:
+    """A JIT function stand-in: its binder names the arguments in order, as Triton's does."""
+
+    names = ("x", "w", "out", "bias", "rows", "BLOCK")
+
+    def __init__(self):
+        self.device_caches = {0: (None, None, None, None, self.bind)}
+
+    def bind(self, *args, **kwargs):
+        return {**dict(zip(self.names[: len(args)], args, strict=True)), **kwargs}, None, None
+
+
+@pytest.fixture
+def on_a_fake_stream(monkeypatch):
+    monkeypatch.setattr(_launch_plans, "_current_stream", lambda: (11, None))
+    monkeypatch.setattr(_launch_plans, "_current_device", lambda: 0)
+
+
+def test_a_plan_points_each_launch_at_this_calls_tensors(gen, on_a_fake_stream):
+    """On the CPU, with stand-ins for Triton's pieces: pointers into x, the bias and the output
+    follow this call's tensors at the recorded offsets; the weight's stay; the rest is kept."""
+    W = random_csr(6, 8, 0.5, gen, torch.float32)
+    big = torch.randn(40, generator=gen)
+    x, bias = big[4:20].view(2, 8), torch.randn(6, generator=gen)
+    out = torch.empty_strided((6, 2), (1, 6))
+    kernel, fn = _FakeKernel(), _FakeJit()
+    args = (x.t()[1:], W.values, out[:, 1], bias, 5)
+    plan = _launch_plans._plan([(fn, (3,), args, {"BLOCK": 4}, kernel)], x, bias, out, W)
+    assert plan is not None and plan.out_stride == (1, 6)
+
+    big2, bias2 = torch.randn(60, generator=gen), torch.randn(6, generator=gen)
+    x2 = big2[12:28].view(2, 8)  # 32 bytes further into its storage than x was: aligned alike
+    got = plan.replay(x2, bias2, _launch_plans.weight_state(W))
+    assert got.shape == (6, 2) and got.stride() == (1, 6)
+    (launch,) = kernel.launches
+    assert launch[:9] == (3, 1, 1, 11, 7, "meta", None, None, None)
+    values = launch[9:]
+    assert values[0] == x2.data_ptr() + 4  # x.t()[1:]: one float past x's start
+    assert values[1] == W.values.data_ptr()
+    assert values[2] == got.data_ptr() + 6 * 4  # out[:, 1]: a column of 6 floats in
+    assert values[3] == bias2.data_ptr() and values[4:] == (5, 4)
+
+    misaligned = big2[13:29].view(2, 8)  # 4 bytes off
+    assert plan.replay(misaligned, bias2, _launch_plans.weight_state(W)) is None
+    W.values.add_(0)  # a new version of the weight's values
+    assert plan.replay(x2, bias2, _launch_plans.weight_state(W)) is None
+    assert len(kernel.launches) == 1
+
+
+def test_no_plan_where_x_bias_and_output_share_memory(gen, on_a_fake_stream):
+    W = random_csr(6, 8, 0.5, gen, torch.float32)
+    big = torch.randn(64, generator=gen)
+    x, bias, out = big[:16].view(2, 8), big[16:22], torch.empty(6, 2)
+    log = [(_FakeJit(), (1,), (x, W.values, out, bias, 5), {"BLOCK": 4}, _FakeKernel())]
+    assert _launch_plans._plan(log, x, bias, out, W) is None
+    sliced = torch.empty(6, 3)[:, :2]  # an output that is part of a larger buffer
+    log = [(_FakeJit(), (1,), (x, W.values, sliced, None, 5), {"BLOCK": 4}, _FakeKernel())]
+    assert _launch_plans._plan(log, x, None, sliced, W) is None
+
+
+def test_a_backend_doing_other_work_records_no_plan(gen):
+    W = random_csr(6, 8, 0.5, gen, torch.float32)
+    x = torch.randn(2, 8, generator=gen)
+    before = _launch_plans.stats["refused"]
+    out, plan = _launch_plans.record(lambda: W.to_dense() @ x.t(), x, None, W)
+    assert plan is None and _launch_plans.stats["refused"] == before + 1
+    torch.testing.assert_close(out, W.to_dense() @ x.t())

@@ -96,10 +96,7 @@ class LaunchPlan:
         """The backend's output for this call, or None where this call cannot replay."""
         if weight != self.weight or not _hooks_idle():
             return None
-        stream = torch.cuda.current_stream()
-        if stream.cuda_stream != self.stream or stream.device_index != self.device:
-            return None
-        if x.device.index != self.device:
+        if _current_stream() != (self.stream, self.device) or x.device.index != self.device:
             return None
         base = {X: x.data_ptr(), BIAS: bias.data_ptr() if bias is not None else 0}
         if (base[X] - self.x_ptr) % 16 or (base[BIAS] - self.bias_ptr) % 16:
@@ -119,6 +116,16 @@ class LaunchPlan:
             )  # fmt: skip
         stats["replayed"] += 1
         return out
+
+
+def _current_stream() -> tuple[int, int]:
+    """(the current CUDA stream's handle, its device): where launches go."""
+    stream = torch.cuda.current_stream()
+    return stream.cuda_stream, stream.device_index
+
+
+def _current_device() -> int:
+    return torch.cuda.current_device()
 
 
 def weight_state(W) -> tuple:
@@ -206,7 +213,7 @@ def _plan(log, x, bias, out, W) -> LaunchPlan | None:
         return None  # x, bias and the output share memory: which one a pointer follows is unclear
     held, launches = {}, []
     for fn, grid, args, kwargs, kernel in log:
-        binder = fn.device_caches[torch.cuda.current_device()][4]
+        binder = fn.device_caches[_current_device()][4]
         bound, _, _ = binder(*args, **kwargs)
         grid = grid(bound) if callable(grid) else tuple(grid)
         values, relative = list(bound.values()), []
@@ -230,7 +237,7 @@ def _plan(log, x, bias, out, W) -> LaunchPlan | None:
                 relative,
             )  # fmt: skip
         )
-    stream = torch.cuda.current_stream()
+    stream, device = _current_stream()
     return LaunchPlan(
         launches=launches,
         weight=weight_state(W),
@@ -239,7 +246,7 @@ def _plan(log, x, bias, out, W) -> LaunchPlan | None:
         out_shape=tuple(out.shape),
         out_stride=out.stride(),
         out_dtype=out.dtype,
-        device=stream.device_index,
-        stream=stream.cuda_stream,
+        device=device,
+        stream=stream,
         held=list(held.values()),
     )
