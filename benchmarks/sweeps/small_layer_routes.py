@@ -12,7 +12,7 @@ wrong or refused, said).
 import os
 
 import torch
-from triton.testing import do_bench_cudagraph
+from csr_scatter_route import cold_us  # (eager first, then one graph over the copies)
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
@@ -36,10 +36,8 @@ def weight(pattern: str, w: torch.Tensor):
     return sk.NMMatrix.from_dense(w * mask, n, m, vector=vector, mask=mask)
 
 
-def us(run, copies) -> float:
-    for c in copies:  # eager first: caches (the scatter copy) are built outside the graph
-        run(c)
-    return do_bench_cudagraph(lambda: [run(c) for c in copies], rep=30) * 1e3 / len(copies)
+def us(run, weights) -> float:
+    return cold_us(run, [(w,) for w in weights])
 
 
 def main():
