@@ -141,14 +141,14 @@ def weight_state(W) -> tuple:
 
 
 def can_record(x: torch.Tensor) -> bool:
+    if not ENABLED or not x.is_cuda:  # (first: this runs on every planned call until recorded)
+        return False
     import triton
 
     from ._dispatch import triton_interpreter_enabled
 
     return (
-        ENABLED
-        and x.is_cuda
-        and not triton_interpreter_enabled()
+        not triton_interpreter_enabled()
         and triton.__version__.startswith(SUPPORTED_TRITON)
         and _hooks_idle()
         and not torch.cuda.is_current_stream_capturing()
