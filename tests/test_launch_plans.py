@@ -72,14 +72,14 @@ def _weight(name: str, gen):
 def test_replayed_calls_give_the_backends_bits(name, tokens, replays, with_bias, gen):
     W = _weight(name, gen)
     K = W.shape[1]
-    bias = torch.randn(W.shape[0], generator=gen, device="cuda").bfloat16() if with_bias else None
+    bias = torch.randn(W.shape[0], generator=gen).to("cuda").bfloat16() if with_bias else None
     before = dict(_launch_plans.stats)
     results = []
     with torch.no_grad():
         for call in range(7):
             # x's rows from another place each call (its shape and strides kept): 16-byte steps,
             # and at call 5 two bytes off, which a replay must leave to the backend
-            flat = torch.randn((tokens + 4) * K, generator=gen, device="cuda").bfloat16()
+            flat = torch.randn((tokens + 4) * K, generator=gen).to("cuda").bfloat16()
             start = 8 * (call % 3) + (1 if call == 5 else 0)
             x = flat[start : start + tokens * K].view(tokens, K)
             got = sk.linear(x, W, bias)
@@ -105,7 +105,7 @@ def test_replayed_calls_give_the_backends_bits(name, tokens, replays, with_bias,
 @pytest.mark.gpu
 def test_a_side_stream_takes_the_backend(gen):
     W = _weight("csr 70% 512", gen)
-    x = torch.randn(1, 512, generator=gen, device="cuda").bfloat16()
+    x = torch.randn(1, 512, generator=gen).to("cuda").bfloat16()
     with torch.no_grad():
         for _ in range(3):
             want = sk.linear(x, W)
@@ -123,7 +123,7 @@ def test_a_changed_pattern_takes_the_backend(gen):
     """An in-place change to the weight's indices (not in the eager plan's signature) ends the
     replays: the plan's pointers may hold what the old indices gave (packed words)."""
     W = _weight("nm 2:8 512", gen)
-    x = torch.randn(1, 512, generator=gen, device="cuda").bfloat16()
+    x = torch.randn(1, 512, generator=gen).to("cuda").bfloat16()
     with torch.no_grad():
         for _ in range(4):
             sk.linear(x, W)
