@@ -82,6 +82,28 @@ def test_m8_bias_activation_and_split(n, split, gen):
     assert_close(got.t(), want, bound, torch.bfloat16)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m"), [(2, 4), (2, 8)])
+@pytest.mark.parametrize("natural_b", [False, True])
+def test_operands_off_their_alignment(n, m, natural_b, gen):
+    """x^T and the values one element past an aligned address (contiguous, so a copy must not
+    be skipped as contiguous() would): the kernel copies them rather than read words across."""
+    W = random_nm(70, 32 * 8, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    flat = randn(5 * 256 + 1, gen=gen, dtype=torch.bfloat16, device="cuda")
+    x = flat[1:].view(5, 256)
+    values_buffer = torch.empty(W.values.numel() + 1, dtype=W.values.dtype, device="cuda")
+    values = values_buffer[1:].view_as(W.values)
+    values.copy_(W.values)
+    out = torch.full((70, 5), float("nan"), dtype=torch.bfloat16, device="cuda")
+    classes = class_words(W.indices, 70, 1, n) if m == 8 else None
+    spmm_nm_mma_sp(
+        values=values, metadata=metadata_words(W.indices, 70, 1, n, m), b=x.t(), n=n, m=m,
+        classes=classes, bias=None, out=out, activation="none", natural_b=natural_b,
+    )  # fmt: skip
+    dense = W.to_dense()
+    assert_close(out, dense.double() @ x.t().double(), spmm_bound(dense, x.t()), torch.bfloat16)
+
+
 def test_bad_patterns_are_said(gen):
     """Said before any device work: 2:8 without class_words or with 4 k32 blocks a step, B's
     16-byte stores without B permuted in the kernel, a pattern the kernel has no form for,

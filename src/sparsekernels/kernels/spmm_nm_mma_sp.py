@@ -369,11 +369,12 @@ def spmm_nm_mma_sp(
             f"{tuple(values.shape)}"
         )
     k = b.shape[0]
+    # (a copy, not contiguous(): that keeps a contiguous tensor whose address is off)
     if values.stride(-1) != 1 or values.stride(0) % 2 or values.data_ptr() % 4:
-        values = values.contiguous()
+        values = values.clone(memory_format=torch.contiguous_format)
     if natural_b:
         if b.stride(0) != 1 or b.stride(1) % 2 or b.data_ptr() % 16:
-            b = b.t().contiguous().t()
+            b = b.t().clone(memory_format=torch.contiguous_format).t()
         b_words = b.t().view(torch.int32)  # (N, K / 2) pairs
     else:
         b_words = permuted_b(b, n, m)

@@ -317,7 +317,7 @@ def spmm_nm_wgmma(
             f"block_g must give each lane 32 or 64 bits of offsets, got {block_g} for {n}:{m}"
         )
     if n == 2 and (values.stride(0) % 2 or values.data_ptr() % 4):
-        values = values.contiguous()  # (read as int32 pairs)
+        values = values.clone(memory_format=torch.contiguous_format)  # (read as int32 pairs)
     k = b.shape[0]
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
