@@ -16,8 +16,8 @@ the host) refuses the plan, and so does a launch that did not go through a JIT f
 A replay needs the recorded Triton (its launcher's arguments are internal), no launch hooks,
 the same device and stream (buffers the launches fill are the plan's), the weight's very
 tensors unchanged, and x and the bias at the same 16-byte alignment (what the kernels were
-specialized on); otherwise the call takes the backend as before. Off by default (ENABLED) until
-its GPU tests (tests/test_launch_plans.py) and timings have run on the H200.
+specialized on); otherwise the call takes the backend as before. On unless
+SPARSEKERNELS_LAUNCH_PLANS=0 (ENABLED); GPU tests in tests/test_launch_plans.py.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._identity_cache import version
 
-# Off until its GPU tests and timings have run on the H200 (written after the thirty-first
-# session's device time): SPARSEKERNELS_LAUNCH_PLANS=1 turns it on.
-ENABLED = os.environ.get("SPARSEKERNELS_LAUNCH_PLANS") == "1"
+# On since its GPU tests passed on the H200 (2026-12-02/at-62be96b): a repeat linear there
+# took 97 -> 30 us (CSR 70%, one token). SPARSEKERNELS_LAUNCH_PLANS=0 turns it off.
+ENABLED = os.environ.get("SPARSEKERNELS_LAUNCH_PLANS", "1") != "0"
 SUPPORTED_TRITON = ("3.6.",)  # launcher arguments as JITFunction.run passes them there
 _ALLOCATIONS = {
     torch.ops.aten.empty,
