@@ -34,7 +34,7 @@ def test_nothing_records_off_cuda(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def launch_plans_on(monkeypatch):
-    """(off by default until these tests have run on the H200)"""
+    """(on by default; SPARSEKERNELS_LAUNCH_PLANS=0 would turn them off)"""
     monkeypatch.setattr(_launch_plans, "ENABLED", True)
 
 
@@ -100,6 +100,29 @@ def test_replayed_calls_give_the_backends_bits(name, tokens, replays, with_bias,
         assert replayed >= 3, _launch_plans.stats
     elif replays is False:
         assert replayed == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["csr 70% 384", "nm 2:8 384", "nm 2:8 v64 384"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_dense_backend_replays_its_densify(name, with_bias, gen):
+    """The dense backend (MiniLM-sized layers take it): its weight densified by a replayed
+    launch, then cuBLAS as the backend calls it; a (8, 20, 384) batch, new each call, gives
+    the bits of a fresh weight's whole path."""
+    W = _weight(name, gen)
+    bias = torch.randn(384, generator=gen).to("cuda").bfloat16() if with_bias else None
+    before = _launch_plans.stats["replayed"]
+    with torch.no_grad():
+        for _ in range(6):
+            x = torch.randn(8, 20, 384, generator=gen).to("cuda").bfloat16()
+            got = sk.linear(x, W, bias, backend="dense")
+            assert torch.equal(got, sk.linear(x, _twin(W), bias, backend="dense"))
+            exact = x.double() @ W.to_dense().double().t()
+            bound = spmm_bound(W.to_dense(), x.view(160, 384).t()).t().view(8, 20, 384)
+            exact = exact if bias is None else exact + bias.double()
+            bound = bound if bias is None else bound + bias.double().abs()
+            assert_close(got, exact, bound, torch.bfloat16)
+    assert _launch_plans.stats["replayed"] - before >= 4, _launch_plans.stats
 
 
 @pytest.mark.gpu

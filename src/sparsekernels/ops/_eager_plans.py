@@ -10,7 +10,8 @@ signature takes the whole path, then remembers the backend chosen; later calls w
 signature run it directly. Not under torch.compile, not for fake or functional tensors, not
 when a gradient is wanted (those take the custom op or its autograd twin).
 The second call of a signature also records the backend's Triton launches where it can, and
-later ones replay them through the compiled kernels (ops/_launch_plans.py).
+later ones replay them through the compiled kernels (ops/_launch_plans.py). The dense backend
+(small layers: densify, then cuBLAS) replays its densify launch and calls cuBLAS as it would.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import math
 import torch
 
 from ..formats import CSRMatrix, NMMatrix
-from . import _cusparselt, _dispatch, _launch_plans, _library
+from . import _cusparselt, _dense, _dispatch, _launch_plans, _library
 from ._identity_cache import IdentityCache
+from ._layout import column_major
 from .spmm import csr_problem, nm_problem
 
 # W's values -> {call signature: _Plan}; an entry holds no tensor (IdentityCache's rule; a launch
@@ -73,6 +75,10 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
     plan = plans.get(_signature(x, W, bias, backend))
     if plan is None:
         return None
+    if plan.backend == "dense":
+        b = _b(x, W)
+        if column_major(b):  # (else the backend multiplies another way)
+            return _densified_product(b, W, bias, plan).view(*x.shape[:-1], W.shape[0])
     out = None
     if plan.launches is not None:
         out = plan.launches.replay(x, bias, _launch_plans.weight_state(W))
@@ -84,6 +90,31 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
             plan.recorded = True
             out, plan.launches = _launch_plans.record(call, x, bias, W)
     return out.t().contiguous().view(*x.shape[:-1], W.shape[0])
+
+
+def _densified_product(b: torch.Tensor, W, bias: torch.Tensor | None, plan: _Plan):
+    """The dense backend's product for linear's column-major b = x^T, as (x W^T) in x's row
+    order: the very cuBLAS call it makes (ops/_dense.py's _in_b_order), the weight densified
+    by the plan's replayed launch (the densify's JIT launch alone cost more than cuBLAS's call)."""
+    x = b.t()
+    weight = None
+    if plan.launches is not None:
+        weight = plan.launches.replay(x, bias, _launch_plans.weight_state(W))
+    if weight is None:
+        densify = _densify_call(W)
+        if plan.recorded or not _launch_plans.can_record(x):
+            weight = densify()
+        else:
+            plan.recorded = True
+            weight, plan.launches = _launch_plans.record(densify, x, bias, W)
+    return x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())
+
+
+def _densify_call(W):
+    """The dense backend's densified W, as a call to make (its arguments as spmm passes them)."""
+    if isinstance(W, CSRMatrix):
+        return lambda: _dense.densify_csr(W.row_offsets, _csr_columns(W), W.values, W.shape[1])
+    return lambda: _dense.densify_nm(W.values, W.indices, W.n, W.m, W.vector, W.block)
 
 
 def _backend_call(x: torch.Tensor, W, bias: torch.Tensor | None, name: str):
