@@ -9,7 +9,7 @@ import torch
 
 import sparsekernels as sk
 from _helpers import assert_close, random_csr, random_nm, spmm_bound
-from sparsekernels.ops import _launch_plans
+from sparsekernels.ops import _eager_plans, _launch_plans
 
 
 def test_the_guard_refuses_all_but_allocations_and_views():
@@ -105,10 +105,11 @@ def test_replayed_calls_give_the_backends_bits(name, tokens, replays, with_bias,
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["csr 70% 384", "nm 2:8 384", "nm 2:8 v64 384"])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_the_dense_backend_replays_its_densify(name, with_bias, gen):
+def test_the_dense_backend_replays_its_densify(name, with_bias, gen, monkeypatch):
     """The dense backend (MiniLM-sized layers take it): its weight densified by a replayed
     launch, then cuBLAS as the backend calls it; a (8, 20, 384) batch, new each call, gives
     the bits of a fresh weight's whole path."""
+    monkeypatch.setattr(_eager_plans, "DENSIFY_PLANS", True)
     W = _weight(name, gen)
     bias = torch.randn(384, generator=gen).to("cuda").bfloat16() if with_bias else None
     before = _launch_plans.stats["replayed"]

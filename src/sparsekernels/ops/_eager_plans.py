@@ -17,6 +17,7 @@ later ones replay them through the compiled kernels (ops/_launch_plans.py). The 
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -30,6 +31,10 @@ from .spmm import csr_problem, nm_problem
 # plan holds storages, not tensors)
 _PLANS = IdentityCache()
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+# The dense backend's densify launch recorded and replayed: written after the thirty-second
+# session's device time, so off until its GPU test (tests/test_launch_plans.py) has passed
+# on the H200; SPARSEKERNELS_DENSIFY_PLANS=1 turns it on.
+DENSIFY_PLANS = os.environ.get("SPARSEKERNELS_DENSIFY_PLANS") == "1"
 MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
 
 
@@ -102,7 +107,7 @@ def _densified_product(b: torch.Tensor, W, bias: torch.Tensor | None, plan: _Pla
         weight = plan.launches.replay(x, bias, _launch_plans.weight_state(W))
     if weight is None:
         densify = _densify_call(W)
-        if plan.recorded or not _launch_plans.can_record(x):
+        if plan.recorded or not DENSIFY_PLANS or not _launch_plans.can_record(x):
             weight = densify()
         else:
             plan.recorded = True
