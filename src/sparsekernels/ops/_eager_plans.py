@@ -11,7 +11,8 @@ signature run it directly. Not under torch.compile, not for fake or functional t
 when a gradient is wanted (those take the custom op or its autograd twin).
 The second call of a signature also records the backend's Triton launches where it can, and
 later ones replay them through the compiled kernels (ops/_launch_plans.py). The dense backend
-(small layers: densify, then cuBLAS) replays its densify launch and calls cuBLAS as it would.
+(small layers: densify, then cuBLAS) makes its very cuBLAS call directly, its densify launch
+replayed too where DENSIFY_PLANS is on.
 """
 
 from __future__ import annotations
