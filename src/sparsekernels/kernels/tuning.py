@@ -324,13 +324,27 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool, product
     return density > FP32_DENSE_MIN_DENSITY and not small
 
 
+# 2:8 at v = 64 (a quarter of each 64-row tile's K kept) on weights of at most 1024 rows lost
+# to densify + cuBLAS from 128 tokens in bf16: 1.15-1.53x on 768 x 3072 and 1024 x 4096 at
+# 128-1024 tokens, 1.22-1.27x on 768 x 768 from 256 (16 or fewer 64-row tiles: few programs
+# for the walk along K); from 3072 rows it won, and 1:8 won or tied everywhere
+# (results/nvidia-h200/2026-12-02/at-6ac7b02/encoder_layer_routes.txt).
+VECTOR_WISE_FEW_ROWS = 1024
+
+
 def spmm_nm_prefers_dense(
-    n: int, pattern: tuple[int, int], vector: int, half_precision: bool, transpose: bool = False
+    n: int,
+    pattern: tuple[int, int],
+    vector: int,
+    half_precision: bool,
+    transpose: bool = False,
+    rows: int | None = None,
 ) -> bool:
     """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%,
-    and below DENSE_FALLBACK_MIN_N tokens for every v >= 16. Element-wise (and v < 16)
-    patterns densify past the decode kernel's sizes. W^T @ B (the backward of x) runs on the
-    CSR kernel, so it densifies past that kernel's decode sizes."""
+    and below DENSE_FALLBACK_MIN_N tokens for every v >= 16; in half precision on weights of
+    VECTOR_WISE_FEW_ROWS `rows` or fewer (when given) only from 87.5%. Element-wise (and
+    v < 16) patterns densify past the decode kernel's sizes. W^T @ B (the backward of x) runs
+    on the CSR kernel, so it densifies past that kernel's decode sizes."""
     if transpose:
         return n > SPMM_CSR_DECODE_MAX_N
     n_keep, m = pattern
@@ -342,7 +356,10 @@ def spmm_nm_prefers_dense(
         )
     if n < DENSE_FALLBACK_MIN_N:
         return False
-    return not (tile_rows >= 32 and density * 64 / tile_rows <= 0.25)
+    kept = density * 64 / tile_rows  # (of K, as the tiles walk it)
+    if half_precision and rows is not None and rows <= VECTOR_WISE_FEW_ROWS and kept > 0.125:
+        return True
+    return not (tile_rows >= 32 and kept <= 0.25)
 
 
 # ------------------------------------------------------------------ cuSPARSELt (2:4)
