@@ -189,6 +189,27 @@ def test_dtype_moves(name, gen):
     assert model[0](x.half()).dtype == torch.float16
 
 
+@pytest.mark.parametrize("name", ["csr-70%", "2:8"])
+def test_the_weight_is_kept_until_something_changes(name, gen):
+    """A repeat `weight` is the same matrix (no rebuild a call) while the values Parameter and
+    the index buffers stay as they were; an in-place change to the values shows through it;
+    a new Parameter or an index buffer changed in place gives a new matrix."""
+    kwargs, _ = PATTERNS[name]
+    layer = SparseLinear.from_dense(_linear(gen), **kwargs)
+    W = layer.weight
+    assert layer.weight is W and W.values is layer.values
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        layer.values.mul_(2)
+        assert layer.weight is W
+        torch.testing.assert_close(layer(x), x @ layer.to_dense().t() + layer.bias)
+        layer.values = nn.Parameter(layer.values * 3)
+    assert layer.weight is not W and layer.weight.values is layer.values
+    W = layer.weight
+    next(iter(layer.buffers())).add_(0)  # the same indices, a new version
+    assert layer.weight is not W
+
+
 def test_training_keeps_the_mask(gen):
     dense = _linear(gen)
     layer = SparseLinear.from_dense(dense, pattern="2:8")
