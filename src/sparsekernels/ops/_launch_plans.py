@@ -119,9 +119,14 @@ class LaunchPlan:
 
 
 def _current_stream() -> tuple[int, int]:
-    """(the current CUDA stream's handle, its device): where launches go."""
-    stream = torch.cuda.current_stream()
-    return stream.cuda_stream, stream.device_index
+    """(the current CUDA stream's handle, its device): where launches go. Through the raw
+    handle as Triton's own launches read it (torch.cuda.current_stream() builds a Stream
+    object: several microseconds of a replay's host time)."""
+    device = torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return torch.cuda.current_stream().cuda_stream, device
+    return raw(device), device
 
 
 def _current_device() -> int:
