@@ -27,11 +27,12 @@ _CAST = IdentityCache()
 def target(t) -> torch.dtype | None:
     """The dtype autocast asks of an op on `t`'s device type, else None (off, or not a tensor:
     the op's checks name it)."""
-    if not isinstance(t, torch.Tensor) or t.device.type not in _AUTOCAST_DEVICES:
+    if not isinstance(t, torch.Tensor):
         return None
-    if not torch.is_autocast_enabled(t.device.type):
+    kind = t.device.type
+    if kind not in _AUTOCAST_DEVICES or not torch.is_autocast_enabled(kind):
         return None
-    return torch.get_autocast_dtype(t.device.type)
+    return torch.get_autocast_dtype(kind)
 
 
 def cast(t: torch.Tensor | None, dtype: torch.dtype):

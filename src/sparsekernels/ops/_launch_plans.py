@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..formats import CSRMatrix
 from ._identity_cache import version
 
 # On since its GPU tests passed on the H200 (2026-12-02/at-62be96b): a repeat linear there
@@ -136,13 +137,15 @@ def _current_device() -> int:
 def weight_state(W) -> tuple:
     """(id, version) of the tensors that make up W: a replay needs the very same, unchanged
     (an inference tensor has no version: None, and no plan is recorded for it)."""
-    from ..formats import CSRMatrix
-
-    if isinstance(W, CSRMatrix):
-        tensors = (W.values, W.row_offsets, W.column_indices)
-    else:
-        tensors = (W.values, W.indices)
-    return tuple((id(t), version(t)) for t in tensors)
+    values = W.values
+    if isinstance(W, CSRMatrix):  # (spelled out: every replay pays for this)
+        offsets, columns = W.row_offsets, W.column_indices
+        return (
+            (id(values), version(values)), (id(offsets), version(offsets)),
+            (id(columns), version(columns)),
+        )  # fmt: skip
+    indices = W.indices
+    return (id(values), version(values)), (id(indices), version(indices))
 
 
 def can_record(x: torch.Tensor) -> bool:

@@ -19,13 +19,19 @@ def eager(*tensors: Tensor | None) -> bool:
     or functional ones). The op's dispatch costs tens of us a call."""
     if torch.compiler.is_compiling():
         return False
-    return all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors if t is not None)
+    for t in tensors:  # (a loop: every eager call pays for this)
+        if t is not None and type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
+            return False
+    return True
 
 
 def eager_inference(*tensors: Tensor | None) -> bool:
     """eager, and no gradient wanted: the backend runs directly."""
-    wants_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    return not wants_grad and eager(*tensors)
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t is not None and t.requires_grad:
+                return False
+    return eager(*tensors)
 
 
 def _eager_twin(name: str, forward, setup, backward):
