@@ -29,11 +29,11 @@ PATTERNS = [
 ]
 
 
-def _launch_poisoned(W, B, bias=None, activation="none"):
+def _launch_poisoned(W, B, bias=None, activation="none", config=None):
     from sparsekernels.kernels import spmm_nm as kernel
 
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
-    config = spmm_nm_config(B.shape[1], W.vector, W.dtype == torch.float64)
+    config = config or spmm_nm_config(B.shape[1], W.vector, W.dtype == torch.float64)
     kernel.spmm_nm(
         values=W.values,
         indices=W.indices,
@@ -82,6 +82,27 @@ def test_dtypes_and_both_paths(device, dtype, use_dot, gen):
     bias = randn(70, gen=gen, dtype=dtype, device=device)
     got, took_dot = _launch_poisoned(W, B, bias, "gelu")
     assert took_dot == use_dot
+    want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize(("n", "m"), [(2, 8), (1, 8)])
+@pytest.mark.parametrize("N", [20, 300])
+def test_small_tensor_core_tiles(device, n, m, N, gen):
+    """The small tiles a small weight takes (16 x 32 below 256 tokens, 32 x 64 past): rows
+    off both tile heights, slots off the 64-slot step, a partial column tile, bias and GELU."""
+    skip_interpreter_on_gpu_machine(device)
+    rows, K = 64 + 16 + 5, 8 * m + m  # 3 vectors of 64 rows, the last partial; 9 groups a row
+    config = spmm_nm_config(N, 64, False, rows, K)
+    assert (config.block_m, config.block_n) == ((16, 32) if N < 256 else (32, 64))
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    W = random_nm(rows, K, n, m, gen, 64, 1, dtype, device)
+    B = randn(K, N, gen=gen, dtype=dtype, device=device)
+    bias = randn(rows, gen=gen, dtype=dtype, device=device)
+    got, took_dot = _launch_poisoned(W, B, bias, "gelu", config)
+    assert took_dot
     want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, dtype)

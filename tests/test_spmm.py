@@ -210,13 +210,17 @@ def test_dense_fallback_is_chosen_only_where_tuning_says():
     assert pick(64, 1, 8) == "triton" and pick(32, 1, 8) == "triton"
     assert pick(64, 2, 4) == "dense" and pick(32, 1, 4) == "dense" and pick(1, 1, 8) == "dense"
     # 2:8 at v = 64 on weights of 1024 rows or fewer densifies (few 64-row tiles), 1:8 does not
-    sized = lambda rows, n, m, tokens=2048, dtype=torch.bfloat16: _dispatch.choose(  # noqa: E731
+    # (unless the small tiles take it: K <= 1536 and few programs)
+    sized = lambda rows, n, m, tokens=2048, dtype=torch.bfloat16, k=4096: _dispatch.choose(  # noqa: E731
         "spmm_nm", problem("cuda", dtype, pattern=(n, m, 64, 1), density=n / m,
-                           n=tokens, transpose=False, shape=(rows, 4096)),
+                           n=tokens, transpose=False, shape=(rows, k)),
     )  # fmt: skip
     assert sized(1024, 2, 8) == "dense" and sized(1025, 2, 8) == sized(4096, 2, 8) == "triton"
     assert sized(768, 1, 8) == "triton" and sized(768, 2, 8, tokens=127) == "triton"
     assert sized(768, 2, 8, dtype=torch.float32) == "triton"
+    assert sized(768, 2, 8, tokens=512, k=768) == sized(384, 2, 8, tokens=256, k=1536) == "triton"
+    assert sized(768, 2, 8, tokens=1024, k=768) == sized(384, 2, 8, tokens=256, k=1537) == "dense"
+    assert sized(384, 2, 4, tokens=256, k=1536) == "dense"  # (2:4 at v = 64: denser than wins)
 
 
 def test_gather_kernels_give_way_to_dense_past_decode_sizes():

@@ -121,13 +121,41 @@ def _largest_power_of_two_dividing(value: int, cap: int) -> int:
     return power
 
 
+# Weights too small for the tensor-core tiles of 64 rows x 256 tokens (MiniLM's, BERT-base's):
+# where those give few programs, smaller tiles won on the H200 in bf16 at v = 64 (cold L2,
+# results/nvidia-h200/2026-12-02/at-6ac7b02/nm_vw_tiles.txt): 16 x 32 tiles (64 slots a step)
+# below 256 tokens, 32 x 64 past, e.g. 2:8 on 384 x 1536 5.0-7.4 -> 4.6-5.3 us (cuBLAS 4.7-5.3),
+# 768 x 768 at 256 tokens 5.1 -> 3.6; 1:8 on 384 x 1536 3.4-5.2 -> 3.0-3.5 (cuBLAS 4.7-5.4).
+# Not on longer K (768 x 3072 at 64 tokens 9.5 -> 12.3), nor from 24 programs below 256 tokens
+# (1536 x 384: 2.6 -> 2.9), nor past 24 (3072 x 768 at 256 tokens: 5.3 -> 5.6).
+SMALL_TILES_MAX_K = 1536
+SMALL_TILES_MAX_PROGRAMS = (12, 24)  # (below 256 tokens, from 256)
+
+
+def vector_wise_small_tiles(n_cols: int, vector: int, rows: int, k: int) -> bool:
+    """Whether a half-precision vector-wise product takes the small tensor-core tiles."""
+    if _largest_power_of_two_dividing(vector, 64) != 64 or k > SMALL_TILES_MAX_K:
+        return False
+    block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
+    programs = cdiv(rows, 64) * cdiv(n_cols, block_n)
+    return programs <= SMALL_TILES_MAX_PROGRAMS[n_cols >= 256]
+
+
 @_memo
-def spmm_nm_config(n_cols: int, vector: int, dtype_is_fp64: bool) -> SpmmNmConfig:
-    """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores; the rest gather on
-    CUDA cores. Decode sizes (N <= 16) use few rows and long slot runs per program, so even a
+def spmm_nm_config(
+    n_cols: int, vector: int, dtype_is_fp64: bool, rows: int | None = None, k: int | None = None
+) -> SpmmNmConfig:
+    """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores (in smaller tiles where
+    `rows` x `k`, when given, make the usual ones few: vector_wise_small_tiles); the rest gather
+    on CUDA cores. Decode sizes (N <= 16) use few rows and long slot runs per program, so even a
     4096-row weight spreads over thousands of programs (H200 sweep, 2026-11-29)."""
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     if not dtype_is_fp64 and tile_rows >= 16 and n_cols >= 16:
+        small = rows is not None and k is not None
+        if small and vector_wise_small_tiles(n_cols, vector, rows, k):
+            if n_cols >= 256:
+                return SpmmNmConfig(True, 32, 64, 64, num_warps=4, num_stages=3)
+            return SpmmNmConfig(True, 16, 64, 32, num_warps=4, num_stages=2)
         block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
         return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
     block_n = min(16, next_power_of_2(max(n_cols, 1)))
@@ -328,7 +356,9 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool, product
 # to densify + cuBLAS from 128 tokens in bf16: 1.15-1.53x on 768 x 3072 and 1024 x 4096 at
 # 128-1024 tokens, 1.22-1.27x on 768 x 768 from 256 (16 or fewer 64-row tiles: few programs
 # for the walk along K); from 3072 rows it won, and 1:8 won or tied everywhere
-# (results/nvidia-h200/2026-12-02/at-6ac7b02/encoder_layer_routes.txt).
+# (results/nvidia-h200/2026-12-02/at-6ac7b02/encoder_layer_routes.txt). Where the small tiles
+# below take the product (K <= 1536, few programs) the kernel beat densify in the tiles' sweep
+# (768 x 768 at 256 tokens 3.6 against 5.5 us).
 VECTOR_WISE_FEW_ROWS = 1024
 
 
@@ -339,10 +369,12 @@ def spmm_nm_prefers_dense(
     half_precision: bool,
     transpose: bool = False,
     rows: int | None = None,
+    k: int | None = None,
 ) -> bool:
     """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%,
     and below DENSE_FALLBACK_MIN_N tokens for every v >= 16; in half precision on weights of
-    VECTOR_WISE_FEW_ROWS `rows` or fewer (when given) only from 87.5%. Element-wise (and
+    VECTOR_WISE_FEW_ROWS `rows` or fewer (when given) only from 87.5%, or where the small
+    tiles take `rows` x `k`. Element-wise (and
     v < 16) patterns densify past the decode kernel's sizes. W^T @ B (the backward of x) runs
     on the CSR kernel, so it densifies past that kernel's decode sizes."""
     if transpose:
@@ -357,9 +389,11 @@ def spmm_nm_prefers_dense(
     if n < DENSE_FALLBACK_MIN_N:
         return False
     kept = density * 64 / tile_rows  # (of K, as the tiles walk it)
-    if half_precision and rows is not None and rows <= VECTOR_WISE_FEW_ROWS and kept > 0.125:
-        return True
-    return not (tile_rows >= 32 and kept <= 0.25)
+    wins = tile_rows >= 32 and kept <= 0.25
+    few_rows = half_precision and rows is not None and rows <= VECTOR_WISE_FEW_ROWS
+    if wins and few_rows and kept > 0.125:
+        return k is None or not vector_wise_small_tiles(n, vector, rows, k)
+    return not wins
 
 
 # ------------------------------------------------------------------ cuSPARSELt (2:4)

@@ -197,6 +197,5 @@ def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
     n, m, vector, block = problem.facts["pattern"]
     half = problem.dtype in (torch.float16, torch.bfloat16)
     transpose = problem.facts.get("transpose", False)
-    shape = problem.facts.get("shape")
-    rows = shape[0] if shape is not None else None
-    return spmm_nm_prefers_dense(problem.facts["n"], (n, m), vector, half, transpose, rows)
+    rows, k = problem.facts.get("shape", (None, None))
+    return spmm_nm_prefers_dense(problem.facts["n"], (n, m), vector, half, transpose, rows, k)
