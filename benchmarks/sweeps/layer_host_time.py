@@ -1,7 +1,9 @@
 """Host time of a SparseLinear call at MiniLM's sizes (the demo's eager column): the layer,
 sk.linear with the layer's weight built once, F.linear, each in a host-bound loop of 200
 calls under no_grad on a (8, 20, 384) or (8, 20, 1536) batch; the eager and launch plans'
-counts and the backend each chose; the layer's cProfile. Prints a table last.
+counts and the backend each chose; the layer's cProfile. Then the densify replay off and on
+(_eager_plans.DENSIFY_PLANS) on fresh layers, alternated ROUNDS times in this one process (the
+host's noise between processes hid it), the best of each. Prints the tables last.
     PYTHONPATH=src python3 benchmarks/sweeps/layer_host_time.py
 """
 
@@ -21,6 +23,7 @@ PATTERNS = {"50%": dict(sparsity=0.5), "70%": dict(sparsity=0.7), "90%": dict(sp
             "2:4": dict(pattern="2:4"), "2:8": dict(pattern="2:8"),
             "2:8 v64": dict(pattern="2:8", vector=64)}  # fmt: skip
 CALLS = int(os.environ.get("CALLS", "200"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 
 def host_us(fn) -> float:
@@ -64,5 +67,21 @@ with torch.no_grad():
             prof.disable()
             print(f"==== {label} layer: {layer_us:.1f} us a call")
             pstats.Stats(prof).sort_stats("cumulative").print_stats("sparsekernels|triton", 25)
+
+    densify_replay = []  # (label, best us with the replay off, on)
+    for out_f, in_f in ((1536, 384), (384, 1536)):
+        dense = torch.nn.Linear(in_f, out_f, device=dev, dtype=bf)
+        x = torch.randn(8, 20, in_f, device=dev, dtype=bf)
+        for name in ("70%", "2:4", "2:8"):
+            best = {False: float("inf"), True: float("inf")}
+            for _ in range(ROUNDS):
+                for replay in (False, True):
+                    _eager_plans.DENSIFY_PLANS = replay
+                    layer = sk.nn.SparseLinear.from_dense(dense, **PATTERNS[name])
+                    best[replay] = min(best[replay], host_us(lambda: layer(x)))
+            densify_replay.append((f"{out_f}x{in_f} {name}", best[False], best[True]))
 for label, us, extra in rows:
     print(f"{label:32s} {us:8.1f} us  {extra}")
+print(f"\n{'layer (densify replay)':32s}      off       on")
+for label, off, on in densify_replay:
+    print(f"{label:32s} {off:8.1f} {on:8.1f} us")

@@ -32,10 +32,10 @@ from .spmm import csr_problem, nm_problem
 # plan holds storages, not tensors)
 _PLANS = IdentityCache()
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-# The dense backend's densify launch recorded and replayed: written after the thirty-second
-# session's device time, so off until its GPU test (tests/test_launch_plans.py) has passed
-# on the H200; SPARSEKERNELS_DENSIFY_PLANS=1 turns it on.
-DENSIFY_PLANS = os.environ.get("SPARSEKERNELS_DENSIFY_PLANS") == "1"
+# The dense backend's densify launch recorded and replayed (its GPU test in
+# tests/test_launch_plans.py passed on the H200 at 78bfdee); SPARSEKERNELS_DENSIFY_PLANS=0
+# turns it off.
+DENSIFY_PLANS = os.environ.get("SPARSEKERNELS_DENSIFY_PLANS", "1") != "0"
 MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
 
 
