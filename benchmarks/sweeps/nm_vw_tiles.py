@@ -4,7 +4,9 @@ programs (at-9aa671a/small_layer_routes.txt: 2:8 v=64 on 384 x 1536 7.6-9.9 us a
 tokens against densify + cuBLAS's 6.4-6.8). Each configuration (block_m x block_s x block_n /
 warps / stages; "route" is tuning.spmm_nm_config's) checked against float64, then timed as
 a CUDA graph over weight copies past L2; densify + cuBLAS and cuBLAS on the dense weight in
-the same run. bf16, linear's layout (B = x^T).
+the same run. bf16, linear's layout (B = x^T, copied row-major as the route does; a trailing
+"/t" reads x^T in place, strided, and "copy" is that copy's own time). "sized" is the route
+given the weight's shape (its small tiles).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_vw_tiles.py
     SHAPES=384x1536 PATTERNS=2:8 TOKENS=112 CONFIGS=16x32x32/4/3 ...
 """
@@ -28,9 +30,12 @@ CONFIGS = os.environ.get(
 ).split(",")
 
 
-def config(name: str, tokens: int) -> tuning.SpmmNmConfig:
+def config(name: str, tokens: int, rows: int, k: int) -> tuning.SpmmNmConfig:
+    name = name.removesuffix("/t")
     if name == "route":
         return tuning.spmm_nm_config(tokens, VECTOR, False)
+    if name == "sized":
+        return tuning.spmm_nm_config(tokens, VECTOR, False, rows, k)
     tile, warps, stages = name.split("/")
     block_m, block_s, block_n = map(int, tile.split("x"))
     return tuning.SpmmNmConfig(True, block_m, block_s, block_n, int(warps), int(stages))
@@ -53,14 +58,15 @@ def main():
         dense_copies = [(dense.clone(),) for _ in range(copies)]
         for tokens in token_counts:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
-            b = rows_contiguous(x.t())
-            want = dense.double() @ b.double()
-            out = spmm_out(b, M)
+            b_copied = rows_contiguous(x.t())
+            want = dense.double() @ b_copied.double()
+            out = spmm_out(b_copied, M)
             timed = {}
             for name in CONFIGS:
-                c = config(name, tokens)
+                c = config(name, tokens, M, K)
+                b = x.t() if name.endswith("/t") else b_copied
 
-                def run(values, indices, c=c):
+                def run(values, indices, c=c, b=b):
                     kernel.spmm_nm(values=values, indices=indices, b=b, bias=None, out=out, n=n,
                                    m=m, vector=VECTOR, block=1, activation="none", use_dot=True,
                                    block_m=c.block_m, block_s=c.block_s, block_n=c.block_n,
@@ -75,6 +81,7 @@ def main():
                 * 1e3
                 / copies
             )  # (one weight: its densified copy is made each call anyway)
+            timed["copy"] = do_bench_cudagraph(lambda: rows_contiguous(x.t()), rep=30) * 1e3
             timed["cublas"] = (
                 do_bench_cudagraph(lambda: [x @ d.t() for (d,) in dense_copies], rep=30)
                 * 1e3
@@ -85,7 +92,7 @@ def main():
             table.append((label, timed))
         weights = dense_copies = None  # (free the copies before the next shape)
         torch.cuda.empty_cache()
-    names = [*CONFIGS, "densify", "cublas"]
+    names = [*CONFIGS, "copy", "densify", "cublas"]
     print(f"\n{'case':<24} " + " ".join(f"{c[:13]:>13}" for c in names))
     for label, timed in table:
         print(f"{label:<24} " + " ".join(f"{timed[c]:13.1f}" for c in names))
