@@ -90,22 +90,55 @@ def test_dtypes_and_both_paths(device, dtype, use_dot, gen):
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize(("n", "m"), [(2, 8), (1, 8)])
 @pytest.mark.parametrize("N", [20, 300])
-def test_small_tensor_core_tiles(device, n, m, N, gen):
+@pytest.mark.parametrize("layout", ["rows", "x^T"])
+def test_small_tensor_core_tiles(device, n, m, N, layout, gen):
     """The small tiles a small weight takes (16 x 32 below 256 tokens, 32 x 64 past): rows
-    off both tile heights, slots off the 64-slot step, a partial column tile, bias and GELU."""
+    off both tile heights, slots off the 64-slot step, a partial column tile, bias and GELU;
+    B row-major and as linear passes it (x^T, read in place)."""
     skip_interpreter_on_gpu_machine(device)
     rows, K = 64 + 16 + 5, 8 * m + m  # 3 vectors of 64 rows, the last partial; 9 groups a row
     config = spmm_nm_config(N, 64, False, rows, K)
     assert (config.block_m, config.block_n) == ((16, 32) if N < 256 else (32, 64))
+    assert config.b_in_place
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     W = random_nm(rows, K, n, m, gen, 64, 1, dtype, device)
     B = randn(K, N, gen=gen, dtype=dtype, device=device)
+    if layout == "x^T":
+        B = randn(N, K, gen=gen, dtype=dtype, device=device).t()
     bias = randn(rows, gen=gen, dtype=dtype, device=device)
     got, took_dot = _launch_poisoned(W, B, bias, "gelu", config)
     assert took_dot
     want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
     bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
     assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_linear_on_a_small_weight_reads_x_in_place(device, gen, monkeypatch):
+    """linear in bf16 on a weight the small tiles take: the kernel reads x^T strided (no row-
+    major copy made) and gives linear's output, bias included, against float64."""
+    from sparsekernels.ops import _triton_nm
+
+    skip_interpreter_on_gpu_machine(device)
+
+    def no_copy(b):
+        raise AssertionError("x^T was copied row-major")
+
+    monkeypatch.setattr(_triton_nm, "rows_contiguous", no_copy)
+    launch, strides = _triton_nm.kernel.spmm_nm, []
+    monkeypatch.setattr(
+        _triton_nm.kernel, "spmm_nm", lambda **kw: strides.append(kw["b"].stride()) or launch(**kw)
+    )
+    rows, K, tokens = 64 + 16 + 5, 8 * 8 + 8, 20
+    assert spmm_nm_config(tokens, 64, False, rows, K).b_in_place
+    W = random_nm(rows, K, 2, 8, gen, 64, 1, torch.bfloat16, device)
+    x = randn(2, tokens // 2, K, gen=gen, dtype=torch.bfloat16, device=device)
+    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device=device)
+    got = sk.linear(x, W, bias, backend="triton")
+    assert strides == [(1, K)]  # (x^T as it lies in x)
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    bound = spmm_bound(W.to_dense(), x.reshape(tokens, K).t()).t().reshape(want.shape)
+    assert_close(got, want, bound + bias.double().abs(), torch.bfloat16)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -84,7 +84,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     kernel.spmm_nm(
         values=values.contiguous(),
         indices=indices.contiguous(),
-        b=rows_contiguous(b),
+        b=b if config.b_in_place else rows_contiguous(b),
         bias=bias.contiguous() if bias is not None else None,
         out=out,
         n=n,
