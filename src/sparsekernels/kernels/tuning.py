@@ -129,9 +129,11 @@ def _largest_power_of_two_dividing(value: int, cap: int) -> int:
 # 768 x 768 at 256 tokens 5.1 -> 3.6; 1:8 on 384 x 1536 3.4-5.2 -> 3.0-3.5 (cuBLAS 4.7-5.4).
 # Not on longer K (768 x 3072 at 64 tokens 9.5 -> 12.3), nor from 24 programs below 256 tokens
 # (1536 x 384: 2.6 -> 2.9), nor past 24 (3072 x 768 at 256 tokens: 5.3 -> 5.6). These tiles
-# read linear's x^T in place: its row-major copy cost 1.7-2.5 us a call, reading strided
-# 0.3-1.6 (at-4985cf3/nm_vw_tiles_strided.txt: 384 x 1536 2:8 at 112 tokens 4.8 + 1.8 -> 5.9,
-# 768 x 768 1:8 at 256 3.0 + 1.8 -> 3.5); the 64 x 256 tiles lose 2-3x reading it strided.
+# read linear's x^T in place from 256 tokens: its row-major copy cost 1.7-2.5 us a call, the
+# strided read 0.3-1.6 (at-4985cf3/nm_vw_tiles_strided.txt); through linear 768 x 768 at 256
+# tokens 2:8 5.5 -> 4.4 us, 1:8 4.7 -> 3.6, 1536 x 384 2:8 5.2 -> 4.1 (at-7b97b1e). The
+# 16 x 32 tiles lost so through linear (384 x 1536 2:8 at 64-112 tokens 6.7 -> 9.2: into
+# linear's column-major output), the 64 x 256 tiles 2-3x.
 SMALL_TILES_MAX_K = 1536
 SMALL_TILES_MAX_PROGRAMS = (12, 24)  # (below 256 tokens, from 256)
 
@@ -159,7 +161,7 @@ def spmm_nm_config(
         if small and vector_wise_small_tiles(n_cols, vector, rows, k):
             if n_cols >= 256:
                 return SpmmNmConfig(True, 32, 64, 64, num_warps=4, num_stages=3, b_in_place=True)
-            return SpmmNmConfig(True, 16, 64, 32, num_warps=4, num_stages=2, b_in_place=True)
+            return SpmmNmConfig(True, 16, 64, 32, num_warps=4, num_stages=2)
         block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
         return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
     block_n = min(16, next_power_of_2(max(n_cols, 1)))
