@@ -99,7 +99,8 @@ def test_small_tensor_core_tiles(device, n, m, N, layout, gen):
     rows, K = 64 + 16 + 5, 8 * m + m  # 3 vectors of 64 rows, the last partial; 9 groups a row
     config = spmm_nm_config(N, 64, False, rows, K)
     assert (config.block_m, config.block_n) == ((16, 32) if N < 256 else (32, 64))
-    assert config.b_in_place == (N >= 256)
+    assert config.b_in_place  # (K <= 768)
+    assert spmm_nm_config(N, 64, False, rows, 1536).b_in_place == (N >= 256)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     W = random_nm(rows, K, n, m, gen, 64, 1, dtype, device)
     B = randn(K, N, gen=gen, dtype=dtype, device=device)
@@ -114,7 +115,8 @@ def test_small_tensor_core_tiles(device, n, m, N, layout, gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-def test_linear_on_a_small_weight_reads_x_in_place(device, gen, monkeypatch):
+@pytest.mark.parametrize("tokens", [20, 300])
+def test_linear_on_a_small_weight_reads_x_in_place(device, tokens, gen, monkeypatch):
     """linear in bf16 on a weight the small tiles take: the kernel reads x^T strided (no row-
     major copy made) and gives linear's output, bias included, against float64."""
     from sparsekernels.ops import _triton_nm
@@ -129,7 +131,7 @@ def test_linear_on_a_small_weight_reads_x_in_place(device, gen, monkeypatch):
     monkeypatch.setattr(
         _triton_nm.kernel, "spmm_nm", lambda **kw: strides.append(kw["b"].stride()) or launch(**kw)
     )
-    rows, K, tokens = 64 + 16 + 5, 8 * 8 + 8, 300
+    rows, K = 64 + 16 + 5, 8 * 8 + 8
     assert spmm_nm_config(tokens, 64, False, rows, K).b_in_place
     W = random_nm(rows, K, 2, 8, gen, 64, 1, torch.bfloat16, device)
     x = randn(2, tokens // 2, K, gen=gen, dtype=torch.bfloat16, device=device)

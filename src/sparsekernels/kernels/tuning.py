@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ._sizes import cdiv, next_power_of_2
+from .nm_small_tiles import small_tiles, vector_wise_small_tiles
 
 _memo = lru_cache(maxsize=4096)
 
@@ -122,31 +123,6 @@ def _largest_power_of_two_dividing(value: int, cap: int) -> int:
     return power
 
 
-# Weights too small for the tensor-core tiles of 64 rows x 256 tokens (MiniLM's, BERT-base's):
-# where those give few programs, smaller tiles won on the H200 in bf16 at v = 64 (cold L2,
-# results/nvidia-h200/2026-12-02/at-6ac7b02/nm_vw_tiles.txt): 16 x 32 tiles (64 slots a step)
-# below 256 tokens, 32 x 64 past, e.g. 2:8 on 384 x 1536 5.0-7.4 -> 4.6-5.3 us (cuBLAS 4.7-5.3),
-# 768 x 768 at 256 tokens 5.1 -> 3.6; 1:8 on 384 x 1536 3.4-5.2 -> 3.0-3.5 (cuBLAS 4.7-5.4).
-# Not on longer K (768 x 3072 at 64 tokens 9.5 -> 12.3), nor from 24 programs below 256 tokens
-# (1536 x 384: 2.6 -> 2.9), nor past 24 (3072 x 768 at 256 tokens: 5.3 -> 5.6). These tiles
-# read linear's x^T in place from 256 tokens: its row-major copy cost 1.7-2.5 us a call, the
-# strided read 0.3-1.6 (at-4985cf3/nm_vw_tiles_strided.txt); through linear 768 x 768 at 256
-# tokens 2:8 5.5 -> 4.4 us, 1:8 4.7 -> 3.6, 1536 x 384 2:8 5.2 -> 4.1 (at-7b97b1e). The
-# 16 x 32 tiles lost so through linear (384 x 1536 2:8 at 64-112 tokens 6.7 -> 9.2: into
-# linear's column-major output), the 64 x 256 tiles 2-3x.
-SMALL_TILES_MAX_K = 1536
-SMALL_TILES_MAX_PROGRAMS = (12, 24)  # (below 256 tokens, from 256)
-
-
-def vector_wise_small_tiles(n_cols: int, vector: int, rows: int, k: int) -> bool:
-    """Whether a half-precision vector-wise product takes the small tensor-core tiles."""
-    if _largest_power_of_two_dividing(vector, 64) != 64 or k > SMALL_TILES_MAX_K:
-        return False
-    block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
-    programs = cdiv(rows, 64) * cdiv(n_cols, block_n)
-    return programs <= SMALL_TILES_MAX_PROGRAMS[n_cols >= 256]
-
-
 @_memo
 def spmm_nm_config(
     n_cols: int, vector: int, dtype_is_fp64: bool, rows: int | None = None, k: int | None = None
@@ -159,9 +135,7 @@ def spmm_nm_config(
     if not dtype_is_fp64 and tile_rows >= 16 and n_cols >= 16:
         small = rows is not None and k is not None
         if small and vector_wise_small_tiles(n_cols, vector, rows, k):
-            if n_cols >= 256:
-                return SpmmNmConfig(True, 32, 64, 64, num_warps=4, num_stages=3, b_in_place=True)
-            return SpmmNmConfig(True, 16, 64, 32, num_warps=4, num_stages=2)
+            return SpmmNmConfig(True, *small_tiles(n_cols, k))
         block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
         return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
     block_n = min(16, next_power_of_2(max(n_cols, 1)))
