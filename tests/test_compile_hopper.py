@@ -59,6 +59,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_csr_scatter import _csr_scatter_kernel
     from sparsekernels.kernels.spmm_csr_scatter import layouts as scatter_layouts
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
+    from sparsekernels.kernels.spmm_nm import _spmm_nm_dot_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
     from sparsekernels.kernels.spmm_nm_mma_sp import (
@@ -292,10 +293,20 @@ def _cases() -> dict:
         # tile offsets, entries, b, bias, out, partials, counters
         pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
         cases[f"csr scatter {name}"] = (_csr_scatter_kernel, pointers, constants, warps)
+    for layout in ("rows", "in place"):  # the vector-wise small tiles into linear's column-major
+        # out, B copied row-major or linear's x^T read in place (a launch specializes unit strides)
+        unit = "stride_bn" if layout == "rows" else "stride_bk"
+        constants = dict(N_KEEP=2, M_GROUP=8, VECTOR=64, BLOCK=1, HAS_BIAS=True, ACTIVATION=0,
+                         PRECISION="tf32", UPCAST=False, BLOCK_M=16, BLOCK_S=64, BLOCK_N=32,
+                         stride_om=1, **{unit: 1})  # fmt: skip
+        pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
+        cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
     return cases
 
 
 CASE_NAMES = [
+    "nm vector-wise 16 x 32 B rows",
+    "nm vector-wise 16 x 32 B in place",
     *(f"one-hot n={n} partial={p}" for n in (1, 2) for p in (False, True)),
     *(
         f"decode shared={s} partial={p} fp64={w}"

@@ -16,6 +16,9 @@ from ._sizes import cdiv, next_power_of_2
 # 1:8 4.7 -> 3.6, 1536 x 384 2:8 5.2 -> 4.1, 384 x 384 at 64-112 1:8 3.7 -> 2.6, 2:8 4.3 ->
 # 3.8 (768 x 768 2:8 there 5.1 -> 5.3, 1:8 4.5 -> 4.1). The 16 x 32 tiles on K = 1536 lost
 # (384 x 1536 2:8 at 64-112 tokens 6.6 -> 9.2 into linear's column-major out); 64 x 256 2-3x.
+# Why (sm90_compile_stats.py "nm vector-wise", ALIGNED=1): in place, x^T is contiguous along K,
+# where the kept columns are scattered, so each is a lone 2-byte load, too narrow for cp.async:
+# the step loads synchronously (a 360-instruction loop against 122 pipelined), every step.
 SMALL_TILES_MAX_K = 1536
 SMALL_TILES_MAX_PROGRAMS = (12, 24)  # (below 256 tokens, from 256)
 SMALL_TILES_IN_PLACE_MAX_K = 768  # (below 256 tokens)
