@@ -91,18 +91,20 @@ def test_dtypes_and_both_paths(device, dtype, use_dot, gen):
 @pytest.mark.parametrize(("n", "m"), [(2, 8), (1, 8)])
 @pytest.mark.parametrize("N", [20, 300])
 @pytest.mark.parametrize("layout", ["rows", "x^T"])
-def test_small_tensor_core_tiles(device, n, m, N, layout, gen):
+@pytest.mark.parametrize("vector", [64, 128])
+def test_small_tensor_core_tiles(device, n, m, N, layout, vector, gen):
     """The small tiles a small weight takes (16 x 32 below 256 tokens, 32 x 64 past): rows
     off both tile heights, slots off the 64-slot step, a partial column tile, bias and GELU;
-    B row-major and as linear passes it (x^T, read in place)."""
+    B row-major and as linear passes it (x^T, read in place); vectors of 64 and 128 rows (a
+    choice shared by several tiles)."""
     skip_interpreter_on_gpu_machine(device)
-    rows, K = 64 + 16 + 5, 8 * m + m  # 3 vectors of 64 rows, the last partial; 9 groups a row
-    config = spmm_nm_config(N, 64, False, rows, K)
+    rows, K = vector + 16 + 5, 8 * m + m  # a whole vector, then a partial one; 9 groups a row
+    config = spmm_nm_config(N, vector, False, rows, K)
     assert (config.block_m, config.block_n) == ((16, 32) if N < 256 else (32, 64))
     assert config.b_in_place  # (K <= 768)
-    assert spmm_nm_config(N, 64, False, rows, 1536).b_in_place == (N >= 256)
+    assert spmm_nm_config(N, vector, False, rows, 1536).b_in_place == (N >= 256)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    W = random_nm(rows, K, n, m, gen, 64, 1, dtype, device)
+    W = random_nm(rows, K, n, m, gen, vector, 1, dtype, device)
     B = randn(K, N, gen=gen, dtype=dtype, device=device)
     if layout == "x^T":
         B = randn(N, K, gen=gen, dtype=dtype, device=device).t()
