@@ -337,8 +337,9 @@ def spmm_csr_prefers_dense(n: int, density: float, half_precision: bool, product
 # 128-1024 tokens, 1.22-1.27x on 768 x 768 from 256 (16 or fewer 64-row tiles: few programs
 # for the walk along K); from 3072 rows it won, and 1:8 won or tied everywhere
 # (results/nvidia-h200/2026-12-02/at-6ac7b02/encoder_layer_routes.txt). Where the small tiles
-# below take the product (K <= 1536, few programs) the kernel beat densify in the tiles' sweep
-# (768 x 768 at 256 tokens 3.6 against 5.5 us).
+# (nm_small_tiles.py: K <= 1536, few programs) take the product it does not lose to densify
+# through linear (at-6445e04: 768 x 768 at 256 tokens 4.5 against 5.6 us, 384 x 1536 at 64-112
+# 6.5-6.6 against 6.5).
 VECTOR_WISE_FEW_ROWS = 1024
 
 
