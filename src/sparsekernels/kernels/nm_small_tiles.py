@@ -24,12 +24,16 @@ SMALL_TILES_MAX_PROGRAMS = (12, 24)  # (below 256 tokens, from 256)
 SMALL_TILES_IN_PLACE_MAX_K = 768  # (below 256 tokens)
 
 
+def usual_block_n(n_cols: int) -> int:
+    """The tokens of the vector-wise kernel's usual (64-row) tile."""
+    return 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
+
+
 def vector_wise_small_tiles(n_cols: int, vector: int, rows: int, k: int) -> bool:
     """Whether a half-precision vector-wise product takes the small tensor-core tiles."""
     if vector % 64 or k > SMALL_TILES_MAX_K:
         return False
-    block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
-    programs = cdiv(rows, 64) * cdiv(n_cols, block_n)
+    programs = cdiv(rows, 64) * cdiv(n_cols, usual_block_n(n_cols))
     return programs <= SMALL_TILES_MAX_PROGRAMS[n_cols >= 256]
 
 

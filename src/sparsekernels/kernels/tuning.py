@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ._sizes import cdiv, next_power_of_2
-from .nm_small_tiles import small_tiles, vector_wise_small_tiles
+from .nm_small_tiles import small_tiles, usual_block_n, vector_wise_small_tiles
 
 _memo = lru_cache(maxsize=4096)
 
@@ -136,7 +136,7 @@ def spmm_nm_config(
         small = rows is not None and k is not None
         if small and vector_wise_small_tiles(n_cols, vector, rows, k):
             return SpmmNmConfig(True, *small_tiles(n_cols, k))
-        block_n = 256 if n_cols >= 256 else max(16, next_power_of_2(n_cols))
+        block_n = usual_block_n(n_cols)
         return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
     block_n = min(16, next_power_of_2(max(n_cols, 1)))
     if n_cols <= 16:
