@@ -10,6 +10,7 @@ in us a call, each checked against float64 first. Prints a table last.
 """
 
 import itertools
+import os
 
 import torch
 from _csr_cases import csr_case
@@ -20,9 +21,11 @@ from sparsekernels.kernels import spmm_csr_token, tuning
 
 DEVICE = torch.device("cuda")
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
-# (rows a program, entries a step, warps)
+# (rows a program, entries a step, warps); CONFIGS=2x512x1,... for others
 CONFIGS = [(1, 256, 1), (2, 256, 1), (2, 256, 2), (1, 512, 2), (4, 128, 4), (2, 128, 2),
            (4, 256, 4), (8, 128, 8)]  # fmt: skip
+if os.environ.get("CONFIGS"):
+    CONFIGS = [tuple(int(v) for v in c.split("x")) for c in os.environ["CONFIGS"].split(",")]
 
 
 def rotated(fn, copies: list) -> float:

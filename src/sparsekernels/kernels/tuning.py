@@ -77,12 +77,31 @@ class SpmmCsrTokenConfig:
 # csr_token_configs.txt): 2 rows 8-19% faster at 1.7-5.9M entries (90% on the LLM shapes),
 # 1 row 1-10% faster at 17.6M (70% on 4096 x 14336 and 14336 x 4096); even at 5.0M.
 CSR_TOKEN_TWO_ROWS_BELOW_NNZ = 10_000_000
+CSR_TOKEN_BLOCK = 256  # stored entries a step (the stream walk's too)
 
 
 def spmm_csr_token_config(nnz: int) -> SpmmCsrTokenConfig:
     """One token (spmm_csr_token.py): a warp walks its rows 256 entries a step."""
     rows = 2 if nnz < CSR_TOKEN_TWO_ROWS_BELOW_NNZ else 1
-    return SpmmCsrTokenConfig(rows_per_program=rows, block=256, num_warps=1)
+    return SpmmCsrTokenConfig(rows_per_program=rows, block=CSR_TOKEN_BLOCK, num_warps=1)
+
+
+# Many short rows: a warp walks 4 rows one after another (spmm_csr_token_stream.py) where the
+# one-token kernel's per-program chain of loads dominates. Cold, bf16, us (results/nvidia-h200/
+# 2026-12-02/at-c01d85b/csr_token_stream*.txt; one-token kernel / stream): 90% 14336 x 4096
+# 14.1-14.4 / 11.8-12.0, 11008 x 4096 11.8 / 10.2, 16384 x 2048 11.4 / 8.4; 70% 14336 x 4096
+# 24.0-24.1 / 22.5-22.7, 16384 x 2048 18.2 / 15.7, 11008 x 4096 19.5 / 20.1. Slower on 4096
+# rows (4096 x 4096 at 90%, 410 entries a row: 5.6 / 7.8) and on rows of 819+ entries.
+CSR_STREAM_MIN_ROWS = 10_000
+CSR_STREAM_MAX_ROW_ENTRIES = 640  # mean stored entries a row
+CSR_STREAM_ROWS = 4
+
+
+def spmm_csr_token_stream_rows(rows: int, nnz: int) -> int | None:
+    """Rows a program for the one-token stream walk where it measured faster, else None."""
+    if rows >= CSR_STREAM_MIN_ROWS and nnz <= CSR_STREAM_MAX_ROW_ENTRIES * rows:
+        return CSR_STREAM_ROWS
+    return None
 
 
 # The largest N (tokens) the CSR row walk takes: 1 is the one-token kernel; 2..this, the

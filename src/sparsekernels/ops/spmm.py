@@ -10,7 +10,7 @@ from .. import _checks, reference
 from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
-from ..kernels import spmm_csr_few, spmm_csr_token, tuning
+from ..kernels import spmm_csr_few, spmm_csr_token, spmm_csr_token_stream, tuning
 from . import (
     _autocast,
     _csr_scatter,
@@ -225,6 +225,21 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
     if b.dim() == 2 and b.shape[1] == 1 and values.dim() == 1:  # one token: aligned vector loads
+        stream_rows = tuning.spmm_csr_token_stream_rows(rows, column_indices.numel())
+        if stream_rows is not None:  # many short rows: each program's rows as one stream
+            spmm_csr_token_stream.spmm_csr_token_stream(
+                row_offsets=row_offsets,
+                column_indices=column_indices,
+                values=values.contiguous(),
+                x=b[:, 0],
+                bias=bias.contiguous() if bias is not None else None,
+                row_order=row_order,
+                out=out[:, 0],
+                activation=activation,
+                rows_per_program=stream_rows,
+                block=tuning.CSR_TOKEN_BLOCK,
+            )
+            return out
         config = tuning.spmm_csr_token_config(column_indices.numel())
         spmm_csr_token.spmm_csr_token(
             row_offsets=row_offsets,
