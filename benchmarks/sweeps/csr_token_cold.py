@@ -7,6 +7,7 @@ weight read from HBM. The library's choice by nnz (`library`) against the same g
 cuBLAS cold beside them. bf16, magnitude-pruned LLM weights at 70% and 90%, CUDA-graph medians
 in us a call, each checked against float64 first. Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_token_cold.py
+CONFIGS and SHAPES (environment) replace the grid and the shapes.
 """
 
 import itertools
@@ -21,11 +22,13 @@ from sparsekernels.kernels import spmm_csr_token, tuning
 
 DEVICE = torch.device("cuda")
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096)]
-# (rows a program, entries a step, warps); CONFIGS=2x512x1,... for others
+# (rows a program, entries a step, warps[, registers a thread]); CONFIGS=2x512x1,2x256x2x40,...
 CONFIGS = [(1, 256, 1), (2, 256, 1), (2, 256, 2), (1, 512, 2), (4, 128, 4), (2, 128, 2),
            (4, 256, 4), (8, 128, 8)]  # fmt: skip
 if os.environ.get("CONFIGS"):
     CONFIGS = [tuple(int(v) for v in c.split("x")) for c in os.environ["CONFIGS"].split(",")]
+if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
+    SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["SHAPES"].split(",")]
 
 
 def rotated(fn, copies: list) -> float:
@@ -46,15 +49,18 @@ def main():
         dense_copies = [w.clone() for _ in range(max(2, copies_for(w.nbytes, DEVICE)))]
         timed = {"dense": rotated(lambda d: d @ x, dense_copies)}
         lib = tuning.spmm_csr_token_config(A.nnz)
-        configs = [("library", (lib.rows_per_program, lib.block, lib.num_warps))]
-        configs += [(f"{r}x{b}/{wp}w", (r, b, wp)) for r, b, wp in CONFIGS]
-        for label, (rows, block, warps) in configs:
+        configs = [("library", (lib.rows_per_program, lib.block, lib.num_warps, 0))]
+        configs += [
+            (f"{c[0]}x{c[1]}/{c[2]}w" + (f"/r{c[3]}" if len(c) > 3 else ""), (*c, 0)[:4])
+            for c in CONFIGS
+        ]
+        for label, (rows, block, warps, maxnreg) in configs:
 
-            def run(c, rows=rows, block=block, warps=warps):
+            def run(c, rows=rows, block=block, warps=warps, maxnreg=maxnreg):
                 spmm_csr_token.spmm_csr_token(
                     row_offsets=c[0], column_indices=c[1], values=c[2], x=x, bias=None,
                     row_order=c[3], out=out, activation="none", rows_per_program=rows,
-                    block=block, num_warps=warps,
+                    block=block, num_warps=warps, maxnreg=maxnreg or None,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

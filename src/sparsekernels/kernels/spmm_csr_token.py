@@ -160,10 +160,13 @@ def spmm_csr_token(
     block: int,
     num_warps: int,
     lane_major: bool = False,
+    maxnreg: int | None = None,
 ) -> torch.Tensor:
     """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided.
     `lane_major` takes _lane_major_walk instead of the aligned vectors (for the sweep
-    benchmarks/sweeps/csr_token_lanes.py; not routed)."""
+    benchmarks/sweeps/csr_token_lanes.py; not routed). `maxnreg` caps the registers a thread
+    (more warps an SM: 59 registers allow 32; the sweep csr_token_cold.py)."""
+    launch = {"maxnreg": maxnreg} if maxnreg else {}
     rows = out.shape[0]
     if rows == 0:
         return out
@@ -193,5 +196,6 @@ def spmm_csr_token(
         LANE_MAJOR=lane_major,
         num_warps=num_warps,
         num_stages=1,
+        **launch,
     )
     return out
