@@ -83,12 +83,12 @@ def _nm_select_tma_kernel(
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     DTYPE: tl.constexpr,
+    BF16: tl.constexpr,  # DTYPE is bfloat16
     BLOCK_M: tl.constexpr,  # 1, 2 or 4 rows, each its own accumulator
     BLOCK_G: tl.constexpr,  # groups of a row a step
     STAGES: tl.constexpr,  # steps in flight (Triton's pipelining of the descriptors' loads)
 ):
     WIDTH: tl.constexpr = M_GROUP // 2  # x's int32 pairs a group
-    BF16: tl.constexpr = DTYPE == tl.bfloat16
     row0 = tl.program_id(0) * BLOCK_M
     xv = x.to(tl.pointer_type(tl.int32))
     acc0 = tl.zeros((BLOCK_G, 1), dtype=tl.float32)
@@ -200,6 +200,7 @@ def spmm_nm_select_tma(
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         DTYPE=tl.bfloat16 if values.dtype == torch.bfloat16 else tl.float16,
+        BF16=values.dtype == torch.bfloat16,
         BLOCK_M=block_m,
         BLOCK_G=block_g,
         STAGES=stages,
