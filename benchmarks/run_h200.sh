@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselecttma nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -162,12 +162,6 @@ for step in $steps; do
       PATTERNS=1:2,1:4,4:8,1:16,2:16,4:16 SHAPES=4096x14336,14336x4096 timeout 420 \
         python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_other.txt" 2>&1
       echo "nmselect rc=$? $(tail -1 "$out/nm_select_other.txt")" ;;
-    nmselecttma)  # the select kernel with its weight bytes by TMA (nm_select_tma_cold.py)
-      timeout 400 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_select_tma.py \
-        -p no:cacheprovider -n 8 -rf >"$out/gpu_tests_select_tma.log" 2>&1
-      echo "select tma tests rc=$? $(tail -1 "$out/gpu_tests_select_tma.log")"
-      timeout 480 python3 benchmarks/sweeps/nm_select_tma_cold.py >"$out/nm_select_tma.txt" 2>&1
-      echo "nmselecttma rc=$? $(tail -1 "$out/nm_select_tma.txt")" ;;
     nmselectdt)  # the select kernel in fp16 and fp32 on the routed patterns (nm_select_cold.py)
       for dt in fp16 fp32; do
         DTYPE=$dt PATTERNS=2:8,1:8,2:4 SHAPES=4096x14336,14336x4096 \

@@ -68,7 +68,6 @@ def _cases() -> dict:
         _nm_mma_sp_kernel,
     )
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
-    from sparsekernels.kernels.spmm_nm_select_tma import _nm_select_tma_kernel
     from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
     from sparsekernels.kernels.spmm_nm_wgmma import _nm_wgmma_kernel, layouts
     from sparsekernels.kernels.swiglu import _swiglu_kernel
@@ -200,14 +199,6 @@ def _cases() -> dict:
                      FUSED=False)  # fmt: skip
     pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
     cases["nm select 1:8 pipelined"] = (_nm_select_kernel, pointers, constants, 1)
-    for n, stages, bias in ((2, 3, True), (1, 4, False)):  # weight bytes by TMA, pipelined
-        constants = dict(N_KEEP=n, M_GROUP=8, LOG_M=3, BITS=4, HAS_BIAS=bias, ACTIVATION=1,
-                         DTYPE=tl.bfloat16, BF16=True, BLOCK_M=2, BLOCK_G=128,
-                         STAGES=stages)  # fmt: skip
-        value_box = "tensordesc<i32[1, 128]>" if n == 2 else "tensordesc<bf16[1, 128]>"
-        boxes = [value_box, f"tensordesc<u8[1, {128 * n // 2}]>"]
-        pointers = [*boxes, "*bf16", "*bf16", "*bf16"]  # the descriptors, x, bias, out
-        cases[f"nm select tma {n}:8"] = (_nm_select_tma_kernel, pointers, constants, 1)
     for n, m, bits, permute, splits in ((2, 8, 4, True, 4), (1, 4, 2, True, 2),
                                         (4, 8, 4, False, 1)):  # fmt: skip
         constants = dict(N_KEEP=n, M_GROUP=m, BITS=bits, VECTOR=1, HAS_BIAS=True, ACTIVATION=1,
@@ -358,8 +349,6 @@ CASE_NAMES = [
     "nm select *bf16 split 4",
     "nm select *fp64 split 4",
     "nm select 1:8 pipelined",
-    "nm select tma 2:8",
-    "nm select tma 1:8",
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",
