@@ -59,6 +59,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_csr_scatter import _csr_scatter_kernel
     from sparsekernels.kernels.spmm_csr_scatter import layouts as scatter_layouts
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
+    from sparsekernels.kernels.spmm_csr_token_stream import _spmm_csr_token_stream_kernel
     from sparsekernels.kernels.spmm_nm import _spmm_nm_dot_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
     from sparsekernels.kernels.spmm_nm_expand import _nm_expand_dot_kernel
@@ -153,10 +154,15 @@ def _cases() -> dict:
             constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
                              ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
                              INDEX=tl.int64 if data == "*fp64" else tl.int32,
-                             LANE_MAJOR=lane_major)  # fmt: skip
+                             LANE_MAJOR=lane_major,
+                             PDL=0 if data == "*fp64" else 1 + (not lane_major))  # fmt: skip
             pointers = ["*i32", cols, data, data, data, "*i32", data]
             name = f"csr token {data}" + (" lane-major" if lane_major else "")
             cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
+    constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32, INDEX=tl.int32, ROWS=4,
+                     BLOCK=256, GROUP=16, PDL=2)  # fmt: skip
+    pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+    cases["csr token stream pdl"] = (_spmm_csr_token_stream_kernel, pointers, constants, 1)
     for index in ("int32", "int64"):  # the general CSR kernel, padded B, both offset widths
         constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32,
                          INDEX=getattr(tl, index), BLOCK_ROWS=4, BLOCK_NNZ=128, BLOCK_N=16,
@@ -187,7 +193,7 @@ def _cases() -> dict:
                          OFFSET_BYTES=pairs, HAS_BIAS=True,
                          ACTIVATION=1, ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
                          BLOCK_M=4 if pairs else 1, BLOCK_G=256, WIDE=pairs,
-                         STAGES=1, SPLITS=1, FUSED=False)  # fmt: skip
+                         STAGES=1, SPLITS=1, FUSED=False, PDL=int(pairs))  # fmt: skip
         pointers = [data, "*i32", data, data, data, "*fp64" if data == "*fp64" else "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm select {data}"] = (_nm_select_kernel, pointers, constants, 2)
@@ -196,7 +202,7 @@ def _cases() -> dict:
     constants = dict(N_KEEP=1, M_GROUP=8, LOG_M=3, BITS=4, PAIRS=True, VALUE_PAIRS=False,
                      OFFSET_BYTES=True, HAS_BIAS=False, ACTIVATION=0, ACC_DTYPE=tl.float32,
                      BLOCK_M=2, BLOCK_G=128, WIDE=False, STAGES=3, SPLITS=1,
-                     FUSED=False)  # fmt: skip
+                     FUSED=False, PDL=0)  # fmt: skip
     pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
     cases["nm select 1:8 pipelined"] = (_nm_select_kernel, pointers, constants, 1)
     for n, m, bits, permute, splits in ((2, 8, 4, True, 4), (1, 4, 2, True, 2),
@@ -332,6 +338,7 @@ CASE_NAMES = [
     "csr token *fp64",
     "csr token *bf16 lane-major",
     "csr token *fp64 lane-major",
+    "csr token stream pdl",
     "csr spmm int32",
     "csr spmm int64",
     "csr few padded=True",

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from ._activation import ACTIVATION_CODES, activate
+from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 INT32_LIMIT = 2**31  # offsets below it are computed in int32
 GROUP = 16  # entries a group: whole 16-byte vectors of int16 columns and half-precision values
@@ -49,7 +50,7 @@ def rows_of_program(row_offsets, row_order, M, full, INDEX: tl.constexpr, ROWS: 
 @triton.jit
 def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, stride_x,
                   INDEX: tl.constexpr, ACC_DTYPE: tl.constexpr, ROWS: tl.constexpr,
-                  BLOCK: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
+                  BLOCK: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr = 0):  # fmt: skip
     """Each row's sum from whole aligned groups loaded as vectors, then the arrays' last partial
     group entry by entry (the module's docstring says why)."""
     k = tl.arange(0, BLOCK)[None, :]
@@ -59,6 +60,7 @@ def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, 
     cols = tl.load(column_indices + offs, mask=load_mask, other=0)
     vals = tl.load(values + offs, mask=load_mask, other=0.0)
     acc = tl.zeros((ROWS, BLOCK), dtype=ACC_DTYPE)
+    pdl_before_inputs(PDL)
     # Rows come longest first: a program's rows have similar lengths, so few steps idle.
     for _ in range(0, tl.max(walk_end - first), BLOCK):
         next_offs = offs + BLOCK
@@ -129,7 +131,9 @@ def _spmm_csr_token_kernel(
     BLOCK: tl.constexpr,  # entries of a row a step, a multiple of GROUP
     GROUP: tl.constexpr,
     LANE_MAJOR: tl.constexpr,  # the lane-major walk instead of aligned vectors (an experiment)
+    PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
 ):
+    pdl_start(PDL)
     row, mask_r, start, first, end, walk_end = rows_of_program(
         row_offsets, row_order, M, full, INDEX, ROWS, GROUP
     )
@@ -138,7 +142,7 @@ def _spmm_csr_token_kernel(
                                  INDEX, ACC_DTYPE, ROWS, BLOCK)  # fmt: skip
     else:
         total = _aligned_walk(column_indices, values, x, start, first, end, walk_end, full,
-                              stride_x, INDEX, ACC_DTYPE, ROWS, BLOCK, GROUP)  # fmt: skip
+                              stride_x, INDEX, ACC_DTYPE, ROWS, BLOCK, GROUP, PDL)  # fmt: skip
 
     if HAS_BIAS:
         total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
@@ -161,12 +165,17 @@ def spmm_csr_token(
     num_warps: int,
     lane_major: bool = False,
     maxnreg: int | None = None,
+    pdl: int = 0,
 ) -> torch.Tensor:
     """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided.
     `lane_major` takes _lane_major_walk instead of the aligned vectors (for the sweep
     benchmarks/sweeps/csr_token_lanes.py; not routed). `maxnreg` caps the registers a thread
-    (more warps an SM: 59 registers allow 32; the sweep csr_token_cold.py)."""
+    (more warps an SM: 59 registers allow 32; the sweep csr_token_cold.py). `pdl`:
+    programmatic dependent launch (kernels/_pdl.py; Hopper; the lane-major walk waits first)."""
+    if lane_major and pdl == 2:
+        pdl = 1
     launch = {"maxnreg": maxnreg} if maxnreg else {}
+    launch.update(launch_options(pdl))
     rows = out.shape[0]
     if rows == 0:
         return out
@@ -194,6 +203,7 @@ def spmm_csr_token(
         BLOCK=block,
         GROUP=GROUP,
         LANE_MAJOR=lane_major,
+        PDL=pdl,
         num_warps=num_warps,
         num_stages=1,
         **launch,

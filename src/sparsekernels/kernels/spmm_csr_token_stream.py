@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from ._activation import ACTIVATION_CODES, activate
+from ._pdl import launch_options, pdl_before_inputs, pdl_start
 from .spmm_csr_token import GROUP, INT32_LIMIT
 
 
@@ -62,7 +63,9 @@ def _spmm_csr_token_stream_kernel(
     ROWS: tl.constexpr,
     BLOCK: tl.constexpr,  # entries a step, a multiple of GROUP
     GROUP: tl.constexpr,
+    PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
 ):
+    pdl_start(PDL)
     i = tl.program_id(0) * ROWS  # the row-order place of the row being walked
     last = tl.minimum(i + ROWS, M)
     k = tl.arange(0, BLOCK).to(INDEX)
@@ -78,6 +81,7 @@ def _spmm_csr_token_stream_kernel(
     cols = tl.load(column_indices + pos + k, mask=mask, other=0)
     vals = tl.load(values + pos + k, mask=mask, other=0.0)
     acc = tl.zeros((BLOCK,), dtype=ACC_DTYPE)
+    pdl_before_inputs(PDL)
     while i < last:
         same_row = pos + BLOCK < walk_end
         next_pos = tl.where(same_row, pos + BLOCK, next_start // GROUP * GROUP)
@@ -118,8 +122,10 @@ def spmm_csr_token_stream(
     activation: str,
     rows_per_program: int,
     block: int,
+    pdl: int = 0,
 ) -> torch.Tensor:
-    """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided."""
+    """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided.
+    `pdl`: programmatic dependent launch (kernels/_pdl.py; Hopper)."""
     rows = out.shape[0]
     if rows == 0:
         return out
@@ -145,7 +151,9 @@ def spmm_csr_token_stream(
         ROWS=rows_per_program,
         BLOCK=block,
         GROUP=GROUP,
+        PDL=pdl,
         num_warps=1,
         num_stages=1,
+        **launch_options(pdl),
     )
     return out

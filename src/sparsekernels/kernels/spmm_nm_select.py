@@ -29,6 +29,7 @@ import triton.language as tl
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
+from ._pdl import launch_options, pdl_start
 from ._sizes import cdiv
 
 
@@ -192,7 +193,9 @@ def _nm_select_kernel(
     STAGES: tl.constexpr,  # the walk's software pipelining (1: none)
     SPLITS: tl.constexpr,  # ranges of a row's groups, one program each
     FUSED: tl.constexpr,  # (SPLITS > 1) the last range of a tile sums the planes
+    PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py): 0 or 1 (waits first)
 ):
+    pdl_start(PDL)
     # Every tensor is (BLOCK_G,) or (BLOCK_G, m): a thread holds the same groups of every row of
     # the tile, so a group's x is one vector load shared by the rows, picked in registers. Rows
     # past M read row M - 1 and are not stored; only the walk's last step is masked.
@@ -275,6 +278,7 @@ def spmm_nm_select(
     stages: int = 1,
     split: int = 1,
     fused: bool = True,
+    pdl: int = 0,
 ) -> torch.Tensor:
     """Launch over out (M, 1) for x (K, 1) (any strides); values (M, S) and words
     (`NMMatrix.packed_indices(bits)`, bits from spmm_nm_decode.packed_bits) with unit stride along
@@ -282,7 +286,9 @@ def spmm_nm_select(
     where they measured faster) and `stages` (Triton's pipelining of the walk): for sweeps.
     `split` cuts each row's walk into that many ranges of whole steps (fewer where one would be
     empty), one program each, for few-row weights that leave the GPU half idle; the last range
-    of a tile adds them in order (fused), or a second kernel does."""
+    of a tile adds them in order (fused), or a second kernel does. `pdl`: programmatic dependent
+    launch (kernels/_pdl.py; Hopper; 2 acts as 1: the walk's loads are not split out)."""
+    pdl = min(pdl, 1) if pdl in (0, 1, 2) else pdl
     if block_m not in (1, 2, 4):
         raise ValueError(f"block_m must be 1, 2 or 4 (one accumulator a row), got {block_m}")
     rows = out.shape[0]
@@ -341,7 +347,9 @@ def spmm_nm_select(
         STAGES=stages,
         SPLITS=splits,
         FUSED=fused,
+        PDL=pdl,
         num_warps=num_warps,
+        **launch_options(pdl),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)

@@ -24,6 +24,7 @@ from ..kernels import spmm_nm_mma_sp as mma_sp
 from ..kernels import spmm_nm_select as select
 from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
+from ..kernels._pdl import decode_pdl
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
@@ -197,6 +198,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
             block_m=picking.block_m,
             block_g=picking.block_g,
             num_warps=picking.num_warps,
+            pdl=decode_pdl(values.device),
         )
     config = nm_decode_tuning.spmm_nm_decode_config(
         b.shape[1],

@@ -11,6 +11,7 @@ from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
 from ..kernels import spmm_csr_few, spmm_csr_token, spmm_csr_token_stream, tuning
+from ..kernels._pdl import decode_pdl
 from . import (
     _autocast,
     _csr_scatter,
@@ -238,6 +239,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
                 activation=activation,
                 rows_per_program=stream_rows,
                 block=tuning.CSR_TOKEN_BLOCK,
+                pdl=decode_pdl(values.device),
             )
             return out
         config = tuning.spmm_csr_token_config(column_indices.numel())
@@ -253,6 +255,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
             rows_per_program=config.rows_per_program,
             block=config.block,
             num_warps=config.num_warps,
+            pdl=decode_pdl(values.device),
         )
         return out
     if walk_in_b_order:

@@ -1,0 +1,58 @@
+"""Programmatic dependent launch (Hopper): a kernel launched with `launch_pdl` may start while
+the kernel before it in the stream finishes, once every program of that one has started its
+dependents (`griddepcontrol.launch_dependents`) or ended; it must wait
+(`griddepcontrol.wait`: the kernel before complete, its writes visible) before it reads what
+that kernel may have written or writes what it may still read.
+
+PDL (a launch constant): 0 off; 1 start the next kernel early, then wait before any load (only
+the launch and the scheduling overlap); 2 also load the walk's first step of the weight before
+waiting (its bytes in flight while the kernel before drains). 2 assumes that the kernel before
+does not write the weight: true of inference on fixed weights, not of a step that updates them.
+
+The one-token routes take `decode_pdl(device)`: SPARSEKERNELS_PDL (0, 1 or 2; 0 when unset) on
+Hopper and later, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+@triton.jit
+def pdl_start(PDL: tl.constexpr):
+    """At the kernel's start: let the next kernel launch; with PDL 1 wait here."""
+    if PDL > 0:
+        gdc_launch_dependents()
+    if PDL == 1:
+        gdc_wait()
+
+
+@triton.jit
+def pdl_before_inputs(PDL: tl.constexpr):
+    """After the weight's first loads, before x is read or anything stored (PDL 2)."""
+    if PDL == 2:
+        gdc_wait()
+
+
+def launch_options(pdl: int) -> dict:
+    """The launch's keyword for a kernel taking PDL."""
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"pdl must be 0, 1 or 2, got {pdl}")
+    return {"launch_pdl": True} if pdl else {}
+
+
+@lru_cache(maxsize=16)
+def _capable(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def decode_pdl(device: torch.device) -> int:
+    """The PDL a one-token route launches with on `device` (the module's docstring)."""
+    wanted = int(os.environ.get("SPARSEKERNELS_PDL", "0"))
+    return wanted if wanted and _capable(device) else 0
