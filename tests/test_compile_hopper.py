@@ -253,7 +253,7 @@ def _cases() -> dict:
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=splits > 1, N_KEEP=n, M_GROUP=m, M_TILES=m_tiles,
                          KB=blocks, NT=n_tiles, B_NATURAL=natural, PREFETCH="prefetch" in flags,
-                         OUT_M_FASTEST="columns" in flags,
+                         OUT_M_FASTEST="columns" in flags, PDL=int("by rows" in name),
                          ASM=_mma_sp_asm(dtype, m == 4), CONSTRAINTS=MMA_SP_CONSTRAINTS,
                          **launch_layouts(m_tiles, blocks, n_tiles, natural, n, m))  # fmt: skip
         data = "*bf16" if dtype == "bf16" else "*fp16"

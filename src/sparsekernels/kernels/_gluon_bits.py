@@ -72,3 +72,17 @@ def _shr(a, amount):
     return gl.inline_asm_elementwise(
         "shr.b32 $0, $1, $2;", "=r,r,r", [a, amount], dtype=gl.int32, is_pure=True, pack=1
     )
+
+
+@gluon.jit
+def pdl_start(PDL: gl.constexpr):
+    """Programmatic dependent launch (kernels/_pdl.py) for a Gluon kernel: at its start let
+    the next kernel launch, then wait for the one before (PDL 1; 2 is taken as 1)."""
+    if PDL > 0:
+        gl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+            is_pure=False, pack=1,
+        )  # fmt: skip
+        gl.inline_asm_elementwise(
+            "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+        )

@@ -49,8 +49,9 @@ from triton.experimental.gluon import language as gl
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
-from ._gluon_bits import _along
+from ._gluon_bits import _along, pdl_start
 from ._gluon_bits import cta_barrier as _cta_barrier
+from ._pdl import launch_options
 from ._sizes import cdiv
 from .nm_mma_sp_layouts import WARPS, launch_layouts
 from .nm_mma_sp_operands import SPAN_BLOCKS, permuted_b
@@ -206,7 +207,9 @@ def _nm_mma_sp_kernel(
     B_SHARED: gl.constexpr,
     OUT_M_FASTEST: gl.constexpr,  # the tile stored from OUT_LAYOUT, planes (N, M) (out (M, N)
     OUT_LAYOUT: gl.constexpr,  # with unit stride along M: linear's W x^T)
+    PDL: gl.constexpr = 0,  # programmatic dependent launch (_pdl.py; waits first)
 ):
+    pdl_start(PDL)
     WMT: gl.constexpr = 4 * M_TILES
     BLOCK_M: gl.constexpr = WMT * 16
     BLOCK_N: gl.constexpr = NT * 8
@@ -340,6 +343,7 @@ def spmm_nm_mma_sp(
     wide_b_stores: bool = False,
     prefetch: bool = False,
     out_m_fastest: bool = False,
+    pdl: int = 0,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) and an n:m weight (2:4, 2:8, 1:8): values
     (M, K / m * n) 16-bit, metadata its `metadata_words` (and for m = 8 classes its
@@ -350,7 +354,8 @@ def spmm_nm_mma_sp(
     (wide_b_stores: loaded so that its shared stores are 16 bytes, not 4). prefetch: each
     step's loads issued a step ahead. out_m_fastest: the tile stored by runs of rows (and the
     split-K planes laid out so), for an out with unit stride along M (linear's); not with an
-    unfused split (sum_partials reads row-major planes).
+    unfused split (sum_partials reads row-major planes). `pdl`: programmatic dependent launch
+    (kernels/_pdl.py; waits at the start).
     m = 8 takes plain `mma.sp` (its padding slots' indices need not rise)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
@@ -420,8 +425,10 @@ def spmm_nm_mma_sp(
         OUT_M_FASTEST=out_m_fastest,
         ASM=_mma_sp_asm(type_name, ordered and m == 4),
         CONSTRAINTS=MMA_SP_CONSTRAINTS,
+        PDL=pdl,
         num_warps=WARPS,
         **launch_layouts(m_tiles, blocks, n_tiles, natural_b * (1 + wide_b_stores), n, m),
+        **launch_options(pdl),
     )
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)

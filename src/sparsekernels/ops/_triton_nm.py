@@ -48,7 +48,8 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
             mma_sp.spmm_nm_mma_sp(
                 values=values, metadata=metadata_words(indices, rows, vector, n, m), b=b, n=n, m=m,
                 classes=classes, bias=bias.contiguous() if bias is not None else None, out=out,
-                activation=activation, out_m_fastest=out_m_fastest, **tile,
+                activation=activation, out_m_fastest=out_m_fastest,
+                pdl=decode_pdl(values.device), **tile,
             )  # fmt: skip
             return out
     on_registers = None
