@@ -33,20 +33,24 @@ def _layers(kind: str, count: int, size: int, sparsity: float, gen: torch.Genera
             scale = ((1 - sparsity) * size) ** -0.5
             layers.append(sk.CSRMatrix.from_dense(w * mask * scale, mask=mask))
         else:
-            mask = sk.prune.nm_mask(w.float(), 1, 8)
-            layers.append(sk.NMMatrix.from_dense(w * mask / (size / 8) ** 0.5, 1, 8, mask=mask))
+            n, m = (int(v) for v in kind[2:].split(":"))
+            mask = sk.prune.nm_mask(w.float(), n, m)
+            scale = (size * n / m) ** -0.5
+            layers.append(sk.NMMatrix.from_dense(w * mask * scale, n, m, mask=mask))
     return layers
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "kind, rows, sparsity", [("csr", 4096, 0.9), ("csr", 12288, 0.95), ("nm", 16384, 0.875)]
+    "kind, rows, sparsity",
+    [("csr", 4096, 0.9), ("csr", 12288, 0.95), ("nm1:8", 16384, 0), ("nm2:8", 4096, 0)],
 )
 @pytest.mark.parametrize("level", [1, 2])
 def test_dependent_chain_same_bits(kind, rows, sparsity, level, gen, monkeypatch):
     """Six square layers (the one-token CSR kernel at 4096 rows, the stream walk at 12288 rows
-    of 614 entries, 1:8 at 16384), each on the last's output, then the same chain captured and
-    replayed as a CUDA graph three times: bitwise what the chain gives with PDL off."""
+    of 614 entries, 1:8 at 16384 and 2:8 at 4096: the select or mma.sp kernels), each on the
+    last's output, then the same chain captured and replayed as a CUDA graph three times:
+    bitwise what the chain gives with PDL off."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs Hopper")
     layers = _layers(kind, 6, rows, sparsity, gen)
