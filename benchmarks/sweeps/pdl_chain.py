@@ -28,8 +28,8 @@ from sparsekernels.bench.harness import copies_for  # noqa: E402
 DEVICE = torch.device("cuda")
 CASES = os.environ.get(
     "CASES",
-    "csr90:14336x4096,csr90:4096x14336,csr70:14336x4096,csr70:4096x14336,csr70:4096x4096,"
-    "nm1:8:14336x4096,nm2:8:4096x14336",
+    "csr90:14336x4096,csr90:4096x14336,csr70:14336x4096,csr70:4096x14336,nm2:8:14336x4096,"
+    "nm1:8:14336x4096,nm1:8:4096x14336,nm2:4:4096x14336",
 ).split(",")
 LEVELS = (0, 1, 2)
 
