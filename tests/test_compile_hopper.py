@@ -181,13 +181,14 @@ def _cases() -> dict:
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"csr few padded={padded}"] = (_spmm_csr_few_kernel, pointers, constants, 2)
     for data, delta in (("*bf16", True), ("*fp32", False)):
-        constants = dict(HAS_DELTA=delta, BLOCK=4096)
+        constants = dict(HAS_DELTA=delta, BLOCK=4096, PDL=int(delta))
         types = [data] * 5 + ["i32", "fp32"]  # then the strides, i32
         cases[f"rms norm {data}"] = (_rms_norm_kernel, types, constants, 8)
     for data in ("*bf16", "*fp32"):  # Llama-3-8B's heads
-        constants = dict(HEADS=32, KV_HEADS=8, D=128, BLOCK_D=128)
+        pdl = int(data == "*bf16")
+        constants = dict(HEADS=32, KV_HEADS=8, D=128, BLOCK_D=128, PDL=pdl)
         cases[f"rope cache {data}"] = (_rope_cache_kernel, [data] * 6, constants, 1)
-        cases[f"swiglu {data}"] = (_swiglu_kernel, [data] * 2, dict(BLOCK=1024), 4)
+        cases[f"swiglu {data}"] = (_swiglu_kernel, [data] * 2, dict(BLOCK=1024, PDL=pdl), 4)
     for data, pairs in (("*bf16", True), ("*fp64", False)):  # one token, x picked by selects
         constants = dict(N_KEEP=2, M_GROUP=4, LOG_M=2, BITS=2, PAIRS=pairs, VALUE_PAIRS=pairs,
                          OFFSET_BYTES=pairs, HAS_BIAS=True,

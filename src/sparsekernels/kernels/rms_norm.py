@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._pdl import decode_pdl, launch_options, pdl_start
 from ._sizes import next_power_of_2
 
 MAX_COLS = 16384  # a row in one program's registers; longer rows take torch's path
@@ -29,8 +30,9 @@ DTYPES = (torch.float32, torch.bfloat16)
 def _rms_norm_kernel(
     x, delta, weight, sum_out, out, cols, eps,
     stride_x, stride_d, stride_s, stride_o,
-    HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_DELTA: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_start(PDL)  # (kernels/_pdl.py: with SPARSEKERNELS_PDL, overlap the launch)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < cols
@@ -75,11 +77,14 @@ def rms_norm(
     out = torch.empty_like(rows_x)
     if rows_x.shape[0]:
         block = next_power_of_2(cols)
+        pdl = min(1, decode_pdl(x.device))
         _rms_norm_kernel[(rows_x.shape[0],)](
             rows_x, rows_d, weight.contiguous(), total, out, cols, eps,
             rows_x.stride(0), rows_d.stride(0), total.stride(0), out.stride(0),
             HAS_DELTA=delta is not None,
             BLOCK=block,
+            PDL=pdl,
             num_warps=min(16, max(1, block // 512)),
+            **launch_options(pdl),
         )  # fmt: skip
     return total.view(x.shape), out.view(x.shape)

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ._pdl import decode_pdl, launch_options, pdl_start
 from ._sizes import next_power_of_2
 
 DTYPES = (torch.float32, torch.bfloat16)
@@ -31,7 +32,9 @@ def _rope_cache_kernel(
     stride_qkv_b, stride_qkv_t, stride_cos, stride_q_b, stride_q_t,
     stride_c_b, stride_c_h, stride_c_t,
     HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+    PDL: tl.constexpr,
 ):  # fmt: skip
+    pdl_start(PDL)  # (kernels/_pdl.py: with SPARSEKERNELS_PDL, overlap the launch)
     pid = tl.program_id(0)
     head = pid % (HEADS + 2 * KV_HEADS)
     t = (pid // (HEADS + 2 * KV_HEADS)) % tokens
@@ -107,11 +110,12 @@ def rope_cache(
     if q.shape != (B, T, heads, d) or q.dtype != qkv.dtype or q.stride(-1) != 1:
         raise ValueError(f"out must be ({B}, {T}, {heads}, {d}) {qkv.dtype}, contiguous rows")
     if B * T:
+        pdl = min(1, decode_pdl(qkv.device))
         _rope_cache_kernel[(B * T * (heads + 2 * kv_heads),)](
             qkv, cos, signed_sin, q, k_cache, v_cache, T, start,
             qkv.stride(0), qkv.stride(1), cos.stride(0), q.stride(0), q.stride(1),
             k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            HEADS=heads, KV_HEADS=kv_heads, D=d, BLOCK_D=next_power_of_2(d),
-            num_warps=1,
+            HEADS=heads, KV_HEADS=kv_heads, D=d, BLOCK_D=next_power_of_2(d), PDL=pdl,
+            num_warps=1, **launch_options(pdl),
         )  # fmt: skip
     return q.transpose(1, 2)

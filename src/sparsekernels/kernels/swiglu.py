@@ -14,12 +14,16 @@ import torch
 import triton
 import triton.language as tl
 
+from ._pdl import decode_pdl, launch_options, pdl_start
+
 DTYPES = (torch.float32, torch.bfloat16)
 BLOCK = 1024
 
 
 @triton.jit
-def _swiglu_kernel(gate_up, out, width, stride_in, stride_out, BLOCK: tl.constexpr):
+def _swiglu_kernel(gate_up, out, width, stride_in, stride_out, BLOCK: tl.constexpr,
+                   PDL: tl.constexpr):  # fmt: skip
+    pdl_start(PDL)  # (kernels/_pdl.py: with SPARSEKERNELS_PDL, overlap the launch)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < width
@@ -53,7 +57,9 @@ def swiglu(gate_up: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
         raise ValueError(f"out must be a contiguous {shape} {gate_up.dtype} tensor")
     out = out.view(-1, width)
     if out.numel():
+        pdl = min(1, decode_pdl(out.device))
         _swiglu_kernel[(rows.shape[0], triton.cdiv(width, BLOCK))](
-            rows, out, width, rows.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4
-        )
+            rows, out, width, rows.stride(0), out.stride(0), BLOCK=BLOCK, PDL=pdl, num_warps=4,
+            **launch_options(pdl),
+        )  # fmt: skip
     return out.view(shape)
