@@ -344,8 +344,8 @@ for step in $steps; do
     nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;
     e2e) bench e2e 420 --suite e2e --no-plots ;;
     e2ellama) bench e2e 200 --suite e2e --match e2e_llama --no-plots ;;  # the Llama step alone
-    e2ellamapdl)  # the Llama step with PDL 2 on the one-token routes (kernels/_pdl.py)
-      SPARSEKERNELS_PDL=2 bench e2e_pdl 200 --suite e2e --match e2e_llama --no-plots ;;
+    e2ellamapdl)  # the Llama step with PDL (PDL_LEVEL, 2 unless set) on the decode routes (_pdl.py)
+      SPARSEKERNELS_PDL=${PDL_LEVEL:-2} bench e2e_pdl 200 --suite e2e --match e2e_llama --no-plots ;;
     sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;
     attention) bench attention 300 --suite attention --no-plots ;;  # speed and peak memory
     dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;
