@@ -22,6 +22,9 @@ def test_off_on_the_cpu_and_unless_asked(monkeypatch):
     assert _pdl.decode_pdl(torch.device("cpu")) == 0
     monkeypatch.delenv("SPARSEKERNELS_PDL")
     assert _pdl.decode_pdl(torch.device("cpu")) == 0
+    monkeypatch.setenv("SPARSEKERNELS_PDL", "yes")
+    with pytest.raises(ValueError, match="SPARSEKERNELS_PDL must be 0, 1 or 2"):
+        _pdl.decode_pdl(torch.device("cpu"))
 
 
 def _layers(kind: str, count: int, size: int, sparsity: float, gen: torch.Generator) -> list:

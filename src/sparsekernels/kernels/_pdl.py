@@ -54,5 +54,7 @@ def _capable(device: torch.device) -> bool:
 
 def decode_pdl(device: torch.device) -> int:
     """The PDL a one-token route launches with on `device` (the module's docstring)."""
-    wanted = int(os.environ.get("SPARSEKERNELS_PDL", "0"))
-    return wanted if wanted and _capable(device) else 0
+    wanted = os.environ.get("SPARSEKERNELS_PDL", "0")
+    if wanted not in ("0", "1", "2"):
+        raise ValueError(f"SPARSEKERNELS_PDL must be 0, 1 or 2, got {wanted!r}")
+    return int(wanted) if wanted != "0" and _capable(device) else 0

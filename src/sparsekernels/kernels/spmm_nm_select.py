@@ -288,7 +288,7 @@ def spmm_nm_select(
     empty), one program each, for few-row weights that leave the GPU half idle; the last range
     of a tile adds them in order (fused), or a second kernel does. `pdl`: programmatic dependent
     launch (kernels/_pdl.py; Hopper; 2 acts as 1: the walk's loads are not split out)."""
-    pdl = min(pdl, 1) if pdl in (0, 1, 2) else pdl
+    pdl = 1 if pdl == 2 else pdl
     if block_m not in (1, 2, 4):
         raise ValueError(f"block_m must be 1, 2 or 4 (one accumulator a row), got {block_m}")
     rows = out.shape[0]
