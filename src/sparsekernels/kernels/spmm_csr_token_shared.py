@@ -7,15 +7,17 @@ lines, each a wavefront of the L1 pipe. From shared memory the same 32 reads cos
 per distinct 4-byte word in the most-hit bank, ~3-4 for random columns. So here a program (a
 CTA of ROWS warps) first copies x into shared memory, then walks groups of ROWS rows in row
 order, one row a warp, as the one-token walk does (whole aligned 16-entry groups loaded as
-16-byte vectors, the next step's loads before this step's gather, the arrays' last partial
-group entry by entry), and reads x[col] with `ld.shared` (PTX through inline_asm_elementwise:
-Gluon on Triton 3.6 has no shared-memory gather). Programs are persistent (a few a
-multiprocessor, each copying x once) and load the next group's rows while walking this one.
+16-byte vectors, the arrays' last partial group entry by entry), and reads x[col] with
+`ld.shared` (PTX through inline_asm_elementwise: Gluon on Triton 3.6 has no shared-memory
+gather). Programs are persistent (a few a multiprocessor, each copying x once) and walk their
+groups as one stream of steps, each step's loads issued before the step before it gathers,
+across group ends (the first form, a group at a time, waited on each group's first loads:
+results/nvidia-h200/2026-12-03/at-742944e).
 
 The copy of x is the kernel's only shared memory and sits at offset 0 of the dynamic window
-(`global_smem`); the launcher checks the compiled kernel's shared bytes. A group's loop runs
-as many steps as its first row needs: rows come longest first (Pattern.row_order), so the first
-row's length bounds every row's aligned span. bf16 or fp16 values and x, int16 columns (K <=
+(`global_smem`); the launcher checks the compiled kernel's shared bytes. A group runs as many
+steps as its first row needs: rows come longest first (Pattern.row_order), so the first row's
+length bounds every row's aligned span. bf16 or fp16 values and x, int16 columns (K <=
 32768), fp32 sums.
 """
 
@@ -95,6 +97,47 @@ def _activate(acc, ACTIVATION: gl.constexpr):
 
 
 @gluon.jit
+def _group_steps(row_offsets, row_order, g, groups, ROWS: gl.constexpr, BLOCK: gl.constexpr):
+    """Steps of BLOCK group g walks: its first (longest) row's entries plus the 15 an aligned
+    start may add, which bounds every row's span (1 for a group of empty rows)."""
+    live = g < groups
+    longest = gl.load(row_order + g * ROWS, mask=live, other=0)
+    length = gl.load(row_offsets + longest + 1, mask=live, other=0) - gl.load(
+        row_offsets + longest, mask=live, other=0
+    )
+    return (length + GROUP - 1 + BLOCK - 1) // BLOCK
+
+
+@gluon.jit
+def _finish_group(acc, column_indices, values, bias, out, row, mask_r, start, end, full,
+                  stride_o, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
+                  IS_BF16: gl.constexpr, COL: gl.constexpr):  # fmt: skip
+    """The group's rows' sums, plus the arrays' last partial group entry by entry (by the rows
+    owning its entries), with bias and activation, stored."""
+    tail = gl.expand_dims(full + gl.arange(0, GROUP, layout=COL), 0)
+    owned = (tail >= gl.expand_dims(start, 1)) & (tail < gl.expand_dims(end, 1))
+    tail_cols = gl.load(column_indices + tail, mask=owned, other=0)
+    tail_vals = gl.load(values + tail, mask=owned, other=0.0).to(gl.float32)
+    acc_tail = gl.where(owned, tail_vals * _x_at(tail_cols, IS_BF16), 0.0)
+    total = gl.sum(acc, axis=1) + gl.sum(acc_tail, axis=1)
+    if HAS_BIAS:
+        total += gl.load(bias + row, mask=mask_r, other=0.0).to(gl.float32)
+    total = _activate(total, ACTIVATION)
+    gl.store(out + row * stride_o, total.to(out.dtype.element_ty), mask=mask_r)
+
+
+@gluon.jit
+def _step(column_indices, values, base, walk_end, k):
+    """A step's columns and values at each row's aligned `base`: whole groups before the
+    row's walk end (a mask constant across each 16-byte vector)."""
+    offs = gl.expand_dims(base, 1) + k
+    mask = gl.expand_dims(base, 1) + k // GROUP * GROUP < gl.expand_dims(walk_end, 1)
+    cols = gl.load(column_indices + offs, mask=mask, other=0)
+    vals = gl.load(values + offs, mask=mask, other=0.0)
+    return offs, cols, vals
+
+
+@gluon.jit
 def _spmm_csr_token_shared_kernel(
     row_offsets,  # (M + 1,) int32
     column_indices,  # (nnz,) int16
@@ -120,50 +163,50 @@ def _spmm_csr_token_shared_kernel(
     XSHARED: gl.constexpr,
     PDL: gl.constexpr,  # programmatic dependent launch: any level waits first (Gluon)
 ):
+    """A program's groups g, g + programs, ... as one stream of steps: each step's loads (this
+    group's next step, or the next group's first) are issued before this step gathers x, so a
+    group's start waits on nothing; the group after next's rows load as a group ends."""
     pdl_start(PDL)
     ROW: gl.constexpr = gl.SliceLayout(1, WALK)
     COL: gl.constexpr = gl.SliceLayout(0, WALK)
     programs = gl.num_programs(0)
+    g = gl.program_id(0)
     row, mask_r, start, first, end, walk_end = _group_rows(
-        row_offsets, row_order, M, full, gl.program_id(0), ROWS, ROW
+        row_offsets, row_order, M, full, g, ROWS, ROW
     )
-    _copy_x(x, K, XSIZE, CHUNK, XLOAD, XSHARED)
+    steps = _group_steps(row_offsets, row_order, g, groups, ROWS, BLOCK)
     k = gl.expand_dims(gl.arange(0, BLOCK, layout=COL), 0)
-    tail = gl.expand_dims(full + gl.arange(0, GROUP, layout=COL), 0)
-    for g in range(gl.program_id(0), groups, programs):
-        # the next group's rows load while this one walks
-        nxt = _group_rows(row_offsets, row_order, M, full, g + programs, ROWS, ROW)
-        longest = gl.load(row_order + g * ROWS)  # the group's first row bounds its steps
-        length = gl.load(row_offsets + longest + 1) - gl.load(row_offsets + longest)
-        start2 = gl.expand_dims(start, 1)
-        walk2 = gl.expand_dims(walk_end, 1)
-        offs = gl.expand_dims(first, 1) + k
-        spans = gl.expand_dims(first, 1) + k // GROUP * GROUP  # constant across a vector
-        load_mask = spans < walk2
-        cols = gl.load(column_indices + offs, mask=load_mask, other=0)
-        vals = gl.load(values + offs, mask=load_mask, other=0.0)
-        acc = gl.zeros([ROWS, BLOCK], gl.float32, WALK)
-        for _ in range(0, length + GROUP - 1, BLOCK):
-            next_offs = offs + BLOCK
-            spans += BLOCK
-            next_mask = spans < walk2
-            next_cols = gl.load(column_indices + next_offs, mask=next_mask, other=0)
-            next_vals = gl.load(values + next_offs, mask=next_mask, other=0.0)
-            live = (offs >= start2) & (offs < walk2)
-            # selected after the product: a masked entry's x may be NaN (column 0's)
-            acc += gl.where(live, vals.to(gl.float32) * _x_at(cols, IS_BF16), 0.0)
-            offs, cols, vals = next_offs, next_cols, next_vals
-        # the arrays' last partial group, entry by entry, by the rows that own its entries
-        owned = (tail >= start2) & (tail < gl.expand_dims(end, 1))
-        tail_cols = gl.load(column_indices + tail, mask=owned, other=0)
-        tail_vals = gl.load(values + tail, mask=owned, other=0.0).to(gl.float32)
-        acc_tail = gl.where(owned, tail_vals * _x_at(tail_cols, IS_BF16), 0.0)
-        total = gl.sum(acc, axis=1) + gl.sum(acc_tail, axis=1)
-        if HAS_BIAS:
-            total += gl.load(bias + row, mask=mask_r, other=0.0).to(gl.float32)
-        total = _activate(total, ACTIVATION)
-        gl.store(out + row * stride_o, total.to(out.dtype.element_ty), mask=mask_r)
-        row, mask_r, start, first, end, walk_end = nxt
+    base = first
+    offs, cols, vals = _step(column_indices, values, base, walk_end, k)
+    nxt = _group_rows(row_offsets, row_order, M, full, g + programs, ROWS, ROW)
+    next_steps = _group_steps(row_offsets, row_order, g + programs, groups, ROWS, BLOCK)
+    _copy_x(x, K, XSIZE, CHUNK, XLOAD, XSHARED)
+    acc = gl.zeros([ROWS, BLOCK], gl.float32, WALK)
+    step = 1
+    while g < groups:
+        last = step >= steps
+        # the next step's loads: this group's next step, or the next group's first
+        next_base = gl.where(last, nxt[3], base + BLOCK)
+        next_walk_end = gl.where(last, nxt[5], walk_end)
+        next_offs, next_cols, next_vals = _step(column_indices, values, next_base,
+                                                next_walk_end, k)  # fmt: skip
+        live = (offs >= gl.expand_dims(start, 1)) & (offs < gl.expand_dims(walk_end, 1))
+        # selected after the product: a masked entry's x may be NaN (column 0's)
+        acc += gl.where(live, vals.to(gl.float32) * _x_at(cols, IS_BF16), 0.0)
+        if last:
+            _finish_group(acc, column_indices, values, bias, out, row, mask_r, start, end,
+                          full, stride_o, HAS_BIAS, ACTIVATION, IS_BF16, COL)  # fmt: skip
+            acc = gl.zeros([ROWS, BLOCK], gl.float32, WALK)
+            g += programs
+            row, mask_r, start, first, end, walk_end = nxt
+            steps = next_steps
+            nxt = _group_rows(row_offsets, row_order, M, full, g + programs, ROWS, ROW)
+            next_steps = _group_steps(row_offsets, row_order, g + programs, groups, ROWS,
+                                      BLOCK)  # fmt: skip
+            step = 1
+        else:
+            step += 1
+        base, offs, cols, vals = next_base, next_offs, next_cols, next_vals
 
 
 def layouts(rows: int, block: int, chunk: int) -> dict:
