@@ -27,7 +27,7 @@ SHAPES = [
 FORMS = [
     tuple(int(v) for v in c.split("x"))
     for c in os.environ.get(
-        "FORMS", "4x256x4,4x256x5,8x256x2,2x256x8,4x512x3,4x512x4,2x512x6,8x512x2"
+        "FORMS", "4x256x4,8x256x2,2x512x4,2x512x8,4x512x2,4x512x3,4x512x4,8x512x2"
     ).split(",")
 ]
 
