@@ -23,7 +23,7 @@ from _helpers import (
 )
 
 
-def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=False):
+def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=False, warps=None):
     from sparsekernels.kernels import spmm_csr_token as kernel
 
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
@@ -38,7 +38,7 @@ def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=Fal
         activation=activation,
         rows_per_program=rows,
         block=block,
-        num_warps=rows,
+        num_warps=warps or rows,
         lane_major=lane_major,
     )
     return out
@@ -72,6 +72,22 @@ def test_matches_float64(device, dtype, block, rows, wide, lane_major, gen, monk
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         got = _token(A, x, block=block, rows=rows, lane_major=lane_major)
         assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("warps", [1, 2])
+def test_few_rows_configs(device, dtype, warps, gen):
+    """The few-row configurations (tuning.spmm_csr_token_config): one row a program, 512
+    entries a step on one warp or across two (the row's sum then crosses warps); rows of
+    several steps, of less than one, and empty."""
+    skip_interpreter_on_gpu_machine(device)
+    for M, K, density in [(9, 2000, 0.6), (37, 300, 0.25), (3, 5000, 0.3)]:
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = _x_with_nan_where_unused(A, gen, dtype, device)
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        assert_close(_token(A, x, block=512, rows=1, warps=warps), want, bound, dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -142,12 +158,22 @@ def test_linear_at_one_token_takes_it(device, gen, monkeypatch):
 
 
 def test_config_rule():
-    """Two rows a program below CSR_TOKEN_TWO_ROWS_BELOW_NNZ entries, one from it (the sweep's
-    90% and 70% LLM weights fall either side)."""
+    """Past 2048 rows: two rows a program below CSR_TOKEN_TWO_ROWS_BELOW_NNZ entries, one from
+    it (the sweep's 90% and 70% LLM weights fall either side). Few rows: one row a program,
+    512-entry steps on up to 1024 rows of 256+ entries, two warps on rows of 1024+."""
     from sparsekernels.kernels import tuning
 
+    def config(nnz, rows):
+        c = tuning.spmm_csr_token_config(nnz, rows)
+        return c.rows_per_program, c.block, c.num_warps
+
     limit = tuning.CSR_TOKEN_TWO_ROWS_BELOW_NNZ
-    assert tuning.spmm_csr_token_config(5_900_000).rows_per_program == 2
-    assert tuning.spmm_csr_token_config(17_600_000).rows_per_program == 1
-    assert tuning.spmm_csr_token_config(limit - 1).rows_per_program == 2
-    assert tuning.spmm_csr_token_config(limit).rows_per_program == 1
+    assert config(5_900_000, 14336) == (2, 256, 1)
+    assert config(17_600_000, 4096) == (1, 256, 1)
+    assert config(limit - 1, 4096)[0] == 2
+    assert config(limit, 4096)[0] == 1
+    assert config(1024 * 1229, 1024) == (1, 512, 2)  # 1024 x 4096 at 70%
+    assert config(1024 * 410, 1024) == (1, 512, 1)  # at 90%
+    assert config(768 * 230, 768) == (1, 256, 1)  # 768 x 768 at 70%
+    assert config(2048 * 1229, 2048) == (1, 256, 1)  # 2048 x 4096 at 70%
+    assert config(0, 1) == (1, 256, 1)

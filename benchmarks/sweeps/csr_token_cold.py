@@ -48,7 +48,7 @@ def main():
         copies = [tuple(t.clone() for t in parts) for _ in range(count)]
         dense_copies = [w.clone() for _ in range(max(2, copies_for(w.nbytes, DEVICE)))]
         timed = {"dense": rotated(lambda d: d @ x, dense_copies)}
-        lib = tuning.spmm_csr_token_config(A.nnz)
+        lib = tuning.spmm_csr_token_config(A.nnz, M)
         configs = [("library", (lib.rows_per_program, lib.block, lib.num_warps, 0))]
         configs += [
             (f"{c[0]}x{c[1]}/{c[2]}w" + (f"/r{c[3]}" if len(c) > 3 else ""), (*c, 0)[:4])

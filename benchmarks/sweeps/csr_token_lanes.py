@@ -40,7 +40,7 @@ def main():
         want = A.to_dense().double() @ x.double()
         cols = A.pattern.column_indices_int16()
         out = torch.empty(M, device="cuda", dtype=torch.bfloat16)
-        route = tuning.spmm_csr_token_config(A.nnz)
+        route = tuning.spmm_csr_token_config(A.nnz, A.shape[0])
         walks = [("route", route.rows_per_program, route.block, route.num_warps, False)]
         walks += [(f"lanes {r}x{b}/{nw}w", r, b, nw, True) for r, b, nw in CONFIGS]
         timed = {"dense": bench(lambda w=w, x=x: w @ x)}

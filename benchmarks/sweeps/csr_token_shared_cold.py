@@ -43,7 +43,7 @@ def library(c, x, out):
             **common, rows_per_program=stream, block=tuning.CSR_TOKEN_BLOCK
         )
         return
-    config = tuning.spmm_csr_token_config(nnz)
+    config = tuning.spmm_csr_token_config(nnz, rows)
     spmm_csr_token.spmm_csr_token(
         **common, rows_per_program=config.rows_per_program, block=config.block,
         num_warps=config.num_warps,

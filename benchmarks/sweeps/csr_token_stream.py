@@ -197,7 +197,7 @@ def main():
         tables = [walk_table(c[0], c[3]) for c in copies]
         dense_copies = [w.clone() for _ in range(max(2, copies_for(w.nbytes, DEVICE)))]
         timed = {"dense": rotated(lambda d: d @ x, dense_copies)}
-        lib = tuning.spmm_csr_token_config(A.nnz)
+        lib = tuning.spmm_csr_token_config(A.nnz, M)
 
         def library(c, lib=lib):
             spmm_csr_token.spmm_csr_token(

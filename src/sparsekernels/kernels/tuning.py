@@ -80,10 +80,30 @@ CSR_TOKEN_TWO_ROWS_BELOW_NNZ = 10_000_000
 CSR_TOKEN_BLOCK = 256  # stored entries a step (the stream walk's too)
 
 
-def spmm_csr_token_config(nnz: int) -> SpmmCsrTokenConfig:
-    """One token (spmm_csr_token.py): a warp walks its rows 256 entries a step."""
-    rows = 2 if nnz < CSR_TOKEN_TWO_ROWS_BELOW_NNZ else 1
-    return SpmmCsrTokenConfig(rows_per_program=rows, block=CSR_TOKEN_BLOCK, num_warps=1)
+# Few rows (<= 2048): one-warp programs of 1-2 rows leave most of the GPU idle and each warp
+# waits on its own loads, so a program takes one row and, on up to 1024 rows, 512 entries a
+# step (one warp, or two where rows are 1024+ entries long: twice the loads in flight). Cold,
+# bf16, us, the two-row rule -> this (results/nvidia-h200/2026-12-03/at-bfde5bd/
+# csr_token_cold_small.txt): 1024 x 4096 70% 6.3 -> 4.9, 90% 4.5 -> 4.0; 1024 x 8192 70% 9.8 ->
+# 6.4, 90% 5.8 -> 4.8; 2048 x 4096 70% 7.3 -> 6.5, 90% 4.9 -> 4.5; 2048 x 2048 70% 5.2 -> 4.8;
+# 384 x 1536 70% 3.1 -> 2.7; 768 x 768 and 1536 x 384 within 0.1.
+CSR_TOKEN_FEW_ROWS = 2048
+CSR_TOKEN_WIDE_ROWS = 1024  # up to this many rows, 512-entry steps on rows of 256+ entries
+CSR_TOKEN_TWO_WARP_ENTRIES = 1024  # mean entries a row from which a row takes two warps there
+
+
+def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
+    """One token (spmm_csr_token.py) on a weight of `rows` rows and `nnz` stored entries: a
+    warp walks one or two rows 256 entries a step; few rows take one row a program, with wider
+    steps and a second warp on the fewest (above)."""
+    if rows <= CSR_TOKEN_FEW_ROWS:
+        mean = nnz / max(rows, 1)
+        if rows <= CSR_TOKEN_WIDE_ROWS and mean >= 256:
+            warps = 2 if mean >= CSR_TOKEN_TWO_WARP_ENTRIES else 1
+            return SpmmCsrTokenConfig(rows_per_program=1, block=512, num_warps=warps)
+        return SpmmCsrTokenConfig(rows_per_program=1, block=CSR_TOKEN_BLOCK, num_warps=1)
+    per_program = 2 if nnz < CSR_TOKEN_TWO_ROWS_BELOW_NNZ else 1
+    return SpmmCsrTokenConfig(rows_per_program=per_program, block=CSR_TOKEN_BLOCK, num_warps=1)
 
 
 # Many short rows: a warp walks 4 rows one after another (spmm_csr_token_stream.py) where the

@@ -242,7 +242,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
                 pdl=decode_pdl(values.device),
             )
             return out
-        config = tuning.spmm_csr_token_config(column_indices.numel())
+        config = tuning.spmm_csr_token_config(column_indices.numel(), rows)
         spmm_csr_token.spmm_csr_token(
             row_offsets=row_offsets,
             column_indices=column_indices,
