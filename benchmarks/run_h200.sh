@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrshared csrsmall nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -162,21 +162,11 @@ for step in $steps; do
       PATTERNS=1:2,1:4,4:8,1:16,2:16,4:16 SHAPES=4096x14336,14336x4096 timeout 420 \
         python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_other.txt" 2>&1
       echo "nmselect rc=$? $(tail -1 "$out/nm_select_other.txt")" ;;
-    csrshared)  # the one-token CSR walk gathering x from shared memory (tests, cold sweep)
-      timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_token_shared.py \
-        -p no:cacheprovider -n 4 -rf >"$out/gpu_tests_csr_shared.log" 2>&1
-      echo "csrshared tests rc=$? $(tail -1 "$out/gpu_tests_csr_shared.log")"
-      timeout 300 python3 benchmarks/sweeps/csr_token_shared_cold.py >"$out/csr_token_shared.txt" 2>&1
-      echo "csrshared rc=$? $(tail -9 "$out/csr_token_shared.txt")" ;;
-    csrsmall)  # one token on few-row weights: the shared-memory walk and the L1 walk's configs
-      small=1024x4096,2048x4096,1024x8192,4096x1024,384x1536,1536x384,768x768,2048x2048
-      SHAPES=$small timeout 240 python3 benchmarks/sweeps/csr_token_shared_cold.py \
-        >"$out/csr_token_shared_small.txt" 2>&1
-      echo "csrsmall shared rc=$? $(tail -17 "$out/csr_token_shared_small.txt")"
-      CONFIGS=1x256x1,2x256x1,1x512x1,2x512x1,1x512x2,2x256x2,4x256x4,4x128x4 SHAPES=$small \
-        timeout 240 python3 benchmarks/sweeps/csr_token_cold.py \
-        >"$out/csr_token_cold_small.txt" 2>&1
-      echo "csrsmall L1 rc=$? $(tail -17 "$out/csr_token_cold_small.txt")" ;;
+    csrsmall)  # one token on few-row weights: the L1 walk's configurations
+      CONFIGS=1x256x1,2x256x1,1x512x1,2x512x1,1x512x2,2x256x2,4x256x4,4x128x4 \
+        SHAPES=1024x4096,2048x4096,1024x8192,4096x1024,384x1536,1536x384,768x768,2048x2048 \
+        timeout 240 python3 benchmarks/sweeps/csr_token_cold.py >"$out/csr_token_cold_small.txt" 2>&1
+      echo "csrsmall rc=$? $(tail -17 "$out/csr_token_cold_small.txt")" ;;
     pdl)  # programmatic dependent launch on the one-token routes (tests, pdl_chain.py)
       timeout 300 python3 -m pytest -q -m gpu tests/test_pdl.py tests/test_kernels_spmm_nm_select.py \
         tests/test_kernels_spmm_csr_token*.py -p no:cacheprovider -n 8 -rf \
