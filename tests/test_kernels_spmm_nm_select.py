@@ -68,6 +68,23 @@ def test_select_matches_float64(device, dtype, pattern, config, gen):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("pattern", [(2, 8), (1, 8)])
+def test_select_few_rows_tile(device, dtype, pattern, gen):
+    """The few-row tile (two rows x 512 groups on four warps: a row's sum across warps) on an
+    odd number of rows, one walk of a step and a half and one of under a step."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m = pattern
+    tile = nm_decode_tuning.SELECT_FEW_ROWS_TILE
+    for rows, groups in ((5, 700), (3, 200)):
+        W = random_nm(rows, m * groups, n, m, gen, dtype=dtype, device=device)
+        x = randn(m * groups, 1, gen=gen, dtype=dtype, device=device)
+        got = _run(W, x, (tile.block_m, tile.block_g, tile.num_warps))
+        want = dense_spmm(W.to_dense(), x, None, "none")
+        assert_close(got, want, spmm_bound(W.to_dense(), x), dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("pattern", [(2, 8), (1, 8), (2, 4)])
 def test_select_split_k(device, dtype, pattern, gen):
     """Each row's walk cut into ranges, one program each: 5 steps (the last partial) in 2, 3
@@ -148,6 +165,11 @@ def test_route_takes_it_where_timed_at_one_token():
     assert pick(2, 2, 8, 1, 1, bf16, 4096) is None  # two tokens
     assert pick(1, 2, 8, 4, 1, bf16, 4096) is None  # vector-wise
     assert pick(1, 2, 8, 1, 2, bf16, 4096) is None  # block-wise
+    few = nm_decode_tuning.SELECT_FEW_ROWS_TILE  # few long rows: more programs, more in flight
+    assert pick(1, 2, 8, 1, 1, bf16, 4096, 1024) == few == pick(1, 1, 8, 1, 1, bf16, 8192, 2048)
+    assert pick(1, 2, 8, 1, 1, bf16, 4096, 4096) == short_2_8  # many rows
+    assert pick(1, 2, 8, 1, 1, bf16, 1536, 384) == short_2_8  # short rows
+    assert pick(1, 2, 8, 1, 1, fp16, 4096, 1024) == short_2_8  # not timed in fp16
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -130,14 +130,37 @@ SELECT_TILES = {
 }
 
 
+# Few rows, long rows: the tiles above leave most of the GPU idle on weights of up to 2048
+# rows (a 2 x 128 tile on 1024 rows is 512 one-warp programs). Two rows x 512 groups a step on
+# four warps, cold, bf16, us, the route -> this (results/nvidia-h200/2026-12-03/at-3e7b2b0/
+# nm_select_small.txt): 1024 x 4096 2:8 4.5 -> 3.4, 1:8 4.0 -> 2.6; 1024 x 8192 2:8 6.6 ->
+# 4.7, 1:8 6.6 -> 4.2; 2048 x 4096 2:8 4.9 -> 3.8, 1:8 4.5 -> 3.6. On 384 x 1536 no tile beat
+# the route by more than 0.2 us. Timed in bf16 on 2:8 and 1:8 only.
+SELECT_FEW_ROWS = 2048
+SELECT_FEW_ROWS_MIN_K = 4096
+SELECT_FEW_ROWS_TILE = SpmmNmSelectConfig(2, 512, 4)
+SELECT_FEW_ROWS_PATTERNS = {(2, 8, torch.bfloat16), (1, 8, torch.bfloat16)}
+
+
 def spmm_nm_select_config(
-    n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, k: int = 0
+    n_cols: int,
+    n: int,
+    m: int,
+    vector: int,
+    block: int,
+    dtype: torch.dtype,
+    k: int = 0,
+    rows: int = 0,
 ) -> SpmmNmSelectConfig | None:
-    """The select kernel's tile where it measured faster than the decode kernel (SELECT_TILES),
-    else None; `k` the weight's dense row length."""
+    """The select kernel's tile where it measured faster than the decode kernel (SELECT_TILES,
+    or SELECT_FEW_ROWS_TILE on few long rows), else None; `k` the weight's dense row length,
+    `rows` its rows (0: unknown)."""
     tiles = SELECT_TILES.get((n, m, dtype))
     if not (n_cols == 1 and tiles is not None and vector == 1 and block == 1):
         return None
+    few_rows = 0 < rows <= SELECT_FEW_ROWS and k >= SELECT_FEW_ROWS_MIN_K
+    if few_rows and (n, m, dtype) in SELECT_FEW_ROWS_PATTERNS:
+        return SELECT_FEW_ROWS_TILE
     return tiles[0] if k >= SELECT_LONG_K else tiles[1]
 
 

@@ -183,7 +183,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     bits = decode.packed_bits(m, block)
     words = packed_words(indices, bits)
     picking = nm_decode_tuning.spmm_nm_select_config(
-        b.shape[1], n, m, vector, block, values.dtype, b.shape[0]
+        b.shape[1], n, m, vector, block, values.dtype, b.shape[0], values.shape[0]
     )
     if picking is not None:
         return select.spmm_nm_select(
