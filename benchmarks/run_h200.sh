@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -167,6 +167,19 @@ for step in $steps; do
         SHAPES=1024x4096,2048x4096,1024x8192,4096x1024,384x1536,1536x384,768x768,2048x2048 \
         timeout 240 python3 benchmarks/sweeps/csr_token_cold.py >"$out/csr_token_cold_small.txt" 2>&1
       echo "csrsmall rc=$? $(tail -17 "$out/csr_token_cold_small.txt")" ;;
+    fewrows)  # few-row weights (<= 2048 rows): the select tiles in fp16 and on the other
+      # routed patterns, and the CSR few-token walk's configurations (the one-token rules'
+      # idle-GPU question at 2-16 tokens)
+      few=1024x4096,1024x8192,2048x4096
+      DTYPE=fp16 SHAPES=$few PATTERNS=2:8,1:8 timeout 150 python3 benchmarks/sweeps/nm_select_cold.py \
+        >"$out/nm_select_few_fp16.txt" 2>&1
+      echo "fewrows select fp16 rc=$? $(tail -7 "$out/nm_select_few_fp16.txt")"
+      SHAPES=$few PATTERNS=1:4,4:8 timeout 150 python3 benchmarks/sweeps/nm_select_cold.py \
+        >"$out/nm_select_few_more.txt" 2>&1
+      echo "fewrows select more rc=$? $(tail -7 "$out/nm_select_few_more.txt")"
+      SHAPES=$few BUDGET_S=120 timeout 160 python3 benchmarks/sweeps/csr_few_tokens.py \
+        >"$out/csr_few_tokens_few_rows.txt" 2>&1
+      echo "fewrows csr few rc=$? $(tail -4 "$out/csr_few_tokens_few_rows.txt")" ;;
     pdl)  # programmatic dependent launch on the one-token routes (tests, pdl_chain.py)
       timeout 300 python3 -m pytest -q -m gpu tests/test_pdl.py tests/test_kernels_spmm_nm_select.py \
         tests/test_kernels_spmm_csr_token*.py -p no:cacheprovider -n 8 -rf \
