@@ -17,7 +17,10 @@ from _attention_cases import (
 from _helpers import dense_attention, randn
 from sparsekernels.formats._block_layout import to_dense_mask
 from sparsekernels.kernels import attention_block as kernel
-from sparsekernels.kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
+from sparsekernels.kernels.attention_tuning import (
+    BLOCK_ATTENTION_SPLIT_FILL,
+    block_attention_config,
+)
 from sparsekernels.ops import _attention_library, _dispatch
 
 
@@ -249,9 +252,9 @@ def _problem(keep, device="cuda", dtype=torch.bfloat16, d=64, batch=8):
 
 
 def test_dispatch_rules(gen, monkeypatch):
-    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels import attention_tuning
 
-    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", True)
+    monkeypatch.setattr(attention_tuning, "BLOCK_ATTENTION_AUTO", True)
     L = 512
     i = torch.arange(L)
     d = i[:, None] - i[None, :]
@@ -272,7 +275,7 @@ def test_dispatch_rules(gen, monkeypatch):
     assert "composed path is faster" in fp32["triton_flash"][0]
     on_cpu = _problem(local_strided, device="cpu", dtype=torch.float32)
     assert _dispatch.choose("sparse_attention", on_cpu) == "reference"
-    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", False)  # the user's way out
+    monkeypatch.setattr(attention_tuning, "BLOCK_ATTENTION_AUTO", False)  # the user's way out
     assert (
         "turned off"
         in _dispatch.explain("sparse_attention", _problem(local_strided))["triton_flash"][0]
@@ -342,9 +345,9 @@ def test_opcheck_and_compile(gen):
 @pytest.mark.gpu
 def test_gpu_local_strided_8192_bf16(gen, monkeypatch):
     """Forward and gradients at L = 8192 against float64, within 4x bf16 SDPA's own error."""
-    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels import attention_tuning
 
-    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_AUTO", True)
+    monkeypatch.setattr(attention_tuning, "BLOCK_ATTENTION_AUTO", True)
     attn, q, k, v, g = local_strided_gpu(8192, 2, torch.bfloat16, gen)
     problem = _dispatch.Problem(
         q.device, q.dtype, {"batch": 2, "d": 64, "dv": 64, "pattern": attn.pattern.pattern}

@@ -15,7 +15,10 @@ from _attention_cases import (
 )
 from _helpers import dense_attention, randn
 from sparsekernels.kernels import attention_block as kernel
-from sparsekernels.kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
+from sparsekernels.kernels.attention_tuning import (
+    BLOCK_ATTENTION_SPLIT_FILL,
+    block_attention_config,
+)
 from sparsekernels.ops import _attention_library
 
 
@@ -43,7 +46,7 @@ def test_merged_forward_in_chunks_gives_the_same_bits(
 ):
     """A two-component pattern with its fp32 scratch bounded to a few (batch, head) pairs:
     the bits of one chunk, output and lse; outputs and scratch poisoned (NaN) first."""
-    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels import attention_tuning
 
     L, d, scale = 80, 16, 0.3
     keep = mask_of("summary", L, L)
@@ -67,8 +70,8 @@ def test_merged_forward_in_chunks_gives_the_same_bits(
     monkeypatch.setattr(
         _attention_library, "_merge_components", lambda *a: calls.append(a) or merge(*a)
     )
-    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_SCRATCH_MIN_BYTES", pairs * L * d * 4)
-    monkeypatch.setattr(tuning, "BLOCK_ATTENTION_SCRATCH_FRACTION", 0)
+    monkeypatch.setattr(attention_tuning, "BLOCK_ATTENTION_SCRATCH_MIN_BYTES", pairs * L * d * 4)
+    monkeypatch.setattr(attention_tuning, "BLOCK_ATTENTION_SCRATCH_FRACTION", 0)
     out, lse = _attention_library.block_attention_forward(*args)
     assert len(calls) == chunks
     assert torch.equal(out, whole_out) and torch.equal(lse, whole_lse)

@@ -19,7 +19,10 @@ from triton.testing import do_bench_cudagraph
 
 from _attention_cases import patterns
 from sparsekernels.kernels import attention_block
-from sparsekernels.kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
+from sparsekernels.kernels.attention_tuning import (
+    BLOCK_ATTENTION_SPLIT_FILL,
+    block_attention_config,
+)
 from sparsekernels.ops import _attention_library
 
 D = 64

@@ -21,7 +21,10 @@ import torch.nn.functional as F
 from triton.testing import do_bench, do_bench_cudagraph
 
 import sparsekernels as sk
-from sparsekernels.kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
+from sparsekernels.kernels.attention_tuning import (
+    BLOCK_ATTENTION_SPLIT_FILL,
+    block_attention_config,
+)
 from sparsekernels.ops import _attention_library
 
 HEADS, D, DTYPE = 8, 64, torch.bfloat16

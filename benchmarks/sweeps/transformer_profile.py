@@ -8,7 +8,7 @@ import torch
 from torch.autograd import DeviceType
 from triton.testing import do_bench_cudagraph
 
-from sparsekernels.kernels import tuning
+from sparsekernels.kernels import attention_tuning
 from sparsekernels.models.sparse_transformer import TransformerConfig, transformer_pair
 
 cfg = TransformerConfig(vocab=256, dim=512, heads=8, layers=3, seq_len=8192)
@@ -40,16 +40,16 @@ def top_kernels(fn, label, count=16):
 with torch.no_grad():
     times = {}
     for auto in (True, False):
-        tuning.BLOCK_ATTENTION_AUTO = auto
+        attention_tuning.BLOCK_ATTENTION_AUTO = auto
         times[f"sparse fused={auto}"] = do_bench_cudagraph(lambda: sparse(x), rep=50) * 1e3
     times["dense"] = do_bench_cudagraph(lambda: dense(x), rep=50) * 1e3
     for label, t in times.items():
         print(f"{label:<22} {t:8.1f} us  ({times['dense'] / t:.2f}x dense)", flush=True)
     for auto in (True, False):
-        tuning.BLOCK_ATTENTION_AUTO = auto
+        attention_tuning.BLOCK_ATTENTION_AUTO = auto
         top_kernels(lambda: sparse(x), f"sparse, fused attention {auto}")
     top_kernels(lambda: dense(x), "dense")
-tuning.BLOCK_ATTENTION_AUTO = True
+attention_tuning.BLOCK_ATTENTION_AUTO = True
 
 # One training step (forward + backward), eager: GPU kernels and host time side by side.
 sparse.train()

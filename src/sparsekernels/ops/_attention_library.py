@@ -86,8 +86,8 @@ def block_attention_forward(
 
 
 def _pairs_per_chunk(out: Tensor) -> int:
-    """How many (batch, head) pairs' fp32 scratch fits the budget of kernels/tuning.py."""
-    from ..kernels.tuning import block_attention_scratch_bytes
+    """How many (batch, head) pairs' fp32 scratch fits the budget of kernels/attention_tuning.py."""
+    from ..kernels.attention_tuning import block_attention_scratch_bytes
 
     pair_bytes = out.shape[2] * out.shape[3] * 4
     budget = block_attention_scratch_bytes(out.numel() * out.element_size())

@@ -3,7 +3,7 @@
 Backends, in the order automatic dispatch tries them:
 - `triton_flash`: one fused block-sparse flash-attention kernel (kernels/attention_block.py) over
   the pattern's cached block layout; scores never reach memory and Q K^T, P V run on tensor
-  cores. Taken in fp16/bf16 when the visited tiles are full enough (kernels/tuning.py).
+  cores. Taken in fp16/bf16 when the visited tiles are full enough (kernels/attention_tuning.py).
   Inside a visited tile, positions the pattern does not store are multiplied by zero: a NaN or
   Inf in a V row there (or in Q, K, dO in backward) reaches the query, as with the `dense`
   spmm backend.
@@ -89,7 +89,7 @@ def _composed(q, k, v, pattern, scale, backend):
 
 def _flash_plan(pattern: Pattern, head_dim: int, device: torch.device):
     """The fused kernel's configuration and the pattern's block layout for it (cached)."""
-    from ..kernels.tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
+    from ..kernels.attention_tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
 
     config = block_attention_config(head_dim, device.type == "cpu")
     layout = pattern.block_layout(config.block_m, config.block_n, BLOCK_ATTENTION_SPLIT_FILL)
@@ -107,11 +107,8 @@ def _flash(q, k, v, pattern, scale, backend):
 
 
 def _flash_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
-    from ..kernels.tuning import (
-        BLOCK_ATTENTION_MAX_HEAD_DIM,
-        MAX_GRID_YZ,
-        block_attention_not_chosen,
-    )
+    from ..kernels.attention_tuning import BLOCK_ATTENTION_MAX_HEAD_DIM, block_attention_not_chosen
+    from ..kernels.tuning import MAX_GRID_YZ
 
     reasons = _dispatch.triton_device_reasons(problem, forced)
     if problem.dtype not in (torch.float16, torch.bfloat16, torch.float32):
