@@ -24,7 +24,7 @@ from _helpers import (
 from sparsekernels.ops._layout import padded_rows
 
 
-def _few(A, B, n, bias=None, activation="none", block=32, rows=1, **hints):
+def _few(A, B, n, bias=None, activation="none", block=32, rows=1, warps=None, **hints):
     from sparsekernels.kernels import spmm_csr_few as kernel
 
     out = torch.full((A.shape[0], n + 3), float("nan"), dtype=B.dtype, device=B.device)[:, :n]
@@ -39,7 +39,7 @@ def _few(A, B, n, bias=None, activation="none", block=32, rows=1, **hints):
         activation=activation,
         rows_per_program=rows,
         block=block,
-        num_warps=rows,
+        num_warps=warps or rows,
         **hints,
     )
     return out
@@ -87,6 +87,26 @@ def test_matches_float64(device, dtype, n, block, rows, gen):
         for layout, B in _layouts(x).items():
             got = _few(A, B, n, block=block, rows=rows)
             assert_close(got, want, bound, dtype), layout
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("n", [3, 8])
+def test_few_rows_config_one_row_on_two_warps(device, dtype, n, gen):
+    """The few-row configuration (a row a program, 256 entries a step on two warps: the row's
+    sums cross warps) on rows of ~700 entries (steps and a partial one), an empty row, and
+    short rows sharing the arrays' last partial group."""
+    from sparsekernels.kernels import tuning
+
+    skip_interpreter_on_gpu_machine(device)
+    config = tuning.spmm_csr_few_config(n, 1024)
+    assert (config.rows_per_program, config.block, config.num_warps) == (1, 256, 2)
+    A = random_csr(6, 2000, 0.35, gen, dtype, device)
+    x = _x_with_nan_where_unused(A, n, gen, dtype, device)
+    clean = torch.nan_to_num(x)
+    want = A.to_dense().double() @ clean.t().double()
+    got = _few(A, padded_rows(x.t()), n, block=256, rows=1, warps=2)
+    assert_close(got, want, spmm_bound(A.to_dense(), clean.t()), dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -146,7 +166,7 @@ def test_routes_take_it_up_to_the_tuned_n(device, gen, monkeypatch):
         got = sk.linear(x, A, bias, backend="triton")
         assert bool(calls) == takes, tokens
         if takes:
-            config = tuning.spmm_csr_few_config(tokens)
+            config = tuning.spmm_csr_few_config(tokens, 33)
             assert calls[0]["rows_per_program"] == config.rows_per_program
             assert calls[0]["block"] == config.block
         want = x.double() @ A.to_dense().double().t() + bias.double()
@@ -154,14 +174,15 @@ def test_routes_take_it_up_to_the_tuned_n(device, gen, monkeypatch):
         assert_close(got, want, bound, torch.float32)
 
 
+@pytest.mark.parametrize("rows", [0, 1024, 2048, 4096])
 @pytest.mark.parametrize("n", range(2, 17))
-def test_config_by_tokens_is_a_whole_number_of_groups(n):
+def test_config_by_tokens_is_a_whole_number_of_groups(n, rows):
     """Every configuration the route may pick walks whole aligned groups and gives each row of a
     program its own warp or shares one: what the kernel's layout assumes."""
     from sparsekernels.kernels import tuning
     from sparsekernels.kernels.spmm_csr_token import GROUP
 
-    config = tuning.spmm_csr_few_config(n)
+    config = tuning.spmm_csr_few_config(n, rows)
     assert config.block % GROUP == 0 and config.block >= GROUP
     assert config.rows_per_program in (1, 2, 4)
     assert config.num_warps in (1, 2, 4)

@@ -68,13 +68,14 @@ def test_select_matches_float64(device, dtype, pattern, config, gen):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
-@pytest.mark.parametrize("pattern", [(2, 8), (1, 8)])
+@pytest.mark.parametrize("pattern", [(2, 8), (1, 8), (1, 4), (4, 8)])
 def test_select_few_rows_tile(device, dtype, pattern, gen):
-    """The few-row tile (two rows x 512 groups on four warps: a row's sum across warps) on an
-    odd number of rows, one walk of a step and a half and one of under a step."""
+    """The pattern's few-row tile (2:8, 1:8, 1:4: two rows x 512 groups on four warps, a row's
+    sum across warps; 4:8 a row a program) on an odd number of rows, one walk of a step and a
+    half and one of under a step."""
     skip_interpreter_on_gpu_machine(device)
     n, m = pattern
-    tile = nm_decode_tuning.SELECT_FEW_ROWS_TILE
+    tile = nm_decode_tuning.SELECT_FEW_ROWS_TILES[(n, m, torch.bfloat16)]
     for rows, groups in ((5, 700), (3, 200)):
         W = random_nm(rows, m * groups, n, m, gen, dtype=dtype, device=device)
         x = randn(m * groups, 1, gen=gen, dtype=dtype, device=device)
@@ -169,7 +170,9 @@ def test_route_takes_it_where_timed_at_one_token():
     assert pick(1, 2, 8, 1, 1, bf16, 4096, 1024) == few == pick(1, 1, 8, 1, 1, bf16, 8192, 2048)
     assert pick(1, 2, 8, 1, 1, bf16, 4096, 4096) == short_2_8  # many rows
     assert pick(1, 2, 8, 1, 1, bf16, 1536, 384) == short_2_8  # short rows
-    assert pick(1, 2, 8, 1, 1, fp16, 4096, 1024) == short_2_8  # not timed in fp16
+    assert pick(1, 2, 8, 1, 1, fp16, 4096, 1024) == few == pick(1, 1, 4, 1, 1, bf16, 4096, 1024)
+    assert pick(1, 4, 8, 1, 1, bf16, 4096, 1024).block_m == 1  # more values a row: one row
+    assert pick(1, 2, 4, 1, 1, bf16, 4096, 1024) == pick(1, 2, 4, 1, 1, bf16, 4096)  # not timed
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -132,15 +132,26 @@ SELECT_TILES = {
 
 # Few rows, long rows: the tiles above leave most of the GPU idle on weights of up to 2048
 # rows (a 2 x 128 tile on 1024 rows is 512 one-warp programs). Two rows x 512 groups a step on
-# four warps, cold, bf16, us, the route -> this (results/nvidia-h200/2026-12-03/at-3e7b2b0/
-# nm_select_small.txt): 1024 x 4096 2:8 4.5 -> 3.4, 1:8 4.0 -> 2.6; 1024 x 8192 2:8 6.6 ->
-# 4.7, 1:8 6.6 -> 4.2; 2048 x 4096 2:8 4.9 -> 3.8, 1:8 4.5 -> 3.6. On 384 x 1536 no tile beat
-# the route by more than 0.2 us. Timed in bf16 on 2:8 and 1:8 only.
+# four warps, cold, us, the route -> this (results/nvidia-h200/2026-12-03/at-3e7b2b0/
+# nm_select_small.txt, bf16; at-82a3814/nm_select_few_fp16.txt and nm_select_few_more.txt):
+#                 1024 x 4096   1024 x 8192   2048 x 4096
+#   bf16 2:8      4.5 -> 3.4    6.6 -> 4.7    4.9 -> 3.8
+#   bf16 1:8      4.0 -> 2.6    6.6 -> 4.2    4.5 -> 3.6
+#   fp16 2:8      4.4 -> 3.7    7.0 -> 5.4    4.9 -> 4.4
+#   fp16 1:8      4.0 -> 2.5    6.0 -> 3.7    4.6 -> 3.6
+#   bf16 1:4      6.5 -> 4.0    9.3 -> 5.9    6.8 -> 4.6
+# bf16 4:8 (four kept of eight: more values a row) gains from a row a program on one warp
+# instead (5.9 -> 4.7, 9.8 -> 7.2, 7.0 -> 6.2); the four-warp tile loses there (6.7, 11.0,
+# 11.2). On 384 x 1536 no tile beat the route by more than 0.2 us.
 SELECT_FEW_ROWS = 2048
 SELECT_FEW_ROWS_MIN_K = 4096
 SELECT_FEW_ROWS_TILE = SpmmNmSelectConfig(2, 512, 4)
-SELECT_FEW_ROWS_PATTERNS = {(2, 8, torch.bfloat16), (1, 8, torch.bfloat16)}
-
+_ONE_ROW = SpmmNmSelectConfig(1, 256, 1)
+SELECT_FEW_ROWS_TILES = {
+    **{(n, 8, dt): SELECT_FEW_ROWS_TILE for n in (1, 2) for dt in _HALF},
+    (1, 4, torch.bfloat16): SELECT_FEW_ROWS_TILE,
+    (4, 8, torch.bfloat16): _ONE_ROW,
+}
 
 def spmm_nm_select_config(
     n_cols: int,
@@ -153,14 +164,14 @@ def spmm_nm_select_config(
     rows: int = 0,
 ) -> SpmmNmSelectConfig | None:
     """The select kernel's tile where it measured faster than the decode kernel (SELECT_TILES,
-    or SELECT_FEW_ROWS_TILE on few long rows), else None; `k` the weight's dense row length,
+    or SELECT_FEW_ROWS_TILES on few long rows), else None; `k` the weight's dense row length,
     `rows` its rows (0: unknown)."""
     tiles = SELECT_TILES.get((n, m, dtype))
     if not (n_cols == 1 and tiles is not None and vector == 1 and block == 1):
         return None
     few_rows = 0 < rows <= SELECT_FEW_ROWS and k >= SELECT_FEW_ROWS_MIN_K
-    if few_rows and (n, m, dtype) in SELECT_FEW_ROWS_PATTERNS:
-        return SELECT_FEW_ROWS_TILE
+    if few_rows and (n, m, dtype) in SELECT_FEW_ROWS_TILES:
+        return SELECT_FEW_ROWS_TILES[(n, m, dtype)]
     return tiles[0] if k >= SELECT_LONG_K else tiles[1]
 
 

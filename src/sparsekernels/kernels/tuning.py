@@ -132,11 +132,24 @@ def spmm_csr_token_stream_rows(rows: int, nnz: int) -> int | None:
 CSR_ROW_WALK_MAX_N = 16
 
 
-def spmm_csr_few_config(n: int) -> SpmmCsrTokenConfig:
-    """The few-token kernel's configuration by N, the best of the H200 sweep in most of its six
-    cases per N (csr_few_tokens.txt): up to 4 tokens two rows a program, a warp each, 128
-    entries a step; up to 8, a warp on one row, 64 entries a step (its B tile is 8 wide); up to
-    16, 128 entries."""
+# Few-row weights (<= 2048 rows, as at one token: spmm_csr_token_config) leave most of the GPU
+# idle with two rows a program: one row a program, 256 entries a step on two warps, cold, us,
+# bf16, the old configuration -> this (results/nvidia-h200/2026-12-03/at-82a3814/
+# csr_few_tokens_few_rows.txt): 1024 x 4096 70% 5.2 -> 4.3 at 2 tokens, 9.2 -> 8.3 at 16;
+# 1024 x 8192 70% 8.1 -> 6.2 at 2, 10.7 -> 9.3 at 8; 2048 x 4096 70% 5.8 -> 5.6 at 2. On
+# 2048 rows from 5 tokens the two-warp row loses (70% 11.1 at 8 tokens): a warp, 128 entries.
+CSR_FEW_ROWS = 2048
+
+
+def spmm_csr_few_config(n: int, rows: int = 0) -> SpmmCsrTokenConfig:
+    """The few-token kernel's configuration by N and the weight's rows (0: unknown), the best
+    of the H200 sweeps in most of their cases (csr_few_tokens.txt; few rows above): up to 4
+    tokens two rows a program, a warp each, 128 entries a step; up to 8, a warp on one row, 64
+    entries a step (its B tile is 8 wide); up to 16, 128 entries."""
+    if 0 < rows <= CSR_FEW_ROWS // 2 or (0 < rows <= CSR_FEW_ROWS and n <= 4):
+        return SpmmCsrTokenConfig(rows_per_program=1, block=256, num_warps=2)
+    if 0 < rows <= CSR_FEW_ROWS:
+        return SpmmCsrTokenConfig(rows_per_program=1, block=128, num_warps=1)
     if n <= 4:
         return SpmmCsrTokenConfig(rows_per_program=2, block=128, num_warps=2)
     if n <= 8:

@@ -259,7 +259,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
         )
         return out
     if walk_in_b_order:
-        config = tuning.spmm_csr_few_config(b.shape[1])
+        config = tuning.spmm_csr_few_config(b.shape[1], rows)
         spmm_csr_few.spmm_csr_few(
             row_offsets=row_offsets,
             column_indices=column_indices,
