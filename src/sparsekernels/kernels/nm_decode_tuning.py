@@ -153,6 +153,7 @@ SELECT_FEW_ROWS_TILES = {
     (4, 8, torch.bfloat16): _ONE_ROW,
 }
 
+
 def spmm_nm_select_config(
     n_cols: int,
     n: int,
