@@ -180,6 +180,12 @@ for step in $steps; do
       SHAPES=$few BUDGET_S=120 timeout 160 python3 benchmarks/sweeps/csr_few_tokens.py \
         >"$out/csr_few_tokens_few_rows.txt" 2>&1
       echo "fewrows csr few rc=$? $(tail -4 "$out/csr_few_tokens_few_rows.txt")" ;;
+    nmring)  # the select kernel fed by a TMA ring: its GPU tests, then the cold sweep (nm_select_ring.py)
+      timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_select_ring.py \
+        -p no:cacheprovider -n 8 -rf >"$out/gpu_tests_nm_ring.log" 2>&1
+      echo "nmring tests rc=$? $(tail -1 "$out/gpu_tests_nm_ring.log")"
+      timeout 330 python3 benchmarks/sweeps/nm_select_ring.py >"$out/nm_select_ring.txt" 2>&1
+      echo "nmring rc=$? $(tail -10 "$out/nm_select_ring.txt")" ;;
     pdl)  # programmatic dependent launch on the one-token routes (tests, pdl_chain.py)
       timeout 300 python3 -m pytest -q -m gpu tests/test_pdl.py tests/test_kernels_spmm_nm_select.py \
         tests/test_kernels_spmm_csr_token*.py -p no:cacheprovider -n 8 -rf \

@@ -1,0 +1,273 @@
+"""Element-wise 1:8 and 2:8 N:M times one token with the weight streamed through a TMA ring (Gluon,
+Hopper): the select kernel's picks (spmm_nm_select.py) fed the way cuBLAS's GEMV is fed.
+
+The select kernel reads its weight with plain loads from many small programs and moves 1.4-2.6
+TB/s on the H200; Nsight Compute saw it latency-bound, short of bytes in flight, while cuBLAS's
+GEMV (one 384-thread CTA a multiprocessor, a 226 KB TMA ring) moves 3.8 (NOTES, eighteenth
+session). Here persistent programs (a few a multiprocessor) walk their row blocks as one stream
+of steps: each step is an (R rows x U units) box of values and one of offset bytes, copied by TMA
+into a ring of STAGES buffers, so STAGES steps of weight are in flight while the warps compute.
+
+A unit is what a thread takes per row and step: an int32 of two 16-bit values and the byte of
+their two 4-bit offsets (NMMatrix.packed_indices(4)). For 2:8 a unit is one group (its x: 16
+bytes, four int32 candidates); for 1:8 two groups (32 bytes). Each value takes its x from the
+candidates by a tree of selects on its offset's bits, in registers, as in the select kernel; x
+is read by 16-byte vector loads (PTX, one per group: x stays in L1, shared by every row block).
+
+bf16 or fp16 values and x, m = 8, n of 1 or 2; the weight's rows 16-byte aligned for TMA
+(`supports`). Sums in float32 a thread, then across the row's threads at the end of each row
+block, in a fixed order: deterministic. Not routed: an experiment (benchmarks/sweeps/
+nm_select_ring.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._activation import ACTIVATION_CODES
+from ._gluon_bits import cta_barrier, pdl_start
+from ._pdl import launch_options
+from ._sizes import cdiv
+
+
+@gluon.jit
+def _x_vector(address):
+    """Four int32 of x at a 16-byte aligned address, one vector load a thread (not marked
+    pure: it must stay after the launch's dependency wait)."""
+    return gl.inline_asm_elementwise(
+        "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [address],
+        dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _value(pair, HIGH: gl.constexpr, BF16: gl.constexpr):
+    """One of the two 16-bit values of an int32 as float32."""
+    if BF16:
+        bits = pair & -65536 if HIGH else pair << 16
+        return bits.to(gl.float32, bitcast=True)
+    half = (pair >> 16) if HIGH else pair
+    return (half & 0xFFFF).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
+
+
+@gluon.jit
+def _pick(c0, c1, c2, c3, offset, BF16: gl.constexpr):
+    """x at `offset` (0-7) of a group held as four int32 c0..c3, as float32: the int32 by bits
+    1 and 2, its half by bit 0."""
+    low = gl.where((offset & 2) != 0, c1, c0)
+    high = gl.where((offset & 2) != 0, c3, c2)
+    word = gl.where((offset & 4) != 0, high, low)
+    if BF16:
+        bits = gl.where((offset & 1) != 0, word & -65536, word << 16)
+        return bits.to(gl.float32, bitcast=True)
+    half = gl.where((offset & 1) != 0, word >> 16, word)
+    return (half & 0xFFFF).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
+
+
+@gluon.jit
+def _candidates(x, units, valid, XB: gl.constexpr, AT: gl.constexpr):
+    """A group's four int32 of x for each unit, AT bytes into the unit's XB, (1, U); zero past
+    the weight's columns (their values are TMA's zero fill, x past K is not memory)."""
+    address = (x + units * (XB // 2)).to(gl.int64) + AT
+    c0, c1, c2, c3 = _x_vector(address)
+    c0 = gl.expand_dims(gl.where(valid, c0, 0), 0)
+    c1 = gl.expand_dims(gl.where(valid, c1, 0), 0)
+    c2 = gl.expand_dims(gl.where(valid, c2, 0), 0)
+    c3 = gl.expand_dims(gl.where(valid, c3, 0), 0)
+    return c0, c1, c2, c3
+
+
+@gluon.jit
+def _issue(v_desc, o_desc, v_ring, o_ring, bars, t, stage, pid, programs, chunks, total,
+           R: gl.constexpr, U: gl.constexpr, NBYTES: gl.constexpr):  # fmt: skip
+    """Step t's boxes (row block pid + t // chunks * programs, chunk t % chunks) into `stage`,
+    if the program has a step t."""
+    live = t < total
+    row = (pid + t // chunks * programs) * R
+    col = t % chunks * U
+    bar = bars.index(stage)
+    mbarrier.expect(bar, NBYTES, pred=live)
+    tma.async_copy_global_to_shared(v_desc, [row, col], bar, v_ring.index(stage), pred=live)
+    tma.async_copy_global_to_shared(o_desc, [row, col], bar, o_ring.index(stage), pred=live)
+
+
+@gluon.jit
+def _activate(acc, ACTIVATION: gl.constexpr):
+    """_activation.activate for Gluon: relu keeps NaN; gelu is the exact erf form."""
+    if ACTIVATION == 1:
+        acc = gl.where(acc < 0, 0.0, acc)
+    elif ACTIVATION == 2:
+        acc = 0.5 * acc * (1.0 + gl.erf(acc * 0.7071067811865476))
+    return acc
+
+
+@gluon.jit
+def _finish(acc, block, bias, out, M, stride_om, R: gl.constexpr, HAS_BIAS: gl.constexpr,
+            ACTIVATION: gl.constexpr, ROW: gl.constexpr):  # fmt: skip
+    """The row block's sums, bias and activation, stored."""
+    rows = block * R + gl.arange(0, R, layout=ROW)
+    total = gl.sum(acc, axis=1)
+    if HAS_BIAS:
+        total += gl.load(bias + rows, mask=rows < M, other=0.0).to(gl.float32)
+    total = _activate(total, ACTIVATION)
+    gl.store(out + rows * stride_om, total.to(out.dtype.element_ty), mask=rows < M)
+
+
+@gluon.jit
+def _nm_select_ring_kernel(
+    v_desc,  # (M, UNITS) int32: the values, two a unit
+    o_desc,  # (M, UNITS) uint8: the offsets, two 4-bit ones a unit
+    x,  # (K,) contiguous, 16-byte aligned
+    bias,  # (M,) when HAS_BIAS
+    out,  # (M,) at stride stride_om
+    M,
+    UNITS,
+    chunks,  # cdiv(UNITS, U): steps a row block
+    row_blocks,  # cdiv(M, R)
+    stride_om,
+    N_KEEP: gl.constexpr,  # 1 or 2 of 8
+    BF16: gl.constexpr,  # else fp16
+    HAS_BIAS: gl.constexpr,
+    ACTIVATION: gl.constexpr,  # 0 none, 1 relu, 2 gelu
+    R: gl.constexpr,  # rows a step
+    U: gl.constexpr,  # units a step: a thread's one
+    STAGES: gl.constexpr,  # the ring's buffers
+    TILE: gl.constexpr,  # (R, U): a thread a unit, every row of it
+    PDL: gl.constexpr,
+):
+    pdl_start(PDL)
+    ROW: gl.constexpr = gl.SliceLayout(1, TILE)
+    UNIT: gl.constexpr = gl.SliceLayout(0, TILE)
+    XB: gl.constexpr = 32 // N_KEEP  # bytes of x a unit
+    NBYTES: gl.constexpr = v_desc.block_type.nbytes + o_desc.block_type.nbytes
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    total = (row_blocks - pid + programs - 1) // programs * chunks
+    v_ring = gl.allocate_shared_memory(v_desc.dtype, [STAGES, R, U], v_desc.layout)
+    o_ring = gl.allocate_shared_memory(o_desc.dtype, [STAGES, R, U], o_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for first in gl.static_range(STAGES):
+        mbarrier.init(bars.index(first), count=1)
+    for first in gl.static_range(STAGES):
+        _issue(v_desc, o_desc, v_ring, o_ring, bars, first, first, pid, programs, chunks, total,
+               R, U, NBYTES)  # fmt: skip
+    lanes = gl.arange(0, U, layout=UNIT)
+    acc = gl.zeros([R, U], gl.float32, TILE)
+    for t in range(total):
+        stage = t % STAGES
+        mbarrier.wait(bars.index(stage), t // STAGES & 1)
+        pairs = v_ring.index(stage).load(TILE)
+        offsets = o_ring.index(stage).load(TILE).to(gl.int32)
+        cta_barrier()  # every warp has read the buffer before TMA refills it
+        fence_async_shared()
+        _issue(v_desc, o_desc, v_ring, o_ring, bars, t + STAGES, stage, pid, programs, chunks,
+               total, R, U, NBYTES)  # fmt: skip
+        chunk = t % chunks
+        units = chunk * U + lanes
+        valid = units < UNITS
+        units = gl.minimum(units, UNITS - 1)
+        a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0)
+        low = _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)
+        if N_KEEP == 1:  # the unit's second group: its own candidates
+            b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16)
+            high = _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
+        else:
+            high = _value(pairs, True, BF16) * _pick(a0, a1, a2, a3, offsets >> 4, BF16)
+        acc += low + high
+        if chunk == chunks - 1:
+            block = pid + t // chunks * programs
+            _finish(acc, block, bias, out, M, stride_om, R, HAS_BIAS, ACTIVATION, ROW)
+            acc = gl.zeros([R, U], gl.float32, TILE)
+    for last in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(last))
+
+
+def supports(values: torch.Tensor, words: torch.Tensor, n: int, m: int, bits: int) -> bool:
+    """bf16/fp16 1:8 or 2:8 with 4-bit offsets, rows of values and offset bytes at 16-byte
+    strides and bases (TMA), whole units (an even number of values a row)."""
+    if values.dtype not in (torch.bfloat16, torch.float16) or m != 8 or n not in (1, 2):
+        return False
+    if bits != 4 or values.dim() != 2 or values.shape[1] % 2 or values.stride(1) != 1:
+        return False
+    if words.dtype != torch.int32 or words.stride(1) != 1:
+        return False
+    aligned = values.data_ptr() % 16 == 0 and words.data_ptr() % 16 == 0
+    return aligned and (values.stride(0) * 2) % 16 == 0 and (words.stride(0) * 4) % 16 == 0
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def spmm_nm_select_ring(
+    *,
+    values: torch.Tensor,
+    words: torch.Tensor,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    n: int,
+    activation: str,
+    rows: int = 8,
+    warps: int = 8,
+    stages: int = 4,
+    programs_per_sm: int = 1,
+    max_programs: int | None = None,
+    pdl: int = 0,
+) -> torch.Tensor:
+    """out (M, 1) = act(W @ x + bias) for the N:M weight's values (M, S) and packed offsets
+    words (`NMMatrix.packed_indices(4)`), x (K, 1); the caller checks `supports`. A step is
+    `rows` rows x 32 * `warps` units; `stages` steps in flight a program; `programs_per_sm`
+    persistent programs a multiprocessor (`max_programs` caps them: tests walk many row blocks
+    a program, the ring's buffers reused in both phases)."""
+    M, slots = values.shape
+    if M == 0:
+        return out
+    units = slots // 2
+    x = x.reshape(-1)
+    if not x.is_contiguous() or x.data_ptr() % 16:
+        x = x.clone(memory_format=torch.contiguous_format)
+    span = 32 * warps
+    pairs = values.view(torch.int32)
+    offset_bytes = words.view(torch.uint8)
+    v_desc = TensorDescriptor(
+        pairs, [M, units], [pairs.stride(0), 1], [rows, span], gl.NVMMASharedLayout(0, 32)
+    )
+    o_desc = TensorDescriptor(
+        offset_bytes, [M, units], [offset_bytes.stride(0), 1], [rows, span],
+        gl.NVMMASharedLayout(0, 8),
+    )  # fmt: skip
+    row_blocks = cdiv(M, rows)
+    grid = min(row_blocks, _multiprocessors(values.device.index or 0) * programs_per_sm)
+    grid = min(grid, max_programs or grid)
+    pdl = 1 if pdl == 2 else pdl
+    _nm_select_ring_kernel[(grid,)](
+        v_desc,
+        o_desc,
+        x,
+        bias if bias is not None else x,
+        out,
+        M,
+        units,
+        cdiv(units, span),
+        row_blocks,
+        out.stride(0),
+        N_KEEP=n,
+        BF16=values.dtype == torch.bfloat16,
+        HAS_BIAS=bias is not None,
+        ACTIVATION=ACTIVATION_CODES[activation],
+        R=rows,
+        U=span,
+        STAGES=stages,
+        TILE=gl.BlockedLayout([rows, 1], [1, 32], [1, warps], [1, 0]),
+        PDL=pdl,
+        num_warps=warps,
+        **launch_options(pdl),
+    )
+    return out

@@ -1,0 +1,75 @@
+"""The one-token N:M select kernel fed by a TMA ring (Gluon, Hopper only): compiled on the H200
+against float64 references with poisoned outputs. On the CPU only `supports` runs (Gluon has no
+interpreter; test_compile_hopper.py compiles it for sm_90 here)."""
+
+import pytest
+import torch
+
+from _helpers import assert_close, dense_spmm, randn, random_nm, spmm_bound
+from sparsekernels.kernels.spmm_nm_select_ring import spmm_nm_select_ring, supports
+
+
+def _run(W, x, bias=None, activation="none", **options):
+    out = torch.full((W.shape[0] + 3, 1), float("nan"), dtype=x.dtype, device=x.device)[:-3]
+    spmm_nm_select_ring(
+        values=W.values, words=W.packed_indices(4), x=x, bias=bias, out=out, n=W.n,
+        activation=activation, **options,
+    )  # fmt: skip
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", [(1, 8), (2, 8)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows, warps, stages", [(8, 8, 4), (4, 4, 2), (16, 4, 3)])
+def test_matches_float64(pattern, dtype, rows, warps, stages, gen):
+    """Rows not a multiple of the step's, a row's units under one step, a whole number of steps
+    and steps plus a partial one; programs capped at 3 so each walks many row blocks and the
+    ring's buffers wrap in both phases; bias and GELU on one case."""
+    n, m = pattern
+    for M, K in ((37, 768), (45, 4096), (21, 4352)):
+        W = random_nm(M, K, n, m, gen, dtype=dtype, device="cuda")
+        x = randn(K, 1, gen=gen, dtype=dtype, device="cuda")
+        assert supports(W.values, W.packed_indices(4), n, m, 4)
+        got = _run(W, x, rows=rows, warps=warps, stages=stages, max_programs=3)
+        assert_close(got, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), dtype)
+    bias = randn(M, gen=gen, dtype=dtype, device="cuda")
+    got = _run(W, x, bias, "gelu", rows=rows, warps=warps, stages=stages)
+    want = dense_spmm(W.to_dense(), x, bias, "gelu")
+    assert_close(got, want, spmm_bound(W.to_dense(), x) + bias.double().abs()[:, None], dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", [(1, 8), (2, 8)])
+def test_llm_shape_every_program(pattern, gen):
+    """4096 x 14336 with one program a multiprocessor and with two: every row stored, equal
+    to float64 and bit for bit the same in both runs (a fixed order of sums)."""
+    n, m = pattern
+    W = random_nm(4096, 14336, n, m, gen, dtype=torch.bfloat16, device="cuda")
+    x = randn(14336, 1, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = _run(W, x)
+    assert_close(got, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), torch.bfloat16)
+    assert torch.equal(got, _run(W, x))
+    assert torch.equal(got, _run(W, x, programs_per_sm=2))
+
+
+@pytest.mark.gpu
+def test_unaligned_x_is_copied(gen):
+    """x at an odd offset (linear's column of x^T can be anywhere) gives the same result."""
+    W = random_nm(33, 1024, 2, 8, gen, dtype=torch.bfloat16, device="cuda")
+    storage = randn(1025, gen=gen, dtype=torch.bfloat16, device="cuda")
+    x = storage[1:].reshape(-1, 1)
+    assert torch.equal(_run(W, x), _run(W, x.clone()))
+
+
+def test_supports(gen):
+    """1:8 and 2:8 in bf16 and fp16 with 4-bit offsets and rows at 16-byte strides only."""
+    W = random_nm(8, 256, 2, 8, gen, dtype=torch.bfloat16)
+    words = W.packed_indices(4)
+    assert supports(W.values, words, 2, 8, 4)
+    assert not supports(W.values, words, 2, 4, 4)  # m of 4
+    assert not supports(W.values.float(), words, 2, 8, 4)  # fp32
+    assert not supports(W.values, words, 4, 8, 4)  # 4:8
+    assert not supports(W.values, W.packed_indices(8), 2, 8, 8)  # byte offsets
+    odd = random_nm(8, 200, 2, 8, gen, dtype=torch.bfloat16)  # rows of 50 values: 100 bytes
+    assert not supports(odd.values, odd.packed_indices(4), 2, 8, 4)
