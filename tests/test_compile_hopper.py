@@ -13,7 +13,9 @@ kernel with int32 and int64 offsets; the CSR few-token walk with B padded and st
 SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
 N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row) and 1:8
-pipelined by Triton (num_stages 3); the N:M unpack kernel by byte permutes (2:8 split 4 summed
+pipelined by Triton (num_stages 3); the select kernel fed by a TMA ring (1:8 bf16 with a
+TMA warp, 2:8 fp16 refilled by its warps, with bias, GELU and PDL); the N:M unpack kernel by
+byte permutes (2:8 split 4 summed
 by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
 (4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
 activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (2:4, 2:8 and 1:8:
@@ -41,6 +43,7 @@ def _cases() -> dict:
     """name -> (kernel, pointer types in argument order, constexprs, warps); int32 for the
     other runtime arguments. Imports Triton, so only the script calls it."""
     import triton.language as tl
+    from triton.experimental.gluon import language as gl
 
     from sparsekernels.kernels.attention_block import _attn_fwd_kernel
     from sparsekernels.kernels.attention_block_backward import (
@@ -69,6 +72,7 @@ def _cases() -> dict:
         _nm_mma_sp_kernel,
     )
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
+    from sparsekernels.kernels.spmm_nm_select_ring import _nm_select_ring_kernel
     from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
     from sparsekernels.kernels.spmm_nm_wgmma import _nm_wgmma_kernel, layouts
     from sparsekernels.kernels.swiglu import _swiglu_kernel
@@ -308,6 +312,16 @@ def _cases() -> dict:
                          stride_om=1, **{unit: 1})  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
+    for n, rows, warps, stages, data in ((1, 8, 8, 4, "bf16"), (2, 16, 4, 3, "fp16")):
+        # the select kernel fed by a TMA ring: descriptors of int32 value pairs and offset bytes
+        span = 32 * warps
+        value_box = f"tensordesc<i32[{rows}, {span}],{gl.NVMMASharedLayout(0, 32)!r}>"
+        offset_box = f"tensordesc<u8[{rows}, {span}],{gl.NVMMASharedLayout(0, 8)!r}>"
+        constants = dict(N_KEEP=n, BF16=data == "bf16", HAS_BIAS=n == 2, ACTIVATION=2 * (n - 1),
+                         R=rows, U=span, STAGES=stages, PRODUCER=n == 1, PDL=n - 1)  # fmt: skip
+        pointers = [value_box, offset_box, f"*{data}", f"*{data}", f"*{data}"]
+        name = f"nm select ring {n}:8 {rows} x {span} {data}"
+        cases[name] = (_nm_select_ring_kernel, pointers, constants, warps)
     return cases
 
 
@@ -357,6 +371,8 @@ CASE_NAMES = [
     "nm select *bf16 split 4",
     "nm select *fp64 split 4",
     "nm select 1:8 pipelined",
+    "nm select ring 1:8 8 x 256 bf16",
+    "nm select ring 2:8 16 x 128 fp16",
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",

@@ -22,19 +22,22 @@ def _run(W, x, bias=None, activation="none", **options):
 @pytest.mark.parametrize("pattern", [(1, 8), (2, 8)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows, warps, stages", [(8, 8, 4), (4, 4, 2), (16, 4, 3)])
-def test_matches_float64(pattern, dtype, rows, warps, stages, gen):
+@pytest.mark.parametrize("producer", [True, False])
+def test_matches_float64(pattern, dtype, rows, warps, stages, producer, gen):
     """Rows not a multiple of the step's, a row's units under one step, a whole number of steps
     and steps plus a partial one; programs capped at 3 so each walks many row blocks and the
-    ring's buffers wrap in both phases; bias and GELU on one case."""
+    ring's buffers wrap in both phases; with a TMA warp and without; bias and GELU on one
+    case."""
     n, m = pattern
     for M, K in ((37, 768), (45, 4096), (21, 4352)):
         W = random_nm(M, K, n, m, gen, dtype=dtype, device="cuda")
         x = randn(K, 1, gen=gen, dtype=dtype, device="cuda")
         assert supports(W.values, W.packed_indices(4), n, m, 4)
-        got = _run(W, x, rows=rows, warps=warps, stages=stages, max_programs=3)
+        options = dict(rows=rows, warps=warps, stages=stages, producer=producer)
+        got = _run(W, x, max_programs=3, **options)
         assert_close(got, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), dtype)
     bias = randn(M, gen=gen, dtype=dtype, device="cuda")
-    got = _run(W, x, bias, "gelu", rows=rows, warps=warps, stages=stages)
+    got = _run(W, x, bias, "gelu", **options)
     want = dense_spmm(W.to_dense(), x, bias, "gelu")
     assert_close(got, want, spmm_bound(W.to_dense(), x) + bias.double().abs()[:, None], dtype)
 
@@ -51,6 +54,7 @@ def test_llm_shape_every_program(pattern, gen):
     assert_close(got, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), torch.bfloat16)
     assert torch.equal(got, _run(W, x))
     assert torch.equal(got, _run(W, x, programs_per_sm=2))
+    assert torch.equal(got, _run(W, x, producer=False))
 
 
 @pytest.mark.gpu

@@ -25,21 +25,21 @@ from sparsekernels.kernels.spmm_nm_select_ring import spmm_nm_select_ring
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "1:8,2:8", "1")
-# "RxWw/sS/pP": R rows a step, W warps (32 W units a step), S buffers in the ring, P persistent
-# programs a multiprocessor
+# "RxWw/sS/pP[/i]": R rows a step, W computing warps (32 W units a step), S buffers in the
+# ring, P persistent programs a multiprocessor; /i: no TMA warp (the computing warps refill)
 RINGS = os.environ.get(
     "RINGS",
-    "4x8w/s4/p1,8x8w/s4/p1,8x8w/s8/p1,16x8w/s4/p1,16x8w/s6/p1,8x4w/s6/p1,8x4w/s4/p2,"
-    "16x4w/s4/p2,4x4w/s8/p2,32x4w/s3/p1",
+    "16x4w/s4/p2/i,16x4w/s4/p2,16x4w/s6/p2,32x4w/s4/p1,32x4w/s4/p2,16x8w/s4/p1,16x8w/s6/p1,"
+    "32x8w/s3/p1,8x4w/s8/p2,16x4w/s3/p3,32x4w/s3/p2",
 ).split(",")
 PLAIN = [(4, 256, 2), (2, 128, 1)]  # the select kernel's routed long- and short-row tiles
 
 
 def parse(name: str) -> dict:
-    tile, stages, programs = name.split("/")
+    tile, stages, programs, *flags = name.split("/")
     rows, warps = tile.rstrip("w").split("x")
     return dict(rows=int(rows), warps=int(warps), stages=int(stages[1:]),
-                programs_per_sm=int(programs[1:]))  # fmt: skip
+                programs_per_sm=int(programs[1:]), producer="i" not in flags)  # fmt: skip
 
 
 def main():

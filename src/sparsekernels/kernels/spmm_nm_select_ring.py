@@ -34,6 +34,9 @@ from ._gluon_bits import cta_barrier, pdl_start
 from ._pdl import launch_options
 from ._sizes import cdiv
 
+# TMA's global-to-shared copy (renamed after Triton 3.6, the H200's)
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+
 
 @gluon.jit
 def _x_vector(address):
@@ -92,8 +95,8 @@ def _issue(v_desc, o_desc, v_ring, o_ring, bars, t, stage, pid, programs, chunks
     col = t % chunks * U
     bar = bars.index(stage)
     mbarrier.expect(bar, NBYTES, pred=live)
-    tma.async_copy_global_to_shared(v_desc, [row, col], bar, v_ring.index(stage), pred=live)
-    tma.async_copy_global_to_shared(o_desc, [row, col], bar, o_ring.index(stage), pred=live)
+    tma_load(v_desc, [row, col], bar, v_ring.index(stage), pred=live)
+    tma_load(o_desc, [row, col], bar, o_ring.index(stage), pred=live)
 
 
 @gluon.jit
@@ -119,6 +122,86 @@ def _finish(acc, block, bias, out, M, stride_om, R: gl.constexpr, HAS_BIAS: gl.c
 
 
 @gluon.jit
+def _producer(v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
+              R: gl.constexpr, U: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """The TMA warp: each step's boxes into the ring as soon as the consumers have released
+    the buffer's last step."""
+    NBYTES: gl.constexpr = v_desc.block_type.nbytes + o_desc.block_type.nbytes
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    total = (row_blocks - pid + programs - 1) // programs * chunks
+    chunk = pid * 0
+    block = pid
+    for t in range(total):
+        stage = t % STAGES
+        mbarrier.wait(empty.index(stage), (t // STAGES & 1) ^ 1)  # a fresh barrier passes
+        bar = ready.index(stage)
+        mbarrier.expect(bar, NBYTES)
+        tma_load(v_desc, [block * R, chunk * U], bar, v_ring.index(stage))
+        tma_load(o_desc, [block * R, chunk * U], bar, o_ring.index(stage))
+        chunk += 1
+        if chunk == chunks:
+            chunk = pid * 0
+            block += programs
+
+
+@gluon.jit
+def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
+              row_blocks, stride_om, N_KEEP: gl.constexpr, BF16: gl.constexpr,
+              HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, R: gl.constexpr,
+              U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr):  # fmt: skip
+    """The computing warps: each step's values and offsets from the ring, x's candidates from
+    L1, the picks and sums; a row block's sums stored after its last step. ISSUE: no TMA warp,
+    these warps refill the buffer they have just read (after a barrier)."""
+    # (R, U): a thread a unit, every row of it
+    TILE: gl.constexpr = gl.BlockedLayout([R, 1], [1, 32], [1, gl.num_warps()], [1, 0])
+    ROW: gl.constexpr = gl.SliceLayout(1, TILE)
+    UNIT: gl.constexpr = gl.SliceLayout(0, TILE)
+    XB: gl.constexpr = 32 // N_KEEP  # bytes of x a unit
+    NBYTES: gl.constexpr = v_desc.block_type.nbytes + o_desc.block_type.nbytes
+    pid = gl.program_id(0)
+    programs = gl.num_programs(0)
+    total = (row_blocks - pid + programs - 1) // programs * chunks
+    if ISSUE:
+        for first in gl.static_range(STAGES):
+            _issue(v_desc, o_desc, v_ring, o_ring, ready, first, first, pid, programs, chunks,
+                   total, R, U, NBYTES)  # fmt: skip
+    lanes = gl.arange(0, U, layout=UNIT)
+    acc = gl.zeros([R, U], gl.float32, TILE)
+    chunk = pid * 0
+    block = pid
+    for t in range(total):
+        stage = t % STAGES
+        mbarrier.wait(ready.index(stage), t // STAGES & 1)
+        pairs = v_ring.index(stage).load(TILE)
+        offsets = o_ring.index(stage).load(TILE).to(gl.int32)
+        if ISSUE:
+            cta_barrier()  # every warp has read the buffer before TMA refills it
+            fence_async_shared()
+            _issue(v_desc, o_desc, v_ring, o_ring, ready, t + STAGES, stage, pid, programs,
+                   chunks, total, R, U, NBYTES)  # fmt: skip
+        else:
+            mbarrier.arrive(empty.index(stage), count=1)
+        units = chunk * U + lanes
+        valid = units < UNITS
+        units = gl.minimum(units, UNITS - 1)
+        a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0)
+        low = _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)
+        if N_KEEP == 1:  # the unit's second group: its own candidates
+            b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16)
+            high = _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
+        else:
+            high = _value(pairs, True, BF16) * _pick(a0, a1, a2, a3, offsets >> 4, BF16)
+        acc += low + high
+        chunk += 1
+        if chunk == chunks:
+            _finish(acc, block, bias, out, M, stride_om, R, HAS_BIAS, ACTIVATION, ROW)
+            acc = gl.zeros([R, U], gl.float32, TILE)
+            chunk = pid * 0
+            block += programs
+
+
+@gluon.jit
 def _nm_select_ring_kernel(
     v_desc,  # (M, UNITS) int32: the values, two a unit
     o_desc,  # (M, UNITS) uint8: the offsets, two 4-bit ones a unit
@@ -137,54 +220,37 @@ def _nm_select_ring_kernel(
     R: gl.constexpr,  # rows a step
     U: gl.constexpr,  # units a step: a thread's one
     STAGES: gl.constexpr,  # the ring's buffers
-    TILE: gl.constexpr,  # (R, U): a thread a unit, every row of it
+    PRODUCER: gl.constexpr,  # a TMA warp of its own (warp-specialized), else the warps refill
     PDL: gl.constexpr,
 ):
     pdl_start(PDL)
-    ROW: gl.constexpr = gl.SliceLayout(1, TILE)
-    UNIT: gl.constexpr = gl.SliceLayout(0, TILE)
-    XB: gl.constexpr = 32 // N_KEEP  # bytes of x a unit
-    NBYTES: gl.constexpr = v_desc.block_type.nbytes + o_desc.block_type.nbytes
-    pid = gl.program_id(0)
-    programs = gl.num_programs(0)
-    total = (row_blocks - pid + programs - 1) // programs * chunks
     v_ring = gl.allocate_shared_memory(v_desc.dtype, [STAGES, R, U], v_desc.layout)
     o_ring = gl.allocate_shared_memory(o_desc.dtype, [STAGES, R, U], o_desc.layout)
-    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
-        mbarrier.init(bars.index(first), count=1)
-    for first in gl.static_range(STAGES):
-        _issue(v_desc, o_desc, v_ring, o_ring, bars, first, first, pid, programs, chunks, total,
-               R, U, NBYTES)  # fmt: skip
-    lanes = gl.arange(0, U, layout=UNIT)
-    acc = gl.zeros([R, U], gl.float32, TILE)
-    for t in range(total):
-        stage = t % STAGES
-        mbarrier.wait(bars.index(stage), t // STAGES & 1)
-        pairs = v_ring.index(stage).load(TILE)
-        offsets = o_ring.index(stage).load(TILE).to(gl.int32)
-        cta_barrier()  # every warp has read the buffer before TMA refills it
-        fence_async_shared()
-        _issue(v_desc, o_desc, v_ring, o_ring, bars, t + STAGES, stage, pid, programs, chunks,
-               total, R, U, NBYTES)  # fmt: skip
-        chunk = t % chunks
-        units = chunk * U + lanes
-        valid = units < UNITS
-        units = gl.minimum(units, UNITS - 1)
-        a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0)
-        low = _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)
-        if N_KEEP == 1:  # the unit's second group: its own candidates
-            b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16)
-            high = _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
-        else:
-            high = _value(pairs, True, BF16) * _pick(a0, a1, a2, a3, offsets >> 4, BF16)
-        acc += low + high
-        if chunk == chunks - 1:
-            block = pid + t // chunks * programs
-            _finish(acc, block, bias, out, M, stride_om, R, HAS_BIAS, ACTIVATION, ROW)
-            acc = gl.zeros([R, U], gl.float32, TILE)
+        mbarrier.init(ready.index(first), count=1)
+        mbarrier.init(empty.index(first), count=1)
+    if PRODUCER:
+        gl.warp_specialize(
+            [
+                (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M,
+                             UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS,
+                             ACTIVATION, R, U, STAGES, False)),
+                (_producer, (v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
+                             R, U, STAGES)),
+            ],
+            [1],
+            [40],
+        )  # fmt: skip
+    else:
+        _consumer(
+            v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
+            row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, True,
+        )  # fmt: skip
     for last in gl.static_range(STAGES):
-        mbarrier.invalidate(bars.index(last))
+        mbarrier.invalidate(ready.index(last))
+        mbarrier.invalidate(empty.index(last))
 
 
 def supports(values: torch.Tensor, words: torch.Tensor, n: int, m: int, bits: int) -> bool:
@@ -218,13 +284,15 @@ def spmm_nm_select_ring(
     warps: int = 8,
     stages: int = 4,
     programs_per_sm: int = 1,
+    producer: bool = True,
     max_programs: int | None = None,
     pdl: int = 0,
 ) -> torch.Tensor:
     """out (M, 1) = act(W @ x + bias) for the N:M weight's values (M, S) and packed offsets
     words (`NMMatrix.packed_indices(4)`), x (K, 1); the caller checks `supports`. A step is
     `rows` rows x 32 * `warps` units; `stages` steps in flight a program; `programs_per_sm`
-    persistent programs a multiprocessor (`max_programs` caps them: tests walk many row blocks
+    persistent programs a multiprocessor; `producer`: a TMA warp of its own, else the
+    computing warps refill the ring (`max_programs` caps them: tests walk many row blocks
     a program, the ring's buffers reused in both phases)."""
     M, slots = values.shape
     if M == 0:
@@ -265,7 +333,7 @@ def spmm_nm_select_ring(
         R=rows,
         U=span,
         STAGES=stages,
-        TILE=gl.BlockedLayout([rows, 1], [1, 32], [1, warps], [1, 0]),
+        PRODUCER=producer,
         PDL=pdl,
         num_warps=warps,
         **launch_options(pdl),
