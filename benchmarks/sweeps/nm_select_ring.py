@@ -30,7 +30,7 @@ SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "1
 RINGS = os.environ.get(
     "RINGS",
     "16x4w/s4/p2/i,16x4w/s4/p2,16x4w/s6/p2,32x4w/s4/p1,32x4w/s4/p2,16x8w/s4/p1,16x8w/s6/p1,"
-    "32x8w/s3/p1,8x4w/s8/p2,16x4w/s3/p3,32x4w/s3/p2",
+    "8x8w/s4/p2,8x4w/s8/p2,8x4w/s4/p4,16x4w/s3/p3,32x4w/s3/p2",
 ).split(",")
 PLAIN = [(4, 256, 2), (2, 128, 1)]  # the select kernel's routed long- and short-row tiles
 
