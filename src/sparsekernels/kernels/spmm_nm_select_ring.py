@@ -186,13 +186,12 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
         valid = units < UNITS
         units = gl.minimum(units, UNITS - 1)
         a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0)
-        low = _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)
+        acc += _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)  # one FFMA
         if N_KEEP == 1:  # the unit's second group: its own candidates
             b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16)
-            high = _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
+            acc += _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
         else:
-            high = _value(pairs, True, BF16) * _pick(a0, a1, a2, a3, offsets >> 4, BF16)
-        acc += low + high
+            acc += _value(pairs, True, BF16) * _pick(a0, a1, a2, a3, offsets >> 4, BF16)
         chunk += 1
         if chunk == chunks:
             _finish(acc, block, bias, out, M, stride_om, R, HAS_BIAS, ACTIVATION, ROW)
