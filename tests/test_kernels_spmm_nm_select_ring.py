@@ -77,3 +77,48 @@ def test_supports(gen):
     assert not supports(W.values, W.packed_indices(8), 2, 8, 8)  # byte offsets
     odd = random_nm(8, 200, 2, 8, gen, dtype=torch.bfloat16)  # rows of 50 values: 100 bytes
     assert not supports(odd.values, odd.packed_indices(4), 2, 8, 4)
+
+
+def test_route_takes_it_on_large_bf16_1_8():
+    """Large bf16 1:8 weights at one token (K >= 8192 or 16384+ rows) take the measured launch;
+    2:8, fp16, two tokens, vector-wise and small weights do not."""
+    from sparsekernels.kernels.nm_decode_tuning import SELECT_RING, spmm_nm_select_ring_config
+
+    bf16 = torch.bfloat16
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 14336, 4096) == SELECT_RING
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 4096, 28672) == SELECT_RING
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 4096, 14336) is None  # even there
+    assert spmm_nm_select_ring_config(1, 2, 8, 1, 1, bf16, 14336, 4096) is None  # slower
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, torch.float16, 14336, 4096) is None
+    assert spmm_nm_select_ring_config(2, 1, 8, 1, 1, bf16, 14336, 4096) is None
+    assert spmm_nm_select_ring_config(1, 1, 8, 4, 1, bf16, 14336, 4096) is None
+
+
+@pytest.mark.gpu
+def test_linear_routes_through_it(gen, monkeypatch):
+    """The N:M op's decode path on a bf16 1:8 weight with long rows at one token (linear's x^T
+    view and column-major output, bias and GELU) runs this kernel once, against float64; and
+    sk.linear takes it too."""
+    import sparsekernels as sk
+    from sparsekernels.ops import _triton_nm
+
+    calls = []
+    launch = _triton_nm.select_ring.spmm_nm_select_ring
+    monkeypatch.setattr(
+        _triton_nm.select_ring, "spmm_nm_select_ring", lambda **kw: calls.append(1) or launch(**kw)
+    )
+    rows, cols = 45, 8192
+    W = random_nm(rows, cols, 1, 8, gen, dtype=torch.bfloat16, device="cuda")
+    x = randn(1, cols, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
+    out = torch.full((1, rows), float("nan"), dtype=torch.bfloat16, device="cuda").t()
+    _triton_nm._decode(W.values, W.indices, x.t(), bias, out, "gelu", 1, 8, 1, 1)
+    assert calls == [1]
+    want = dense_spmm(W.to_dense(), x.t(), bias, "gelu")
+    bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
+    assert_close(out, want, bound, torch.bfloat16)
+    got = sk.linear(x, W, bias, backend="triton")
+    assert calls == [1, 1]
+    want = dense_spmm(W.to_dense(), x.t(), bias).t()
+    bound = spmm_bound(W.to_dense(), x.t()).t() + bias.double().abs()
+    assert_close(got, want, bound, torch.bfloat16)

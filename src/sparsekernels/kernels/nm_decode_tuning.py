@@ -154,6 +154,29 @@ SELECT_FEW_ROWS_TILES = {
 }
 
 
+# The select kernel fed by a TMA ring (kernels/spmm_nm_select_ring.py: persistent programs, the
+# weight's boxes copied STAGES steps ahead) on large 1:8 weights, cold, bf16, us, the route ->
+# this, dense in brackets (results/nvidia-h200/2026-12-03/at-d6a4c19/nm_select_ring.txt):
+# 4096 x 14336 12.0 -> 10.4 (30.8), 28672 x 4096 19.6 -> 17.2 (55.2); even on 14336 x 4096
+# (11.4 / 11.5) and 4096 x 4096 (5.3 / 5.4), and slower at 2:8 everywhere (13.5 -> 15.1):
+# 16 rows x 128 units a step on four warps, four buffers, two programs a multiprocessor, the
+# computing warps refilling the ring (a warp-specialized TMA warp ran slower: 12.9, 21.9).
+SELECT_RING = dict(rows=16, warps=4, stages=4, programs_per_sm=2, producer=False)
+SELECT_RING_PATTERNS = {(1, 8, torch.bfloat16)}
+SELECT_RING_MIN_K = 8192  # long rows, or
+SELECT_RING_MIN_ROWS = 16384  # many rows
+
+
+def spmm_nm_select_ring_config(
+    n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, k: int, rows: int
+) -> dict | None:
+    """The ring kernel's launch options where it measured faster than the select kernel
+    (SELECT_RING), else None; the caller checks the kernel's `supports` and Hopper."""
+    element_wise = n_cols == 1 and vector == 1 and block == 1
+    large = k >= SELECT_RING_MIN_K or rows >= SELECT_RING_MIN_ROWS
+    return SELECT_RING if element_wise and large and (n, m, dtype) in SELECT_RING_PATTERNS else None
+
+
 def spmm_nm_select_config(
     n_cols: int,
     n: int,

@@ -16,8 +16,11 @@ is read by 16-byte vector loads (PTX, one per group: x stays in L1, shared by ev
 
 bf16 or fp16 values and x, m = 8, n of 1 or 2; the weight's rows 16-byte aligned for TMA
 (`supports`). Sums in float32 a thread, then across the row's threads at the end of each row
-block, in a fixed order: deterministic. Not routed: an experiment (benchmarks/sweeps/
-nm_select_ring.py)."""
+block, in a fixed order: deterministic. Routed for large bf16 1:8 weights at one token where it
+measured faster (nm_decode_tuning.SELECT_RING; benchmarks/sweeps/nm_select_ring.py): cold on the
+H200, 4096 x 14336 12.0 -> 10.4 us, 28672 x 4096 19.6 -> 17.2; 2:8 ran slower than the select
+kernel. A TMA warp of its own (`producer`, warp-specialized) ran slower than the computing warps
+refilling the ring themselves."""
 
 from __future__ import annotations
 
@@ -279,11 +282,11 @@ def spmm_nm_select_ring(
     out: torch.Tensor,
     n: int,
     activation: str,
-    rows: int = 8,
-    warps: int = 8,
+    rows: int = 16,
+    warps: int = 4,
     stages: int = 4,
-    programs_per_sm: int = 1,
-    producer: bool = True,
+    programs_per_sm: int = 2,
+    producer: bool = False,
     max_programs: int | None = None,
     pdl: int = 0,
 ) -> torch.Tensor:
@@ -311,7 +314,8 @@ def spmm_nm_select_ring(
         gl.NVMMASharedLayout(0, 8),
     )  # fmt: skip
     row_blocks = cdiv(M, rows)
-    grid = min(row_blocks, _multiprocessors(values.device.index or 0) * programs_per_sm)
+    index = values.device.index if values.device.index is not None else torch.cuda.current_device()
+    grid = min(row_blocks, _multiprocessors(index) * programs_per_sm)
     grid = min(grid, max_programs or grid)
     pdl = 1 if pdl == 2 else pdl
     _nm_select_ring_kernel[(grid,)](

@@ -22,6 +22,7 @@ from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
 from ..kernels import spmm_nm_mma_sp as mma_sp
 from ..kernels import spmm_nm_select as select
+from ..kernels import spmm_nm_select_ring as select_ring
 from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
 from ..kernels._pdl import decode_pdl
@@ -160,6 +161,18 @@ def _sm_count_of(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _hopper(device: torch.device) -> bool:
+    """TMA and warp-group features (sm_90 on): a CUDA device of compute capability 9+."""
+    if device.type != "cuda":
+        return False
+    return _capability_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _capability_of(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
 def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector, config):
     """A dense-tile kernel (the wgmma or the unpack kernel: element-wise, bit-packed offsets)
     with its tuned tile (a config dataclass whose fields are the launch's tile arguments)."""
@@ -182,6 +195,18 @@ def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector,
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     bits = decode.packed_bits(m, block)
     words = packed_words(indices, bits)
+    ring = nm_decode_tuning.spmm_nm_select_ring_config(
+        b.shape[1], n, m, vector, block, values.dtype, b.shape[0], values.shape[0]
+    )
+    if (
+        ring is not None
+        and _hopper(values.device)
+        and select_ring.supports(values, words, n, m, bits)
+    ):
+        return select_ring.spmm_nm_select_ring(
+            values=values, words=words, x=b, bias=bias.contiguous() if bias is not None else None,
+            out=out, n=n, activation=activation, pdl=decode_pdl(values.device), **ring,
+        )  # fmt: skip
     picking = nm_decode_tuning.spmm_nm_select_config(
         b.shape[1], n, m, vector, block, values.dtype, b.shape[0], values.shape[0]
     )
