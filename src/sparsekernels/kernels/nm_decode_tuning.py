@@ -156,7 +156,7 @@ SELECT_FEW_ROWS_TILES = {
 
 # The select kernel fed by a TMA ring (kernels/spmm_nm_select_ring.py: persistent programs, the
 # weight's boxes copied STAGES steps ahead) on large 1:8 weights, cold, bf16, us, the route ->
-# this, dense in brackets (results/nvidia-h200/2026-12-03/at-d6a4c19/nm_select_ring.txt):
+# this, dense in brackets (results/nvidia-h200/2026-12-03/at-96215cd/nm_select_ring.txt):
 # 4096 x 14336 12.0 -> 10.4 (30.8), 28672 x 4096 19.6 -> 17.2 (55.2); even on 14336 x 4096
 # (11.4 / 11.5) and 4096 x 4096 (5.3 / 5.4), and slower at 2:8 everywhere (13.5 -> 15.1):
 # 16 rows x 128 units a step on four warps, four buffers, two programs a multiprocessor, the
