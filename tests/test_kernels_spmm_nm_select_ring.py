@@ -122,3 +122,23 @@ def test_linear_routes_through_it(gen, monkeypatch):
     want = dense_spmm(W.to_dense(), x.t(), bias).t()
     bound = spmm_bound(W.to_dense(), x.t()).t() + bias.double().abs()
     assert_close(got, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_linear_takes_it_before_the_sparse_tensor_cores(gen, monkeypatch):
+    """4096 x 14336 bf16 1:8 at one token: mma.sp's route covers it (2^25+ elements, K > rows)
+    but the ring measured faster, so linear runs the ring once; against float64."""
+    import sparsekernels as sk
+    from sparsekernels.ops import _triton_nm
+
+    calls = []
+    launch = _triton_nm.select_ring.spmm_nm_select_ring
+    monkeypatch.setattr(
+        _triton_nm.select_ring, "spmm_nm_select_ring", lambda **kw: calls.append(1) or launch(**kw)
+    )
+    W = random_nm(4096, 14336, 1, 8, gen, dtype=torch.bfloat16, device="cuda")
+    x = randn(1, 14336, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, backend="triton")
+    assert calls == [1]
+    want = dense_spmm(W.to_dense(), x.t()).t()
+    assert_close(got, want, spmm_bound(W.to_dense(), x.t()).t(), torch.bfloat16)
