@@ -53,7 +53,8 @@ def launch_options(pdl: int) -> dict:
 
 
 @lru_cache(maxsize=16)
-def _capable(device: torch.device) -> bool:
+def hopper(device: torch.device) -> bool:
+    """A CUDA device of compute capability 9+ (PDL, TMA: sm_90 on)."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
@@ -62,4 +63,4 @@ def decode_pdl(device: torch.device) -> int:
     wanted = os.environ.get("SPARSEKERNELS_PDL", "0")
     if wanted not in ("0", "1", "2"):
         raise ValueError(f"SPARSEKERNELS_PDL must be 0, 1 or 2, got {wanted!r}")
-    return int(wanted) if wanted != "0" and _capable(device) else 0
+    return int(wanted) if wanted != "0" and hopper(device) else 0

@@ -25,7 +25,7 @@ from ..kernels import spmm_nm_select as select
 from ..kernels import spmm_nm_select_ring as select_ring
 from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
-from ..kernels._pdl import decode_pdl
+from ..kernels._pdl import decode_pdl, hopper
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
@@ -163,18 +163,6 @@ def _sm_count_of(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _hopper(device: torch.device) -> bool:
-    """TMA and warp-group features (sm_90 on): a CUDA device of compute capability 9+."""
-    if device.type != "cuda":
-        return False
-    return _capability_of(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _capability_of(index: int) -> bool:
-    return torch.cuda.get_device_capability(index)[0] >= 9
-
-
 def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector, config):
     """A dense-tile kernel (the wgmma or the unpack kernel: element-wise, bit-packed offsets)
     with its tuned tile (a config dataclass whose fields are the launch's tile arguments)."""
@@ -200,7 +188,7 @@ def _ring_config(values, b, n, m, vector, block) -> dict | None:
     ring = nm_decode_tuning.spmm_nm_select_ring_config(
         b.shape[1], n, m, vector, block, values.dtype, b.shape[0], values.shape[0]
     )
-    return ring if ring is not None and _hopper(values.device) else None
+    return ring if ring is not None and hopper(values.device) else None
 
 
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
