@@ -79,9 +79,9 @@ def test_supports(gen):
     assert not supports(odd.values, odd.packed_indices(4), 2, 8, 4)
 
 
-def test_route_takes_it_on_large_bf16_1_8():
-    """Large bf16 1:8 weights at one token (K >= 8192 or 16384+ rows) take the measured launch;
-    2:8, fp16, two tokens, vector-wise and small weights do not."""
+def test_route_takes_it_on_large_half_1_8():
+    """Large bf16 and fp16 1:8 weights at one token (K >= 8192 or 16384+ rows) take the measured
+    launch; 2:8, fp32, two tokens, vector-wise and small weights do not."""
     from sparsekernels.kernels.nm_decode_tuning import SELECT_RING, spmm_nm_select_ring_config
 
     bf16 = torch.bfloat16
@@ -89,16 +89,18 @@ def test_route_takes_it_on_large_bf16_1_8():
     assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 4096, 28672) == SELECT_RING
     assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 4096, 14336) is None  # even there
     assert spmm_nm_select_ring_config(1, 2, 8, 1, 1, bf16, 14336, 4096) is None  # slower
-    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, torch.float16, 14336, 4096) is None
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, torch.float16, 14336, 4096) == SELECT_RING
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, torch.float32, 14336, 4096) is None
     assert spmm_nm_select_ring_config(2, 1, 8, 1, 1, bf16, 14336, 4096) is None
     assert spmm_nm_select_ring_config(1, 1, 8, 4, 1, bf16, 14336, 4096) is None
 
 
 @pytest.mark.gpu
-def test_linear_routes_through_it(gen, monkeypatch):
-    """The N:M op's decode path on a bf16 1:8 weight with long rows at one token (linear's x^T
-    view and column-major output, bias and GELU) runs this kernel once, against float64; and
-    sk.linear takes it too."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_linear_routes_through_it(gen, monkeypatch, dtype):
+    """The N:M op's decode path on a half-precision 1:8 weight with long rows at one token
+    (linear's x^T view and column-major output, bias and GELU) runs this kernel once, against
+    float64; and sk.linear takes it too."""
     import sparsekernels as sk
     from sparsekernels.ops import _triton_nm
 
@@ -108,20 +110,20 @@ def test_linear_routes_through_it(gen, monkeypatch):
         _triton_nm.select_ring, "spmm_nm_select_ring", lambda **kw: calls.append(1) or launch(**kw)
     )
     rows, cols = 45, 8192
-    W = random_nm(rows, cols, 1, 8, gen, dtype=torch.bfloat16, device="cuda")
-    x = randn(1, cols, gen=gen, dtype=torch.bfloat16, device="cuda")
-    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
-    out = torch.full((1, rows), float("nan"), dtype=torch.bfloat16, device="cuda").t()
+    W = random_nm(rows, cols, 1, 8, gen, dtype=dtype, device="cuda")
+    x = randn(1, cols, gen=gen, dtype=dtype, device="cuda")
+    bias = randn(rows, gen=gen, dtype=dtype, device="cuda")
+    out = torch.full((1, rows), float("nan"), dtype=dtype, device="cuda").t()
     _triton_nm._decode(W.values, W.indices, x.t(), bias, out, "gelu", 1, 8, 1, 1)
     assert calls == [1]
     want = dense_spmm(W.to_dense(), x.t(), bias, "gelu")
     bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
-    assert_close(out, want, bound, torch.bfloat16)
+    assert_close(out, want, bound, dtype)
     got = sk.linear(x, W, bias, backend="triton")
     assert calls == [1, 1]
     want = dense_spmm(W.to_dense(), x.t(), bias).t()
     bound = spmm_bound(W.to_dense(), x.t()).t() + bias.double().abs()
-    assert_close(got, want, bound, torch.bfloat16)
+    assert_close(got, want, bound, dtype)
 
 
 @pytest.mark.gpu

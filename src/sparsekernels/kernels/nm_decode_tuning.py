@@ -161,8 +161,9 @@ SELECT_FEW_ROWS_TILES = {
 # (11.4 / 11.5) and 4096 x 4096 (5.3 / 5.4), and slower at 2:8 everywhere (13.5 -> 15.1):
 # 16 rows x 128 units a step on four warps, four buffers, two programs a multiprocessor, the
 # computing warps refilling the ring (a warp-specialized TMA warp ran slower: 12.9, 21.9).
+# fp16 1:8 the same way: 11.9 -> 11.0 and 19.6 -> 18.4 (at-3ad3c88/nm_select_ring_fp16.txt).
 SELECT_RING = dict(rows=16, warps=4, stages=4, programs_per_sm=2, producer=False)
-SELECT_RING_PATTERNS = {(1, 8, torch.bfloat16)}
+SELECT_RING_PATTERNS = {(1, 8, dt) for dt in _HALF}
 SELECT_RING_MIN_K = 8192  # long rows, or
 SELECT_RING_MIN_ROWS = 16384  # many rows
 
