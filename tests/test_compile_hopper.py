@@ -312,15 +312,19 @@ def _cases() -> dict:
                          stride_om=1, **{unit: 1})  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
-    for n, rows, warps, stages, data in ((1, 8, 8, 4, "bf16"), (2, 16, 4, 3, "fp16")):
-        # the select kernel fed by a TMA ring: descriptors of int32 value pairs and offset bytes
+    for n, rows, warps, stages, data, producer in (
+        (1, 8, 8, 4, "bf16", True),
+        (2, 16, 4, 3, "fp16", False),
+        (1, 16, 4, 4, "bf16", False),
+    ):  # the select kernel fed by a TMA ring: descriptors of int32 value pairs and offset bytes
         span = 32 * warps
         value_box = f"tensordesc<i32[{rows}, {span}],{gl.NVMMASharedLayout(0, 32)!r}>"
         offset_box = f"tensordesc<u8[{rows}, {span}],{gl.NVMMASharedLayout(0, 8)!r}>"
         constants = dict(N_KEEP=n, BF16=data == "bf16", HAS_BIAS=n == 2, ACTIVATION=2 * (n - 1),
-                         R=rows, U=span, STAGES=stages, PRODUCER=n == 1, PDL=n - 1)  # fmt: skip
+                         R=rows, U=span, STAGES=stages, PRODUCER=producer, PREFETCH=not producer,
+                         PDL=n - 1)  # fmt: skip
         pointers = [value_box, offset_box, f"*{data}", f"*{data}", f"*{data}"]
-        name = f"nm select ring {n}:8 {rows} x {span} {data}"
+        name = f"nm select ring {n}:8 {rows} x {span} {data}" + " producer" * producer
         cases[name] = (_nm_select_ring_kernel, pointers, constants, warps)
     return cases
 
@@ -371,7 +375,8 @@ CASE_NAMES = [
     "nm select *bf16 split 4",
     "nm select *fp64 split 4",
     "nm select 1:8 pipelined",
-    "nm select ring 1:8 8 x 256 bf16",
+    "nm select ring 1:8 8 x 256 bf16 producer",
+    "nm select ring 1:8 16 x 128 bf16",
     "nm select ring 2:8 16 x 128 fp16",
     "nm unpack 2:8",
     "nm unpack 1:4",

@@ -89,6 +89,22 @@ def _candidates(x, units, valid, XB: gl.constexpr, AT: gl.constexpr):
 
 
 @gluon.jit
+def _unit_candidates(x, chunk, lanes, UNITS, U: gl.constexpr, N_KEEP: gl.constexpr):
+    """x's candidates for a step's units: a group's four int32 for each of the unit's two
+    values (for 2:8 both values are of the one group: the same four, loaded once)."""
+    XB: gl.constexpr = 32 // N_KEEP  # bytes of x a unit
+    units = chunk * U + lanes
+    valid = units < UNITS
+    units = gl.minimum(units, UNITS - 1)
+    a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0)
+    if N_KEEP == 1:  # the unit's second group: its own candidates
+        b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16)
+    else:
+        b0, b1, b2, b3 = a0, a1, a2, a3
+    return a0, a1, a2, a3, b0, b1, b2, b3
+
+
+@gluon.jit
 def _issue(v_desc, o_desc, v_ring, o_ring, bars, t, stage, pid, programs, chunks, total,
            R: gl.constexpr, U: gl.constexpr, NBYTES: gl.constexpr):  # fmt: skip
     """Step t's boxes (row block pid + t // chunks * programs, chunk t % chunks) into `stage`,
@@ -115,9 +131,26 @@ def _activate(acc, ACTIVATION: gl.constexpr):
 @gluon.jit
 def _finish(acc, block, bias, out, M, stride_om, R: gl.constexpr, HAS_BIAS: gl.constexpr,
             ACTIVATION: gl.constexpr, ROW: gl.constexpr):  # fmt: skip
-    """The row block's sums, bias and activation, stored."""
+    """The row block's sums, bias and activation, stored. Where the warps divide the rows, the
+    (R, U) sums are first transposed through shared memory to a row a few lanes (R units a
+    thread): R - 1 adds a thread and a few shuffles, and a row a thread to store, instead of
+    a five-level shuffle tree a row, a cross-warp pass and every row from one thread (the
+    finish was ~330 instructions against a step's ~400)."""
+    W: gl.constexpr = gl.num_warps()
+    if R % W == 0 and R // W <= 32:
+        SUMS: gl.constexpr = gl.BlockedLayout([1, R], [R // W, 32 * W // R], [W, 1], [1, 0])
+        _store_rows(gl.sum(gl.convert_layout(acc, SUMS), axis=1), block, bias, out, M,
+                    stride_om, R, HAS_BIAS, ACTIVATION, gl.SliceLayout(1, SUMS))  # fmt: skip
+    else:
+        _store_rows(gl.sum(acc, axis=1), block, bias, out, M, stride_om, R, HAS_BIAS,
+                    ACTIVATION, ROW)  # fmt: skip
+
+
+@gluon.jit
+def _store_rows(total, block, bias, out, M, stride_om, R: gl.constexpr, HAS_BIAS: gl.constexpr,
+                ACTIVATION: gl.constexpr, ROW: gl.constexpr):  # fmt: skip
+    """A row block's sums (R,) in layout ROW, with bias and activation, into out."""
     rows = block * R + gl.arange(0, R, layout=ROW)
-    total = gl.sum(acc, axis=1)
     if HAS_BIAS:
         total += gl.load(bias + rows, mask=rows < M, other=0.0).to(gl.float32)
     total = _activate(total, ACTIVATION)
@@ -152,7 +185,8 @@ def _producer(v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
 def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
               row_blocks, stride_om, N_KEEP: gl.constexpr, BF16: gl.constexpr,
               HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, R: gl.constexpr,
-              U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr):  # fmt: skip
+              U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
+              PREFETCH: gl.constexpr):  # fmt: skip
     """The computing warps: each step's values and offsets from the ring, x's candidates from
     L1, the picks and sums; a row block's sums stored after its last step. ISSUE: no TMA warp,
     these warps refill the buffer they have just read (after a barrier)."""
@@ -160,7 +194,6 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
     TILE: gl.constexpr = gl.BlockedLayout([R, 1], [1, 32], [1, gl.num_warps()], [1, 0])
     ROW: gl.constexpr = gl.SliceLayout(1, TILE)
     UNIT: gl.constexpr = gl.SliceLayout(0, TILE)
-    XB: gl.constexpr = 32 // N_KEEP  # bytes of x a unit
     NBYTES: gl.constexpr = v_desc.block_type.nbytes + o_desc.block_type.nbytes
     pid = gl.program_id(0)
     programs = gl.num_programs(0)
@@ -173,8 +206,18 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
     acc = gl.zeros([R, U], gl.float32, TILE)
     chunk = pid * 0
     block = pid
+    if PREFETCH:
+        a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U, N_KEEP)
     for t in range(total):
         stage = t % STAGES
+        if PREFETCH:  # the next step's x first: its loads run under this step's wait and picks
+            following = chunk + 1
+            if following == chunks:
+                following = pid * 0
+            n0, n1, n2, n3, n4, n5, n6, n7 = _unit_candidates(x, following, lanes, UNITS, U,
+                                                              N_KEEP)  # fmt: skip
+        else:
+            a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U, N_KEEP)
         mbarrier.wait(ready.index(stage), t // STAGES & 1)
         pairs = v_ring.index(stage).load(TILE)
         offsets = o_ring.index(stage).load(TILE).to(gl.int32)
@@ -185,16 +228,10 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
                    chunks, total, R, U, NBYTES)  # fmt: skip
         else:
             mbarrier.arrive(empty.index(stage), count=1)
-        units = chunk * U + lanes
-        valid = units < UNITS
-        units = gl.minimum(units, UNITS - 1)
-        a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0)
         acc += _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)  # one FFMA
-        if N_KEEP == 1:  # the unit's second group: its own candidates
-            b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16)
-            acc += _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
-        else:
-            acc += _value(pairs, True, BF16) * _pick(a0, a1, a2, a3, offsets >> 4, BF16)
+        acc += _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
+        if PREFETCH:
+            a0, a1, a2, a3, b0, b1, b2, b3 = n0, n1, n2, n3, n4, n5, n6, n7
         chunk += 1
         if chunk == chunks:
             _finish(acc, block, bias, out, M, stride_om, R, HAS_BIAS, ACTIVATION, ROW)
@@ -223,6 +260,7 @@ def _nm_select_ring_kernel(
     U: gl.constexpr,  # units a step: a thread's one
     STAGES: gl.constexpr,  # the ring's buffers
     PRODUCER: gl.constexpr,  # a TMA warp of its own (warp-specialized), else the warps refill
+    PREFETCH: gl.constexpr,  # the next step's x loaded a step ahead
     PDL: gl.constexpr,
 ):
     pdl_start(PDL)
@@ -238,7 +276,7 @@ def _nm_select_ring_kernel(
             [
                 (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M,
                              UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS,
-                             ACTIVATION, R, U, STAGES, False)),
+                             ACTIVATION, R, U, STAGES, False, PREFETCH)),
                 (_producer, (v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
                              R, U, STAGES)),
             ],
@@ -249,6 +287,7 @@ def _nm_select_ring_kernel(
         _consumer(
             v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
             row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, True,
+            PREFETCH,
         )  # fmt: skip
     for last in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(last))
@@ -287,6 +326,7 @@ def spmm_nm_select_ring(
     stages: int = 4,
     programs_per_sm: int = 2,
     producer: bool = False,
+    prefetch: bool = True,
     max_programs: int | None = None,
     pdl: int = 0,
 ) -> torch.Tensor:
@@ -294,8 +334,9 @@ def spmm_nm_select_ring(
     words (`NMMatrix.packed_indices(4)`), x (K, 1); the caller checks `supports`. A step is
     `rows` rows x 32 * `warps` units; `stages` steps in flight a program; `programs_per_sm`
     persistent programs a multiprocessor; `producer`: a TMA warp of its own, else the
-    computing warps refill the ring (`max_programs` caps them: tests walk many row blocks
-    a program, the ring's buffers reused in both phases)."""
+    computing warps refill the ring; `prefetch`: x's candidates loaded a step ahead
+    (`max_programs` caps the programs: tests walk many row blocks a program, the ring's
+    buffers reused in both phases)."""
     M, slots = values.shape
     if M == 0:
         return out
@@ -337,6 +378,7 @@ def spmm_nm_select_ring(
         U=span,
         STAGES=stages,
         PRODUCER=producer,
+        PREFETCH=prefetch,
         PDL=pdl,
         num_warps=warps,
         **launch_options(pdl),
