@@ -83,16 +83,17 @@ def test_supports(gen):
 
 
 def test_route_takes_it_on_large_half_1_8():
-    """Large bf16 and fp16 1:8 weights at one token (K >= 8192 or 16384+ rows) take the measured
-    launch; 2:8, fp32, two tokens, vector-wise and small weights do not."""
+    """bf16 and fp16 1:8 weights of 4096+ rows and columns at one token take the measured
+    launch; 2:8, fp32, two tokens, vector-wise and smaller weights do not."""
     from sparsekernels.kernels.nm_decode_tuning import SELECT_RING, spmm_nm_select_ring_config
 
     bf16 = torch.bfloat16
-    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 14336, 4096) == SELECT_RING
-    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 4096, 28672) == SELECT_RING
-    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 4096, 14336) is None  # even there
-    assert spmm_nm_select_ring_config(1, 2, 8, 1, 1, bf16, 14336, 4096) is None  # slower
-    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, torch.float16, 14336, 4096) == SELECT_RING
+    for k, rows in ((14336, 4096), (4096, 28672), (4096, 14336), (4096, 4096)):
+        assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, k, rows) == SELECT_RING
+        assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, torch.float16, k, rows) == SELECT_RING
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 4096, 2048) is None  # few rows
+    assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, bf16, 2048, 8192) is None  # short rows
+    assert spmm_nm_select_ring_config(1, 2, 8, 1, 1, bf16, 14336, 4096) is None  # a tie
     assert spmm_nm_select_ring_config(1, 1, 8, 1, 1, torch.float32, 14336, 4096) is None
     assert spmm_nm_select_ring_config(2, 1, 8, 1, 1, bf16, 14336, 4096) is None
     assert spmm_nm_select_ring_config(1, 1, 8, 4, 1, bf16, 14336, 4096) is None
@@ -112,7 +113,7 @@ def test_linear_routes_through_it(gen, monkeypatch, dtype):
     monkeypatch.setattr(
         _triton_nm.select_ring, "spmm_nm_select_ring", lambda **kw: calls.append(1) or launch(**kw)
     )
-    rows, cols = 45, 8192
+    rows, cols = 4101, 4096  # rows not a multiple of the step
     W = random_nm(rows, cols, 1, 8, gen, dtype=dtype, device="cuda")
     x = randn(1, cols, gen=gen, dtype=dtype, device="cuda")
     bias = randn(rows, gen=gen, dtype=dtype, device="cuda")

@@ -155,17 +155,19 @@ SELECT_FEW_ROWS_TILES = {
 
 
 # The select kernel fed by a TMA ring (kernels/spmm_nm_select_ring.py: persistent programs, the
-# weight's boxes copied STAGES steps ahead) on large 1:8 weights, cold, bf16, us, the route ->
-# this, dense in brackets (results/nvidia-h200/2026-12-03/at-96215cd/nm_select_ring.txt):
-# 4096 x 14336 12.0 -> 10.4 (30.8), 28672 x 4096 19.6 -> 17.2 (55.2); even on 14336 x 4096
-# (11.4 / 11.5) and 4096 x 4096 (5.3 / 5.4), and slower at 2:8 everywhere (13.5 -> 15.1):
-# 16 rows x 128 units a step on four warps, four buffers, two programs a multiprocessor, the
-# computing warps refilling the ring (a warp-specialized TMA warp ran slower: 12.9, 21.9).
-# fp16 1:8 the same way: 11.9 -> 11.0 and 19.6 -> 18.4 (at-3ad3c88/nm_select_ring_fp16.txt).
-SELECT_RING = dict(rows=16, warps=4, stages=4, programs_per_sm=2, producer=False)
+# weight's boxes copied STAGES steps ahead, x's candidates a step ahead, the finish's sums
+# transposed through shared memory) on 1:8 weights of 4096+ rows and columns, cold, bf16, us,
+# the select kernel's route -> this, dense in brackets
+# (results/nvidia-h200/2026-12-03/at-beabbc0/nm_select_ring_p3.txt): 4096 x 14336 12.2 -> 8.4
+# (31.7), 14336 x 4096 11.4 -> 9.0 (30.1), 4096 x 4096 5.2 -> 4.7 (13.6), 28672 x 4096 19.6 ->
+# 13.6 (56.0): 16 rows x 128 units a step on four warps, two buffers, four programs a
+# multiprocessor (three and two buffers: within 0.5 us; a TMA warp of its own slower). fp16
+# alike (nm_select_ring_fp16.txt). At 2:8 it ties the select kernel (13.4 / 13.6 us on
+# 4096 x 14336, 13.9 / 13.1 on 14336 x 4096): not routed.
+SELECT_RING = dict(rows=16, warps=4, stages=2, programs_per_sm=4, producer=False, prefetch=True)
 SELECT_RING_PATTERNS = {(1, 8, dt) for dt in _HALF}
-SELECT_RING_MIN_K = 8192  # long rows, or
-SELECT_RING_MIN_ROWS = 16384  # many rows
+SELECT_RING_MIN_K = 4096  # the weight's dense row length and
+SELECT_RING_MIN_ROWS = 4096  # rows, both at least
 
 
 def spmm_nm_select_ring_config(
@@ -174,7 +176,7 @@ def spmm_nm_select_ring_config(
     """The ring kernel's launch options where it measured faster than the select kernel
     (SELECT_RING), else None; the caller checks the kernel's `supports` and Hopper."""
     element_wise = n_cols == 1 and vector == 1 and block == 1
-    large = k >= SELECT_RING_MIN_K or rows >= SELECT_RING_MIN_ROWS
+    large = k >= SELECT_RING_MIN_K and rows >= SELECT_RING_MIN_ROWS
     return SELECT_RING if element_wise and large and (n, m, dtype) in SELECT_RING_PATTERNS else None
 
 

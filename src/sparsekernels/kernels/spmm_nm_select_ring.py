@@ -16,11 +16,12 @@ is read by 16-byte vector loads (PTX, one per group: x stays in L1, shared by ev
 
 bf16 or fp16 values and x, m = 8, n of 1 or 2; the weight's rows 16-byte aligned for TMA
 (`supports`). Sums in float32 a thread, then across the row's threads at the end of each row
-block, in a fixed order: deterministic. Routed for large bf16 1:8 weights at one token where it
-measured faster (nm_decode_tuning.SELECT_RING; benchmarks/sweeps/nm_select_ring.py): cold on the
-H200, 4096 x 14336 12.0 -> 10.4 us, 28672 x 4096 19.6 -> 17.2; 2:8 ran slower than the select
-kernel. A TMA warp of its own (`producer`, warp-specialized) ran slower than the computing warps
-refilling the ring themselves."""
+block (transposed through shared memory first, so a thread sums a row's stretch), in a fixed
+order: deterministic. Routed for bf16 and fp16 1:8 weights of 4096+ rows and columns at one
+token (nm_decode_tuning.SELECT_RING; benchmarks/sweeps/nm_select_ring.py): cold on the H200,
+4096 x 14336 12.2 -> 8.4 us (3.8x dense), 28672 x 4096 19.6 -> 13.6 (4.1x); 2:8 ties the
+select kernel. A TMA warp of its own (`producer`, warp-specialized) ran slower than the
+computing warps refilling the ring themselves."""
 
 from __future__ import annotations
 
