@@ -51,9 +51,9 @@ def _layers(kind: str, count: int, size: int, sparsity: float, gen: torch.Genera
 @pytest.mark.parametrize("level", [1, 2])
 def test_dependent_chain_same_bits(kind, rows, sparsity, level, gen, monkeypatch):
     """Six square layers (the one-token CSR kernel at 4096 rows, the stream walk at 12288 rows
-    of 614 entries, 1:8 at 16384 and 2:8 at 4096: the select or mma.sp kernels), each on the
-    last's output, then the same chain captured and replayed as a CUDA graph three times:
-    bitwise what the chain gives with PDL off."""
+    of 614 entries, 1:8 at 16384 (the TMA ring kernel) and 2:8 at 4096 (the select or mma.sp
+    kernel)), each on the last's output, then the same chain captured and replayed as a CUDA
+    graph three times: bitwise what the chain gives with PDL off."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs Hopper")
     layers = _layers(kind, 6, rows, sparsity, gen)

@@ -79,10 +79,22 @@ def pdl_start(PDL: gl.constexpr):
     """Programmatic dependent launch (kernels/_pdl.py) for a Gluon kernel: at its start let
     the next kernel launch, then wait for the one before (PDL 1; 2 is taken as 1)."""
     if PDL > 0:
-        gl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
-            is_pure=False, pack=1,
-        )  # fmt: skip
-        gl.inline_asm_elementwise(
-            "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
-        )
+        pdl_launch_dependents()
+        pdl_wait()
+
+
+@gluon.jit
+def pdl_launch_dependents():
+    """Let the next kernel in the stream launch (griddepcontrol.launch_dependents)."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+        is_pure=False, pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def pdl_wait():
+    """Wait for the kernel before to complete, its writes visible (griddepcontrol.wait)."""
+    gl.inline_asm_elementwise(
+        "griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1
+    )

@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._activation import ACTIVATION_CODES
-from ._gluon_bits import cta_barrier, pdl_start
+from ._gluon_bits import cta_barrier, pdl_launch_dependents, pdl_start, pdl_wait
 from ._pdl import launch_options
 from ._sizes import cdiv
 
@@ -187,7 +187,7 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
               row_blocks, stride_om, N_KEEP: gl.constexpr, BF16: gl.constexpr,
               HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, R: gl.constexpr,
               U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
-              PREFETCH: gl.constexpr):  # fmt: skip
+              PREFETCH: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """The computing warps: each step's values and offsets from the ring, x's candidates from
     L1, the picks and sums; a row block's sums stored after its last step. ISSUE: no TMA warp,
     these warps refill the buffer they have just read (after a barrier)."""
@@ -203,6 +203,8 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
         for first in gl.static_range(STAGES):
             _issue(v_desc, o_desc, v_ring, o_ring, ready, first, first, pid, programs, chunks,
                    total, R, U, NBYTES)  # fmt: skip
+    if PDL == 2:  # x and out may be the kernel before's: wait for it (the weight is not)
+        pdl_wait()
     lanes = gl.arange(0, U, layout=UNIT)
     acc = gl.zeros([R, U], gl.float32, TILE)
     chunk = pid * 0
@@ -264,7 +266,10 @@ def _nm_select_ring_kernel(
     PREFETCH: gl.constexpr,  # the next step's x loaded a step ahead
     PDL: gl.constexpr,
 ):
-    pdl_start(PDL)
+    if PDL == 2:  # the weight's first boxes are copied before the wait (in _consumer)
+        pdl_launch_dependents()
+    else:
+        pdl_start(PDL)
     v_ring = gl.allocate_shared_memory(v_desc.dtype, [STAGES, R, U], v_desc.layout)
     o_ring = gl.allocate_shared_memory(o_desc.dtype, [STAGES, R, U], o_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -277,7 +282,7 @@ def _nm_select_ring_kernel(
             [
                 (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M,
                              UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS,
-                             ACTIVATION, R, U, STAGES, False, PREFETCH)),
+                             ACTIVATION, R, U, STAGES, False, PREFETCH, PDL)),
                 (_producer, (v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
                              R, U, STAGES)),
             ],
@@ -288,7 +293,7 @@ def _nm_select_ring_kernel(
         _consumer(
             v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
             row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, True,
-            PREFETCH,
+            PREFETCH, PDL,
         )  # fmt: skip
     for last in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(last))
@@ -337,7 +342,8 @@ def spmm_nm_select_ring(
     persistent programs a multiprocessor; `producer`: a TMA warp of its own, else the
     computing warps refill the ring; `prefetch`: x's candidates loaded a step ahead
     (`max_programs` caps the programs: tests walk many row blocks a program, the ring's
-    buffers reused in both phases)."""
+    buffers reused in both phases); `pdl`: programmatic dependent launch (kernels/_pdl.py; at
+    2 the weight's first steps are copied before the wait)."""
     M, slots = values.shape
     if M == 0:
         return out
@@ -359,7 +365,6 @@ def spmm_nm_select_ring(
     index = values.device.index if values.device.index is not None else torch.cuda.current_device()
     grid = min(row_blocks, _multiprocessors(index) * programs_per_sm)
     grid = min(grid, max_programs or grid)
-    pdl = 1 if pdl == 2 else pdl
     _nm_select_ring_kernel[(grid,)](
         v_desc,
         o_desc,
