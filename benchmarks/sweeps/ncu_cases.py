@@ -24,6 +24,10 @@ thirteenth session's entry, results/nvidia-h200/2026-11-30/at-02f1e78/ncu.txt):
   with 128-row tiles on 4 warps, a warp's two m16 tiles sharing its B reads?)
 - the CSR one-token kernel at 70% moves 14336 x 4096's entries at ~2.9 TB/s where cuBLAS's
   GEMV reads 3.8 (the 1.5x target needs 3.5): L1 gathers of x, issue, or bytes in flight?
+- the TMA ring (spmm_nm_select_ring.py, the one-token route for 1:8 on 4096+ rows and
+  columns) adds bytes at ~3.4 TB/s with ~415 instructions a step, about half its issue bound,
+  and ~3.3 us fixed a call: what stalls it (the CTA barrier a step, the ready barrier's wait
+  on TMA, x's loads), and how long is the ramp before the first step?
 - the row softmax in bf16 is bound by instructions issued: how many does each form issue now
   (base-2 exponentials, one reciprocal a row), with two heads on two warps or on one warp, and
   which pipe is busiest?
@@ -75,8 +79,11 @@ def cases() -> dict:
     _, W_short = weight("2:8", 14336, 4096)  # the select kernel's short-row tile (2 x 128)
     x_short = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     calls["linear 2:8 14336x4096 x1 (select)"] = lambda: sk.linear(x_short, W_short)
-    _, W18 = weight("1:8", 4096, 14336)  # n odd: values read one by one
-    calls["linear 1:8 4096x14336 x1 (select)"] = lambda: sk.linear(x1, W18)
+    _, W18 = weight("1:8", 4096, 14336)  # the TMA ring's route since the 39th session
+    calls["linear 1:8 4096x14336 x1 (ring)"] = lambda: sk.linear(x1, W18)
+    _, W18_short = weight("1:8", 14336, 4096)
+    calls["linear 1:8 14336x4096 x1 (ring)"] = lambda: sk.linear(x_short, W18_short)
+    calls["ring 2:8 4096x14336 x1"] = _ring_case(W, x1)  # ties the select kernel: why?
     for M, K in ((4096, 14336), (14336, 4096)):
         _, W16 = weight("2:8", M, K)
         x16 = torch.randn(16, K, device="cuda", dtype=torch.bfloat16)
@@ -113,6 +120,20 @@ def cases() -> dict:
         num_warps=1, heads=2,
     )  # fmt: skip
     return calls
+
+
+def _ring_case(W, x):
+    """The TMA ring kernel at its routed launch on a weight the route gives the select kernel
+    (2:8: the same ~415 instructions a step as 1:8, the same ~3.4 TB/s marginal rate)."""
+    from sparsekernels.kernels.nm_decode_tuning import SELECT_RING
+    from sparsekernels.kernels.spmm_nm_select_ring import spmm_nm_select_ring
+
+    words = W.packed_indices(4)
+    out = torch.empty(W.shape[0], 1, device="cuda", dtype=torch.bfloat16)
+    return lambda: spmm_nm_select_ring(
+        values=W.values, words=words, x=x.t(), bias=None, out=out, n=W.n, activation="none",
+        **SELECT_RING,
+    )  # fmt: skip
 
 
 def _scatter_wide_case(W, x):
