@@ -110,9 +110,15 @@ def _issue(v_desc, o_desc, v_ring, o_ring, bars, t, stage, pid, programs, chunks
            R: gl.constexpr, U: gl.constexpr, NBYTES: gl.constexpr):  # fmt: skip
     """Step t's boxes (row block pid + t // chunks * programs, chunk t % chunks) into `stage`,
     if the program has a step t."""
-    live = t < total
-    row = (pid + t // chunks * programs) * R
-    col = t % chunks * U
+    block = pid + t // chunks * programs
+    _copy_step(v_desc, o_desc, v_ring, o_ring, bars, t < total, block * R, t % chunks * U, stage,
+               NBYTES)  # fmt: skip
+
+
+@gluon.jit
+def _copy_step(v_desc, o_desc, v_ring, o_ring, bars, live, row, col, stage,
+               NBYTES: gl.constexpr):  # fmt: skip
+    """The boxes at (row, col) into `stage`, if `live`."""
     bar = bars.index(stage)
     mbarrier.expect(bar, NBYTES, pred=live)
     tma_load(v_desc, [row, col], bar, v_ring.index(stage), pred=live)
@@ -187,7 +193,7 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
               row_blocks, stride_om, N_KEEP: gl.constexpr, BF16: gl.constexpr,
               HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, R: gl.constexpr,
               U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
-              PREFETCH: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+              PREFETCH: gl.constexpr, COUNTED: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """The computing warps: each step's values and offsets from the ring, x's candidates from
     L1, the picks and sums; a row block's sums stored after its last step. ISSUE: no TMA warp,
     these warps refill the buffer they have just read (after a barrier)."""
@@ -205,6 +211,8 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
                    total, R, U, NBYTES)  # fmt: skip
     if PDL == 2:  # x and out may be the kernel before's: wait for it (the weight is not)
         pdl_wait()
+    ahead_block = pid + STAGES // chunks * programs  # the step STAGES ahead's coordinates
+    ahead_chunk = STAGES % chunks
     lanes = gl.arange(0, U, layout=UNIT)
     acc = gl.zeros([R, U], gl.float32, TILE)
     chunk = pid * 0
@@ -227,8 +235,16 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
         if ISSUE:
             cta_barrier()  # every warp has read the buffer before TMA refills it
             fence_async_shared()
-            _issue(v_desc, o_desc, v_ring, o_ring, ready, t + STAGES, stage, pid, programs,
-                   chunks, total, R, U, NBYTES)  # fmt: skip
+            if COUNTED:  # the step STAGES ahead by counters, not t's division by chunks
+                _copy_step(v_desc, o_desc, v_ring, o_ring, ready, t + STAGES < total,
+                           ahead_block * R, ahead_chunk * U, stage, NBYTES)  # fmt: skip
+                ahead_chunk += 1
+                if ahead_chunk == chunks:
+                    ahead_chunk = pid * 0
+                    ahead_block += programs
+            else:
+                _issue(v_desc, o_desc, v_ring, o_ring, ready, t + STAGES, stage, pid, programs,
+                       chunks, total, R, U, NBYTES)  # fmt: skip
         else:
             mbarrier.arrive(empty.index(stage), count=1)
         acc += _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)  # one FFMA
@@ -264,6 +280,7 @@ def _nm_select_ring_kernel(
     STAGES: gl.constexpr,  # the ring's buffers
     PRODUCER: gl.constexpr,  # a TMA warp of its own (warp-specialized), else the warps refill
     PREFETCH: gl.constexpr,  # the next step's x loaded a step ahead
+    COUNTED: gl.constexpr,  # the refill's coordinates counted (no division a step)
     PDL: gl.constexpr,
 ):
     if PDL == 2:  # the weight's first boxes are copied before the wait (in _consumer)
@@ -282,7 +299,7 @@ def _nm_select_ring_kernel(
             [
                 (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M,
                              UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS,
-                             ACTIVATION, R, U, STAGES, False, PREFETCH, PDL)),
+                             ACTIVATION, R, U, STAGES, False, PREFETCH, False, PDL)),
                 (_producer, (v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
                              R, U, STAGES)),
             ],
@@ -293,7 +310,7 @@ def _nm_select_ring_kernel(
         _consumer(
             v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
             row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, True,
-            PREFETCH, PDL,
+            PREFETCH, COUNTED, PDL,
         )  # fmt: skip
     for last in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(last))
@@ -333,6 +350,7 @@ def spmm_nm_select_ring(
     programs_per_sm: int = 2,
     producer: bool = False,
     prefetch: bool = True,
+    counted: bool = False,
     max_programs: int | None = None,
     pdl: int = 0,
 ) -> torch.Tensor:
@@ -340,7 +358,8 @@ def spmm_nm_select_ring(
     words (`NMMatrix.packed_indices(4)`), x (K, 1); the caller checks `supports`. A step is
     `rows` rows x 32 * `warps` units; `stages` steps in flight a program; `programs_per_sm`
     persistent programs a multiprocessor; `producer`: a TMA warp of its own, else the
-    computing warps refill the ring; `prefetch`: x's candidates loaded a step ahead
+    computing warps refill the ring; `prefetch`: x's candidates loaded a step ahead;
+    `counted`: the refill's coordinates kept by counters instead of a division a step
     (`max_programs` caps the programs: tests walk many row blocks a program, the ring's
     buffers reused in both phases); `pdl`: programmatic dependent launch (kernels/_pdl.py; at
     2 the weight's first steps are copied before the wait)."""
@@ -385,6 +404,7 @@ def spmm_nm_select_ring(
         STAGES=stages,
         PRODUCER=producer,
         PREFETCH=prefetch,
+        COUNTED=counted,
         PDL=pdl,
         num_warps=warps,
         **launch_options(pdl),
