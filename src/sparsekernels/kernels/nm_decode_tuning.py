@@ -163,8 +163,12 @@ SELECT_FEW_ROWS_TILES = {
 # 13.6 (56.0): 16 rows x 128 units a step on four warps, two buffers, four programs a
 # multiprocessor (three and two buffers: within 0.5 us; a TMA warp of its own slower). fp16
 # alike (nm_select_ring_fp16.txt). At 2:8 it ties the select kernel (13.4 / 13.6 us on
-# 4096 x 14336, 13.9 / 13.1 on 14336 x 4096): not routed.
-SELECT_RING = dict(rows=16, warps=4, stages=2, programs_per_sm=4, producer=False, prefetch=True)
+# 4096 x 14336, 13.9 / 13.1 on 14336 x 4096): not routed. The refill's coordinates counted
+# (no division a step) 0-0.4 us faster (at-e6aaaac/nm_select_ring.txt: 28672 x 4096 13.2 ->
+# 12.9; 2:8 still ties, 13.2 / 13.6 and 13.3 / 12.9).
+SELECT_RING = dict(
+    rows=16, warps=4, stages=2, programs_per_sm=4, producer=False, prefetch=True, counted=True
+)
 SELECT_RING_PATTERNS = {(1, 8, dt) for dt in _HALF}
 SELECT_RING_MIN_K = 4096  # the weight's dense row length and
 SELECT_RING_MIN_ROWS = 4096  # rows, both at least
