@@ -355,6 +355,15 @@ for step in $steps; do
         --section InstructionStats --section ComputeWorkloadAnalysis --section SourceCounters \
         python3 benchmarks/sweeps/ncu_cases.py >"$out/ncu.txt" 2>&1
       echo "ncu rc=$? $(grep -c 'profiled:' "$out/ncu.txt") cases" ;;
+    ncusrc)  # Nsight Compute's stall reasons and per-SASS-instruction samples for CASES (ncu_cases.py)
+      timeout 300 ncu --clock-control none --profile-from-start off --nvtx --set full \
+        --import-source yes -f -o /tmp/ncu_src python3 benchmarks/sweeps/ncu_cases.py \
+        >"$out/ncu_src.log" 2>&1
+      timeout 60 ncu -i /tmp/ncu_src.ncu-rep --page details --section WarpStateStats \
+        --section SourceCounters --print-details all >"$out/ncu_stalls.txt" 2>&1
+      timeout 120 ncu -i /tmp/ncu_src.ncu-rep --page source --csv --print-source sass \
+        >"$out/ncu_source.csv" 2>&1
+      echo "ncusrc rc=$? $(wc -l <"$out/ncu_source.csv") lines" ;;
     trainstep)
       timeout 150 python3 benchmarks/sweeps/train_step_graph.py >"$out/train_step_graph.txt" 2>&1
       echo "trainstep rc=$? $(tail -1 "$out/train_step_graph.txt")" ;;
