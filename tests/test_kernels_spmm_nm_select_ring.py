@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from _helpers import assert_close, dense_spmm, randn, random_nm, spmm_bound
-from sparsekernels.kernels import split_k
 from sparsekernels.kernels.spmm_nm_select_ring import spmm_nm_select_ring, supports
 
 
@@ -24,23 +23,14 @@ def _run(W, x, bias=None, activation="none", **options):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows, warps, stages", [(8, 8, 4), (4, 4, 2), (16, 4, 3), (4, 8, 2)])
 @pytest.mark.parametrize(
-    "producer, prefetch, counted, splits",
-    [
-        (True, False, False, 1),
-        (False, True, False, 1),
-        (False, False, False, 2),
-        (False, True, True, 1),
-        (False, True, True, 3),
-    ],
+    "producer, prefetch, counted",
+    [(True, False, False), (False, True, False), (False, False, False), (False, True, True)],
 )
-def test_matches_float64(
-    pattern, dtype, rows, warps, stages, producer, prefetch, counted, splits, gen
-):
+def test_matches_float64(pattern, dtype, rows, warps, stages, producer, prefetch, counted, gen):
     """Rows not a multiple of the step's, a row's units under one step, a whole number of steps
     and steps plus a partial one; programs capped at 3 so each walks many row blocks and the
     ring's buffers wrap in both phases; with a TMA warp and without, x a step ahead and not,
-    the refill's coordinates counted and divided; K split in two and three pieces (pieces of
-    unequal steps: 3 steps in 2; fewer steps than pieces: one piece) and not;
+    the refill's coordinates counted and divided;
     the finish's sums transposed (warps dividing the rows) and not (4 rows on 8 warps); bias
     and GELU on one case."""
     n, m = pattern
@@ -49,14 +39,13 @@ def test_matches_float64(
         x = randn(K, 1, gen=gen, dtype=dtype, device="cuda")
         assert supports(W.values, W.packed_indices(4), n, m, 4)
         options = dict(rows=rows, warps=warps, stages=stages, producer=producer, prefetch=prefetch,
-                       counted=counted, splits=splits)  # fmt: skip
+                       counted=counted)  # fmt: skip
         got = _run(W, x, max_programs=3, **options)
         assert_close(got, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), dtype)
     bias = randn(M, gen=gen, dtype=dtype, device="cuda")
     got = _run(W, x, bias, "gelu", **options)
     want = dense_spmm(W.to_dense(), x, bias, "gelu")
     assert_close(got, want, spmm_bound(W.to_dense(), x) + bias.double().abs()[:, None], dtype)
-    assert not split_k.tile_counters(x.device, 1024).any()  # the pieces' counters left at zero
 
 
 @pytest.mark.gpu
@@ -65,8 +54,7 @@ def test_llm_shape_every_program(pattern, gen):
     """4096 x 14336 with one program a multiprocessor and with two, x a step ahead and not, the
     refill's coordinates counted:
     every row stored, equal to float64 and bit for bit the same in every run (a fixed order of
-    sums); K in two pieces, a program each or a program walking four row blocks' pieces: the
-    same bits every run and however many programs, its counters left at zero."""
+    sums)."""
     n, m = pattern
     W = random_nm(4096, 14336, n, m, gen, dtype=torch.bfloat16, device="cuda")
     x = randn(14336, 1, gen=gen, dtype=torch.bfloat16, device="cuda")
@@ -77,22 +65,6 @@ def test_llm_shape_every_program(pattern, gen):
     assert torch.equal(got, _run(W, x, producer=False))
     assert torch.equal(got, _run(W, x, prefetch=False))
     assert torch.equal(got, _run(W, x, counted=True))
-    split = _run(W, x, counted=True, splits=2, programs_per_sm=4)  # 512 programs, a piece each
-    assert_close(split, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), torch.bfloat16)
-    assert torch.equal(split, _run(W, x, counted=True, splits=2, programs_per_sm=4))
-    walked = _run(W, x, splits=2, programs_per_sm=4, max_programs=128)  # 4 pieces a program
-    assert torch.equal(split, walked)
-    assert not split_k.tile_counters(x.device, 1024).any()
-
-
-def test_split_needs_no_tma_warp(gen):
-    """K in pieces with a TMA warp of its own, or in fewer than one piece: a clear error before
-    any launch."""
-    W = random_nm(8, 256, 1, 8, gen, dtype=torch.bfloat16)
-    x = randn(256, 1, gen=gen, dtype=torch.bfloat16)
-    for options in (dict(producer=True, splits=2), dict(splits=0)):
-        with pytest.raises(ValueError, match="splits"):
-            _run(W, x, **options)
 
 
 @pytest.mark.gpu

@@ -167,9 +167,8 @@ SELECT_FEW_ROWS_TILES = {
 # (no division a step) 0-0.4 us faster (at-e6aaaac/nm_select_ring.txt: 28672 x 4096 13.2 ->
 # 12.9; 2:8 still ties, 13.2 / 13.6 and 13.3 / 12.9).
 SELECT_RING = dict(
-    rows=16, warps=4, stages=2, programs_per_sm=4, producer=False, prefetch=True, counted=True,
-    splits=2,
-)  # fmt: skip
+    rows=16, warps=4, stages=2, programs_per_sm=4, producer=False, prefetch=True, counted=True
+)
 SELECT_RING_PATTERNS = {(1, 8, dt) for dt in _HALF}
 SELECT_RING_MIN_K = 4096  # the weight's dense row length and
 SELECT_RING_MIN_ROWS = 4096  # rows, both at least

@@ -33,7 +33,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import cta_barrier, pdl_launch_dependents, pdl_start, pdl_wait
 from ._pdl import launch_options
@@ -107,13 +106,13 @@ def _unit_candidates(x, chunk, lanes, UNITS, U: gl.constexpr, N_KEEP: gl.constex
 
 
 @gluon.jit
-def _issue(v_desc, o_desc, v_ring, o_ring, bars, t, stage, first_block, stride, first_chunk,
-           steps, total, R: gl.constexpr, U: gl.constexpr, NBYTES: gl.constexpr):  # fmt: skip
-    """Step t's boxes (row block first_block + t // steps * stride, chunk first_chunk + t %
-    steps) into `stage`, if the program has a step t."""
-    block = first_block + t // steps * stride
-    _copy_step(v_desc, o_desc, v_ring, o_ring, bars, t < total, block * R,
-               (first_chunk + t % steps) * U, stage, NBYTES)  # fmt: skip
+def _issue(v_desc, o_desc, v_ring, o_ring, bars, t, stage, pid, programs, chunks, total,
+           R: gl.constexpr, U: gl.constexpr, NBYTES: gl.constexpr):  # fmt: skip
+    """Step t's boxes (row block pid + t // chunks * programs, chunk t % chunks) into `stage`,
+    if the program has a step t."""
+    block = pid + t // chunks * programs
+    _copy_step(v_desc, o_desc, v_ring, o_ring, bars, t < total, block * R, t % chunks * U, stage,
+               NBYTES)  # fmt: skip
 
 
 @gluon.jit
@@ -137,9 +136,8 @@ def _activate(acc, ACTIVATION: gl.constexpr):
 
 
 @gluon.jit
-def _finish(acc, block, bias, out, M, stride_om, piece, partials, counters, R: gl.constexpr,
-            HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, SPLITS: gl.constexpr,
-            ROW: gl.constexpr):  # fmt: skip
+def _finish(acc, block, bias, out, M, stride_om, R: gl.constexpr, HAS_BIAS: gl.constexpr,
+            ACTIVATION: gl.constexpr, ROW: gl.constexpr):  # fmt: skip
     """The row block's sums, bias and activation, stored. Where the warps divide the rows, the
     (R, U) sums are first transposed through shared memory to a row a few lanes (R units a
     thread): R - 1 adds a thread and a few shuffles, and a row a thread to store, instead of
@@ -149,41 +147,17 @@ def _finish(acc, block, bias, out, M, stride_om, piece, partials, counters, R: g
     if R % W == 0 and R // W <= 32:
         SUMS: gl.constexpr = gl.BlockedLayout([1, R], [R // W, 32 * W // R], [W, 1], [1, 0])
         _store_rows(gl.sum(gl.convert_layout(acc, SUMS), axis=1), block, bias, out, M,
-                    stride_om, piece, partials, counters, R, HAS_BIAS, ACTIVATION, SPLITS,
-                    gl.SliceLayout(1, SUMS))  # fmt: skip
+                    stride_om, R, HAS_BIAS, ACTIVATION, gl.SliceLayout(1, SUMS))  # fmt: skip
     else:
-        _store_rows(gl.sum(acc, axis=1), block, bias, out, M, stride_om, piece, partials,
-                    counters, R, HAS_BIAS, ACTIVATION, SPLITS, ROW)  # fmt: skip
+        _store_rows(gl.sum(acc, axis=1), block, bias, out, M, stride_om, R, HAS_BIAS,
+                    ACTIVATION, ROW)  # fmt: skip
 
 
 @gluon.jit
-def _store_rows(total, block, bias, out, M, stride_om, piece, partials, counters,
-                R: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-                SPLITS: gl.constexpr, ROW: gl.constexpr):  # fmt: skip
-    """A row block's sums (R,) in layout ROW, with bias and activation, into out; split, the
-    piece's sums into its plane of `partials`, and the row block's last piece to arrive adds
-    the planes in plane order (split_k.store_last_sums: the same sum every run)."""
+def _store_rows(total, block, bias, out, M, stride_om, R: gl.constexpr, HAS_BIAS: gl.constexpr,
+                ACTIVATION: gl.constexpr, ROW: gl.constexpr):  # fmt: skip
+    """A row block's sums (R,) in layout ROW, with bias and activation, into out."""
     rows = block * R + gl.arange(0, R, layout=ROW)
-    if SPLITS == 1:
-        _epilogue_rows(total, rows, bias, out, M, stride_om, HAS_BIAS, ACTIVATION)
-    else:
-        gl.store(partials + piece * M + rows, total, mask=rows < M)
-        cta_barrier()  # every thread's partial sums before the count below releases them
-        arrived = gl.atomic_add(counters + block, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLITS - 1:
-            # from L2 (.cg): the other pieces' sums, never a stale L1 line
-            total = gl.load(partials + rows, mask=rows < M, other=0.0, cache_modifier=".cg")
-            for plane in gl.static_range(1, SPLITS):
-                part = partials + plane * M + rows
-                total += gl.load(part, mask=rows < M, other=0.0, cache_modifier=".cg")
-            gl.store(counters + block, 0)  # ready for the next launch on the stream
-            _epilogue_rows(total, rows, bias, out, M, stride_om, HAS_BIAS, ACTIVATION)
-
-
-@gluon.jit
-def _epilogue_rows(total, rows, bias, out, M, stride_om, HAS_BIAS: gl.constexpr,
-                   ACTIVATION: gl.constexpr):  # fmt: skip
-    """Rows' sums with bias and activation into out."""
     if HAS_BIAS:
         total += gl.load(bias + rows, mask=rows < M, other=0.0).to(gl.float32)
     total = _activate(total, ACTIVATION)
@@ -216,51 +190,41 @@ def _producer(v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
 
 @gluon.jit
 def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
-              row_blocks, stride_om, per_piece, partials, counters, N_KEEP: gl.constexpr,
-              BF16: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-              R: gl.constexpr, U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
-              PREFETCH: gl.constexpr, COUNTED: gl.constexpr, SPLITS: gl.constexpr,
-              PDL: gl.constexpr):  # fmt: skip
+              row_blocks, stride_om, N_KEEP: gl.constexpr, BF16: gl.constexpr,
+              HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, R: gl.constexpr,
+              U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
+              PREFETCH: gl.constexpr, COUNTED: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """The computing warps: each step's values and offsets from the ring, x's candidates from
     L1, the picks and sums; a row block's sums stored after its last step. ISSUE: no TMA warp,
-    these warps refill the buffer they have just read (after a barrier). Split, program p
-    walks piece p % SPLITS (chunks [piece * per_piece, + per_piece)) of row blocks p //
-    SPLITS, + programs // SPLITS, ...: the grid is a multiple of SPLITS."""
+    these warps refill the buffer they have just read (after a barrier)."""
     # (R, U): a thread a unit, every row of it
     TILE: gl.constexpr = gl.BlockedLayout([R, 1], [1, 32], [1, gl.num_warps()], [1, 0])
     ROW: gl.constexpr = gl.SliceLayout(1, TILE)
     UNIT: gl.constexpr = gl.SliceLayout(0, TILE)
     NBYTES: gl.constexpr = v_desc.block_type.nbytes + o_desc.block_type.nbytes
     pid = gl.program_id(0)
-    piece = pid % SPLITS
-    first_block = pid // SPLITS
-    stride = gl.num_programs(0) // SPLITS
-    first_chunk = piece * per_piece
-    end_chunk = first_chunk + per_piece
-    if end_chunk > chunks:  # the last piece's
-        end_chunk = chunks
-    steps = end_chunk - first_chunk
-    total = (row_blocks - first_block + stride - 1) // stride * steps
+    programs = gl.num_programs(0)
+    total = (row_blocks - pid + programs - 1) // programs * chunks
     if ISSUE:
         for first in gl.static_range(STAGES):
-            _issue(v_desc, o_desc, v_ring, o_ring, ready, first, first, first_block, stride,
-                   first_chunk, steps, total, R, U, NBYTES)  # fmt: skip
+            _issue(v_desc, o_desc, v_ring, o_ring, ready, first, first, pid, programs, chunks,
+                   total, R, U, NBYTES)  # fmt: skip
     if PDL == 2:  # x and out may be the kernel before's: wait for it (the weight is not)
         pdl_wait()
-    ahead_block = first_block + STAGES // steps * stride  # the step STAGES ahead's coordinates
-    ahead_chunk = first_chunk + STAGES % steps
+    ahead_block = pid + STAGES // chunks * programs  # the step STAGES ahead's coordinates
+    ahead_chunk = STAGES % chunks
     lanes = gl.arange(0, U, layout=UNIT)
     acc = gl.zeros([R, U], gl.float32, TILE)
-    chunk = first_chunk
-    block = first_block
+    chunk = pid * 0
+    block = pid
     if PREFETCH:
         a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U, N_KEEP)
     for t in range(total):
         stage = t % STAGES
         if PREFETCH:  # the next step's x first: its loads run under this step's wait and picks
             following = chunk + 1
-            if following == end_chunk:
-                following = first_chunk
+            if following == chunks:
+                following = pid * 0
             n0, n1, n2, n3, n4, n5, n6, n7 = _unit_candidates(x, following, lanes, UNITS, U,
                                                               N_KEEP)  # fmt: skip
         else:
@@ -275,12 +239,12 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
                 _copy_step(v_desc, o_desc, v_ring, o_ring, ready, t + STAGES < total,
                            ahead_block * R, ahead_chunk * U, stage, NBYTES)  # fmt: skip
                 ahead_chunk += 1
-                if ahead_chunk == end_chunk:
-                    ahead_chunk = first_chunk
-                    ahead_block += stride
+                if ahead_chunk == chunks:
+                    ahead_chunk = pid * 0
+                    ahead_block += programs
             else:
-                _issue(v_desc, o_desc, v_ring, o_ring, ready, t + STAGES, stage, first_block,
-                       stride, first_chunk, steps, total, R, U, NBYTES)  # fmt: skip
+                _issue(v_desc, o_desc, v_ring, o_ring, ready, t + STAGES, stage, pid, programs,
+                       chunks, total, R, U, NBYTES)  # fmt: skip
         else:
             mbarrier.arrive(empty.index(stage), count=1)
         acc += _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)  # one FFMA
@@ -288,12 +252,11 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
         if PREFETCH:
             a0, a1, a2, a3, b0, b1, b2, b3 = n0, n1, n2, n3, n4, n5, n6, n7
         chunk += 1
-        if chunk == end_chunk:
-            _finish(acc, block, bias, out, M, stride_om, piece, partials, counters, R, HAS_BIAS,
-                    ACTIVATION, SPLITS, ROW)  # fmt: skip
+        if chunk == chunks:
+            _finish(acc, block, bias, out, M, stride_om, R, HAS_BIAS, ACTIVATION, ROW)
             acc = gl.zeros([R, U], gl.float32, TILE)
-            chunk = first_chunk
-            block += stride
+            chunk = pid * 0
+            block += programs
 
 
 @gluon.jit
@@ -308,9 +271,6 @@ def _nm_select_ring_kernel(
     chunks,  # cdiv(UNITS, U): steps a row block
     row_blocks,  # cdiv(M, R)
     stride_om,
-    per_piece,  # chunks a piece of K (chunks unsplit)
-    partials,  # split: the (SPLITS, M) float32 planes of the pieces' sums
-    counters,  # split: an int32 a row block, zero (split_k.tile_counters; left at zero)
     N_KEEP: gl.constexpr,  # 1 or 2 of 8
     BF16: gl.constexpr,  # else fp16
     HAS_BIAS: gl.constexpr,
@@ -321,7 +281,6 @@ def _nm_select_ring_kernel(
     PRODUCER: gl.constexpr,  # a TMA warp of its own (warp-specialized), else the warps refill
     PREFETCH: gl.constexpr,  # the next step's x loaded a step ahead
     COUNTED: gl.constexpr,  # the refill's coordinates counted (no division a step)
-    SPLITS: gl.constexpr,  # pieces of K a row block (the TMA warp's form takes 1)
     PDL: gl.constexpr,
 ):
     if PDL == 2:  # the weight's first boxes are copied before the wait (in _consumer)
@@ -339,9 +298,8 @@ def _nm_select_ring_kernel(
         gl.warp_specialize(
             [
                 (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M,
-                             UNITS, chunks, row_blocks, stride_om, per_piece, partials, counters,
-                             N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, False, PREFETCH,
-                             False, 1, PDL)),
+                             UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS,
+                             ACTIVATION, R, U, STAGES, False, PREFETCH, False, PDL)),
                 (_producer, (v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
                              R, U, STAGES)),
             ],
@@ -351,8 +309,8 @@ def _nm_select_ring_kernel(
     else:
         _consumer(
             v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
-            row_blocks, stride_om, per_piece, partials, counters, N_KEEP, BF16, HAS_BIAS,
-            ACTIVATION, R, U, STAGES, True, PREFETCH, COUNTED, SPLITS, PDL,
+            row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, True,
+            PREFETCH, COUNTED, PDL,
         )  # fmt: skip
     for last in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(last))
@@ -393,7 +351,6 @@ def spmm_nm_select_ring(
     producer: bool = False,
     prefetch: bool = True,
     counted: bool = False,
-    splits: int = 1,
     max_programs: int | None = None,
     pdl: int = 0,
 ) -> torch.Tensor:
@@ -402,14 +359,10 @@ def spmm_nm_select_ring(
     `rows` rows x 32 * `warps` units; `stages` steps in flight a program; `programs_per_sm`
     persistent programs a multiprocessor; `producer`: a TMA warp of its own, else the
     computing warps refill the ring; `prefetch`: x's candidates loaded a step ahead;
-    `counted`: the refill's coordinates kept by counters instead of a division a step;
-    `splits`: at most that many pieces of K a row block while the pieces fit the persistent
-    programs (a 4096-row weight's 256 row blocks fill half of them); `max_programs` caps the
-    programs (tests walk many row blocks a program, the ring's buffers reused in both phases);
-    `pdl`: programmatic dependent launch (kernels/_pdl.py; at 2 the weight's first steps are
-    copied before the wait)."""
-    if splits < 1 or (producer and splits > 1):
-        raise ValueError(f"splits must be at least 1, and 1 with producer; got {splits}")
+    `counted`: the refill's coordinates kept by counters instead of a division a step
+    (`max_programs` caps the programs: tests walk many row blocks a program, the ring's
+    buffers reused in both phases); `pdl`: programmatic dependent launch (kernels/_pdl.py; at
+    2 the weight's first steps are copied before the wait)."""
     M, slots = values.shape
     if M == 0:
         return out
@@ -428,14 +381,9 @@ def spmm_nm_select_ring(
         gl.NVMMASharedLayout(0, 8),
     )  # fmt: skip
     row_blocks = cdiv(M, rows)
-    chunks = cdiv(units, span)
     index = values.device.index if values.device.index is not None else torch.cuda.current_device()
-    capacity = _multiprocessors(index) * programs_per_sm
-    per_piece, pieces = split_k.ranges(chunks, min(splits, max(1, capacity // row_blocks)))
-    grid = min(row_blocks * pieces, capacity, max_programs or capacity)
-    grid = max(grid // pieces, 1) * pieces  # a multiple of the pieces (each program walks one)
-    partials = out.new_empty((pieces, M), dtype=torch.float32) if pieces > 1 else out
-    counters = split_k.tile_counters(values.device, row_blocks) if pieces > 1 else out
+    grid = min(row_blocks, _multiprocessors(index) * programs_per_sm)
+    grid = min(grid, max_programs or grid)
     _nm_select_ring_kernel[(grid,)](
         v_desc,
         o_desc,
@@ -444,12 +392,9 @@ def spmm_nm_select_ring(
         out,
         M,
         units,
-        chunks,
+        cdiv(units, span),
         row_blocks,
         out.stride(0),
-        per_piece,
-        partials,
-        counters,
         N_KEEP=n,
         BF16=values.dtype == torch.bfloat16,
         HAS_BIAS=bias is not None,
@@ -460,7 +405,6 @@ def spmm_nm_select_ring(
         PRODUCER=producer,
         PREFETCH=prefetch,
         COUNTED=counted,
-        SPLITS=pieces,
         PDL=pdl,
         num_warps=warps,
         **launch_options(pdl),
