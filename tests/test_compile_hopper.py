@@ -312,25 +312,19 @@ def _cases() -> dict:
                          stride_om=1, **{unit: 1})  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
-    for n, rows, warps, stages, data, producer, pdl, counted, x_chunks in (
-        (1, 8, 8, 4, "bf16", True, 2, False, 0),
-        (2, 16, 4, 3, "fp16", False, 1, True, 0),
-        (1, 16, 4, 2, "bf16", False, 2, False, 0),
-        (1, 16, 4, 2, "bf16", False, 2, True, 7),
-        (2, 16, 4, 2, "fp16", False, 0, True, 2),
+    for n, rows, warps, stages, data, producer, pdl, counted in (
+        (1, 8, 8, 4, "bf16", True, 2, False),
+        (2, 16, 4, 3, "fp16", False, 1, True),
+        (1, 16, 4, 2, "bf16", False, 2, False),
     ):  # the select kernel fed by a TMA ring: descriptors of int32 value pairs and offset bytes
         span = 32 * warps
         value_box = f"tensordesc<i32[{rows}, {span}],{gl.NVMMASharedLayout(0, 32)!r}>"
         offset_box = f"tensordesc<u8[{rows}, {span}],{gl.NVMMASharedLayout(0, 8)!r}>"
-        x_box = f"tensordesc<i32[{span}, {8 // n}],{gl.NVMMASharedLayout(0, 32)!r}>"
         constants = dict(N_KEEP=n, BF16=data == "bf16", HAS_BIAS=n == 2, ACTIVATION=2 * (n - 1),
                          R=rows, U=span, STAGES=stages, PRODUCER=producer, PREFETCH=not producer,
-                         COUNTED=counted, X_SHARED=x_chunks > 0, X_CHUNKS=max(x_chunks, 1),
-                         PDL=pdl)  # fmt: skip
-        x_arg = x_box if x_chunks else value_box  # (without x in shared memory: a stand-in)
-        pointers = [value_box, offset_box, f"*{data}", x_arg, f"*{data}", f"*{data}"]
+                         COUNTED=counted, PDL=pdl)  # fmt: skip
+        pointers = [value_box, offset_box, f"*{data}", f"*{data}", f"*{data}"]
         name = f"nm select ring {n}:8 {rows} x {span} {data}" + " producer" * producer
-        name += f" x shared {x_chunks}" * (x_chunks > 0)
         cases[name] = (_nm_select_ring_kernel, pointers, constants, warps)
     return cases
 
@@ -384,8 +378,6 @@ CASE_NAMES = [
     "nm select ring 1:8 8 x 256 bf16 producer",
     "nm select ring 1:8 16 x 128 bf16",
     "nm select ring 2:8 16 x 128 fp16",
-    "nm select ring 1:8 16 x 128 bf16 x shared 7",
-    "nm select ring 2:8 16 x 128 fp16 x shared 2",
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",

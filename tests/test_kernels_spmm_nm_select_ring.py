@@ -23,23 +23,14 @@ def _run(W, x, bias=None, activation="none", **options):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows, warps, stages", [(8, 8, 4), (4, 4, 2), (16, 4, 3), (4, 8, 2)])
 @pytest.mark.parametrize(
-    "producer, prefetch, counted, x_shared",
-    [
-        (True, False, False, False),
-        (False, True, False, False),
-        (False, False, False, False),
-        (False, True, True, False),
-        (False, True, True, True),
-    ],
+    "producer, prefetch, counted",
+    [(True, False, False), (False, True, False), (False, False, False), (False, True, True)],
 )
-def test_matches_float64(
-    pattern, dtype, rows, warps, stages, producer, prefetch, counted, x_shared, gen
-):
+def test_matches_float64(pattern, dtype, rows, warps, stages, producer, prefetch, counted, gen):
     """Rows not a multiple of the step's, a row's units under one step, a whole number of steps
     and steps plus a partial one; programs capped at 3 so each walks many row blocks and the
     ring's buffers wrap in both phases; with a TMA warp and without, x a step ahead and not,
-    the refill's coordinates counted and divided; x from L1 and from its copy in shared memory
-    (zero past K);
+    the refill's coordinates counted and divided;
     the finish's sums transposed (warps dividing the rows) and not (4 rows on 8 warps); bias
     and GELU on one case."""
     n, m = pattern
@@ -48,7 +39,7 @@ def test_matches_float64(
         x = randn(K, 1, gen=gen, dtype=dtype, device="cuda")
         assert supports(W.values, W.packed_indices(4), n, m, 4)
         options = dict(rows=rows, warps=warps, stages=stages, producer=producer, prefetch=prefetch,
-                       counted=counted, x_shared=x_shared)  # fmt: skip
+                       counted=counted)  # fmt: skip
         got = _run(W, x, max_programs=3, **options)
         assert_close(got, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), dtype)
     bias = randn(M, gen=gen, dtype=dtype, device="cuda")
@@ -61,7 +52,7 @@ def test_matches_float64(
 @pytest.mark.parametrize("pattern", [(1, 8), (2, 8)])
 def test_llm_shape_every_program(pattern, gen):
     """4096 x 14336 with one program a multiprocessor and with two, x a step ahead and not, the
-    refill's coordinates counted, x from its copy in shared memory:
+    refill's coordinates counted:
     every row stored, equal to float64 and bit for bit the same in every run (a fixed order of
     sums)."""
     n, m = pattern
@@ -74,17 +65,6 @@ def test_llm_shape_every_program(pattern, gen):
     assert torch.equal(got, _run(W, x, producer=False))
     assert torch.equal(got, _run(W, x, prefetch=False))
     assert torch.equal(got, _run(W, x, counted=True))
-    assert torch.equal(got, _run(W, x, counted=True, x_shared=True))
-    assert torch.equal(got, _run(W, x, x_shared=True, programs_per_sm=4))
-
-
-def test_x_shared_needs_no_tma_warp(gen):
-    """x copied into shared memory with a TMA warp of its own: a clear error before any
-    launch."""
-    W = random_nm(8, 256, 1, 8, gen, dtype=torch.bfloat16)
-    x = randn(256, 1, gen=gen, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="x_shared"):
-        _run(W, x, producer=True, x_shared=True)
 
 
 @pytest.mark.gpu

@@ -106,40 +106,6 @@ def _unit_candidates(x, chunk, lanes, UNITS, U: gl.constexpr, N_KEEP: gl.constex
 
 
 @gluon.jit
-def _shared_candidates(x_smem, chunk, U: gl.constexpr, N_KEEP: gl.constexpr,
-                       UNIT: gl.constexpr):  # fmt: skip
-    """x's candidates for a step's units from x's copy in shared memory ((chunks, U, WORDS)
-    int32, zero past K): a unit's WORDS int32 by 16-byte loads, split into columns (in
-    registers: no shuffles), each (1, U) in UNIT's parent."""
-    W: gl.constexpr = gl.num_warps()
-    WORDS: gl.constexpr = 8 // N_KEEP
-    words = x_smem.index(chunk).load(gl.BlockedLayout([1, WORDS], [32, 1], [W, 1], [1, 0]))
-    if N_KEEP == 1:  # word 4i + 2j + k at (i, j, k)
-        k0, k1 = gl.split(gl.reshape(words, [U, 2, 2, 2]))
-        k0j0, k0j1 = gl.split(k0)
-        k1j0, k1j1 = gl.split(k1)
-        a0, b0 = gl.split(k0j0)
-        a2, b2 = gl.split(k0j1)
-        a1, b1 = gl.split(k1j0)
-        a3, b3 = gl.split(k1j1)
-    else:  # word 2j + k at (j, k); both values' candidates are the one group's
-        k0, k1 = gl.split(gl.reshape(words, [U, 2, 2]))
-        a0, a2 = gl.split(k0)
-        a1, a3 = gl.split(k1)
-        b0, b1, b2, b3 = a0, a1, a2, a3
-    return (
-        _row(a0, UNIT), _row(a1, UNIT), _row(a2, UNIT), _row(a3, UNIT),
-        _row(b0, UNIT), _row(b1, UNIT), _row(b2, UNIT), _row(b3, UNIT),
-    )  # fmt: skip
-
-
-@gluon.jit
-def _row(column, UNIT: gl.constexpr):
-    """A (U,) column as (1, U) in UNIT's parent (the layouts are the same: no data moves)."""
-    return gl.expand_dims(gl.convert_layout(column, UNIT), 0)
-
-
-@gluon.jit
 def _issue(v_desc, o_desc, v_ring, o_ring, bars, t, stage, pid, programs, chunks, total,
            R: gl.constexpr, U: gl.constexpr, NBYTES: gl.constexpr):  # fmt: skip
     """Step t's boxes (row block pid + t // chunks * programs, chunk t % chunks) into `stage`,
@@ -223,16 +189,14 @@ def _producer(v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
 
 
 @gluon.jit
-def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, x_desc, x_smem, x_bar, bias,
-              out, M, UNITS, chunks, row_blocks, stride_om, N_KEEP: gl.constexpr,
-              BF16: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-              R: gl.constexpr, U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
-              PREFETCH: gl.constexpr, COUNTED: gl.constexpr, X_SHARED: gl.constexpr,
-              X_CHUNKS: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
+              row_blocks, stride_om, N_KEEP: gl.constexpr, BF16: gl.constexpr,
+              HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, R: gl.constexpr,
+              U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
+              PREFETCH: gl.constexpr, COUNTED: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """The computing warps: each step's values and offsets from the ring, x's candidates from
-    L1 (X_SHARED: from x's copy in shared memory, made once a program by TMA), the picks and
-    sums; a row block's sums stored after its last step. ISSUE: no TMA warp, these warps
-    refill the buffer they have just read (after a barrier)."""
+    L1, the picks and sums; a row block's sums stored after its last step. ISSUE: no TMA warp,
+    these warps refill the buffer they have just read (after a barrier)."""
     # (R, U): a thread a unit, every row of it
     TILE: gl.constexpr = gl.BlockedLayout([R, 1], [1, 32], [1, gl.num_warps()], [1, 0])
     ROW: gl.constexpr = gl.SliceLayout(1, TILE)
@@ -247,24 +211,17 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, x_desc, x_smem, x
                    total, R, U, NBYTES)  # fmt: skip
     if PDL == 2:  # x and out may be the kernel before's: wait for it (the weight is not)
         pdl_wait()
-    if X_SHARED:  # x whole into shared memory (zero past K), under the ring's first copies
-        mbarrier.expect(x_bar.index(0), X_CHUNKS * x_desc.block_type.nbytes)
-        for piece in gl.static_range(X_CHUNKS):
-            tma_load(x_desc, [piece * U, 0], x_bar.index(0), x_smem.index(piece))
-        mbarrier.wait(x_bar.index(0), 0)
     ahead_block = pid + STAGES // chunks * programs  # the step STAGES ahead's coordinates
     ahead_chunk = STAGES % chunks
     lanes = gl.arange(0, U, layout=UNIT)
     acc = gl.zeros([R, U], gl.float32, TILE)
     chunk = pid * 0
     block = pid
-    if PREFETCH and not X_SHARED:
+    if PREFETCH:
         a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U, N_KEEP)
     for t in range(total):
         stage = t % STAGES
-        if X_SHARED:
-            a0, a1, a2, a3, b0, b1, b2, b3 = _shared_candidates(x_smem, chunk, U, N_KEEP, UNIT)
-        elif PREFETCH:  # the next step's x first: its loads run under this step's wait and picks
+        if PREFETCH:  # the next step's x first: its loads run under this step's wait and picks
             following = chunk + 1
             if following == chunks:
                 following = pid * 0
@@ -292,7 +249,7 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, x_desc, x_smem, x
             mbarrier.arrive(empty.index(stage), count=1)
         acc += _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)  # one FFMA
         acc += _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
-        if PREFETCH and not X_SHARED:
+        if PREFETCH:
             a0, a1, a2, a3, b0, b1, b2, b3 = n0, n1, n2, n3, n4, n5, n6, n7
         chunk += 1
         if chunk == chunks:
@@ -307,7 +264,6 @@ def _nm_select_ring_kernel(
     v_desc,  # (M, UNITS) int32: the values, two a unit
     o_desc,  # (M, UNITS) uint8: the offsets, two 4-bit ones a unit
     x,  # (K,) contiguous, 16-byte aligned
-    x_desc,  # X_SHARED: x as (UNITS, WORDS) int32, a unit's x a row (boxes of U rows)
     bias,  # (M,) when HAS_BIAS
     out,  # (M,) at stride stride_om
     M,
@@ -325,8 +281,6 @@ def _nm_select_ring_kernel(
     PRODUCER: gl.constexpr,  # a TMA warp of its own (warp-specialized), else the warps refill
     PREFETCH: gl.constexpr,  # the next step's x loaded a step ahead
     COUNTED: gl.constexpr,  # the refill's coordinates counted (no division a step)
-    X_SHARED: gl.constexpr,  # x copied whole into shared memory (the TMA warp's form: never)
-    X_CHUNKS: gl.constexpr,  # X_SHARED: the row's steps (chunks)
     PDL: gl.constexpr,
 ):
     if PDL == 2:  # the weight's first boxes are copied before the wait (in _consumer)
@@ -340,20 +294,12 @@ def _nm_select_ring_kernel(
     for first in gl.static_range(STAGES):
         mbarrier.init(ready.index(first), count=1)
         mbarrier.init(empty.index(first), count=1)
-    if X_SHARED:  # (X_CHUNKS, U, WORDS) int32: a unit's x a row
-        x_smem = gl.allocate_shared_memory(gl.int32, [X_CHUNKS, U, 8 // N_KEEP], x_desc.layout)
-        x_bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(x_bar.index(0), count=1)
-    else:
-        x_smem = v_ring
-        x_bar = ready
     if PRODUCER:
         gl.warp_specialize(
             [
-                (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, x_desc, x_smem,
-                             x_bar, bias, out, M, UNITS, chunks, row_blocks, stride_om, N_KEEP,
-                             BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, False, PREFETCH, False,
-                             False, 1, PDL)),
+                (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M,
+                             UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS,
+                             ACTIVATION, R, U, STAGES, False, PREFETCH, False, PDL)),
                 (_producer, (v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
                              R, U, STAGES)),
             ],
@@ -362,9 +308,9 @@ def _nm_select_ring_kernel(
         )  # fmt: skip
     else:
         _consumer(
-            v_desc, o_desc, v_ring, o_ring, ready, empty, x, x_desc, x_smem, x_bar, bias, out,
-            M, UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U,
-            STAGES, True, PREFETCH, COUNTED, X_SHARED, X_CHUNKS, PDL,
+            v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
+            row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, True,
+            PREFETCH, COUNTED, PDL,
         )  # fmt: skip
     for last in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(last))
@@ -405,7 +351,6 @@ def spmm_nm_select_ring(
     producer: bool = False,
     prefetch: bool = True,
     counted: bool = False,
-    x_shared: bool = False,
     max_programs: int | None = None,
     pdl: int = 0,
 ) -> torch.Tensor:
@@ -414,14 +359,10 @@ def spmm_nm_select_ring(
     `rows` rows x 32 * `warps` units; `stages` steps in flight a program; `programs_per_sm`
     persistent programs a multiprocessor; `producer`: a TMA warp of its own, else the
     computing warps refill the ring; `prefetch`: x's candidates loaded a step ahead;
-    `counted`: the refill's coordinates kept by counters instead of a division a step;
-    `x_shared`: x copied whole into shared memory (by TMA, once a program: 2 K bytes a
-    program) instead of L1 gathers a step (`max_programs` caps the programs: tests walk many
-    row blocks a program, the ring's buffers reused in both phases); `pdl`: programmatic
-    dependent launch (kernels/_pdl.py; at 2 the weight's first steps are copied before the
-    wait)."""
-    if x_shared and producer:
-        raise ValueError("x_shared needs the computing warps' refill (producer=False)")
+    `counted`: the refill's coordinates kept by counters instead of a division a step
+    (`max_programs` caps the programs: tests walk many row blocks a program, the ring's
+    buffers reused in both phases); `pdl`: programmatic dependent launch (kernels/_pdl.py; at
+    2 the weight's first steps are copied before the wait)."""
     M, slots = values.shape
     if M == 0:
         return out
@@ -440,13 +381,6 @@ def spmm_nm_select_ring(
         gl.NVMMASharedLayout(0, 8),
     )  # fmt: skip
     row_blocks = cdiv(M, rows)
-    chunks = cdiv(units, span)
-    x_desc = v_desc  # (a stand-in: X_SHARED off)
-    if x_shared:
-        x_words = x.view(torch.int32).view(units, 8 // n)
-        x_desc = TensorDescriptor(
-            x_words, [units, 8 // n], [8 // n, 1], [span, 8 // n], gl.NVMMASharedLayout(0, 32)
-        )
     index = values.device.index if values.device.index is not None else torch.cuda.current_device()
     grid = min(row_blocks, _multiprocessors(index) * programs_per_sm)
     grid = min(grid, max_programs or grid)
@@ -454,12 +388,11 @@ def spmm_nm_select_ring(
         v_desc,
         o_desc,
         x,
-        x_desc,
         bias if bias is not None else x,
         out,
         M,
         units,
-        chunks,
+        cdiv(units, span),
         row_blocks,
         out.stride(0),
         N_KEEP=n,
@@ -472,8 +405,6 @@ def spmm_nm_select_ring(
         PRODUCER=producer,
         PREFETCH=prefetch,
         COUNTED=counted,
-        X_SHARED=x_shared,
-        X_CHUNKS=chunks if x_shared else 1,
         PDL=pdl,
         num_warps=warps,
         **launch_options(pdl),
