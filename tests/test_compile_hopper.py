@@ -312,19 +312,23 @@ def _cases() -> dict:
                          stride_om=1, **{unit: 1})  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
-    for n, rows, warps, stages, data, producer, pdl, counted in (
-        (1, 8, 8, 4, "bf16", True, 2, False),
-        (2, 16, 4, 3, "fp16", False, 1, True),
-        (1, 16, 4, 2, "bf16", False, 2, False),
+    for n, rows, warps, stages, data, producer, pdl, counted, permute in (
+        (1, 8, 8, 4, "bf16", True, 2, False, False),
+        (2, 16, 4, 3, "fp16", False, 1, True, False),
+        (1, 16, 4, 2, "bf16", False, 2, False, False),
+        (1, 16, 4, 2, "bf16", False, 2, True, True),
+        (2, 16, 4, 2, "fp16", False, 0, True, True),
     ):  # the select kernel fed by a TMA ring: descriptors of int32 value pairs and offset bytes
         span = 32 * warps
         value_box = f"tensordesc<i32[{rows}, {span}],{gl.NVMMASharedLayout(0, 32)!r}>"
         offset_box = f"tensordesc<u8[{rows}, {span}],{gl.NVMMASharedLayout(0, 8)!r}>"
         constants = dict(N_KEEP=n, BF16=data == "bf16", HAS_BIAS=n == 2, ACTIVATION=2 * (n - 1),
                          R=rows, U=span, STAGES=stages, PRODUCER=producer, PREFETCH=not producer,
-                         COUNTED=counted, PDL=pdl)  # fmt: skip
+                         COUNTED=counted, MASKED=not permute, PERMUTE=permute,
+                         PDL=pdl)  # fmt: skip
         pointers = [value_box, offset_box, f"*{data}", f"*{data}", f"*{data}"]
         name = f"nm select ring {n}:8 {rows} x {span} {data}" + " producer" * producer
+        name += " permuted unmasked" * permute
         cases[name] = (_nm_select_ring_kernel, pointers, constants, warps)
     return cases
 
@@ -378,6 +382,8 @@ CASE_NAMES = [
     "nm select ring 1:8 8 x 256 bf16 producer",
     "nm select ring 1:8 16 x 128 bf16",
     "nm select ring 2:8 16 x 128 fp16",
+    "nm select ring 1:8 16 x 128 bf16 permuted unmasked",
+    "nm select ring 2:8 16 x 128 fp16 permuted unmasked",
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",

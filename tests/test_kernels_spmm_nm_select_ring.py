@@ -23,14 +23,23 @@ def _run(W, x, bias=None, activation="none", **options):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows, warps, stages", [(8, 8, 4), (4, 4, 2), (16, 4, 3), (4, 8, 2)])
 @pytest.mark.parametrize(
-    "producer, prefetch, counted",
-    [(True, False, False), (False, True, False), (False, False, False), (False, True, True)],
+    "producer, prefetch, counted, fast_picks",
+    [
+        (True, False, False, False),
+        (False, True, False, False),
+        (False, False, False, True),
+        (False, True, True, False),
+        (False, True, True, True),
+    ],
 )
-def test_matches_float64(pattern, dtype, rows, warps, stages, producer, prefetch, counted, gen):
+def test_matches_float64(
+    pattern, dtype, rows, warps, stages, producer, prefetch, counted, fast_picks, gen
+):
     """Rows not a multiple of the step's, a row's units under one step, a whole number of steps
     and steps plus a partial one; programs capped at 3 so each walks many row blocks and the
     ring's buffers wrap in both phases; with a TMA warp and without, x a step ahead and not,
-    the refill's coordinates counted and divided;
+    the refill's coordinates counted and divided; x's halves picked by byte permutes and by
+    selects, its candidates unmasked where a row is whole steps (K 4096 on 4 warps) and masked;
     the finish's sums transposed (warps dividing the rows) and not (4 rows on 8 warps); bias
     and GELU on one case."""
     n, m = pattern
@@ -39,7 +48,7 @@ def test_matches_float64(pattern, dtype, rows, warps, stages, producer, prefetch
         x = randn(K, 1, gen=gen, dtype=dtype, device="cuda")
         assert supports(W.values, W.packed_indices(4), n, m, 4)
         options = dict(rows=rows, warps=warps, stages=stages, producer=producer, prefetch=prefetch,
-                       counted=counted)  # fmt: skip
+                       counted=counted, permute=fast_picks, unmasked=fast_picks)  # fmt: skip
         got = _run(W, x, max_programs=3, **options)
         assert_close(got, dense_spmm(W.to_dense(), x), spmm_bound(W.to_dense(), x), dtype)
     bias = randn(M, gen=gen, dtype=dtype, device="cuda")
@@ -52,7 +61,7 @@ def test_matches_float64(pattern, dtype, rows, warps, stages, producer, prefetch
 @pytest.mark.parametrize("pattern", [(1, 8), (2, 8)])
 def test_llm_shape_every_program(pattern, gen):
     """4096 x 14336 with one program a multiprocessor and with two, x a step ahead and not, the
-    refill's coordinates counted:
+    refill's coordinates counted, x's halves picked by byte permutes (and unmasked):
     every row stored, equal to float64 and bit for bit the same in every run (a fixed order of
     sums)."""
     n, m = pattern
@@ -65,6 +74,8 @@ def test_llm_shape_every_program(pattern, gen):
     assert torch.equal(got, _run(W, x, producer=False))
     assert torch.equal(got, _run(W, x, prefetch=False))
     assert torch.equal(got, _run(W, x, counted=True))
+    assert torch.equal(got, _run(W, x, counted=True, permute=True, unmasked=True))
+    assert torch.equal(got, _run(W, x, permute=True, programs_per_sm=4))
 
 
 @pytest.mark.gpu

@@ -28,11 +28,12 @@ SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "1
 # "RxWw/sS/pP[/i][/n][/c]": R rows a step, W computing warps (32 W units a step), S buffers in
 # the ring, P persistent programs a multiprocessor; /i: no TMA warp (the computing warps
 # refill); /n: x's candidates loaded in their step (not a step ahead); /c: the refill's
-# coordinates counted (no division a step)
+# coordinates counted (no division a step); /b: x's halves picked by byte permutes; /u: x's
+# candidates unmasked where a row is whole steps
 RINGS = os.environ.get(
     "RINGS",
-    "16x4w/s2/p4/i,16x4w/s2/p4/i/c,16x4w/s3/p3/i,16x4w/s3/p3/i/c,32x4w/s2/p4/i/c,"
-    "16x4w/s2/p4/i/n,16x4w/s2/p4",
+    "16x4w/s2/p4/i/c,16x4w/s2/p4/i/c/u,16x4w/s2/p4/i/c/b,16x4w/s2/p4/i/c/b/u,"
+    "16x4w/s3/p3/i/c/b/u,32x4w/s2/p4/i/c/b/u,16x4w/s2/p5/i/c/b/u",
 ).split(",")
 PLAIN = [(4, 256, 2), (2, 128, 1)]  # the select kernel's routed long- and short-row tiles
 
@@ -42,7 +43,8 @@ def parse(name: str) -> dict:
     rows, warps = tile.rstrip("w").split("x")
     return dict(rows=int(rows), warps=int(warps), stages=int(stages[1:]),
                 programs_per_sm=int(programs[1:]), producer="i" not in flags,
-                prefetch="n" not in flags, counted="c" in flags)  # fmt: skip
+                prefetch="n" not in flags, counted="c" in flags, permute="b" in flags,
+                unmasked="u" in flags)  # fmt: skip
 
 
 def main():

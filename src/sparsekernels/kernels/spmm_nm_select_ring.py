@@ -77,29 +77,69 @@ def _pick(c0, c1, c2, c3, offset, BF16: gl.constexpr):
 
 
 @gluon.jit
-def _candidates(x, units, valid, XB: gl.constexpr, AT: gl.constexpr):
-    """A group's four int32 of x for each unit, AT bytes into the unit's XB, (1, U); zero past
-    the weight's columns (their values are TMA's zero fill, x past K is not memory)."""
-    address = (x + units * (XB // 2)).to(gl.int64) + AT
-    c0, c1, c2, c3 = _x_vector(address)
-    c0 = gl.expand_dims(gl.where(valid, c0, 0), 0)
-    c1 = gl.expand_dims(gl.where(valid, c1, 0), 0)
-    c2 = gl.expand_dims(gl.where(valid, c2, 0), 0)
-    c3 = gl.expand_dims(gl.where(valid, c3, 0), 0)
-    return c0, c1, c2, c3
+def _prmt_pair(a, b, selector):
+    """PTX prmt.b32 of (a, b): byte k of the result is byte (selector >> 4k) & 7 of {b, a}."""
+    return gl.inline_asm_elementwise(
+        "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, selector], dtype=gl.int32, is_pure=True,
+        pack=1,
+    )  # fmt: skip
 
 
 @gluon.jit
-def _unit_candidates(x, chunk, lanes, UNITS, U: gl.constexpr, N_KEEP: gl.constexpr):
+def _selectors(offsets):
+    """The byte permutes' selectors of a unit's two offsets (bits 0-2 and 4-6 of `offsets`):
+    byte 0 selects the first value's half of a word pair (bytes 2h, 2h + 1 with h its offset's
+    low two bits), byte 1 the second's, by one permute of a table (0x76543210 twice: entry o
+    is 0x10 + 0x22 (o & 3))."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .b32 t; mov.b32 t, 0x76543210; prmt.b32 $0, t, t, $1; }", "=r,r", [offsets],
+        dtype=gl.int32, is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _pick_permuted(c0, c1, c2, c3, selector, upper, BF16: gl.constexpr):
+    """x at an offset of a group held as four int32 c0..c3, as float32: its half of each
+    word pair by one byte permute (`selector`'s byte 0, from `_selectors`), the pair by the
+    offset's bit 2 (`upper`); 6 instructions against `_pick`'s 9."""
+    low = _prmt_pair(c0, c1, selector)
+    high = _prmt_pair(c2, c3, selector)
+    half = gl.where(upper, high, low)
+    if BF16:
+        return (half << 16).to(gl.float32, bitcast=True)
+    return (half & 0xFFFF).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
+
+
+@gluon.jit
+def _candidates(x, units, valid, XB: gl.constexpr, AT: gl.constexpr, MASKED: gl.constexpr):
+    """A group's four int32 of x for each unit, AT bytes into the unit's XB, (1, U); MASKED,
+    zero past the weight's columns (their values are TMA's zero fill, x past K is not
+    memory)."""
+    address = (x + units * (XB // 2)).to(gl.int64) + AT
+    c0, c1, c2, c3 = _x_vector(address)
+    if MASKED:
+        c0 = gl.where(valid, c0, 0)
+        c1 = gl.where(valid, c1, 0)
+        c2 = gl.where(valid, c2, 0)
+        c3 = gl.where(valid, c3, 0)
+    return (gl.expand_dims(c0, 0), gl.expand_dims(c1, 0), gl.expand_dims(c2, 0),
+            gl.expand_dims(c3, 0))  # fmt: skip
+
+
+@gluon.jit
+def _unit_candidates(x, chunk, lanes, UNITS, U: gl.constexpr, N_KEEP: gl.constexpr,
+                     MASKED: gl.constexpr):  # fmt: skip
     """x's candidates for a step's units: a group's four int32 for each of the unit's two
-    values (for 2:8 both values are of the one group: the same four, loaded once)."""
+    values (for 2:8 both values are of the one group: the same four, loaded once). Not
+    MASKED (every row's units whole steps): no lane is past the row."""
     XB: gl.constexpr = 32 // N_KEEP  # bytes of x a unit
     units = chunk * U + lanes
     valid = units < UNITS
-    units = gl.minimum(units, UNITS - 1)
-    a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0)
+    if MASKED:
+        units = gl.minimum(units, UNITS - 1)
+    a0, a1, a2, a3 = _candidates(x, units, valid, XB, 0, MASKED)
     if N_KEEP == 1:  # the unit's second group: its own candidates
-        b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16)
+        b0, b1, b2, b3 = _candidates(x, units, valid, XB, 16, MASKED)
     else:
         b0, b1, b2, b3 = a0, a1, a2, a3
     return a0, a1, a2, a3, b0, b1, b2, b3
@@ -193,7 +233,8 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
               row_blocks, stride_om, N_KEEP: gl.constexpr, BF16: gl.constexpr,
               HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, R: gl.constexpr,
               U: gl.constexpr, STAGES: gl.constexpr, ISSUE: gl.constexpr,
-              PREFETCH: gl.constexpr, COUNTED: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+              PREFETCH: gl.constexpr, COUNTED: gl.constexpr, MASKED: gl.constexpr,
+              PERMUTE: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """The computing warps: each step's values and offsets from the ring, x's candidates from
     L1, the picks and sums; a row block's sums stored after its last step. ISSUE: no TMA warp,
     these warps refill the buffer they have just read (after a barrier)."""
@@ -218,7 +259,8 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
     chunk = pid * 0
     block = pid
     if PREFETCH:
-        a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U, N_KEEP)
+        a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U, N_KEEP,
+                                                          MASKED)  # fmt: skip
     for t in range(total):
         stage = t % STAGES
         if PREFETCH:  # the next step's x first: its loads run under this step's wait and picks
@@ -226,9 +268,10 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
             if following == chunks:
                 following = pid * 0
             n0, n1, n2, n3, n4, n5, n6, n7 = _unit_candidates(x, following, lanes, UNITS, U,
-                                                              N_KEEP)  # fmt: skip
+                                                              N_KEEP, MASKED)  # fmt: skip
         else:
-            a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U, N_KEEP)
+            a0, a1, a2, a3, b0, b1, b2, b3 = _unit_candidates(x, chunk, lanes, UNITS, U,
+                                                              N_KEEP, MASKED)  # fmt: skip
         mbarrier.wait(ready.index(stage), t // STAGES & 1)
         pairs = v_ring.index(stage).load(TILE)
         offsets = o_ring.index(stage).load(TILE).to(gl.int32)
@@ -247,8 +290,15 @@ def _consumer(v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNI
                        chunks, total, R, U, NBYTES)  # fmt: skip
         else:
             mbarrier.arrive(empty.index(stage), count=1)
-        acc += _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)  # one FFMA
-        acc += _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
+        if PERMUTE:
+            selectors = _selectors(offsets)
+            xa = _pick_permuted(a0, a1, a2, a3, selectors, (offsets & 4) != 0, BF16)
+            acc += _value(pairs, False, BF16) * xa  # one FFMA
+            xb = _pick_permuted(b0, b1, b2, b3, selectors >> 8, (offsets & 64) != 0, BF16)
+            acc += _value(pairs, True, BF16) * xb
+        else:
+            acc += _value(pairs, False, BF16) * _pick(a0, a1, a2, a3, offsets, BF16)
+            acc += _value(pairs, True, BF16) * _pick(b0, b1, b2, b3, offsets >> 4, BF16)
         if PREFETCH:
             a0, a1, a2, a3, b0, b1, b2, b3 = n0, n1, n2, n3, n4, n5, n6, n7
         chunk += 1
@@ -281,6 +331,8 @@ def _nm_select_ring_kernel(
     PRODUCER: gl.constexpr,  # a TMA warp of its own (warp-specialized), else the warps refill
     PREFETCH: gl.constexpr,  # the next step's x loaded a step ahead
     COUNTED: gl.constexpr,  # the refill's coordinates counted (no division a step)
+    MASKED: gl.constexpr,  # x's candidates masked past the row (not: whole steps a row)
+    PERMUTE: gl.constexpr,  # x's halves picked by byte permutes (_pick_permuted)
     PDL: gl.constexpr,
 ):
     if PDL == 2:  # the weight's first boxes are copied before the wait (in _consumer)
@@ -299,7 +351,8 @@ def _nm_select_ring_kernel(
             [
                 (_consumer, (v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M,
                              UNITS, chunks, row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS,
-                             ACTIVATION, R, U, STAGES, False, PREFETCH, False, PDL)),
+                             ACTIVATION, R, U, STAGES, False, PREFETCH, False, MASKED, PERMUTE,
+                             PDL)),
                 (_producer, (v_desc, o_desc, v_ring, o_ring, ready, empty, chunks, row_blocks,
                              R, U, STAGES)),
             ],
@@ -310,7 +363,7 @@ def _nm_select_ring_kernel(
         _consumer(
             v_desc, o_desc, v_ring, o_ring, ready, empty, x, bias, out, M, UNITS, chunks,
             row_blocks, stride_om, N_KEEP, BF16, HAS_BIAS, ACTIVATION, R, U, STAGES, True,
-            PREFETCH, COUNTED, PDL,
+            PREFETCH, COUNTED, MASKED, PERMUTE, PDL,
         )  # fmt: skip
     for last in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(last))
@@ -351,6 +404,8 @@ def spmm_nm_select_ring(
     producer: bool = False,
     prefetch: bool = True,
     counted: bool = False,
+    unmasked: bool = False,
+    permute: bool = False,
     max_programs: int | None = None,
     pdl: int = 0,
 ) -> torch.Tensor:
@@ -359,8 +414,10 @@ def spmm_nm_select_ring(
     `rows` rows x 32 * `warps` units; `stages` steps in flight a program; `programs_per_sm`
     persistent programs a multiprocessor; `producer`: a TMA warp of its own, else the
     computing warps refill the ring; `prefetch`: x's candidates loaded a step ahead;
-    `counted`: the refill's coordinates kept by counters instead of a division a step
-    (`max_programs` caps the programs: tests walk many row blocks a program, the ring's
+    `counted`: the refill's coordinates kept by counters instead of a division a step;
+    `unmasked`: x's candidates not masked where every row's units are whole steps (no lane
+    past a row); `permute`: x's halves picked by byte permutes, 6 instructions a value
+    against 9 (`max_programs` caps the programs: tests walk many row blocks a program, the ring's
     buffers reused in both phases); `pdl`: programmatic dependent launch (kernels/_pdl.py; at
     2 the weight's first steps are copied before the wait)."""
     M, slots = values.shape
@@ -405,6 +462,8 @@ def spmm_nm_select_ring(
         PRODUCER=producer,
         PREFETCH=prefetch,
         COUNTED=counted,
+        MASKED=not (unmasked and units % span == 0),
+        PERMUTE=permute,
         PDL=pdl,
         num_warps=warps,
         **launch_options(pdl),
