@@ -186,6 +186,16 @@ for step in $steps; do
       echo "nmring tests rc=$? $(tail -1 "$out/gpu_tests_nm_ring.log")"
       timeout 330 python3 benchmarks/sweeps/nm_select_ring.py >"$out/nm_select_ring.txt" 2>&1
       echo "nmring rc=$? $(tail -10 "$out/nm_select_ring.txt")" ;;
+    nmpermute)  # x picked by byte permutes in the ring and select kernels: GPU tests, then sweeps
+      timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_nm_select_ring.py \
+        tests/test_kernels_spmm_nm_select.py -p no:cacheprovider -n 8 -rf \
+        >"$out/gpu_tests_nm_permute.log" 2>&1
+      echo "nmpermute tests rc=$? $(tail -1 "$out/gpu_tests_nm_permute.log")"
+      timeout 200 python3 benchmarks/sweeps/nm_select_ring.py >"$out/nm_select_ring.txt" 2>&1
+      echo "ring rc=$? $(tail -9 "$out/nm_select_ring.txt")"
+      CONFIGS=4x256/2w,4x256/2w/b,2x128/1w,2x128/1w/b,2x256/2w/b PATTERNS=2:8,1:8 \
+        timeout 200 python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_permute.txt" 2>&1
+      echo "select rc=$? $(tail -9 "$out/nm_select_permute.txt")" ;;
     pdl)  # programmatic dependent launch on the one-token routes (tests, pdl_chain.py)
       timeout 300 python3 -m pytest -q -m gpu tests/test_pdl.py tests/test_kernels_spmm_nm_select.py \
         tests/test_kernels_spmm_csr_token*.py -p no:cacheprovider -n 8 -rf \

@@ -198,7 +198,8 @@ def _cases() -> dict:
                          OFFSET_BYTES=pairs, HAS_BIAS=True,
                          ACTIVATION=1, ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
                          BLOCK_M=4 if pairs else 1, BLOCK_G=256, WIDE=pairs,
-                         STAGES=1, SPLITS=1, FUSED=False, PDL=int(pairs))  # fmt: skip
+                         STAGES=1, SPLITS=1, FUSED=False, PERMUTE=False,
+                         PDL=int(pairs))  # fmt: skip
         pointers = [data, "*i32", data, data, data, "*fp64" if data == "*fp64" else "*fp32",
                     "*i32"]  # fmt: skip
         cases[f"nm select {data}"] = (_nm_select_kernel, pointers, constants, 2)
@@ -207,9 +208,23 @@ def _cases() -> dict:
     constants = dict(N_KEEP=1, M_GROUP=8, LOG_M=3, BITS=4, PAIRS=True, VALUE_PAIRS=False,
                      OFFSET_BYTES=True, HAS_BIAS=False, ACTIVATION=0, ACC_DTYPE=tl.float32,
                      BLOCK_M=2, BLOCK_G=128, WIDE=False, STAGES=3, SPLITS=1,
-                     FUSED=False, PDL=0)  # fmt: skip
+                     FUSED=False, PERMUTE=False, PDL=0)  # fmt: skip
     pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
     cases["nm select 1:8 pipelined"] = (_nm_select_kernel, pointers, constants, 1)
+    for n, m, bits, data, block_m, block_g, permute in (
+        (2, 8, 4, "bf16", 2, 128, False),
+        (2, 8, 4, "bf16", 2, 128, True),
+        (1, 8, 4, "fp16", 4, 256, True),
+        (2, 8, 4, "bf16", 1, 256, True),
+    ):  # the routed one-token tiles, x picked by selects and by byte permutes
+        constants = dict(N_KEEP=n, M_GROUP=m, LOG_M=m.bit_length() - 1, BITS=bits, PAIRS=True,
+                         VALUE_PAIRS=n % 2 == 0, OFFSET_BYTES=8 % (n * bits) == 0,
+                         HAS_BIAS=False, ACTIVATION=0, ACC_DTYPE=tl.float32, BLOCK_M=block_m,
+                         BLOCK_G=block_g, WIDE=n * bits == 8, STAGES=1, SPLITS=1, FUSED=False,
+                         PERMUTE=permute, PDL=1)  # fmt: skip
+        pointers = [f"*{data}", "*i32", f"*{data}", f"*{data}", f"*{data}", "*fp32", "*i32"]
+        name = f"nm select {n}:{m} {block_m} x {block_g} {data}" + " permuted" * permute
+        cases[name] = (_nm_select_kernel, pointers, constants, 1 if block_g == 128 else 2)
     for n, m, bits, permute, splits in ((2, 8, 4, True, 4), (1, 4, 2, True, 2),
                                         (4, 8, 4, False, 1)):  # fmt: skip
         constants = dict(N_KEEP=n, M_GROUP=m, BITS=bits, VECTOR=1, HAS_BIAS=True, ACTIVATION=1,
@@ -379,6 +394,10 @@ CASE_NAMES = [
     "nm select *bf16 split 4",
     "nm select *fp64 split 4",
     "nm select 1:8 pipelined",
+    "nm select 2:8 2 x 128 bf16",
+    "nm select 2:8 2 x 128 bf16 permuted",
+    "nm select 1:8 4 x 256 fp16 permuted",
+    "nm select 2:8 1 x 256 bf16 permuted",
     "nm select ring 1:8 8 x 256 bf16 producer",
     "nm select ring 1:8 16 x 128 bf16",
     "nm select ring 2:8 16 x 128 fp16",

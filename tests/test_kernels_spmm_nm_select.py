@@ -120,6 +120,26 @@ def test_select_split_k_llm_shape(pattern, split, gen):
     assert torch.equal(_run(W, x, (4, 256, 2), split=split), first)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("pattern", [(2, 8), (1, 8), (4, 8), (2, 4)])
+@pytest.mark.parametrize("config", [(2, 128, 1), (4, 256, 2), (1, 8, 1)])
+def test_select_permuted_picks(dtype, pattern, config, gen):
+    """x picked by byte permutes (`permute`: 16-bit x, m = 8; ignored elsewhere): a group's
+    offsets in one byte (2:8, 1:8: one table permute for all its values) and in words (4:8),
+    rows not a multiple of the tile, a partial last step, bias and ReLU: against float64 and
+    bit for bit the picks by selects (the same products in the same order)."""
+    n, m = pattern
+    rows, cols = 37, m * 301
+    W = random_nm(rows, cols, n, m, gen, dtype=dtype, device="cuda")
+    x = randn(cols, 1, gen=gen, dtype=dtype, device="cuda")
+    bias = randn(rows, gen=gen, dtype=dtype, device="cuda")
+    got = _run(W, x, config, bias=bias, activation="relu", permute=True)
+    want = dense_spmm(W.to_dense(), x, bias, "relu")
+    assert_close(got, want, spmm_bound(W.to_dense(), x) + bias.double().abs()[:, None], dtype)
+    assert torch.equal(got, _run(W, x, config, bias=bias, activation="relu"))
+
+
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("shape", [(1, 8), (3, 8), (5, 8 * 300)])
 def test_select_single_row_one_group_long_rows(device, shape, gen):

@@ -29,7 +29,8 @@ SHAPES, PATTERNS, _ = env_cases("4096x14336,14336x4096,4096x4096,28672x4096", "2
 # "RxG/Ww[/o][/i][/sN][/kS]": R rows a program (1, 2 or 4), G groups of a row a step, W warps;
 # /o: values and offsets read as the words they were before narrow reads (int32 value pairs,
 # offset bytes); /i: int32 group indices (the form before int64 ones); /sN: the walk pipelined
-# by Triton in N stages; /kS: each row's walk in S ranges (split-K, summed by the last)
+# by Triton in N stages; /kS: each row's walk in S ranges (split-K, summed by the last); /b: x
+# picked by byte permutes (m = 8)
 CONFIGS = os.environ.get(
     "CONFIGS",
     "4x128/2w,4x128/2w/o,4x256/2w,2x256/2w,2x256/2w/o,2x128/1w,4x64/1w,1x256/1w,2x512/4w",
@@ -44,6 +45,7 @@ def parse(name: str) -> tuple[int, int, int, dict]:
         options["wide_index"] = False
     options["stages"] = next((int(f[1:]) for f in flags if f.startswith("s")), 1)
     options["split"] = next((int(f[1:]) for f in flags if f.startswith("k")), 1)
+    options["permute"] = "b" in flags
     return rows, groups, int(warps.rstrip("w")), options
 
 
