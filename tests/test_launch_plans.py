@@ -54,6 +54,7 @@ CASES = [  # (weight, tokens, a replay is expected)
     ("nm 2:4 1024", 8, None),
     ("nm 1:8 2048", 16, None),
     ("nm 2:8 v64 512", 16, None),
+    ("nm 1:8 4096", 1, True),  # the TMA ring (Hopper): its descriptors held (DESCRIPTORS)
 ]
 
 
@@ -69,7 +70,8 @@ def _weight(name: str, gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize(("name", "tokens", "replays"), CASES)
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_replayed_calls_give_the_backends_bits(name, tokens, replays, with_bias, gen):
+def test_replayed_calls_give_the_backends_bits(name, tokens, replays, with_bias, gen, monkeypatch):
+    monkeypatch.setattr(_launch_plans, "DESCRIPTORS", True)
     W = _weight(name, gen)
     K = W.shape[1]
     bias = torch.randn(W.shape[0], generator=gen).to("cuda").bfloat16() if with_bias else None
@@ -217,6 +219,38 @@ def test_a_plan_points_each_launch_at_this_calls_tensors(gen, on_a_fake_stream):
     W.values.add_(0)  # a new version of the weight's values
     assert plan.replay(x2, bias2, _launch_plans.weight_state(W)) is None
     assert len(kernel.launches) == 1
+
+
+class TensorDescriptor:
+    """A TMA descriptor stand-in (the plan knows one by its class name and its base)."""
+
+    def __init__(self, base):
+        self.base = base
+
+
+def test_a_descriptor_over_the_weight_is_held(gen, on_a_fake_stream, monkeypatch):
+    """With DESCRIPTORS, a descriptor over the weight's values stays in the plan as recorded
+    (its launcher builds the tensor map each launch) and its tensor is held; one over x, or
+    any without DESCRIPTORS, gives no plan."""
+    W = random_nm(8, 64, 1, 8, gen)
+    x, out = torch.randn(1, 64, generator=gen), torch.empty(8, 1)
+    over_weight, over_x = TensorDescriptor(W.values.view(-1)), TensorDescriptor(x.view(-1))
+
+    def plan_of(descriptor):
+        log = [(_FakeJit(), (2,), (descriptor, W.values, out, None, 8), {"BLOCK": 4},
+                _FakeKernel())]  # fmt: skip
+        return _launch_plans._plan(log, x, None, out, W)
+
+    assert plan_of(over_weight) is None  # off by default
+    monkeypatch.setattr(_launch_plans, "DESCRIPTORS", True)
+    plan = plan_of(over_weight)
+    assert plan is not None and any(h.data_ptr() == _storage_of(W.values) for h in plan.held)
+    assert plan.launches[0].values[0] is over_weight
+    assert plan_of(over_x) is None
+
+
+def _storage_of(t):
+    return t.untyped_storage().data_ptr()
 
 
 def test_no_plan_where_x_bias_and_output_share_memory(gen, on_a_fake_stream):

@@ -7,8 +7,9 @@ through the compiled kernel's own launcher; torch's matmul 22
 of an eager plan's signature (ops/_eager_plans.py) records what its backend launched: the
 compiled kernel, the grid and every argument, each tensor as a pointer relative to x, to the
 bias, to the output it returned, or held (the weight's tensors and caches, and buffers the
-launches themselves fill). Later calls allocate the output like the recorded one and launch
-the compiled kernels with this call's pointers, nothing else.
+launches themselves fill; with DESCRIPTORS, TMA descriptors over held tensors). Later calls
+allocate the output like the recorded one and launch the compiled kernels with this call's
+pointers, nothing else.
 
 Only a backend whose device work is all Triton launches can be replayed: while recording, any
 aten operation but allocations and views (a copy of x, a cuBLAS product, a read of a value on
@@ -35,6 +36,10 @@ from ._identity_cache import version
 # On since its GPU tests passed on the H200 (2026-12-02/at-62be96b): a repeat linear there
 # took 97 -> 30 us (CSR 70%, one token). SPARSEKERNELS_LAUNCH_PLANS=0 turns it off.
 ENABLED = os.environ.get("SPARSEKERNELS_LAUNCH_PLANS", "1") != "0"
+# TMA descriptors over the weight's tensors (the ring kernel's) replayed as recorded: the
+# launcher builds their tensor maps each launch. Off until its GPU test has run on the H200
+# (test_launch_plans.py: the 1:8 ring case); SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS=1 turns it on.
+DESCRIPTORS = os.environ.get("SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS", "0") == "1"
 SUPPORTED_TRITON = ("3.6.",)  # launcher arguments as JITFunction.run passes them there
 _ALLOCATIONS = {
     torch.ops.aten.empty,
@@ -234,7 +239,10 @@ def _plan(log, x, bias, out, W) -> LaunchPlan | None:
                 else:
                     relative.append((index, kind, value.data_ptr() - bases[kind][1]))
             elif type(value).__name__ == "TensorDescriptor":
-                return None  # (pointers inside it)
+                base = value.base  # the pointer inside it: the weight's may stay, no other
+                if not DESCRIPTORS or any(s == _storage(base) for s, _ in bases.values()):
+                    return None
+                held[_storage(base)] = base.untyped_storage()
         launches.append(
             _Launch(
                 kernel.run,
