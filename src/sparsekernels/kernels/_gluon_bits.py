@@ -1,5 +1,5 @@
 """Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py,
-spmm_csr_scatter.py):
+spmm_csr_scatter.py, spmm_nm_select_ring.py):
 indices along one axis of a distributed layout, the layouts of a one-warpgroup wgmma's
 accumulator and B tile, and single PTX bit instructions whose edge cases the kernels rely on
 (shifts of 32 or more give 0; byte permutes with zeros)."""
@@ -62,6 +62,16 @@ def _permute(a, selector):
     bytes followed by four zero bytes (only the selector's low 16 bits count)."""
     return gl.inline_asm_elementwise(
         "prmt.b32 $0, $1, 0, $2;", "=r,r,r", [a, selector], dtype=gl.int32, is_pure=True,
+        pack=1,
+    )  # fmt: skip
+
+
+@gluon.jit
+def _permute_pair(a, b, selector):
+    """PTX prmt.b32 of (a, b): byte k of the result is byte (selector >> 4k) & 7 of {b, a}'s
+    eight bytes (only the selector's low 16 bits count)."""
+    return gl.inline_asm_elementwise(
+        "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, selector], dtype=gl.int32, is_pure=True,
         pack=1,
     )  # fmt: skip
 

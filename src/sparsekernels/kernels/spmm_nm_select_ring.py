@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._activation import ACTIVATION_CODES
-from ._gluon_bits import cta_barrier, pdl_launch_dependents, pdl_start, pdl_wait
+from ._gluon_bits import _permute_pair, cta_barrier, pdl_launch_dependents, pdl_start, pdl_wait
 from ._pdl import launch_options
 from ._sizes import cdiv
 
@@ -77,15 +77,6 @@ def _pick(c0, c1, c2, c3, offset, BF16: gl.constexpr):
 
 
 @gluon.jit
-def _prmt_pair(a, b, selector):
-    """PTX prmt.b32 of (a, b): byte k of the result is byte (selector >> 4k) & 7 of {b, a}."""
-    return gl.inline_asm_elementwise(
-        "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, selector], dtype=gl.int32, is_pure=True,
-        pack=1,
-    )  # fmt: skip
-
-
-@gluon.jit
 def _selectors(offsets):
     """The byte permutes' selectors of a unit's two offsets (bits 0-2 and 4-6 of `offsets`):
     byte 0 selects the first value's half of a word pair (bytes 2h, 2h + 1 with h its offset's
@@ -102,8 +93,8 @@ def _pick_permuted(c0, c1, c2, c3, selector, upper, BF16: gl.constexpr):
     """x at an offset of a group held as four int32 c0..c3, as float32: its half of each
     word pair by one byte permute (`selector`'s byte 0, from `_selectors`), the pair by the
     offset's bit 2 (`upper`); 6 instructions against `_pick`'s 9."""
-    low = _prmt_pair(c0, c1, selector)
-    high = _prmt_pair(c2, c3, selector)
+    low = _permute_pair(c0, c1, selector)
+    high = _permute_pair(c2, c3, selector)
     half = gl.where(upper, high, low)
     if BF16:
         return (half << 16).to(gl.float32, bitcast=True)
