@@ -193,7 +193,7 @@ for step in $steps; do
       echo "nmpermute tests rc=$? $(tail -1 "$out/gpu_tests_nm_permute.log")"
       timeout 200 python3 benchmarks/sweeps/nm_select_ring.py >"$out/nm_select_ring.txt" 2>&1
       echo "ring rc=$? $(tail -9 "$out/nm_select_ring.txt")"
-      CONFIGS=4x256/2w,4x256/2w/b,2x128/1w,2x128/1w/b,2x256/2w/b PATTERNS=2:8,1:8 \
+      CONFIGS=4x256/2w,4x256/2w/b,2x128/1w,2x128/1w/b,2x256/2w/b PATTERNS=2:8,1:8,4:8 \
         timeout 200 python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_permute.txt" 2>&1
       echo "select rc=$? $(tail -9 "$out/nm_select_permute.txt")" ;;
     pdl)  # programmatic dependent launch on the one-token routes (tests, pdl_chain.py)

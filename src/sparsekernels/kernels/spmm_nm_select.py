@@ -78,9 +78,10 @@ def _selectors(offs):
 def _pick_permuted(x, selector, upper, BF16: tl.constexpr):
     """_pick for m = 8 and 16-bit x in int32 pairs (G, 4) by byte permutes: the offset's half
     of each word pair in one permute (`selector`'s byte 0, from `_selectors`), the pair by the
-    offset's bit 2 (`upper`). On sm_90 the routed 2:8 tile's step compiles to 163 instructions
-    against 186 by selects, 1:8's 4 x 256 to 293 against 345; m = 4 gains nothing (one select
-    level: 384 against 375 on 2:4)."""
+    offset's bit 2 (`upper`). On sm_90 the routed tiles' steps compile to 163 instructions
+    against 186 by selects (2:8, 2 x 128), 306 against 356 (2:8, 4 x 256), 613 against 799
+    (4:8), 293 against 345 (1:8, fp16); m = 4 gains nothing (one select level: 384 against 375
+    on 2:4)."""
     # words 2i + j at (i, j): even words c0, c2, odd c1, c3
     even, odd = tl.split(tl.reshape(x, (x.shape[0], 2, 2)))
     c0, c2 = tl.split(even)
@@ -114,8 +115,9 @@ def _row_step(
     SPW: tl.constexpr = 32 // BITS  # slots a word
     BF16: tl.constexpr = values.dtype.element_ty == tl.bfloat16
     first = groups.to(tl.int32) * N_KEEP  # the group's first slot; a word holds whole groups
-    # a group's offsets in one byte of 4-bit fields: one table permute gives all its selectors
-    SHARED_SELECTORS: tl.constexpr = PERMUTE and OFFSET_BYTES and BITS == 4
+    # a group's offsets in adjacent 4-bit fields (m = 8: n <= 4 of them): one table permute
+    # gives all its selectors, a byte each
+    SHARED_SELECTORS: tl.constexpr = PERMUTE and BITS == 4
     if OFFSET_BYTES:
         bit = groups * (N_KEEP * BITS)
         row_bytes = words.to(tl.pointer_type(tl.uint8)) + row * stride_wm * 4
@@ -124,12 +126,13 @@ def _row_step(
         else:
             word = tl.load(row_bytes + bit // 8)
         word = word.to(tl.int32) >> (bit % 8)  # the group's offsets from bit 0
-        if SHARED_SELECTORS:
-            selectors = _selectors(word)
     elif MASKED:
         word = tl.load(words + row * stride_wm + first // SPW, mask=mask, other=0)
     else:
         word = tl.load(words + row * stride_wm + first // SPW)
+    if SHARED_SELECTORS:  # the group's offsets from bit 0 (their fields' bit 3 is zero)
+        base = word if OFFSET_BYTES else word >> ((first % SPW) * BITS)
+        selectors = _selectors(base)
     # Values at a stride the compiler sees as non-unit, so it cannot vectorize their load into a
     # layout other than x's (1:8's contiguous values did, through shared memory): the runtime
     # slot_stride (n); with WIDE, n as a constant (pairs addressed in 16-bit units, then read as
@@ -158,7 +161,7 @@ def _row_step(
         place = j if OFFSET_BYTES else (first + j) % SPW  # the offset's place in `word`
         offs = word >> (place * BITS)
         if SHARED_SELECTORS:
-            upper = (word & (4 << (4 * j))) != 0
+            upper = (base & (4 << (4 * j))) != 0
             picked = _pick_permuted(xs, selectors >> (8 * j), upper, BF16)
         elif PERMUTE:  # bit 3 of a field of 2 or 3 bits is the next offset's: masked
             selector = _selectors(offs if BITS >= 4 else offs & 7)
