@@ -196,6 +196,19 @@ for step in $steps; do
       CONFIGS=4x256/2w,4x256/2w/b,2x128/1w,2x128/1w/b,2x256/2w/b PATTERNS=2:8,1:8,4:8 \
         timeout 200 python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_permute.txt" 2>&1
       echo "select rc=$? $(tail -9 "$out/nm_select_permute.txt")" ;;
+    nmpermuted)  # the permuted picks routed: through linear (ring, select), fp16, few-row tiles
+      for dt in bf16 fp16; do
+        DTYPE=$dt RINGS=16x4w/s2/p4/i/c/b/u PATTERNS=1:8,2:8 timeout 120 \
+          python3 benchmarks/sweeps/nm_select_ring.py >"$out/nm_select_ring_$dt.txt" 2>&1
+        echo "ring $dt rc=$? $(tail -1 "$out/nm_select_ring_$dt.txt")"
+        DTYPE=$dt PATTERNS=2:8,4:8 CONFIGS=4x256/2w/b,2x256/2w/b,2x128/1w/b timeout 120 \
+          python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_$dt.txt" 2>&1
+        echo "select $dt rc=$? $(tail -1 "$out/nm_select_$dt.txt")"
+      done
+      SHAPES=1024x4096,1024x8192,2048x4096 PATTERNS=2:8,1:8,4:8 \
+        CONFIGS=2x512/4w,2x512/4w/b,1x256/1w,1x256/1w/b timeout 120 \
+        python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_few.txt" 2>&1
+      echo "few rc=$? $(tail -1 "$out/nm_select_few.txt")" ;;
     pdl)  # programmatic dependent launch on the one-token routes (tests, pdl_chain.py)
       timeout 300 python3 -m pytest -q -m gpu tests/test_pdl.py tests/test_kernels_spmm_nm_select.py \
         tests/test_kernels_spmm_csr_token*.py -p no:cacheprovider -n 8 -rf \

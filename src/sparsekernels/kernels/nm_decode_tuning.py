@@ -112,7 +112,11 @@ class SpmmNmSelectConfig:
 #   fp32 2:4           34.3 -> 33.1               36.1 -> 33.9
 # Where it lost, the decode kernel stays: bf16 1:2 (26.6 against 29.3 at best), 1:16, 2:16 and
 # 4:16 (7.1, 12.0, 19.1 against 13.0, 15.4, 30.9: fifteen selects a value), fp32 1:8 (16.7
-# against 20.5 on short rows). 1:4 and 4:8 in fp16 were not timed.
+# against 20.5 on short rows). 1:4 and 4:8 in fp16 were not timed. The launcher picks 16-bit x
+# by byte permutes where m is 8 (the route's `permute`, compiled only), bf16, cold, us, the tile
+# as it was -> permuted (at-11b63d0/nm_select_permute.txt): 2:8 4 x 256 14.5 -> 12.5 and 14.3 ->
+# 12.8, 2 x 128 13.0 -> 12.0 and 5.9 -> 5.4 (4096 x 4096), 22.1 -> 20.6 (28672 x 4096); 4:8
+# 25.8 -> 25.3, 25.9 -> 23.2, 47.8 -> 42.7; 1:8 within 0.1 us or faster.
 _LONG = SpmmNmSelectConfig(4, 256, 2)  # 4 rows x 256 groups a step on two warps
 _LONG_HALF_DENSE = SpmmNmSelectConfig(2, 256, 2)
 _SHORT = SpmmNmSelectConfig(2, 128, 1)
@@ -165,9 +169,20 @@ SELECT_FEW_ROWS_TILES = {
 # alike (nm_select_ring_fp16.txt). At 2:8 it ties the select kernel (13.4 / 13.6 us on
 # 4096 x 14336, 13.9 / 13.1 on 14336 x 4096): not routed. The refill's coordinates counted
 # (no division a step) 0-0.4 us faster (at-e6aaaac/nm_select_ring.txt: 28672 x 4096 13.2 ->
-# 12.9; 2:8 still ties, 13.2 / 13.6 and 13.3 / 12.9).
+# 12.9; 2:8 still ties, 13.2 / 13.6 and 13.3 / 12.9). x's halves picked by byte permutes
+# (permute) and no candidate mask on whole steps (unmasked), at-11b63d0/nm_select_ring.txt:
+# 1:8 8.3 -> 7.9, 8.9 -> 8.3, 4.8 -> 4.4, 13.1 -> 12.0; 2:8 13.2 -> 12.4, 13.5 -> 12.2, 6.0 ->
+# 5.8, 21.6 -> 20.5, a tie again with the select kernel's permuted picks (12.5, 12.0, 5.3, 20.6).
 SELECT_RING = dict(
-    rows=16, warps=4, stages=2, programs_per_sm=4, producer=False, prefetch=True, counted=True
+    rows=16,
+    warps=4,
+    stages=2,
+    programs_per_sm=4,
+    producer=False,
+    prefetch=True,
+    counted=True,
+    permute=True,
+    unmasked=True,
 )
 SELECT_RING_PATTERNS = {(1, 8, dt) for dt in _HALF}
 SELECT_RING_MIN_K = 4096  # the weight's dense row length and

@@ -37,9 +37,9 @@ from ._identity_cache import version
 # took 97 -> 30 us (CSR 70%, one token). SPARSEKERNELS_LAUNCH_PLANS=0 turns it off.
 ENABLED = os.environ.get("SPARSEKERNELS_LAUNCH_PLANS", "1") != "0"
 # TMA descriptors over the weight's tensors (the ring kernel's) replayed as recorded: the
-# launcher builds their tensor maps each launch. Off until its GPU test has run on the H200
-# (test_launch_plans.py: the 1:8 ring case); SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS=1 turns it on.
-DESCRIPTORS = os.environ.get("SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS", "0") == "1"
+# launcher builds their tensor maps each launch. On since its GPU tests passed on the H200
+# (2026-12-03/at-11b63d0: the 1:8 ring case); SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS=0 turns it off.
+DESCRIPTORS = os.environ.get("SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS", "1") != "0"
 SUPPORTED_TRITON = ("3.6.",)  # launcher arguments as JITFunction.run passes them there
 _ALLOCATIONS = {
     torch.ops.aten.empty,

@@ -217,6 +217,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
             block_m=picking.block_m,
             block_g=picking.block_g,
             num_warps=picking.num_warps,
+            permute=not _dispatch.triton_interpreter_enabled(),  # inline PTX: compiled only
             pdl=decode_pdl(values.device),
         )
     config = nm_decode_tuning.spmm_nm_decode_config(
