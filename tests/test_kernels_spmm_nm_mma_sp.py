@@ -367,7 +367,7 @@ def test_route_takes_the_measured_window():
     assert tile(9, 14336, 4096) == (1, 8, 2, 2, False, False)
     assert tile(4, 64, 256) == (1, 8, 1, 1, True, False)  # one step: one range
     assert tile(2, 4096, 4096, 2, 8) == (1, 8, 1, 8, True, True)  # 16 steps: 8 ranges of 2
-    assert tile(1, 4096, 14336, 2, 8) == (1, 8, 1, 16, True, True)  # 1056 // 64, 56 steps
+    assert tile(2, 4096, 14336, 2, 8) == (1, 8, 1, 16, True, True)  # 1056 // 64, 56 steps
     assert tile(8, 14336, 4096, 2, 8) == (1, 8, 1, 4, True, True)  # 1056 // 224
     # 1:8 at 1-8 tokens: two m16 tiles a warp (one token on a large weight with K > rows)
     assert tile(2, 4096, 14336, 1, 8) == (2, 8, 1, 16, True, False)
@@ -387,6 +387,7 @@ def test_route_takes_the_measured_window():
         (16, 4096, 4096, 2, 4, torch.float32),
         (16, 4096, 4096, 2, 4, bf16, 2),
         (1, 4096, 4096, 2, 8),  # small: the select kernel keeps one token
+        (1, 4096, 14336, 2, 8),  # and on a wide one (its permuted picks)
         (1, 14336, 4096, 2, 8),  # and on a tall weight
         (1, 14336, 4096, 1, 8),
         (9, 4096, 4096, 1, 8),
@@ -423,13 +424,13 @@ def test_metadata_is_prepared_once_per_weight(gen):
     + [(2, 8, 13, 1000, 2080, torch.bfloat16), (2, 8, 16, 4100, 8208, torch.bfloat16)]
     + [(1, 8, 9, 4100, 8208, torch.float16), (2, 4, 20, 1000, 2080, torch.float16)]
     + [(1, 8, 14, 1000, 2080, torch.float16)]
-    + [(2, 8, 1, 4100, 8208, torch.bfloat16), (1, 8, 2, 1000, 2080, torch.bfloat16)]
+    + [(2, 8, 2, 4100, 8208, torch.bfloat16), (1, 8, 2, 1000, 2080, torch.bfloat16)]
     + [(1, 8, 1, 2056, 16400, torch.bfloat16)]  # (4096+ rows and columns: the TMA ring)
     + [(2, 8, 16, 8208, 4104, torch.bfloat16), (1, 8, 16, 8208, 4112, torch.bfloat16)],
 )
 def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, dtype, gen, monkeypatch):
-    """linear takes the kernel in its windows on the GPU (2:4 at 1-32 tokens, 2:8 at 2-16
-    and from one token on a large weight, 1:8 at 2-8, 9-16 on a large weight and one token on
+    """linear takes the kernel in its windows on the GPU (2:4 at 1-32 tokens, 2:8 at 2-16,
+    1:8 at 2-8, 9-16 on a large weight and one token on
     a large weight with K > rows; two m16 tiles a warp on tall ones at 16), with bias,
     split on a few-row weight, its column-major out stored by rows to 8 tokens (2:8 to 16),
     and gives the product in x's layout."""

@@ -178,7 +178,8 @@ def test_route_takes_it_where_timed_at_one_token():
     assert pick(1, 2, 8, 1, 1, fp16, 4096) == short_2_8
     assert pick(1, 2, 8, 1, 1, fp32, 14336) == short_2_8  # fp32: short tiles on long rows too
     assert pick(1, 4, 8, 1, 1, bf16, 4096) is not None
-    assert pick(1, 4, 8, 1, 1, fp16, 4096) is None  # not timed
+    assert pick(1, 4, 8, 1, 1, fp16, 4096) is not None  # timed with permuted picks
+    assert pick(1, 1, 4, 1, 1, fp16, 4096) is None  # not timed
     assert pick(1, 1, 8, 1, 1, fp32, 4096) is None  # lost to the decode kernel
     assert pick(1, 1, 16, 1, 1, bf16, 4096) is None  # lost: fifteen selects a value
     assert pick(1, 1, 2, 1, 1, bf16, 4096) is None  # lost
@@ -192,6 +193,7 @@ def test_route_takes_it_where_timed_at_one_token():
     assert pick(1, 2, 8, 1, 1, bf16, 1536, 384) == short_2_8  # short rows
     assert pick(1, 2, 8, 1, 1, fp16, 4096, 1024) == few == pick(1, 1, 4, 1, 1, bf16, 4096, 1024)
     assert pick(1, 4, 8, 1, 1, bf16, 4096, 1024).block_m == 1  # more values a row: one row
+    assert pick(1, 4, 8, 1, 1, fp16, 4096, 1024).block_m == 1
     assert pick(1, 2, 4, 1, 1, bf16, 4096, 1024) == pick(1, 2, 4, 1, 1, bf16, 4096)  # not timed
 
 

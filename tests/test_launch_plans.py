@@ -241,7 +241,8 @@ def test_a_descriptor_over_the_weight_is_held(gen, on_a_fake_stream, monkeypatch
                 _FakeKernel())]  # fmt: skip
         return _launch_plans._plan(log, x, None, out, W)
 
-    assert plan_of(over_weight) is None  # off by default
+    monkeypatch.setattr(_launch_plans, "DESCRIPTORS", False)
+    assert plan_of(over_weight) is None  # SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS=0
     monkeypatch.setattr(_launch_plans, "DESCRIPTORS", True)
     plan = plan_of(over_weight)
     assert plan is not None and any(h.data_ptr() == _storage_of(W.values) for h in plan.held)

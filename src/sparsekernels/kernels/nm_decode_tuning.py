@@ -116,7 +116,9 @@ class SpmmNmSelectConfig:
 # by byte permutes where m is 8 (the route's `permute`, compiled only), bf16, cold, us, the tile
 # as it was -> permuted (at-11b63d0/nm_select_permute.txt): 2:8 4 x 256 14.5 -> 12.5 and 14.3 ->
 # 12.8, 2 x 128 13.0 -> 12.0 and 5.9 -> 5.4 (4096 x 4096), 22.1 -> 20.6 (28672 x 4096); 4:8
-# 25.8 -> 25.3, 25.9 -> 23.2, 47.8 -> 42.7; 1:8 within 0.1 us or faster.
+# 25.8 -> 25.3, 25.9 -> 23.2, 47.8 -> 42.7; 1:8 within 0.1 us or faster. fp16 4:8, the decode
+# kernel's before, permuted 4 x 256 (at-0c0f802/nm_select_fp16.txt): 4096 x 14336 35.5 -> 25.8,
+# 14336 x 4096 37.3 -> 23.5, 4096 x 4096 12.3 -> 9.9, 28672 x 4096 63.5 -> 44.1.
 _LONG = SpmmNmSelectConfig(4, 256, 2)  # 4 rows x 256 groups a step on two warps
 _LONG_HALF_DENSE = SpmmNmSelectConfig(2, 256, 2)
 _SHORT = SpmmNmSelectConfig(2, 128, 1)
@@ -128,7 +130,7 @@ SELECT_TILES = {
     **{(1, 8, dt): (_LONG, _SHORT) for dt in _HALF},
     **{(2, 4, dt): (_LONG_HALF_DENSE, _SHORT) for dt in _HALF},
     (1, 4, torch.bfloat16): (_LONG_HALF_DENSE, _LONG),
-    (4, 8, torch.bfloat16): (_LONG, _LONG),
+    **{(4, 8, dt): (_LONG, _LONG) for dt in _HALF},
     (2, 8, torch.float32): (_SHORT, _SHORT),
     (2, 4, torch.float32): (_LONG_HALF_DENSE, _LONG_HALF_DENSE),
 }
@@ -154,7 +156,7 @@ _ONE_ROW = SpmmNmSelectConfig(1, 256, 1)
 SELECT_FEW_ROWS_TILES = {
     **{(n, 8, dt): SELECT_FEW_ROWS_TILE for n in (1, 2) for dt in _HALF},
     (1, 4, torch.bfloat16): SELECT_FEW_ROWS_TILE,
-    (4, 8, torch.bfloat16): _ONE_ROW,
+    **{(4, 8, dt): _ONE_ROW for dt in _HALF},  # fp16 by bf16's (one kernel, 16-bit x pairs)
 }
 
 

@@ -55,10 +55,12 @@ programs an SM, B as the route takes it; prefetching a step ahead measured no fa
        8 tokens     14.6 14.0           15.2 13.4            6.7  6.8
   1:8  2 tokens     13.1 12.7           14.9 13.0            6.2  6.2
        8 tokens     13.2 12.9           14.9 13.1            6.3  6.3
-(2:4, and 16-token tiles, measured slower with 8.) So 2:8 now takes one token from the
-select kernel on large weights with K > rows (4096 x 14336: 14.5 -> 13.5 us through linear,
+(2:4, and 16-token tiles, measured slower with 8.) So 2:8 took one token from the select
+kernel on large weights with K > rows (4096 x 14336: 14.5 -> 13.5 us through linear,
 at-c0ae491/llm_linear; on 14336 x 4096 it measured 13.1 -> 13.1-13.3, and 4096 x 4096's 6.0
-stays), and 1:8 two tokens (13.5 / 12.6 / 6.7).
+stays), and 1:8 two tokens (13.5 / 12.6 / 6.7). The select kernel's permuted picks took that
+token back (results/nvidia-h200/2026-12-03/at-0c0f802/nm_select_bf16.txt, fp16.txt: 4096 x
+14336 2:8 13.7 -> 12.5 bf16, 13.6 -> 12.8 fp16).
 
 Linear's column-major out stored by runs of rows (out_m_fastest; at-825820b/nm_mma_sp_out.txt,
 into linear's out as now / by rows): 2:8 at 16 tokens 21.3 / 18.7 us on 4096 x 14336 and
@@ -126,7 +128,6 @@ MMA_SP_WINDOWS = {
         16,
         wide_few=True,
         wide_small=True,
-        fewest_wide=1,
         out_by_rows_most=16,
         m_tiles_tall=2,
     ),  # fmt: skip
