@@ -59,6 +59,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.split_k import _sum_partials_kernel
     from sparsekernels.kernels.spmm_csr import _spmm_csr_kernel
     from sparsekernels.kernels.spmm_csr_few import _spmm_csr_few_kernel
+    from sparsekernels.kernels.spmm_csr_ring import _csr_ring_kernel
     from sparsekernels.kernels.spmm_csr_scatter import _csr_scatter_kernel
     from sparsekernels.kernels.spmm_csr_scatter import layouts as scatter_layouts
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
@@ -345,6 +346,20 @@ def _cases() -> dict:
         name = f"nm select ring {n}:8 {rows} x {span} {data}" + " producer" * producer
         name += " permuted unmasked" * permute
         cases[name] = (_nm_select_ring_kernel, pointers, constants, warps)
+    for data, columns, lines, warps, vector, pdl in (
+        ("bf16", "i16", 16, 4, 8, 2),
+        ("fp16", "i32", 16, 4, 4, 1),
+        ("bf16", "i16", 32, 8, 8, 0),
+    ):  # CSR entries streamed through a TMA ring: boxes of (lines, 64) entries
+        width = 16 if columns == "i16" else 32
+        value_box = f"tensordesc<{data}[{lines}, 64],{gl.NVMMASharedLayout(0, 16)!r}>"
+        column_box = f"tensordesc<{columns}[{lines}, 64],{gl.NVMMASharedLayout(0, width)!r}>"
+        constants = dict(HAS_BIAS=pdl == 1, ACTIVATION=pdl, BR=lines, PER=vector, STAGES=4,
+                         PDL=pdl)  # fmt: skip
+        pointers = [value_box, column_box, f"*{data}", f"*{columns}", "*i32", "*i32",
+                    f"*{data}", f"*{data}", f"*{data}"]  # fmt: skip
+        name = f"csr ring {data} {columns} {lines} x 64 {warps} warps {vector} a thread"
+        cases[name] = (_csr_ring_kernel, pointers, constants, warps)
     return cases
 
 
@@ -403,6 +418,9 @@ CASE_NAMES = [
     "nm select ring 2:8 16 x 128 fp16",
     "nm select ring 1:8 16 x 128 bf16 permuted unmasked",
     "nm select ring 2:8 16 x 128 fp16 permuted unmasked",
+    "csr ring bf16 i16 16 x 64 4 warps 8 a thread",
+    "csr ring fp16 i32 16 x 64 4 warps 4 a thread",
+    "csr ring bf16 i16 32 x 64 8 warps 8 a thread",
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",

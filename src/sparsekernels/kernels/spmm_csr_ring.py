@@ -1,0 +1,263 @@
+"""CSR times one token with the stored entries streamed through a TMA ring (Gluon, Hopper).
+
+At one token a CSR product is bound by its entries' bytes (a 16-bit value and a 16-bit column
+each). The one-token kernels (spmm_csr_token.py, spmm_csr_token_stream.py) read them with plain
+loads a step ahead from one-warp programs of one to four rows and move ~3 TB/s on the H200; the
+N:M select kernel gained 25-35% when a TMA ring fed it instead (spmm_nm_select_ring.py). A
+CSR row block's entries are one contiguous stretch of the values and columns, so here each
+persistent program owns a run of whole rows holding about 1/P of the entries (`row_splits`,
+balanced by entries, not rows: no program waits on a long row) and streams that stretch as
+steps of BR lines of LINE entries (the arrays viewed as (nnz // LINE, LINE): one 2-D TMA box an
+array a step, where 1-D boxes of at most 256 entries took every thread ~15 instructions a box
+in barriers), copied into a ring of STAGES buffers; the entries past the last whole line are
+read directly by the step holding them. A step's entries may cross row ends: a step inside one
+row adds its products as they come; where rows end, each is summed there (a masked reduction
+over the step) and stored, its next row's end loaded a row ahead. Every column read is one of
+x's (TMA fills zeros past the arrays), so the gather of x needs no mask.
+
+bf16 or fp16 values, int16 or int32 columns (`supports`); float32 sums in a fixed order
+(deterministic). Compiled for sm_90 (Triton 3.6) a step inside a row is ~200 SASS instructions
+a thread for 8 entries (16 x 64 entries on four warps), ~60 of them the two TMA issues. Not yet
+run on the GPU (written after the forty-first session's device time): its GPU tests are
+tests/test_kernels_spmm_csr_ring.py, its sweep benchmarks/sweeps/csr_ring_cold.py; not routed."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ._activation import ACTIVATION_CODES
+from ._gluon_bits import cta_barrier, pdl_launch_dependents, pdl_start, pdl_wait
+from .spmm_nm_select_ring import _activate
+
+# TMA's global-to-shared copy (renamed after Triton 3.6, the H200's)
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+
+LINE = 64  # entries a line: the arrays are viewed as (nnz // LINE, LINE) for 2-D boxes
+
+
+@gluon.jit
+def _copy_step(v_desc, c_desc, v_ring, c_ring, bars, live, line, stage, NBYTES: gl.constexpr):
+    """The step of boxes from `line` (of LINE entries) into `stage`, if `live`."""
+    bar = bars.index(stage)
+    mbarrier.expect(bar, NBYTES, pred=live)
+    tma_load(v_desc, [line, 0], bar, v_ring.index(stage), pred=live)
+    tma_load(c_desc, [line, 0], bar, c_ring.index(stage), pred=live)
+
+
+@gluon.jit
+def _store_row(total, row, bias, out, stride_om, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+    if HAS_BIAS:
+        total += gl.load(bias + row).to(gl.float32)
+    total = _activate(total, ACTIVATION)
+    gl.store(out + row * stride_om, total.to(out.dtype.element_ty))
+
+
+@gluon.jit
+def _sum(tile):
+    return gl.sum(gl.sum(tile, axis=1), axis=0)
+
+
+@gluon.jit
+def _csr_ring_kernel(
+    v_desc,  # (nnz // LINE, LINE) 16-bit values, boxes of (BR, LINE)
+    c_desc,  # (nnz // LINE, LINE) int16 or int32 columns, boxes of (BR, LINE)
+    values,  # (nnz,) the same values: the last partial line's are read directly
+    columns,  # (nnz,) the same columns
+    row_offsets,  # (M + 1,) int32
+    row_splits,  # (programs + 1,) int32: program p owns rows row_splits[p] .. row_splits[p + 1]
+    x,  # (K,) contiguous
+    bias,  # (M,) when HAS_BIAS
+    out,  # (M,) at stride stride_om
+    nnz,
+    stride_om,
+    HAS_BIAS: gl.constexpr,
+    ACTIVATION: gl.constexpr,  # 0 none, 1 relu, 2 gelu
+    BR: gl.constexpr,  # lines a step (BR x LINE entries)
+    PER: gl.constexpr,  # adjacent entries a thread reads at once (a vector of the ring)
+    STAGES: gl.constexpr,  # the ring's buffers
+    PDL: gl.constexpr,
+):
+    LN: gl.constexpr = v_desc.block_type.shape[1]
+    U: gl.constexpr = BR * LN
+    NBYTES: gl.constexpr = v_desc.block_type.nbytes + c_desc.block_type.nbytes
+    STEP: gl.constexpr = gl.BlockedLayout(
+        [1, PER], [32 * PER // LN, LN // PER], [gl.num_warps(), 1], [1, 0]
+    )
+    if PDL == 2:  # the weight's first steps are copied before the wait (x and out after it)
+        pdl_launch_dependents()
+    else:
+        pdl_start(PDL)
+    v_ring = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BR, LN], v_desc.layout)
+    c_ring = gl.allocate_shared_memory(c_desc.dtype, [STAGES, BR, LN], c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for first in gl.static_range(STAGES):
+        mbarrier.init(ready.index(first), count=1)
+    pid = gl.program_id(0)
+    row = gl.load(row_splits + pid)
+    last_row = gl.load(row_splits + pid + 1)
+    begin = gl.load(row_offsets + row)
+    end = gl.load(row_offsets + last_row)
+    line = begin // LN  # the stream starts on the line holding the first entry
+    steps = (end - line * LN + U - 1) // U
+    steps = gl.where(begin < end, steps, 0)
+    for first in gl.static_range(STAGES):
+        _copy_step(v_desc, c_desc, v_ring, c_ring, ready, first < steps, line + first * BR,
+                   first, NBYTES)  # fmt: skip
+    row_end = gl.load(row_offsets + row + 1, mask=row < last_row, other=end)
+    next_end = gl.load(row_offsets + row + 2, mask=row + 1 < last_row, other=end)
+    full = nnz // LN * LN  # entries past it are in no box: loaded directly
+    if PDL == 2:
+        pdl_wait()
+    lines = gl.arange(0, BR, layout=gl.SliceLayout(1, STEP))
+    across = gl.arange(0, LN, layout=gl.SliceLayout(0, STEP))
+    within = gl.expand_dims(lines, 1) * LN + gl.expand_dims(across, 0)  # (BR, LN)
+    acc = gl.zeros([BR, LN], gl.float32, STEP)
+    for t in range(steps):
+        stage = t % STAGES
+        base = (line + t * BR) * LN
+        mbarrier.wait(ready.index(stage), t // STAGES & 1)
+        vals = v_ring.index(stage).load(STEP)
+        cols = c_ring.index(stage).load(STEP)
+        cta_barrier()  # every warp has read the buffer before TMA refills it
+        fence_async_shared()
+        _copy_step(v_desc, c_desc, v_ring, c_ring, ready, t + STAGES < steps,
+                   line + (t + STAGES) * BR, stage, NBYTES)  # fmt: skip
+        entry = base + within
+        if base + U > full:  # the arrays' last partial line (TMA's zero fill there)
+            tail = (entry >= full) & (entry < nnz)
+            vals = gl.where(tail, gl.load(values + entry, mask=tail, other=0.0), vals)
+            cols = gl.where(tail, gl.load(columns + entry, mask=tail, other=0), cols)
+        # every column is one of x's (TMA fills zeros past the arrays): no mask on the gather
+        picked = gl.load(x + cols.to(gl.int32)).to(gl.float32)
+        if (row_end > base + U) & (base >= begin):  # the step is inside one row: no row ends
+            acc += vals.to(gl.float32) * picked
+        else:
+            product = vals.to(gl.float32) * picked
+            below = gl.maximum(base, begin)  # entries under it are other rows'
+            while (row < last_row) & (row_end <= base + U):  # rows ending in this step
+                mine = (entry >= below) & (entry < row_end)
+                _store_row(_sum(acc + gl.where(mine, product, 0.0)), row, bias, out, stride_om,
+                           HAS_BIAS, ACTIVATION)  # fmt: skip
+                acc = gl.zeros([BR, LN], gl.float32, STEP)
+                below = row_end
+                row += 1
+                row_end = next_end  # loaded a row ago
+                next_end = gl.load(row_offsets + row + 2, mask=row + 1 < last_row, other=end)
+            acc += gl.where(entry >= below, product, 0.0)  # past `end`: no row's, never stored
+    while row < last_row:  # rows of no entry after the last step (or a program of empty rows)
+        _store_row(_sum(acc), row, bias, out, stride_om, HAS_BIAS, ACTIVATION)
+        acc = gl.zeros([BR, LN], gl.float32, STEP)
+        row += 1
+    for last in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(last))
+
+
+def supports(row_offsets: torch.Tensor, column_indices: torch.Tensor, values: torch.Tensor,
+             x: torch.Tensor) -> bool:  # fmt: skip
+    """bf16 or fp16 values and x, int16 or int32 columns, int32 offsets, a line of entries at
+    least (LINE), both arrays contiguous from 16-byte aligned bases (TMA)."""
+    if values.dtype not in (torch.bfloat16, torch.float16) or x.dtype != values.dtype:
+        return False
+    if column_indices.dtype not in (torch.int16, torch.int32) or row_offsets.dtype != torch.int32:
+        return False
+    if values.dim() != 1 or values.numel() < LINE or values.numel() != column_indices.numel():
+        return False
+    if values.numel() >= 2**31 - 2**16:  # entry numbers (and a step past them) in int32
+        return False
+    if not (values.is_contiguous() and column_indices.is_contiguous()):
+        return False
+    return values.data_ptr() % 16 == 0 and column_indices.data_ptr() % 16 == 0
+
+
+def row_splits(row_offsets: torch.Tensor, programs: int) -> torch.Tensor:
+    """(programs + 1,) int32: program p owns rows [splits[p], splits[p + 1]), the first row
+    whose entries start at or past p / programs of them; the last split is every row. Cached
+    per weight by the caller (a searchsorted a call is a launch of its own)."""
+    rows = row_offsets.numel() - 1
+    nnz = row_offsets[-1].to(torch.int64)
+    targets = torch.arange(programs + 1, device=row_offsets.device, dtype=torch.int64)
+    targets = (targets * nnz + programs - 1) // programs
+    splits = torch.searchsorted(row_offsets.to(torch.int64), targets).clamp_(max=rows)
+    splits[-1] = rows
+    return splits.to(torch.int32)
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def programs_for(device: torch.device, programs_per_sm: int) -> int:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _multiprocessors(index) * programs_per_sm
+
+
+def spmm_csr_ring(
+    *,
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    values: torch.Tensor,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    out: torch.Tensor,
+    activation: str,
+    splits: torch.Tensor,
+    lines: int = 16,
+    warps: int = 4,
+    stages: int = 4,
+    vector: int = 8,
+    pdl: int = 0,
+) -> torch.Tensor:
+    """out (M,) = act(A @ x + bias) for a CSR A and x (K,); the caller checks `supports`.
+    `splits` from row_splits (a program a split); a step is `lines` x LINE entries, `stages`
+    steps in flight a program, `vector` adjacent entries a thread reads at once (1-64);
+    `pdl`: programmatic dependent launch (kernels/_pdl.py; at 2 the first steps are copied
+    before the wait)."""
+    from ._pdl import launch_options
+
+    rows = out.shape[0]
+    if rows == 0:
+        return out
+    covered = 32 * vector // LINE * warps  # lines a pass of the warps reads
+    if vector not in (1, 2, 4, 8, 16, 32, 64) or covered < 1 or lines % covered:
+        raise ValueError(f"lines must be a multiple of {max(covered, 1)} lines, got {lines}")
+    x = x.reshape(-1)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    nnz = values.numel()
+    v_desc = TensorDescriptor(
+        values, [nnz // LINE, LINE], [LINE, 1], [lines, LINE], gl.NVMMASharedLayout(0, 16)
+    )
+    width = column_indices.element_size() * 8
+    c_desc = TensorDescriptor(
+        column_indices, [nnz // LINE, LINE], [LINE, 1], [lines, LINE],
+        gl.NVMMASharedLayout(0, width),
+    )  # fmt: skip
+    _csr_ring_kernel[(splits.numel() - 1,)](
+        v_desc,
+        c_desc,
+        values,
+        column_indices,
+        row_offsets,
+        splits,
+        x,
+        bias if bias is not None else x,
+        out,
+        nnz,
+        out.stride(0),
+        HAS_BIAS=bias is not None,
+        ACTIVATION=ACTIVATION_CODES[activation],
+        BR=lines,
+        PER=vector,
+        STAGES=stages,
+        PDL=pdl,
+        num_warps=warps,
+        **launch_options(pdl),
+    )
+    return out

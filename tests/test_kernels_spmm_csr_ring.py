@@ -1,0 +1,142 @@
+"""The CSR one-token kernel fed by a TMA ring (Gluon, Hopper only): compiled on the H200 against
+float64 references with poisoned outputs. On the CPU `supports` and `row_splits` run (Gluon has
+no interpreter; test_compile_hopper.py compiles the kernel for sm_90 here).
+
+The GPU shapes put rows of many steps, rows of a fraction of a step and empty rows (leading,
+trailing, runs of them) in one program's stream; programs of no row, of one long row and of
+hundreds of rows; the arrays' last partial line (entries past nnz // 64 * 64, read directly)
+owned by several rows; x's elements no stored entry uses hold NaN, which must not spread."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, randn, random_csr, spmm_bound
+from sparsekernels.kernels.spmm_csr_ring import LINE, row_splits, spmm_csr_ring, supports
+
+
+def _run(A, x, programs, bias=None, activation="none", **options):
+    """The kernel with int16 columns where K allows them (as the sweep and a route give them)."""
+    out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
+    columns = A.pattern.column_indices_int16()
+    spmm_csr_ring(
+        row_offsets=A.row_offsets,
+        column_indices=A.column_indices if columns is None else columns,
+        values=A.values,
+        x=x,
+        bias=bias, out=out, activation=activation, splits=row_splits(A.row_offsets, programs),
+        **options,
+    )  # fmt: skip
+    return out
+
+
+def _x_nan_where_unused(A, gen, dtype):
+    x = randn(A.shape[1], gen=gen, dtype=dtype, device="cuda")
+    used = torch.zeros(A.shape[1], dtype=torch.bool, device="cuda")
+    used[A.column_indices.long()] = True
+    x[~used] = float("nan")
+    return x
+
+
+def _with_rows(lengths, K, gen, dtype, device="cuda"):
+    """A CSR matrix whose rows hold `lengths` entries at random columns."""
+    mask = torch.zeros(len(lengths), K, dtype=torch.bool)
+    for row, length in enumerate(lengths):
+        mask[row, torch.randperm(K, generator=gen)[:length]] = True
+    dense = randn(len(lengths), K, gen=gen, dtype=dtype) * mask
+    return sk.CSRMatrix.from_dense(dense, mask=mask).to(device=device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "lines, warps, vector, stages",
+    [(16, 4, 8, 4), (16, 4, 4, 2), (4, 1, 8, 3), (32, 8, 8, 2), (8, 4, 1, 4)],
+)
+@pytest.mark.parametrize("programs", [1, 3, 40, 1000])
+def test_matches_float64(dtype, lines, warps, vector, stages, programs, gen):
+    """Random sparsity with empty rows, at sizes of a few steps to many; int16 columns."""
+    for M, K, density in [(37, 300, 0.25), (5, 3000, 0.5), (300, 64, 0.1), (1, 777, 0.4)]:
+        A = random_csr(M, K, density, gen, dtype, "cuda")
+        if A.nnz < LINE:
+            continue
+        x = _x_nan_where_unused(A, gen, dtype)
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        got = _run(A, x, programs, lines=lines, warps=warps, vector=vector, stages=stages)
+        assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("programs", [1, 2, 5, 12, 64])
+def test_rows_of_mixed_lengths_and_empty_rows(programs, gen):
+    """Leading, trailing and runs of empty rows; rows longer than a step and under a line; a
+    last partial line shared by rows; float32 sums of bf16 products as the kernel adds them."""
+    lengths = [0, 0, 700, 3, 0, 64, 65, 1, 0, 0, 0, 130, 2000, 17, 63, 0, 5, 0]
+    A = _with_rows(lengths, 2048, gen, torch.bfloat16)
+    assert A.nnz % LINE and A.nnz > LINE
+    x = randn(2048, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = A.to_dense().double() @ x.double()
+    bound = spmm_bound(A.to_dense(), x[:, None])[:, 0]
+    for lines, warps in [(1, 1), (4, 1), (16, 4)]:
+        got = _run(A, x, programs, lines=lines, warps=warps, vector=8 if lines > 1 else 2)
+        assert_close(got, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("pdl", [0, 1, 2])
+def test_bias_activation_and_int32_columns(activation, pdl, gen):
+    """Bias and activation fused; int32 columns (K past int16); PDL's levels."""
+    A = random_csr(50, 40000, 0.01, gen, torch.float16, "cuda")
+    assert A.pattern.column_indices_int16() is None  # int32 columns
+    x = randn(40000, gen=gen, dtype=torch.float16, device="cuda")
+    bias = randn(50, gen=gen, dtype=torch.float16, device="cuda")
+    want = sk.spmm(A.to(dtype=torch.float64), x.double()[:, None], bias.double(), activation,
+                   backend="reference")[:, 0]  # fmt: skip
+    bound = spmm_bound(A.to_dense(), x[:, None])[:, 0] + bias.double().abs()
+    got = _run(A, x, 7, bias, activation, pdl=pdl)
+    assert_close(got, want, bound, torch.float16)
+
+
+@pytest.mark.gpu
+def test_llm_shape_matches_float64(gen):
+    """A 70% magnitude-pruned 4096 x 14336 weight (17.6M entries) at the sweep's form."""
+    w = randn(4096, 14336, gen=gen, dtype=torch.bfloat16, device="cuda")
+    A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), 0.7))
+    x = randn(14336, gen=gen, dtype=torch.bfloat16, device="cuda")
+    programs = torch.cuda.get_device_properties(0).multi_processor_count * 4
+    got = _run(A, x, programs, lines=16, warps=4, vector=8, stages=4)
+    want = A.to_dense().double() @ x.double()
+    assert_close(got, want, spmm_bound(A.to_dense(), x[:, None])[:, 0], torch.bfloat16)
+
+
+def test_row_splits_balance_entries_on_whole_rows(gen):
+    A = _with_rows([0, 5, 300, 0, 7, 7, 900, 1, 0], 1000, gen, torch.float32, "cpu")
+    offsets = A.row_offsets
+    for programs in (1, 2, 3, 4, 9, 30):
+        splits = row_splits(offsets, programs)
+        assert splits.dtype == torch.int32 and splits.numel() == programs + 1
+        assert splits[0] == 0 and splits[-1] == A.shape[0]
+        assert (splits[1:] >= splits[:-1]).all()
+        owned = offsets.long()[splits[1:].long()] - offsets.long()[splits[:-1].long()]
+        assert owned.sum() == A.nnz
+        # each program's first row starts at or past its share: no program starts early
+        share = [(p * A.nnz + programs - 1) // programs for p in range(programs)]
+        starts = offsets.long()[splits[:-1].long()]
+        assert all(s >= t for s, t in zip(starts.tolist(), share, strict=True))
+
+
+def test_supports():
+    values = torch.zeros(128, dtype=torch.bfloat16)
+    columns = torch.zeros(128, dtype=torch.int16)
+    offsets = torch.tensor([0, 128], dtype=torch.int32)
+    x = torch.zeros(8, dtype=torch.bfloat16)
+    assert supports(offsets, columns, values, x)
+    assert supports(offsets, columns.int(), values.half(), x.half())
+    assert not supports(offsets, columns, values.float(), x.float())  # fp32
+    assert not supports(offsets, columns, values, x.half())  # x's dtype differs
+    assert not supports(offsets.long(), columns, values, x)  # int64 offsets
+    assert not supports(offsets, columns.long(), values, x)
+    assert not supports(offsets, columns[:40], values[:40], x)  # under a line of entries
+    assert not supports(offsets, columns[1:], values[1:], x)  # bases off 16 bytes
