@@ -350,6 +350,7 @@ def _cases() -> dict:
         ("bf16", "i16", 16, 4, 8, 2),
         ("fp16", "i32", 16, 4, 4, 1),
         ("bf16", "i16", 32, 8, 8, 0),
+        ("bf16", "i16", 32, 4, 8, 0),
     ):  # CSR entries streamed through a TMA ring: boxes of (lines, 64) entries
         width = 16 if columns == "i16" else 32
         value_box = f"tensordesc<{data}[{lines}, 64],{gl.NVMMASharedLayout(0, 16)!r}>"
@@ -421,6 +422,7 @@ CASE_NAMES = [
     "csr ring bf16 i16 16 x 64 4 warps 8 a thread",
     "csr ring fp16 i32 16 x 64 4 warps 4 a thread",
     "csr ring bf16 i16 32 x 64 8 warps 8 a thread",
+    "csr ring bf16 i16 32 x 64 4 warps 8 a thread",
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",

@@ -51,7 +51,7 @@ def _with_rows(lengths, K, gen, dtype, device="cuda"):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
     "lines, warps, vector, stages",
-    [(16, 4, 8, 4), (16, 4, 4, 2), (4, 1, 8, 3), (32, 8, 8, 2), (8, 4, 1, 4)],
+    [(16, 4, 8, 4), (16, 4, 4, 2), (4, 1, 8, 3), (32, 8, 8, 2), (8, 4, 2, 4), (32, 4, 8, 3)],
 )
 @pytest.mark.parametrize("programs", [1, 3, 40, 1000])
 def test_matches_float64(dtype, lines, warps, vector, stages, programs, gen):
@@ -127,6 +127,25 @@ def test_row_splits_balance_entries_on_whole_rows(gen):
         assert all(s >= t for s, t in zip(starts.tolist(), share, strict=True))
 
 
+def test_bad_step_shapes_raise():
+    A = random_csr(8, 256, 0.5, torch.Generator().manual_seed(0), torch.bfloat16, "cpu")
+    x, out = torch.zeros(256, dtype=torch.bfloat16), torch.empty(8, dtype=torch.bfloat16)
+    common = dict(
+        row_offsets=A.row_offsets,
+        column_indices=A.column_indices,
+        values=A.values,
+        x=x,
+        bias=None,
+        out=out,
+        activation="none",
+        splits=row_splits(A.row_offsets, 2),
+    )
+    with pytest.raises(ValueError, match="vector"):
+        spmm_csr_ring(**common, vector=1)
+    with pytest.raises(ValueError, match="lines must be a multiple of 16"):
+        spmm_csr_ring(**common, lines=8, warps=4, vector=8)  # 4 warps read 16 lines a pass
+
+
 def test_supports():
     values = torch.zeros(128, dtype=torch.bfloat16)
     columns = torch.zeros(128, dtype=torch.int16)
@@ -140,3 +159,55 @@ def test_supports():
     assert not supports(offsets, columns.long(), values, x)
     assert not supports(offsets, columns[:40], values[:40], x)  # under a line of entries
     assert not supports(offsets, columns[1:], values[1:], x)  # bases off 16 bytes
+
+
+@pytest.mark.gpu
+def test_linear_takes_it_where_routed(gen, monkeypatch):
+    """With tuning.CSR_RING set, a one-token linear runs the ring (int16 columns, bias fused,
+    the splits built once per weight); unset, it does not."""
+    from sparsekernels.kernels import spmm_csr_ring as kernel
+    from sparsekernels.kernels import tuning
+
+    calls = []
+    launch = kernel.spmm_csr_ring
+    monkeypatch.setattr(kernel, "spmm_csr_ring", lambda **kw: calls.append(kw) or launch(**kw))
+    A = random_csr(300, 2000, 0.3, gen, torch.bfloat16, "cuda")
+    x = randn(1, 2000, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(300, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
+    sk.linear(x, A, bias)
+    assert not calls  # off by default
+    monkeypatch.setattr(tuning, "CSR_RING", dict(lines=16, warps=4, vector=8, stages=3,
+                                                 programs_per_sm=2))  # fmt: skip
+    monkeypatch.setattr(tuning, "CSR_RING_MIN_NNZ", 0)
+    for _ in range(2):
+        got = sk.linear(x, A, bias)
+        assert_close(got, want, bound, torch.bfloat16)
+    assert len(calls) == 2 and calls[0]["column_indices"].dtype == torch.int16
+    assert calls[0]["splits"] is calls[1]["splits"]
+
+
+def test_splits_kept_per_weight_and_rebuilt_after_an_edit(gen):
+    from sparsekernels.ops._csr_ring import splits_for
+
+    A = _with_rows([3, 0, 90, 7, 200, 1], 300, gen, torch.float32, "cpu")
+    offsets = A.row_offsets.clone()
+    first = splits_for(offsets, 4)
+    assert splits_for(offsets, 4) is first
+    assert torch.equal(first, row_splits(offsets, 4))
+    assert splits_for(offsets, 3) is not first  # another program count
+    offsets[3:] += 100  # an in-place edit (longer rows from the third) bumps the version
+    assert splits_for(offsets, 4) is not first
+    assert torch.equal(splits_for(offsets, 4), row_splits(offsets, 4))
+
+
+def test_route_config(monkeypatch):
+    from sparsekernels.kernels import tuning
+
+    assert tuning.spmm_csr_ring_config(4096, 1 << 24, torch.bfloat16) is None  # not measured
+    ring = dict(lines=16, warps=4, vector=8, stages=4, programs_per_sm=4)
+    monkeypatch.setattr(tuning, "CSR_RING", ring)
+    assert tuning.spmm_csr_ring_config(4096, 1 << 24, torch.float16) == ring
+    assert tuning.spmm_csr_ring_config(4096, 1 << 24, torch.float32) is None
+    assert tuning.spmm_csr_ring_config(64, 1000, torch.bfloat16) is None  # few entries

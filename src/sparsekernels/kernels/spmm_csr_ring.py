@@ -216,7 +216,7 @@ def spmm_csr_ring(
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for a CSR A and x (K,); the caller checks `supports`.
     `splits` from row_splits (a program a split); a step is `lines` x LINE entries, `stages`
-    steps in flight a program, `vector` adjacent entries a thread reads at once (1-64);
+    steps in flight a program, `vector` adjacent entries a thread reads at once (2-64);
     `pdl`: programmatic dependent launch (kernels/_pdl.py; at 2 the first steps are copied
     before the wait)."""
     from ._pdl import launch_options
@@ -224,9 +224,11 @@ def spmm_csr_ring(
     rows = out.shape[0]
     if rows == 0:
         return out
+    if vector not in (2, 4, 8, 16, 32, 64):  # a line's 64 entries over at most a warp's lanes
+        raise ValueError(f"vector must be a power of two from 2 to 64, got {vector}")
     covered = 32 * vector // LINE * warps  # lines a pass of the warps reads
-    if vector not in (1, 2, 4, 8, 16, 32, 64) or covered < 1 or lines % covered:
-        raise ValueError(f"lines must be a multiple of {max(covered, 1)} lines, got {lines}")
+    if lines % covered or lines > 256:
+        raise ValueError(f"lines must be a multiple of {covered} up to 256, got {lines}")
     x = x.reshape(-1)
     if not x.is_contiguous():
         x = x.contiguous()
