@@ -142,8 +142,10 @@ def test_bad_step_shapes_raise():
     )
     with pytest.raises(ValueError, match="vector"):
         spmm_csr_ring(**common, vector=1)
-    with pytest.raises(ValueError, match="lines must be a multiple of 16"):
+    with pytest.raises(ValueError, match="lines must be a power of two from 16"):
         spmm_csr_ring(**common, lines=8, warps=4, vector=8)  # 4 warps read 16 lines a pass
+    with pytest.raises(ValueError, match="power of two"):
+        spmm_csr_ring(**common, lines=48, warps=4, vector=8)  # TMA's boxes
 
 
 def test_supports():

@@ -227,8 +227,8 @@ def spmm_csr_ring(
     if vector not in (2, 4, 8, 16, 32, 64):  # a line's 64 entries over at most a warp's lanes
         raise ValueError(f"vector must be a power of two from 2 to 64, got {vector}")
     covered = 32 * vector // LINE * warps  # lines a pass of the warps reads
-    if lines % covered or lines > 256:
-        raise ValueError(f"lines must be a multiple of {covered} up to 256, got {lines}")
+    if lines < covered or lines > 256 or lines & (lines - 1):
+        raise ValueError(f"lines must be a power of two from {covered} to 256, got {lines}")
     x = x.reshape(-1)
     if not x.is_contiguous():
         x = x.contiguous()
