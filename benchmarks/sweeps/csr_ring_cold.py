@@ -12,7 +12,7 @@ import os
 
 import torch
 from _csr_cases import csr_case
-from triton.testing import do_bench_cudagraph
+from csr_token_cold import rotated
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
@@ -33,11 +33,6 @@ def parse(name: str) -> dict:
     flags = {f[0]: int(f[1:]) for f in name.split("/")[1:]}
     return dict(lines=lines, warps=flags["w"], vector=flags["v"], stages=flags["s"],
                 programs_per_sm=flags["p"])  # fmt: skip
-
-
-def rotated(fn, copies: list) -> float:
-    """us a call of fn over each copy in turn, as one CUDA graph."""
-    return do_bench_cudagraph(lambda: [fn(c) for c in copies], rep=30) * 1e3 / len(copies)
 
 
 def main():

@@ -23,8 +23,6 @@ tests/test_kernels_spmm_csr_ring.py, its sweep benchmarks/sweeps/csr_ring_cold.p
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -33,7 +31,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import cta_barrier, pdl_launch_dependents, pdl_start, pdl_wait
-from .spmm_nm_select_ring import _activate
+from .spmm_nm_select_ring import _activate, _multiprocessors
 
 # TMA's global-to-shared copy (renamed after Triton 3.6, the H200's)
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
@@ -186,11 +184,6 @@ def row_splits(row_offsets: torch.Tensor, programs: int) -> torch.Tensor:
     splits = torch.searchsorted(row_offsets.to(torch.int64), targets).clamp_(max=rows)
     splits[-1] = rows
     return splits.to(torch.int32)
-
-
-@functools.cache
-def _multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def programs_for(device: torch.device, programs_per_sm: int) -> int:
