@@ -115,8 +115,9 @@ def test_row_splits_balance_entries_on_whole_rows(gen):
     A = _with_rows([0, 5, 300, 0, 7, 7, 900, 1, 0], 1000, gen, torch.float32, "cpu")
     offsets = A.row_offsets
     for programs in (1, 2, 3, 4, 9, 30):
-        splits = row_splits(offsets, programs)
+        splits, firsts = row_splits(offsets, programs).unbind(1)
         assert splits.dtype == torch.int32 and splits.numel() == programs + 1
+        assert torch.equal(firsts, offsets[splits.long()])  # each split row's first entry
         assert splits[0] == 0 and splits[-1] == A.shape[0]
         assert (splits[1:] >= splits[:-1]).all()
         owned = offsets.long()[splits[1:].long()] - offsets.long()[splits[:-1].long()]

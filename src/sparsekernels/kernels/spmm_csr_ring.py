@@ -68,7 +68,8 @@ def _csr_ring_kernel(
     values,  # (nnz,) the same values: the last partial line's are read directly
     columns,  # (nnz,) the same columns
     row_offsets,  # (M + 1,) int32
-    row_splits,  # (programs + 1,) int32: program p owns rows row_splits[p] .. row_splits[p + 1]
+    row_splits,  # (programs + 1, 2) int32: program p owns rows row_splits[p, 0] .. [p + 1, 0],
+    # entries row_splits[p, 1] .. [p + 1, 1] (each row's first entry beside it: no load waits)
     x,  # (K,) contiguous
     bias,  # (M,) when HAS_BIAS
     out,  # (M,) at stride stride_om
@@ -97,10 +98,10 @@ def _csr_ring_kernel(
     for first in gl.static_range(STAGES):
         mbarrier.init(ready.index(first), count=1)
     pid = gl.program_id(0)
-    row = gl.load(row_splits + pid)
-    last_row = gl.load(row_splits + pid + 1)
-    begin = gl.load(row_offsets + row)
-    end = gl.load(row_offsets + last_row)
+    row = gl.load(row_splits + 2 * pid)
+    begin = gl.load(row_splits + 2 * pid + 1)
+    last_row = gl.load(row_splits + 2 * pid + 2)
+    end = gl.load(row_splits + 2 * pid + 3)
     line = begin // LN  # the stream starts on the line holding the first entry
     steps = (end - line * LN + U - 1) // U
     steps = gl.where(begin < end, steps, 0)
@@ -174,16 +175,18 @@ def supports(row_offsets: torch.Tensor, column_indices: torch.Tensor, values: to
 
 
 def row_splits(row_offsets: torch.Tensor, programs: int) -> torch.Tensor:
-    """(programs + 1,) int32: program p owns rows [splits[p], splits[p + 1]), the first row
-    whose entries start at or past p / programs of them; the last split is every row. Cached
-    per weight by the caller (a searchsorted a call is a launch of its own)."""
+    """(programs + 1, 2) int32: program p owns rows [splits[p, 0], splits[p + 1, 0]), the first
+    row whose entries start at or past p / programs of them (the last split is every row), and
+    splits[:, 1] is each split row's first entry (a program's bounds in one 16-byte read, not
+    a second dependent load). Cached per weight by the caller (a searchsorted a call is a
+    launch of its own)."""
     rows = row_offsets.numel() - 1
     nnz = row_offsets[-1].to(torch.int64)
     targets = torch.arange(programs + 1, device=row_offsets.device, dtype=torch.int64)
     targets = (targets * nnz + programs - 1) // programs
     splits = torch.searchsorted(row_offsets.to(torch.int64), targets).clamp_(max=rows)
     splits[-1] = rows
-    return splits.to(torch.int32)
+    return torch.stack([splits, row_offsets.to(torch.int64)[splits]], dim=1).to(torch.int32)
 
 
 def programs_for(device: torch.device, programs_per_sm: int) -> int:
@@ -234,7 +237,7 @@ def spmm_csr_ring(
         column_indices, [nnz // LINE, LINE], [LINE, 1], [lines, LINE],
         gl.NVMMASharedLayout(0, width),
     )  # fmt: skip
-    _csr_ring_kernel[(splits.numel() - 1,)](
+    _csr_ring_kernel[(splits.shape[0] - 1,)](
         v_desc,
         c_desc,
         values,
