@@ -356,10 +356,11 @@ def _cases() -> dict:
         value_box = f"tensordesc<{data}[{lines}, 64],{gl.NVMMASharedLayout(0, 16)!r}>"
         column_box = f"tensordesc<{columns}[{lines}, 64],{gl.NVMMASharedLayout(0, width)!r}>"
         constants = dict(HAS_BIAS=pdl == 1, ACTIVATION=pdl, BR=lines, PER=vector, STAGES=4,
-                         PDL=pdl)  # fmt: skip
+                         PREFETCH=warps == 8, PDL=pdl)  # fmt: skip
         pointers = [value_box, column_box, f"*{data}", f"*{columns}", "*i32", "*i32",
                     f"*{data}", f"*{data}", f"*{data}"]  # fmt: skip
         name = f"csr ring {data} {columns} {lines} x 64 {warps} warps {vector} a thread"
+        name += " prefetch" * (warps == 8)
         cases[name] = (_csr_ring_kernel, pointers, constants, warps)
     return cases
 
@@ -421,7 +422,7 @@ CASE_NAMES = [
     "nm select ring 2:8 16 x 128 fp16 permuted unmasked",
     "csr ring bf16 i16 16 x 64 4 warps 8 a thread",
     "csr ring fp16 i32 16 x 64 4 warps 4 a thread",
-    "csr ring bf16 i16 32 x 64 8 warps 8 a thread",
+    "csr ring bf16 i16 32 x 64 8 warps 8 a thread prefetch",
     "csr ring bf16 i16 32 x 64 4 warps 8 a thread",
     "nm unpack 2:8",
     "nm unpack 1:4",

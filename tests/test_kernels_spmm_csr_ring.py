@@ -7,6 +7,8 @@ trailing, runs of them) in one program's stream; programs of no row, of one long
 hundreds of rows; the arrays' last partial line (entries past nnz // 64 * 64, read directly)
 owned by several rows; x's elements no stored entry uses hold NaN, which must not spread."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -54,8 +56,10 @@ def _with_rows(lengths, K, gen, dtype, device="cuda"):
     [(16, 4, 8, 4), (16, 4, 4, 2), (4, 1, 8, 3), (32, 8, 8, 2), (8, 4, 2, 4), (32, 4, 8, 3)],
 )
 @pytest.mark.parametrize("programs", [1, 3, 40, 1000])
-def test_matches_float64(dtype, lines, warps, vector, stages, programs, gen):
-    """Random sparsity with empty rows, at sizes of a few steps to many; int16 columns."""
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_matches_float64(dtype, lines, warps, vector, stages, programs, prefetch, gen):
+    """Random sparsity with empty rows, at sizes of a few steps to many; int16 columns; each
+    step read in its own or (prefetch) in the step before."""
     for M, K, density in [(37, 300, 0.25), (5, 3000, 0.5), (300, 64, 0.1), (1, 777, 0.4)]:
         A = random_csr(M, K, density, gen, dtype, "cuda")
         if A.nnz < LINE:
@@ -63,7 +67,8 @@ def test_matches_float64(dtype, lines, warps, vector, stages, programs, gen):
         x = _x_nan_where_unused(A, gen, dtype)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
-        got = _run(A, x, programs, lines=lines, warps=warps, vector=vector, stages=stages)
+        got = _run(A, x, programs, lines=lines, warps=warps, vector=vector, stages=stages,
+                   prefetch=prefetch)  # fmt: skip
         assert_close(got, want, bound, dtype)
 
 
@@ -78,8 +83,9 @@ def test_rows_of_mixed_lengths_and_empty_rows(programs, gen):
     x = randn(2048, gen=gen, dtype=torch.bfloat16, device="cuda")
     want = A.to_dense().double() @ x.double()
     bound = spmm_bound(A.to_dense(), x[:, None])[:, 0]
-    for lines, warps in [(1, 1), (4, 1), (16, 4)]:
-        got = _run(A, x, programs, lines=lines, warps=warps, vector=8 if lines > 1 else 2)
+    for (lines, warps), prefetch in itertools.product([(1, 1), (4, 1), (16, 4)], [False, True]):
+        vector = 8 if lines > 1 else 2
+        got = _run(A, x, programs, lines=lines, warps=warps, vector=vector, prefetch=prefetch)
         assert_close(got, want, bound, torch.bfloat16)
 
 
@@ -95,7 +101,7 @@ def test_bias_activation_and_int32_columns(activation, pdl, gen):
     want = sk.spmm(A.to(dtype=torch.float64), x.double()[:, None], bias.double(), activation,
                    backend="reference")[:, 0]  # fmt: skip
     bound = spmm_bound(A.to_dense(), x[:, None])[:, 0] + bias.double().abs()
-    got = _run(A, x, 7, bias, activation, pdl=pdl)
+    got = _run(A, x, 7, bias, activation, pdl=pdl, prefetch=pdl == 2)
     assert_close(got, want, bound, torch.float16)
 
 
@@ -106,9 +112,11 @@ def test_llm_shape_matches_float64(gen):
     A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), 0.7))
     x = randn(14336, gen=gen, dtype=torch.bfloat16, device="cuda")
     programs = torch.cuda.get_device_properties(0).multi_processor_count * 4
-    got = _run(A, x, programs, lines=16, warps=4, vector=8, stages=4)
     want = A.to_dense().double() @ x.double()
-    assert_close(got, want, spmm_bound(A.to_dense(), x[:, None])[:, 0], torch.bfloat16)
+    bound = spmm_bound(A.to_dense(), x[:, None])[:, 0]
+    for prefetch in (False, True):
+        got = _run(A, x, programs, lines=16, warps=4, vector=8, stages=4, prefetch=prefetch)
+        assert_close(got, want, bound, torch.bfloat16)
 
 
 def test_row_splits_balance_entries_on_whole_rows(gen):

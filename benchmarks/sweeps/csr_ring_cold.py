@@ -3,8 +3,9 @@ library's route (linear: the one-token or stream walk) and dense cuBLAS, on magn
 LLM weights at 70% and 90%. Rotated weight copies that together overflow L2 twice, CUDA-graph
 medians in us a call, each form checked against float64 first. Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_ring_cold.py
-RINGS ("LxW/wN/vV/sS/pP": L lines of 64 entries a step, N warps, V adjacent entries a thread,
-S buffers, P programs a multiprocessor) and SHAPES (environment) replace the grid.
+RINGS ("LxW/wN/vV/sS/pP[/f]": L lines of 64 entries a step, N warps, V adjacent entries a
+thread, S buffers, P programs a multiprocessor; /f: the next step's values and x read a step
+ahead) and SHAPES (environment) replace the grid.
 """
 
 import itertools
@@ -30,9 +31,9 @@ RINGS = os.environ.get(
 
 def parse(name: str) -> dict:
     lines = int(name.split("x")[0])
-    flags = {f[0]: int(f[1:]) for f in name.split("/")[1:]}
+    flags = {f[0]: int(f[1:] or 1) for f in name.split("/")[1:]}
     return dict(lines=lines, warps=flags["w"], vector=flags["v"], stages=flags["s"],
-                programs_per_sm=flags["p"])  # fmt: skip
+                programs_per_sm=flags["p"], prefetch="f" in flags)  # fmt: skip
 
 
 def main():

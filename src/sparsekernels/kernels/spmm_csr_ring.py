@@ -62,6 +62,25 @@ def _sum(tile):
 
 
 @gluon.jit
+def _read(v_ring, c_ring, ready, stage, phase, STEP: gl.constexpr):
+    """A step's values and columns from the ring once TMA has filled `stage`."""
+    mbarrier.wait(ready.index(stage), phase)
+    return v_ring.index(stage).load(STEP), c_ring.index(stage).load(STEP)
+
+
+@gluon.jit
+def _gather(vals, cols, base, entry, values, columns, x, full, nnz, U: gl.constexpr):
+    """The step's values as float32 and x at their columns; the entries past the arrays' last
+    whole line (TMA's zero fill there) read directly first. Every column is one of x's: no
+    mask on the gather."""
+    if base + U > full:  # (`base` the step's first entry: the arrays' last partial line)
+        tail = (entry >= full) & (entry < nnz)
+        vals = gl.where(tail, gl.load(values + entry, mask=tail, other=0.0), vals)
+        cols = gl.where(tail, gl.load(columns + entry, mask=tail, other=0), cols)
+    return vals.to(gl.float32), gl.load(x + cols.to(gl.int32)).to(gl.float32)
+
+
+@gluon.jit
 def _csr_ring_kernel(
     v_desc,  # (nnz // LINE, LINE) 16-bit values, boxes of (BR, LINE)
     c_desc,  # (nnz // LINE, LINE) int16 or int32 columns, boxes of (BR, LINE)
@@ -80,6 +99,7 @@ def _csr_ring_kernel(
     BR: gl.constexpr,  # lines a step (BR x LINE entries)
     PER: gl.constexpr,  # adjacent entries a thread reads at once (a vector of the ring)
     STAGES: gl.constexpr,  # the ring's buffers
+    PREFETCH: gl.constexpr,  # the next step's values and x loaded a step ahead
     PDL: gl.constexpr,
 ):
     LN: gl.constexpr = v_desc.block_type.shape[1]
@@ -117,27 +137,40 @@ def _csr_ring_kernel(
     across = gl.arange(0, LN, layout=gl.SliceLayout(0, STEP))
     within = gl.expand_dims(lines, 1) * LN + gl.expand_dims(across, 0)  # (BR, LN)
     acc = gl.zeros([BR, LN], gl.float32, STEP)
+    if PREFETCH:  # the first step's values and x, then each step's next in the step before
+        ahead_vals = gl.zeros([BR, LN], gl.float32, STEP)
+        ahead_picked = gl.zeros([BR, LN], gl.float32, STEP)
+        if steps > 0:
+            vals, cols = _read(v_ring, c_ring, ready, 0, 0, STEP)
+            ahead_vals, ahead_picked = _gather(vals, cols, line * LN, line * LN + within, values,
+                                               columns, x, full, nnz, U)  # fmt: skip
     for t in range(steps):
         stage = t % STAGES
         base = (line + t * BR) * LN
-        mbarrier.wait(ready.index(stage), t // STAGES & 1)
-        vals = v_ring.index(stage).load(STEP)
-        cols = c_ring.index(stage).load(STEP)
-        cta_barrier()  # every warp has read the buffer before TMA refills it
-        fence_async_shared()
-        _copy_step(v_desc, c_desc, v_ring, c_ring, ready, t + STAGES < steps,
-                   line + (t + STAGES) * BR, stage, NBYTES)  # fmt: skip
         entry = base + within
-        if base + U > full:  # the arrays' last partial line (TMA's zero fill there)
-            tail = (entry >= full) & (entry < nnz)
-            vals = gl.where(tail, gl.load(values + entry, mask=tail, other=0.0), vals)
-            cols = gl.where(tail, gl.load(columns + entry, mask=tail, other=0), cols)
-        # every column is one of x's (TMA fills zeros past the arrays): no mask on the gather
-        picked = gl.load(x + cols.to(gl.int32)).to(gl.float32)
-        if (row_end > base + U) & (base >= begin):  # the step is inside one row: no row ends
-            acc += vals.to(gl.float32) * picked
+        if PREFETCH:
+            vals, picked = ahead_vals, ahead_picked
+            cta_barrier()  # every warp has read the buffer (a step ago) before TMA refills it
+            fence_async_shared()
+            _copy_step(v_desc, c_desc, v_ring, c_ring, ready, t + STAGES < steps,
+                       line + (t + STAGES) * BR, stage, NBYTES)  # fmt: skip
+            if t + 1 < steps:  # the next step's x loads run under this step's sums
+                following = t + 1
+                vals_next, cols_next = _read(v_ring, c_ring, ready, following % STAGES,
+                                             following // STAGES & 1, STEP)  # fmt: skip
+                ahead_vals, ahead_picked = _gather(vals_next, cols_next, base + U, entry + U,
+                                                   values, columns, x, full, nnz, U)  # fmt: skip
         else:
-            product = vals.to(gl.float32) * picked
+            vals, cols = _read(v_ring, c_ring, ready, stage, t // STAGES & 1, STEP)
+            cta_barrier()  # every warp has read the buffer before TMA refills it
+            fence_async_shared()
+            _copy_step(v_desc, c_desc, v_ring, c_ring, ready, t + STAGES < steps,
+                       line + (t + STAGES) * BR, stage, NBYTES)  # fmt: skip
+            vals, picked = _gather(vals, cols, base, entry, values, columns, x, full, nnz, U)
+        if (row_end > base + U) & (base >= begin):  # the step is inside one row: no row ends
+            acc += vals * picked
+        else:
+            product = vals * picked
             below = gl.maximum(base, begin)  # entries under it are other rows'
             while (row < last_row) & (row_end <= base + U):  # rows ending in this step
                 mine = (entry >= below) & (entry < row_end)
@@ -208,13 +241,15 @@ def spmm_csr_ring(
     warps: int = 4,
     stages: int = 4,
     vector: int = 8,
+    prefetch: bool = False,
     pdl: int = 0,
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for a CSR A and x (K,); the caller checks `supports`.
     `splits` from row_splits (a program a split); a step is `lines` x LINE entries, `stages`
     steps in flight a program, `vector` adjacent entries a thread reads at once (2-64);
-    `pdl`: programmatic dependent launch (kernels/_pdl.py; at 2 the first steps are copied
-    before the wait)."""
+    `prefetch`: each step's values and x read in the step before (x's loads run under that
+    step's sums); `pdl`: programmatic dependent launch (kernels/_pdl.py; at 2 the first steps
+    are copied before the wait)."""
     from ._pdl import launch_options
 
     rows = out.shape[0]
@@ -254,6 +289,7 @@ def spmm_csr_ring(
         BR=lines,
         PER=vector,
         STAGES=stages,
+        PREFETCH=prefetch,
         PDL=pdl,
         num_warps=warps,
         **launch_options(pdl),
