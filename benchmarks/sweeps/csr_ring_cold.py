@@ -25,7 +25,8 @@ if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["SHAPES"].split(",")]
 RINGS = os.environ.get(
     "RINGS",
-    "16x64/w4/v8/s4/p4,32x64/w4/v8/s3/p4,16x64/w4/v4/s4/p4,16x64/w4/v8/s4/p8,32x64/w8/v8/s4/p2",
+    "16x64/w4/v8/s4/p4,16x64/w4/v8/s4/p4/f,32x64/w4/v8/s3/p4,32x64/w4/v8/s3/p4/f,"
+    "16x64/w4/v4/s4/p4,16x64/w4/v8/s4/p8/f,32x64/w8/v8/s4/p2/f,8x64/w4/v4/s6/p4/f",
 ).split(",")
 
 
