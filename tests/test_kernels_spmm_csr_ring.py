@@ -60,7 +60,13 @@ def _with_rows(lengths, K, gen, dtype, device="cuda"):
 def test_matches_float64(dtype, lines, warps, vector, stages, programs, prefetch, gen):
     """Random sparsity with empty rows, at sizes of a few steps to many; int16 columns; each
     step read in its own or (prefetch) in the step before."""
-    for M, K, density in [(37, 300, 0.25), (5, 3000, 0.5), (300, 64, 0.1), (1, 777, 0.4)]:
+    for M, K, density in [
+        (37, 300, 0.25),
+        (5, 3000, 0.5),
+        (300, 64, 0.1),
+        (1, 777, 0.4),
+        (400, 1, 0.5),
+    ]:  # (K = 1: a column; a single row)
         A = random_csr(M, K, density, gen, dtype, "cuda")
         if A.nnz < LINE:
             continue
