@@ -14,7 +14,8 @@ SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the a
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
 N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row) and 1:8
 pipelined by Triton (num_stages 3); the select kernel fed by a TMA ring (1:8 bf16 with a
-TMA warp, 2:8 fp16 refilled by its warps, with bias, GELU and PDL); the N:M unpack kernel by
+TMA warp, 2:8 fp16 refilled by its warps, with bias, GELU and PDL; with the CSR one-token
+kernel fed by a TMA ring, in _compile_cases_rings.py); the N:M unpack kernel by
 byte permutes (2:8 split 4 summed
 by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
 (4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
