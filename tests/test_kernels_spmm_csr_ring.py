@@ -184,7 +184,9 @@ def test_linear_takes_it_where_routed(gen, monkeypatch):
     the splits built once per weight); unset, it does not."""
     from sparsekernels.kernels import spmm_csr_ring as kernel
     from sparsekernels.kernels import tuning
+    from sparsekernels.ops import _launch_plans
 
+    monkeypatch.setattr(_launch_plans, "ENABLED", False)  # each call through the route
     calls = []
     launch = kernel.spmm_csr_ring
     monkeypatch.setattr(kernel, "spmm_csr_ring", lambda **kw: calls.append(kw) or launch(**kw))
