@@ -210,10 +210,10 @@ for step in $steps; do
         python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_few.txt" 2>&1
       echo "few rc=$? $(tail -1 "$out/nm_select_few.txt")" ;;
     csrring)  # the CSR one-token kernel fed by a TMA ring: its GPU tests, then the cold sweep
-      timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_ring.py \
+      timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_ring*.py \
         -p no:cacheprovider -n 8 -rf >"$out/gpu_tests_csr_ring.log" 2>&1
       echo "csrring tests rc=$? $(tail -1 "$out/gpu_tests_csr_ring.log")"
-      timeout 300 python3 benchmarks/sweeps/csr_ring_cold.py >"$out/csr_ring_cold.txt" 2>&1
+      timeout 380 python3 benchmarks/sweeps/csr_ring_cold.py >"$out/csr_ring_cold.txt" 2>&1
       echo "csrring rc=$? $(tail -9 "$out/csr_ring_cold.txt")" ;;
     pdl)  # programmatic dependent launch on the one-token routes (tests, pdl_chain.py)
       timeout 300 python3 -m pytest -q -m gpu tests/test_pdl.py tests/test_kernels_spmm_nm_select.py \

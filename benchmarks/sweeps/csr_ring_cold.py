@@ -5,7 +5,8 @@ medians in us a call, each form checked against float64 first. Prints a table la
     PYTHONPATH=src python3 benchmarks/sweeps/csr_ring_cold.py
 RINGS ("LxW/wN/vV/sS/pP[/f]": L lines of 64 entries a step, N warps, V adjacent entries a
 thread, S buffers, P programs a multiprocessor; /f: the next step's values and x read a step
-ahead) and SHAPES (environment) replace the grid.
+ahead; /l: the line form, formats/_line_layout.py: a base column a line of 64 and a byte an
+entry) and SHAPES (environment) replace the grid.
 """
 
 import itertools
@@ -17,6 +18,7 @@ from csr_token_cold import rotated
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
+from sparsekernels.formats._line_layout import build
 from sparsekernels.kernels import spmm_csr_ring
 
 DEVICE = torch.device("cuda")
@@ -26,7 +28,8 @@ if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
 RINGS = os.environ.get(
     "RINGS",
     "16x64/w4/v8/s4/p4,16x64/w4/v8/s4/p4/f,32x64/w4/v8/s3/p4,32x64/w4/v8/s3/p4/f,"
-    "16x64/w4/v4/s4/p4,16x64/w4/v8/s4/p8/f,32x64/w8/v8/s4/p2/f,8x64/w4/v4/s6/p4/f",
+    "16x64/w4/v4/s4/p4,16x64/w4/v8/s4/p8/f,32x64/w8/v8/s4/p2/f,8x64/w4/v4/s6/p4/f,"
+    "16x64/w4/v8/s4/p4/l,16x64/w4/v8/s4/p4/f/l,32x64/w4/v8/s3/p4/f/l,32x64/w8/v8/s4/p2/f/l",
 ).split(",")
 
 
@@ -34,7 +37,14 @@ def parse(name: str) -> dict:
     lines = int(name.split("x")[0])
     flags = {f[0]: int(f[1:] or 1) for f in name.split("/")[1:]}
     return dict(lines=lines, warps=flags["w"], vector=flags["v"], stages=flags["s"],
-                programs_per_sm=flags["p"], prefetch="f" in flags)  # fmt: skip
+                programs_per_sm=flags["p"], prefetch="f" in flags,
+                line_form="l" in flags)  # fmt: skip
+
+
+def line_form(A):
+    """(row slots, byte offsets, packed values, bases) of A's line layout."""
+    layout = build(A.row_offsets, A.column_indices, A.shape[1], most_slots=4.0)
+    return layout.row_slots, layout.offsets, layout.pack(A.values), layout.bases
 
 
 def main():
@@ -57,18 +67,25 @@ def main():
         timed["linear"] = (
             rotated(lambda Ac: sk.linear(xs, Ac), matrices) if err < 1e-2 else float("nan")
         )
-        parts = [(Ac.row_offsets, Ac.pattern.column_indices_int16(), Ac.values) for Ac in matrices]
+        parts = [(Ac.row_offsets, Ac.pattern.column_indices_int16(), Ac.values, None)
+                 for Ac in matrices]  # fmt: skip
+        lined = [line_form(Ac) for Ac in matrices] if any("/l" in n for n in RINGS) else []
+        if lined:
+            slots = lined[0][0][-1].item()
+            print(f"{M}x{K} {sparsity:.0%}: line form {slots / A.nnz:.3f} slots an entry")
         for name in RINGS:
             options = parse(name)
             programs = spmm_csr_ring.programs_for(DEVICE, options.pop("programs_per_sm"))
-            splits = [spmm_csr_ring.row_splits(p[0], programs) for p in parts]
-            runs = list(zip(parts, splits, strict=True))
+            chosen = lined if options.pop("line_form") else parts
+            splits = [spmm_csr_ring.row_splits(p[0], programs) for p in chosen]
+            runs = list(zip(chosen, splits, strict=True))
 
             def run(c, options=options):
-                (row_offsets, columns, values), splits = c
+                (row_offsets, columns, values, bases), splits = c
                 spmm_csr_ring.spmm_csr_ring(
                     row_offsets=row_offsets, column_indices=columns, values=values, x=x,
-                    bias=None, out=out, activation="none", splits=splits, **options,
+                    bias=None, out=out, activation="none", splits=splits, bases=bases,
+                    **options,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

@@ -40,12 +40,16 @@ LINE = 64  # entries a line: the arrays are viewed as (nnz // LINE, LINE) for 2-
 
 
 @gluon.jit
-def _copy_step(v_desc, c_desc, v_ring, c_ring, bars, live, line, stage, NBYTES: gl.constexpr):
-    """The step of boxes from `line` (of LINE entries) into `stage`, if `live`."""
+def _copy_step(v_desc, c_desc, b_desc, v_ring, c_ring, b_ring, bars, live, line, stage,
+               NBYTES: gl.constexpr, LINES: gl.constexpr):  # fmt: skip
+    """The step of boxes from `line` (of LINE entries) into `stage`, if `live` (in the line
+    form, its lines' base columns too)."""
     bar = bars.index(stage)
     mbarrier.expect(bar, NBYTES, pred=live)
     tma_load(v_desc, [line, 0], bar, v_ring.index(stage), pred=live)
     tma_load(c_desc, [line, 0], bar, c_ring.index(stage), pred=live)
+    if LINES:
+        tma_load(b_desc, [line], bar, b_ring.index(stage), pred=live)
 
 
 @gluon.jit
@@ -62,28 +66,39 @@ def _sum(tile):
 
 
 @gluon.jit
-def _read(v_ring, c_ring, ready, stage, phase, STEP: gl.constexpr):
-    """A step's values and columns from the ring once TMA has filled `stage`."""
+def _read(v_ring, c_ring, b_ring, ready, stage, phase, STEP: gl.constexpr, LINES: gl.constexpr):
+    """A step's values and columns from the ring once TMA has filled `stage` (in the line form
+    each line's base column plus the entries' byte offsets)."""
     mbarrier.wait(ready.index(stage), phase)
-    return v_ring.index(stage).load(STEP), c_ring.index(stage).load(STEP)
+    vals = v_ring.index(stage).load(STEP)
+    if LINES:
+        bases = b_ring.index(stage).load(gl.SliceLayout(1, STEP))
+        cols = gl.expand_dims(bases, 1) + c_ring.index(stage).load(STEP).to(gl.int32)
+    else:
+        cols = c_ring.index(stage).load(STEP).to(gl.int32)
+    return vals, cols
 
 
 @gluon.jit
-def _gather(vals, cols, base, entry, values, columns, x, full, nnz, U: gl.constexpr):
+def _gather(vals, cols, base, entry, values, columns, x, full, nnz, U: gl.constexpr,
+            LINES: gl.constexpr):  # fmt: skip
     """The step's values as float32 and x at their columns; the entries past the arrays' last
-    whole line (TMA's zero fill there) read directly first. Every column is one of x's: no
-    mask on the gather."""
-    if base + U > full:  # (`base` the step's first entry: the arrays' last partial line)
-        tail = (entry >= full) & (entry < nnz)
-        vals = gl.where(tail, gl.load(values + entry, mask=tail, other=0.0), vals)
-        cols = gl.where(tail, gl.load(columns + entry, mask=tail, other=0), cols)
-    return vals.to(gl.float32), gl.load(x + cols.to(gl.int32)).to(gl.float32)
+    whole line (TMA's zero fill there; the line form has none) read directly first. Every
+    column is one of x's: no mask on the gather."""
+    if not LINES:  # noqa: SIM102 (a constexpr test apart from the runtime one)
+        if base + U > full:  # (`base` the step's first entry: the arrays' last partial line)
+            tail = (entry >= full) & (entry < nnz)
+            vals = gl.where(tail, gl.load(values + entry, mask=tail, other=0.0), vals)
+            cols = gl.where(tail, gl.load(columns + entry, mask=tail, other=0).to(gl.int32), cols)
+    return vals.to(gl.float32), gl.load(x + cols).to(gl.float32)
 
 
 @gluon.jit
 def _csr_ring_kernel(
     v_desc,  # (nnz // LINE, LINE) 16-bit values, boxes of (BR, LINE)
-    c_desc,  # (nnz // LINE, LINE) int16 or int32 columns, boxes of (BR, LINE)
+    c_desc,  # (nnz // LINE, LINE) int16 or int32 columns, boxes of (BR, LINE); in the line
+    # form uint8 offsets from each line's base column
+    b_desc,  # the line form: (nnz // LINE,) int32 base columns, boxes of (BR,); else unused
     values,  # (nnz,) the same values: the last partial line's are read directly
     columns,  # (nnz,) the same columns
     row_offsets,  # (M + 1,) int32
@@ -101,10 +116,16 @@ def _csr_ring_kernel(
     STAGES: gl.constexpr,  # the ring's buffers
     PREFETCH: gl.constexpr,  # the next step's values and x loaded a step ahead
     PDL: gl.constexpr,
+    LINES: gl.constexpr,  # the line form (formats/_line_layout.py): nnz a multiple of LINE
 ):
     LN: gl.constexpr = v_desc.block_type.shape[1]
     U: gl.constexpr = BR * LN
-    NBYTES: gl.constexpr = v_desc.block_type.nbytes + c_desc.block_type.nbytes
+    if LINES:
+        NBYTES: gl.constexpr = (
+            v_desc.block_type.nbytes + c_desc.block_type.nbytes + b_desc.block_type.nbytes
+        )
+    else:
+        NBYTES: gl.constexpr = v_desc.block_type.nbytes + c_desc.block_type.nbytes
     STEP: gl.constexpr = gl.BlockedLayout(
         [1, PER], [32 * PER // LN, LN // PER], [gl.num_warps(), 1], [1, 0]
     )
@@ -114,6 +135,10 @@ def _csr_ring_kernel(
         pdl_start(PDL)
     v_ring = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BR, LN], v_desc.layout)
     c_ring = gl.allocate_shared_memory(c_desc.dtype, [STAGES, BR, LN], c_desc.layout)
+    if LINES:
+        b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BR], b_desc.layout)
+    else:
+        b_ring = v_ring  # (unused)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for first in gl.static_range(STAGES):
         mbarrier.init(ready.index(first), count=1)
@@ -126,8 +151,8 @@ def _csr_ring_kernel(
     steps = (end - line * LN + U - 1) // U
     steps = gl.where(begin < end, steps, 0)
     for first in gl.static_range(STAGES):
-        _copy_step(v_desc, c_desc, v_ring, c_ring, ready, first < steps, line + first * BR,
-                   first, NBYTES)  # fmt: skip
+        _copy_step(v_desc, c_desc, b_desc, v_ring, c_ring, b_ring, ready, first < steps,
+                   line + first * BR, first, NBYTES, LINES)  # fmt: skip
     row_end = gl.load(row_offsets + row + 1, mask=row < last_row, other=end)
     next_end = gl.load(row_offsets + row + 2, mask=row + 1 < last_row, other=end)
     full = nnz // LN * LN  # entries past it are in no box: loaded directly
@@ -141,9 +166,9 @@ def _csr_ring_kernel(
         ahead_vals = gl.zeros([BR, LN], gl.float32, STEP)
         ahead_picked = gl.zeros([BR, LN], gl.float32, STEP)
         if steps > 0:
-            vals, cols = _read(v_ring, c_ring, ready, 0, 0, STEP)
+            vals, cols = _read(v_ring, c_ring, b_ring, ready, 0, 0, STEP, LINES)
             ahead_vals, ahead_picked = _gather(vals, cols, line * LN, line * LN + within, values,
-                                               columns, x, full, nnz, U)  # fmt: skip
+                                               columns, x, full, nnz, U, LINES)  # fmt: skip
     for t in range(steps):
         stage = t % STAGES
         base = (line + t * BR) * LN
@@ -152,21 +177,23 @@ def _csr_ring_kernel(
             vals, picked = ahead_vals, ahead_picked
             cta_barrier()  # every warp has read the buffer (a step ago) before TMA refills it
             fence_async_shared()
-            _copy_step(v_desc, c_desc, v_ring, c_ring, ready, t + STAGES < steps,
-                       line + (t + STAGES) * BR, stage, NBYTES)  # fmt: skip
+            _copy_step(v_desc, c_desc, b_desc, v_ring, c_ring, b_ring, ready, t + STAGES < steps,
+                       line + (t + STAGES) * BR, stage, NBYTES, LINES)  # fmt: skip
             if t + 1 < steps:  # the next step's x loads run under this step's sums
                 following = t + 1
-                vals_next, cols_next = _read(v_ring, c_ring, ready, following % STAGES,
-                                             following // STAGES & 1, STEP)  # fmt: skip
+                vals_next, cols_next = _read(v_ring, c_ring, b_ring, ready, following % STAGES,
+                                             following // STAGES & 1, STEP, LINES)  # fmt: skip
                 ahead_vals, ahead_picked = _gather(vals_next, cols_next, base + U, entry + U,
-                                                   values, columns, x, full, nnz, U)  # fmt: skip
+                                                   values, columns, x, full, nnz, U,
+                                                   LINES)  # fmt: skip
         else:
-            vals, cols = _read(v_ring, c_ring, ready, stage, t // STAGES & 1, STEP)
+            vals, cols = _read(v_ring, c_ring, b_ring, ready, stage, t // STAGES & 1, STEP, LINES)
             cta_barrier()  # every warp has read the buffer before TMA refills it
             fence_async_shared()
-            _copy_step(v_desc, c_desc, v_ring, c_ring, ready, t + STAGES < steps,
-                       line + (t + STAGES) * BR, stage, NBYTES)  # fmt: skip
-            vals, picked = _gather(vals, cols, base, entry, values, columns, x, full, nnz, U)
+            _copy_step(v_desc, c_desc, b_desc, v_ring, c_ring, b_ring, ready, t + STAGES < steps,
+                       line + (t + STAGES) * BR, stage, NBYTES, LINES)  # fmt: skip
+            vals, picked = _gather(vals, cols, base, entry, values, columns, x, full, nnz, U,
+                                   LINES)  # fmt: skip
         if (row_end > base + U) & (base >= begin):  # the step is inside one row: no row ends
             acc += vals * picked
         else:
@@ -191,12 +218,18 @@ def _csr_ring_kernel(
 
 
 def supports(row_offsets: torch.Tensor, column_indices: torch.Tensor, values: torch.Tensor,
-             x: torch.Tensor) -> bool:  # fmt: skip
+             x: torch.Tensor, bases: torch.Tensor | None = None) -> bool:  # fmt: skip
     """bf16 or fp16 values and x, int16 or int32 columns, int32 offsets, a line of entries at
-    least (LINE), both arrays contiguous from 16-byte aligned bases (TMA)."""
+    least (LINE), both arrays contiguous from 16-byte aligned bases (TMA). The line form
+    (`bases` given): uint8 offsets, int32 bases, whole lines."""
     if values.dtype not in (torch.bfloat16, torch.float16) or x.dtype != values.dtype:
         return False
-    if column_indices.dtype not in (torch.int16, torch.int32) or row_offsets.dtype != torch.int32:
+    if bases is None:
+        if column_indices.dtype not in (torch.int16, torch.int32):
+            return False
+    elif not _line_form_fits(column_indices, values, bases):
+        return False
+    if row_offsets.dtype != torch.int32:
         return False
     if values.dim() != 1 or values.numel() < LINE or values.numel() != column_indices.numel():
         return False
@@ -205,6 +238,12 @@ def supports(row_offsets: torch.Tensor, column_indices: torch.Tensor, values: to
     if not (values.is_contiguous() and column_indices.is_contiguous()):
         return False
     return values.data_ptr() % 16 == 0 and column_indices.data_ptr() % 16 == 0
+
+
+def _line_form_fits(offsets: torch.Tensor, values: torch.Tensor, bases: torch.Tensor) -> bool:
+    if offsets.dtype != torch.uint8 or bases.dtype != torch.int32 or not bases.is_contiguous():
+        return False
+    return values.numel() == bases.numel() * LINE and bases.data_ptr() % 16 == 0
 
 
 def row_splits(row_offsets: torch.Tensor, programs: int) -> torch.Tensor:
@@ -243,8 +282,11 @@ def spmm_csr_ring(
     vector: int = 8,
     prefetch: bool = False,
     pdl: int = 0,
+    bases: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for a CSR A and x (K,); the caller checks `supports`.
+    With `bases` the line form (formats/_line_layout.py): row_offsets are the rows' slots,
+    column_indices the uint8 offsets, values packed, bases each line's first column.
     `splits` from row_splits (a program a split); a step is `lines` x LINE entries, `stages`
     steps in flight a program, `vector` adjacent entries a thread reads at once (2-64);
     `prefetch`: each step's values and x read in the step before (x's loads run under that
@@ -272,9 +314,15 @@ def spmm_csr_ring(
         column_indices, [nnz // LINE, LINE], [LINE, 1], [lines, LINE],
         gl.NVMMASharedLayout(0, width),
     )  # fmt: skip
+    b_desc = v_desc  # (unused outside the line form)
+    if bases is not None:
+        b_desc = TensorDescriptor(
+            bases, [bases.numel()], [1], [lines], gl.NVMMASharedLayout(0, 32, rank=1)
+        )
     _csr_ring_kernel[(splits.shape[0] - 1,)](
         v_desc,
         c_desc,
+        b_desc,
         values,
         column_indices,
         row_offsets,
@@ -291,6 +339,7 @@ def spmm_csr_ring(
         STAGES=stages,
         PREFETCH=prefetch,
         PDL=pdl,
+        LINES=bases is not None,
         num_warps=warps,
         **launch_options(pdl),
     )

@@ -1,0 +1,112 @@
+"""A CSR pattern packed into lines of 64 entries with one base column and a byte a column.
+
+At one token a CSR product moves each stored entry's value and column once, so the column's
+bytes are a third to a half of the traffic (int16 or int32 beside a 16-bit value). A 70%
+sparse row's neighbouring entries are ~3.3 columns apart, so 64 of them span ~210 columns:
+storing each line's first column once (int32) and every entry's column as a uint8 offset from
+it takes 3.06 bytes an entry with a 16-bit value instead of 4 (or 6). Decoding is one add an
+entry (no prefix sum over deltas). Lines never cross rows: each row's entries are cut into
+lines of at most 64, a line also ending before an entry more than 255 columns past its base,
+and every line is padded to 64 slots with zero values (offset 0: column = base, a real one).
+On 70%-sparse random rows of 4096 columns that is ~2.7% more slots; at 90% the lines are
+mostly cut by the span (~2.5x the slots), and `build` gives up past `most_slots` a kept entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._pattern import index_dtype_for
+
+LINE = 64  # entries a line
+SPAN = 255  # the farthest column a line's uint8 offset reaches from its base
+
+
+@dataclass(frozen=True)
+class LineLayout:
+    """Row r's slots are row_slots[r] .. row_slots[r + 1] (whole lines); line i holds slots
+    i * LINE .. (i + 1) * LINE of `offsets`, the entries at columns bases[i] + offsets."""
+
+    row_slots: torch.Tensor  # (M + 1,) int32 (int64 past 2**31 slots)
+    bases: torch.Tensor  # (lines,) int32: each line's first column
+    offsets: torch.Tensor  # (lines * LINE,) uint8: column - base (0 in padding)
+    source: torch.Tensor  # (lines * LINE,) int64: the CSR entry a slot holds, -1 in padding
+
+    @property
+    def lines(self) -> int:
+        return self.bases.numel()
+
+    def pack(self, values: torch.Tensor) -> torch.Tensor:
+        """The CSR values (nnz,) in slot order (lines * LINE,), zero in the padding."""
+        held = self.source >= 0
+        packed = values.new_zeros(self.source.shape)
+        packed[held] = values[self.source[held]]
+        return packed
+
+
+def build(
+    row_offsets: torch.Tensor, column_indices: torch.Tensor, columns: int, most_slots: float
+) -> LineLayout | None:
+    """The line layout of a CSR pattern (columns strictly increasing within rows), or None when
+    it would hold more than `most_slots` slots a stored entry (the span cuts too many lines).
+    Every row's next line is found at once, an iteration a line of the longest row."""
+    device = row_offsets.device
+    offsets = row_offsets.to(torch.int64)
+    rows, nnz = offsets.numel() - 1, column_indices.numel()
+    cols = column_indices.to(torch.int64)
+    lengths = offsets.diff()
+    # A key that grows along the whole array and jumps more than SPAN between rows: the end of
+    # a line's reach is one searchsorted over every row at once.
+    width = columns + SPAN + 1
+    keys = torch.repeat_interleave(torch.arange(rows, device=device) * width, lengths,
+                                   output_size=nnz) + cols  # fmt: skip
+    limit = most_slots * max(nnz, 1) / LINE
+    line_rows, line_starts, line_counts = [], [], []
+    row = torch.arange(rows, device=device)[lengths > 0]
+    start, row_end = offsets[:-1][lengths > 0], offsets[1:][lengths > 0]
+    found = 0
+    while row.numel():
+        reach = torch.searchsorted(keys, keys[start] + SPAN, right=True)
+        end = torch.minimum(torch.minimum(reach, start + LINE), row_end)
+        line_rows.append(row)
+        line_starts.append(start)
+        line_counts.append(end - start)
+        found += row.numel()
+        if found > limit:
+            return None
+        going = end < row_end
+        row, start, row_end = row[going], end[going], row_end[going]
+    if found == 0:
+        return _empty(rows, device)
+    line_rows_all = torch.cat(line_rows)
+    # A row's lines were found in order: a stable sort by row puts them in place.
+    order = torch.argsort(line_rows_all, stable=True)
+    starts = torch.cat(line_starts)[order]
+    counts = torch.cat(line_counts)[order]
+    per_row = torch.bincount(line_rows_all, minlength=rows)
+    row_slots = torch.zeros(rows + 1, dtype=torch.int64, device=device)
+    row_slots[1:] = per_row.cumsum(0) * LINE
+    slot = torch.arange(LINE, device=device)
+    source = starts[:, None] + slot[None, :]
+    held = slot[None, :] < counts[:, None]
+    source = torch.where(held, source, -1).reshape(-1)
+    bases = cols[starts]
+    offsets_of = torch.where(held.reshape(-1), cols[source.clamp(min=0)] - bases.repeat_interleave(
+        LINE), 0)  # fmt: skip
+    return LineLayout(
+        row_slots=row_slots.to(index_dtype_for(int(row_slots[-1]))),
+        bases=bases.to(torch.int32),
+        offsets=offsets_of.to(torch.uint8),
+        source=source,
+    )
+
+
+def _empty(rows: int, device: torch.device) -> LineLayout:
+    return LineLayout(
+        row_slots=torch.zeros(rows + 1, dtype=torch.int32, device=device),
+        bases=torch.zeros(0, dtype=torch.int32, device=device),
+        offsets=torch.zeros(0, dtype=torch.uint8, device=device),
+        source=torch.zeros(0, dtype=torch.int64, device=device),
+    )

@@ -1,0 +1,70 @@
+"""The CSR line layout (formats/_line_layout.py): every stored entry lands once in a line of its
+row at base + offset with its value, the padding holds zeros, no line spans more than 255
+columns or crosses a row, and a pattern the span cuts too often is refused."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import random_csr
+from sparsekernels.formats._line_layout import LINE, SPAN, build
+
+
+def _unpacked(layout, values, shape):
+    """The dense matrix the layout and its packed values describe (float64)."""
+    slots = layout.row_slots.long()
+    assert (slots % LINE == 0).all() and (slots.diff() >= 0).all()
+    lines_per_row = slots.diff() // LINE
+    line_rows = torch.repeat_interleave(torch.arange(shape[0]), lines_per_row)
+    columns = layout.bases.long().repeat_interleave(LINE) + layout.offsets.long()
+    dense = torch.zeros(shape, dtype=torch.float64)
+    dense.index_put_((line_rows.repeat_interleave(LINE), columns), values.double(),
+                     accumulate=True)  # fmt: skip
+    return dense
+
+
+@pytest.mark.parametrize(
+    "M, K, density",
+    [(7, 300, 0.3), (64, 4096, 0.3), (33, 1000, 0.05), (300, 1, 0.5), (5, 40000, 0.5),
+     (1, 777, 0.9), (200, 2048, 0.7)],
+)  # fmt: skip
+def test_round_trip(M, K, density, gen):
+    A = random_csr(M, K, density, gen, torch.float64, "cpu")
+    layout = build(A.row_offsets, A.column_indices, K, most_slots=1000.0)
+    packed = layout.pack(A.values)
+    assert packed.shape == (layout.lines * LINE,) and layout.offsets.dtype == torch.uint8
+    assert torch.equal(_unpacked(layout, packed, (M, K)), A.to_dense())
+    held = layout.source >= 0
+    assert torch.equal(layout.source[held].sort().values, torch.arange(A.nnz))  # each once
+    assert (packed[~held] == 0).all() and (layout.offsets[~held] == 0).all()
+    # a line's columns rise from its base within the span, its first slot always held
+    offsets = layout.offsets.view(-1, LINE).long()
+    assert held.view(-1, LINE)[:, 0].all() and (offsets[:, 0] == 0).all()
+    assert (offsets <= SPAN).all()
+
+
+def test_lines_break_at_rows_at_64_and_at_the_span():
+    """Row 0: 130 adjacent columns (lines of 64, 64, 2); row 1 empty; row 2: columns 0, 255,
+    256 (a new line at 256, 256 past the base); row 3: one entry."""
+    mask = torch.zeros(4, 1000, dtype=torch.bool)
+    mask[0, :130] = True
+    mask[2, [0, 255, 256]] = True
+    mask[3, 999] = True
+    A = sk.CSRMatrix.from_dense(torch.arange(1, 4001.0).view(4, 1000) * mask, mask=mask)
+    layout = build(A.row_offsets, A.column_indices, 1000, most_slots=100.0)
+    assert layout.row_slots.tolist() == [0, 192, 192, 320, 384]
+    assert layout.bases.tolist() == [0, 64, 128, 0, 256, 999]
+    assert layout.offsets.view(-1, LINE)[3, :3].tolist() == [0, 255, 0]
+
+
+def test_refused_past_most_slots(gen):
+    A = random_csr(40, 4000, 0.02, gen, torch.float32, "cpu")  # ~80 columns apart: cut lines
+    assert build(A.row_offsets, A.column_indices, 4000, most_slots=1.5) is None
+    assert build(A.row_offsets, A.column_indices, 4000, most_slots=100.0) is not None
+
+
+def test_empty_pattern():
+    A = sk.CSRMatrix.from_dense(torch.zeros(3, 10))
+    layout = build(A.row_offsets, A.column_indices, 10, most_slots=2.0)
+    assert layout.lines == 0 and layout.row_slots.tolist() == [0, 0, 0, 0]
+    assert layout.pack(A.values).numel() == 0
