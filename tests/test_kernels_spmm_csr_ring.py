@@ -230,3 +230,47 @@ def test_route_config(monkeypatch):
     assert tuning.spmm_csr_ring_config(4096, 1 << 24, torch.float16) == ring
     assert tuning.spmm_csr_ring_config(4096, 1 << 24, torch.float32) is None
     assert tuning.spmm_csr_ring_config(64, 1000, torch.bfloat16) is None  # few entries
+
+
+def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen, monkeypatch):
+    from sparsekernels.formats._line_layout import LINE
+    from sparsekernels.kernels import tuning
+    from sparsekernels.ops._csr_ring import line_form_for
+
+    A = random_csr(40, 500, 0.4, gen, torch.float32, "cpu")
+    values = A.values.clone()
+    first = line_form_for(A.row_offsets, A.column_indices, values, 500)
+    slots, offsets, packed, bases = first
+    assert slots[-1] == packed.numel() == bases.numel() * LINE and offsets.dtype == torch.uint8
+    again = line_form_for(A.row_offsets, A.column_indices, values, 500)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    values.mul_(2)  # an optimizer's step: the values are packed again, the layout kept
+    edited = line_form_for(A.row_offsets, A.column_indices, values, 500)
+    assert edited[0] is slots and torch.equal(edited[2], 2 * packed)
+    sparse = random_csr(40, 5000, 0.02, gen, torch.float32, "cpu")  # lines cut by the span
+    monkeypatch.setattr(tuning, "CSR_LINES_MOST_SLOTS", 1.25)
+    assert line_form_for(sparse.row_offsets, sparse.column_indices, sparse.values, 5000) is None
+
+
+@pytest.mark.gpu
+def test_linear_takes_the_line_form_where_routed(gen, monkeypatch):
+    from sparsekernels.kernels import spmm_csr_ring as kernel
+    from sparsekernels.kernels import tuning
+    from sparsekernels.ops import _launch_plans
+
+    monkeypatch.setattr(_launch_plans, "ENABLED", False)
+    calls = []
+    launch = kernel.spmm_csr_ring
+    monkeypatch.setattr(kernel, "spmm_csr_ring", lambda **kw: calls.append(kw) or launch(**kw))
+    monkeypatch.setattr(tuning, "CSR_RING", dict(lines=16, warps=4, vector=8, stages=3,
+                                                 programs_per_sm=2, line_form=True))  # fmt: skip
+    monkeypatch.setattr(tuning, "CSR_RING_MIN_NNZ", 0)
+    A = random_csr(300, 2000, 0.3, gen, torch.bfloat16, "cuda")
+    x = randn(1, 2000, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(300, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
+    for _ in range(2):
+        assert_close(sk.linear(x, A, bias), want, bound, torch.bfloat16)
+    assert len(calls) == 2 and calls[0]["column_indices"].dtype == torch.uint8
+    assert calls[0]["values"] is calls[1]["values"]  # packed once

@@ -130,6 +130,9 @@ def spmm_csr_token_stream_rows(rows: int, nnz: int) -> int | None:
 # benchmarks/sweeps/csr_ring_cold.py picks the form (its RINGS' fields) and where it wins.
 CSR_RING: dict | None = None  # e.g. dict(lines=16, warps=4, vector=8, stages=4, programs_per_sm=4)
 CSR_RING_MIN_NNZ = 1 << 20  # stored entries at least (a wave of programs of many steps each)
+# The line form (line_form=True in CSR_RING) only where its lines hold few padding slots: past
+# this many slots a stored entry (random 70% rows: 1.03; 90%: ~2.5) the plain form is read.
+CSR_LINES_MOST_SLOTS = 1.25
 
 
 def spmm_csr_ring_config(rows: int, nnz: int, dtype) -> dict | None:
