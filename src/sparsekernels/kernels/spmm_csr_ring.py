@@ -72,7 +72,7 @@ def _read(v_ring, c_ring, b_ring, ready, stage, phase, STEP: gl.constexpr, LINES
     mbarrier.wait(ready.index(stage), phase)
     vals = v_ring.index(stage).load(STEP)
     if LINES:
-        bases = b_ring.index(stage).load(gl.SliceLayout(1, STEP))
+        bases = b_ring.index(stage).slice(0, c_ring.shape[1]).load(gl.SliceLayout(1, STEP))
         cols = gl.expand_dims(bases, 1) + c_ring.index(stage).load(STEP).to(gl.int32)
     else:
         cols = c_ring.index(stage).load(STEP).to(gl.int32)
@@ -135,8 +135,9 @@ def _csr_ring_kernel(
         pdl_start(PDL)
     v_ring = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BR, LN], v_desc.layout)
     c_ring = gl.allocate_shared_memory(c_desc.dtype, [STAGES, BR, LN], c_desc.layout)
-    if LINES:
-        b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BR], b_desc.layout)
+    if LINES:  # (a box of at least 32 bases: TMA writes to 128-byte aligned shared memory)
+        BB: gl.constexpr = b_desc.block_type.shape[0]
+        b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BB], b_desc.layout)
     else:
         b_ring = v_ring  # (unused)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -302,6 +303,8 @@ def spmm_csr_ring(
     covered = 32 * vector // LINE * warps  # lines a pass of the warps reads
     if lines < covered or lines > 256 or lines & (lines - 1):
         raise ValueError(f"lines must be a power of two from {covered} to 256, got {lines}")
+    if bases is not None and lines < 2:  # a stage's byte offsets: 128 bytes at least (TMA)
+        raise ValueError(f"lines must be at least 2 in the line form, got {lines}")
     x = x.reshape(-1)
     if not x.is_contiguous():
         x = x.contiguous()
@@ -316,8 +319,8 @@ def spmm_csr_ring(
     )  # fmt: skip
     b_desc = v_desc  # (unused outside the line form)
     if bases is not None:
-        b_desc = TensorDescriptor(
-            bases, [bases.numel()], [1], [lines], gl.NVMMASharedLayout(0, 32, rank=1)
+        b_desc = TensorDescriptor(  # (128 bytes at least: each stage's buffer aligned)
+            bases, [bases.numel()], [1], [max(lines, 32)], gl.NVMMASharedLayout(0, 32, rank=1)
         )
     _csr_ring_kernel[(splits.shape[0] - 1,)](
         v_desc,
