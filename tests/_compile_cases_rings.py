@@ -43,7 +43,7 @@ def ring_cases() -> dict:
         column_box = f"tensordesc<{columns}[{lines}, 64],{gl.NVMMASharedLayout(0, width)!r}>"
         base_box = value_box
         if columns == "u8":
-            base_box = f"tensordesc<i32[{max(lines, 32)}],{gl.NVMMASharedLayout(0, 32, rank=1)!r}>"
+            base_box = f"tensordesc<i32[{lines}, 4],{gl.NVMMASharedLayout(0, 32)!r}>"
         constants = dict(HAS_BIAS=pdl == 1, ACTIVATION=pdl, BR=lines, PER=vector, STAGES=4,
                          PREFETCH=prefetch, PDL=pdl, LINES=columns == "u8")  # fmt: skip
         pointers = [value_box, column_box, base_box, f"*{data}", f"*{columns}", "*i32", "*i32",

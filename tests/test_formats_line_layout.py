@@ -16,7 +16,7 @@ def _unpacked(layout, values, shape):
     assert (slots % LINE == 0).all() and (slots.diff() >= 0).all()
     lines_per_row = slots.diff() // LINE
     line_rows = torch.repeat_interleave(torch.arange(shape[0]), lines_per_row)
-    columns = layout.bases.long().repeat_interleave(LINE) + layout.offsets.long()
+    columns = layout.bases[:, 0].long().repeat_interleave(LINE) + layout.offsets.long()
     dense = torch.zeros(shape, dtype=torch.float64)
     dense.index_put_((line_rows.repeat_interleave(LINE), columns), values.double(),
                      accumulate=True)  # fmt: skip
@@ -53,7 +53,7 @@ def test_lines_break_at_rows_at_64_and_at_the_span():
     A = sk.CSRMatrix.from_dense(torch.arange(1, 4001.0).view(4, 1000) * mask, mask=mask)
     layout = build(A.row_offsets, A.column_indices, 1000, most_slots=100.0)
     assert layout.row_slots.tolist() == [0, 192, 192, 320, 384]
-    assert layout.bases.tolist() == [0, 64, 128, 0, 256, 999]
+    assert layout.bases[:, 0].tolist() == [0, 64, 128, 0, 256, 999]
     assert layout.offsets.view(-1, LINE)[3, :3].tolist() == [0, 255, 0]
 
 

@@ -241,7 +241,7 @@ def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen, monkeypatch):
     values = A.values.clone()
     first = line_form_for(A.row_offsets, A.column_indices, values, 500)
     slots, offsets, packed, bases = first
-    assert slots[-1] == packed.numel() == bases.numel() * LINE and offsets.dtype == torch.uint8
+    assert slots[-1] == packed.numel() == bases.shape[0] * LINE and offsets.dtype == torch.uint8
     again = line_form_for(A.row_offsets, A.column_indices, values, 500)
     assert all(a is b for a, b in zip(first, again, strict=True))
     values.mul_(2)  # an optimizer's step: the values are packed again, the layout kept

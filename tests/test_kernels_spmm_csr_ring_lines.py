@@ -39,7 +39,7 @@ def _x_nan_where_unused(A, gen, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize(
-    "lines, warps, vector, stages", [(16, 4, 8, 4), (4, 1, 8, 3), (32, 8, 8, 2), (8, 4, 2, 4)]
+    "lines, warps, vector, stages", [(16, 4, 8, 4), (8, 1, 8, 3), (32, 8, 8, 2), (8, 4, 2, 4)]
 )
 @pytest.mark.parametrize("programs", [1, 3, 40, 1000])
 @pytest.mark.parametrize("prefetch", [False, True])

@@ -4,7 +4,8 @@ At one token a CSR product moves each stored entry's value and column once, so t
 bytes are a third to a half of the traffic (int16 or int32 beside a 16-bit value). A 70%
 sparse row's neighbouring entries are ~3.3 columns apart, so 64 of them span ~210 columns:
 storing each line's first column once (int32) and every entry's column as a uint8 offset from
-it takes 3.06 bytes an entry with a 16-bit value instead of 4 (or 6). Decoding is one add an
+it takes 3.25 bytes an entry with a 16-bit value instead of 4 (or 6; the base is kept in
+a row of four int32 for TMA). Decoding is one add an
 entry (no prefix sum over deltas). Lines never cross rows: each row's entries are cut into
 lines of at most 64, a line also ending before an entry more than 255 columns past its base,
 and every line is padded to 64 slots with zero values (offset 0: column = base, a real one).
@@ -27,16 +28,17 @@ SPAN = 255  # the farthest column a line's uint8 offset reaches from its base
 @dataclass(frozen=True)
 class LineLayout:
     """Row r's slots are row_slots[r] .. row_slots[r + 1] (whole lines); line i holds slots
-    i * LINE .. (i + 1) * LINE of `offsets`, the entries at columns bases[i] + offsets."""
+    i * LINE .. (i + 1) * LINE of `offsets`, the entries at columns bases[i, 0] + offsets."""
 
     row_slots: torch.Tensor  # (M + 1,) int32 (int64 past 2**31 slots)
-    bases: torch.Tensor  # (lines,) int32: each line's first column
+    bases: torch.Tensor  # (lines, 4) int32: each line's first column, then 0, 0, 0 (rows of
+    # 16 bytes: TMA's boxes start only 16-byte aligned in a row)
     offsets: torch.Tensor  # (lines * LINE,) uint8: column - base (0 in padding)
     source: torch.Tensor  # (lines * LINE,) int64: the CSR entry a slot holds, -1 in padding
 
     @property
     def lines(self) -> int:
-        return self.bases.numel()
+        return self.bases.shape[0]
 
     def pack(self, values: torch.Tensor) -> torch.Tensor:
         """The CSR values (nnz,) in slot order (lines * LINE,), zero in the padding."""
@@ -97,7 +99,7 @@ def build(
         LINE), 0)  # fmt: skip
     return LineLayout(
         row_slots=row_slots.to(index_dtype_for(int(row_slots[-1]))),
-        bases=bases.to(torch.int32),
+        bases=torch.nn.functional.pad(bases[:, None], (0, 3)).to(torch.int32),
         offsets=offsets_of.to(torch.uint8),
         source=source,
     )
@@ -106,7 +108,7 @@ def build(
 def _empty(rows: int, device: torch.device) -> LineLayout:
     return LineLayout(
         row_slots=torch.zeros(rows + 1, dtype=torch.int32, device=device),
-        bases=torch.zeros(0, dtype=torch.int32, device=device),
+        bases=torch.zeros(0, 4, dtype=torch.int32, device=device),
         offsets=torch.zeros(0, dtype=torch.uint8, device=device),
         source=torch.zeros(0, dtype=torch.int64, device=device),
     )

@@ -49,7 +49,7 @@ def _copy_step(v_desc, c_desc, b_desc, v_ring, c_ring, b_ring, bars, live, line,
     tma_load(v_desc, [line, 0], bar, v_ring.index(stage), pred=live)
     tma_load(c_desc, [line, 0], bar, c_ring.index(stage), pred=live)
     if LINES:
-        tma_load(b_desc, [line], bar, b_ring.index(stage), pred=live)
+        tma_load(b_desc, [line, 0], bar, b_ring.index(stage), pred=live)
 
 
 @gluon.jit
@@ -72,7 +72,10 @@ def _read(v_ring, c_ring, b_ring, ready, stage, phase, STEP: gl.constexpr, LINES
     mbarrier.wait(ready.index(stage), phase)
     vals = v_ring.index(stage).load(STEP)
     if LINES:
-        bases = b_ring.index(stage).slice(0, c_ring.shape[1]).load(gl.SliceLayout(1, STEP))
+        # (a line's base is the first of its row of four int32; the max ignores replicas)
+        four = b_ring.index(stage).load(STEP)
+        first = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, STEP)), 0) == 0
+        bases = gl.max(gl.where(first, four, -1), axis=1)
         cols = gl.expand_dims(bases, 1) + c_ring.index(stage).load(STEP).to(gl.int32)
     else:
         cols = c_ring.index(stage).load(STEP).to(gl.int32)
@@ -98,7 +101,8 @@ def _csr_ring_kernel(
     v_desc,  # (nnz // LINE, LINE) 16-bit values, boxes of (BR, LINE)
     c_desc,  # (nnz // LINE, LINE) int16 or int32 columns, boxes of (BR, LINE); in the line
     # form uint8 offsets from each line's base column
-    b_desc,  # the line form: (nnz // LINE,) int32 base columns, boxes of (BR,); else unused
+    b_desc,  # the line form: (nnz // LINE, 4) int32, each line's base column first (a 1-D
+    # box starts at any line and TMA's 1-D starts must be 16-byte aligned), boxes of (BR, 4)
     values,  # (nnz,) the same values: the last partial line's are read directly
     columns,  # (nnz,) the same columns
     row_offsets,  # (M + 1,) int32
@@ -135,9 +139,8 @@ def _csr_ring_kernel(
         pdl_start(PDL)
     v_ring = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BR, LN], v_desc.layout)
     c_ring = gl.allocate_shared_memory(c_desc.dtype, [STAGES, BR, LN], c_desc.layout)
-    if LINES:  # (a box of at least 32 bases: TMA writes to 128-byte aligned shared memory)
-        BB: gl.constexpr = b_desc.block_type.shape[0]
-        b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BB], b_desc.layout)
+    if LINES:
+        b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BR, 4], b_desc.layout)
     else:
         b_ring = v_ring  # (unused)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -222,7 +225,7 @@ def supports(row_offsets: torch.Tensor, column_indices: torch.Tensor, values: to
              x: torch.Tensor, bases: torch.Tensor | None = None) -> bool:  # fmt: skip
     """bf16 or fp16 values and x, int16 or int32 columns, int32 offsets, a line of entries at
     least (LINE), both arrays contiguous from 16-byte aligned bases (TMA). The line form
-    (`bases` given): uint8 offsets, int32 bases, whole lines."""
+    (`bases` given): uint8 offsets, (lines, 4) int32 bases, whole lines."""
     if values.dtype not in (torch.bfloat16, torch.float16) or x.dtype != values.dtype:
         return False
     if bases is None:
@@ -244,7 +247,9 @@ def supports(row_offsets: torch.Tensor, column_indices: torch.Tensor, values: to
 def _line_form_fits(offsets: torch.Tensor, values: torch.Tensor, bases: torch.Tensor) -> bool:
     if offsets.dtype != torch.uint8 or bases.dtype != torch.int32 or not bases.is_contiguous():
         return False
-    return values.numel() == bases.numel() * LINE and bases.data_ptr() % 16 == 0
+    if bases.dim() != 2 or bases.shape[1] != 4:
+        return False
+    return values.numel() == bases.shape[0] * LINE and bases.data_ptr() % 16 == 0
 
 
 def row_splits(row_offsets: torch.Tensor, programs: int) -> torch.Tensor:
@@ -287,7 +292,8 @@ def spmm_csr_ring(
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for a CSR A and x (K,); the caller checks `supports`.
     With `bases` the line form (formats/_line_layout.py): row_offsets are the rows' slots,
-    column_indices the uint8 offsets, values packed, bases each line's first column.
+    column_indices the uint8 offsets, values packed, bases (lines, 4) each line's first column
+    in its first place.
     `splits` from row_splits (a program a split); a step is `lines` x LINE entries, `stages`
     steps in flight a program, `vector` adjacent entries a thread reads at once (2-64);
     `prefetch`: each step's values and x read in the step before (x's loads run under that
@@ -303,8 +309,8 @@ def spmm_csr_ring(
     covered = 32 * vector // LINE * warps  # lines a pass of the warps reads
     if lines < covered or lines > 256 or lines & (lines - 1):
         raise ValueError(f"lines must be a power of two from {covered} to 256, got {lines}")
-    if bases is not None and lines < 2:  # a stage's byte offsets: 128 bytes at least (TMA)
-        raise ValueError(f"lines must be at least 2 in the line form, got {lines}")
+    if bases is not None and lines < 8:  # a stage's bases: 128 bytes at least (TMA)
+        raise ValueError(f"lines must be at least 8 in the line form, got {lines}")
     x = x.reshape(-1)
     if not x.is_contiguous():
         x = x.contiguous()
@@ -319,8 +325,8 @@ def spmm_csr_ring(
     )  # fmt: skip
     b_desc = v_desc  # (unused outside the line form)
     if bases is not None:
-        b_desc = TensorDescriptor(  # (128 bytes at least: each stage's buffer aligned)
-            bases, [bases.numel()], [1], [max(lines, 32)], gl.NVMMASharedLayout(0, 32, rank=1)
+        b_desc = TensorDescriptor(
+            bases, [bases.shape[0], 4], [4, 1], [lines, 4], gl.NVMMASharedLayout(0, 32)
         )
     _csr_ring_kernel[(splits.shape[0] - 1,)](
         v_desc,
