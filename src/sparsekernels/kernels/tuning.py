@@ -124,24 +124,6 @@ def spmm_csr_token_stream_rows(rows: int, nnz: int) -> int | None:
     return None
 
 
-# The one-token kernel fed by a TMA ring (spmm_csr_ring.py: entries balanced across persistent
-# programs, 2-D boxes of 64-entry lines, STAGES steps in flight): written after the forty-first
-# session's device time and not yet measured, so no weight takes it (None). The sweep
-# benchmarks/sweeps/csr_ring_cold.py picks the form (its RINGS' fields) and where it wins.
-CSR_RING: dict | None = None  # e.g. dict(lines=16, warps=4, vector=8, stages=4, programs_per_sm=4)
-CSR_RING_MIN_NNZ = 1 << 20  # stored entries at least (a wave of programs of many steps each)
-# The line form (line_form=True in CSR_RING) only where its lines hold few padding slots: past
-# this many slots a stored entry (random 70% rows: 1.03; 90%: ~2.5) the plain form is read.
-CSR_LINES_MOST_SLOTS = 1.25
-
-
-def spmm_csr_ring_config(rows: int, nnz: int, dtype) -> dict | None:
-    """The ring kernel's launch options where it measured faster (CSR_RING), else None; the
-    caller checks the kernel's `supports` and Hopper."""
-    half = dtype.is_floating_point and dtype.itemsize == 2  # bf16 or fp16 (torch.dtype)
-    return CSR_RING if CSR_RING is not None and half and nnz >= CSR_RING_MIN_NNZ else None
-
-
 # The largest N (tokens) the CSR row walk takes: 1 is the one-token kernel; 2..this, the
 # few-token kernel (spmm_csr_few.py); past it the general kernel. H200 sweep (2026-11-30,
 # csr_few_tokens.txt, 4096 x 14336, 14336 x 4096 and 4096 x 4096 at 70% and 90%, bf16): the

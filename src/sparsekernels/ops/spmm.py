@@ -14,7 +14,6 @@ from ..kernels import spmm_csr_few, spmm_csr_token, spmm_csr_token_stream, tunin
 from ..kernels._pdl import decode_pdl
 from . import (
     _autocast,
-    _csr_ring,
     _csr_scatter,
     _cusparselt,
     _dense,
@@ -227,10 +226,6 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
     if b.dim() == 2 and b.shape[1] == 1 and values.dim() == 1:  # one token: aligned vector loads
-        ring = _csr_ring.run(row_offsets, column_indices, values, b[:, 0], bias, out[:, 0],
-                             activation)  # fmt: skip
-        if ring is not None:  # the entries through a TMA ring (tuning.CSR_RING)
-            return out
         stream_rows = tuning.spmm_csr_token_stream_rows(rows, column_indices.numel())
         if stream_rows is not None:  # many short rows: each program's rows as one stream
             spmm_csr_token_stream.spmm_csr_token_stream(
