@@ -64,6 +64,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.spmm_csr_scatter import _csr_scatter_kernel
     from sparsekernels.kernels.spmm_csr_scatter import layouts as scatter_layouts
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
+    from sparsekernels.kernels.spmm_csr_token_lines import _spmm_csr_token_lines_kernel
     from sparsekernels.kernels.spmm_csr_token_stream import _spmm_csr_token_stream_kernel
     from sparsekernels.kernels.spmm_nm import _spmm_nm_dot_kernel
     from sparsekernels.kernels.spmm_nm_decode import _nm_decode_kernel
@@ -164,6 +165,12 @@ def _cases() -> dict:
             pointers = ["*i32", cols, data, data, data, "*i32", data]
             name = f"csr token {data}" + (" lane-major" if lane_major else "")
             cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
+    for rows, block in ((1, 256), (2, 256), (1, 512)):  # the one-token walk on the line layout
+        constants = dict(HAS_BIAS=rows == 2, ACTIVATION=0, ACC_DTYPE=tl.float32, ROWS=rows,
+                         BLOCK=block, LINE=64, HEAD_BASE=(1 << 24) - 1, PDL=2)  # fmt: skip
+        pointers = ["*i32", "*u8", "*i32", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+        cases[f"csr token lines {rows} x {block}"] = (_spmm_csr_token_lines_kernel, pointers,
+                                                      constants, 1)  # fmt: skip
     constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32, INDEX=tl.int32, ROWS=4,
                      BLOCK=256, GROUP=16, PDL=2)  # fmt: skip
     pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
@@ -360,6 +367,9 @@ CASE_NAMES = [
     "csr token *fp64",
     "csr token *bf16 lane-major",
     "csr token *fp64 lane-major",
+    "csr token lines 1 x 256",
+    "csr token lines 2 x 256",
+    "csr token lines 1 x 512",
     "csr token stream pdl",
     "csr spmm int32",
     "csr spmm int64",

@@ -16,7 +16,7 @@ def _unpacked(layout, values, shape):
     assert (slots % LINE == 0).all() and (slots.diff() >= 0).all()
     lines_per_row = slots.diff() // LINE
     line_rows = torch.repeat_interleave(torch.arange(shape[0]), lines_per_row)
-    columns = layout.bases[:, 0].long().repeat_interleave(LINE) + layout.offsets.long()
+    columns = layout.bases().repeat_interleave(LINE) + layout.offsets.long()
     dense = torch.zeros(shape, dtype=torch.float64)
     dense.index_put_((line_rows.repeat_interleave(LINE), columns), values.double(),
                      accumulate=True)  # fmt: skip
@@ -40,6 +40,8 @@ def test_round_trip(M, K, density, gen):
     # a line's columns rise from its base within the span, its first slot always held
     offsets = layout.offsets.view(-1, LINE).long()
     assert held.view(-1, LINE)[:, 0].all() and (offsets[:, 0] == 0).all()
+    assert torch.equal(held.view(-1, LINE).sum(1), layout.held())  # held slots come first
+    assert torch.equal(held.view(-1, LINE), torch.arange(LINE) < layout.held()[:, None])
     assert (offsets <= SPAN).all()
 
 
@@ -53,7 +55,8 @@ def test_lines_break_at_rows_at_64_and_at_the_span():
     A = sk.CSRMatrix.from_dense(torch.arange(1, 4001.0).view(4, 1000) * mask, mask=mask)
     layout = build(A.row_offsets, A.column_indices, 1000, most_slots=100.0)
     assert layout.row_slots.tolist() == [0, 192, 192, 320, 384]
-    assert layout.bases[:, 0].tolist() == [0, 64, 128, 0, 256, 999]
+    assert layout.bases().tolist() == [0, 64, 128, 0, 256, 999]
+    assert layout.held().tolist() == [64, 64, 2, 2, 1, 1]
     assert layout.offsets.view(-1, LINE)[3, :3].tolist() == [0, 255, 0]
 
 
@@ -68,3 +71,9 @@ def test_empty_pattern():
     layout = build(A.row_offsets, A.column_indices, 10, most_slots=2.0)
     assert layout.lines == 0 and layout.row_slots.tolist() == [0, 0, 0, 0]
     assert layout.pack(A.values).numel() == 0
+
+
+def test_refused_past_a_heads_24_bits():
+    offsets, columns = torch.tensor([0, 2]), torch.tensor([0, 2**24])
+    assert build(offsets, columns, 2**24 + 1, most_slots=100.0) is None
+    assert build(offsets, columns - 1 + torch.tensor([1, 0]), 2**24, 100.0) is not None

@@ -3,12 +3,13 @@
 At one token a CSR product moves each stored entry's value and column once, so the column's
 bytes are a third to a half of the traffic (int16 or int32 beside a 16-bit value). A 70%
 sparse row's neighbouring entries are ~3.3 columns apart, so 64 of them span ~210 columns:
-storing each line's first column once (int32) and every entry's column as a uint8 offset from
-it takes 3.25 bytes an entry with a 16-bit value instead of 4 (or 6; the base is kept in
-a row of four int32 for TMA). Decoding is one add an
+storing each line's first column once and every entry's column as a uint8 offset from it
+takes 3.06 bytes an entry with a 16-bit value instead of 4 (or 6). Decoding is one add an
 entry (no prefix sum over deltas). Lines never cross rows: each row's entries are cut into
 lines of at most 64, a line also ending before an entry more than 255 columns past its base,
-and every line is padded to 64 slots with zero values (offset 0: column = base, a real one).
+and every line is padded to 64 slots (zero values, offset 0). A line's head (one int32) holds
+its base column (low 24 bits: up to 2**24 columns) and how many of its slots are held (high
+8): a kernel masks the padding by it, so x's value at the base (inf, say) never meets a 0.
 On 70%-sparse random rows of 4096 columns that is ~2.7% more slots; at 90% the lines are
 mostly cut by the span (~2.5x the slots), and `build` gives up past `most_slots` a kept entry.
 """
@@ -23,22 +24,31 @@ from ._pattern import index_dtype_for
 
 LINE = 64  # entries a line
 SPAN = 255  # the farthest column a line's uint8 offset reaches from its base
+HEAD_BASE = (1 << 24) - 1  # a head's base column bits
 
 
 @dataclass(frozen=True)
 class LineLayout:
     """Row r's slots are row_slots[r] .. row_slots[r + 1] (whole lines); line i holds slots
-    i * LINE .. (i + 1) * LINE of `offsets`, the entries at columns bases[i, 0] + offsets."""
+    i * LINE .. (i + 1) * LINE of `offsets`, its first heads[i] >> 24 of them the entries at
+    columns (heads[i] & HEAD_BASE) + offsets."""
 
     row_slots: torch.Tensor  # (M + 1,) int32 (int64 past 2**31 slots)
-    bases: torch.Tensor  # (lines, 4) int32: each line's first column, then 0, 0, 0 (rows of
-    # 16 bytes: TMA's boxes start only 16-byte aligned in a row)
+    heads: torch.Tensor  # (lines,) int32: base column | held slots << 24
     offsets: torch.Tensor  # (lines * LINE,) uint8: column - base (0 in padding)
     source: torch.Tensor  # (lines * LINE,) int64: the CSR entry a slot holds, -1 in padding
 
     @property
     def lines(self) -> int:
-        return self.bases.shape[0]
+        return self.heads.numel()
+
+    def bases(self) -> torch.Tensor:
+        """Each line's base column (lines,), int64."""
+        return self.heads.long() & HEAD_BASE
+
+    def held(self) -> torch.Tensor:
+        """Each line's held slots (lines,), int64."""
+        return self.heads.long() >> 24
 
     def pack(self, values: torch.Tensor) -> torch.Tensor:
         """The CSR values (nnz,) in slot order (lines * LINE,), zero in the padding."""
@@ -52,8 +62,11 @@ def build(
     row_offsets: torch.Tensor, column_indices: torch.Tensor, columns: int, most_slots: float
 ) -> LineLayout | None:
     """The line layout of a CSR pattern (columns strictly increasing within rows), or None when
-    it would hold more than `most_slots` slots a stored entry (the span cuts too many lines).
-    Every row's next line is found at once, an iteration a line of the longest row."""
+    it would hold more than `most_slots` slots a stored entry (the span cuts too many lines) or
+    its columns pass a head's 24 bits. Every row's next line is found at once, an iteration a
+    line of the longest row."""
+    if columns > HEAD_BASE + 1:
+        return None
     device = row_offsets.device
     offsets = row_offsets.to(torch.int64)
     rows, nnz = offsets.numel() - 1, column_indices.numel()
@@ -99,7 +112,7 @@ def build(
         LINE), 0)  # fmt: skip
     return LineLayout(
         row_slots=row_slots.to(index_dtype_for(int(row_slots[-1]))),
-        bases=torch.nn.functional.pad(bases[:, None], (0, 3)).to(torch.int32),
+        heads=(bases | counts << 24).to(torch.int32),
         offsets=offsets_of.to(torch.uint8),
         source=source,
     )
@@ -108,7 +121,7 @@ def build(
 def _empty(rows: int, device: torch.device) -> LineLayout:
     return LineLayout(
         row_slots=torch.zeros(rows + 1, dtype=torch.int32, device=device),
-        bases=torch.zeros(0, 4, dtype=torch.int32, device=device),
+        heads=torch.zeros(0, dtype=torch.int32, device=device),
         offsets=torch.zeros(0, dtype=torch.uint8, device=device),
         source=torch.zeros(0, dtype=torch.int64, device=device),
     )

@@ -1,0 +1,142 @@
+"""CSR times one token on the line layout: a byte a column instead of two or four.
+
+The one-token walk (spmm_csr_token.py) moves ~3.3 TB/s of stored entries on the H200, 4 bytes
+an entry with int16 columns: the bytes are the time. In the line layout (formats/_line_layout.py)
+a row's entries lie in whole lines of 64 slots, each entry's column a uint8 offset from its
+line's base column, the base and the line's held slots in one int32 head: ~3.06 bytes an entry
+at 70% sparsity (1-3% padding slots). The walk is the one-token kernel's, simpler: rows start
+on whole lines, so every load is an aligned vector with a mask constant across a line (no
+groups, no tail read entry by entry); a step loads the next step's values, offsets and heads
+before this step's gather of x. A column is the head's base plus the offset; slots past a
+line's held count are masked (their value is 0, but x at the base may be inf).
+
+Rows are visited in `row_order` (longest first); bias and activation fused; float32 sums
+(float64 for float64 values). Offsets in int32: the caller keeps slots under 2^31.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..formats._line_layout import HEAD_BASE, LINE
+from ._activation import ACTIVATION_CODES, activate
+from ._pdl import launch_options, pdl_before_inputs, pdl_start
+
+
+@triton.jit
+def _step(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
+          HEAD_BASE: tl.constexpr):  # fmt: skip
+    """A step's (ROWS, NL, LINE) values, columns and held mask from its (ROWS, NL) lines: a
+    line's head is loaded once (a 3-D step keeps a thread's slots in one line, so the head
+    broadcasts along the line and the slots stay whole vectors: a flat step's head load per
+    slot took a layout of its own and shared-memory conversions every step)."""
+    live = lines < end_line
+    head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
+    slots = lines[:, :, None] * LINE + within
+    mask = live[:, :, None]
+    offset = tl.load(offsets + slots, mask=mask, other=0)
+    vals = tl.load(values + slots, mask=mask, other=0.0)
+    held = mask & (within < (head >> 24))
+    return vals, (head & HEAD_BASE) + offset.to(tl.int32), held
+
+
+@triton.jit
+def _spmm_csr_token_lines_kernel(
+    row_slots,  # (M + 1,) int32: row r's slots row_slots[r] .. [r + 1], multiples of LINE
+    offsets,  # (slots,) uint8: each slot's column less its line's base
+    heads,  # (slots // LINE,) int32: base column | held slots << 24
+    values,  # (slots,) the entries' values, 0 in the padding
+    x,  # (K,) with stride stride_x
+    bias,  # (M,) when HAS_BIAS
+    row_order,  # (M,) int32: rows by length, longest first; a program takes ROWS of them
+    out,  # (M,) with stride stride_o
+    M,
+    stride_x,
+    stride_o,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
+    ACC_DTYPE: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,  # slots of a row a step, a multiple of LINE
+    LINE: tl.constexpr,
+    HEAD_BASE: tl.constexpr,
+    PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
+):
+    NL: tl.constexpr = BLOCK // LINE
+    pdl_start(PDL)
+    order = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    mask_r = order < M
+    row = tl.load(row_order + order, mask=mask_r, other=0)
+    first_line = (tl.load(row_slots + row, mask=mask_r, other=0) // LINE)[:, None]
+    end_line = (tl.load(row_slots + row + 1, mask=mask_r, other=0) // LINE)[:, None]
+    within = tl.arange(0, LINE)[None, None, :]
+    lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
+    vals, cols, held = _step(heads, offsets, values, lines, end_line, within, LINE, HEAD_BASE)
+    acc = tl.zeros((ROWS, NL, LINE), dtype=ACC_DTYPE)
+    pdl_before_inputs(PDL)
+    for _ in range(0, tl.max(end_line - first_line), NL):
+        lines += NL
+        next_vals, next_cols, next_held = _step(heads, offsets, values, lines, end_line, within,
+                                                LINE, HEAD_BASE)  # fmt: skip
+        picked = tl.load(x + cols * stride_x, mask=held, other=0.0)
+        acc += vals.to(ACC_DTYPE) * picked.to(ACC_DTYPE)
+        vals, cols, held = next_vals, next_cols, next_held
+    total = tl.sum(tl.sum(acc, axis=2), axis=1)
+    if HAS_BIAS:
+        total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
+    total = activate(total, ACTIVATION)
+    tl.store(out + row * stride_o, total.to(out.dtype.element_ty), mask=mask_r)
+
+
+def spmm_csr_token_lines(
+    *,
+    row_slots: torch.Tensor,
+    offsets: torch.Tensor,
+    heads: torch.Tensor,
+    values: torch.Tensor,
+    x: torch.Tensor,
+    bias: torch.Tensor | None,
+    row_order: torch.Tensor,
+    out: torch.Tensor,
+    activation: str,
+    rows_per_program: int,
+    block: int,
+    num_warps: int,
+    pdl: int = 0,
+) -> torch.Tensor:
+    """out (M,) = act(A @ x + bias) for A in the line layout (row_slots int32, offsets uint8,
+    heads int32, values packed: formats/_line_layout.LineLayout) and x (K,); x and out may
+    be strided. `block`: slots of a row a step (a multiple of LINE)."""
+    if block % LINE or block & (block - 1):
+        raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
+    rows = out.shape[0]
+    if rows == 0:
+        return out
+    acc = tl.float64 if out.dtype == torch.float64 else tl.float32
+    _spmm_csr_token_lines_kernel[(triton.cdiv(rows, rows_per_program),)](
+        row_slots,
+        offsets,
+        heads,
+        values,
+        x,
+        bias if bias is not None else values,
+        row_order,
+        out,
+        rows,
+        x.stride(0),
+        out.stride(0),
+        HAS_BIAS=bias is not None,
+        ACTIVATION=ACTIVATION_CODES[activation],
+        ACC_DTYPE=acc,
+        ROWS=rows_per_program,
+        BLOCK=block,
+        LINE=LINE,
+        HEAD_BASE=HEAD_BASE,
+        PDL=pdl,
+        num_warps=num_warps,
+        num_stages=1,
+        **launch_options(pdl),
+    )
+    return out

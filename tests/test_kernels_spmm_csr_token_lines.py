@@ -1,0 +1,116 @@
+"""The CSR one-token kernel on the line layout (kernels/spmm_csr_token_lines.py): rows in whole
+lines of 64 slots, a byte a column from each line's base.
+
+Float64 references on fresh random data, outputs poisoned with NaN, x strided and NaN where no
+stored entry reads it. Shapes: rows of many steps and of part of a line, empty rows (leading,
+trailing, runs), a single row, K = 1, lines cut by the 255-column span, programs of one row and
+of several (the last partial); inf in x at a line's base where the line has padding slots
+(masked by the head's count, never 0 * inf)."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
+from sparsekernels.formats._line_layout import LINE, build
+
+
+def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1):
+    from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
+
+    layout = build(A.row_offsets, A.column_indices, A.shape[1], most_slots=1000.0)
+    out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
+    spmm_csr_token_lines(
+        row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+        values=layout.pack(A.values), x=x, bias=bias, row_order=A.row_order, out=out,
+        activation=activation, rows_per_program=rows, block=block, num_warps=warps,
+    )  # fmt: skip
+    return out
+
+
+def _x_with_nan_where_unused(A, gen, dtype, device):
+    x = randn(A.shape[1], 2, gen=gen, dtype=dtype, device=device)[:, 0]
+    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
+    used[A.column_indices.long()] = True
+    x[~used] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("block, rows", [(64, 1), (256, 1), (128, 4)])
+def test_matches_float64(device, dtype, block, rows, gen):
+    skip_interpreter_on_gpu_machine(device)
+    # ~15-150 entries a row with empty rows; a wide sparse one (span cuts); K = 1; one row
+    for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 3000, 0.02), (30, 1, 0.5),
+                          (1, 500, 0.6)]:  # fmt: skip
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = _x_with_nan_where_unused(A, gen, dtype, device)
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        got = _lines(A, x, block=block, rows=rows, warps=min(rows, 2))
+        assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_bias_activation_and_long_rows(device, activation, gen):
+    """Rows of several steps beside empty ones, bias and activation fused."""
+    skip_interpreter_on_gpu_machine(device)
+    mask = torch.rand(8, 2000, generator=gen) < 0.6
+    mask[[0, 3, 7]] = False
+    dense = randn(8, 2000, gen=gen) * mask
+    A = sk.CSRMatrix.from_dense(dense.to(torch.float32), mask=mask).to(device=device)
+    x = randn(2000, gen=gen, dtype=torch.float32, device=device)
+    bias = randn(8, gen=gen, dtype=torch.float32, device=device)
+    want = sk.spmm(A.to(dtype=torch.float64), x.double()[:, None], bias.double(), activation,
+                   backend="reference")[:, 0]  # fmt: skip
+    bound = spmm_bound(A.to_dense(), x[:, None])[:, 0] + bias.double().abs()
+    for block, rows in [(64, 1), (256, 2)]:
+        got = _lines(A, x, bias, activation, block=block, rows=rows)
+        assert_close(got, want, bound, torch.float32)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_padding_never_meets_inf(device, gen):
+    """Row 0 holds 70 entries (a full line and one of 6, padded by 58); x is inf at the second
+    line's base: the row's sum is inf (its entry there is positive), never NaN; row 1's line
+    is cut by the span, x inf at a column only row 0 reads."""
+    mask = torch.zeros(2, 400, dtype=torch.bool)
+    mask[0, :70] = True
+    mask[1, [5, 300]] = True
+    dense = torch.rand(2, 400, generator=gen, dtype=torch.float64) + 0.5
+    A = sk.CSRMatrix.from_dense(dense * mask, mask=mask).to(device=device)
+    layout = build(A.row_offsets, A.column_indices, 400, most_slots=100.0)
+    assert layout.bases().tolist() == [0, 64, 5, 300] and layout.held().tolist()[1] == 6
+    x = torch.rand(400, generator=gen, dtype=torch.float64).to(device)
+    x[64] = float("inf")
+    skip_interpreter_on_gpu_machine(device)
+    got = _lines(A, x)
+    assert got[0].item() == float("inf")
+    want = dense[1, 5] * x[5].cpu() + dense[1, 300] * x[300].cpu()  # (the dense product: 0 * inf)
+    torch.testing.assert_close(got[1].cpu(), want, rtol=1e-12, atol=0)
+
+
+def test_bad_block_raises():
+    from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
+
+    A = random_csr(4, 100, 0.5, torch.Generator().manual_seed(0), torch.float32, "cpu")
+    layout = build(A.row_offsets, A.column_indices, 100, most_slots=100.0)
+    for block in (32, 96):
+        with pytest.raises(ValueError, match="block must be a power of two and a multiple"):
+            spmm_csr_token_lines(
+                row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+                values=layout.pack(A.values), x=torch.zeros(100), bias=None,
+                row_order=A.row_order, out=torch.empty(4), activation="none",
+                rows_per_program=1, block=block, num_warps=1,
+            )  # fmt: skip
+    assert LINE == 64
