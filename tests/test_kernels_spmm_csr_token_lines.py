@@ -114,3 +114,55 @@ def test_bad_block_raises():
                 rows_per_program=1, block=block, num_warps=1,
             )  # fmt: skip
     assert LINE == 64
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_linear_takes_it_where_routed(device, gen, monkeypatch):
+    """With tuning.CSR_TOKEN_LINES, a one-token linear runs the line layout's kernel (bias
+    fused), the layout and packed values built once per weight; off by default."""
+    from sparsekernels.kernels import spmm_csr_token_lines as kernel
+    from sparsekernels.kernels import tuning
+    from sparsekernels.ops import _launch_plans
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(_launch_plans, "ENABLED", False)  # each call through the route
+    calls = []
+    launch = kernel.spmm_csr_token_lines
+    monkeypatch.setattr(
+        kernel, "spmm_csr_token_lines", lambda **kw: calls.append(kw) or launch(**kw)
+    )
+    A = random_csr(40, 600, 0.4, gen, torch.bfloat16, device)
+    x = randn(1, 600, gen=gen, dtype=torch.bfloat16, device=device)
+    bias = randn(40, gen=gen, dtype=torch.bfloat16, device=device)
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
+    backend = "triton"  # (on the CPU too: the interpreter)
+    assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
+    assert not calls  # off by default
+    monkeypatch.setattr(tuning, "CSR_TOKEN_LINES", True)
+    monkeypatch.setattr(tuning, "CSR_LINES_MIN_NNZ", 0)
+    for _ in range(2):
+        assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
+    assert len(calls) == 2 and calls[0]["offsets"].dtype == torch.uint8
+    assert calls[0]["values"] is calls[1]["values"]  # packed once
+    sparse = random_csr(40, 5000, 0.02, gen, torch.bfloat16, device)  # lines cut by the span
+    sk.linear(randn(1, 5000, gen=gen, dtype=torch.bfloat16, device=device), sparse, backend=backend)
+    assert len(calls) == 2  # refused: the plain walk
+
+
+def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen):
+    from sparsekernels.ops._csr_lines import line_form_for
+
+    A = random_csr(40, 500, 0.4, gen, torch.float32, "cpu")
+    values = A.values.clone()
+    layout, packed = line_form_for(A.row_offsets, A.column_indices, values, 500)
+    assert layout.row_slots[-1] == packed.numel() == layout.lines * LINE
+    again = line_form_for(A.row_offsets, A.column_indices, values, 500)
+    assert again[0] is layout and again[1] is packed
+    values.mul_(2)  # an optimizer's step: the values are packed again, the layout kept
+    edited = line_form_for(A.row_offsets, A.column_indices, values, 500)
+    assert edited[0] is layout and torch.equal(edited[1], 2 * packed)
+    columns = A.column_indices.clone()
+    line_form_for(A.row_offsets, columns, values, 500)
+    columns.zero_()  # an edited pattern (not a valid one: only the rebuild is checked here)
+    assert line_form_for(A.row_offsets, columns, values, 500)[0] is not layout

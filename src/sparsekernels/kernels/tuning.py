@@ -106,6 +106,25 @@ def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
     return SpmmCsrTokenConfig(rows_per_program=per_program, block=CSR_TOKEN_BLOCK, num_warps=1)
 
 
+# The one-token walk on the line layout (spmm_csr_token_lines.py over formats/_line_layout.py:
+# a byte a column, ~3.06 bytes an entry at 70% against 4) where the lines hold few padding
+# slots and the weight is large (the layout is a second copy of it, kept beside the CSR
+# arrays). Written after the forty-second session's device time: off until the sweep
+# benchmarks/sweeps/csr_lines_cold.py measures it (True then routes it; the form is the
+# one-token walk's own configuration, its 256- and 512-entry steps whole lines).
+CSR_TOKEN_LINES = False
+CSR_LINES_MIN_NNZ = 1 << 20
+CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry (random 70% rows: 1.01-1.03; 90%: ~2.5)
+
+
+def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfig | None:
+    """The line layout's one-token configuration where it is routed, else None."""
+    half = dtype.is_floating_point and dtype.itemsize == 2  # bf16 or fp16 (torch.dtype)
+    if not (CSR_TOKEN_LINES and half and nnz >= CSR_LINES_MIN_NNZ):
+        return None
+    return spmm_csr_token_config(nnz, rows)
+
+
 # Many short rows: a warp walks 4 rows one after another (spmm_csr_token_stream.py) where the
 # one-token kernel's per-program chain of loads dominates. Cold, bf16, us (results/nvidia-h200/
 # 2026-12-02/at-c01d85b/csr_token_stream*.txt; one-token kernel / stream): 90% 14336 x 4096

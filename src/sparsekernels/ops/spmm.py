@@ -14,6 +14,7 @@ from ..kernels import spmm_csr_few, spmm_csr_token, spmm_csr_token_stream, tunin
 from ..kernels._pdl import decode_pdl
 from . import (
     _autocast,
+    _csr_lines,
     _csr_scatter,
     _cusparselt,
     _dense,
@@ -226,6 +227,9 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     if row_order is None:
         row_order = Pattern(row_offsets, column_indices, (rows, b.shape[-2])).row_order()
     if b.dim() == 2 and b.shape[1] == 1 and values.dim() == 1:  # one token: aligned vector loads
+        if _csr_lines.run(row_offsets, column_indices, values, b[:, 0], bias, out[:, 0],
+                          row_order, activation):  # fmt: skip
+            return out  # (the line layout: a byte a column, tuning.CSR_TOKEN_LINES)
         stream_rows = tuning.spmm_csr_token_stream_rows(rows, column_indices.numel())
         if stream_rows is not None:  # many short rows: each program's rows as one stream
             spmm_csr_token_stream.spmm_csr_token_stream(

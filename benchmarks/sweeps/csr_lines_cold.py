@@ -1,0 +1,94 @@
+"""The CSR one-token kernel on the line layout (kernels/spmm_csr_token_lines.py: a byte a column
+from each 64-entry line's base) timed cold against linear's route (the plain one-token walk,
+4 bytes an entry with int16 columns) and dense cuBLAS, on magnitude-pruned bf16 LLM weights at
+70% and 90%: rotated weight copies that together overflow L2 twice, CUDA-graph medians in us a
+call, each form checked against float64 first. `linear+lines` is linear with
+tuning.CSR_TOKEN_LINES on (the route as it would run). Prints a table last.
+    PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
+CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps) and SHAPES (environment) replace
+the grid.
+"""
+
+import itertools
+import os
+
+import torch
+from _csr_cases import csr_case
+from csr_token_cold import rotated
+
+import sparsekernels as sk
+from sparsekernels.bench.harness import copies_for
+from sparsekernels.formats._line_layout import build
+from sparsekernels.kernels import spmm_csr_token_lines, tuning
+
+DEVICE = torch.device("cuda")
+SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (28672, 4096)]
+if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
+    SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["SHAPES"].split(",")]
+CONFIGS = os.environ.get("CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
+
+
+def parse(name: str) -> tuple[int, int, int]:
+    rows, rest = name.split("x")
+    block, warps = rest.split("/w")
+    return int(rows), int(block), int(warps)
+
+
+def main():
+    table = []
+    for (M, K), sparsity in itertools.product(SHAPES, (0.7, 0.9)):
+        case = csr_case(M, K, sparsity)
+        w, A, cols, x, want = (case[k] for k in ("w", "A", "cols", "x", "want"))
+        out = torch.empty(M, device="cuda", dtype=torch.bfloat16)
+        weight_bytes = A.values.nbytes + cols.nbytes + A.row_offsets.nbytes
+        count = max(2, copies_for(weight_bytes, DEVICE))
+        dense_copies = [w.clone() for _ in range(max(2, copies_for(w.nbytes, DEVICE)))]
+        timed = {"dense": rotated(lambda d: x @ d.t(), dense_copies)}
+        matrices = [
+            sk.CSRMatrix(A.row_offsets.clone(), cols.clone(), A.values.clone(), (M, K), check=False)
+            for _ in range(count)
+        ]
+        xs = x.view(1, K)
+
+        def checked(fn, copies):  # (every copy run first: the route's caches built uncaptured)
+            got = [fn(c) for c in copies][0].reshape(-1)
+            err = ((got.double() - want).norm() / want.norm()).item()
+            return rotated(fn, copies) if err < 1e-2 else float("nan")
+
+        timed["linear"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
+        layout = build(A.row_offsets, A.column_indices, K, most_slots=4.0)
+        slots = layout.lines * 64 / A.nnz
+        tuning.CSR_TOKEN_LINES = True
+        try:
+            timed["linear+lines"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
+        finally:
+            tuning.CSR_TOKEN_LINES = False
+        lined = []
+        for Ac in matrices:
+            copy = build(Ac.row_offsets, Ac.column_indices, K, most_slots=4.0)
+            lined.append((copy, copy.pack(Ac.values), Ac.row_order))
+        for name in CONFIGS:
+            rows, block, warps = parse(name)
+
+            def run(c, rows=rows, block=block, warps=warps):
+                layout, values, order = c
+                return spmm_csr_token_lines.spmm_csr_token_lines(
+                    row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+                    values=values, x=x, bias=None, row_order=order, out=out,
+                    activation="none", rows_per_program=rows, block=block, num_warps=warps,
+                )  # fmt: skip
+
+            out.fill_(float("nan"))
+            timed[name] = checked(run, lined)
+        label = f"{M}x{K} {sparsity:.0%}"
+        print(label, f"copies {count} slots/entry {slots:.3f}",
+              {k: round(v, 1) for k, v in timed.items()}, flush=True)  # fmt: skip
+        table.append((label, timed))
+    names = list(table[0][1])
+    print(f"\n{'case':<16} " + " ".join(f"{n:>12}" for n in names))
+    for label, timed in table:
+        print(f"{label:<16} " + " ".join(f"{timed.get(n, float('nan')):12.1f}" for n in names))
+
+
+if __name__ == "__main__":
+    main()

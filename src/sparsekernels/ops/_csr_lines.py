@@ -1,0 +1,73 @@
+"""The one-token CSR route through the line layout (formats/_line_layout.py, kernels/
+spmm_csr_token_lines.py) where the tuning takes it (tuning.spmm_csr_token_lines_config): each
+weight's layout and packed values are built once and kept beside it (a second copy of the
+weight, ~3.1 bytes an entry at 70%: the price of a faster read until a layer stores only the
+line form), keyed by identity and rebuilt after an in-place edit."""
+
+from __future__ import annotations
+
+import torch
+
+from ..formats import _line_layout
+from ..kernels import spmm_csr_token_lines, tuning
+from ..kernels._pdl import decode_pdl
+from ._identity_cache import IdentityCache, version
+
+# column indices -> (versions of them and of the row offsets, line layout or None)
+_LAYOUTS = IdentityCache()
+# values -> (their version, the layout they were packed for, packed values)
+_PACKED = IdentityCache()
+
+
+def line_form_for(row_offsets, column_indices, values, columns: int):
+    """(layout, packed values) of the weight, built once per pattern and values, or None where
+    the layout would hold more than tuning.CSR_LINES_MOST_SLOTS slots an entry."""
+    seen = (version(row_offsets), version(column_indices))
+    hit = _LAYOUTS.get(column_indices)
+    if hit is None or hit[0] != seen or None in seen:
+        layout = _line_layout.build(row_offsets, column_indices, columns,
+                                    tuning.CSR_LINES_MOST_SLOTS)  # fmt: skip
+        if layout is not None and layout.lines * _line_layout.LINE >= 2**31:
+            layout = None  # (the kernel's slots are int32)
+        hit = (seen, layout)
+        if None not in seen:
+            _LAYOUTS[column_indices] = hit
+    layout = hit[1]
+    if layout is None:
+        return None
+    packed = _PACKED.get(values)
+    stale = packed is None or packed[0] != version(values) or packed[1] is not layout
+    if stale or packed[0] is None:
+        with torch.no_grad():
+            packed = (version(values), layout, layout.pack(values))
+        if packed[0] is not None:
+            _PACKED[values] = packed
+    return layout, packed[2]
+
+
+def run(row_offsets, column_indices, values, x, bias, out, row_order, activation) -> bool:
+    """out (M,) by the line layout's kernel where the tuning routes it (True), else False."""
+    rows = out.shape[0]
+    config = tuning.spmm_csr_token_lines_config(values.numel(), rows, values.dtype)
+    if config is None:
+        return False
+    lined = line_form_for(row_offsets, column_indices, values, x.shape[0])
+    if lined is None:
+        return False
+    layout, packed = lined
+    spmm_csr_token_lines.spmm_csr_token_lines(
+        row_slots=layout.row_slots,
+        offsets=layout.offsets,
+        heads=layout.heads,
+        values=packed,
+        x=x,
+        bias=bias.contiguous() if bias is not None else None,
+        row_order=row_order,
+        out=out,
+        activation=activation,
+        rows_per_program=config.rows_per_program,
+        block=config.block,
+        num_warps=config.num_warps,
+        pdl=decode_pdl(values.device),
+    )
+    return True
