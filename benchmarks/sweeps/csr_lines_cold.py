@@ -5,7 +5,7 @@ from each 64-entry line's base) timed cold against linear's route (the plain one
 call, each form checked against float64 first. `linear+lines` is linear with
 tuning.CSR_TOKEN_LINES on (the route as it would run). Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
-CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps) and SHAPES (environment) replace
+LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps) and SHAPES (environment) replace
 the grid.
 """
 
@@ -25,7 +25,7 @@ DEVICE = torch.device("cuda")
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (28672, 4096)]
 if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
     SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["SHAPES"].split(",")]
-CONFIGS = os.environ.get("CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
+CONFIGS = os.environ.get("LINE_CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
 
 
 def parse(name: str) -> tuple[int, int, int]:
