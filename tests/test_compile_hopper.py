@@ -165,12 +165,19 @@ def _cases() -> dict:
             pointers = ["*i32", cols, data, data, data, "*i32", data]
             name = f"csr token {data}" + (" lane-major" if lane_major else "")
             cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
-    for rows, block in ((1, 256), (2, 256), (1, 512)):  # the one-token walk on the line layout
+    for rows, block, asm in (
+        (1, 256, False),
+        (2, 256, False),
+        (1, 512, False),
+        (1, 256, True),
+        (2, 256, True),
+    ):  # fmt: skip  (the one-token walk on the line layout)
         constants = dict(HAS_BIAS=rows == 2, ACTIVATION=0, ACC_DTYPE=tl.float32, ROWS=rows,
-                         BLOCK=block, LINE=64, HEAD_BASE=(1 << 24) - 1, PDL=2)  # fmt: skip
+                         BLOCK=block, LINE=64, HEAD_BASE=(1 << 24) - 1, PDL=2,
+                         ASM_GATHER=asm)  # fmt: skip
         pointers = ["*i32", "*u8", "*i32", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
-        cases[f"csr token lines {rows} x {block}"] = (_spmm_csr_token_lines_kernel, pointers,
-                                                      constants, 1)  # fmt: skip
+        name = f"csr token lines {rows} x {block}" + " asm" * asm
+        cases[name] = (_spmm_csr_token_lines_kernel, pointers, constants, 1)
     constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32, INDEX=tl.int32, ROWS=4,
                      BLOCK=256, GROUP=16, PDL=2)  # fmt: skip
     pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
@@ -370,6 +377,8 @@ CASE_NAMES = [
     "csr token lines 1 x 256",
     "csr token lines 2 x 256",
     "csr token lines 1 x 512",
+    "csr token lines 1 x 256 asm",
+    "csr token lines 2 x 256 asm",
     "csr token stream pdl",
     "csr spmm int32",
     "csr spmm int64",

@@ -43,6 +43,19 @@ def _step(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
 
 
 @triton.jit
+def _gather16(x, index, held):
+    """x[index] where held, else 0, for a 16-bit x, by inline PTX: an elementwise op keeps
+    its operands' layout, where tl.load's gather takes a layout of its own (its addresses are
+    not contiguous) and the step's pointers cross to it through shared memory."""
+    address = (x + index).to(tl.int64, bitcast=True)
+    bits = tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b16 $0, 0; @p ld.global.b16 $0, [$1]; }",
+        "=h,l,r", [address, held.to(tl.int32)], dtype=tl.int16, is_pure=True, pack=1,
+    )  # fmt: skip
+    return bits.to(x.dtype.element_ty, bitcast=True)
+
+
+@triton.jit
 def _spmm_csr_token_lines_kernel(
     row_slots,  # (M + 1,) int32: row r's slots row_slots[r] .. [r + 1], multiples of LINE
     offsets,  # (slots,) uint8: each slot's column less its line's base
@@ -63,6 +76,7 @@ def _spmm_csr_token_lines_kernel(
     LINE: tl.constexpr,
     HEAD_BASE: tl.constexpr,
     PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
+    ASM_GATHER: tl.constexpr,  # x gathered by inline PTX (16-bit x, compiled: _gather16)
 ):
     NL: tl.constexpr = BLOCK // LINE
     pdl_start(PDL)
@@ -80,7 +94,10 @@ def _spmm_csr_token_lines_kernel(
         lines += NL
         next_vals, next_cols, next_held = _step(heads, offsets, values, lines, end_line, within,
                                                 LINE, HEAD_BASE)  # fmt: skip
-        picked = tl.load(x + cols * stride_x, mask=held, other=0.0)
+        if ASM_GATHER:
+            picked = _gather16(x, cols * stride_x, held)
+        else:
+            picked = tl.load(x + cols * stride_x, mask=held, other=0.0)
         acc += vals.to(ACC_DTYPE) * picked.to(ACC_DTYPE)
         vals, cols, held = next_vals, next_cols, next_held
     total = tl.sum(tl.sum(acc, axis=2), axis=1)
@@ -105,10 +122,12 @@ def spmm_csr_token_lines(
     block: int,
     num_warps: int,
     pdl: int = 0,
+    asm_gather: bool = False,
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for A in the line layout (row_slots int32, offsets uint8,
     heads int32, values packed: formats/_line_layout.LineLayout) and x (K,); x and out may
-    be strided. `block`: slots of a row a step (a multiple of LINE)."""
+    be strided. `block`: slots of a row a step (a multiple of LINE). `asm_gather`: x read
+    by inline PTX where x is 16-bit (not in the interpreter: the caller decides)."""
     if block % LINE or block & (block - 1):
         raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
     rows = out.shape[0]
@@ -135,6 +154,7 @@ def spmm_csr_token_lines(
         LINE=LINE,
         HEAD_BASE=HEAD_BASE,
         PDL=pdl,
+        ASM_GATHER=asm_gather and x.element_size() == 2,
         num_warps=num_warps,
         num_stages=1,
         **launch_options(pdl),
