@@ -209,7 +209,7 @@ for step in $steps; do
         CONFIGS=2x512/4w,2x512/4w/b,1x256/1w,1x256/1w/b timeout 120 \
         python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_few.txt" 2>&1
       echo "few rc=$? $(tail -1 "$out/nm_select_few.txt")" ;;
-    csrlines)  # the CSR one-token walk on the line layout: its GPU tests, then the cold sweep
+    csrlines)  # the CSR one-token walks: line layout, inline-PTX gather; GPU tests, cold sweep
       timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_token_lines.py \
         tests/test_kernels_spmm_csr_token.py -p no:cacheprovider -n 8 -rf \
         >"$out/gpu_tests_csr_lines.log" 2>&1

@@ -160,11 +160,17 @@ def _cases() -> dict:
             constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
                              ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
                              INDEX=tl.int64 if data == "*fp64" else tl.int32,
-                             LANE_MAJOR=lane_major,
+                             LANE_MAJOR=lane_major, ASM_GATHER=False,
                              PDL=0 if data == "*fp64" else 1 + (not lane_major))  # fmt: skip
             pointers = ["*i32", cols, data, data, data, "*i32", data]
             name = f"csr token {data}" + (" lane-major" if lane_major else "")
             cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
+    for rows in (1, 2):  # the vector walk with x gathered by inline PTX (kernels/_gather.py)
+        constants = dict(HAS_BIAS=True, ACTIVATION=0, ROWS=rows, BLOCK=256, GROUP=16,
+                         ACC_DTYPE=tl.float32, INDEX=tl.int32, LANE_MAJOR=False,
+                         ASM_GATHER=True, PDL=2)  # fmt: skip
+        pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+        cases[f"csr token {rows} x 256 asm"] = (_spmm_csr_token_kernel, pointers, constants, 1)
     for rows, block, asm in (
         (1, 256, False),
         (2, 256, False),
@@ -373,6 +379,8 @@ CASE_NAMES = [
     "csr token *bf16",
     "csr token *fp64",
     "csr token *bf16 lane-major",
+    "csr token 1 x 256 asm",
+    "csr token 2 x 256 asm",
     "csr token *fp64 lane-major",
     "csr token lines 1 x 256",
     "csr token lines 2 x 256",

@@ -23,7 +23,8 @@ from _helpers import (
 )
 
 
-def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=False, warps=None):
+def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=False, warps=None,
+           asm=False):  # fmt: skip
     from sparsekernels.kernels import spmm_csr_token as kernel
 
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
@@ -40,6 +41,7 @@ def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=Fal
         block=block,
         num_warps=warps or rows,
         lane_major=lane_major,
+        asm_gather=asm,
     )
     return out
 
@@ -71,6 +73,21 @@ def test_matches_float64(device, dtype, block, rows, wide, lane_major, gen, monk
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         got = _token(A, x, block=block, rows=rows, lane_major=lane_major)
+        assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("block, rows, warps", [(32, 1, 1), (256, 1, 1), (256, 2, 1), (512, 1, 2)])
+def test_asm_gather_matches_float64(dtype, block, rows, warps, gen):
+    """x gathered by inline PTX (kernels/_gather.py): rows in and across groups, the tail,
+    empty rows, x strided and NaN where unused."""
+    for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1), (3, 5000, 0.3)]:
+        A = random_csr(M, K, density, gen, dtype, "cuda")
+        x = _x_with_nan_where_unused(A, gen, dtype, "cuda")
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        got = _token(A, x, block=block, rows=rows, warps=warps, asm=True)
         assert_close(got, want, bound, dtype)
 
 
@@ -178,3 +195,23 @@ def test_config_rule():
     assert config(768 * 230, 768) == (1, 256, 1)  # 768 x 768 at 70%
     assert config(2048 * 1229, 2048) == (1, 256, 1)  # 2048 x 4096 at 70%
     assert config(0, 1) == (1, 256, 1)
+
+
+@pytest.mark.gpu
+def test_linear_gathers_by_asm_where_tuned(gen, monkeypatch):
+    from sparsekernels.kernels import spmm_csr_token as kernel
+    from sparsekernels.kernels import tuning
+    from sparsekernels.ops import _launch_plans
+
+    monkeypatch.setattr(_launch_plans, "ENABLED", False)  # each call through the route
+    calls = []
+    launch = kernel.spmm_csr_token
+    monkeypatch.setattr(kernel, "spmm_csr_token", lambda **kw: calls.append(kw) or launch(**kw))
+    A = random_csr(300, 2000, 0.3, gen, torch.bfloat16, "cuda")
+    x = randn(1, 2000, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = x.double() @ A.to_dense().double().t()
+    bound = spmm_bound(x, A.to_dense().t())
+    for flag in (False, True):
+        monkeypatch.setattr(tuning, "CSR_TOKEN_ASM_GATHER", flag)
+        assert_close(sk.linear(x, A), want, bound, torch.bfloat16)
+        assert calls[-1]["asm_gather"] is flag

@@ -23,7 +23,9 @@ from _helpers import (
 from sparsekernels.formats._line_layout import LINE, build
 
 
-def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1):
+def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=None):
+    """The kernel on A's line layout; on the GPU x is gathered by inline PTX (as routed) unless
+    `asm` is False."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
     layout = build(A.row_offsets, A.column_indices, A.shape[1], most_slots=1000.0)
@@ -32,6 +34,7 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1):
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
         values=layout.pack(A.values), x=x, bias=bias, row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
+        asm_gather=x.is_cuda if asm is None else asm,
     )  # fmt: skip
     return out
 
@@ -58,6 +61,8 @@ def test_matches_float64(device, dtype, block, rows, gen):
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         got = _lines(A, x, block=block, rows=rows, warps=min(rows, 2))
         assert_close(got, want, bound, dtype)
+        if device == "cuda" and dtype.itemsize == 2:  # tl.load's gather too
+            assert_close(_lines(A, x, block=block, rows=rows, asm=False), want, bound, dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

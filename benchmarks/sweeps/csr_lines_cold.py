@@ -3,7 +3,10 @@ from each 64-entry line's base) timed cold against linear's route (the plain one
 4 bytes an entry with int16 columns) and dense cuBLAS, on magnitude-pruned bf16 LLM weights at
 70% and 90%: rotated weight copies that together overflow L2 twice, CUDA-graph medians in us a
 call, each form checked against float64 first. `linear+lines` is linear with
-tuning.CSR_TOKEN_LINES on (the route as it would run). Prints a table last.
+tuning.CSR_TOKEN_LINES on (the route as it would run); the line configurations gather x by
+inline PTX (kernels/_gather.py), `lines/load` by tl.load; `token/asm` is the plain one-token
+walk at the library's configuration with the inline-PTX gather (tuning.CSR_TOKEN_ASM_GATHER).
+Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
 LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps) and SHAPES (environment) replace
 the grid.
@@ -19,7 +22,7 @@ from csr_token_cold import rotated
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.formats._line_layout import build
-from sparsekernels.kernels import spmm_csr_token_lines, tuning
+from sparsekernels.kernels import spmm_csr_token, spmm_csr_token_lines, tuning
 
 DEVICE = torch.device("cuda")
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (28672, 4096)]
@@ -63,19 +66,33 @@ def main():
             timed["linear+lines"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
         finally:
             tuning.CSR_TOKEN_LINES = False
+        token = tuning.spmm_csr_token_config(A.nnz, M)
+
+        def plain(Ac, token=token):
+            return spmm_csr_token.spmm_csr_token(
+                row_offsets=Ac.row_offsets, column_indices=Ac.pattern.column_indices_int16(),
+                values=Ac.values, x=x, bias=None, row_order=Ac.row_order, out=out,
+                activation="none", rows_per_program=token.rows_per_program, block=token.block,
+                num_warps=token.num_warps, asm_gather=True,
+            )  # fmt: skip
+
+        out.fill_(float("nan"))
+        timed["token/asm"] = checked(plain, matrices)
         lined = []
         for Ac in matrices:
             copy = build(Ac.row_offsets, Ac.column_indices, K, most_slots=4.0)
             lined.append((copy, copy.pack(Ac.values), Ac.row_order))
-        for name in CONFIGS:
-            rows, block, warps = parse(name)
+        for name in [*CONFIGS, "lines/load"]:
+            asm = name != "lines/load"
+            rows, block, warps = parse(name) if asm else (1, 256, 1)
 
-            def run(c, rows=rows, block=block, warps=warps):
+            def run(c, rows=rows, block=block, warps=warps, asm=asm):
                 layout, values, order = c
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
                     values=values, x=x, bias=None, row_order=order, out=out,
                     activation="none", rows_per_program=rows, block=block, num_warps=warps,
+                    asm_gather=asm,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from ._activation import ACTIVATION_CODES, activate
+from ._gather import gather16
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 INT32_LIMIT = 2**31  # offsets below it are computed in int32
@@ -50,7 +51,8 @@ def rows_of_program(row_offsets, row_order, M, full, INDEX: tl.constexpr, ROWS: 
 @triton.jit
 def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, stride_x,
                   INDEX: tl.constexpr, ACC_DTYPE: tl.constexpr, ROWS: tl.constexpr,
-                  BLOCK: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr = 0):  # fmt: skip
+                  BLOCK: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr = 0,
+                  ASM_GATHER: tl.constexpr = False):  # fmt: skip
     """Each row's sum from whole aligned groups loaded as vectors, then the arrays' last partial
     group entry by entry (the module's docstring says why)."""
     k = tl.arange(0, BLOCK)[None, :]
@@ -69,7 +71,10 @@ def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, 
         next_cols = tl.load(column_indices + next_offs, mask=next_mask, other=0)
         next_vals = tl.load(values + next_offs, mask=next_mask, other=0.0)
         live = (offs >= start) & (offs < walk_end)
-        picked = tl.load(x + cols.to(INDEX) * stride_x, mask=live, other=0.0)
+        if ASM_GATHER:  # (the gather in the step's layout: _gather.py)
+            picked = gather16(x, cols.to(INDEX) * stride_x, live)
+        else:
+            picked = tl.load(x + cols.to(INDEX) * stride_x, mask=live, other=0.0)
         acc += tl.where(live, vals.to(ACC_DTYPE), 0.0) * picked.to(ACC_DTYPE)
         offs, load_mask, cols, vals = next_offs, next_mask, next_cols, next_vals
     total = tl.sum(acc, axis=1)
@@ -132,6 +137,7 @@ def _spmm_csr_token_kernel(
     GROUP: tl.constexpr,
     LANE_MAJOR: tl.constexpr,  # the lane-major walk instead of aligned vectors (an experiment)
     PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
+    ASM_GATHER: tl.constexpr,  # x gathered by inline PTX (16-bit x, compiled: _gather.py)
 ):
     pdl_start(PDL)
     row, mask_r, start, first, end, walk_end = rows_of_program(
@@ -142,7 +148,8 @@ def _spmm_csr_token_kernel(
                                  INDEX, ACC_DTYPE, ROWS, BLOCK)  # fmt: skip
     else:
         total = _aligned_walk(column_indices, values, x, start, first, end, walk_end, full,
-                              stride_x, INDEX, ACC_DTYPE, ROWS, BLOCK, GROUP, PDL)  # fmt: skip
+                              stride_x, INDEX, ACC_DTYPE, ROWS, BLOCK, GROUP, PDL,
+                              ASM_GATHER)  # fmt: skip
 
     if HAS_BIAS:
         total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
@@ -166,12 +173,15 @@ def spmm_csr_token(
     lane_major: bool = False,
     maxnreg: int | None = None,
     pdl: int = 0,
+    asm_gather: bool = False,
 ) -> torch.Tensor:
     """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided.
     `lane_major` takes _lane_major_walk instead of the aligned vectors (for the sweep
     benchmarks/sweeps/csr_token_lanes.py; not routed). `maxnreg` caps the registers a thread
     (more warps an SM: 59 registers allow 32; the sweep csr_token_cold.py). `pdl`:
-    programmatic dependent launch (kernels/_pdl.py; Hopper; the lane-major walk waits first)."""
+    programmatic dependent launch (kernels/_pdl.py; Hopper; the lane-major walk waits first).
+    `asm_gather`: the vector walk reads a 16-bit x by inline PTX (kernels/_gather.py; not in
+    the interpreter: the caller decides)."""
     if lane_major and pdl == 2:
         pdl = 1
     launch = {"maxnreg": maxnreg} if maxnreg else {}
@@ -204,6 +214,7 @@ def spmm_csr_token(
         GROUP=GROUP,
         LANE_MAJOR=lane_major,
         PDL=pdl,
+        ASM_GATHER=asm_gather and x.element_size() == 2,
         num_warps=num_warps,
         num_stages=1,
         **launch,

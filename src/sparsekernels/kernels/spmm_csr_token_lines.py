@@ -22,6 +22,7 @@ import triton.language as tl
 
 from ..formats._line_layout import HEAD_BASE, LINE
 from ._activation import ACTIVATION_CODES, activate
+from ._gather import gather16
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 
@@ -40,19 +41,6 @@ def _step(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
     vals = tl.load(values + slots, mask=mask, other=0.0)
     held = mask & (within < (head >> 24))
     return vals, (head & HEAD_BASE) + offset.to(tl.int32), held
-
-
-@triton.jit
-def _gather16(x, index, held):
-    """x[index] where held, else 0, for a 16-bit x, by inline PTX: an elementwise op keeps
-    its operands' layout, where tl.load's gather takes a layout of its own (its addresses are
-    not contiguous) and the step's pointers cross to it through shared memory."""
-    address = (x + index).to(tl.int64, bitcast=True)
-    bits = tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b16 $0, 0; @p ld.global.b16 $0, [$1]; }",
-        "=h,l,r", [address, held.to(tl.int32)], dtype=tl.int16, is_pure=True, pack=1,
-    )  # fmt: skip
-    return bits.to(x.dtype.element_ty, bitcast=True)
 
 
 @triton.jit
@@ -76,7 +64,7 @@ def _spmm_csr_token_lines_kernel(
     LINE: tl.constexpr,
     HEAD_BASE: tl.constexpr,
     PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
-    ASM_GATHER: tl.constexpr,  # x gathered by inline PTX (16-bit x, compiled: _gather16)
+    ASM_GATHER: tl.constexpr,  # x gathered by inline PTX (16-bit x, compiled: _gather.py)
 ):
     NL: tl.constexpr = BLOCK // LINE
     pdl_start(PDL)
@@ -95,7 +83,7 @@ def _spmm_csr_token_lines_kernel(
         next_vals, next_cols, next_held = _step(heads, offsets, values, lines, end_line, within,
                                                 LINE, HEAD_BASE)  # fmt: skip
         if ASM_GATHER:
-            picked = _gather16(x, cols * stride_x, held)
+            picked = gather16(x, cols * stride_x, held)
         else:
             picked = tl.load(x + cols * stride_x, mask=held, other=0.0)
         acc += vals.to(ACC_DTYPE) * picked.to(ACC_DTYPE)

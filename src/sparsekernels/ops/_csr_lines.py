@@ -11,6 +11,7 @@ import torch
 from ..formats import _line_layout
 from ..kernels import spmm_csr_token_lines, tuning
 from ..kernels._pdl import decode_pdl
+from . import _dispatch
 from ._identity_cache import IdentityCache, version
 
 # column indices -> (versions of them and of the row offsets, line layout or None)
@@ -69,5 +70,6 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         block=config.block,
         num_warps=config.num_warps,
         pdl=decode_pdl(values.device),
+        asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
     )
     return True

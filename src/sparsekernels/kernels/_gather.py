@@ -1,0 +1,28 @@
+"""A gather of a 16-bit x by inline PTX, for the one-token walks.
+
+tl.load's gather of x at loaded columns takes a layout of its own (its addresses are not
+contiguous, so Triton's coalescing gives it one element a thread), and each step's columns
+or pointers then cross to it through shared memory: on sm_90 the line walk's step spent 8
+64-bit stores and loads and two barriers on it. An elementwise inline-asm op keeps its
+operands' layout, so the gather stays in the step's own. Not in the interpreter (no PTX):
+callers pass it as a constexpr choice."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gather16(x, index, held):
+    """x[index] where held, else 0, for a 16-bit x (its own dtype back)."""
+    address = (x + index).to(tl.int64, bitcast=True)
+    bits = tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b16 $0, 0; @p ld.global.b16 $0, [$1]; }",
+        "=h,l,r",
+        [address, held.to(tl.int32)],
+        dtype=tl.int16,
+        is_pure=True,
+        pack=1,
+    )
+    return bits.to(x.dtype.element_ty, bitcast=True)
