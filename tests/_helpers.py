@@ -49,6 +49,16 @@ def random_csr(rows, cols, density, gen, dtype=torch.float64, device="cpu", empt
     return sk.CSRMatrix.from_dense(dense.to(dtype), mask=mask).to(device=device)
 
 
+def x_with_nan_where_unused(A, gen, dtype, device):
+    """x (K,) for a one-token product with A, with a stride of 2 and NaN at the columns no
+    stored entry reads (a kernel must not let them spread)."""
+    x = randn(A.shape[1], 2, gen=gen, dtype=dtype, device=device)[:, 0]
+    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
+    used[A.column_indices.long()] = True
+    x[~used] = float("nan")
+    return x
+
+
 def random_nm(rows, cols, n, m, gen, vector=1, block=1, dtype=torch.float64, device="cpu"):
     w = randn(rows, cols, gen=gen)
     mask = sk.prune.nm_mask(w, n, m, vector=vector, block=block)

@@ -20,6 +20,7 @@ from _helpers import (
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    x_with_nan_where_unused,
 )
 
 
@@ -46,15 +47,6 @@ def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=Fal
     return out
 
 
-def _x_with_nan_where_unused(A, gen, dtype, device):
-    """x (K,) with a stride of 2, NaN at the columns no stored entry reads."""
-    x = randn(A.shape[1], 2, gen=gen, dtype=dtype, device=device)[:, 0]
-    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
-    used[A.column_indices.long()] = True
-    x[~used] = float("nan")
-    return x
-
-
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("block, rows", [(32, 1), (256, 1), (32, 4)])
@@ -69,7 +61,7 @@ def test_matches_float64(device, dtype, block, rows, wide, lane_major, gen, monk
     # 37 rows x 300: ~15-150 entries a row, empty rows, nnz not a multiple of 16
     for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1)]:
         A = random_csr(M, K, density, gen, dtype, device)
-        x = _x_with_nan_where_unused(A, gen, dtype, device)
+        x = x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         got = _token(A, x, block=block, rows=rows, lane_major=lane_major)
@@ -84,7 +76,7 @@ def test_asm_gather_matches_float64(dtype, block, rows, warps, gen):
     empty rows, x strided and NaN where unused."""
     for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1), (3, 5000, 0.3)]:
         A = random_csr(M, K, density, gen, dtype, "cuda")
-        x = _x_with_nan_where_unused(A, gen, dtype, "cuda")
+        x = x_with_nan_where_unused(A, gen, dtype, "cuda")
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         got = _token(A, x, block=block, rows=rows, warps=warps, asm=True)
@@ -101,7 +93,7 @@ def test_few_rows_configs(device, dtype, warps, gen):
     skip_interpreter_on_gpu_machine(device)
     for M, K, density in [(9, 2000, 0.6), (37, 300, 0.25), (3, 5000, 0.3)]:
         A = random_csr(M, K, density, gen, dtype, device)
-        x = _x_with_nan_where_unused(A, gen, dtype, device)
+        x = x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         assert_close(_token(A, x, block=512, rows=1, warps=warps), want, bound, dtype)

@@ -19,6 +19,7 @@ from _helpers import (
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    x_with_nan_where_unused,
 )
 from sparsekernels.formats._line_layout import LINE, build
 
@@ -39,14 +40,6 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=No
     return out
 
 
-def _x_with_nan_where_unused(A, gen, dtype, device):
-    x = randn(A.shape[1], 2, gen=gen, dtype=dtype, device=device)[:, 0]
-    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
-    used[A.column_indices.long()] = True
-    x[~used] = float("nan")
-    return x
-
-
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("block, rows", [(64, 1), (256, 1), (128, 4)])
@@ -56,7 +49,7 @@ def test_matches_float64(device, dtype, block, rows, gen):
     for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 3000, 0.02), (30, 1, 0.5),
                           (1, 500, 0.6)]:  # fmt: skip
         A = random_csr(M, K, density, gen, dtype, device)
-        x = _x_with_nan_where_unused(A, gen, dtype, device)
+        x = x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         got = _lines(A, x, block=block, rows=rows, warps=min(rows, 2))
