@@ -109,9 +109,10 @@ def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
 # The one-token walk on the line layout (spmm_csr_token_lines.py over formats/_line_layout.py:
 # a byte a column, ~3.06 bytes an entry at 70% against 4) where the lines hold few padding
 # slots and the weight is large (the layout is a second copy of it, kept beside the CSR
-# arrays). Written after the forty-second session's device time: off until the sweep
-# benchmarks/sweeps/csr_lines_cold.py measures it (True then routes it; the form is the
-# one-token walk's own configuration, its 256- and 512-entry steps whole lines).
+# arrays). Off: with tl.load's gather it measured slower (70% 4096 x 14336 27.8 against 21.6
+# us, results/nvidia-h200/2026-12-03/at-7e15d89); the inline-PTX gather (the route passes
+# it) is not yet measured: benchmarks/sweeps/csr_lines_cold.py (True then routes it; the form
+# is the one-token walk's own configuration, its 256- and 512-entry steps whole lines).
 CSR_TOKEN_LINES = False
 # x gathered by inline PTX in the one-token vector walk (spmm_csr_token.py, kernels/_gather.py:
 # the gather keeps the step's layout; sm_90 loop 324 -> 266 instructions for two rows, no
