@@ -1,0 +1,48 @@
+"""test_compile_hopper.py's cases for the CSR one-token walks: the vector and lane-major walks
+(spmm_csr_token.py, with x gathered by inline PTX too), the walk on the line layout
+(spmm_csr_token_lines.py) and the stream walk (spmm_csr_token_stream.py). A case: (kernel,
+pointer types, constexprs, warps)."""
+
+
+def csr_token_cases() -> dict:
+    import triton.language as tl
+
+    from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
+    from sparsekernels.kernels.spmm_csr_token_lines import _spmm_csr_token_lines_kernel
+    from sparsekernels.kernels.spmm_csr_token_stream import _spmm_csr_token_stream_kernel
+
+    cases = {}
+    for data, cols in (("*bf16", "*i16"), ("*fp64", "*i64")):  # the CSR one-token walk
+        for lane_major in (False, True):
+            constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
+                             ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
+                             INDEX=tl.int64 if data == "*fp64" else tl.int32,
+                             LANE_MAJOR=lane_major, ASM_GATHER=False,
+                             PDL=0 if data == "*fp64" else 1 + (not lane_major))  # fmt: skip
+            pointers = ["*i32", cols, data, data, data, "*i32", data]
+            name = f"csr token {data}" + (" lane-major" if lane_major else "")
+            cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
+    for rows in (1, 2):  # the vector walk with x gathered by inline PTX (kernels/_gather.py)
+        constants = dict(HAS_BIAS=True, ACTIVATION=0, ROWS=rows, BLOCK=256, GROUP=16,
+                         ACC_DTYPE=tl.float32, INDEX=tl.int32, LANE_MAJOR=False,
+                         ASM_GATHER=True, PDL=2)  # fmt: skip
+        pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+        cases[f"csr token {rows} x 256 asm"] = (_spmm_csr_token_kernel, pointers, constants, 1)
+    for rows, block, asm in (
+        (1, 256, False),
+        (2, 256, False),
+        (1, 512, False),
+        (1, 256, True),
+        (2, 256, True),
+    ):  # fmt: skip  (the one-token walk on the line layout)
+        constants = dict(HAS_BIAS=rows == 2, ACTIVATION=0, ACC_DTYPE=tl.float32, ROWS=rows,
+                         BLOCK=block, LINE=64, HEAD_BASE=(1 << 24) - 1, PDL=2,
+                         ASM_GATHER=asm)  # fmt: skip
+        pointers = ["*i32", "*u8", "*i32", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+        name = f"csr token lines {rows} x {block}" + " asm" * asm
+        cases[name] = (_spmm_csr_token_lines_kernel, pointers, constants, 1)
+    constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32, INDEX=tl.int32, ROWS=4,
+                     BLOCK=256, GROUP=16, PDL=2)  # fmt: skip
+    pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+    cases["csr token stream pdl"] = (_spmm_csr_token_stream_kernel, pointers, constants, 1)
+    return cases
