@@ -164,3 +164,15 @@ def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen):
     line_form_for(A.row_offsets, columns, values, 500)
     columns.zero_()  # an edited pattern (not a valid one: only the rebuild is checked here)
     assert line_form_for(A.row_offsets, columns, values, 500)[0] is not layout
+
+
+def test_route_config(monkeypatch):
+    from sparsekernels.kernels import tuning
+
+    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16) is None  # off
+    monkeypatch.setattr(tuning, "CSR_TOKEN_LINES", True)
+    want = tuning.spmm_csr_token_config(1 << 24, 4096)
+    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float16) == want
+    assert want.block % LINE == 0  # whole lines a step
+    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float32) is None
+    assert tuning.spmm_csr_token_lines_config(1000, 64, torch.bfloat16) is None  # small weight

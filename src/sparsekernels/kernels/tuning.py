@@ -106,6 +106,12 @@ def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
     return SpmmCsrTokenConfig(rows_per_program=per_program, block=CSR_TOKEN_BLOCK, num_warps=1)
 
 
+# x gathered by inline PTX in the one-token vector walk (spmm_csr_token.py, kernels/_gather.py:
+# the gather keeps the step's layout; sm_90 loop 324 -> 266 instructions for two rows, no
+# shared memory). Written after the forty-second session's device time: off until
+# csr_lines_cold.py's `token/asm` column measures it.
+CSR_TOKEN_ASM_GATHER = False
+
 # The one-token walk on the line layout (spmm_csr_token_lines.py over formats/_line_layout.py:
 # a byte a column, ~3.06 bytes an entry at 70% against 4) where the lines hold few padding
 # slots and the weight is large (the layout is a second copy of it, kept beside the CSR
@@ -114,11 +120,6 @@ def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
 # it) is not yet measured: benchmarks/sweeps/csr_lines_cold.py (True then routes it; the form
 # is the one-token walk's own configuration, its 256- and 512-entry steps whole lines).
 CSR_TOKEN_LINES = False
-# x gathered by inline PTX in the one-token vector walk (spmm_csr_token.py, kernels/_gather.py:
-# the gather keeps the step's layout; sm_90 loop 324 -> 266 instructions for two rows, no
-# shared memory). Written after the forty-second session's device time: off until
-# csr_lines_cold.py's `token/asm` column measures it.
-CSR_TOKEN_ASM_GATHER = False
 CSR_LINES_MIN_NNZ = 1 << 20
 CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry (random 70% rows: 1.01-1.03; 90%: ~2.5)
 
