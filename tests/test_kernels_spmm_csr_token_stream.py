@@ -20,8 +20,8 @@ from _helpers import (
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    x_with_nan_where_unused,
 )
-from test_kernels_spmm_csr_token import _x_with_nan_where_unused
 
 
 def _stream(A, x, bias=None, activation="none", block=32, rows=4):
@@ -56,7 +56,7 @@ def test_matches_float64(device, dtype, block, rows, wide, gen, monkeypatch):
     # 37 rows x 300: ~15-150 entries a row with empty rows; 5 x 700 rows of many steps
     for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 40, 0.1), (1, 77, 0.4)]:
         A = random_csr(M, K, density, gen, dtype, device)
-        x = _x_with_nan_where_unused(A, gen, dtype, device)
+        x = x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         assert_close(_stream(A, x, block=block, rows=rows), want, bound, dtype)
