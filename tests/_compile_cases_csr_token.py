@@ -17,17 +17,21 @@ def csr_token_cases() -> dict:
             constants = dict(HAS_BIAS=True, ACTIVATION=2, ROWS=2, BLOCK=256, GROUP=16,
                              ACC_DTYPE=tl.float64 if data == "*fp64" else tl.float32,
                              INDEX=tl.int64 if data == "*fp64" else tl.int32,
-                             LANE_MAJOR=lane_major, ASM_GATHER=False,
+                             LANE_MAJOR=lane_major, ASM_GATHER=False, UNMASKED_MIDDLE=False,
                              PDL=0 if data == "*fp64" else 1 + (not lane_major))  # fmt: skip
             pointers = ["*i32", cols, data, data, data, "*i32", data]
             name = f"csr token {data}" + (" lane-major" if lane_major else "")
             cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
-    for rows in (1, 2):  # the vector walk with x gathered by inline PTX (kernels/_gather.py)
+    for rows, asm, unmasked in ((1, True, False), (2, True, False), (1, False, True),
+                                (1, True, True), (2, True, True)):  # fmt: skip
+        # the vector walk with x gathered by inline PTX (kernels/_gather.py), and with its
+        # middle steps unmasked
         constants = dict(HAS_BIAS=True, ACTIVATION=0, ROWS=rows, BLOCK=256, GROUP=16,
                          ACC_DTYPE=tl.float32, INDEX=tl.int32, LANE_MAJOR=False,
-                         ASM_GATHER=True, PDL=2)  # fmt: skip
+                         ASM_GATHER=asm, UNMASKED_MIDDLE=unmasked, PDL=2)  # fmt: skip
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
-        cases[f"csr token {rows} x 256 asm"] = (_spmm_csr_token_kernel, pointers, constants, 1)
+        name = f"csr token {rows} x 256" + " asm" * asm + " unmasked" * unmasked
+        cases[name] = (_spmm_csr_token_kernel, pointers, constants, 1)
     for rows, block, asm in (
         (1, 256, False),
         (2, 256, False),

@@ -25,7 +25,7 @@ from _helpers import (
 
 
 def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=False, warps=None,
-           asm=False):  # fmt: skip
+           asm=False, unmasked=False):  # fmt: skip
     from sparsekernels.kernels import spmm_csr_token as kernel
 
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
@@ -43,6 +43,7 @@ def _token(A, x, bias=None, activation="none", block=256, rows=1, lane_major=Fal
         num_warps=warps or rows,
         lane_major=lane_major,
         asm_gather=asm,
+        unmasked_middle=unmasked,
     )
     return out
 
@@ -66,6 +67,23 @@ def test_matches_float64(device, dtype, block, rows, wide, lane_major, gen, monk
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
         got = _token(A, x, block=block, rows=rows, lane_major=lane_major)
         assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("block, rows", [(32, 1), (32, 4), (64, 2)])
+def test_unmasked_middle_matches_float64(device, dtype, block, rows, gen):
+    """The middle steps unmasked: rows of many steps beside rows of one or none in a program
+    (no step is whole for every row there), rows starting mid-group, the arrays' tail."""
+    skip_interpreter_on_gpu_machine(device)
+    for M, K, density in [(23, 600, 0.4), (37, 300, 0.25), (5, 2000, 0.5), (9, 40, 0.1)]:
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = x_with_nan_where_unused(A, gen, dtype, device)
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        for asm in (False, True) if device == "cuda" and dtype.itemsize == 2 else (False,):
+            got = _token(A, x, block=block, rows=rows, asm=asm, unmasked=True)
+            assert_close(got, want, bound, dtype)
 
 
 @pytest.mark.gpu

@@ -5,7 +5,9 @@ from each 64-entry line's base) timed cold against linear's route (the plain one
 call, each form checked against float64 first. `linear+lines` is linear with
 tuning.CSR_TOKEN_LINES on (the route as it would run); the line configurations gather x by
 inline PTX (kernels/_gather.py), `lines/load` by tl.load; `token/asm` is the plain one-token
-walk at the library's configuration with the inline-PTX gather (tuning.CSR_TOKEN_ASM_GATHER).
+walk at the library's configuration with the inline-PTX gather (tuning.CSR_TOKEN_ASM_GATHER),
+`token/u` with its middle steps unmasked (tuning.CSR_TOKEN_UNMASKED_MIDDLE), `token/asm+u`
+both.
 Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
 LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps) and SHAPES (environment) replace
@@ -68,16 +70,20 @@ def main():
             tuning.CSR_TOKEN_LINES = False
         token = tuning.spmm_csr_token_config(A.nnz, M)
 
-        def plain(Ac, token=token):
-            return spmm_csr_token.spmm_csr_token(
-                row_offsets=Ac.row_offsets, column_indices=Ac.pattern.column_indices_int16(),
-                values=Ac.values, x=x, bias=None, row_order=Ac.row_order, out=out,
-                activation="none", rows_per_program=token.rows_per_program, block=token.block,
-                num_warps=token.num_warps, asm_gather=True,
-            )  # fmt: skip
+        for name, asm, unmasked in (("token/asm", True, False), ("token/u", False, True),
+                                    ("token/asm+u", True, True)):  # fmt: skip
 
-        out.fill_(float("nan"))
-        timed["token/asm"] = checked(plain, matrices)
+            def plain(Ac, token=token, asm=asm, unmasked=unmasked):
+                return spmm_csr_token.spmm_csr_token(
+                    row_offsets=Ac.row_offsets, column_indices=Ac.pattern.column_indices_int16(),
+                    values=Ac.values, x=x, bias=None, row_order=Ac.row_order, out=out,
+                    activation="none", rows_per_program=token.rows_per_program,
+                    block=token.block, num_warps=token.num_warps, asm_gather=asm,
+                    unmasked_middle=unmasked,
+                )  # fmt: skip
+
+            out.fill_(float("nan"))
+            timed[name] = checked(plain, matrices)
         lined = []
         for Ac in matrices:
             copy = build(Ac.row_offsets, Ac.column_indices, K, most_slots=4.0)

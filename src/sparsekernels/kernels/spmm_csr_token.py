@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ._activation import ACTIVATION_CODES, activate
-from ._gather import gather16
+from ._gather import gather16, gather16_all
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 INT32_LIMIT = 2**31  # offsets below it are computed in int32
@@ -49,34 +49,76 @@ def rows_of_program(row_offsets, row_order, M, full, INDEX: tl.constexpr, ROWS: 
 
 
 @triton.jit
+def _walk_step(column_indices, values, x, acc, cols, vals, step, first, k, k_group, start,
+               walk_end, stride_x, INDEX: tl.constexpr, ACC_DTYPE: tl.constexpr,
+               BLOCK: tl.constexpr, ASM_GATHER: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
+    """Step `step` of the vector walk (entries first + step BLOCK + k): the next step's columns
+    and values loaded first, then this step's x gathered and added. MASKED: entries before the
+    row's start or past its walk are zeroed; a step wholly inside every row's walk needs no
+    mask. (Offsets are rebuilt from the step number, not carried: carried across several
+    loops, they took a layout of their own and every step converted them.)"""
+    offs = first + k + step * BLOCK
+    next_offs = offs + BLOCK
+    next_mask = first + k_group + (step + 1) * BLOCK < walk_end  # (constant across a vector)
+    next_cols = tl.load(column_indices + next_offs, mask=next_mask, other=0)
+    next_vals = tl.load(values + next_offs, mask=next_mask, other=0.0)
+    index = cols.to(INDEX) * stride_x
+    if MASKED:
+        live = (offs >= start) & (offs < walk_end)
+        if ASM_GATHER:  # (the gather in the step's layout: _gather.py)
+            picked = gather16(x, index, live)
+        else:
+            picked = tl.load(x + index, mask=live, other=0.0)
+        acc += tl.where(live, vals.to(ACC_DTYPE), 0.0) * picked.to(ACC_DTYPE)
+    else:
+        if ASM_GATHER:  # noqa: SIM108 (a constexpr choice: one branch compiled)
+            picked = gather16_all(x, index)
+        else:
+            picked = tl.load(x + index)
+        acc += vals.to(ACC_DTYPE) * picked.to(ACC_DTYPE)
+    return acc, next_cols, next_vals
+
+
+@triton.jit
 def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, stride_x,
                   INDEX: tl.constexpr, ACC_DTYPE: tl.constexpr, ROWS: tl.constexpr,
                   BLOCK: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr = 0,
-                  ASM_GATHER: tl.constexpr = False):  # fmt: skip
+                  ASM_GATHER: tl.constexpr = False,
+                  UNMASKED_MIDDLE: tl.constexpr = False):  # fmt: skip
     """Each row's sum from whole aligned groups loaded as vectors, then the arrays' last partial
-    group entry by entry (the module's docstring says why)."""
+    group entry by entry (the module's docstring says why). UNMASKED_MIDDLE: the steps wholly
+    inside every row's walk (all but the first and the last one or two) run without masks
+    (each entry's two compares and select)."""
     k = tl.arange(0, BLOCK)[None, :]
-    offs = first + k
-    groups = first + k // GROUP * GROUP  # each entry's group: constant across a vector
-    load_mask = groups < walk_end
-    cols = tl.load(column_indices + offs, mask=load_mask, other=0)
-    vals = tl.load(values + offs, mask=load_mask, other=0.0)
+    k_group = k // GROUP * GROUP  # each entry's group: constant across a vector
+    load_mask = first + k_group < walk_end
+    cols = tl.load(column_indices + first + k, mask=load_mask, other=0)
+    vals = tl.load(values + first + k, mask=load_mask, other=0.0)
     acc = tl.zeros((ROWS, BLOCK), dtype=ACC_DTYPE)
     pdl_before_inputs(PDL)
     # Rows come longest first: a program's rows have similar lengths, so few steps idle.
-    for _ in range(0, tl.max(walk_end - first), BLOCK):
-        next_offs = offs + BLOCK
-        groups += BLOCK
-        next_mask = groups < walk_end
-        next_cols = tl.load(column_indices + next_offs, mask=next_mask, other=0)
-        next_vals = tl.load(values + next_offs, mask=next_mask, other=0.0)
-        live = (offs >= start) & (offs < walk_end)
-        if ASM_GATHER:  # (the gather in the step's layout: _gather.py)
-            picked = gather16(x, cols.to(INDEX) * stride_x, live)
-        else:
-            picked = tl.load(x + cols.to(INDEX) * stride_x, mask=live, other=0.0)
-        acc += tl.where(live, vals.to(ACC_DTYPE), 0.0) * picked.to(ACC_DTYPE)
-        offs, load_mask, cols, vals = next_offs, next_mask, next_cols, next_vals
+    steps = tl.cdiv(tl.max(walk_end - first), BLOCK)
+    if UNMASKED_MIDDLE:
+        # Step s holds entries first + s BLOCK .. + BLOCK: from s = 1 past every row's start
+        # (first > start - GROUP), and inside its walk while s < whole.
+        whole = tl.min((walk_end - first) // BLOCK)
+        for step in range(0, tl.minimum(steps, 1)):
+            acc, cols, vals = _walk_step(column_indices, values, x, acc, cols, vals, step, first,
+                                         k, k_group, start, walk_end, stride_x, INDEX, ACC_DTYPE,
+                                         BLOCK, ASM_GATHER, True)  # fmt: skip
+        for step in range(1, whole):
+            acc, cols, vals = _walk_step(column_indices, values, x, acc, cols, vals, step, first,
+                                         k, k_group, start, walk_end, stride_x, INDEX, ACC_DTYPE,
+                                         BLOCK, ASM_GATHER, False)  # fmt: skip
+        for step in range(tl.maximum(whole, 1), steps):
+            acc, cols, vals = _walk_step(column_indices, values, x, acc, cols, vals, step, first,
+                                         k, k_group, start, walk_end, stride_x, INDEX, ACC_DTYPE,
+                                         BLOCK, ASM_GATHER, True)  # fmt: skip
+    else:
+        for step in range(0, steps):
+            acc, cols, vals = _walk_step(column_indices, values, x, acc, cols, vals, step, first,
+                                         k, k_group, start, walk_end, stride_x, INDEX, ACC_DTYPE,
+                                         BLOCK, ASM_GATHER, True)  # fmt: skip
     total = tl.sum(acc, axis=1)
     if tl.max(end) > full:  # rows owning some of the last, partial group: entry by entry
         tail = full + tl.arange(0, GROUP)[None, :]
@@ -138,6 +180,7 @@ def _spmm_csr_token_kernel(
     LANE_MAJOR: tl.constexpr,  # the lane-major walk instead of aligned vectors (an experiment)
     PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
     ASM_GATHER: tl.constexpr,  # x gathered by inline PTX (16-bit x, compiled: _gather.py)
+    UNMASKED_MIDDLE: tl.constexpr,  # the steps inside every row's walk without masks
 ):
     pdl_start(PDL)
     row, mask_r, start, first, end, walk_end = rows_of_program(
@@ -149,7 +192,7 @@ def _spmm_csr_token_kernel(
     else:
         total = _aligned_walk(column_indices, values, x, start, first, end, walk_end, full,
                               stride_x, INDEX, ACC_DTYPE, ROWS, BLOCK, GROUP, PDL,
-                              ASM_GATHER)  # fmt: skip
+                              ASM_GATHER, UNMASKED_MIDDLE)  # fmt: skip
 
     if HAS_BIAS:
         total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
@@ -174,6 +217,7 @@ def spmm_csr_token(
     maxnreg: int | None = None,
     pdl: int = 0,
     asm_gather: bool = False,
+    unmasked_middle: bool = False,
 ) -> torch.Tensor:
     """out (M,) = A @ x for a CSR A (one matrix of values) and x (K,); both may be strided.
     `lane_major` takes _lane_major_walk instead of the aligned vectors (for the sweep
@@ -181,7 +225,8 @@ def spmm_csr_token(
     (more warps an SM: 59 registers allow 32; the sweep csr_token_cold.py). `pdl`:
     programmatic dependent launch (kernels/_pdl.py; Hopper; the lane-major walk waits first).
     `asm_gather`: the vector walk reads a 16-bit x by inline PTX (kernels/_gather.py; not in
-    the interpreter: the caller decides)."""
+    the interpreter: the caller decides). `unmasked_middle`: the vector walk's steps inside every
+    row's walk without masks."""
     if lane_major and pdl == 2:
         pdl = 1
     launch = {"maxnreg": maxnreg} if maxnreg else {}
@@ -215,6 +260,7 @@ def spmm_csr_token(
         LANE_MAJOR=lane_major,
         PDL=pdl,
         ASM_GATHER=asm_gather and x.element_size() == 2,
+        UNMASKED_MIDDLE=unmasked_middle,
         num_warps=num_warps,
         num_stages=1,
         **launch,

@@ -111,6 +111,11 @@ def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
 # shared memory). Written after the forty-second session's device time: off until
 # csr_lines_cold.py's `token/asm` column measures it.
 CSR_TOKEN_ASM_GATHER = False
+# The vector walk's steps inside every row's walk without masks (spmm_csr_token.py: each entry's
+# two compares and select gone; sm_90 loop a 256-entry step with the PTX gather 126 -> 99
+# instructions for one row, 248 -> 191 for two). Off until csr_lines_cold.py's `token/u`
+# and `token/asm+u` columns measure it.
+CSR_TOKEN_UNMASKED_MIDDLE = False
 
 # The one-token walk on the line layout (spmm_csr_token_lines.py over formats/_line_layout.py:
 # a byte a column, ~3.06 bytes an entry at 70% against 4) where the lines hold few padding

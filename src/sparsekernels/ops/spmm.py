@@ -261,6 +261,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
             num_warps=config.num_warps,
             pdl=decode_pdl(values.device),
             asm_gather=tuning.CSR_TOKEN_ASM_GATHER and not _dispatch.triton_interpreter_enabled(),
+            unmasked_middle=tuning.CSR_TOKEN_UNMASKED_MIDDLE,
         )
         return out
     if walk_in_b_order:
