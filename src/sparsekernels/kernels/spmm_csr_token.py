@@ -97,8 +97,8 @@ def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, 
     acc = tl.zeros((ROWS, BLOCK), dtype=ACC_DTYPE)
     pdl_before_inputs(PDL)
     # Rows come longest first: a program's rows have similar lengths, so few steps idle.
-    steps = tl.cdiv(tl.max(walk_end - first), BLOCK)
     if UNMASKED_MIDDLE:
+        steps = tl.cdiv(tl.max(walk_end - first), BLOCK)
         # Step s holds entries first + s BLOCK .. + BLOCK: from s = 1 past every row's start
         # (first > start - GROUP), and inside its walk while s < whole.
         whole = tl.min((walk_end - first) // BLOCK)
@@ -114,11 +114,22 @@ def _aligned_walk(column_indices, values, x, start, first, end, walk_end, full, 
             acc, cols, vals = _walk_step(column_indices, values, x, acc, cols, vals, step, first,
                                          k, k_group, start, walk_end, stride_x, INDEX, ACC_DTYPE,
                                          BLOCK, ASM_GATHER, True)  # fmt: skip
-    else:
-        for step in range(0, steps):
-            acc, cols, vals = _walk_step(column_indices, values, x, acc, cols, vals, step, first,
-                                         k, k_group, start, walk_end, stride_x, INDEX, ACC_DTYPE,
-                                         BLOCK, ASM_GATHER, True)  # fmt: skip
+    else:  # (offsets carried, as measured before the option: at-84bb050)
+        offs = first + k
+        groups = first + k_group
+        for _ in range(0, tl.max(walk_end - first), BLOCK):
+            next_offs = offs + BLOCK
+            groups += BLOCK
+            next_mask = groups < walk_end
+            next_cols = tl.load(column_indices + next_offs, mask=next_mask, other=0)
+            next_vals = tl.load(values + next_offs, mask=next_mask, other=0.0)
+            live = (offs >= start) & (offs < walk_end)
+            if ASM_GATHER:  # (the gather in the step's layout: _gather.py)
+                picked = gather16(x, cols.to(INDEX) * stride_x, live)
+            else:
+                picked = tl.load(x + cols.to(INDEX) * stride_x, mask=live, other=0.0)
+            acc += tl.where(live, vals.to(ACC_DTYPE), 0.0) * picked.to(ACC_DTYPE)
+            offs, cols, vals = next_offs, next_cols, next_vals
     total = tl.sum(acc, axis=1)
     if tl.max(end) > full:  # rows owning some of the last, partial group: entry by entry
         tail = full + tl.arange(0, GROUP)[None, :]
