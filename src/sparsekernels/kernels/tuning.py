@@ -108,8 +108,8 @@ def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
 
 # x gathered by inline PTX in the one-token vector walk (spmm_csr_token.py, kernels/_gather.py:
 # the gather keeps the step's layout; sm_90 loop a 256-entry step on two rows, x contiguous,
-# 307 -> 251 instructions, no shared memory). Written after the forty-second session's device time: off until
-# csr_lines_cold.py's `token/asm` column measures it.
+# 307 -> 251 instructions, no shared memory). Written after the forty-second session's device
+# time: off until csr_lines_cold.py's `token/asm` column measures it.
 CSR_TOKEN_ASM_GATHER = False
 # The vector walk's steps inside every row's walk without masks (spmm_csr_token.py: each entry's
 # two compares and select gone; sm_90 loop a 256-entry step with the PTX gather 125 -> 99
