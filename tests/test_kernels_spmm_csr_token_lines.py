@@ -116,8 +116,8 @@ def test_bad_block_raises():
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_linear_takes_it_where_routed(device, gen, monkeypatch):
-    """With tuning.CSR_TOKEN_LINES, a one-token linear runs the line layout's kernel (bias
-    fused), the layout and packed values built once per weight; off by default."""
+    """A one-token linear on a large weight runs the line layout's kernel (bias fused), the
+    layout and packed values built once per weight; a small weight keeps the plain walk."""
     from sparsekernels.kernels import spmm_csr_token_lines as kernel
     from sparsekernels.kernels import tuning
     from sparsekernels.ops import _launch_plans
@@ -136,9 +136,9 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
     backend = "triton"  # (on the CPU too: the interpreter)
     assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
-    assert not calls  # off by default
-    monkeypatch.setattr(tuning, "CSR_TOKEN_LINES", True)
+    assert not calls  # too small by default
     monkeypatch.setattr(tuning, "CSR_LINES_MIN_NNZ", 0)
+    monkeypatch.setattr(tuning, "CSR_LINES_MIN_ROWS", 0)
     for _ in range(2):
         assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert len(calls) == 2 and calls[0]["offsets"].dtype == torch.uint8
@@ -169,10 +169,11 @@ def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen):
 def test_route_config(monkeypatch):
     from sparsekernels.kernels import tuning
 
-    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16) is None  # off
-    monkeypatch.setattr(tuning, "CSR_TOKEN_LINES", True)
-    want = tuning.spmm_csr_token_config(1 << 24, 4096)
+    want = tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16)
+    assert want is not None and want.block % LINE == 0  # whole lines a step
     assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float16) == want
-    assert want.block % LINE == 0  # whole lines a step
     assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float32) is None
     assert tuning.spmm_csr_token_lines_config(1000, 64, torch.bfloat16) is None  # small weight
+    assert tuning.spmm_csr_token_lines_config(1 << 24, 2048, torch.bfloat16) is None  # few rows
+    monkeypatch.setattr(tuning, "CSR_TOKEN_LINES", False)
+    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16) is None

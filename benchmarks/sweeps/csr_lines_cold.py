@@ -2,8 +2,8 @@
 from each 64-entry line's base) timed cold against linear's route (the plain one-token walk,
 4 bytes an entry with int16 columns) and dense cuBLAS, on magnitude-pruned bf16 LLM weights at
 70% and 90%: rotated weight copies that together overflow L2 twice, CUDA-graph medians in us a
-call, each form checked against float64 first. `linear+lines` is linear with
-tuning.CSR_TOKEN_LINES on (the route as it would run); the line configurations gather x by
+call, each form checked against float64 first. `linear` is the route with tuning.CSR_TOKEN_LINES
+off, `linear+lines` the route as the tuning has it; the line configurations gather x by
 inline PTX (kernels/_gather.py), `lines/load` by tl.load; `token/asm` is the plain one-token
 walk at the library's configuration with the inline-PTX gather (tuning.CSR_TOKEN_ASM_GATHER),
 `token/u` with its middle steps unmasked (tuning.CSR_TOKEN_UNMASKED_MIDDLE), `token/asm+u`
@@ -60,14 +60,15 @@ def main():
             err = ((got.double() - want).norm() / want.norm()).item()
             return rotated(fn, copies) if err < 1e-2 else float("nan")
 
-        timed["linear"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
+        routed = tuning.CSR_TOKEN_LINES
+        tuning.CSR_TOKEN_LINES = False  # `linear`: the plain walk
+        try:
+            timed["linear"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
+        finally:
+            tuning.CSR_TOKEN_LINES = routed
         layout = build(A.row_offsets, A.column_indices, K, most_slots=4.0)
         slots = layout.lines * 64 / A.nnz
-        tuning.CSR_TOKEN_LINES = True
-        try:
-            timed["linear+lines"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
-        finally:
-            tuning.CSR_TOKEN_LINES = False
+        timed["linear+lines"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
         token = tuning.spmm_csr_token_config(A.nnz, M)
 
         for name, asm, unmasked in (("token/asm", True, False), ("token/u", False, True),

@@ -108,33 +108,36 @@ def spmm_csr_token_config(nnz: int, rows: int) -> SpmmCsrTokenConfig:
 
 # x gathered by inline PTX in the one-token vector walk (spmm_csr_token.py, kernels/_gather.py:
 # the gather keeps the step's layout; sm_90 loop a 256-entry step on two rows, x contiguous,
-# 307 -> 251 instructions, no shared memory). Written after the forty-second session's device
-# time: off until csr_lines_cold.py's `token/asm` column measures it.
+# 307 -> 251 instructions) and its middle steps unmasked (99 instructions for one row with
+# both): fewer instructions, no faster. Cold, bf16, us, route -> asm / unmasked / both
+# (results/nvidia-h200/2026-12-04/at-d8b7176/csr_lines_cold.txt): 70% 4096 x 14336 21.6 ->
+# 21.8 / 21.0 / 21.6; 90% 4096 x 14336 10.2 -> 13.2 / 9.9 / 12.5; 90% 14336 x 4096 12.4 ->
+# 14.6 / 14.2 / 15.2. Off; the line layout's walk (below) takes the PTX gather.
 CSR_TOKEN_ASM_GATHER = False
-# The vector walk's steps inside every row's walk without masks (spmm_csr_token.py: each entry's
-# two compares and select gone; sm_90 loop a 256-entry step with the PTX gather 125 -> 99
-# instructions for one row, 251 -> 191 for two). Off until csr_lines_cold.py's `token/u`
-# and `token/asm+u` columns measure it.
 CSR_TOKEN_UNMASKED_MIDDLE = False
 
 # The one-token walk on the line layout (spmm_csr_token_lines.py over formats/_line_layout.py:
-# a byte a column, ~3.06 bytes an entry at 70% against 4) where the lines hold few padding
-# slots and the weight is large (the layout is a second copy of it, kept beside the CSR
-# arrays). Off: with tl.load's gather it measured slower (70% 4096 x 14336 27.8 against 21.6
-# us, results/nvidia-h200/2026-12-03/at-7e15d89); the inline-PTX gather (the route passes
-# it) is not yet measured: benchmarks/sweeps/csr_lines_cold.py (True then routes it; the form
-# is the one-token walk's own configuration, its 256- and 512-entry steps whole lines).
-CSR_TOKEN_LINES = False
+# a byte a column from each 64-slot line's base, x gathered by inline PTX) on large half-precision
+# weights of more than CSR_TOKEN_FEW_ROWS rows whose lines hold few padding slots (random 70%
+# rows: 1.01-1.03 slots an entry; 90%: ~2.5, refused). The layout and packed values are a
+# second copy of the weight kept beside the CSR arrays (~3.1 bytes an entry): the price of the
+# faster read. Two rows a program, a warp each, 256 slots a step. Cold, bf16, 70%, us, the
+# plain walk -> this (results/nvidia-h200/2026-12-04/at-d8b7176/csr_lines_cold_configs.txt):
+# 4096 x 14336 21.5 -> 20.6, 14336 x 4096 24.1 -> 21.4, 28672 x 4096 42.8 -> 36.9, 11008 x 4096
+# 19.5 -> 17.8, 4096 x 4096 9.1 -> 8.4; on <= 2048 rows no faster (1024 x 8192 6.8 -> 9.3).
+CSR_TOKEN_LINES = True
 CSR_LINES_MIN_NNZ = 1 << 20
-CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry (random 70% rows: 1.01-1.03; 90%: ~2.5)
+CSR_LINES_MIN_ROWS = CSR_TOKEN_FEW_ROWS + 1
+CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
 
 
 def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfig | None:
     """The line layout's one-token configuration where it is routed, else None."""
     half = dtype.is_floating_point and dtype.itemsize == 2  # bf16 or fp16 (torch.dtype)
-    if not (CSR_TOKEN_LINES and half and nnz >= CSR_LINES_MIN_NNZ):
+    large = nnz >= CSR_LINES_MIN_NNZ and rows >= CSR_LINES_MIN_ROWS
+    if not (CSR_TOKEN_LINES and half and large):
         return None
-    return spmm_csr_token_config(nnz, rows)
+    return SpmmCsrTokenConfig(rows_per_program=2, block=CSR_TOKEN_BLOCK, num_warps=2)
 
 
 # Many short rows: a warp walks 4 rows one after another (spmm_csr_token_stream.py) where the
