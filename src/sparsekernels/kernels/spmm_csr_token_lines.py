@@ -13,10 +13,12 @@ line's held count are masked (their value is 0, but x at the base may be inf).
 Rows are visited in `row_order` (longest first); bias and activation fused; float32 sums
 (float64 for float64 values). Offsets in int32: the caller keeps slots under 2^31.
 
-Measured slower than the plain walk with tl.load's gather (H200, 70%, cold: 27.8 against 21.6
-us on 4096 x 14336; results/nvidia-h200/2026-12-03/at-7e15d89): every step's x pointers then
+With tl.load's gather it measured slower than the plain walk (H200, 70%, cold: 27.8 against
+21.6 us on 4096 x 14336; results/nvidia-h200/2026-12-03/at-7e15d89): every step's x pointers
 crossed layouts through shared memory. With `asm_gather` (kernels/_gather.py) they do not
-(sm_90 loop 165 -> 140 instructions a step); not yet measured, so not routed.
+(sm_90 loop 165 -> 140 instructions a step) and it is faster: 20.6 us there, 21.4 against 24.1
+on 14336 x 4096 (2026-12-04/at-d8b7176/csr_lines_cold_configs.txt). Routed where
+tuning.spmm_csr_token_lines_config says.
 """
 
 from __future__ import annotations
