@@ -1,10 +1,10 @@
 """Carry the demo's model to the H200 in two calls, and put it together there.
 
 The device cannot install the model package (no network) and one call carries at most 64 MiB
-with the working tree (~37 MB), so the model travels in bf16, the dtype the demo runs on a
-GPU (rounding to bf16 here is the same rounding `model.to(bfloat16)` does there), split into
-two folders of ~23 MB. Here: `python3 benchmarks/demo_model_parts.py split` writes
-`.demo_a/` and `.demo_b/` (git-ignored). There, call 1 carries `.demo_a` and runs
+with the working tree (~43 MB), so the model travels in bf16, the dtype the demo runs on a
+GPU (rounding to bf16 here is the same rounding `model.to(bfloat16)` does there), compressed
+(lzma) and split into two folders of ~16 MB. Here: `python3 benchmarks/demo_model_parts.py
+split` writes `.demo_a/` and `.demo_b/` (git-ignored). There, call 1 carries `.demo_a` and runs
 `python3 benchmarks/demo_model_parts.py stash`; call 2 (the machine still warm) carries
 `.demo_b` and runs `python3 benchmarks/demo_model_parts.py join`, which checks the joined
 file's hash and writes a stand-in for the package (its get_model_path()) under /tmp/demo:
@@ -14,6 +14,7 @@ then `PYTHONPATH=/tmp/demo:src python3 -m sparsekernels demo --device cuda`.
 from __future__ import annotations
 
 import hashlib
+import lzma
 import shutil
 import sys
 from pathlib import Path
@@ -49,12 +50,14 @@ def split() -> None:
     save_file(tensors, str(joined), metadata={"format": "pt"})
     data = joined.read_bytes()
     joined.unlink()
-    half = len(data) // 2
-    (a / "part").write_bytes(data[:half])
+    packed = lzma.compress(data, preset=9)
+    half = len(packed) // 2
+    (a / "part").write_bytes(packed[:half])
     b.mkdir()
-    (b / "part").write_bytes(data[half:])
+    (b / "part").write_bytes(packed[half:])
     (b / "sha256").write_text(hashlib.sha256(data).hexdigest())
-    print(f"{len(data) / 1e6:.1f} MB of bf16 weights in .demo_a and .demo_b")
+    print(f"{len(data) / 1e6:.1f} MB of bf16 weights, {len(packed) / 1e6:.1f} MB compressed, in "
+          ".demo_a and .demo_b")  # fmt: skip
 
 
 def stash() -> None:
@@ -65,7 +68,7 @@ def stash() -> None:
 
 def join() -> None:
     """Call 2 on the device: the two halves, checked, as the model package's stand-in."""
-    data = (STASH / "part").read_bytes() + Path(".demo_b/part").read_bytes()
+    data = lzma.decompress((STASH / "part").read_bytes() + Path(".demo_b/part").read_bytes())
     want = Path(".demo_b/sha256").read_text().strip()
     if hashlib.sha256(data).hexdigest() != want:
         raise SystemExit("the joined weights do not match their hash: run stash again")

@@ -15,7 +15,8 @@ def _unpacked(layout, values, shape):
     slots = layout.row_slots.long()
     assert (slots % LINE == 0).all() and (slots.diff() >= 0).all()
     lines_per_row = slots.diff() // LINE
-    line_rows = torch.repeat_interleave(torch.arange(shape[0]), lines_per_row)
+    listed = torch.arange(shape[0]) if layout.row_sequence is None else layout.row_sequence
+    line_rows = torch.repeat_interleave(listed.long(), lines_per_row)
     columns = layout.bases().repeat_interleave(LINE) + layout.offsets.long()
     dense = torch.zeros(shape, dtype=torch.float64)
     dense.index_put_((line_rows.repeat_interleave(LINE), columns), values.double(),
@@ -43,6 +44,23 @@ def test_round_trip(M, K, density, gen):
     assert torch.equal(held.view(-1, LINE).sum(1), layout.held())  # held slots come first
     assert torch.equal(held.view(-1, LINE), torch.arange(LINE) < layout.held()[:, None])
     assert (offsets <= SPAN).all()
+
+
+@pytest.mark.parametrize("M, K, density", [(50, 700, 0.3), (9, 3000, 0.05), (1, 200, 0.5)])
+def test_rows_listed_in_a_sequence(M, K, density, gen):
+    """Built with a row sequence (a shuffled permutation, empty rows among it), the rows'
+    lines are stored in that order, row_slots indexed by place, and the matrix is the same."""
+    A = random_csr(M, K, density, gen, torch.float64, "cpu")
+    sequence = torch.randperm(M, generator=gen).to(torch.int32)
+    layout = build(A.row_offsets, A.column_indices, K, most_slots=1000.0, row_sequence=sequence)
+    assert layout.row_sequence is sequence
+    assert torch.equal(_unpacked(layout, layout.pack(A.values), (M, K)), A.to_dense())
+    natural = build(A.row_offsets, A.column_indices, K, most_slots=1000.0)
+    lines = natural.row_slots.long().diff()
+    assert torch.equal(layout.row_slots.long().diff(), lines[sequence.long()])
+    first = natural.row_slots.long()[sequence[0].long()] // LINE  # the first listed row's lines
+    count = int(lines[sequence[0].long()]) // LINE
+    assert torch.equal(layout.heads[:count], natural.heads[first : first + count])
 
 
 def test_lines_break_at_rows_at_64_and_at_the_span():

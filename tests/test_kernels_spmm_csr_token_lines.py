@@ -24,18 +24,20 @@ from _helpers import (
 from sparsekernels.formats._line_layout import LINE, build
 
 
-def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=None):
-    """The kernel on A's line layout; on the GPU x is gathered by inline PTX (as routed) unless
-    `asm` is False."""
+def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=None,
+           by_sequence=False, ahead=1):  # fmt: skip
+    """The kernel on A's line layout (rows stored in A.row_order's sequence if `by_sequence`);
+    on the GPU x is gathered by inline PTX (as routed) unless `asm` is False."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
-    layout = build(A.row_offsets, A.column_indices, A.shape[1], most_slots=1000.0)
+    sequence = A.row_order if by_sequence else None
+    layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence)
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
     spmm_csr_token_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
         values=layout.pack(A.values), x=x, bias=bias, row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
-        asm_gather=x.is_cuda if asm is None else asm,
+        asm_gather=x.is_cuda if asm is None else asm, row_sequence=sequence, ahead=ahead,
     )  # fmt: skip
     return out
 
@@ -56,6 +58,25 @@ def test_matches_float64(device, dtype, block, rows, gen):
         assert_close(got, want, bound, dtype)
         if device == "cuda" and dtype.itemsize == 2:  # tl.load's gather too
             assert_close(_lines(A, x, block=block, rows=rows, asm=False), want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("by_sequence, ahead", [(True, 1), (False, 2), (True, 2)])
+def test_rows_by_sequence_and_two_steps_ahead(device, by_sequence, ahead, gen):
+    """The layout listed in row order, the weight loaded two steps ahead: rows of one to many
+    steps (fewer than two steps: the second step ahead is all masked), empty rows, programs of
+    one and of several rows."""
+    skip_interpreter_on_gpu_machine(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    for M, K, density in [(37, 900, 0.3), (1, 500, 0.6), (9, 3000, 0.02)]:
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = x_with_nan_where_unused(A, gen, dtype, device)
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        for block, rows in [(64, 1), (128, 4)]:
+            got = _lines(A, x, block=block, rows=rows, warps=min(rows, 2),
+                         by_sequence=by_sequence, ahead=ahead)  # fmt: skip
+            assert_close(got, want, bound, dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -112,6 +133,17 @@ def test_bad_block_raises():
                 rows_per_program=1, block=block, num_warps=1,
             )  # fmt: skip
     assert LINE == 64
+    listed = build(A.row_offsets, A.column_indices, 100, 100.0, row_sequence=A.row_order)
+    bad = [(dict(ahead=3), "ahead must be 1 or 2"),
+           (dict(row_sequence=listed.row_sequence, row_order=A.row_order.clone()),
+            "row_order must be the layout's row_sequence")]  # fmt: skip
+    for change, message in bad:
+        kwargs = dict(row_slots=listed.row_slots, offsets=listed.offsets, heads=listed.heads,
+                      values=listed.pack(A.values), x=torch.zeros(100), bias=None,
+                      row_order=A.row_order, out=torch.empty(4), activation="none",
+                      rows_per_program=1, block=64, num_warps=1)  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            spmm_csr_token_lines(**{**kwargs, **change})
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -143,6 +175,12 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
         assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert len(calls) == 2 and calls[0]["offsets"].dtype == torch.uint8
     assert calls[0]["values"] is calls[1]["values"]  # packed once
+    assert calls[0]["row_sequence"] is None  # rows as stored (tuning.CSR_LINES_BY_SEQUENCE)
+    monkeypatch.setattr(tuning, "CSR_LINES_BY_SEQUENCE", True)
+    monkeypatch.setattr(tuning, "CSR_LINES_AHEAD", 2)
+    assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
+    assert calls[2]["row_sequence"] is calls[2]["row_order"] and calls[2]["ahead"] == 2
+    del calls[2]
     sparse = random_csr(40, 5000, 0.02, gen, torch.bfloat16, device)  # lines cut by the span
     sk.linear(randn(1, 5000, gen=gen, dtype=torch.bfloat16, device=device), sparse, backend=backend)
     assert len(calls) == 2  # refused: the plain walk

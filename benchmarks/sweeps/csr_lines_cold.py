@@ -10,8 +10,8 @@ walk at the library's configuration with the inline-PTX gather (tuning.CSR_TOKEN
 both.
 Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
-LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps) and SHAPES (environment) replace
-the grid.
+LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps; "/s": rows stored in row
+order, "/a2": the weight two steps ahead) and SHAPES (environment) replace the grid.
 """
 
 import itertools
@@ -33,10 +33,11 @@ if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
 CONFIGS = os.environ.get("LINE_CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int]:
+def parse(name: str) -> tuple[int, int, int, bool, int]:
+    """ "RxB/wW" with options "/s" (rows stored in row order) and "/a2" (two steps ahead)."""
     rows, rest = name.split("x")
-    block, warps = rest.split("/w")
-    return int(rows), int(block), int(warps)
+    block, warps, *options = rest.split("/")
+    return int(rows), int(block), int(warps[1:]), "s" in options, 2 if "a2" in options else 1
 
 
 def main():
@@ -85,25 +86,28 @@ def main():
 
             out.fill_(float("nan"))
             timed[name] = checked(plain, matrices)
-        lined = []
-        for Ac in matrices:
-            copy = build(Ac.row_offsets, Ac.column_indices, K, most_slots=4.0)
-            lined.append((copy, copy.pack(Ac.values), Ac.row_order))
+        lined = {}  # by sequence: (layout, packed values, row order) a copy
+        for by_sequence in (False, True):
+            lined[by_sequence] = []
+            for Ac in matrices:
+                sequence = Ac.row_order if by_sequence else None
+                copy = build(Ac.row_offsets, Ac.column_indices, K, 4.0, row_sequence=sequence)
+                lined[by_sequence].append((copy, copy.pack(Ac.values), Ac.row_order))
         for name in [*CONFIGS, "lines/load"]:
             asm = name != "lines/load"
-            rows, block, warps = parse(name) if asm else (1, 256, 1)
+            rows, block, warps, by_sequence, ahead = parse(name) if asm else (1, 256, 1, False, 1)
 
-            def run(c, rows=rows, block=block, warps=warps, asm=asm):
+            def run(c, rows=rows, block=block, warps=warps, asm=asm, ahead=ahead):
                 layout, values, order = c
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
                     values=values, x=x, bias=None, row_order=order, out=out,
                     activation="none", rows_per_program=rows, block=block, num_warps=warps,
-                    asm_gather=asm,
+                    asm_gather=asm, row_sequence=layout.row_sequence, ahead=ahead,
                 )  # fmt: skip
 
             out.fill_(float("nan"))
-            timed[name] = checked(run, lined)
+            timed[name] = checked(run, lined[by_sequence])
         label = f"{M}x{K} {sparsity:.0%}"
         print(label, f"copies {count} slots/entry {slots:.3f}",
               {k: round(v, 1) for k, v in timed.items()}, flush=True)  # fmt: skip

@@ -29,7 +29,8 @@ HEAD_BASE = (1 << 24) - 1  # a head's base column bits
 
 @dataclass(frozen=True)
 class LineLayout:
-    """Row r's slots are row_slots[r] .. row_slots[r + 1] (whole lines); line i holds slots
+    """Row r's slots are row_slots[r] .. row_slots[r + 1] (whole lines; with a row_sequence,
+    row_sequence[p]'s are row_slots[p] .. row_slots[p + 1]); line i holds slots
     i * LINE .. (i + 1) * LINE of `offsets`, its first heads[i] >> 24 of them the entries at
     columns (heads[i] & HEAD_BASE) + offsets."""
 
@@ -37,6 +38,9 @@ class LineLayout:
     heads: torch.Tensor  # (lines,) int32: base column | held slots << 24
     offsets: torch.Tensor  # (lines * LINE,) uint8: column - base (0 in padding)
     source: torch.Tensor  # (lines * LINE,) int64: the CSR entry a slot holds, -1 in padding
+    # Rows in the order their slots are listed (row_slots[p] .. [p + 1] are row_sequence[p]'s),
+    # or None: row r's slots at row_slots[r].
+    row_sequence: torch.Tensor | None = None
 
     @property
     def lines(self) -> int:
@@ -59,12 +63,18 @@ class LineLayout:
 
 
 def build(
-    row_offsets: torch.Tensor, column_indices: torch.Tensor, columns: int, most_slots: float
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    columns: int,
+    most_slots: float,
+    row_sequence: torch.Tensor | None = None,
 ) -> LineLayout | None:
     """The line layout of a CSR pattern (columns strictly increasing within rows), or None when
     it would hold more than `most_slots` slots a stored entry (the span cuts too many lines) or
     its columns pass a head's 24 bits. Every row's next line is found at once, an iteration a
-    line of the longest row."""
+    line of the longest row. With `row_sequence` (a permutation of the rows: the order a kernel
+    visits them), the rows' lines are stored in that order, so programs that run together read
+    neighbouring memory."""
     if columns > HEAD_BASE + 1:
         return None
     device = row_offsets.device
@@ -94,8 +104,12 @@ def build(
         going = end < row_end
         row, start, row_end = row[going], end[going], row_end[going]
     if found == 0:
-        return _empty(rows, device)
+        return _empty(rows, device, row_sequence)
     line_rows_all = torch.cat(line_rows)
+    if row_sequence is not None:  # each line's row by its place in the sequence
+        place = torch.empty(rows, dtype=torch.int64, device=device)
+        place[row_sequence.long()] = torch.arange(rows, device=device)
+        line_rows_all = place[line_rows_all]
     # A row's lines were found in order: a stable sort by row puts them in place.
     order = torch.argsort(line_rows_all, stable=True)
     starts = torch.cat(line_starts)[order]
@@ -115,13 +129,15 @@ def build(
         heads=(bases | counts << 24).to(torch.int32),
         offsets=offsets_of.to(torch.uint8),
         source=source,
+        row_sequence=row_sequence,
     )
 
 
-def _empty(rows: int, device: torch.device) -> LineLayout:
+def _empty(rows: int, device: torch.device, row_sequence=None) -> LineLayout:
     return LineLayout(
         row_slots=torch.zeros(rows + 1, dtype=torch.int32, device=device),
         heads=torch.zeros(0, dtype=torch.int32, device=device),
         offsets=torch.zeros(0, dtype=torch.uint8, device=device),
         source=torch.zeros(0, dtype=torch.int64, device=device),
+        row_sequence=row_sequence,
     )

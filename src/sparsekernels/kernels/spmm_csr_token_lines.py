@@ -72,17 +72,25 @@ def _spmm_csr_token_lines_kernel(
     HEAD_BASE: tl.constexpr,
     PDL: tl.constexpr,  # programmatic dependent launch (_pdl.py)
     ASM_GATHER: tl.constexpr,  # x gathered by inline PTX (16-bit x, compiled: _gather.py)
+    BY_SEQUENCE: tl.constexpr = False,  # row_slots listed in row_order's sequence (row_sequence)
+    AHEAD: tl.constexpr = 1,  # steps loaded ahead of the gather: 1 or 2
 ):
     NL: tl.constexpr = BLOCK // LINE
     pdl_start(PDL)
     order = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     mask_r = order < M
     row = tl.load(row_order + order, mask=mask_r, other=0)
-    first_line = (tl.load(row_slots + row, mask=mask_r, other=0) // LINE)[:, None]
-    end_line = (tl.load(row_slots + row + 1, mask=mask_r, other=0) // LINE)[:, None]
+    place = order if BY_SEQUENCE else row  # where the row's slots are listed
+    first_line = (tl.load(row_slots + place, mask=mask_r, other=0) // LINE)[:, None]
+    end_line = (tl.load(row_slots + place + 1, mask=mask_r, other=0) // LINE)[:, None]
     within = tl.arange(0, LINE)[None, None, :]
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
     vals, cols, held = _step(heads, offsets, values, lines, end_line, within, LINE, HEAD_BASE)
+    vals2, cols2, held2 = vals, cols, held  # (the step after, when AHEAD is 2)
+    if AHEAD == 2:
+        lines += NL
+        vals2, cols2, held2 = _step(heads, offsets, values, lines, end_line, within, LINE,
+                                    HEAD_BASE)  # fmt: skip
     acc = tl.zeros((ROWS, NL, LINE), dtype=ACC_DTYPE)
     pdl_before_inputs(PDL)
     for _ in range(0, tl.max(end_line - first_line), NL):
@@ -94,7 +102,11 @@ def _spmm_csr_token_lines_kernel(
         else:
             picked = tl.load(x + cols * stride_x, mask=held, other=0.0)
         acc += vals.to(ACC_DTYPE) * picked.to(ACC_DTYPE)
-        vals, cols, held = next_vals, next_cols, next_held
+        if AHEAD == 2:
+            vals, cols, held = vals2, cols2, held2
+            vals2, cols2, held2 = next_vals, next_cols, next_held
+        else:
+            vals, cols, held = next_vals, next_cols, next_held
     total = tl.sum(tl.sum(acc, axis=2), axis=1)
     if HAS_BIAS:
         total += tl.load(bias + row, mask=mask_r, other=0.0).to(ACC_DTYPE)
@@ -118,13 +130,21 @@ def spmm_csr_token_lines(
     num_warps: int,
     pdl: int = 0,
     asm_gather: bool = False,
+    row_sequence: torch.Tensor | None = None,
+    ahead: int = 1,
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for A in the line layout (row_slots int32, offsets uint8,
     heads int32, values packed: formats/_line_layout.LineLayout) and x (K,); x and out may
     be strided. `block`: slots of a row a step (a multiple of LINE). `asm_gather`: x read
-    by inline PTX where x is 16-bit (not in the interpreter: the caller decides)."""
+    by inline PTX where x is 16-bit (not in the interpreter: the caller decides). A layout
+    built with a row_sequence lists its rows in that order: row_order must be that sequence
+    (checked by identity). `ahead`: steps of the weight loaded before a step's gather (1, 2)."""
     if block % LINE or block & (block - 1):
         raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
+    if ahead not in (1, 2):
+        raise ValueError(f"ahead must be 1 or 2, got {ahead}")
+    if row_sequence is not None and row_order is not row_sequence:
+        raise ValueError("row_order must be the layout's row_sequence (its rows' listed order)")
     rows = out.shape[0]
     if rows == 0:
         return out
@@ -150,6 +170,8 @@ def spmm_csr_token_lines(
         HEAD_BASE=HEAD_BASE,
         PDL=pdl,
         ASM_GATHER=asm_gather and x.element_size() == 2,
+        BY_SEQUENCE=row_sequence is not None,
+        AHEAD=ahead,
         num_warps=num_warps,
         num_stages=1,
         **launch_options(pdl),

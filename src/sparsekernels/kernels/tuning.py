@@ -129,6 +129,12 @@ CSR_TOKEN_LINES = True
 CSR_LINES_MIN_NNZ = 1 << 20
 CSR_LINES_MIN_ROWS = CSR_TOKEN_FEW_ROWS + 1
 CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
+# Written after the forty-third session's first device calls, off until csr_lines_cold.py's
+# "/s" and "/a2" configurations measure them: rows stored in the order programs visit them
+# (neighbouring programs read neighbouring memory: DRAM pages and L2 sectors shared), and the
+# weight loaded two steps ahead of the gather (twice the bytes in flight a warp).
+CSR_LINES_BY_SEQUENCE = False
+CSR_LINES_AHEAD = 1
 
 
 def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfig | None:

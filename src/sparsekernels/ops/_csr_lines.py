@@ -20,14 +20,18 @@ _LAYOUTS = IdentityCache()
 _PACKED = IdentityCache()
 
 
-def line_form_for(row_offsets, column_indices, values, columns: int):
+def line_form_for(row_offsets, column_indices, values, columns: int, row_order=None):
     """(layout, packed values) of the weight, built once per pattern and values, or None where
-    the layout would hold more than tuning.CSR_LINES_MOST_SLOTS slots an entry."""
-    seen = (version(row_offsets), version(column_indices))
+    the layout would hold more than tuning.CSR_LINES_MOST_SLOTS slots an entry. With
+    tuning.CSR_LINES_BY_SEQUENCE the rows are stored in `row_order`'s sequence (the layout's
+    row_sequence, which a kernel then visits them by)."""
+    by_sequence = tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
+    seen = (version(row_offsets), version(column_indices), by_sequence)
     hit = _LAYOUTS.get(column_indices)
     if hit is None or hit[0] != seen or None in seen:
+        sequence = row_order if by_sequence else None
         layout = _line_layout.build(row_offsets, column_indices, columns,
-                                    tuning.CSR_LINES_MOST_SLOTS)  # fmt: skip
+                                    tuning.CSR_LINES_MOST_SLOTS, sequence)  # fmt: skip
         if layout is not None and layout.lines * _line_layout.LINE >= 2**31:
             layout = None  # (the kernel's slots are int32)
         hit = (seen, layout)
@@ -52,7 +56,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
     config = tuning.spmm_csr_token_lines_config(values.numel(), rows, values.dtype)
     if config is None:
         return False
-    lined = line_form_for(row_offsets, column_indices, values, x.shape[0])
+    lined = line_form_for(row_offsets, column_indices, values, x.shape[0], row_order)
     if lined is None:
         return False
     layout, packed = lined
@@ -63,7 +67,8 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         values=packed,
         x=x,
         bias=bias.contiguous() if bias is not None else None,
-        row_order=row_order,
+        row_order=row_order if layout.row_sequence is None else layout.row_sequence,
+        row_sequence=layout.row_sequence,
         out=out,
         activation=activation,
         rows_per_program=config.rows_per_program,
@@ -71,5 +76,6 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         num_warps=config.num_warps,
         pdl=decode_pdl(values.device),
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
+        ahead=tuning.CSR_LINES_AHEAD,
     )
     return True
