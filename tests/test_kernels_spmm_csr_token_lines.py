@@ -175,7 +175,7 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
         assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert len(calls) == 2 and calls[0]["offsets"].dtype == torch.uint8
     assert calls[0]["values"] is calls[1]["values"]  # packed once
-    assert calls[0]["row_sequence"] is None  # rows as stored (tuning.CSR_LINES_BY_SEQUENCE)
+    assert calls[0]["row_sequence"] is calls[0]["row_order"]  # tuning.CSR_LINES_BY_SEQUENCE
     monkeypatch.setattr(tuning, "CSR_LINES_BY_SEQUENCE", True)
     monkeypatch.setattr(tuning, "CSR_LINES_AHEAD", 2)
     assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)

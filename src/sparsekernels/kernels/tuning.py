@@ -129,11 +129,12 @@ CSR_TOKEN_LINES = True
 CSR_LINES_MIN_NNZ = 1 << 20
 CSR_LINES_MIN_ROWS = CSR_TOKEN_FEW_ROWS + 1
 CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
-# Written after the forty-third session's first device calls, off until csr_lines_cold.py's
-# "/s" and "/a2" configurations measure them: rows stored in the order programs visit them
-# (neighbouring programs read neighbouring memory: DRAM pages and L2 sectors shared), and the
-# weight loaded two steps ahead of the gather (twice the bytes in flight a warp).
-CSR_LINES_BY_SEQUENCE = False
+# Rows stored in the order programs visit them (neighbouring programs read neighbouring
+# memory): 2-4% faster, cold, bf16, 70%, us (2026-12-04/at-04a88ad/csr_lines_cold_options.txt):
+# 4096 x 14336 20.5 -> 20.2, 14336 x 4096 21.4 -> 20.9, 28672 x 4096 37.4 -> 36.5, 4096^2 8.5
+# -> 8.2, 6144 x 4096 11.0 -> 10.6. The weight loaded two steps ahead of the gather instead of
+# one: 1.3-1.5x slower (30.3, 28.1, 52.3; its loop 140 -> 182 instructions a warp).
+CSR_LINES_BY_SEQUENCE = True
 CSR_LINES_AHEAD = 1
 
 
