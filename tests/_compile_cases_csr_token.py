@@ -1,12 +1,14 @@
 """test_compile_hopper.py's cases for the CSR one-token walks: the vector and lane-major walks
 (spmm_csr_token.py, with x gathered by inline PTX too), the walk on the line layout
-(spmm_csr_token_lines.py) and the stream walk (spmm_csr_token_stream.py). A case: (kernel,
-pointer types, constexprs, warps)."""
+(spmm_csr_token_lines.py) and the stream walk (spmm_csr_token_stream.py); the few-token walk
+on the line layout (spmm_csr_few_lines.py). A case: (kernel, pointer types, constexprs,
+warps)."""
 
 
 def csr_token_cases() -> dict:
     import triton.language as tl
 
+    from sparsekernels.kernels.spmm_csr_few_lines import _spmm_csr_few_lines_kernel
     from sparsekernels.kernels.spmm_csr_token import _spmm_csr_token_kernel
     from sparsekernels.kernels.spmm_csr_token_lines import _spmm_csr_token_lines_kernel
     from sparsekernels.kernels.spmm_csr_token_stream import _spmm_csr_token_stream_kernel
@@ -52,4 +54,13 @@ def csr_token_cases() -> dict:
                      BLOCK=256, GROUP=16, PDL=2)  # fmt: skip
     pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
     cases["csr token stream pdl"] = (_spmm_csr_token_stream_kernel, pointers, constants, 1)
+    for n, block, asm in ((4, 256, False), (8, 128, False), (16, 64, False), (2, 256, True),
+                          (4, 256, True), (8, 128, True), (16, 64, True)):  # fmt: skip
+        # the few-token line walk, B padded: gathered by tl.load, or by inline PTX vectors
+        constants = dict(HAS_BIAS=n == 4, ACTIVATION=0, ACC_DTYPE=tl.float32, ROWS=2,
+                         BLOCK=block, BLOCK_N=n, PADDED_B=True, LINE=64,
+                         HEAD_BASE=(1 << 24) - 1, BY_SEQUENCE=True, ASM_GATHER=asm)  # fmt: skip
+        pointers = ["*i32", "*u8", "*i32", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+        name = f"csr few lines {n} tokens 2 x {block}" + " asm" * asm
+        cases[name] = (_spmm_csr_few_lines_kernel, pointers, constants, 2)
     return cases

@@ -36,3 +36,48 @@ def gather16_all(x, index):
         "ld.global.b16 $0, [$1];", "=h,l", [address], dtype=tl.int16, is_pure=True, pack=1
     )
     return bits.to(x.dtype.element_ty, bitcast=True)
+
+
+# Rows of a B padded to 2-16 16-bit columns (a few-token walk's gather): 4, 8 or 16 bytes a
+# row by one vector load a slot, in the slot's own layout, as 32-bit words (two columns each).
+
+
+@triton.jit
+def gather_words1(address, held):
+    """The 32-bit word at each int64 address where held, else 0."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; mov.b32 $0, 0; @p ld.global.b32 $0, [$1]; }",
+        "=r,l,r",
+        [address, held.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def gather_words2(address, held):
+    """The two 32-bit words at each 8-byte-aligned int64 address where held, else 0s."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $3, 0; mov.b32 $0, 0; mov.b32 $1, 0;"
+        " @p ld.global.v2.b32 {$0, $1}, [$2]; }",
+        "=r,=r,l,r",
+        [address, held.to(tl.int32)],
+        dtype=(tl.int32, tl.int32),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def gather_words4(address, held):
+    """The four 32-bit words at each 16-byte-aligned int64 address where held, else 0s."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $5, 0; mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0;"
+        " mov.b32 $3, 0; @p ld.global.v4.b32 {$0, $1, $2, $3}, [$4]; }",
+        "=r,=r,=r,=r,l,r",
+        [address, held.to(tl.int32)],
+        dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+        is_pure=True,
+        pack=1,
+    )

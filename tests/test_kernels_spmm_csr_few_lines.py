@@ -1,0 +1,144 @@
+"""The CSR few-token kernel on the line layout (kernels/spmm_csr_few_lines.py): 2-16 columns of
+B gathered per slot, a byte a column from each 64-slot line's base.
+
+Float64 references on fresh random data, outputs poisoned with NaN, the rows of B no stored
+entry reads NaN (they must not spread). Shapes: rows of many steps and of part of a line,
+empty rows, a single row, K = 1, lines cut by the 255-column span, programs of one row and of
+several (the last partial); B strided (linear's x^T), row-major and padded; N not a power of
+two; the rows stored in row order or as they are; inf in B at a line's base where the line
+has padding slots (masked by the head's count, never 0 * inf)."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import (
+    ALL_DTYPES,
+    KERNEL_DEVICES,
+    assert_close,
+    randn,
+    random_csr,
+    skip_interpreter_on_gpu_machine,
+    spmm_bound,
+)
+from sparsekernels.formats._line_layout import build
+from sparsekernels.ops._layout import padded_rows
+
+
+def _few_lines(A, B, n, bias=None, activation="none", block=64, rows=1, warps=1,
+               by_sequence=False, asm=None):  # fmt: skip
+    """The kernel on A's line layout; on the GPU B's rows are read by inline PTX vectors where
+    B is 16-bit and padded (as routed) unless `asm` is False."""
+    from sparsekernels.kernels.spmm_csr_few_lines import spmm_csr_few_lines
+
+    sequence = A.row_order if by_sequence else None
+    layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence)
+    out = torch.full((A.shape[0], n + 3), float("nan"), dtype=B.dtype, device=B.device)[:, :n]
+    spmm_csr_few_lines(
+        row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+        values=layout.pack(A.values), b=B, bias=bias, row_order=A.row_order, out=out,
+        activation=activation, rows_per_program=rows, block=block, num_warps=warps,
+        row_sequence=sequence, asm_gather=B.is_cuda if asm is None else asm,
+    )  # fmt: skip
+    return out
+
+
+def _layouts(x):
+    """x (N, K) as B = x^T: strided (linear's), row-major, and padded."""
+    return {"strided": x.t(), "row-major": x.t().contiguous(), "padded": padded_rows(x.t())}
+
+
+def _x_with_nan_where_unused(A, n, gen, dtype, device):
+    x = randn(n, A.shape[1], gen=gen, dtype=dtype, device=device)
+    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
+    used[A.column_indices.long()] = True
+    x[:, ~used] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("n", [2, 5, 16])
+@pytest.mark.parametrize("block, rows, by_sequence", [(64, 1, False), (128, 2, True)])
+def test_matches_float64(device, dtype, n, block, rows, by_sequence, gen):
+    skip_interpreter_on_gpu_machine(device)
+    # ~15-150 entries a row with empty rows; a wide sparse one (span cuts); K = 1; one row
+    for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (30, 1, 0.5), (1, 500, 0.6)]:
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = _x_with_nan_where_unused(A, n, gen, dtype, device)
+        clean = torch.nan_to_num(x)
+        want = A.to_dense().double() @ clean.t().double()
+        bound = spmm_bound(A.to_dense(), clean.t())
+        for B in _layouts(x).values():
+            got = _few_lines(A, B, n, block=block, rows=rows, warps=rows,
+                             by_sequence=by_sequence)  # fmt: skip
+            assert_close(got, want, bound, dtype)
+            if device == "cuda" and dtype.itemsize == 2:  # tl.load's gather too
+                got = _few_lines(A, B, n, block=block, rows=rows, warps=rows,
+                                 by_sequence=by_sequence, asm=False)  # fmt: skip
+                assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_bias_activation_and_long_rows(device, activation, gen):
+    """Rows of several steps beside empty ones, bias and activation fused, 4 rows a program
+    over 6 rows (the last program partial)."""
+    skip_interpreter_on_gpu_machine(device)
+    mask = torch.rand(6, 1500, generator=gen) < 0.6
+    mask[[0, 3]] = False
+    dense = randn(6, 1500, gen=gen) * mask
+    A = sk.CSRMatrix.from_dense(dense.to(torch.float32), mask=mask).to(device=device)
+    x = randn(3, 1500, gen=gen, dtype=torch.float32, device=device)
+    bias = randn(6, gen=gen, dtype=torch.float32, device=device)
+    want = sk.spmm(A.to(dtype=torch.float64), x.double().t(), bias.double(), activation,
+                   backend="reference")  # fmt: skip
+    bound = spmm_bound(A.to_dense(), x.t()) + bias.double().abs()[:, None]
+    for block, rows in [(64, 1), (256, 4)]:
+        got = _few_lines(A, padded_rows(x.t()), 3, bias, activation, block=block, rows=rows,
+                         warps=2, by_sequence=True)  # fmt: skip
+        assert_close(got, want, bound, torch.float32)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_padding_never_meets_inf(device, dtype, gen):
+    """Row 0 holds 70 entries (a full line and one of 6, padded by 58); B is inf at the second
+    line's base in one column: that column's sum is inf, never NaN, the other finite (bf16:
+    the PTX gather's masked slots on the GPU)."""
+    skip_interpreter_on_gpu_machine(device)
+    mask = torch.zeros(2, 400, dtype=torch.bool)
+    mask[0, :70] = True
+    mask[1, [5, 300]] = True
+    dense = torch.rand(2, 400, generator=gen, dtype=torch.float64) + 0.5
+    A = sk.CSRMatrix.from_dense((dense * mask).to(dtype), mask=mask).to(device=device)
+    x = torch.rand(2, 400, generator=gen, dtype=torch.float64).to(dtype).to(device)
+    x[0, 64] = float("inf")
+    got = _few_lines(A, padded_rows(x.t()), 2)
+    assert got[0, 0].item() == float("inf") and torch.isfinite(got[0, 1])
+    clean = x.double()
+    clean[0, 64] = 0
+    want = A.to_dense().double() @ clean.t()
+    bound = spmm_bound(A.to_dense(), clean.t())
+    assert_close(got[:, 1], want[:, 1], bound[:, 1], dtype)
+    assert_close(got[1], want[1], bound[1], dtype)
+
+
+def test_bad_arguments_raise():
+    from sparsekernels.kernels.spmm_csr_few_lines import spmm_csr_few_lines
+
+    A = random_csr(4, 100, 0.5, torch.Generator().manual_seed(0), torch.float32, "cpu")
+    layout = build(A.row_offsets, A.column_indices, 100, 100.0, row_sequence=A.row_order)
+    kwargs = dict(row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+                  values=layout.pack(A.values), b=torch.zeros(100, 2), bias=None,
+                  row_order=A.row_order, out=torch.empty(4, 2), activation="none",
+                  rows_per_program=1, block=64, num_warps=1,
+                  row_sequence=layout.row_sequence)  # fmt: skip
+    for change, message in [
+        (dict(block=96), "block must be a power of two and a multiple of 64"),
+        (dict(block=32), "block must be a power of two and a multiple of 64"),
+        (dict(row_order=A.row_order.clone()), "row_order must be the layout's row_sequence"),
+        (dict(b=torch.zeros(1, 2).expand(2**30, 2)), "under 2\\*\\*31 elements"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            spmm_csr_few_lines(**{**kwargs, **change})
