@@ -142,3 +142,47 @@ def test_bad_arguments_raise():
     ]:
         with pytest.raises(ValueError, match=message):
             spmm_csr_few_lines(**{**kwargs, **change})
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_linear_takes_it_where_routed(device, gen, monkeypatch):
+    """With tuning.CSR_FEW_LINES, a linear of 3 tokens on a weight the line walks take runs
+    this kernel (bias fused, out in linear's order), the layout shared with the one-token
+    walk's; off, the few-token walk runs."""
+    from sparsekernels.kernels import spmm_csr_few_lines as kernel
+    from sparsekernels.kernels import tuning
+    from sparsekernels.ops import _launch_plans
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(_launch_plans, "ENABLED", False)  # each call through the route
+    monkeypatch.setattr(tuning, "CSR_LINES_MIN_NNZ", 0)
+    monkeypatch.setattr(tuning, "CSR_LINES_MIN_ROWS", 0)
+    calls = []
+    launch = kernel.spmm_csr_few_lines
+    monkeypatch.setattr(kernel, "spmm_csr_few_lines", lambda **kw: calls.append(kw) or launch(**kw))
+    A = random_csr(40, 600, 0.4, gen, torch.bfloat16, device)
+    x = randn(3, 600, gen=gen, dtype=torch.bfloat16, device=device)
+    bias = randn(40, gen=gen, dtype=torch.bfloat16, device=device)
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
+    assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
+    assert not calls  # off by default
+    monkeypatch.setattr(tuning, "CSR_FEW_LINES", True)
+    for _ in range(2):
+        assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
+    assert len(calls) == 2 and calls[0]["values"] is calls[1]["values"]  # packed once
+    assert calls[0]["block"] == 256 and calls[0]["row_sequence"] is calls[0]["row_order"]
+
+
+def test_route_config(monkeypatch):
+    from sparsekernels.kernels import tuning
+
+    assert tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.bfloat16) is None  # off
+    monkeypatch.setattr(tuning, "CSR_FEW_LINES", True)
+    blocks = [tuning.spmm_csr_few_lines_config(1 << 24, 4096, n, torch.bfloat16).block
+              for n in (2, 4, 5, 8, 9, 16)]  # fmt: skip
+    assert blocks == [256, 256, 128, 128, 64, 64]
+    assert tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.float32) is None
+    assert tuning.spmm_csr_few_lines_config(1 << 24, 2048, 4, torch.bfloat16) is None  # few rows
+    monkeypatch.setattr(tuning, "CSR_TOKEN_LINES", False)  # the line walks off together
+    assert tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.bfloat16) is None

@@ -147,6 +147,23 @@ def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfi
     return SpmmCsrTokenConfig(rows_per_program=2, block=CSR_TOKEN_BLOCK, num_warps=2)
 
 
+# The few-token walk on the line layout (spmm_csr_few_lines.py: 2-16 tokens, B's rows read as
+# vectors by inline PTX, sm_90 loops without shared memory) on the weights the one-token line
+# walk takes. Written after the forty-third session's device time: off until
+# benchmarks/sweeps/csr_few_lines_cold.py measures it against the route (the few-token walk,
+# the scatter backend from 9 tokens) and cuBLAS. Two rows a program, a warp each; steps of
+# 256 slots up to 4 tokens, 128 up to 8, 64 up to 16 (32 sums a thread).
+CSR_FEW_LINES = False
+
+
+def spmm_csr_few_lines_config(nnz: int, rows: int, n: int, dtype) -> SpmmCsrTokenConfig | None:
+    """The few-token line walk's configuration at N = n where it is routed, else None."""
+    if not CSR_FEW_LINES or spmm_csr_token_lines_config(nnz, rows, dtype) is None:
+        return None
+    block = 256 if n <= 4 else 128 if n <= 8 else 64
+    return SpmmCsrTokenConfig(rows_per_program=2, block=block, num_warps=2)
+
+
 # Many short rows: a warp walks 4 rows one after another (spmm_csr_token_stream.py) where the
 # one-token kernel's per-program chain of loads dominates. Cold, bf16, us (results/nvidia-h200/
 # 2026-12-02/at-c01d85b/csr_token_stream*.txt; one-token kernel / stream): 90% 14336 x 4096

@@ -1,5 +1,6 @@
-"""The one-token CSR route through the line layout (formats/_line_layout.py, kernels/
-spmm_csr_token_lines.py) where the tuning takes it (tuning.spmm_csr_token_lines_config): each
+"""The one- and few-token CSR routes through the line layout (formats/_line_layout.py, kernels/
+spmm_csr_token_lines.py, spmm_csr_few_lines.py) where the tuning takes them
+(tuning.spmm_csr_token_lines_config, spmm_csr_few_lines_config): each
 weight's layout and packed values are built once and kept beside it (a second copy of the
 weight, ~3.1 bytes an entry at 70%: the price of a faster read until a layer stores only the
 line form), keyed by identity and rebuilt after an in-place edit."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..formats import _line_layout
-from ..kernels import spmm_csr_token_lines, tuning
+from ..kernels import spmm_csr_few_lines, spmm_csr_token_lines, tuning
 from ..kernels._pdl import decode_pdl
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
@@ -77,5 +78,35 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         pdl=decode_pdl(values.device),
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
         ahead=tuning.CSR_LINES_AHEAD,
+    )
+    return True
+
+
+def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activation) -> bool:
+    """out (M, N) for N = 2-16 by the few-token line walk where the tuning routes it (True),
+    else False; b (K, N) as the few-token walk takes it (ops/_layout.padded_rows)."""
+    rows, n = out.shape
+    config = tuning.spmm_csr_few_lines_config(values.numel(), rows, n, values.dtype)
+    if config is None or not spmm_csr_few_lines.offsets_fit(b, out):
+        return False
+    lined = line_form_for(row_offsets, column_indices, values, b.shape[0], row_order)
+    if lined is None:
+        return False
+    layout, packed = lined
+    spmm_csr_few_lines.spmm_csr_few_lines(
+        row_slots=layout.row_slots,
+        offsets=layout.offsets,
+        heads=layout.heads,
+        values=packed,
+        b=b,
+        bias=bias.contiguous() if bias is not None else None,
+        row_order=row_order if layout.row_sequence is None else layout.row_sequence,
+        out=out,
+        activation=activation,
+        rows_per_program=config.rows_per_program,
+        block=config.block,
+        num_warps=config.num_warps,
+        row_sequence=layout.row_sequence,
+        asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
     )
     return True

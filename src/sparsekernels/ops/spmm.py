@@ -265,12 +265,16 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
         )
         return out
     if walk_in_b_order:
+        padded = padded_rows(b)
+        if _csr_lines.run_few(row_offsets, column_indices, values, padded, bias, out, row_order,
+                              activation):  # fmt: skip
+            return out  # (the line layout: a byte a column, tuning.CSR_FEW_LINES)
         config = tuning.spmm_csr_few_config(b.shape[1], rows)
         spmm_csr_few.spmm_csr_few(
             row_offsets=row_offsets,
             column_indices=column_indices,
             values=values.contiguous(),
-            b=padded_rows(b),
+            b=padded,
             bias=bias.contiguous() if bias is not None else None,
             row_order=row_order,
             out=out,
