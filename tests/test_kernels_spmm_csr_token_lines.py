@@ -150,8 +150,8 @@ def test_bad_block_raises():
 def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     """A one-token linear on a large weight runs the line layout's kernel (bias fused), the
     layout and packed values built once per weight; a small weight keeps the plain walk."""
+    from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_token_lines as kernel
-    from sparsekernels.kernels import tuning
     from sparsekernels.ops import _launch_plans
 
     skip_interpreter_on_gpu_machine(device)
@@ -169,15 +169,17 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     backend = "triton"  # (on the CPU too: the interpreter)
     assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert not calls  # too small by default
-    monkeypatch.setattr(tuning, "CSR_LINES_MIN_NNZ", 0)
-    monkeypatch.setattr(tuning, "CSR_LINES_MIN_ROWS", 0)
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_MIN_NNZ", 0)
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_MIN_ROWS", 0)
     for _ in range(2):
         assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert len(calls) == 2 and calls[0]["offsets"].dtype == torch.uint8
     assert calls[0]["values"] is calls[1]["values"]  # packed once
-    assert calls[0]["row_sequence"] is calls[0]["row_order"]  # tuning.CSR_LINES_BY_SEQUENCE
-    monkeypatch.setattr(tuning, "CSR_LINES_BY_SEQUENCE", True)
-    monkeypatch.setattr(tuning, "CSR_LINES_AHEAD", 2)
+    assert (
+        calls[0]["row_sequence"] is calls[0]["row_order"]
+    )  # csr_lines_tuning.CSR_LINES_BY_SEQUENCE
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_BY_SEQUENCE", True)
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_AHEAD", 2)
     assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert calls[2]["row_sequence"] is calls[2]["row_order"] and calls[2]["ahead"] == 2
     del calls[2]
@@ -205,13 +207,17 @@ def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen):
 
 
 def test_route_config(monkeypatch):
-    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels import csr_lines_tuning
 
-    want = tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16)
+    want = csr_lines_tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16)
     assert want is not None and want.block % LINE == 0  # whole lines a step
-    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float16) == want
-    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float32) is None
-    assert tuning.spmm_csr_token_lines_config(1000, 64, torch.bfloat16) is None  # small weight
-    assert tuning.spmm_csr_token_lines_config(1 << 24, 2048, torch.bfloat16) is None  # few rows
-    monkeypatch.setattr(tuning, "CSR_TOKEN_LINES", False)
-    assert tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16) is None
+    assert csr_lines_tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float16) == want
+    assert csr_lines_tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.float32) is None
+    assert (
+        csr_lines_tuning.spmm_csr_token_lines_config(1000, 64, torch.bfloat16) is None
+    )  # small weight
+    assert (
+        csr_lines_tuning.spmm_csr_token_lines_config(1 << 24, 2048, torch.bfloat16) is None
+    )  # few rows
+    monkeypatch.setattr(csr_lines_tuning, "CSR_TOKEN_LINES", False)
+    assert csr_lines_tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16) is None

@@ -3,7 +3,7 @@ B's rows read as vectors by inline PTX) timed cold against linear's route (the f
 to 8 tokens, the scatter backend from 9) and cuBLAS on the dense weight, on magnitude-pruned
 bf16 LLM weights at 2-16 tokens: rotated weight copies that together overflow L2 twice,
 CUDA-graph medians in us a call, each form checked against float64 first (NaN where wrong).
-`linear` is the route with tuning.CSR_FEW_LINES off, `linear+lines` with it on; the
+`linear` is the route with csr_lines_tuning.CSR_FEW_LINES off, `linear+lines` with it on; the
 configurations ("RxB/wW": R rows a program, B slots a step, W warps) run the kernel with the
 PTX gather, `lines/load` with tl.load's at the tuning's configuration. Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_few_lines_cold.py
@@ -18,7 +18,7 @@ from csr_token_cold import rotated
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.formats._line_layout import build
-from sparsekernels.kernels import spmm_csr_few_lines, tuning
+from sparsekernels.kernels import csr_lines_tuning, spmm_csr_few_lines
 from sparsekernels.ops import _launch_plans
 from sparsekernels.ops._layout import padded_rows
 
@@ -71,14 +71,14 @@ def main():
 
             timed = {"cublas": rotated(lambda d: x @ d.t(), dense_copies)}
             for name, routed in (("linear", False), ("linear+lines", True)):
-                tuning.CSR_FEW_LINES = routed
+                csr_lines_tuning.CSR_FEW_LINES = routed
                 try:
                     timed[name] = checked(lambda Ac: sk.linear(x, Ac), matrices)
                 finally:
-                    tuning.CSR_FEW_LINES = False
-            tuning.CSR_FEW_LINES = True
-            library = tuning.spmm_csr_few_lines_config(A.nnz, M, tokens, torch.bfloat16)
-            tuning.CSR_FEW_LINES = False
+                    csr_lines_tuning.CSR_FEW_LINES = False
+            csr_lines_tuning.CSR_FEW_LINES = True
+            library = csr_lines_tuning.spmm_csr_few_lines_config(A.nnz, M, tokens, torch.bfloat16)
+            csr_lines_tuning.CSR_FEW_LINES = False
             default = CONFIGS[0]  # (a weight the route refuses: the first configuration)
             if library is not None:
                 default = f"{library.rows_per_program}x{library.block}/w{library.num_warps}"

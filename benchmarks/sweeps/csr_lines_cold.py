@@ -2,8 +2,8 @@
 from each 64-entry line's base) timed cold against linear's route (the plain one-token walk,
 4 bytes an entry with int16 columns) and dense cuBLAS, on magnitude-pruned bf16 LLM weights at
 70% and 90%: rotated weight copies that together overflow L2 twice, CUDA-graph medians in us a
-call, each form checked against float64 first. `linear` is the route with tuning.CSR_TOKEN_LINES
-off, `linear+lines` the route as the tuning has it; the line configurations gather x by
+call, each form checked against float64 first. `linear` is the route with
+csr_lines_tuning.CSR_TOKEN_LINES off, `linear+lines` the route as the tuning has it; the line configurations gather x by
 inline PTX (kernels/_gather.py), `lines/load` by tl.load; `token/asm` is the plain one-token
 walk at the library's configuration with the inline-PTX gather (tuning.CSR_TOKEN_ASM_GATHER),
 `token/u` with its middle steps unmasked (tuning.CSR_TOKEN_UNMASKED_MIDDLE), `token/asm+u`
@@ -24,7 +24,7 @@ from csr_token_cold import rotated
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.formats._line_layout import build
-from sparsekernels.kernels import spmm_csr_token, spmm_csr_token_lines, tuning
+from sparsekernels.kernels import csr_lines_tuning, spmm_csr_token, spmm_csr_token_lines, tuning
 
 DEVICE = torch.device("cuda")
 SHAPES = [(4096, 14336), (14336, 4096), (4096, 4096), (28672, 4096)]
@@ -61,12 +61,12 @@ def main():
             err = ((got.double() - want).norm() / want.norm()).item()
             return rotated(fn, copies) if err < 1e-2 else float("nan")
 
-        routed = tuning.CSR_TOKEN_LINES
-        tuning.CSR_TOKEN_LINES = False  # `linear`: the plain walk
+        routed = csr_lines_tuning.CSR_TOKEN_LINES
+        csr_lines_tuning.CSR_TOKEN_LINES = False  # `linear`: the plain walk
         try:
             timed["linear"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
         finally:
-            tuning.CSR_TOKEN_LINES = routed
+            csr_lines_tuning.CSR_TOKEN_LINES = routed
         layout = build(A.row_offsets, A.column_indices, K, most_slots=4.0)
         slots = layout.lines * 64 / A.nnz
         timed["linear+lines"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)

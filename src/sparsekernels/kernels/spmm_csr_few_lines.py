@@ -15,7 +15,7 @@ that order (row_slots indexed by place, so neighbouring programs read neighbouri
 Bias and activation fused; float32 sums (float64 for float64 values). Slots in int32.
 
 Written after the forty-third session's device time: not yet measured, so not routed
-(tuning.CSR_FEW_LINES).
+(csr_lines_tuning.CSR_FEW_LINES).
 """
 
 from __future__ import annotations

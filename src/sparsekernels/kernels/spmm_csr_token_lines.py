@@ -18,7 +18,7 @@ With tl.load's gather it measured slower than the plain walk (H200, 70%, cold: 2
 crossed layouts through shared memory. With `asm_gather` (kernels/_gather.py) they do not
 (sm_90 loop 165 -> 140 instructions a step) and it is faster: 20.6 us there, 21.4 against 24.1
 on 14336 x 4096 (2026-12-04/at-d8b7176/csr_lines_cold_configs.txt). Routed where
-tuning.spmm_csr_token_lines_config says.
+csr_lines_tuning.spmm_csr_token_lines_config says.
 """
 
 from __future__ import annotations

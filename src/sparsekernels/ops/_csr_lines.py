@@ -1,6 +1,6 @@
 """The one- and few-token CSR routes through the line layout (formats/_line_layout.py, kernels/
 spmm_csr_token_lines.py, spmm_csr_few_lines.py) where the tuning takes them
-(tuning.spmm_csr_token_lines_config, spmm_csr_few_lines_config): each
+(csr_lines_tuning.spmm_csr_token_lines_config, spmm_csr_few_lines_config): each
 weight's layout and packed values are built once and kept beside it (a second copy of the
 weight, ~3.1 bytes an entry at 70%: the price of a faster read until a layer stores only the
 line form), keyed by identity and rebuilt after an in-place edit."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..formats import _line_layout
-from ..kernels import spmm_csr_few_lines, spmm_csr_token_lines, tuning
+from ..kernels import csr_lines_tuning, spmm_csr_few_lines, spmm_csr_token_lines
 from ..kernels._pdl import decode_pdl
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
@@ -23,16 +23,16 @@ _PACKED = IdentityCache()
 
 def line_form_for(row_offsets, column_indices, values, columns: int, row_order=None):
     """(layout, packed values) of the weight, built once per pattern and values, or None where
-    the layout would hold more than tuning.CSR_LINES_MOST_SLOTS slots an entry. With
-    tuning.CSR_LINES_BY_SEQUENCE the rows are stored in `row_order`'s sequence (the layout's
+    the layout would hold more than csr_lines_tuning.CSR_LINES_MOST_SLOTS slots an entry.
+    With CSR_LINES_BY_SEQUENCE the rows are stored in `row_order`'s sequence (the layout's
     row_sequence, which a kernel then visits them by)."""
-    by_sequence = tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
+    by_sequence = csr_lines_tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
     seen = (version(row_offsets), version(column_indices), by_sequence)
     hit = _LAYOUTS.get(column_indices)
     if hit is None or hit[0] != seen or None in seen:
         sequence = row_order if by_sequence else None
         layout = _line_layout.build(row_offsets, column_indices, columns,
-                                    tuning.CSR_LINES_MOST_SLOTS, sequence)  # fmt: skip
+                                    csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence)  # fmt: skip
         if layout is not None and layout.lines * _line_layout.LINE >= 2**31:
             layout = None  # (the kernel's slots are int32)
         hit = (seen, layout)
@@ -54,7 +54,7 @@ def line_form_for(row_offsets, column_indices, values, columns: int, row_order=N
 def run(row_offsets, column_indices, values, x, bias, out, row_order, activation) -> bool:
     """out (M,) by the line layout's kernel where the tuning routes it (True), else False."""
     rows = out.shape[0]
-    config = tuning.spmm_csr_token_lines_config(values.numel(), rows, values.dtype)
+    config = csr_lines_tuning.spmm_csr_token_lines_config(values.numel(), rows, values.dtype)
     if config is None:
         return False
     lined = line_form_for(row_offsets, column_indices, values, x.shape[0], row_order)
@@ -77,7 +77,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         num_warps=config.num_warps,
         pdl=decode_pdl(values.device),
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
-        ahead=tuning.CSR_LINES_AHEAD,
+        ahead=csr_lines_tuning.CSR_LINES_AHEAD,
     )
     return True
 
@@ -86,7 +86,7 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
     """out (M, N) for N = 2-16 by the few-token line walk where the tuning routes it (True),
     else False; b (K, N) as the few-token walk takes it (ops/_layout.padded_rows)."""
     rows, n = out.shape
-    config = tuning.spmm_csr_few_lines_config(values.numel(), rows, n, values.dtype)
+    config = csr_lines_tuning.spmm_csr_few_lines_config(values.numel(), rows, n, values.dtype)
     if config is None or not spmm_csr_few_lines.offsets_fit(b, out):
         return False
     lined = line_form_for(row_offsets, column_indices, values, b.shape[0], row_order)

@@ -229,7 +229,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     if b.dim() == 2 and b.shape[1] == 1 and values.dim() == 1:  # one token: aligned vector loads
         if _csr_lines.run(row_offsets, column_indices, values, b[:, 0], bias, out[:, 0],
                           row_order, activation):  # fmt: skip
-            return out  # (the line layout: a byte a column, tuning.CSR_TOKEN_LINES)
+            return out  # (the line layout: a byte a column, csr_lines_tuning.CSR_TOKEN_LINES)
         stream_rows = tuning.spmm_csr_token_stream_rows(rows, column_indices.numel())
         if stream_rows is not None:  # many short rows: each program's rows as one stream
             spmm_csr_token_stream.spmm_csr_token_stream(
@@ -268,7 +268,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
         padded = padded_rows(b)
         if _csr_lines.run_few(row_offsets, column_indices, values, padded, bias, out, row_order,
                               activation):  # fmt: skip
-            return out  # (the line layout: a byte a column, tuning.CSR_FEW_LINES)
+            return out  # (the line layout: a byte a column, csr_lines_tuning.CSR_FEW_LINES)
         config = tuning.spmm_csr_few_config(b.shape[1], rows)
         spmm_csr_few.spmm_csr_few(
             row_offsets=row_offsets,
