@@ -35,8 +35,9 @@ def test_round_trip(M, K, density, gen):
     packed = layout.pack(A.values)
     assert packed.shape == (layout.lines * LINE,) and layout.offsets.dtype == torch.uint8
     assert torch.equal(_unpacked(layout, packed, (M, K)), A.to_dense())
-    held = layout.source >= 0
-    assert torch.equal(layout.source[held].sort().values, torch.arange(A.nnz))  # each once
+    source = layout.source()
+    held = source >= 0
+    assert torch.equal(source[held].sort().values, torch.arange(A.nnz))  # each once
     assert (packed[~held] == 0).all() and (layout.offsets[~held] == 0).all()
     # a line's columns rise from its base within the span, its first slot always held
     offsets = layout.offsets.view(-1, LINE).long()

@@ -37,7 +37,9 @@ class LineLayout:
     row_slots: torch.Tensor  # (M + 1,) int32 (int64 past 2**31 slots)
     heads: torch.Tensor  # (lines,) int32: base column | held slots << 24
     offsets: torch.Tensor  # (lines * LINE,) uint8: column - base (0 in padding)
-    source: torch.Tensor  # (lines * LINE,) int64: the CSR entry a slot holds, -1 in padding
+    # (lines,) int64: the CSR entry a line's first slot holds (its held slots hold the ones
+    # after it): a line's worth of bytes, where a slot's own would double the layout's size
+    starts: torch.Tensor
     # Rows in the order their slots are listed (row_slots[p] .. [p + 1] are row_sequence[p]'s),
     # or None: row r's slots at row_slots[r].
     row_sequence: torch.Tensor | None = None
@@ -54,11 +56,18 @@ class LineLayout:
         """Each line's held slots (lines,), int64."""
         return self.heads.long() >> 24
 
+    def source(self) -> torch.Tensor:
+        """The CSR entry each slot holds (lines * LINE,), int64, -1 in the padding."""
+        slot = torch.arange(LINE, device=self.starts.device)
+        entries = self.starts[:, None] + slot[None, :]
+        return torch.where(slot[None, :] < self.held()[:, None], entries, -1).reshape(-1)
+
     def pack(self, values: torch.Tensor) -> torch.Tensor:
         """The CSR values (nnz,) in slot order (lines * LINE,), zero in the padding."""
-        held = self.source >= 0
-        packed = values.new_zeros(self.source.shape)
-        packed[held] = values[self.source[held]]
+        source = self.source()
+        held = source >= 0
+        packed = values.new_zeros(source.shape)
+        packed[held] = values[source[held]]
         return packed
 
 
@@ -128,7 +137,7 @@ def build(
         row_slots=row_slots.to(index_dtype_for(int(row_slots[-1]))),
         heads=(bases | counts << 24).to(torch.int32),
         offsets=offsets_of.to(torch.uint8),
-        source=source,
+        starts=starts,
         row_sequence=row_sequence,
     )
 
@@ -138,6 +147,6 @@ def _empty(rows: int, device: torch.device, row_sequence=None) -> LineLayout:
         row_slots=torch.zeros(rows + 1, dtype=torch.int32, device=device),
         heads=torch.zeros(0, dtype=torch.int32, device=device),
         offsets=torch.zeros(0, dtype=torch.uint8, device=device),
-        source=torch.zeros(0, dtype=torch.int64, device=device),
+        starts=torch.zeros(0, dtype=torch.int64, device=device),
         row_sequence=row_sequence,
     )
