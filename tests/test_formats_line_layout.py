@@ -96,3 +96,12 @@ def test_refused_past_a_heads_24_bits():
     offsets, columns = torch.tensor([0, 2]), torch.tensor([0, 2**24])
     assert build(offsets, columns, 2**24 + 1, most_slots=100.0) is None
     assert build(offsets, columns - 1 + torch.tensor([1, 0]), 2**24, 100.0) is not None
+
+
+def test_the_layout_costs_about_a_byte_an_entry(gen):
+    """A 70%-sparse pattern's layout (offsets, heads, per-line starts, row slots) holds ~1.2
+    bytes a stored entry beside the packed values: nothing a slot wider than its offset."""
+    A = random_csr(256, 4096, 0.3, gen, torch.float32, "cpu")
+    layout = build(A.row_offsets, A.column_indices, 4096, most_slots=1.25)
+    held = [layout.row_slots, layout.heads, layout.offsets, layout.starts]
+    assert sum(t.numel() * t.element_size() for t in held) < 1.3 * A.nnz
