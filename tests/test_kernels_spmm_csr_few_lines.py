@@ -190,3 +190,19 @@ def test_route_config(monkeypatch):
     )  # few rows
     monkeypatch.setattr(csr_lines_tuning, "CSR_TOKEN_LINES", False)  # the line walks off together
     assert csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.bfloat16) is None
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_a_misaligned_padded_b_is_read_safely(device, gen):
+    """A padded B whose start is not aligned to its rows (a view 2 bytes into its storage)
+    takes tl.load's gather, not the PTX vectors: the right product, no fault."""
+    from sparsekernels.kernels.spmm_csr_few_lines import vector_rows
+
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(20, 300, 0.3, gen, torch.bfloat16, device)
+    storage = randn(300 * 4 + 1, gen=gen, dtype=torch.bfloat16, device=device)
+    B = storage[1:].view(300, 4)  # padded (K, 4), 2 bytes past an 8-byte boundary
+    assert not vector_rows(B, 4) and vector_rows(storage[4:-1].view(299, 4), 4)
+    want = A.to_dense().double() @ B.double()
+    got = _few_lines(A, B, 4, block=64, rows=2, warps=2)
+    assert_close(got, want, spmm_bound(A.to_dense(), B), torch.bfloat16)

@@ -169,6 +169,13 @@ def _spmm_csr_few_lines_kernel(
     # fmt: on
 
 
+def vector_rows(b: torch.Tensor, block_n: int) -> bool:
+    """Whether b's rows can be read as the PTX gather's vectors: 16-bit, and its start aligned
+    to a row's bytes up to 16 (a vector load at a misaligned address is a fault, not a slow
+    read)."""
+    return b.element_size() == 2 and b.data_ptr() % min(block_n * 2, 16) == 0
+
+
 def offsets_fit(b: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether the kernel's int32 offsets reach every element of b (K, N) and out (M, N)."""
     n = out.shape[1]
@@ -199,8 +206,8 @@ def spmm_csr_few_lines(
     row_slots, offsets, heads, values packed) and b (K, N), any strides; b padded to a
     power-of-two width (transpose.padded_b) loads fastest. A layout built with a row_sequence
     lists its rows in that order: row_order must be that sequence (checked by identity).
-    `asm_gather`: B's rows read as vectors by inline PTX where b is 16-bit and padded (not in
-    the interpreter: the caller decides)."""
+    `asm_gather`: B's rows read as vectors by inline PTX where b is 16-bit, padded and aligned
+    (vector_rows; not in the interpreter: the caller decides)."""
     if block % LINE or block & (block - 1):
         raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
     if row_sequence is not None and row_order is not row_sequence:
@@ -237,7 +244,7 @@ def spmm_csr_few_lines(
         LINE=LINE,
         HEAD_BASE=HEAD_BASE,
         BY_SEQUENCE=row_sequence is not None,
-        ASM_GATHER=asm_gather and padded and b.element_size() == 2,
+        ASM_GATHER=asm_gather and vector_rows(b, block_n) and padded,
         num_warps=num_warps,
         num_stages=1,
     )
