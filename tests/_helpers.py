@@ -59,6 +59,23 @@ def x_with_nan_where_unused(A, gen, dtype, device):
     return x
 
 
+def b_layouts(x: torch.Tensor) -> dict:
+    """x (N, K) as B = x^T in the layouts the routes pass: strided (linear's), row-major, and
+    padded to a power-of-two width (ops/_layout.padded_rows)."""
+    from sparsekernels.ops._layout import padded_rows
+
+    return {"strided": x.t(), "row-major": x.t().contiguous(), "padded": padded_rows(x.t())}
+
+
+def xs_with_nan_where_unused(A, n, gen, dtype, device):
+    """x (n, K) for a few-token product with A, NaN at the columns no stored entry reads."""
+    x = randn(n, A.shape[1], gen=gen, dtype=dtype, device=device)
+    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
+    used[A.column_indices.long()] = True
+    x[:, ~used] = float("nan")
+    return x
+
+
 def random_nm(rows, cols, n, m, gen, vector=1, block=1, dtype=torch.float64, device="cpu"):
     w = randn(rows, cols, gen=gen)
     mask = sk.prune.nm_mask(w, n, m, vector=vector, block=block)

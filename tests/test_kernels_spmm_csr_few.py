@@ -16,10 +16,12 @@ from _helpers import (
     ALL_DTYPES,
     KERNEL_DEVICES,
     assert_close,
+    b_layouts,
     randn,
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    xs_with_nan_where_unused,
 )
 from sparsekernels.ops._layout import padded_rows
 
@@ -59,19 +61,6 @@ def test_cache_hints_change_nothing_but_speed(device, gen):
     assert_close(hinted, want, spmm_bound(A.to_dense(), B[:, :5]), torch.float32)
 
 
-def _layouts(x):
-    """x (N, K) as B = x^T: strided (linear's), row-major, and padded."""
-    return {"strided": x.t(), "row-major": x.t().contiguous(), "padded": padded_rows(x.t())}
-
-
-def _x_with_nan_where_unused(A, n, gen, dtype, device):
-    x = randn(n, A.shape[1], gen=gen, dtype=dtype, device=device)
-    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
-    used[A.column_indices.long()] = True
-    x[:, ~used] = float("nan")
-    return x
-
-
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [2, 5, 16])
@@ -80,11 +69,11 @@ def test_matches_float64(device, dtype, n, block, rows, gen):
     skip_interpreter_on_gpu_machine(device)
     for M, K, density in [(37, 300, 0.25), (5, 200, 0.6), (9, 40, 0.1)]:
         A = random_csr(M, K, density, gen, dtype, device)
-        x = _x_with_nan_where_unused(A, n, gen, dtype, device)
+        x = xs_with_nan_where_unused(A, n, gen, dtype, device)
         clean = torch.nan_to_num(x)
         want = A.to_dense().double() @ clean.t().double()
         bound = spmm_bound(A.to_dense(), clean.t())
-        for layout, B in _layouts(x).items():
+        for layout, B in b_layouts(x).items():
             got = _few(A, B, n, block=block, rows=rows)
             assert_close(got, want, bound, dtype), layout
 
@@ -102,7 +91,7 @@ def test_few_rows_config_one_row_on_two_warps(device, dtype, n, gen):
     config = tuning.spmm_csr_few_config(n, 1024)
     assert (config.rows_per_program, config.block, config.num_warps) == (1, 256, 2)
     A = random_csr(6, 2000, 0.35, gen, dtype, device)
-    x = _x_with_nan_where_unused(A, n, gen, dtype, device)
+    x = xs_with_nan_where_unused(A, n, gen, dtype, device)
     clean = torch.nan_to_num(x)
     want = A.to_dense().double() @ clean.t().double()
     got = _few(A, padded_rows(x.t()), n, block=256, rows=1, warps=2)
@@ -129,7 +118,7 @@ def test_int64_offsets_and_the_last_partial_group(device, gen, monkeypatch):
     for limit in (2**31, 0):
         monkeypatch.setattr(spmm_csr_token, "INT32_LIMIT", limit)
         for rows in (1, 4):
-            for B in _layouts(x).values():
+            for B in b_layouts(x).values():
                 got = _few(A, B, 3, rows=rows)
                 torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 

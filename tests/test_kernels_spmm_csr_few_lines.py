@@ -16,10 +16,12 @@ from _helpers import (
     ALL_DTYPES,
     KERNEL_DEVICES,
     assert_close,
+    b_layouts,
     randn,
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    xs_with_nan_where_unused,
 )
 from sparsekernels.formats._line_layout import build
 from sparsekernels.ops._layout import padded_rows
@@ -43,19 +45,6 @@ def _few_lines(A, B, n, bias=None, activation="none", block=64, rows=1, warps=1,
     return out
 
 
-def _layouts(x):
-    """x (N, K) as B = x^T: strided (linear's), row-major, and padded."""
-    return {"strided": x.t(), "row-major": x.t().contiguous(), "padded": padded_rows(x.t())}
-
-
-def _x_with_nan_where_unused(A, n, gen, dtype, device):
-    x = randn(n, A.shape[1], gen=gen, dtype=dtype, device=device)
-    used = torch.zeros(A.shape[1], dtype=torch.bool, device=device)
-    used[A.column_indices.long()] = True
-    x[:, ~used] = float("nan")
-    return x
-
-
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [2, 5, 16])
@@ -65,11 +54,11 @@ def test_matches_float64(device, dtype, n, block, rows, by_sequence, gen):
     # ~15-150 entries a row with empty rows; a wide sparse one (span cuts); K = 1; one row
     for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (30, 1, 0.5), (1, 500, 0.6)]:
         A = random_csr(M, K, density, gen, dtype, device)
-        x = _x_with_nan_where_unused(A, n, gen, dtype, device)
+        x = xs_with_nan_where_unused(A, n, gen, dtype, device)
         clean = torch.nan_to_num(x)
         want = A.to_dense().double() @ clean.t().double()
         bound = spmm_bound(A.to_dense(), clean.t())
-        for B in _layouts(x).values():
+        for B in b_layouts(x).values():
             got = _few_lines(A, B, n, block=block, rows=rows, warps=rows,
                              by_sequence=by_sequence)  # fmt: skip
             assert_close(got, want, bound, dtype)
