@@ -5,10 +5,14 @@ gathers the entry's row of B; at 2-4 tokens the weight's bytes are most of the t
 line layout (formats/_line_layout.py: a row's entries in whole lines of 64 slots, each column
 a uint8 offset from its line's int32 head) an entry costs ~3.06 bytes at 70% instead of 4.
 A step is (ROWS, NL, LINE) slots, as in spmm_csr_token_lines.py: a thread's slots stay in one
-line, so the line's head broadcasts along it and the column is one add; B's rows are gathered
-as (ROWS, NL, LINE, BLOCK_N) tiles, one aligned vector a row when B is padded to BLOCK_N
-columns (transpose.padded_b). Slots past a line's held count are masked (their value is 0, but
-B at the base may hold an inf). The next step's weight is loaded before this step's gather.
+line, so the line's head broadcasts along it and the column is one add. B's rows are gathered
+as (ROWS, NL, LINE, BLOCK_N) tiles by tl.load, or, with ASM_GATHER (B 16-bit, padded to
+BLOCK_N columns and aligned), as 4-16-byte vectors of 32-bit words by inline PTX
+(kernels/_gather.py), which keeps the step's layout: tl.load's gather takes one of its own, and
+the step's columns and values then cross to it through shared memory every step (sm_90: 4
+tokens 221 -> 202 instructions a step, 16 tokens 169 -> 134). Slots past a line's held count
+are masked (their value is 0, but B at the base may hold an inf). The next step's weight is
+loaded before this step's gather.
 
 Rows are visited in `row_order`; a layout built with a row_sequence lists the rows' slots in
 that order (row_slots indexed by place, so neighbouring programs read neighbouring memory).
