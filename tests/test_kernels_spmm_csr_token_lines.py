@@ -25,7 +25,7 @@ from sparsekernels.formats._line_layout import LINE, build
 
 
 def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=None,
-           by_sequence=False, ahead=1):  # fmt: skip
+           by_sequence=False, ahead=1, held_in_asm=False):  # fmt: skip
     """The kernel on A's line layout (rows stored in A.row_order's sequence if `by_sequence`);
     on the GPU x is gathered by inline PTX (as routed) unless `asm` is False."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
@@ -38,6 +38,7 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=No
         values=layout.pack(A.values), x=x, bias=bias, row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
         asm_gather=x.is_cuda if asm is None else asm, row_sequence=sequence, ahead=ahead,
+        held_in_asm=held_in_asm,
     )  # fmt: skip
     return out
 
@@ -77,6 +78,30 @@ def test_rows_by_sequence_and_two_steps_ahead(device, by_sequence, ahead, gen):
             got = _lines(A, x, block=block, rows=rows, warps=min(rows, 2),
                          by_sequence=by_sequence, ahead=ahead)  # fmt: skip
             assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_held_count_compared_in_the_ptx(dtype, gen):
+    """held_in_asm (the PTX gather compares each slot with its line's held count): the float64
+    product on rows of one to many steps, empty rows, lines cut by the span; x inf at a padded
+    line's base and NaN where no entry reads it stays out of the sums."""
+    for M, K, density in [(37, 900, 0.3), (1, 500, 0.6), (9, 3000, 0.02), (30, 1, 0.5)]:
+        A = random_csr(M, K, density, gen, dtype, "cuda")
+        x = x_with_nan_where_unused(A, gen, dtype, "cuda")
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        for block, rows in [(64, 1), (256, 2)]:
+            got = _lines(A, x, block=block, rows=rows, warps=rows, by_sequence=True,
+                         held_in_asm=True)  # fmt: skip
+            assert_close(got, want, bound, dtype)
+    mask = torch.zeros(1, 400, dtype=torch.bool)
+    mask[0, :70] = True  # a full line and one of 6 slots, padded by 58
+    A = sk.CSRMatrix.from_dense((torch.rand(1, 400, generator=gen) + 0.5) * mask, mask=mask)
+    A = A.to(device="cuda", dtype=dtype)
+    x = torch.rand(400, generator=gen).to(device="cuda", dtype=dtype)
+    x[64] = float("inf")
+    assert _lines(A, x, held_in_asm=True)[0].item() == float("inf")  # never NaN
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -182,6 +207,7 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_AHEAD", 2)
     assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert calls[2]["row_sequence"] is calls[2]["row_order"] and calls[2]["ahead"] == 2
+    assert calls[0]["held_in_asm"] is False  # csr_lines_tuning.CSR_LINES_HELD_IN_ASM
     del calls[2]
     sparse = random_csr(40, 5000, 0.02, gen, torch.bfloat16, device)  # lines cut by the span
     sk.linear(randn(1, 5000, gen=gen, dtype=torch.bfloat16, device=device), sparse, backend=backend)

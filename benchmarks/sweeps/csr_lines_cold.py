@@ -11,7 +11,8 @@ both.
 Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
 LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps; "/s": rows stored in row
-order, "/a2": the weight two steps ahead) and SHAPES (environment) replace the grid.
+order, "/a2": the weight two steps ahead, "/h": the held count compared in the PTX gather) and
+SHAPES (environment) replace the grid.
 """
 
 import itertools
@@ -34,10 +35,12 @@ CONFIGS = os.environ.get("LINE_CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x
 
 
 def parse(name: str) -> tuple[int, int, int, bool, int]:
-    """ "RxB/wW" with options "/s" (rows stored in row order) and "/a2" (two steps ahead)."""
+    """ "RxB/wW" with options "/s" (rows stored in row order), "/a2" (two steps ahead) and "/h"
+    (the held count compared in the PTX gather)."""
     rows, rest = name.split("x")
     block, warps, *options = rest.split("/")
-    return int(rows), int(block), int(warps[1:]), "s" in options, 2 if "a2" in options else 1
+    ahead = 2 if "a2" in options else 1
+    return int(rows), int(block), int(warps[1:]), "s" in options, ahead, "h" in options
 
 
 def main():
@@ -95,15 +98,17 @@ def main():
                 lined[by_sequence].append((copy, copy.pack(Ac.values), Ac.row_order))
         for name in [*CONFIGS, "lines/load"]:
             asm = name != "lines/load"
-            rows, block, warps, by_sequence, ahead = parse(name) if asm else (1, 256, 1, False, 1)
+            default = (1, 256, 1, False, 1, False)
+            rows, block, warps, by_sequence, ahead, held = parse(name) if asm else default
 
-            def run(c, rows=rows, block=block, warps=warps, asm=asm, ahead=ahead):
+            def run(c, rows=rows, block=block, warps=warps, asm=asm, ahead=ahead, held=held):
                 layout, values, order = c
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
                     values=values, x=x, bias=None, row_order=order, out=out,
                     activation="none", rows_per_program=rows, block=block, num_warps=warps,
                     asm_gather=asm, row_sequence=layout.row_sequence, ahead=ahead,
+                    held_in_asm=held,
                 )  # fmt: skip
 
             out.fill_(float("nan"))

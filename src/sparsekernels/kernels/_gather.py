@@ -29,6 +29,22 @@ def gather16(x, index, held):
 
 
 @triton.jit
+def gather16_below(x, index, within, count):
+    """x[index] where within < count, else 0, for a 16-bit x: the mask's compare made inside
+    the PTX, where a mask passed in costs a select and a compare more an element."""
+    address = (x + index).to(tl.int64, bitcast=True)
+    bits = tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.lt.s32 p, $2, $3; mov.b16 $0, 0; @p ld.global.b16 $0, [$1]; }",
+        "=h,l,r,r",
+        [address, within, count],
+        dtype=tl.int16,
+        is_pure=True,
+        pack=1,
+    )
+    return bits.to(x.dtype.element_ty, bitcast=True)
+
+
+@triton.jit
 def gather16_all(x, index):
     """x[index] for a 16-bit x, every element read (no mask: a step known to be whole)."""
     address = (x + index).to(tl.int64, bitcast=True)

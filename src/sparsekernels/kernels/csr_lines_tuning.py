@@ -26,6 +26,10 @@ CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
 # one: 1.3-1.5x slower (30.3, 28.1, 52.3; its loop 140 -> 182 instructions a warp).
 CSR_LINES_BY_SEQUENCE = True
 CSR_LINES_AHEAD = 1
+# The PTX gather comparing each slot with its line's held count itself (no mask passed in: a
+# select and a compare less a slot; sm_90 loop 138 -> 121 instructions a step). Written after
+# the forty-third session's device time: off until csr_lines_cold.py's "/h" forms measure it.
+CSR_LINES_HELD_IN_ASM = False
 
 
 def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfig | None:

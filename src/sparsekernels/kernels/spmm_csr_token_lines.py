@@ -29,7 +29,7 @@ import triton.language as tl
 
 from ..formats._line_layout import HEAD_BASE, LINE
 from ._activation import ACTIVATION_CODES, activate
-from ._gather import gather16
+from ._gather import gather16, gather16_below
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 
@@ -48,6 +48,20 @@ def _step(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
     vals = tl.load(values + slots, mask=mask, other=0.0)
     held = mask & (within < (head >> 24))
     return vals, (head & HEAD_BASE) + offset.to(tl.int32), held
+
+
+@triton.jit
+def _step_counted(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
+                  HEAD_BASE: tl.constexpr):  # fmt: skip
+    """_step with each line's held count (ROWS, NL, 1) for the mask (0 past the row's lines,
+    whose heads load as 0): the PTX gather compares a slot with it itself."""
+    live = lines < end_line
+    head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
+    slots = lines[:, :, None] * LINE + within
+    mask = live[:, :, None]
+    offset = tl.load(offsets + slots, mask=mask, other=0)
+    vals = tl.load(values + slots, mask=mask, other=0.0)
+    return vals, (head & HEAD_BASE) + offset.to(tl.int32), head >> 24
 
 
 @triton.jit
@@ -74,6 +88,7 @@ def _spmm_csr_token_lines_kernel(
     ASM_GATHER: tl.constexpr,  # x gathered by inline PTX (16-bit x, compiled: _gather.py)
     BY_SEQUENCE: tl.constexpr = False,  # row_slots listed in row_order's sequence (row_sequence)
     AHEAD: tl.constexpr = 1,  # steps loaded ahead of the gather: 1 or 2
+    HELD_IN_ASM: tl.constexpr = False,  # the PTX gather compares slot and held count (AHEAD 1)
 ):
     NL: tl.constexpr = BLOCK // LINE
     pdl_start(PDL)
@@ -85,7 +100,13 @@ def _spmm_csr_token_lines_kernel(
     end_line = (tl.load(row_slots + place + 1, mask=mask_r, other=0) // LINE)[:, None]
     within = tl.arange(0, LINE)[None, None, :]
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
-    vals, cols, held = _step(heads, offsets, values, lines, end_line, within, LINE, HEAD_BASE)
+    # `held`: the slots' mask, or with HELD_IN_ASM each line's held count
+    if HELD_IN_ASM:
+        vals, cols, held = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
+                                         HEAD_BASE)  # fmt: skip
+    else:
+        vals, cols, held = _step(heads, offsets, values, lines, end_line, within, LINE,
+                                 HEAD_BASE)  # fmt: skip
     vals2, cols2, held2 = vals, cols, held  # (the step after, when AHEAD is 2)
     if AHEAD == 2:
         lines += NL
@@ -95,9 +116,16 @@ def _spmm_csr_token_lines_kernel(
     pdl_before_inputs(PDL)
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
-        next_vals, next_cols, next_held = _step(heads, offsets, values, lines, end_line, within,
-                                                LINE, HEAD_BASE)  # fmt: skip
-        if ASM_GATHER:
+        if HELD_IN_ASM:
+            step = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
+                                 HEAD_BASE)  # fmt: skip
+            next_vals, next_cols, next_held = step
+        else:
+            next_vals, next_cols, next_held = _step(heads, offsets, values, lines, end_line,
+                                                    within, LINE, HEAD_BASE)  # fmt: skip
+        if HELD_IN_ASM:
+            picked = gather16_below(x, cols * stride_x, within, held)
+        elif ASM_GATHER:
             picked = gather16(x, cols * stride_x, held)
         else:
             picked = tl.load(x + cols * stride_x, mask=held, other=0.0)
@@ -132,13 +160,16 @@ def spmm_csr_token_lines(
     asm_gather: bool = False,
     row_sequence: torch.Tensor | None = None,
     ahead: int = 1,
+    held_in_asm: bool = False,
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for A in the line layout (row_slots int32, offsets uint8,
     heads int32, values packed: formats/_line_layout.LineLayout) and x (K,); x and out may
     be strided. `block`: slots of a row a step (a multiple of LINE). `asm_gather`: x read
     by inline PTX where x is 16-bit (not in the interpreter: the caller decides). A layout
     built with a row_sequence lists its rows in that order: row_order must be that sequence
-    (checked by identity). `ahead`: steps of the weight loaded before a step's gather (1, 2)."""
+    (checked by identity). `ahead`: steps of the weight loaded before a step's gather (1, 2).
+    `held_in_asm`: the PTX gather compares each slot with its line's held count itself (with
+    `asm_gather` and one step ahead; sm_90 loop 138 -> 121 instructions a step)."""
     if block % LINE or block & (block - 1):
         raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
     if ahead not in (1, 2):
@@ -172,6 +203,7 @@ def spmm_csr_token_lines(
         ASM_GATHER=asm_gather and x.element_size() == 2,
         BY_SEQUENCE=row_sequence is not None,
         AHEAD=ahead,
+        HELD_IN_ASM=held_in_asm and asm_gather and x.element_size() == 2 and ahead == 1,
         num_warps=num_warps,
         num_stages=1,
         **launch_options(pdl),

@@ -78,6 +78,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         pdl=decode_pdl(values.device),
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
         ahead=csr_lines_tuning.CSR_LINES_AHEAD,
+        held_in_asm=csr_lines_tuning.CSR_LINES_HELD_IN_ASM,
     )
     return True
 
