@@ -34,27 +34,13 @@ from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 
 @triton.jit
-def _step(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
-          HEAD_BASE: tl.constexpr):  # fmt: skip
-    """A step's (ROWS, NL, LINE) values, columns and held mask from its (ROWS, NL) lines: a
-    line's head is loaded once (a 3-D step keeps a thread's slots in one line, so the head
-    broadcasts along the line and the slots stay whole vectors: a flat step's head load per
-    slot took a layout of its own and shared-memory conversions every step)."""
-    live = lines < end_line
-    head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
-    slots = lines[:, :, None] * LINE + within
-    mask = live[:, :, None]
-    offset = tl.load(offsets + slots, mask=mask, other=0)
-    vals = tl.load(values + slots, mask=mask, other=0.0)
-    held = mask & (within < (head >> 24))
-    return vals, (head & HEAD_BASE) + offset.to(tl.int32), held
-
-
-@triton.jit
 def _step_counted(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
                   HEAD_BASE: tl.constexpr):  # fmt: skip
-    """_step with each line's held count (ROWS, NL, 1) for the mask (0 past the row's lines,
-    whose heads load as 0): the PTX gather compares a slot with it itself."""
+    """A step's (ROWS, NL, LINE) values and columns and each line's held count (ROWS, NL, 1;
+    0 past the row's lines, whose heads load as 0) from its (ROWS, NL) lines: a line's head
+    is loaded once (a 3-D step keeps a thread's slots in one line, so the head broadcasts
+    along the line and the slots stay whole vectors: a flat step's head load per slot took a
+    layout of its own and shared-memory conversions every step)."""
     live = lines < end_line
     head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
     slots = lines[:, :, None] * LINE + within
@@ -62,6 +48,15 @@ def _step_counted(heads, offsets, values, lines, end_line, within, LINE: tl.cons
     offset = tl.load(offsets + slots, mask=mask, other=0)
     vals = tl.load(values + slots, mask=mask, other=0.0)
     return vals, (head & HEAD_BASE) + offset.to(tl.int32), head >> 24
+
+
+@triton.jit
+def _step(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
+          HEAD_BASE: tl.constexpr):  # fmt: skip
+    """_step_counted with the slots' held mask in place of the counts."""
+    vals, cols, count = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
+                                      HEAD_BASE)  # fmt: skip
+    return vals, cols, (lines < end_line)[:, :, None] & (within < count)
 
 
 @triton.jit
