@@ -135,17 +135,16 @@ def test_bad_arguments_raise():
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_linear_takes_it_where_routed(device, gen, monkeypatch):
-    """With csr_lines_tuning.CSR_FEW_LINES, a linear of 3 tokens on a weight the line walks
-    take runs this kernel (bias fused, out in linear's order), the layout shared with the
-    one-token walk's; off, the few-token walk runs."""
+    """With csr_lines_tuning.CSR_FEW_LINES (the default), a linear of 3 tokens on a weight the
+    line walks take runs this kernel (bias fused, out in linear's order), the layout shared
+    with the one-token walk's; off, or on a weight too small for the line walks, the few-token
+    walk runs."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_few_lines as kernel
     from sparsekernels.ops import _launch_plans
 
     skip_interpreter_on_gpu_machine(device)
     monkeypatch.setattr(_launch_plans, "ENABLED", False)  # each call through the route
-    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_MIN_NNZ", 0)
-    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_MIN_ROWS", 0)
     calls = []
     launch = kernel.spmm_csr_few_lines
     monkeypatch.setattr(kernel, "spmm_csr_few_lines", lambda **kw: calls.append(kw) or launch(**kw))
@@ -155,29 +154,35 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     want = x.double() @ A.to_dense().double().t() + bias.double()
     bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
     assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
-    assert not calls  # off by default
-    monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINES", True)
+    assert not calls  # too small for the line walks
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_MIN_NNZ", 0)
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_MIN_ROWS", 0)
     for _ in range(2):
         assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
     assert len(calls) == 2 and calls[0]["values"] is calls[1]["values"]  # packed once
-    assert calls[0]["block"] == 256 and calls[0]["row_sequence"] is calls[0]["row_order"]
+    assert calls[0]["block"] == 128 and calls[0]["row_sequence"] is calls[0]["row_order"]
+    monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINES", False)
+    assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
+    assert len(calls) == 2
 
 
 def test_route_config(monkeypatch):
     from sparsekernels.kernels import csr_lines_tuning
 
-    assert (
-        csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.bfloat16) is None
-    )  # off
-    monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINES", True)
-    blocks = [csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, n, torch.bfloat16).block
-              for n in (2, 4, 5, 8, 9, 16)]  # fmt: skip
-    assert blocks == [256, 256, 128, 128, 64, 64]
+    configs = [csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, n, torch.bfloat16)
+               for n in (2, 3, 4, 5, 16)]  # fmt: skip
+    shapes = [(c.rows_per_program, c.block, c.num_warps) for c in configs[:3]]
+    assert shapes == [(2, 256, 2), (1, 128, 1), (1, 128, 1)] and configs[3:] == [None, None]
+    monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINES_MOST_TOKENS", 16)  # (sweeps reach 16)
+    assert csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, 16, torch.bfloat16)
     assert csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.float32) is None
     assert (
         csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 2048, 4, torch.bfloat16) is None
     )  # few rows
     monkeypatch.setattr(csr_lines_tuning, "CSR_TOKEN_LINES", False)  # the line walks off together
+    assert csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.bfloat16) is None
+    monkeypatch.setattr(csr_lines_tuning, "CSR_TOKEN_LINES", True)
+    monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINES", False)
     assert csr_lines_tuning.spmm_csr_few_lines_config(1 << 24, 4096, 4, torch.bfloat16) is None
 
 

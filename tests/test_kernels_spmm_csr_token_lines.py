@@ -207,7 +207,7 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_AHEAD", 2)
     assert_close(sk.linear(x, A, bias, backend=backend), want, bound, torch.bfloat16)
     assert calls[2]["row_sequence"] is calls[2]["row_order"] and calls[2]["ahead"] == 2
-    assert calls[0]["held_in_asm"] is False  # csr_lines_tuning.CSR_LINES_HELD_IN_ASM
+    assert calls[0]["held_in_asm"] is True  # csr_lines_tuning.CSR_LINES_HELD_IN_ASM
     del calls[2]
     sparse = random_csr(40, 5000, 0.02, gen, torch.bfloat16, device)  # lines cut by the span
     sk.linear(randn(1, 5000, gen=gen, dtype=torch.bfloat16, device=device), sparse, backend=backend)

@@ -27,9 +27,10 @@ CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
 CSR_LINES_BY_SEQUENCE = True
 CSR_LINES_AHEAD = 1
 # The PTX gather comparing each slot with its line's held count itself (no mask passed in: a
-# select and a compare less a slot; sm_90 loop 138 -> 121 instructions a step). Written after
-# the forty-third session's device time: off until csr_lines_cold.py's "/h" forms measure it.
-CSR_LINES_HELD_IN_ASM = False
+# select and a compare less a slot; sm_90 loop 138 -> 121 instructions a step): 4-6% faster at
+# 70%, cold, bf16, us (2026-12-04/at-4252cf3/csr_lines_cold.txt, 2x256/w2/s -> /h): 4096 x
+# 14336 20.3 -> 19.3, 14336 x 4096 20.9 -> 19.7, 28672 x 4096 36.4 -> 35.1, 4096^2 8.2 -> 7.8.
+CSR_LINES_HELD_IN_ASM = True
 
 
 def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfig | None:
@@ -41,18 +42,25 @@ def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfi
     return SpmmCsrTokenConfig(rows_per_program=2, block=CSR_TOKEN_BLOCK, num_warps=2)
 
 
-# The few-token walk on the line layout (spmm_csr_few_lines.py: 2-16 tokens, B's rows read as
-# vectors by inline PTX, sm_90 loops without shared memory) on the weights the one-token line
-# walk takes. Written after the forty-third session's device time: off until
-# benchmarks/sweeps/csr_few_lines_cold.py measures it against the route (the few-token walk,
-# the scatter backend from 9 tokens) and cuBLAS. Two rows a program, a warp each; steps of
-# 256 slots up to 4 tokens, 128 up to 8, 64 up to 16 (32 sums a thread).
-CSR_FEW_LINES = False
+# The few-token walk on the line layout (spmm_csr_few_lines.py: B's rows read as vectors by
+# inline PTX, sm_90 loops without shared memory) on the weights the one-token line walk takes,
+# at 2-4 tokens: there it beats the route it replaces (the few-token walk) and cuBLAS; from 5
+# it loses to both (its sums grow with the tokens). Cold, bf16, 70%, us, cuBLAS / few-token
+# walk / this (2026-12-04/at-4252cf3/csr_few_lines_cold.txt): 2 tokens, two rows a program and
+# 256 slots a step: 4096 x 14336 31.6 / 29.3 / 21.8, 14336 x 4096 30.2 / 30.2 / 22.1, 28672 x
+# 4096 61.0 / 54.4 / 39.7, 4096^2 13.6 / 12.2 / 8.9; 4 tokens, a row a program (one warp) and
+# 128 slots: 32.8 / 32.8 / 27.6, 30.2 / 37.3 / 29.7, 56.3 / 64.8 / 53.0, 13.9 / 13.6 / 10.7;
+# 8 tokens at its best: 38.4 (33.0 cuBLAS), 39.6 (32.4), 70.1 (56.9), 14.4 (13.7).
+CSR_FEW_LINES = True
+CSR_FEW_LINES_MOST_TOKENS = 4
 
 
 def spmm_csr_few_lines_config(nnz: int, rows: int, n: int, dtype) -> SpmmCsrTokenConfig | None:
     """The few-token line walk's configuration at N = n where it is routed, else None."""
-    if not CSR_FEW_LINES or spmm_csr_token_lines_config(nnz, rows, dtype) is None:
+    if not CSR_FEW_LINES or n > CSR_FEW_LINES_MOST_TOKENS:
         return None
-    block = 256 if n <= 4 else 128 if n <= 8 else 64
-    return SpmmCsrTokenConfig(rows_per_program=2, block=block, num_warps=2)
+    if spmm_csr_token_lines_config(nnz, rows, dtype) is None:
+        return None
+    if n <= 2:
+        return SpmmCsrTokenConfig(rows_per_program=2, block=256, num_warps=2)
+    return SpmmCsrTokenConfig(rows_per_program=1, block=128, num_warps=1)
