@@ -3,13 +3,16 @@ routes derive and keep beside it (the int16 column copy, the line layout and its
 values, row orders, transposes), against the dense layer's weight. bf16 LLM weights at 70%
 CSR and 2:8, after linear at 1, then 1, 4 and 16, then 1-512 tokens (a decode server's prefill
 and steps): torch.cuda.memory_allocated before the weight is built and after each phase, the
-outputs freed. Prints a table last (MiB, and bytes a dense element).
+outputs freed. Prints a table last (MiB, and bytes a dense element), and after each phase the
+owners of what the layer holds: the weight's own tensors, its and its pattern's caches, and
+each IdentityCache of the ops modules (storages reached from their entries, counted once).
     PYTHONPATH=src python3 benchmarks/sweeps/layer_memory.py
 SHAPES and PATTERNS (environment) replace the grid.
 """
 
 import gc
 import os
+import sys
 
 import torch
 
@@ -25,6 +28,62 @@ def allocated() -> int:
     gc.collect()
     torch.cuda.synchronize()
     return torch.cuda.memory_allocated()
+
+
+def storages(root, seen_objects: set, found: dict, device: str = "cuda") -> None:
+    """Every storage on `device` reachable from root through containers and objects' fields."""
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen_objects or isinstance(obj, (type, str, bytes, int, float)):
+            continue
+        seen_objects.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.device.type == device:
+                storage = obj.untyped_storage()
+                found[storage.data_ptr()] = storage.nbytes()
+            continue
+        if isinstance(obj, torch.UntypedStorage):
+            if obj.device.type == device:
+                found[obj.data_ptr()] = obj.nbytes()
+            continue
+        if type(obj).__module__.startswith(("triton", "builtins.function")) or callable(obj):
+            continue  # (compiled kernels and their launchers hold no layer memory)
+        if isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        else:
+            stack.extend(getattr(obj, "__dict__", {}).values())
+            stack.extend(getattr(obj, name, None) for name in getattr(type(obj), "__slots__", ()))
+
+
+def owners(W, device: str = "cuda") -> dict[str, int]:
+    """Bytes held a owner: the weight's own tensors, its caches', each ops IdentityCache's."""
+    from sparsekernels.ops._identity_cache import IdentityCache
+
+    own: dict = {}
+    for name in ("values", "indices", "row_offsets", "column_indices"):
+        if hasattr(W, name):
+            storages(getattr(W, name), set(), own, device)
+    held, counted = {"weight": sum(own.values())}, set(own)
+    roots = {"weight cache": getattr(W, "_cache", {})}
+    if hasattr(W, "pattern"):
+        roots["pattern cache"] = W.pattern._cache
+    for module_name, module in sorted(sys.modules.items()):
+        if module_name.startswith("sparsekernels."):
+            for attr, value in vars(module).items():
+                if isinstance(value, IdentityCache):
+                    short = module_name.rsplit(".", 1)[-1]
+                    roots[f"{short}.{attr}"] = [e[1] for e in value._entries.values()]
+    for name, root in roots.items():
+        found: dict = {}
+        storages(root, set(), found, device)
+        fresh = {ptr: size for ptr, size in found.items() if ptr not in counted}
+        counted |= set(fresh)
+        if fresh:
+            held[name] = sum(fresh.values())
+    return held
 
 
 def weight(pattern: str, w: torch.Tensor):
@@ -51,6 +110,8 @@ def main():
                         sk.linear(x, W)
                     del x
                 held[phase] = allocated() - start
+                parts = {k: f"{v / (M * K):.2f}" for k, v in owners(W).items()}
+                print(f"  {M}x{K} {pattern} after {phase}: bytes a dense element by owner", parts)
             del W
             label = f"{M}x{K} {pattern}"
             per_element = {k: v / (M * K) for k, v in held.items()}
