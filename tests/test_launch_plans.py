@@ -4,6 +4,8 @@ backend doing device work other than Triton launches, and that nothing records o
 GPU: every replayed call gives the same bits as a weight without plans, new x each call (some
 at other addresses, one misaligned), the outputs independent, and side streams untouched."""
 
+import weakref
+
 import pytest
 import torch
 
@@ -219,6 +221,29 @@ def test_a_plan_points_each_launch_at_this_calls_tensors(gen, on_a_fake_stream):
     W.values.add_(0)  # a new version of the weight's values
     assert plan.replay(x2, bias2, _launch_plans.weight_state(W)) is None
     assert len(kernel.launches) == 1
+
+
+def test_a_plan_keeps_no_tensor_of_the_recorded_call(gen, on_a_fake_stream):
+    """x, the bias and the output of the call a plan was recorded on die with the call: a
+    plan that kept them held a dense weight for each densify it recorded (2 bytes an element
+    beside a sparse layer's ~1)."""
+    W = random_csr(6, 8, 0.5, gen, torch.float32)
+    x, bias, out = (
+        torch.randn(2, 8, generator=gen),
+        torch.randn(6, generator=gen),
+        torch.empty(6, 2),
+    )
+    kernel, fn = _FakeKernel(), _FakeJit()
+    plan = _launch_plans._plan([(fn, (3,), (x, W.values, out, bias, 5), {"BLOCK": 4}, kernel)],
+                               x, bias, out, W)  # fmt: skip
+    assert plan is not None
+    alive = [weakref.ref(t) for t in (x, bias, out)]
+    del x, bias, out
+    assert [ref() for ref in alive] == [None, None, None]
+    x2, bias2 = torch.randn(2, 8, generator=gen), torch.randn(6, generator=gen)
+    got = plan.replay(x2, bias2, _launch_plans.weight_state(W))
+    assert kernel.launches[0][9:] == (x2.data_ptr(), W.values.data_ptr(), got.data_ptr(),
+                                      bias2.data_ptr(), 5, 4)  # fmt: skip
 
 
 class TensorDescriptor:

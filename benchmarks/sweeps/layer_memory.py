@@ -86,6 +86,20 @@ def owners(W, device: str = "cuda") -> dict[str, int]:
     return held
 
 
+def plans_held(device: str = "cuda") -> list[str]:
+    """Each eager plan's backend, x's shape and the storages it reaches (MiB each)."""
+    from sparsekernels.ops import _eager_plans
+
+    lines = []
+    for _, signatures in _eager_plans._PLANS._entries.values():
+        for signature, plan in signatures.items():
+            found: dict = {}
+            storages(plan, set(), found, device)
+            sizes = sorted((round(v / 2**20, 1) for v in found.values()), reverse=True)
+            lines.append(f"{plan.backend} x{tuple(signature[0])}: {sizes[:6]}")
+    return lines
+
+
 def weight(pattern: str, w: torch.Tensor):
     if pattern.endswith("%"):
         mask = sk.prune.magnitude_mask(w.float(), float(pattern[:-1]) / 100)
@@ -112,6 +126,7 @@ def main():
                 held[phase] = allocated() - start
                 parts = {k: f"{v / (M * K):.2f}" for k, v in owners(W).items()}
                 print(f"  {M}x{K} {pattern} after {phase}: bytes a dense element by owner", parts)
+                print("    eager plans' launch plans hold (MiB):", plans_held())
             del W
             label = f"{M}x{K} {pattern}"
             per_element = {k: v / (M * K) for k, v in held.items()}

@@ -236,8 +236,9 @@ def _plan(log, x, bias, out, W) -> LaunchPlan | None:
                 if kind is None:  # the weight's, a cache's, or a buffer the launches fill
                     held[_storage(value)] = value.untyped_storage()
                     values[index] = value.data_ptr()
-                else:
+                else:  # (no reference kept: a densify's output is a dense weight)
                     relative.append((index, kind, value.data_ptr() - bases[kind][1]))
+                    values[index] = 0  # (each replay writes this call's pointer)
             elif type(value).__name__ == "TensorDescriptor":
                 base = value.base  # the pointer inside it: the weight's may stay, no other
                 if not DESCRIPTORS or any(s == _storage(base) for s, _ in bases.values()):
