@@ -66,7 +66,7 @@ def test_constructor_stores_validated_arrays():
     assert A.dtype == torch.float64 and A.device == torch.device("cpu")
     assert A.row_offsets.tolist() == [0, 2, 2, 4]
     assert A.column_indices.tolist() == [0, 3, 1, 2]
-    assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int32
+    assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int16
     assert A.values is kw["values"]
     assert A.density == pytest.approx(4 / 12)
     assert "shape=(3, 4)" in repr(A) and "nnz=4" in repr(A)
@@ -84,7 +84,7 @@ def test_constructor_accepts_every_index_dtype(index_dtype):
         kw["values"],
         (3, 4),
     )
-    assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int32
+    assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int16
     assert torch.equal(A.to_dense(), build(**kw).to_dense())
 
 
@@ -212,7 +212,7 @@ def test_from_dense_round_trip(shape, density, dtype):
     assert A.column_indices.tolist() == cols
     assert A.values.double().tolist() == vals
     assert A.dtype == dtype and A.nnz == int((dense != 0).sum())
-    assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int32
+    assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int16
     assert torch.equal(A.to_dense(), dense)
 
 
@@ -426,7 +426,7 @@ def test_transpose(shape, density):
     assert torch.equal(T.row_offsets, direct.row_offsets)
     assert torch.equal(T.column_indices, direct.column_indices)
     assert torch.equal(T.values, direct.values)
-    assert T.row_offsets.dtype == torch.int32 and T.column_indices.dtype == torch.int32
+    assert T.row_offsets.dtype == torch.int32 and T.column_indices.dtype == torch.int16
     TT = T.t()
     assert torch.equal(TT.row_offsets, A.row_offsets)
     assert torch.equal(TT.column_indices, A.column_indices)
@@ -535,6 +535,25 @@ def test_int64_column_indices_when_the_shape_needs_them():
     # One below the limit stays int32.
     B = CSRMatrix(torch.tensor([0, 1]), torch.tensor([wide - 2]), torch.randn(1), (1, wide - 1))
     assert B.column_indices.dtype == torch.int32
+
+
+def test_columns_are_int16_where_every_column_fits():
+    """int16 up to 32768 columns (the architecture's "indices as small as the shape allows"),
+    int32 past it; the forward kernels' int16 columns are the matrix's own, not a copy beside
+    them (a copy held 2 more bytes a stored entry)."""
+    for cols, dtype in ((32768, torch.int16), (32769, torch.int32)):
+        A = CSRMatrix(torch.tensor([0, 2]), torch.tensor([0, cols - 1]), torch.randn(2), (1, cols))
+        assert A.column_indices.dtype == dtype and A.column_indices.tolist() == [0, cols - 1]
+        narrow = A.pattern.column_indices_int16()
+        if dtype == torch.int16:
+            assert narrow is A.column_indices and not A.pattern._cache
+        else:
+            assert narrow is None
+    tall = CSRMatrix(torch.tensor([0, 1, 1]), torch.tensor([3]), torch.randn(1), (2, 40000))
+    assert tall.t().column_indices.dtype == torch.int16  # (the transpose: 2 columns)
+    assert tall.t().t().column_indices.dtype == torch.int32
+    assert torch.equal(tall.t().t().to_dense(), tall.to_dense())
+    assert tall.to_scipy().indices.tolist() == [3]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -97,7 +97,7 @@ def test_load_dlmc(dlmc_files):
         A = load_smtx(path)
         assert A.shape == (rows, cols) and A.nnz == nnz
         assert A.row_offsets.tolist() == offsets and A.column_indices.tolist() == columns
-        assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int32
+        assert A.row_offsets.dtype == torch.int32 and A.column_indices.dtype == torch.int16
         assert A.dtype == torch.float32 and A.device == torch.device("cpu")
         assert bool((A.values != 0).all()) and bool(A.values.isfinite().all())
         assert abs(float(A.values.double().mean())) < 0.1 and 0.9 < float(A.values.std()) < 1.1

@@ -19,6 +19,13 @@ def index_dtype_for(largest: int) -> torch.dtype:
     return torch.int32 if largest <= INT32_MAX else torch.int64
 
 
+def column_dtype_for(columns: int) -> torch.dtype:
+    """A CSR pattern's column index type for `columns` columns: int16 where every column fits
+    (at most 32768), else int32 or int64. A one-token product moves a column index beside each
+    16-bit value, so int32 would be half its bytes."""
+    return torch.int16 if columns <= INT16_MAX + 1 else index_dtype_for(columns)
+
+
 class Pattern:
     """Row offsets (M+1,) and column indices (nnz,) of an (M, K) CSR matrix, validated elsewhere."""
 
@@ -65,9 +72,12 @@ class Pattern:
         return self._cached("row_order", build)
 
     def column_indices_int16(self) -> torch.Tensor | None:
-        """Column indices as int16 when every column fits (K <= 32768), else None."""
+        """Column indices as int16 when every column fits (K <= 32768), else None: the pattern's
+        own where they are int16 already (a CSRMatrix's are), else a copy kept beside them."""
         if self.shape[1] > INT16_MAX + 1:
             return None
+        if self.column_indices.dtype == torch.int16:
+            return self.column_indices
         return self._cached("cols16", lambda: self.column_indices.to(torch.int16))
 
     def transpose(self) -> tuple[Pattern, torch.Tensor]:
@@ -82,7 +92,7 @@ class Pattern:
             offsets = torch.zeros(self.shape[1] + 1, dtype=torch.int64, device=self.device)
             offsets[1:] = torch.cumsum(counts, 0)
             offset_dtype = index_dtype_for(self.nnz)
-            col_dtype = index_dtype_for(self.shape[0])
+            col_dtype = column_dtype_for(self.shape[0])
             t = Pattern(
                 offsets.to(offset_dtype),
                 rows[perm].to(col_dtype),

@@ -10,14 +10,15 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from ._pattern import Pattern, index_dtype_for
+from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
 
 class CSRMatrix:
     """Sparse (rows, cols) matrix: `row_offsets` (rows+1,), `column_indices` (nnz,), `values`.
 
-    Column indices are strictly increasing within each row. Indices are stored as int32 unless
-    nnz or a dimension needs int64.
+    Column indices are strictly increasing within each row. They are stored as int16 where every
+    column fits (at most 32768 columns), else int32 unless int64 is needed; row offsets as int32
+    unless nnz needs int64.
 
     Example:
         >>> A = CSRMatrix.from_dense(torch.tensor([[0.0, 2.0], [3.0, 0.0]]))
@@ -40,7 +41,7 @@ class CSRMatrix:
         nnz = column_indices.numel()
         pattern = Pattern(
             row_offsets.to(index_dtype_for(nnz)),
-            column_indices.to(index_dtype_for(shape[1])),
+            column_indices.to(column_dtype_for(shape[1])),
             shape,
         )
         if check:
@@ -212,8 +213,10 @@ class CSRMatrix:
         values = self.values.detach().cpu()
         if values.dtype in (torch.float16, torch.bfloat16):
             values = values.float()
+        columns = self.column_indices.cpu()
+        columns = columns.int() if columns.dtype == torch.int16 else columns  # (scipy's types)
         return scipy.sparse.csr_matrix(
-            (values.numpy(), self.column_indices.cpu().numpy(), self.row_offsets.cpu().numpy()),
+            (values.numpy(), columns.numpy(), self.row_offsets.cpu().numpy()),
             shape=self.shape,
         )
 

@@ -21,7 +21,7 @@ import torch
 
 from .. import _checks
 from . import semi_structured
-from ._pattern import Pattern, index_dtype_for
+from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
 
 class NMMatrix:
@@ -177,7 +177,7 @@ class NMMatrix:
             offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
             self._cache["csr"] = Pattern(
                 offsets.to(index_dtype_for(nnz)),
-                self.column_indices().reshape(-1).to(index_dtype_for(cols)),
+                self.column_indices().reshape(-1).to(column_dtype_for(cols)),
                 self.shape,
             )
         return self._cache["csr"]  # type: ignore[return-value]
