@@ -133,6 +133,29 @@ def test_csr_state_dict_with_another_nnz(gen):
     torch.testing.assert_close(other(x), layer(x), rtol=0, atol=0)
 
 
+def test_an_int32_checkpoint_loads_into_one_int16_copy(gen):
+    """A state dict saved with int32 column indices (before they were stored as int16) loads
+    into the layer's int16 buffer; with assign=True the layer takes the int32 tensors, then
+    keeps only the format's int16 copy once its weight is built (not both)."""
+    layer = SparseLinear.from_dense(_linear(gen), 0.7)
+    attention = SparseAttention.local_strided(16, window=4, stride=5)
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+    for module in (layer, attention):
+        old = {k: v.int() if k == "column_indices" else v for k, v in module.state_dict().items()}
+        for assign in (False, True):
+            fresh = (SparseLinear.from_dense(_linear(gen), 0.7) if module is layer else
+                     SparseAttention.local_strided(16, window=4, stride=5))  # fmt: skip
+            fresh.load_state_dict(old, assign=assign)
+            built = fresh.weight if module is layer else fresh.pattern
+            assert fresh.column_indices.dtype == torch.int16
+            assert fresh.column_indices is built.column_indices
+            assert fresh.row_offsets is built.row_offsets
+            if module is layer:
+                torch.testing.assert_close(fresh(x), layer(x), rtol=0, atol=0)
+            else:
+                assert torch.equal(built.column_indices, attention.pattern.column_indices)
+
+
 def test_load_rejects_a_broken_pattern(gen):
     layer = SparseLinear.from_dense(_linear(gen), 0.5)
     state = layer.state_dict()

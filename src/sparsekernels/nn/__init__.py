@@ -4,6 +4,13 @@ SparseAttention; and DepthwiseConv2d (3x3, dense), MobileNet's other layer."""
 from .attention import SparseAttention
 from .conv import SparseConv2d
 from .depthwise import DepthwiseConv2d
+from .distributed import index_buffer_names
 from .linear import SparseLinear
 
-__all__ = ["SparseLinear", "SparseConv2d", "SparseAttention", "DepthwiseConv2d"]
+__all__ = [
+    "SparseLinear",
+    "SparseConv2d",
+    "SparseAttention",
+    "DepthwiseConv2d",
+    "index_buffer_names",
+]

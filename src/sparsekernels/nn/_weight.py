@@ -20,6 +20,7 @@ from ..ops._identity_cache import version
 from ..prune.config import resolve
 
 _INDEX_BUFFERS = {"csr": ("row_offsets", "column_indices"), "nm": ("indices",)}
+_CSR_BUFFERS = _INDEX_BUFFERS["csr"]
 
 
 class SparseWeightModule(nn.Module):
@@ -74,9 +75,14 @@ class SparseWeightModule(nn.Module):
                     fresh = False
                     break
         if not fresh:
+            template = self._build_format(buffers)  # validates the structure
+            if self.format == "csr":  # one copy of the indices: the format's (narrowest) own
+                buffers = (template.row_offsets, template.column_indices)
+                for name, narrow in zip(_CSR_BUFFERS, buffers, strict=True):
+                    if held[name] is not narrow:  # (a wider buffer: loaded with assign=True)
+                        held[name] = narrow
             key = tuple((b, version(b), b.device) for b in buffers)
             fresh_key = all(v is not None for _, v, _ in key)
-            template = self._build_format(buffers)  # validates the structure
             self._format_cache = (key if fresh_key else (), template, None, None)
         cache_key, template, matrix, facts = self._format_cache
         # The matrix of the last call while the values are the very same Parameter, alike in

@@ -109,6 +109,11 @@ class SparseAttention(nn.Module):
             nnz = self.column_indices.numel()
             values = torch.ones(1, device=self.column_indices.device).expand(nnz)
             matrix = CSRMatrix(self.row_offsets, self.column_indices, values, self.shape)
+            narrow = {"row_offsets": matrix.row_offsets, "column_indices": matrix.column_indices}
+            for name, tensor in narrow.items():  # one copy of the indices: the pattern's
+                if self._buffers[name] is not tensor:  # (a wider buffer: loaded with assign=True)
+                    self._buffers[name] = tensor
+            key = tuple((b, version(b), b.device) for b in narrow.values())
             self._cache = (key, matrix)
         return self._cache[1]
 

@@ -20,7 +20,8 @@ class SparsifySummary:
 
     `weight_bytes_*` count the swapped layers' weights: dense in their dtype before, the sparse
     format as the kernels read it after. `model_bytes_*` count every parameter and buffer as
-    stored (a CSR layer keeps int32 column indices there).
+    stored (a CSR layer's column indices as its CSRMatrix keeps them: int16 up to 32768
+    columns).
     """
 
     config: SparsityConfig
