@@ -42,6 +42,17 @@ def random_mask(rows, cols, density, gen, empty_rows=True) -> torch.Tensor:
     return mask
 
 
+def with_column_dtype(A, dtype):
+    """A's arrays as a kernel's launcher takes them, its column indices in `dtype`: a CSRMatrix
+    holds int16 where every column fits, so a kernel test sees wider ones only through this."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        row_offsets=A.row_offsets, column_indices=A.column_indices.to(dtype), values=A.values,
+        row_order=A.row_order, shape=A.shape, nnz=A.nnz,
+    )  # fmt: skip
+
+
 def random_csr(rows, cols, density, gen, dtype=torch.float64, device="cpu", empty_rows=True):
     mask = random_mask(rows, cols, density, gen, empty_rows)
     dense = randn(rows, cols, gen=gen) * mask

@@ -16,6 +16,7 @@ from _helpers import (
     random_csr,
     sddmm_want_and_bound,
     skip_interpreter_on_gpu_machine,
+    with_column_dtype,
 )
 from sparsekernels.ops import _dispatch
 
@@ -167,3 +168,15 @@ def test_entry_config_rule():
     assert sddmm_csr_config(64, 4096 * 20, 4096) == SddmmCsrConfig(32, 64, 2)  # rows of 20: 32
     assert sddmm_csr_config(64, 4096 * 9, 4096) == SddmmCsrConfig(16, 64, 2)  # short rows
     assert sddmm_csr_config(8, 4096 * 3, 4096) == SddmmCsrConfig(16, 16, 1)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_wider_column_indices_give_the_same_bits(device, index_dtype, gen):
+    """int32 / int64 columns (a pattern past 32768 columns) against the matrix's int16."""
+    skip_interpreter_on_gpu_machine(device)
+    P = random_csr(19, 23, 0.3, gen, torch.float32, device)
+    x = randn(19, 37, gen=gen, dtype=torch.float32, device=device)
+    y = randn(23, 37, gen=gen, dtype=torch.float32, device=device)
+    wide = _launch_poisoned(with_column_dtype(P, index_dtype), x, y)
+    assert torch.equal(wide, _launch_poisoned(P, x, y))

@@ -16,6 +16,7 @@ from _helpers import (
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    with_column_dtype,
 )
 
 
@@ -203,3 +204,16 @@ def test_backward_through_kernel(device, gen):
         values.grad, dense.grad[A.pattern.row_indices(), A.column_indices.long()]
     )
     torch.testing.assert_close(B.grad, B2.grad)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_wider_column_indices_give_the_same_bits(device, index_dtype, gen):
+    """int32 / int64 columns (a pattern past 32768 columns) against the matrix's int16."""
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(37, 90, 0.3, gen, torch.float32, device)
+    B = randn(90, 20, gen=gen, dtype=torch.float32, device=device)
+    assert A.column_indices.dtype == torch.int16
+    assert torch.equal(
+        _launch_poisoned(with_column_dtype(A, index_dtype), B), _launch_poisoned(A, B)
+    )

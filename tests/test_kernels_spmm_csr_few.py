@@ -21,6 +21,7 @@ from _helpers import (
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    with_column_dtype,
     xs_with_nan_where_unused,
 )
 from sparsekernels.ops._layout import padded_rows
@@ -175,3 +176,14 @@ def test_config_by_tokens_is_a_whole_number_of_groups(n, rows):
     assert config.block % GROUP == 0 and config.block >= GROUP
     assert config.rows_per_program in (1, 2, 4)
     assert config.num_warps in (1, 2, 4)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_wider_column_indices_give_the_same_bits(device, index_dtype, gen):
+    """int32 / int64 columns (a pattern past 32768 columns) against the matrix's int16."""
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(37, 80, 0.3, gen, torch.float32, device)
+    B = padded_rows(randn(5, 80, gen=gen, dtype=torch.float32, device=device).t())
+    wide = _few(with_column_dtype(A, index_dtype), B, 5, block=32, rows=2)
+    assert torch.equal(wide, _few(A, B, 5, block=32, rows=2))

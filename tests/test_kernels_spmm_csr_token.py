@@ -20,6 +20,7 @@ from _helpers import (
     random_csr,
     skip_interpreter_on_gpu_machine,
     spmm_bound,
+    with_column_dtype,
     x_with_nan_where_unused,
 )
 
@@ -225,3 +226,14 @@ def test_linear_gathers_by_asm_where_tuned(gen, monkeypatch):
         monkeypatch.setattr(tuning, "CSR_TOKEN_ASM_GATHER", flag)
         assert_close(sk.linear(x, A), want, bound, torch.bfloat16)
         assert calls[-1]["asm_gather"] is flag
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_wider_column_indices_give_the_same_bits(device, index_dtype, gen):
+    """int32 / int64 columns (a pattern past 32768 columns) against the matrix's int16."""
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(37, 600, 0.3, gen, torch.float32, device)
+    x = randn(600, gen=gen, dtype=torch.float32, device=device)
+    wide = _token(with_column_dtype(A, index_dtype), x, block=64, rows=2)
+    assert torch.equal(wide, _token(A, x, block=64, rows=2))
