@@ -18,8 +18,8 @@ Rows are visited in `row_order`; a layout built with a row_sequence lists the ro
 that order (row_slots indexed by place, so neighbouring programs read neighbouring memory).
 Bias and activation fused; float32 sums (float64 for float64 values). Slots in int32.
 
-Written after the forty-third session's device time: not yet measured, so not routed
-(csr_lines_tuning.CSR_FEW_LINES).
+Routed at 2-4 tokens (csr_lines_tuning.CSR_FEW_LINES): 1.3-1.4x the few-token walk cold at 2
+tokens (22.1 against 30.2 us on 14336 x 4096, bf16, 70%); from 8 tokens slower than it.
 """
 
 from __future__ import annotations
