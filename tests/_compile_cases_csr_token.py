@@ -44,8 +44,8 @@ def csr_token_cases() -> dict:
         constants = dict(HAS_BIAS=rows == 2, ACTIVATION=0, ACC_DTYPE=tl.float32, ROWS=rows,
                          BLOCK=block, LINE=64, HEAD_BASE=(1 << 24) - 1, PDL=2,
                          ASM_GATHER=asm, BY_SEQUENCE=False, AHEAD=1,
-                         HELD_IN_ASM=False)  # fmt: skip
-        pointers = ["*i32", "*u8", "*i32", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]
+                         HELD_IN_ASM=False, IN_PLACE=False)  # fmt: skip
+        pointers = ["*i32", "*u8", "*i32", "*bf16", "*i64", "*bf16", "*bf16", "*i32", "*bf16"]
         name = f"csr token lines {rows} x {block}" + " asm" * asm
         cases[name] = (_spmm_csr_token_lines_kernel, pointers, constants, 1)
     constants = {**constants, "BY_SEQUENCE": True, "AHEAD": 2}  # (the options, 2 x 256 asm)
@@ -56,6 +56,9 @@ def csr_token_cases() -> dict:
         _spmm_csr_token_lines_kernel, pointers, routed, 2)  # fmt: skip
     cases["csr token lines 2 x 256 asm sequence 2 warps held in asm"] = (
         _spmm_csr_token_lines_kernel, pointers, {**routed, "HELD_IN_ASM": True}, 2)  # fmt: skip
+    cases["csr token lines 2 x 256 asm sequence 2 warps held in asm in place"] = (
+        _spmm_csr_token_lines_kernel, pointers, {**routed, "HELD_IN_ASM": True, "IN_PLACE": True},
+        2)  # fmt: skip
     constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32, INDEX=tl.int32, ROWS=4,
                      BLOCK=256, GROUP=16, PDL=2)  # fmt: skip
     pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]

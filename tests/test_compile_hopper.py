@@ -359,6 +359,7 @@ CASE_NAMES = [
     "csr token lines 2 x 256 asm sequence ahead 2",
     "csr token lines 2 x 256 asm sequence 2 warps",
     "csr token lines 2 x 256 asm sequence 2 warps held in asm",
+    "csr token lines 2 x 256 asm sequence 2 warps held in asm in place",
     "csr few lines 4 tokens 2 x 256",
     "csr few lines 8 tokens 2 x 128",
     "csr few lines 16 tokens 2 x 64",

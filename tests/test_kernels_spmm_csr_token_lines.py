@@ -25,9 +25,10 @@ from sparsekernels.formats._line_layout import LINE, build
 
 
 def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=None,
-           by_sequence=False, ahead=1, held_in_asm=False):  # fmt: skip
+           by_sequence=False, ahead=1, held_in_asm=False, in_place=False):  # fmt: skip
     """The kernel on A's line layout (rows stored in A.row_order's sequence if `by_sequence`);
-    on the GPU x is gathered by inline PTX (as routed) unless `asm` is False."""
+    on the GPU x is gathered by inline PTX (as routed) unless `asm` is False; `in_place`: A's
+    own values read at each line's start instead of packed ones."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
     sequence = A.row_order if by_sequence else None
@@ -35,7 +36,8 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=No
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
     spmm_csr_token_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
-        values=layout.pack(A.values), x=x, bias=bias, row_order=A.row_order, out=out,
+        values=A.values if in_place else layout.pack(A.values),
+        starts=layout.starts if in_place else None, x=x, bias=bias, row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
         asm_gather=x.is_cuda if asm is None else asm, row_sequence=sequence, ahead=ahead,
         held_in_asm=held_in_asm,
@@ -102,6 +104,38 @@ def test_held_count_compared_in_the_ptx(dtype, gen):
     x = torch.rand(400, generator=gen).to(device="cuda", dtype=dtype)
     x[64] = float("inf")
     assert _lines(A, x, held_in_asm=True)[0].item() == float("inf")  # never NaN
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_values_read_in_place(device, dtype, gen):
+    """The CSR's own values read at each line's start give the packed copy's bits (the same
+    sums in the same order), rows stored by sequence or not, the held count compared in the
+    PTX on the GPU; a row's last line ends where the next row's entries start (masked), and
+    the last line of all at the end of the values (no read past them)."""
+    skip_interpreter_on_gpu_machine(device)
+    for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (1, 500, 0.6), (30, 1, 0.5)]:
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = x_with_nan_where_unused(A, gen, dtype, device)
+        want = A.to_dense().double() @ torch.nan_to_num(x.double())
+        bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
+        held_in_asm = device == "cuda" and dtype.itemsize == 2
+        for block, rows, by_sequence in [(64, 1, False), (256, 2, True)]:
+            kw = dict(block=block, rows=rows, warps=rows, by_sequence=by_sequence,
+                      held_in_asm=held_in_asm)  # fmt: skip
+            got = _lines(A, x, in_place=True, **kw)
+            assert torch.equal(got, _lines(A, x, **kw))
+            assert_close(got, want, bound, dtype)
+    with pytest.raises(ValueError, match="starts must be int64 of heads' shape"):
+        from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
+
+        layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0)
+        spmm_csr_token_lines(
+            row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+            values=A.values, starts=layout.starts.int(), x=x, bias=None, row_order=A.row_order,
+            out=torch.empty(A.shape[0], dtype=dtype, device=device), activation="none",
+            rows_per_program=1, block=64, num_warps=1,
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -174,10 +208,11 @@ def test_bad_block_raises():
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     """A one-token linear on a large weight runs the line layout's kernel (bias fused), the
-    layout and packed values built once per weight; a small weight keeps the plain walk."""
+    layout and packed values built once per weight; a small weight keeps the plain walk; with
+    CSR_LINES_VALUES_IN_PLACE the kernel reads the weight's own values (nothing packed)."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_token_lines as kernel
-    from sparsekernels.ops import _launch_plans
+    from sparsekernels.ops import _csr_lines, _launch_plans
 
     skip_interpreter_on_gpu_machine(device)
     monkeypatch.setattr(_launch_plans, "ENABLED", False)  # each call through the route
@@ -212,6 +247,13 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     sparse = random_csr(40, 5000, 0.02, gen, torch.bfloat16, device)  # lines cut by the span
     sk.linear(randn(1, 5000, gen=gen, dtype=torch.bfloat16, device=device), sparse, backend=backend)
     assert len(calls) == 2  # refused: the plain walk
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_VALUES_IN_PLACE", True)
+    B = random_csr(40, 600, 0.4, gen, torch.bfloat16, device)  # (a weight never packed)
+    want = x.double() @ B.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, B.to_dense().t()) + bias.double().abs()
+    assert_close(sk.linear(x, B, bias, backend=backend), want, bound, torch.bfloat16)
+    assert calls[2]["values"] is B.values and calls[2]["starts"] is not None
+    assert _csr_lines._PACKED.get(B.values) is None  # no packed copy held
 
 
 def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen):

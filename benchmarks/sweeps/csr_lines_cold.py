@@ -11,8 +11,9 @@ both.
 Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
 LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps; "/s": rows stored in row
-order, "/a2": the weight two steps ahead, "/h": the held count compared in the PTX gather) and
-SHAPES (environment) replace the grid.
+order, "/a2": the weight two steps ahead, "/h": the held count compared in the PTX gather, "/v":
+the CSR's own values read at each line's start, no packed copy) and SHAPES (environment)
+replace the grid.
 """
 
 import itertools
@@ -34,13 +35,14 @@ if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
 CONFIGS = os.environ.get("LINE_CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, bool, int]:
-    """ "RxB/wW" with options "/s" (rows stored in row order), "/a2" (two steps ahead) and "/h"
-    (the held count compared in the PTX gather)."""
+def parse(name: str) -> tuple[int, int, int, bool, int, bool, bool]:
+    """ "RxB/wW" with options "/s" (rows stored in row order), "/a2" (two steps ahead), "/h"
+    (the held count compared in the PTX gather) and "/v" (values read in place)."""
     rows, rest = name.split("x")
     block, warps, *options = rest.split("/")
     ahead = 2 if "a2" in options else 1
-    return int(rows), int(block), int(warps[1:]), "s" in options, ahead, "h" in options
+    return (int(rows), int(block), int(warps[1:]), "s" in options, ahead, "h" in options,
+            "v" in options)  # fmt: skip
 
 
 def main():
@@ -95,17 +97,21 @@ def main():
             for Ac in matrices:
                 sequence = Ac.row_order if by_sequence else None
                 copy = build(Ac.row_offsets, Ac.column_indices, K, 4.0, row_sequence=sequence)
-                lined[by_sequence].append((copy, copy.pack(Ac.values), Ac.row_order))
+                lined[by_sequence].append((copy, copy.pack(Ac.values), Ac.row_order, Ac.values))
         for name in [*CONFIGS, "lines/load"]:
             asm = name != "lines/load"
-            default = (1, 256, 1, False, 1, False)
-            rows, block, warps, by_sequence, ahead, held = parse(name) if asm else default
+            default = (1, 256, 1, False, 1, False, False)
+            rows, block, warps, by_sequence, ahead, held, in_place = (
+                parse(name) if asm else default)  # fmt: skip
 
-            def run(c, rows=rows, block=block, warps=warps, asm=asm, ahead=ahead, held=held):
-                layout, values, order = c
+            def run(c, rows=rows, block=block, warps=warps, asm=asm, ahead=ahead, held=held,
+                    in_place=in_place):  # fmt: skip
+                layout, packed, order, values = c
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
-                    values=values, x=x, bias=None, row_order=order, out=out,
+                    values=values if in_place else packed,
+                    starts=layout.starts if in_place else None, x=x, bias=None,
+                    row_order=order, out=out,
                     activation="none", rows_per_program=rows, block=block, num_warps=warps,
                     asm_gather=asm, row_sequence=layout.row_sequence, ahead=ahead,
                     held_in_asm=held,

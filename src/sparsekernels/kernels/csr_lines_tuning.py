@@ -31,6 +31,12 @@ CSR_LINES_AHEAD = 1
 # 70%, cold, bf16, us (2026-12-04/at-4252cf3/csr_lines_cold.txt, 2x256/w2/s -> /h): 4096 x
 # 14336 20.3 -> 19.3, 14336 x 4096 20.9 -> 19.7, 28672 x 4096 36.4 -> 35.1, 4096^2 8.2 -> 7.8.
 CSR_LINES_HELD_IN_ASM = True
+# The one-token line walk reading the CSR's own values at each line's start entry instead of a
+# packed copy: a 70% layer at decode would hold 1.56 bytes a dense element instead of 2.17
+# (dense 2), but the values' loads lose their 16-byte alignment (lines start at any entry).
+# Written after the forty-fourth session's device time: off until csr_lines_cold.py's "/v"
+# forms measure it (the few-token line walk still packs).
+CSR_LINES_VALUES_IN_PLACE = False
 
 
 def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfig | None:

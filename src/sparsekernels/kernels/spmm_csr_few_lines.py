@@ -107,7 +107,8 @@ def _spmm_csr_few_lines_kernel(
         col_mask = mask_n[None, None, None, :]
     within = tl.arange(0, LINE)[None, None, :]
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
-    vals, cols, held = _step(heads, offsets, values, lines, end_line, within, LINE, HEAD_BASE)
+    vals, cols, held = _step(heads, offsets, values, heads, lines, end_line, within, LINE,
+                             HEAD_BASE, False)  # fmt: skip
     acc = tl.zeros((ROWS, NL, LINE, BLOCK_N), dtype=ACC_DTYPE)
     # With ASM_GATHER, a word (two columns) a pair of sums, each (ROWS, NL, LINE, 2), in the
     # step's layout; the ones past BLOCK_N // 2 words stay unused.
@@ -117,8 +118,8 @@ def _spmm_csr_few_lines_kernel(
     DTYPE: tl.constexpr = b.dtype.element_ty
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
-        next_vals, next_cols, next_held = _step(heads, offsets, values, lines, end_line, within,
-                                                LINE, HEAD_BASE)  # fmt: skip
+        next_vals, next_cols, next_held = _step(heads, offsets, values, heads, lines, end_line,
+                                                within, LINE, HEAD_BASE, False)  # fmt: skip
         if ASM_GATHER:
             address = (b + cols * BLOCK_N).to(tl.int64, bitcast=True)
             v = vals.to(ACC_DTYPE)[:, :, :, None]

@@ -34,28 +34,34 @@ from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 
 @triton.jit
-def _step_counted(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
-                  HEAD_BASE: tl.constexpr):  # fmt: skip
+def _step_counted(heads, offsets, values, starts, lines, end_line, within, LINE: tl.constexpr,
+                  HEAD_BASE: tl.constexpr, IN_PLACE: tl.constexpr):  # fmt: skip
     """A step's (ROWS, NL, LINE) values and columns and each line's held count (ROWS, NL, 1;
     0 past the row's lines, whose heads load as 0) from its (ROWS, NL) lines: a line's head
     is loaded once (a 3-D step keeps a thread's slots in one line, so the head broadcasts
     along the line and the slots stay whole vectors: a flat step's head load per slot took a
-    layout of its own and shared-memory conversions every step)."""
+    layout of its own and shared-memory conversions every step). IN_PLACE: the values are
+    the CSR's own, a line's from its start entry on (no packed copy; no aligned vectors)."""
     live = lines < end_line
     head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
     slots = lines[:, :, None] * LINE + within
     mask = live[:, :, None]
     offset = tl.load(offsets + slots, mask=mask, other=0)
-    vals = tl.load(values + slots, mask=mask, other=0.0)
-    return vals, (head & HEAD_BASE) + offset.to(tl.int32), head >> 24
+    count = head >> 24
+    if IN_PLACE:
+        start = tl.load(starts + lines, mask=live, other=0)[:, :, None]
+        vals = tl.load(values + start + within, mask=mask & (within < count), other=0.0)
+    else:
+        vals = tl.load(values + slots, mask=mask, other=0.0)
+    return vals, (head & HEAD_BASE) + offset.to(tl.int32), count
 
 
 @triton.jit
-def _step(heads, offsets, values, lines, end_line, within, LINE: tl.constexpr,
-          HEAD_BASE: tl.constexpr):  # fmt: skip
+def _step(heads, offsets, values, starts, lines, end_line, within, LINE: tl.constexpr,
+          HEAD_BASE: tl.constexpr, IN_PLACE: tl.constexpr):  # fmt: skip
     """_step_counted with the slots' held mask in place of the counts."""
-    vals, cols, count = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
-                                      HEAD_BASE)  # fmt: skip
+    vals, cols, count = _step_counted(heads, offsets, values, starts, lines, end_line, within,
+                                      LINE, HEAD_BASE, IN_PLACE)  # fmt: skip
     return vals, cols, (lines < end_line)[:, :, None] & (within < count)
 
 
@@ -64,7 +70,8 @@ def _spmm_csr_token_lines_kernel(
     row_slots,  # (M + 1,) int32: row r's slots row_slots[r] .. [r + 1], multiples of LINE
     offsets,  # (slots,) uint8: each slot's column less its line's base
     heads,  # (slots // LINE,) int32: base column | held slots << 24
-    values,  # (slots,) the entries' values, 0 in the padding
+    values,  # (slots,) the entries' values, 0 in the padding; IN_PLACE: the CSR's (nnz,)
+    starts,  # (lines,) int64 with IN_PLACE: the CSR entry each line's first slot holds
     x,  # (K,) with stride stride_x
     bias,  # (M,) when HAS_BIAS
     row_order,  # (M,) int32: rows by length, longest first; a program takes ROWS of them
@@ -84,6 +91,7 @@ def _spmm_csr_token_lines_kernel(
     BY_SEQUENCE: tl.constexpr = False,  # row_slots listed in row_order's sequence (row_sequence)
     AHEAD: tl.constexpr = 1,  # steps loaded ahead of the gather: 1 or 2
     HELD_IN_ASM: tl.constexpr = False,  # the PTX gather compares slot and held count (AHEAD 1)
+    IN_PLACE: tl.constexpr = False,  # values read from the CSR's own at each line's start
 ):
     NL: tl.constexpr = BLOCK // LINE
     pdl_start(PDL)
@@ -97,27 +105,28 @@ def _spmm_csr_token_lines_kernel(
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
     # `held`: the slots' mask, or with HELD_IN_ASM each line's held count
     if HELD_IN_ASM:
-        vals, cols, held = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
-                                         HEAD_BASE)  # fmt: skip
+        vals, cols, held = _step_counted(heads, offsets, values, starts, lines, end_line, within,
+                                         LINE, HEAD_BASE, IN_PLACE)  # fmt: skip
     else:
-        vals, cols, held = _step(heads, offsets, values, lines, end_line, within, LINE,
-                                 HEAD_BASE)  # fmt: skip
+        vals, cols, held = _step(heads, offsets, values, starts, lines, end_line, within, LINE,
+                                 HEAD_BASE, IN_PLACE)  # fmt: skip
     vals2, cols2, held2 = vals, cols, held  # (the step after, when AHEAD is 2)
     if AHEAD == 2:
         lines += NL
-        vals2, cols2, held2 = _step(heads, offsets, values, lines, end_line, within, LINE,
-                                    HEAD_BASE)  # fmt: skip
+        vals2, cols2, held2 = _step(heads, offsets, values, starts, lines, end_line, within, LINE,
+                                    HEAD_BASE, IN_PLACE)  # fmt: skip
     acc = tl.zeros((ROWS, NL, LINE), dtype=ACC_DTYPE)
     pdl_before_inputs(PDL)
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
         if HELD_IN_ASM:
-            step = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
-                                 HEAD_BASE)  # fmt: skip
+            step = _step_counted(heads, offsets, values, starts, lines, end_line, within, LINE,
+                                 HEAD_BASE, IN_PLACE)  # fmt: skip
             next_vals, next_cols, next_held = step
         else:
-            next_vals, next_cols, next_held = _step(heads, offsets, values, lines, end_line,
-                                                    within, LINE, HEAD_BASE)  # fmt: skip
+            next_vals, next_cols, next_held = _step(heads, offsets, values, starts, lines,
+                                                    end_line, within, LINE, HEAD_BASE,
+                                                    IN_PLACE)  # fmt: skip
         if HELD_IN_ASM:
             picked = gather16_below(x, cols * stride_x, within, held)
         elif ASM_GATHER:
@@ -156,6 +165,7 @@ def spmm_csr_token_lines(
     row_sequence: torch.Tensor | None = None,
     ahead: int = 1,
     held_in_asm: bool = False,
+    starts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for A in the line layout (row_slots int32, offsets uint8,
     heads int32, values packed: formats/_line_layout.LineLayout) and x (K,); x and out may
@@ -164,13 +174,17 @@ def spmm_csr_token_lines(
     built with a row_sequence lists its rows in that order: row_order must be that sequence
     (checked by identity). `ahead`: steps of the weight loaded before a step's gather (1, 2).
     `held_in_asm`: the PTX gather compares each slot with its line's held count itself (with
-    `asm_gather` and one step ahead; sm_90 loop 138 -> 121 instructions a step)."""
+    `asm_gather` and one step ahead; sm_90 loop 138 -> 121 instructions a step). `starts`
+    (the layout's): `values` are the CSR's own (nnz,), each line's read from its start entry,
+    instead of a packed copy (2 bytes an entry less held; the loads lose their alignment)."""
     if block % LINE or block & (block - 1):
         raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
     if ahead not in (1, 2):
         raise ValueError(f"ahead must be 1 or 2, got {ahead}")
     if row_sequence is not None and row_order is not row_sequence:
         raise ValueError("row_order must be the layout's row_sequence (its rows' listed order)")
+    if starts is not None and (starts.dtype != torch.int64 or starts.shape != heads.shape):
+        raise ValueError(f"starts must be int64 of heads' shape {tuple(heads.shape)}")
     rows = out.shape[0]
     if rows == 0:
         return out
@@ -180,6 +194,7 @@ def spmm_csr_token_lines(
         offsets,
         heads,
         values,
+        starts if starts is not None else heads,
         x,
         bias if bias is not None else values,
         row_order,
@@ -199,6 +214,7 @@ def spmm_csr_token_lines(
         BY_SEQUENCE=row_sequence is not None,
         AHEAD=ahead,
         HELD_IN_ASM=held_in_asm and asm_gather and x.element_size() == 2 and ahead == 1,
+        IN_PLACE=starts is not None,
         num_warps=num_warps,
         num_stages=1,
         **launch_options(pdl),

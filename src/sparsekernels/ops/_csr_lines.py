@@ -26,19 +26,7 @@ def line_form_for(row_offsets, column_indices, values, columns: int, row_order=N
     the layout would hold more than csr_lines_tuning.CSR_LINES_MOST_SLOTS slots an entry.
     With CSR_LINES_BY_SEQUENCE the rows are stored in `row_order`'s sequence (the layout's
     row_sequence, which a kernel then visits them by)."""
-    by_sequence = csr_lines_tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
-    seen = (version(row_offsets), version(column_indices), by_sequence)
-    hit = _LAYOUTS.get(column_indices)
-    if hit is None or hit[0] != seen or None in seen:
-        sequence = row_order if by_sequence else None
-        layout = _line_layout.build(row_offsets, column_indices, columns,
-                                    csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence)  # fmt: skip
-        if layout is not None and layout.lines * _line_layout.LINE >= 2**31:
-            layout = None  # (the kernel's slots are int32)
-        hit = (seen, layout)
-        if None not in seen:
-            _LAYOUTS[column_indices] = hit
-    layout = hit[1]
+    layout = layout_for(row_offsets, column_indices, columns, row_order)
     if layout is None:
         return None
     packed = _PACKED.get(values)
@@ -51,13 +39,35 @@ def line_form_for(row_offsets, column_indices, values, columns: int, row_order=N
     return layout, packed[2]
 
 
+def layout_for(row_offsets, column_indices, columns: int, row_order=None):
+    """The pattern's line layout (line_form_for's, without packed values), or None."""
+    by_sequence = csr_lines_tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
+    seen = (version(row_offsets), version(column_indices), by_sequence)
+    hit = _LAYOUTS.get(column_indices)
+    if hit is None or hit[0] != seen or None in seen:
+        sequence = row_order if by_sequence else None
+        layout = _line_layout.build(row_offsets, column_indices, columns,
+                                    csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence)  # fmt: skip
+        if layout is not None and layout.lines * _line_layout.LINE >= 2**31:
+            layout = None  # (the kernel's slots are int32)
+        hit = (seen, layout)
+        if None not in seen:
+            _LAYOUTS[column_indices] = hit
+    return hit[1]
+
+
 def run(row_offsets, column_indices, values, x, bias, out, row_order, activation) -> bool:
     """out (M,) by the line layout's kernel where the tuning routes it (True), else False."""
     rows = out.shape[0]
     config = csr_lines_tuning.spmm_csr_token_lines_config(values.numel(), rows, values.dtype)
     if config is None:
         return False
-    lined = line_form_for(row_offsets, column_indices, values, x.shape[0], row_order)
+    in_place = csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE
+    if in_place:  # (the CSR's own values, no packed copy)
+        layout = layout_for(row_offsets, column_indices, x.shape[0], row_order)
+        lined = None if layout is None else (layout, values.contiguous())
+    else:
+        lined = line_form_for(row_offsets, column_indices, values, x.shape[0], row_order)
     if lined is None:
         return False
     layout, packed = lined
@@ -66,6 +76,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         offsets=layout.offsets,
         heads=layout.heads,
         values=packed,
+        starts=layout.starts if in_place else None,
         x=x,
         bias=bias.contiguous() if bias is not None else None,
         row_order=row_order if layout.row_sequence is None else layout.row_sequence,
