@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from _compile_cases_csr_token import csr_token_cases
+from _compile_cases_densify import DENSIFY_CASE_NAMES, densify_cases
 from _compile_cases_rings import ring_cases
 
 
@@ -314,7 +315,7 @@ def _cases() -> dict:
                          stride_om=1, **{unit: 1})  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
-    cases.update(ring_cases())
+    cases.update(ring_cases(), **densify_cases())
     return cases
 
 
@@ -432,6 +433,7 @@ CASE_NAMES = [
     "csr scatter swizzled 128 rows on 4 warps 16 tokens",
     "csr scatter swizzled two ahead 16 tokens",
     "csr scatter swizzled 128 rows 16 tokens",
+    *DENSIFY_CASE_NAMES,
 ]
 
 

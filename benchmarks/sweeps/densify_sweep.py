@@ -1,7 +1,8 @@
 """Densify for the dense fallback (issues 3 and 4): torch indexing (the old path) against the
-Triton kernels (kernels/densify.py) in a few configurations, then the dense backend end to end.
+Triton kernels (kernels/densify.py) in a few configurations and, for CSR, the densify through
+shared memory (kernels/densify_shared.py, "shared"), then the dense backend end to end.
 
-For 4096 x 4096 and 14336 x 4096 bf16 weights, CSR at 50/70/90% and N:M 2:4, 2:8, 1:8 with
+For 4096 x 4096, 14336 x 4096 and 4096 x 14336 bf16 weights (SHAPES, TOKENS: environment), CSR at 50/70/90% and N:M 2:4, 2:8, 1:8 with
 v = 1 and v = 64: CUDA-graph medians of each densify (checked bitwise against torch indexing
 first), GB/s over the bytes it must move (the dense output once, the format read once) next
 to a plain memset of the output, and sk.linear(x, W, backend="dense") at 2048 tokens with the
@@ -9,6 +10,7 @@ old and the new densify against F.linear on the dense weight. A table closes the
 Run from the repository root on the GPU machine: `PYTHONPATH=src python3 FILE` (~60-90 s).
 """
 
+import os
 import time
 
 import torch
@@ -19,18 +21,27 @@ import sparsekernels as sk
 from sparsekernels import reference
 from sparsekernels.formats.nm import nm_columns
 from sparsekernels.kernels import densify as kernel
+from sparsekernels.kernels import densify_tuning
+from sparsekernels.kernels.densify_shared import densify_csr_shared
 from sparsekernels.kernels.densify_tuning import (
     DensifyCsrConfig,
+    DensifyCsrSharedConfig,
     DensifyNmConfig,
     densify_csr_config,
+    densify_csr_shared_config,
     densify_nm_config,
 )
 from sparsekernels.ops import _dense as dense_module
+from sparsekernels.ops import _launch_plans
+
+_launch_plans.ENABLED = False  # a recorded densify would replay whatever the switch says
 
 torch.manual_seed(0)
 START = time.time()
-ALTERNATIVES_UNTIL_S = 70  # past this, only the default configuration is timed
-TOKENS = 2048
+ALTERNATIVES_UNTIL_S = 150  # past this, only the default and shared configurations are timed
+TOKENS = int(os.environ.get("TOKENS", "2048"))
+SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
+    "SHAPES", "4096x4096,14336x4096,4096x14336").split(",")]  # fmt: skip
 DTYPE = torch.bfloat16
 
 
@@ -64,10 +75,27 @@ def csr_configs(A):
         "zeros+scatter": DensifyCsrConfig(
             False, default.block_rows, default.block_k, default.block_nnz, default.num_warps
         ),
+        "shared": densify_csr_shared_config(*A.shape, A.nnz, 2),
+        "shared-1row": DensifyCsrSharedConfig(
+            1, densify_csr_shared_config(*A.shape, A.nnz, 2).row_span, 1024, 4
+        ),
     }
 
 
 def run_csr(A, cols, config):
+    if isinstance(config, DensifyCsrSharedConfig):
+        out = torch.empty(A.shape, dtype=A.dtype, device="cuda")
+        densify_csr_shared(
+            row_offsets=A.row_offsets,
+            column_indices=cols,
+            values=A.values,
+            out=out.view(1, *A.shape),
+            rows_per_program=config.rows_per_program,
+            row_span=config.row_span,
+            block_nnz=config.block_nnz,
+            num_warps=config.num_warps,
+        )
+        return out
     make = torch.empty if config.write_zeros else torch.zeros
     out = make(A.shape, dtype=A.dtype, device="cuda")
     kernel.densify_csr(
@@ -117,7 +145,7 @@ def run_nm(W, config):
 def best_config(name, run, configs, want, nbytes):
     results = {}
     for label, config in configs.items():
-        if label != "default" and time.time() - START > ALTERNATIVES_UNTIL_S:
+        if label not in ("default", "shared") and time.time() - START > ALTERNATIVES_UNTIL_S:
             continue
         try:
             if not torch.equal(run(config), want):
@@ -131,17 +159,21 @@ def best_config(name, run, configs, want, nbytes):
     return results
 
 
-def dense_backend_us(W, x, triton_densify):
+def dense_backend_us(W, x, triton_densify, shared=True):
     original = dense_module.triton_densifies
     dense_module.triton_densifies = lambda values: triton_densify
+    densify_tuning.SHARED_ROWS = shared
+    densify_tuning.densify_csr_shared_config.cache_clear()
     try:
         return bench_us(lambda: sk.linear(x, W, backend="dense"))
     finally:
         dense_module.triton_densifies = original
+        densify_tuning.SHARED_ROWS = True
+        densify_tuning.densify_csr_shared_config.cache_clear()
 
 
 rows_out = []
-for M, K in [(4096, 4096), (14336, 4096)]:
+for M, K in SHAPES:
     w = torch.randn(M, K, device="cuda", dtype=DTYPE)
     x = torch.randn(TOKENS, K, device="cuda", dtype=DTYPE)
     out_bytes = M * K * w.element_size()
@@ -176,7 +208,7 @@ for M, K in [(4096, 4096), (14336, 4096)]:
             old = bench_us(lambda W=W: old_nm(W))
             results = best_config(name, lambda c, W=W: run_nm(W, c), nm_configs(W), want, nbytes)
         best = min(results, key=results.get) if results else None
-        e2e_old = dense_backend_us(W, x, False)
+        e2e_old = dense_backend_us(W, x, True, shared=False)  # the Triton densify
         e2e_new = dense_backend_us(W, x, True)
         rows_out.append(
             (f"{M}x{K}", name, old, best, results.get(best, float("nan")), results.get("default"))
@@ -184,7 +216,8 @@ for M, K in [(4096, 4096), (14336, 4096)]:
         )
         print(
             f"  {name}: old {old:.1f}us, best {best} {results.get(best, float('nan')):.1f}us; "
-            f"dense backend old {e2e_old:.1f}us new {e2e_new:.1f}us vs F.linear {gemm:.1f}us "
+            f"dense backend Triton densify {e2e_old:.1f}us, now {e2e_new:.1f}us vs F.linear "
+            f"{gemm:.1f}us "
             f"[{time.time() - START:.0f}s]",
             flush=True,
         )
@@ -194,7 +227,7 @@ print(
 )
 header = (
     f"{'shape':11} {'pattern':12} {'old':>7} {'new':>7} {'best config':16} {'GB/s':>6} "
-    f"{'%memset':>7} {'x old':>6} {'default':>7} | {'F.linear':>8} {'e2e old':>8} {'e2e new':>8} {'dense/new':>9}"
+    f"{'%memset':>7} {'x old':>6} {'default':>7} | {'F.linear':>8} {'e2e tri':>8} {'e2e now':>8} {'dense/new':>9}"
 )
 print(header)
 print("-" * len(header))

@@ -56,3 +56,30 @@ def densify_nm_config(rows: int, cols: int, n: int, m: int) -> DensifyNmConfig:
     if m & (m - 1) == 0:
         return DensifyNmConfig(True, True, 2, max(block_k, m), block_s, 2048, num_warps=4)
     return DensifyNmConfig(False, True, 4, block_k, block_s, 2048, num_warps=4)
+
+
+# The densify through shared memory (densify_shared.py) on CUDA for 2- and 4-byte values, where
+# a row fits in SHARED_MOST bytes; off: the Triton densify above.
+SHARED_ROWS = True
+SHARED_PROGRAM = 32 * 1024  # a program's rows, bytes: 7 programs an SM
+SHARED_MOST = 64 * 1024  # one row's most bytes
+
+
+@dataclass(frozen=True)
+class DensifyCsrSharedConfig:
+    rows_per_program: int  # a power of two
+    row_span: int  # a row's room: the power of two >= its columns
+    block_nnz: int  # a row's entries a scatter step (512 or 1024: 4 or 8 a thread)
+    num_warps: int
+
+
+@_memo
+def densify_csr_shared_config(rows: int, cols: int, nnz: int, elem: int):
+    """Rows a program filling SHARED_PROGRAM bytes (at most 16), or one row up to SHARED_MOST;
+    None past it, off, or for values of other than 2 or 4 bytes (the Triton densify)."""
+    row_span = next_power_of_2(max(cols, 1))
+    if not SHARED_ROWS or elem not in (2, 4) or row_span * elem > SHARED_MOST:
+        return None
+    rows_per_program = max(1, min(16, SHARED_PROGRAM // (row_span * elem)))
+    block_nnz = 1024 if mean_row(nnz, rows) > 512 else 512
+    return DensifyCsrSharedConfig(rows_per_program, row_span, block_nnz, 4)

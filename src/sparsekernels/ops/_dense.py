@@ -91,8 +91,25 @@ def densify_csr(row_offsets, column_indices, values, cols: int) -> torch.Tensor:
         weight[..., entry_rows, column_indices.long()] = values
         return weight
     from ..kernels import densify as kernel
-    from ..kernels.densify_tuning import densify_csr_config
+    from ..kernels.densify_tuning import densify_csr_config, densify_csr_shared_config
 
+    shared = densify_csr_shared_config(rows, cols, column_indices.numel(), values.element_size())
+    if shared is not None and values.is_cuda:  # rows zeroed and scattered in shared memory
+        # (Gluon: no interpreter), copied out whole
+        from ..kernels.densify_shared import densify_csr_shared
+
+        weight = values.new_empty((*values.shape[:-1], rows, cols))
+        densify_csr_shared(
+            row_offsets=row_offsets,
+            column_indices=column_indices,
+            values=values.contiguous(),
+            out=weight.view(batch, rows, cols),
+            rows_per_program=shared.rows_per_program,
+            row_span=shared.row_span,
+            block_nnz=shared.block_nnz,
+            num_warps=shared.num_warps,
+        )
+        return weight
     config = densify_csr_config(rows, cols, column_indices.numel())
     make = values.new_empty if config.write_zeros else values.new_zeros
     weight = make((*values.shape[:-1], rows, cols))
