@@ -14,9 +14,10 @@ from test_kernels_densify import assert_bitwise
 
 def test_config_fills_a_program_and_refuses_wide_rows():
     bf16 = densify_csr_shared_config(14336, 4096, 14336 * 1229, 2)
-    assert (bf16.rows_per_program, bf16.row_span, bf16.block_nnz) == (4, 4096, 1024)
+    assert (bf16.rows_per_program, bf16.row_span, bf16.block_nnz) == (1, 4096, 1024)
     wide = densify_csr_shared_config(4096, 14336, 4096 * 4300, 2)
     assert (wide.rows_per_program, wide.row_span) == (1, 16384)  # 32 KB a program
+    assert densify_csr_shared_config(64, 1000, 6400, 2).rows_per_program == 4  # 8 KB
     assert densify_csr_shared_config(64, 100, 640, 4).rows_per_program == 16  # at most 16
     assert densify_csr_shared_config(8, 32768, 800, 2).row_span == 32768  # 64 KB: one row
     assert densify_csr_shared_config(8, 32769, 800, 2) is None  # a row past 64 KB
@@ -44,12 +45,15 @@ def _launch(A, config, values=None, columns=None):
 
 
 def _configs(A):
-    """The default, and 1 and 16 rows a program with 512 entries a step."""
+    """The default, and one row and as many as 64 KB hold (at most 16) with 512 entries a
+    step."""
     default = densify_csr_shared_config(*A.shape, A.nnz, A.values.element_size())
+    span = default.row_span
+    most = min(16, 65536 // (span * A.values.element_size()))
     return {
         "default": default,
-        "one row": densify_tuning.DensifyCsrSharedConfig(1, default.row_span, 512, 4),
-        "16 rows": densify_tuning.DensifyCsrSharedConfig(16, default.row_span, 512, 4),
+        "one row": densify_tuning.DensifyCsrSharedConfig(1, span, 512, 4),
+        "most rows": densify_tuning.DensifyCsrSharedConfig(most, span, 512, 4),
     }
 
 
@@ -129,6 +133,10 @@ def test_gpu_bad_arguments_raise(gen):
     config = _configs(A)["default"]
     with pytest.raises(ValueError, match="row_span"):
         _launch(A, densify_tuning.DensifyCsrSharedConfig(1, 64, 512, 4))
+    with pytest.raises(ValueError, match="shared memory"):
+        _launch(A, densify_tuning.DensifyCsrSharedConfig(1024, 128, 512, 4))
+    with pytest.raises(ValueError, match="power of two"):
+        _launch(A, densify_tuning.DensifyCsrSharedConfig(3, 128, 512, 4))
     with pytest.raises(TypeError, match="2- or 4-byte"):
         _launch(A, config, values=A.values.double())
 

@@ -124,6 +124,7 @@ def shared_bytes(rows: int, row_span: int, elem: int) -> int:
 
 
 _CHECKED: set = set()
+SHARED_LIMIT = 227 * 1024  # a program's most shared memory on sm_90
 
 
 def densify_csr_shared(
@@ -148,6 +149,13 @@ def densify_csr_shared(
                         f"{out.dtype}")  # fmt: skip
     if row_span < cols or row_span & (row_span - 1):
         raise ValueError(f"row_span must be a power of two >= K ({cols}), got {row_span}")
+    if shared_bytes(rows_per_program, row_span, elem) > SHARED_LIMIT:
+        raise ValueError(
+            f"rows_per_program x row_span x {elem} bytes must fit the SM's {SHARED_LIMIT} bytes "
+            f"of shared memory, got {rows_per_program} x {row_span}"
+        )
+    if rows_per_program & (rows_per_program - 1) or rows_per_program < 1:
+        raise ValueError(f"rows_per_program must be a power of two, got {rows_per_program}")
     if rows == 0 or cols == 0 or batch == 0:
         return out
     if values.shape[-1] == 0:  # no stored entries to point at

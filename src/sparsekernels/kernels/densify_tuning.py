@@ -61,7 +61,9 @@ def densify_nm_config(rows: int, cols: int, n: int, m: int) -> DensifyNmConfig:
 # The densify through shared memory (densify_shared.py) on CUDA for 2- and 4-byte values, where
 # a row fits in SHARED_MOST bytes; off: the Triton densify above.
 SHARED_ROWS = True
-SHARED_PROGRAM = 32 * 1024  # a program's rows, bytes: 7 programs an SM
+# A program's rows, bytes. On the H200 one 8 KB row a program reached the bytes' floor (3.0-3.7
+# TB/s read + written, a memset 3.3), 32 KB programs of 4 rows 2.3-3.3 (2026-12-04/at-040829e).
+SHARED_PROGRAM = 8 * 1024
 SHARED_MOST = 64 * 1024  # one row's most bytes
 
 
@@ -75,7 +77,7 @@ class DensifyCsrSharedConfig:
 
 @_memo
 def densify_csr_shared_config(rows: int, cols: int, nnz: int, elem: int):
-    """Rows a program filling SHARED_PROGRAM bytes (at most 16), or one row up to SHARED_MOST;
+    """Rows a program filling SHARED_PROGRAM bytes (at most 16), else one row up to SHARED_MOST;
     None past it, off, or for values of other than 2 or 4 bytes (the Triton densify)."""
     row_span = next_power_of_2(max(cols, 1))
     if not SHARED_ROWS or elem not in (2, 4) or row_span * elem > SHARED_MOST:
