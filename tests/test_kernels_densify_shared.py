@@ -17,12 +17,25 @@ def test_config_fills_a_program_and_refuses_wide_rows():
     assert (bf16.rows_per_program, bf16.row_span, bf16.block_nnz) == (1, 4096, 1024)
     wide = densify_csr_shared_config(4096, 14336, 4096 * 4300, 2)
     assert (wide.rows_per_program, wide.row_span) == (1, 16384)  # 32 KB a program
-    assert densify_csr_shared_config(64, 1000, 6400, 2).rows_per_program == 4  # 8 KB
-    assert densify_csr_shared_config(64, 100, 640, 4).rows_per_program == 16  # at most 16
-    assert densify_csr_shared_config(8, 32768, 800, 2).row_span == 32768  # 64 KB: one row
-    assert densify_csr_shared_config(8, 32769, 800, 2) is None  # a row past 64 KB
-    assert densify_csr_shared_config(8, 16385, 800, 4) is None
-    assert densify_csr_shared_config(8, 64, 80, 8) is None  # float64: the Triton densify
+    assert densify_csr_shared_config(8192, 1000, 81920, 2).rows_per_program == 4  # 8 KB
+    assert densify_csr_shared_config(65536, 100, 65536, 4).rows_per_program == 16  # at most 16
+    assert densify_csr_shared_config(128, 32768, 8000, 2).row_span == 32768  # 64 KB: one row
+    assert densify_csr_shared_config(128, 32769, 8000, 2) is None  # a row past 64 KB
+    assert densify_csr_shared_config(256, 16385, 8000, 4) is None
+    assert densify_csr_shared_config(4096, 4096, 8000, 8) is None  # float64: Triton densify
+    assert densify_csr_shared_config(2048, 1024, 8000, 2) is None  # small: Triton densify
+
+
+@pytest.fixture(autouse=True)
+def _every_size(request, monkeypatch):
+    """The GPU tests' small weights take the shared densify (the route keeps it for large)."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    monkeypatch.setattr(densify_tuning, "SHARED_LEAST_ELEMENTS", 0)
+    densify_csr_shared_config.cache_clear()
+    yield
+    densify_csr_shared_config.cache_clear()
 
 
 def _launch(A, config, values=None, columns=None):

@@ -65,6 +65,10 @@ SHARED_ROWS = True
 # TB/s read + written, a memset 3.3), 32 KB programs of 4 rows 2.3-3.3 (2026-12-04/at-040829e).
 SHARED_PROGRAM = 8 * 1024
 SHARED_MOST = 64 * 1024  # one row's most bytes
+# Weights of fewer elements keep the Triton densify: on DLMC's (16K-1.2M elements) the shared
+# one was 0-6 us slower a call (2026-12-04/at-1cb7a48/dlmc, not understood), on 16.7M (4096^2)
+# 7 us faster; between them not measured.
+SHARED_LEAST_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,12 @@ class DensifyCsrSharedConfig:
 @_memo
 def densify_csr_shared_config(rows: int, cols: int, nnz: int, elem: int):
     """Rows a program filling SHARED_PROGRAM bytes (at most 16), else one row up to SHARED_MOST;
-    None past it, off, or for values of other than 2 or 4 bytes (the Triton densify)."""
+    None past it, under SHARED_LEAST_ELEMENTS, off, or for values of other than 2 or 4 bytes
+    (the Triton densify)."""
     row_span = next_power_of_2(max(cols, 1))
     if not SHARED_ROWS or elem not in (2, 4) or row_span * elem > SHARED_MOST:
+        return None
+    if rows * cols < SHARED_LEAST_ELEMENTS:
         return None
     rows_per_program = max(1, min(16, SHARED_PROGRAM // (row_span * elem)))
     block_nnz = 1024 if mean_row(nnz, rows) > 512 else 512
