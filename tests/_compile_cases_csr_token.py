@@ -59,6 +59,9 @@ def csr_token_cases() -> dict:
     cases["csr token lines 2 x 256 asm sequence 2 warps held in asm in place"] = (
         _spmm_csr_token_lines_kernel, pointers, {**routed, "HELD_IN_ASM": True, "IN_PLACE": True},
         2)  # fmt: skip
+    cases["csr token lines 2 x 256 asm sequence 2 warps held in asm 16-slot lines"] = (
+        _spmm_csr_token_lines_kernel, pointers, {**routed, "HELD_IN_ASM": True, "LINE": 16},
+        2)  # fmt: skip
     constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32, INDEX=tl.int32, ROWS=4,
                      BLOCK=256, GROUP=16, PDL=2)  # fmt: skip
     pointers = ["*i32", "*i16", "*bf16", "*bf16", "*bf16", "*i32", "*bf16"]

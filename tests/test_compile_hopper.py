@@ -15,15 +15,14 @@ the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32
 N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row) and 1:8
 pipelined by Triton (num_stages 3); the select kernel fed by a TMA ring (1:8 bf16 with a
 TMA warp, 2:8 fp16 refilled by its warps, with bias, GELU and PDL; with the CSR one-token
-kernel fed by a TMA ring, in _compile_cases_rings.py); the N:M unpack kernel by
-byte permutes (2:8 split 4 summed
-by its last piece, 1:4 with four groups a byte into the split plane) and by compare-selects
-(4:8); the Gluon wgmma N:M kernel (2:8 split 4 summed by its last piece, 1:8 with bias and
-activation, 2:4 with a row-major B into the split plane); the N:M mma.sp kernel (2:4, 2:8 and 1:8:
-B permuted in the kernel, split 4 summed by its last piece; fp16 with B permuted before, bias
-and activation); the block-sparse attention
-forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows and keys),
-and its backward's dK/dV and dQ kernels.
+kernel fed by a TMA ring, in _compile_cases_rings.py); the N:M unpack kernel by byte permutes
+(2:8 split 4 summed by its last piece, 1:4 with four groups a byte into the split plane) and by
+compare-selects (4:8); the densify through shared memory; the Gluon wgmma N:M kernel (2:8
+split 4 summed by its last piece, 1:8 with bias and activation, 2:4 with a row-major B into the
+split plane); the N:M mma.sp kernel (2:4, 2:8 and 1:8: B permuted in the kernel, split 4
+summed by its last piece; fp16 with B permuted before, bias and activation); the block-sparse
+attention forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows
+and keys), and its backward's dK/dV and dQ kernels.
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -361,6 +360,7 @@ CASE_NAMES = [
     "csr token lines 2 x 256 asm sequence 2 warps",
     "csr token lines 2 x 256 asm sequence 2 warps held in asm",
     "csr token lines 2 x 256 asm sequence 2 warps held in asm in place",
+    "csr token lines 2 x 256 asm sequence 2 warps held in asm 16-slot lines",
     "csr few lines 4 tokens 2 x 256",
     "csr few lines 8 tokens 2 x 128",
     "csr few lines 16 tokens 2 x 64",

@@ -7,31 +7,33 @@ import torch
 
 import sparsekernels as sk
 from _helpers import random_csr
-from sparsekernels.formats._line_layout import LINE, SPAN, build
+from sparsekernels.formats._line_layout import LINE, LINES, SPAN, build
 
 
 def _unpacked(layout, values, shape):
     """The dense matrix the layout and its packed values describe (float64)."""
-    slots = layout.row_slots.long()
-    assert (slots % LINE == 0).all() and (slots.diff() >= 0).all()
-    lines_per_row = slots.diff() // LINE
+    slots, line = layout.row_slots.long(), layout.line
+    assert (slots % line == 0).all() and (slots.diff() >= 0).all()
+    lines_per_row = slots.diff() // line
     listed = torch.arange(shape[0]) if layout.row_sequence is None else layout.row_sequence
     line_rows = torch.repeat_interleave(listed.long(), lines_per_row)
-    columns = layout.bases().repeat_interleave(LINE) + layout.offsets.long()
+    columns = layout.bases().repeat_interleave(line) + layout.offsets.long()
     dense = torch.zeros(shape, dtype=torch.float64)
-    dense.index_put_((line_rows.repeat_interleave(LINE), columns), values.double(),
+    dense.index_put_((line_rows.repeat_interleave(line), columns), values.double(),
                      accumulate=True)  # fmt: skip
     return dense
 
 
+@pytest.mark.parametrize("line", LINES)
 @pytest.mark.parametrize(
     "M, K, density",
     [(7, 300, 0.3), (64, 4096, 0.3), (33, 1000, 0.05), (300, 1, 0.5), (5, 40000, 0.5),
      (1, 777, 0.9), (200, 2048, 0.7)],
 )  # fmt: skip
-def test_round_trip(M, K, density, gen):
+def test_round_trip(M, K, density, line, gen):
     A = random_csr(M, K, density, gen, torch.float64, "cpu")
-    layout = build(A.row_offsets, A.column_indices, K, most_slots=1000.0)
+    layout = build(A.row_offsets, A.column_indices, K, most_slots=1000.0, line=line)
+    LINE = layout.line
     packed = layout.pack(A.values)
     assert packed.shape == (layout.lines * LINE,) and layout.offsets.dtype == torch.uint8
     assert torch.equal(_unpacked(layout, packed, (M, K)), A.to_dense())
@@ -83,6 +85,18 @@ def test_refused_past_most_slots(gen):
     A = random_csr(40, 4000, 0.02, gen, torch.float32, "cpu")  # ~80 columns apart: cut lines
     assert build(A.row_offsets, A.column_indices, 4000, most_slots=1.5) is None
     assert build(A.row_offsets, A.column_indices, 4000, most_slots=100.0) is not None
+
+
+def test_short_lines_hold_a_sparser_pattern(gen):
+    """At 90% 64 entries span past 255 columns (lines cut: ~2.5 slots an entry); 16-slot lines
+    span ~160 and hold it in few slots. A line length outside LINES is refused."""
+    A = random_csr(64, 4096, 0.1, gen, torch.float32, "cpu", empty_rows=False)
+    assert build(A.row_offsets, A.column_indices, 4096, most_slots=1.25) is None
+    short = build(A.row_offsets, A.column_indices, 4096, most_slots=1.25, line=16)
+    assert short.line == 16 and short.lines * 16 < 1.1 * A.nnz
+    assert torch.equal(_unpacked(short, short.pack(A.values), (64, 4096)), A.to_dense().double())
+    with pytest.raises(ValueError, match="line"):
+        build(A.row_offsets, A.column_indices, 4096, most_slots=1.25, line=32)
 
 
 def test_empty_pattern():

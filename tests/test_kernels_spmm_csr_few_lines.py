@@ -28,19 +28,20 @@ from sparsekernels.ops._layout import padded_rows
 
 
 def _few_lines(A, B, n, bias=None, activation="none", block=64, rows=1, warps=1,
-               by_sequence=False, asm=None):  # fmt: skip
-    """The kernel on A's line layout; on the GPU B's rows are read by inline PTX vectors where
-    B is 16-bit and padded (as routed) unless `asm` is False."""
+               by_sequence=False, asm=None, line=64):  # fmt: skip
+    """The kernel on A's line layout of `line` slots a line; on the GPU B's rows are read by
+    inline PTX vectors where B is 16-bit and padded (as routed) unless `asm` is False."""
     from sparsekernels.kernels.spmm_csr_few_lines import spmm_csr_few_lines
 
     sequence = A.row_order if by_sequence else None
-    layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence)
+    layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence,
+                   line=line)  # fmt: skip
     out = torch.full((A.shape[0], n + 3), float("nan"), dtype=B.dtype, device=B.device)[:, :n]
     spmm_csr_few_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
         values=layout.pack(A.values), b=B, bias=bias, row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
-        row_sequence=sequence, asm_gather=B.is_cuda if asm is None else asm,
+        row_sequence=sequence, asm_gather=B.is_cuda if asm is None else asm, line=line,
     )  # fmt: skip
     return out
 
@@ -48,8 +49,9 @@ def _few_lines(A, B, n, bias=None, activation="none", block=64, rows=1, warps=1,
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 @pytest.mark.parametrize("n", [2, 5, 16])
-@pytest.mark.parametrize("block, rows, by_sequence", [(64, 1, False), (128, 2, True)])
-def test_matches_float64(device, dtype, n, block, rows, by_sequence, gen):
+@pytest.mark.parametrize("block, rows, by_sequence, line", [(64, 1, False, 64), (128, 2, True, 64),
+                                                          (128, 1, True, 16)])  # fmt: skip
+def test_matches_float64(device, dtype, n, block, rows, by_sequence, line, gen):
     skip_interpreter_on_gpu_machine(device)
     # ~15-150 entries a row with empty rows; a wide sparse one (span cuts); K = 1; one row
     for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (30, 1, 0.5), (1, 500, 0.6)]:
@@ -60,11 +62,11 @@ def test_matches_float64(device, dtype, n, block, rows, by_sequence, gen):
         bound = spmm_bound(A.to_dense(), clean.t())
         for B in b_layouts(x).values():
             got = _few_lines(A, B, n, block=block, rows=rows, warps=rows,
-                             by_sequence=by_sequence)  # fmt: skip
+                             by_sequence=by_sequence, line=line)  # fmt: skip
             assert_close(got, want, bound, dtype)
             if device == "cuda" and dtype.itemsize == 2:  # tl.load's gather too
                 got = _few_lines(A, B, n, block=block, rows=rows, warps=rows,
-                                 by_sequence=by_sequence, asm=False)  # fmt: skip
+                                 by_sequence=by_sequence, asm=False, line=line)  # fmt: skip
                 assert_close(got, want, bound, dtype)
 
 

@@ -25,14 +25,15 @@ from sparsekernels.formats._line_layout import LINE, build
 
 
 def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=None,
-           by_sequence=False, ahead=1, held_in_asm=False, in_place=False):  # fmt: skip
-    """The kernel on A's line layout (rows stored in A.row_order's sequence if `by_sequence`);
-    on the GPU x is gathered by inline PTX (as routed) unless `asm` is False; `in_place`: A's
-    own values read at each line's start instead of packed ones."""
+           by_sequence=False, ahead=1, held_in_asm=False, in_place=False, line=LINE):  # fmt: skip
+    """The kernel on A's line layout of `line` slots a line (rows stored in A.row_order's
+    sequence if `by_sequence`); on the GPU x is gathered by inline PTX (as routed) unless `asm`
+    is False; `in_place`: A's own values read at each line's start instead of packed ones."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
     sequence = A.row_order if by_sequence else None
-    layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence)
+    layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence,
+                   line=line)  # fmt: skip
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
     spmm_csr_token_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
@@ -40,15 +41,16 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=No
         starts=layout.starts if in_place else None, x=x, bias=bias, row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
         asm_gather=x.is_cuda if asm is None else asm, row_sequence=sequence, ahead=ahead,
-        held_in_asm=held_in_asm,
+        held_in_asm=held_in_asm, line=line,
     )  # fmt: skip
     return out
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
-@pytest.mark.parametrize("block, rows", [(64, 1), (256, 1), (128, 4)])
-def test_matches_float64(device, dtype, block, rows, gen):
+@pytest.mark.parametrize("block, rows, line", [(64, 1, 64), (256, 1, 64), (128, 4, 64),
+                                               (16, 1, 16), (256, 2, 16)])  # fmt: skip
+def test_matches_float64(device, dtype, block, rows, line, gen):
     skip_interpreter_on_gpu_machine(device)
     # ~15-150 entries a row with empty rows; a wide sparse one (span cuts); K = 1; one row
     for M, K, density in [(37, 300, 0.25), (5, 700, 0.5), (9, 3000, 0.02), (30, 1, 0.5),
@@ -57,10 +59,14 @@ def test_matches_float64(device, dtype, block, rows, gen):
         x = x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
-        got = _lines(A, x, block=block, rows=rows, warps=min(rows, 2))
+        got = _lines(A, x, block=block, rows=rows, warps=min(rows, 2), line=line)
         assert_close(got, want, bound, dtype)
-        if device == "cuda" and dtype.itemsize == 2:  # tl.load's gather too
-            assert_close(_lines(A, x, block=block, rows=rows, asm=False), want, bound, dtype)
+        if device == "cuda" and dtype.itemsize == 2:  # tl.load's gather too, and the held
+            # count compared in the PTX (as routed)
+            got = _lines(A, x, block=block, rows=rows, asm=False, line=line)
+            assert_close(got, want, bound, dtype)
+            got = _lines(A, x, block=block, rows=rows, held_in_asm=True, line=line)
+            assert_close(got, want, bound, dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -254,6 +260,13 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     assert_close(sk.linear(x, B, bias, backend=backend), want, bound, torch.bfloat16)
     assert calls[2]["values"] is B.values and calls[2]["starts"] is not None
     assert _csr_lines._PACKED.get(B.values) is None  # no packed copy held
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_VALUES_IN_PLACE", False)
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINE_LENGTHS", (64, 16))
+    C = random_csr(40, 600, 0.1, gen, torch.bfloat16, device, empty_rows=False)  # 90%
+    want = x.double() @ C.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, C.to_dense().t()) + bias.double().abs()
+    assert_close(sk.linear(x, C, bias, backend=backend), want, bound, torch.bfloat16)
+    assert calls[3]["line"] == 16  # 64-slot lines refused, 16-slot ones taken
 
 
 def test_line_form_kept_per_weight_and_rebuilt_after_an_edit(gen):

@@ -12,8 +12,9 @@ Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
 LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps; "/s": rows stored in row
 order, "/a2": the weight two steps ahead, "/h": the held count compared in the PTX gather, "/v":
-the CSR's own values read at each line's start, no packed copy) and SHAPES (environment)
-replace the grid.
+the CSR's own values read at each line's start, no packed copy, "/l16": lines of 16 slots) and
+SHAPES (environment) replace the grid. `linear+l16` is the route with 16-slot lines allowed
+(csr_lines_tuning.CSR_LINE_LENGTHS (64, 16): a 90% weight's layout).
 """
 
 import itertools
@@ -35,14 +36,15 @@ if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
 CONFIGS = os.environ.get("LINE_CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, bool, int, bool, bool]:
+def parse(name: str) -> tuple[int, int, int, bool, int, bool, bool, int]:
     """ "RxB/wW" with options "/s" (rows stored in row order), "/a2" (two steps ahead), "/h"
-    (the held count compared in the PTX gather) and "/v" (values read in place)."""
+    (the held count compared in the PTX gather), "/v" (values read in place) and "/l16"
+    (16-slot lines)."""
     rows, rest = name.split("x")
     block, warps, *options = rest.split("/")
     ahead = 2 if "a2" in options else 1
     return (int(rows), int(block), int(warps[1:]), "s" in options, ahead, "h" in options,
-            "v" in options)  # fmt: skip
+            "v" in options, 16 if "l16" in options else 64)  # fmt: skip
 
 
 def main():
@@ -75,6 +77,14 @@ def main():
         layout = build(A.row_offsets, A.column_indices, K, most_slots=4.0)
         slots = layout.lines * 64 / A.nnz
         timed["linear+lines"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
+        lengths = csr_lines_tuning.CSR_LINE_LENGTHS
+        csr_lines_tuning.CSR_LINE_LENGTHS = (64, 16)  # `linear+l16`
+        try:
+            fresh = [sk.CSRMatrix(Ac.row_offsets.clone(), Ac.column_indices.clone(), Ac.values,
+                                  (M, K), check=False) for Ac in matrices]  # fmt: skip
+            timed["linear+l16"] = checked(lambda Ac: sk.linear(xs, Ac), fresh)
+        finally:
+            csr_lines_tuning.CSR_LINE_LENGTHS = lengths
         token = tuning.spmm_csr_token_config(A.nnz, M)
 
         for name, asm, unmasked in (("token/asm", True, False), ("token/u", False, True),
@@ -91,21 +101,26 @@ def main():
 
             out.fill_(float("nan"))
             timed[name] = checked(plain, matrices)
-        lined = {}  # by sequence: (layout, packed values, row order) a copy
-        for by_sequence in (False, True):
-            lined[by_sequence] = []
+        lined = {}  # by (sequence, line): (layout, packed values, row order) a copy
+        for by_sequence, line in itertools.product((False, True), (64, 16)):
+            if line == 16 and not any("l16" in c for c in CONFIGS):
+                continue
+            lined[by_sequence, line] = []
             for Ac in matrices:
                 sequence = Ac.row_order if by_sequence else None
-                copy = build(Ac.row_offsets, Ac.column_indices, K, 4.0, row_sequence=sequence)
-                lined[by_sequence].append((copy, copy.pack(Ac.values), Ac.row_order, Ac.values))
+                copy = build(Ac.row_offsets, Ac.column_indices, K, 4.0, row_sequence=sequence,
+                             line=line)  # fmt: skip
+                lined[by_sequence, line].append((copy, copy.pack(Ac.values), Ac.row_order,
+                                                 Ac.values))  # fmt: skip
+        slots16 = (lined[True, 16][0][0].lines * 16 / A.nnz) if (True, 16) in lined else 0.0
         for name in [*CONFIGS, "lines/load"]:
             asm = name != "lines/load"
-            default = (1, 256, 1, False, 1, False, False)
-            rows, block, warps, by_sequence, ahead, held, in_place = (
+            default = (1, 256, 1, False, 1, False, False, 64)
+            rows, block, warps, by_sequence, ahead, held, in_place, line = (
                 parse(name) if asm else default)  # fmt: skip
 
             def run(c, rows=rows, block=block, warps=warps, asm=asm, ahead=ahead, held=held,
-                    in_place=in_place):  # fmt: skip
+                    in_place=in_place, line=line):  # fmt: skip
                 layout, packed, order, values = c
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
@@ -114,13 +129,13 @@ def main():
                     row_order=order, out=out,
                     activation="none", rows_per_program=rows, block=block, num_warps=warps,
                     asm_gather=asm, row_sequence=layout.row_sequence, ahead=ahead,
-                    held_in_asm=held,
+                    held_in_asm=held, line=line,
                 )  # fmt: skip
 
             out.fill_(float("nan"))
-            timed[name] = checked(run, lined[by_sequence])
+            timed[name] = checked(run, lined[by_sequence, line])
         label = f"{M}x{K} {sparsity:.0%}"
-        print(label, f"copies {count} slots/entry {slots:.3f}",
+        print(label, f"copies {count} slots/entry {slots:.3f} (16-slot lines {slots16:.3f})",
               {k: round(v, 1) for k, v in timed.items()}, flush=True)  # fmt: skip
         table.append((label, timed))
     names = list(table[0][1])

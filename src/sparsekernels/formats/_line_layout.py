@@ -12,6 +12,8 @@ its base column (low 24 bits: up to 2**24 columns) and how many of its slots are
 8): a kernel masks the padding by it, so x's value at the base (inf, say) never meets a 0.
 On 70%-sparse random rows of 4096 columns that is ~2.7% more slots; at 90% the lines are
 mostly cut by the span (~2.5x the slots), and `build` gives up past `most_slots` a kept entry.
+Shorter lines (`line` 16: ~160 columns at 90%) are cut rarely there, for a head every 16
+entries (3.25 bytes an entry with a 16-bit value, against CSR's 4 with int16 columns).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import torch
 
 from ._pattern import index_dtype_for
 
-LINE = 64  # entries a line
+LINE = 64  # entries a line (a layout's `line`: LINE or SHORT_LINE)
+SHORT_LINE = 16  # for sparser rows, whose 64 entries span past SPAN
+LINES = (LINE, SHORT_LINE)
 SPAN = 255  # the farthest column a line's uint8 offset reaches from its base
 HEAD_BASE = (1 << 24) - 1  # a head's base column bits
 
@@ -31,18 +35,19 @@ HEAD_BASE = (1 << 24) - 1  # a head's base column bits
 class LineLayout:
     """Row r's slots are row_slots[r] .. row_slots[r + 1] (whole lines; with a row_sequence,
     row_sequence[p]'s are row_slots[p] .. row_slots[p + 1]); line i holds slots
-    i * LINE .. (i + 1) * LINE of `offsets`, its first heads[i] >> 24 of them the entries at
+    i * line .. (i + 1) * line of `offsets`, its first heads[i] >> 24 of them the entries at
     columns (heads[i] & HEAD_BASE) + offsets."""
 
     row_slots: torch.Tensor  # (M + 1,) int32 (int64 past 2**31 slots)
     heads: torch.Tensor  # (lines,) int32: base column | held slots << 24
-    offsets: torch.Tensor  # (lines * LINE,) uint8: column - base (0 in padding)
+    offsets: torch.Tensor  # (lines * line,) uint8: column - base (0 in padding)
     # (lines,) int64: the CSR entry a line's first slot holds (its held slots hold the ones
     # after it): a line's worth of bytes, where a slot's own would double the layout's size
     starts: torch.Tensor
     # Rows in the order their slots are listed (row_slots[p] .. [p + 1] are row_sequence[p]'s),
     # or None: row r's slots at row_slots[r].
     row_sequence: torch.Tensor | None = None
+    line: int = LINE  # slots a line (LINES)
 
     @property
     def lines(self) -> int:
@@ -57,13 +62,13 @@ class LineLayout:
         return self.heads.long() >> 24
 
     def source(self) -> torch.Tensor:
-        """The CSR entry each slot holds (lines * LINE,), int64, -1 in the padding."""
-        slot = torch.arange(LINE, device=self.starts.device)
+        """The CSR entry each slot holds (lines * line,), int64, -1 in the padding."""
+        slot = torch.arange(self.line, device=self.starts.device)
         entries = self.starts[:, None] + slot[None, :]
         return torch.where(slot[None, :] < self.held()[:, None], entries, -1).reshape(-1)
 
     def pack(self, values: torch.Tensor) -> torch.Tensor:
-        """The CSR values (nnz,) in slot order (lines * LINE,), zero in the padding."""
+        """The CSR values (nnz,) in slot order (lines * line,), zero in the padding."""
         source = self.source()
         held = source >= 0
         packed = values.new_zeros(source.shape)
@@ -77,13 +82,16 @@ def build(
     columns: int,
     most_slots: float,
     row_sequence: torch.Tensor | None = None,
+    line: int = LINE,
 ) -> LineLayout | None:
     """The line layout of a CSR pattern (columns strictly increasing within rows), or None when
     it would hold more than `most_slots` slots a stored entry (the span cuts too many lines) or
     its columns pass a head's 24 bits. Every row's next line is found at once, an iteration a
     line of the longest row. With `row_sequence` (a permutation of the rows: the order a kernel
     visits them), the rows' lines are stored in that order, so programs that run together read
-    neighbouring memory."""
+    neighbouring memory. `line`: slots a line, one of LINES."""
+    if line not in LINES:
+        raise ValueError(f"line must be one of {LINES}, got {line}")
     if columns > HEAD_BASE + 1:
         return None
     device = row_offsets.device
@@ -96,14 +104,14 @@ def build(
     width = columns + SPAN + 1
     keys = torch.repeat_interleave(torch.arange(rows, device=device) * width, lengths,
                                    output_size=nnz) + cols  # fmt: skip
-    limit = most_slots * max(nnz, 1) / LINE
+    limit = most_slots * max(nnz, 1) / line
     line_rows, line_starts, line_counts = [], [], []
     row = torch.arange(rows, device=device)[lengths > 0]
     start, row_end = offsets[:-1][lengths > 0], offsets[1:][lengths > 0]
     found = 0
     while row.numel():
         reach = torch.searchsorted(keys, keys[start] + SPAN, right=True)
-        end = torch.minimum(torch.minimum(reach, start + LINE), row_end)
+        end = torch.minimum(torch.minimum(reach, start + line), row_end)
         line_rows.append(row)
         line_starts.append(start)
         line_counts.append(end - start)
@@ -113,7 +121,7 @@ def build(
         going = end < row_end
         row, start, row_end = row[going], end[going], row_end[going]
     if found == 0:
-        return _empty(rows, device, row_sequence)
+        return _empty(rows, device, row_sequence, line)
     line_rows_all = torch.cat(line_rows)
     if row_sequence is not None:  # each line's row by its place in the sequence
         place = torch.empty(rows, dtype=torch.int64, device=device)
@@ -125,28 +133,30 @@ def build(
     counts = torch.cat(line_counts)[order]
     per_row = torch.bincount(line_rows_all, minlength=rows)
     row_slots = torch.zeros(rows + 1, dtype=torch.int64, device=device)
-    row_slots[1:] = per_row.cumsum(0) * LINE
-    slot = torch.arange(LINE, device=device)
+    row_slots[1:] = per_row.cumsum(0) * line
+    slot = torch.arange(line, device=device)
     source = starts[:, None] + slot[None, :]
     held = slot[None, :] < counts[:, None]
     source = torch.where(held, source, -1).reshape(-1)
     bases = cols[starts]
     offsets_of = torch.where(held.reshape(-1), cols[source.clamp(min=0)] - bases.repeat_interleave(
-        LINE), 0)  # fmt: skip
+        line), 0)  # fmt: skip
     return LineLayout(
         row_slots=row_slots.to(index_dtype_for(int(row_slots[-1]))),
         heads=(bases | counts << 24).to(torch.int32),
         offsets=offsets_of.to(torch.uint8),
         starts=starts,
         row_sequence=row_sequence,
+        line=line,
     )
 
 
-def _empty(rows: int, device: torch.device, row_sequence=None) -> LineLayout:
+def _empty(rows: int, device: torch.device, row_sequence=None, line: int = LINE) -> LineLayout:
     return LineLayout(
         row_slots=torch.zeros(rows + 1, dtype=torch.int32, device=device),
         heads=torch.zeros(0, dtype=torch.int32, device=device),
         offsets=torch.zeros(0, dtype=torch.uint8, device=device),
         starts=torch.zeros(0, dtype=torch.int64, device=device),
         row_sequence=row_sequence,
+        line=line,
     )

@@ -19,6 +19,10 @@ CSR_TOKEN_LINES = True
 CSR_LINES_MIN_NNZ = 1 << 20
 CSR_LINES_MIN_ROWS = CSR_TOKEN_FEW_ROWS + 1
 CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
+# Line lengths tried in order (formats/_line_layout.LINES): 64-slot lines, then (written after
+# the forty-fifth session's sweeps, off until measured) 16-slot lines for sparser rows (~90%:
+# 64 entries span past 255 columns; 16 span ~160, 3.25 bytes an entry against CSR's 4).
+CSR_LINE_LENGTHS = (64,)
 # Rows stored in the order programs visit them (neighbouring programs read neighbouring
 # memory): 2-4% faster, cold, bf16, 70%, us (2026-12-04/at-04a88ad/csr_lines_cold_options.txt):
 # 4096 x 14336 20.5 -> 20.2, 14336 x 4096 21.4 -> 20.9, 28672 x 4096 37.4 -> 36.5, 4096^2 8.5
@@ -59,6 +63,7 @@ def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfi
 # 8 tokens at its best: 38.4 (33.0 cuBLAS), 39.6 (32.4), 70.1 (56.9), 14.4 (13.7).
 CSR_FEW_LINES = True
 CSR_FEW_LINES_MOST_TOKENS = 4
+CSR_FEW_LINE_LENGTHS = (64,)  # the layouts it takes (16-slot lines not measured at 2-4 tokens)
 
 
 def spmm_csr_few_lines_config(nnz: int, rows: int, n: int, dtype) -> SpmmCsrTokenConfig | None:

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats._line_layout import HEAD_BASE, LINE
+from ..formats._line_layout import HEAD_BASE, LINE, LINES
 from ._activation import ACTIVATION_CODES, activate
 from ._gather import gather_words1, gather_words2, gather_words4
 from .spmm_csr_token_lines import _step
@@ -206,15 +206,19 @@ def spmm_csr_few_lines(
     num_warps: int,
     row_sequence: torch.Tensor | None = None,
     asm_gather: bool = False,
+    line: int = LINE,
 ) -> torch.Tensor:
     """out (M, N) = act(A @ b + bias) for A in the line layout (formats/_line_layout.LineLayout:
     row_slots, offsets, heads, values packed) and b (K, N), any strides; b padded to a
     power-of-two width (transpose.padded_b) loads fastest. A layout built with a row_sequence
     lists its rows in that order: row_order must be that sequence (checked by identity).
     `asm_gather`: B's rows read as vectors by inline PTX where b is 16-bit, padded and aligned
-    (vector_rows; not in the interpreter: the caller decides)."""
-    if block % LINE or block & (block - 1):
-        raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
+    (vector_rows; not in the interpreter: the caller decides). `line`: the layout's slots a
+    line (LINES)."""
+    if line not in LINES:
+        raise ValueError(f"line must be one of {LINES} (the layout's), got {line}")
+    if block % line or block & (block - 1):
+        raise ValueError(f"block must be a power of two and a multiple of {line}, got {block}")
     if row_sequence is not None and row_order is not row_sequence:
         raise ValueError("row_order must be the layout's row_sequence (its rows' listed order)")
     if not offsets_fit(b, out):
@@ -246,7 +250,7 @@ def spmm_csr_few_lines(
         BLOCK=block,
         BLOCK_N=block_n,
         PADDED_B=padded,
-        LINE=LINE,
+        LINE=line,
         HEAD_BASE=HEAD_BASE,
         BY_SEQUENCE=row_sequence is not None,
         ASM_GATHER=asm_gather and vector_rows(b, block_n) and padded,

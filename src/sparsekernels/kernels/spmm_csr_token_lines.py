@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats._line_layout import HEAD_BASE, LINE
+from ..formats._line_layout import HEAD_BASE, LINE, LINES
 from ._activation import ACTIVATION_CODES, activate
 from ._gather import gather16, gather16_below
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
@@ -166,6 +166,7 @@ def spmm_csr_token_lines(
     ahead: int = 1,
     held_in_asm: bool = False,
     starts: torch.Tensor | None = None,
+    line: int = LINE,
 ) -> torch.Tensor:
     """out (M,) = act(A @ x + bias) for A in the line layout (row_slots int32, offsets uint8,
     heads int32, values packed: formats/_line_layout.LineLayout) and x (K,); x and out may
@@ -176,9 +177,12 @@ def spmm_csr_token_lines(
     `held_in_asm`: the PTX gather compares each slot with its line's held count itself (with
     `asm_gather` and one step ahead; sm_90 loop 138 -> 121 instructions a step). `starts`
     (the layout's): `values` are the CSR's own (nnz,), each line's read from its start entry,
-    instead of a packed copy (2 bytes an entry less held; the loads lose their alignment)."""
-    if block % LINE or block & (block - 1):
-        raise ValueError(f"block must be a power of two and a multiple of {LINE}, got {block}")
+    instead of a packed copy (2 bytes an entry less held; the loads lose their alignment).
+    `line`: the layout's slots a line (LINES)."""
+    if line not in LINES:
+        raise ValueError(f"line must be one of {LINES} (the layout's), got {line}")
+    if block % line or block & (block - 1):
+        raise ValueError(f"block must be a power of two and a multiple of {line}, got {block}")
     if ahead not in (1, 2):
         raise ValueError(f"ahead must be 1 or 2, got {ahead}")
     if row_sequence is not None and row_order is not row_sequence:
@@ -207,7 +211,7 @@ def spmm_csr_token_lines(
         ACC_DTYPE=acc,
         ROWS=rows_per_program,
         BLOCK=block,
-        LINE=LINE,
+        LINE=line,
         HEAD_BASE=HEAD_BASE,
         PDL=pdl,
         ASM_GATHER=asm_gather and x.element_size() == 2,

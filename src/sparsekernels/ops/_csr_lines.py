@@ -40,15 +40,21 @@ def line_form_for(row_offsets, column_indices, values, columns: int, row_order=N
 
 
 def layout_for(row_offsets, column_indices, columns: int, row_order=None):
-    """The pattern's line layout (line_form_for's, without packed values), or None."""
+    """The pattern's line layout (line_form_for's, without packed values), or None: lines of
+    csr_lines_tuning.CSR_LINE_LENGTHS' first length that holds few enough slots."""
     by_sequence = csr_lines_tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
     seen = (version(row_offsets), version(column_indices), by_sequence)
     hit = _LAYOUTS.get(column_indices)
     if hit is None or hit[0] != seen or None in seen:
         sequence = row_order if by_sequence else None
-        layout = _line_layout.build(row_offsets, column_indices, columns,
-                                    csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence)  # fmt: skip
-        if layout is not None and layout.lines * _line_layout.LINE >= 2**31:
+        layout = None
+        for line in csr_lines_tuning.CSR_LINE_LENGTHS:  # the first whose slots are few enough
+            layout = _line_layout.build(row_offsets, column_indices, columns,
+                                        csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence,
+                                        line)  # fmt: skip
+            if layout is not None:
+                break
+        if layout is not None and layout.lines * layout.line >= 2**31:
             layout = None  # (the kernel's slots are int32)
         hit = (seen, layout)
         if None not in seen:
@@ -90,6 +96,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
         ahead=csr_lines_tuning.CSR_LINES_AHEAD,
         held_in_asm=csr_lines_tuning.CSR_LINES_HELD_IN_ASM,
+        line=layout.line,
     )
     return True
 
@@ -102,7 +109,7 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
     if config is None or not spmm_csr_few_lines.offsets_fit(b, out):
         return False
     lined = line_form_for(row_offsets, column_indices, values, b.shape[0], row_order)
-    if lined is None:
+    if lined is None or lined[0].line not in csr_lines_tuning.CSR_FEW_LINE_LENGTHS:
         return False
     layout, packed = lined
     spmm_csr_few_lines.spmm_csr_few_lines(
@@ -120,5 +127,6 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
         num_warps=config.num_warps,
         row_sequence=layout.row_sequence,
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
+        line=layout.line,
     )
     return True
