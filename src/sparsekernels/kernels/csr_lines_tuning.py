@@ -19,10 +19,12 @@ CSR_TOKEN_LINES = True
 CSR_LINES_MIN_NNZ = 1 << 20
 CSR_LINES_MIN_ROWS = CSR_TOKEN_FEW_ROWS + 1
 CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
-# Line lengths tried in order (formats/_line_layout.LINES): 64-slot lines, then (written after
-# the forty-fifth session's sweeps, off until measured) 16-slot lines for sparser rows (~90%:
-# 64 entries span past 255 columns; 16 span ~160, 3.25 bytes an entry against CSR's 4).
-CSR_LINE_LENGTHS = (64,)
+# Line lengths tried in order (formats/_line_layout.LINES): 64-slot lines, then 16-slot lines
+# for sparser rows (~90%: 64 entries span past 255 columns; 16 span ~160, 3.25 bytes an entry
+# read against CSR's 4). 90%, cold, bf16, us, the plain walk -> 16-slot lines
+# (2026-12-04/at-1e8e4fc/csr_lines_cold.txt): 4096 x 14336 10.1 -> 10.0, 14336 x 4096 12.3
+# -> 11.5, 28672 x 4096 22.5 -> 19.0, 4096^2 5.6 -> 5.3; at 70% 64-slot lines stay faster.
+CSR_LINE_LENGTHS = (64, 16)
 # Rows stored in the order programs visit them (neighbouring programs read neighbouring
 # memory): 2-4% faster, cold, bf16, 70%, us (2026-12-04/at-04a88ad/csr_lines_cold_options.txt):
 # 4096 x 14336 20.5 -> 20.2, 14336 x 4096 21.4 -> 20.9, 28672 x 4096 37.4 -> 36.5, 4096^2 8.5
