@@ -50,12 +50,12 @@ for step in $steps; do
       timeout 400 python3 -m pytest -v -m "gpu and not slow" tests/ -p no:cacheprovider -n 10 -rf \
         >"$out/gpu_tests.log" 2>&1
       echo "tests rc=$? $(tail -1 "$out/gpu_tests.log")" ;;
-    tests_nm|tests_rest)  # the GPU suite in two calls (whole, it outgrew one call's 400 s)
+    tests_nm|tests_rest)  # the GPU suite in two calls (whole, it outgrew one call; N:M ~380 s)
       nm_files="tests/test_kernels_spmm_nm*.py tests/test_nm.py"
       if [ "$step" = tests_nm ]; then selection=$nm_files; else
         selection="tests/ $(for f in $nm_files; do printf -- '--ignore=%s ' "$f"; done)"; fi
       # shellcheck disable=SC2086 # (the file lists split on spaces)
-      timeout 400 python3 -m pytest -v -m "gpu and not slow" $selection -p no:cacheprovider \
+      timeout 540 python3 -m pytest -v -m "gpu and not slow" $selection -p no:cacheprovider \
         -n 12 -rf >"$out/gpu_$step.log" 2>&1
       echo "$step rc=$? $(tail -1 "$out/gpu_$step.log")" ;;
     sanitize)
