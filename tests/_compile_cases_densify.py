@@ -15,10 +15,10 @@ def densify_cases() -> dict:
         (DENSIFY_CASE_NAMES[0], 1, 16384, 2, gl.int16, "*i16"),
         (DENSIFY_CASE_NAMES[1], 4, 1024, 4, gl.int32, "*i32"),
     ):
-        warps, block_nnz = 4, 512
+        warps, block_nnz = 4, 1024 // rows  # (the tuning: 1024 entries a step over the rows)
         piece = min(span, 16 // elem * 32 * warps)
         constants = dict(ROWS=rows, ROW_SPAN=span, PIECE=piece, BLOCK_NNZ=block_nnz,
-                         ELEM=elem, BITS=bits, **layouts(elem, warps))  # fmt: skip
+                         ELEM=elem, BITS=bits, **layouts(elem, warps, rows, block_nnz))  # fmt: skip
         value = "*i16" if elem == 2 else "*i32"
         cases[name] = (_densify_csr_shared_kernel, ["*i32", cols, value, value], constants, warps)
     return cases

@@ -17,8 +17,10 @@ def test_config_fills_a_program_and_refuses_wide_rows():
     assert (bf16.rows_per_program, bf16.row_span, bf16.block_nnz) == (1, 4096, 1024)
     wide = densify_csr_shared_config(4096, 14336, 4096 * 4300, 2)
     assert (wide.rows_per_program, wide.row_span) == (1, 16384)  # 32 KB a program
-    assert densify_csr_shared_config(8192, 1000, 81920, 2).rows_per_program == 4  # 8 KB
-    assert densify_csr_shared_config(65536, 100, 65536, 4).rows_per_program == 16  # at most 16
+    four = densify_csr_shared_config(8192, 1000, 8192 * 300, 2)  # 8 KB, 256 entries a step
+    assert (four.rows_per_program, four.block_nnz) == (4, 256)
+    most = densify_csr_shared_config(65536, 100, 65536 * 30, 4)  # at most 16 rows
+    assert (most.rows_per_program, most.block_nnz) == (16, 32)
     assert densify_csr_shared_config(128, 32768, 8000, 2).row_span == 32768  # 64 KB: one row
     assert densify_csr_shared_config(128, 32769, 8000, 2) is None  # a row past 64 KB
     assert densify_csr_shared_config(256, 16385, 8000, 4) is None
@@ -58,15 +60,15 @@ def _launch(A, config, values=None, columns=None):
 
 
 def _configs(A):
-    """The default, and one row and as many as 64 KB hold (at most 16) with 512 entries a
-    step."""
+    """The default, one row with 512 entries a step, and as many rows as 64 KB hold (at most
+    16) with 1024 entries a step over them."""
     default = densify_csr_shared_config(*A.shape, A.nnz, A.values.element_size())
     span = default.row_span
     most = min(16, 65536 // (span * A.values.element_size()))
     return {
         "default": default,
         "one row": densify_tuning.DensifyCsrSharedConfig(1, span, 512, 4),
-        "most rows": densify_tuning.DensifyCsrSharedConfig(most, span, 512, 4),
+        "most rows": densify_tuning.DensifyCsrSharedConfig(most, span, 1024 // most, 4),
     }
 
 

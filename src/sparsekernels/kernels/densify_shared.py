@@ -65,7 +65,8 @@ def _densify_csr_shared_kernel(
     ELEM: gl.constexpr,  # bytes a value: 2 or 4
     BITS: gl.constexpr,  # gl.int16 or gl.int32
     FLAT: gl.constexpr,  # PIECE elements, 16 bytes a thread
-    ENTRIES: gl.constexpr,  # (ROWS, BLOCK_NNZ) entries
+    ENTRIES: gl.constexpr,  # (ROWS, BLOCK_NNZ) entries, the warps along the entries
+    EVERY: gl.constexpr,  # (ROWS,) every row in each thread
     SHARED: gl.constexpr,  # the rows, plain
 ):
     # the rows one after another, ROW_SPAN elements each, as pieces (dynamic indices)
@@ -86,7 +87,13 @@ def _densify_csr_shared_kernel(
     row_place = gl.expand_dims(gl.arange(0, ROWS, layout=gl.SliceLayout(1, ENTRIES)) * ROW_SPAN, 1)
     lane = gl.expand_dims(gl.arange(0, BLOCK_NNZ, layout=gl.SliceLayout(0, ENTRIES)), 0)
     values += batch * stride_vb
-    longest = gl.max(end - start, axis=0)
+    # the longest row from every row's offsets in each thread: a maximum within a thread (one
+    # across warps would take shared scratch beside the rows)
+    every = first_row + gl.arange(0, ROWS, layout=EVERY)
+    mask_every = every < M
+    lengths = gl.load(row_offsets + every + 1, mask=mask_every, other=0).to(gl.int64) - gl.load(
+        row_offsets + every, mask=mask_every, other=0).to(gl.int64)  # fmt: skip
+    longest = gl.max(lengths, axis=0)
     for e0 in range(0, longest, BLOCK_NNZ):
         at = gl.expand_dims(start, 1) + e0 + lane
         mask = at < gl.expand_dims(end, 1)
@@ -106,14 +113,19 @@ def _densify_csr_shared_kernel(
 
 
 @functools.cache  # built once: callers spread it (**), never change it
-def layouts(elem: int, warps: int) -> dict:
-    """FLAT 16 bytes a thread; ENTRIES 4 consecutive entries a thread along a row, every row
-    in each thread (the longest row is then a thread's own maximum: a reduction across warps
-    would take shared scratch beside the rows); SHARED the rows unswizzled (a 16-byte access
-    a thread: no bank twice)."""
+def layouts(elem: int, warps: int, rows: int, block_nnz: int) -> dict:
+    """FLAT 16 bytes a thread; ENTRIES a (rows, block_nnz) step, the warps along its entries
+    (block_nnz / warps each, up to 32 lanes along them, the rest over rows: a row's maximum
+    then needs no warp's exchange), up to 4 consecutive entries a thread; EVERY every row in
+    each thread; SHARED the rows unswizzled (a 16-byte access a thread: no bank twice)."""
+    per_warp = max(1, block_nnz // warps)
+    lanes = min(32, per_warp)
     return {
         "FLAT": gl.BlockedLayout([16 // elem], [32], [warps], [0]),
-        "ENTRIES": gl.BlockedLayout([1, 4], [1, 32], [1, warps], [1, 0]),
+        "ENTRIES": gl.BlockedLayout(
+            [1, max(1, min(4, per_warp // lanes))], [32 // lanes, lanes], [1, warps], [1, 0]
+        ),
+        "EVERY": gl.BlockedLayout([rows], [32], [warps], [0]),
         "SHARED": gl.SwizzledSharedLayout(1, 1, 1, [0]),
     }
 
@@ -168,7 +180,7 @@ def densify_csr_shared(
         values.stride(0) if values.dim() == 2 else 0, out.stride(0), out.stride(1),
         ROWS=rows_per_program, ROW_SPAN=row_span, PIECE=piece, BLOCK_NNZ=block_nnz, ELEM=elem,
         BITS=gl.int16 if elem == 2 else gl.int32, num_warps=num_warps,
-        **layouts(elem, num_warps),
+        **layouts(elem, num_warps, rows_per_program, block_nnz),
     )  # fmt: skip
     want = shared_bytes(rows_per_program, row_span, elem)
     if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch

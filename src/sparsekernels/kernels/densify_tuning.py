@@ -75,7 +75,7 @@ SHARED_LEAST_ELEMENTS = 1 << 22
 class DensifyCsrSharedConfig:
     rows_per_program: int  # a power of two
     row_span: int  # a row's room: the power of two >= its columns
-    block_nnz: int  # a row's entries a scatter step (512 or 1024: 4 or 8 a thread)
+    block_nnz: int  # a row's entries a scatter step (32-1024, a power of two)
     num_warps: int
 
 
@@ -90,5 +90,9 @@ def densify_csr_shared_config(rows: int, cols: int, nnz: int, elem: int):
     if rows * cols < SHARED_LEAST_ELEMENTS:
         return None
     rows_per_program = max(1, min(16, SHARED_PROGRAM // (row_span * elem)))
-    block_nnz = 1024 if mean_row(nnz, rows) > 512 else 512
+    # a mean row's entries a step, at most 1024 a step over the program's rows (8 a thread:
+    # a (16, 512) step took 255 registers and a 1794-instruction loop)
+    block_nnz = min(1024, max(32, mean_row(nnz, rows)))
+    while rows_per_program * block_nnz > 1024 and block_nnz > 32:
+        block_nnz //= 2
     return DensifyCsrSharedConfig(rows_per_program, row_span, block_nnz, 4)
