@@ -443,7 +443,7 @@ def _compile_all() -> dict[str, str]:
     from triton.compiler import ASTSource
     from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
-    from sparsekernels.kernels.spmm_csr_scatter import buffer_alone
+    from _compile_shared import buffer_mismatch
 
     outcome = {}
     for name, (kernel, pointers, constants, warps) in _cases().items():
@@ -460,12 +460,7 @@ def _compile_all() -> dict[str, str]:
             kernel = triton.compile(
                 source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
             )
-            outcome[name] = "ok"
-            block_k = 128 if "128 columns" in name else 64
-            block_m = 128 if "128 rows" in name else 64
-            shared = kernel.metadata.shared
-            if name.startswith("csr scatter") and not buffer_alone(shared, block_k, block_m):
-                outcome[name] = f"{kernel.metadata.shared} bytes of shared memory, not the buffer's"
+            outcome[name] = buffer_mismatch(name, constants, kernel.metadata.shared) or "ok"
         except Exception as error:  # noqa: BLE001 - reported per case by the test
             outcome[name] = f"{type(error).__name__}: {error}"[:2000]
     return outcome

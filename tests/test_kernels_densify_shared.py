@@ -171,3 +171,16 @@ def test_gpu_dense_backend_takes_it_where_rows_fit(cols, gen, monkeypatch):
     got = dense_module.densify_csr(A.row_offsets, A.column_indices, A.values, cols)
     assert_bitwise(got, A.to_dense())
     assert len(calls) == (1 if cols == 4096 else 0)
+
+
+def test_a_kernel_holding_more_than_its_buffer_is_refused():
+    """The PTX stores address the buffer from the shared window's start: a compiled kernel with
+    any other shared memory (a reduction's scratch) must not run them."""
+    from types import SimpleNamespace
+
+    from sparsekernels.kernels._gluon_bits import check_buffer_alone
+
+    check_buffer_alone(SimpleNamespace(metadata=SimpleNamespace(shared=8192)), 8192, "ok")
+    extra = SimpleNamespace(metadata=SimpleNamespace(shared=8224))
+    with pytest.raises(RuntimeError, match="8224 bytes of shared memory, not its buffer's 8192"):
+        check_buffer_alone(extra, 8192, "densify_csr_shared")

@@ -1,13 +1,32 @@
 """Small Gluon helpers the register-level kernels share (spmm_nm_wgmma.py, spmm_nm_mma_sp.py,
 spmm_csr_scatter.py, spmm_nm_select_ring.py):
 indices along one axis of a distributed layout, the layouts of a one-warpgroup wgmma's
-accumulator and B tile, and single PTX bit instructions whose edge cases the kernels rely on
-(shifts of 32 or more give 0; byte permutes with zeros)."""
+accumulator and B tile, single PTX bit instructions whose edge cases the kernels rely on
+(shifts of 32 or more give 0; byte permutes with zeros), and the check that a kernel storing
+into shared memory by PTX holds its buffer alone (spmm_csr_scatter.py, densify_shared.py)."""
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+
+_ALONE: set = set()  # compiled kernels checked by check_buffer_alone
+
+
+def check_buffer_alone(compiled, want: int, what: str) -> None:
+    """Raise unless a compiled kernel's shared memory is its `want`-byte buffer alone: its PTX
+    stores address the buffer from the dynamic window's start (`global_smem`), so anything
+    else there (a reduction's scratch) would move it. Once per compiled kernel, after its
+    first launch."""
+    if id(compiled) in _ALONE:
+        return
+    if compiled.metadata.shared != want:
+        raise RuntimeError(
+            f"{what}: the kernel holds {compiled.metadata.shared} bytes of shared memory, not "
+            f"its buffer's {want} alone: the buffer's offset is unknown"
+        )
+    _ALONE.add(id(compiled))
+
 
 # the CTA barrier (Gluon renamed it after Triton 3.6, the H200's)
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier

@@ -24,7 +24,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ._gluon_bits import cta_barrier
+from ._gluon_bits import check_buffer_alone, cta_barrier
 from ._sizes import cdiv
 
 
@@ -135,7 +135,6 @@ def shared_bytes(rows: int, row_span: int, elem: int) -> int:
     return rows * row_span * elem
 
 
-_CHECKED: set = set()
 SHARED_LIMIT = 227 * 1024  # a program's most shared memory on sm_90
 
 
@@ -182,12 +181,6 @@ def densify_csr_shared(
         BITS=gl.int16 if elem == 2 else gl.int32, num_warps=num_warps,
         **layouts(elem, num_warps, rows_per_program, block_nnz),
     )  # fmt: skip
-    want = shared_bytes(rows_per_program, row_span, elem)
-    if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
-        if compiled.metadata.shared != want:
-            raise RuntimeError(
-                f"densify_csr_shared: the kernel holds {compiled.metadata.shared} bytes of "
-                f"shared memory, not its rows' {want} alone: the rows' offset is unknown"
-            )
-        _CHECKED.add(id(compiled))
+    check_buffer_alone(compiled, shared_bytes(rows_per_program, row_span, elem),
+                       "densify_csr_shared")  # fmt: skip
     return out

@@ -58,6 +58,7 @@ from triton.experimental.gluon import language as gl
 
 from . import split_k
 from ._activation import ACTIVATION_CODES
+from ._gluon_bits import check_buffer_alone
 from ._sizes import cdiv
 from .spmm_csr_scatter_walks import one_ahead, two_ahead
 
@@ -255,9 +256,6 @@ def buffer_alone(shared_bytes: int, block_k: int = BLOCK_K, block_m: int = BLOCK
     return shared_bytes == buffer_bytes(block_k, block_m)
 
 
-_CHECKED: set = set()
-
-
 def spmm_csr_scatter(
     *,
     tile_offsets: torch.Tensor,
@@ -341,14 +339,7 @@ def spmm_csr_scatter(
     compiled = _csr_scatter_kernel[grid](
         *args, BM=block_m, BK=block_k, AHEAD=steps_ahead, **constants, **layouts(swizzle, warps),
     )  # fmt: skip
-    want = buffer_bytes(block_k, block_m)
-    if id(compiled) not in _CHECKED:  # once per compiled kernel, after its first launch
-        if compiled.metadata.shared != want:
-            raise RuntimeError(
-                f"spmm_csr_scatter: the kernel holds {compiled.metadata.shared} bytes of shared "
-                f"memory, not its buffer's {want} alone: the tile's offset is unknown"
-            )
-        _CHECKED.add(id(compiled))
+    check_buffer_alone(compiled, buffer_bytes(block_k, block_m), "spmm_csr_scatter")
     if splits > 1 and not fused:
         split_k.sum_partials(partials, bias, out, activation)
     return out
