@@ -35,6 +35,7 @@ from sparsekernels.ops import _dense as dense_module
 from sparsekernels.ops import _launch_plans
 
 _launch_plans.ENABLED = False  # a recorded densify would replay whatever the switch says
+densify_tuning.SHARED_LEAST_ELEMENTS = 0  # the shared densify on small weights too (measured)
 
 torch.manual_seed(0)
 START = time.time()
@@ -75,10 +76,21 @@ def csr_configs(A):
         "zeros+scatter": DensifyCsrConfig(
             False, default.block_rows, default.block_k, default.block_nnz, default.num_warps
         ),
-        "shared": densify_csr_shared_config(*A.shape, A.nnz, 2),
-        "shared-1row": DensifyCsrSharedConfig(
-            1, densify_csr_shared_config(*A.shape, A.nnz, 2).row_span, 1024, 4
-        ),
+        **shared_configs(A),
+    }
+
+
+def shared_configs(A):
+    """The shared densify's configuration, one row a program, and as many rows as 64 KB hold
+    (at most 16), 1024 entries a step over a program's rows."""
+    shared = densify_csr_shared_config(*A.shape, A.nnz, 2)
+    if shared is None:  # a row past 64 KB
+        return {}
+    most = min(16, 65536 // (shared.row_span * 2))
+    return {
+        "shared": shared,
+        "shared-1row": DensifyCsrSharedConfig(1, shared.row_span, 1024, 4),
+        f"shared-{most}rows": DensifyCsrSharedConfig(most, shared.row_span, 1024 // most, 4),
     }
 
 
@@ -145,7 +157,9 @@ def run_nm(W, config):
 def best_config(name, run, configs, want, nbytes):
     results = {}
     for label, config in configs.items():
-        if label not in ("default", "shared") and time.time() - START > ALTERNATIVES_UNTIL_S:
+        if label not in ("default", "shared", "shared-1row") and (
+            time.time() - START > ALTERNATIVES_UNTIL_S
+        ):
             continue
         try:
             if not torch.equal(run(config), want):
