@@ -52,6 +52,11 @@ CSR_SCATTER_TALL_TILE_MIN_ELEMENTS = 2**25
 # Past 32 tokens only on weights of 4096 x 4096 or more: there, 4 programs an SM beat densifying
 # (4096 x 4096 at 48-64 tokens: 20-25 us against 27-37, at-8e676ab); smaller ones unmeasured.
 CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**24
+# To 80 tokens on the 128-row-tile weights (sparse and large), where it beat densifying even
+# after the densify through shared memory: 80 tokens at 90%, us, through linear, scatter /
+# densify + cuBLAS (2026-12-04/at-040829e/csr_scatter_route.txt): 4096 x 14336 67.6 / 81.2,
+# 14336 x 4096 67.7 / 77.3; at 128 tokens 83.8 / 82.9 and 88.7 / 78.8 (96 not measured).
+CSR_SCATTER_TALL_MAX_N = 80
 
 
 def csr_scatter_takes(n: int, density: float, elements: int) -> bool:
@@ -59,8 +64,12 @@ def csr_scatter_takes(n: int, density: float, elements: int) -> bool:
     this many elements (rows x K)."""
     if n == CSR_SCATTER_MIN_N - 1:
         return density >= CSR_SCATTER_8_MIN_DENSITY or elements >= CSR_SCATTER_8_MIN_ELEMENTS
+    if n > CSR_SCATTER_MAX_N:
+        tall = (density <= CSR_SCATTER_TALL_TILE_MAX_DENSITY
+                and elements >= CSR_SCATTER_TALL_TILE_MIN_ELEMENTS)  # fmt: skip
+        return tall and n <= CSR_SCATTER_TALL_MAX_N
     if n > 32:
-        return n <= CSR_SCATTER_MAX_N and elements >= CSR_SCATTER_WIDE_MIN_ELEMENTS
+        return elements >= CSR_SCATTER_WIDE_MIN_ELEMENTS
     return n >= CSR_SCATTER_MIN_N
 
 
