@@ -115,9 +115,9 @@ def _densify_csr_shared_kernel(
 @functools.cache  # built once: callers spread it (**), never change it
 def layouts(elem: int, warps: int, rows: int, block_nnz: int) -> dict:
     """FLAT 16 bytes a thread; ENTRIES a (rows, block_nnz) step, the warps along its entries
-    (block_nnz / warps each, up to 32 lanes along them, the rest over rows: a row's maximum
-    then needs no warp's exchange), up to 4 consecutive entries a thread; EVERY every row in
-    each thread; SHARED the rows unswizzled (a 16-byte access a thread: no bank twice)."""
+    (block_nnz / warps each, up to 32 lanes along them, the rest over rows), up to 4
+    consecutive entries a thread; EVERY every row in each thread; SHARED the rows unswizzled
+    (a 16-byte access a thread: no bank twice)."""
     per_warp = max(1, block_nnz // warps)
     lanes = min(32, per_warp)
     return {
