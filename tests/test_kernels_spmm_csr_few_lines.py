@@ -139,8 +139,8 @@ def test_bad_arguments_raise():
 def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     """With csr_lines_tuning.CSR_FEW_LINES (the default), a linear of 3 tokens on a weight the
     line walks take runs this kernel (bias fused, out in linear's order), the layout shared
-    with the one-token walk's; off, or on a weight too small for the line walks, the few-token
-    walk runs."""
+    with the one-token walk's; off, on a weight too small for the line walks, or on 16-slot
+    lines (a 90% weight's) unless CSR_FEW_LINE_LENGTHS takes them, the few-token walk runs."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_few_lines as kernel
     from sparsekernels.ops import _launch_plans
@@ -163,9 +163,18 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
         assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
     assert len(calls) == 2 and calls[0]["values"] is calls[1]["values"]  # packed once
     assert calls[0]["block"] == 128 and calls[0]["row_sequence"] is calls[0]["row_order"]
+    # a 90% weight's layout has 16-slot lines: taken only where CSR_FEW_LINE_LENGTHS says
+    C = random_csr(40, 600, 0.1, gen, torch.bfloat16, device, empty_rows=False)
+    want_c = x.double() @ C.to_dense().double().t() + bias.double()
+    bound_c = spmm_bound(x, C.to_dense().t()) + bias.double().abs()
+    assert_close(sk.linear(x, C, bias, backend="triton"), want_c, bound_c, torch.bfloat16)
+    assert len(calls) == 2  # (64,): refused, the few-token walk ran
+    monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINE_LENGTHS", (64, 16))
+    assert_close(sk.linear(x, C, bias, backend="triton"), want_c, bound_c, torch.bfloat16)
+    assert len(calls) == 3 and calls[2]["line"] == 16
     monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINES", False)
     assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 def test_route_config(monkeypatch):
