@@ -10,7 +10,8 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-_ALONE: set = set()  # compiled kernels checked by check_buffer_alone
+# compiled kernels checked by check_buffer_alone, held so that no other object takes their id
+_ALONE: dict = {}
 
 
 def check_buffer_alone(compiled, want: int, what: str) -> None:
@@ -18,14 +19,14 @@ def check_buffer_alone(compiled, want: int, what: str) -> None:
     stores address the buffer from the dynamic window's start (`global_smem`), so anything
     else there (a reduction's scratch) would move it. Once per compiled kernel, after its
     first launch."""
-    if id(compiled) in _ALONE:
+    if _ALONE.get(id(compiled)) is compiled:
         return
     if compiled.metadata.shared != want:
         raise RuntimeError(
             f"{what}: the kernel holds {compiled.metadata.shared} bytes of shared memory, not "
             f"its buffer's {want} alone: the buffer's offset is unknown"
         )
-    _ALONE.add(id(compiled))
+    _ALONE[id(compiled)] = compiled
 
 
 # the CTA barrier (Gluon renamed it after Triton 3.6, the H200's)
