@@ -7,7 +7,7 @@ import torch
 
 import sparsekernels as sk
 from _helpers import random_csr
-from sparsekernels.formats._line_layout import LINE, LINES, SPAN, build
+from sparsekernels.formats._line_layout import ALIGN, LINE, LINES, SPAN, build
 
 
 def _unpacked(layout, values, shape):
@@ -119,3 +119,37 @@ def test_the_layout_costs_about_a_byte_an_entry(gen):
     layout = build(A.row_offsets, A.column_indices, 4096, most_slots=1.25)
     held = [layout.row_slots, layout.heads, layout.offsets, layout.starts]
     assert sum(t.numel() * t.element_size() for t in held) < 1.3 * A.nnz
+
+
+@pytest.mark.parametrize("line", LINES)
+@pytest.mark.parametrize(
+    "M, K, density",
+    [(7, 300, 0.3), (64, 4096, 0.3), (33, 1000, 0.05), (300, 1, 0.5), (1, 777, 0.9),
+     (200, 2048, 0.7), (3, 50, 0.1)],
+)  # fmt: skip
+def test_in_place_windows(M, K, density, line, gen):
+    """An in-place layout: slot s of a line is CSR entry window + s, the window a multiple of
+    ALIGN, the line's entries at slots lead .. end (lead < ALIGN), every entry once; the rows
+    before exact_from read no window past the last entry, and exact_from's row does."""
+    A = random_csr(M, K, density, gen, torch.float64, "cpu")
+    layout = build(A.row_offsets, A.column_indices, K, most_slots=1000.0, line=line,
+                   in_place=True)  # fmt: skip
+    assert layout.in_place and layout.entries == A.nnz
+    assert torch.equal(_unpacked(layout, layout.pack(A.values), (M, K)), A.to_dense())
+    source = layout.source().view(-1, line)
+    held = source >= 0
+    assert torch.equal(source[held].sort().values, torch.arange(A.nnz))  # each once
+    leads, ends = layout.leads(), layout.held()
+    windows = layout.starts - leads
+    assert (windows % ALIGN == 0).all() and (leads < ALIGN).all() and (ends <= line).all()
+    slot = torch.arange(line)
+    assert torch.equal(held, (slot >= leads[:, None]) & (slot < ends[:, None]))
+    assert torch.equal(torch.where(held, windows[:, None] + slot, -1), source)
+    assert (layout.offsets.view(-1, line)[~held] == 0).all()
+    line_rows = torch.repeat_interleave(torch.arange(M), layout.row_slots.long().diff() // line)
+    past = windows + line > A.nnz
+    assert (line_rows[past] >= layout.exact_from).all()
+    if past.any():
+        assert layout.exact_from in line_rows[past].tolist()
+    else:
+        assert layout.exact_from == M

@@ -28,18 +28,21 @@ from sparsekernels.ops._layout import padded_rows
 
 
 def _few_lines(A, B, n, bias=None, activation="none", block=64, rows=1, warps=1,
-               by_sequence=False, asm=None, line=64):  # fmt: skip
+               by_sequence=False, asm=None, line=64, in_place=None, finite=False):  # fmt: skip
     """The kernel on A's line layout of `line` slots a line; on the GPU B's rows are read by
-    inline PTX vectors where B is 16-bit and padded (as routed) unless `asm` is False."""
+    inline PTX vectors where B is 16-bit and padded (as routed) unless `asm` is False.
+    `in_place` True: A's own values on an in-place layout; False: that layout's packed ones."""
     from sparsekernels.kernels.spmm_csr_few_lines import spmm_csr_few_lines
 
     sequence = A.row_order if by_sequence else None
     layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence,
-                   line=line)  # fmt: skip
+                   line=line, in_place=in_place is not None)  # fmt: skip
     out = torch.full((A.shape[0], n + 3), float("nan"), dtype=B.dtype, device=B.device)[:, :n]
     spmm_csr_few_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
-        values=layout.pack(A.values), b=B, bias=bias, row_order=A.row_order, out=out,
+        values=A.values if in_place else layout.pack(A.values),
+        in_place=layout if in_place else None, finite_values=finite, b=B, bias=bias,
+        row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
         row_sequence=sequence, asm_gather=B.is_cuda if asm is None else asm, line=line,
     )  # fmt: skip
@@ -68,6 +71,49 @@ def test_matches_float64(device, dtype, n, block, rows, by_sequence, line, gen):
                 got = _few_lines(A, B, n, block=block, rows=rows, warps=rows,
                                  by_sequence=by_sequence, asm=False, line=line)  # fmt: skip
                 assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_values_read_in_place(device, dtype, gen):
+    """The CSR's own values read from an in-place layout's aligned windows give the same
+    layout's packed sums, B padded (PTX vectors on the GPU) or strided, 64- and 16-slot lines
+    (other rows' values unmasked: finite_values, and masked),
+    K = 1 (most programs read slot by slot: windows past the last entry)."""
+    skip_interpreter_on_gpu_machine(device)
+    for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (30, 1, 0.5)]:
+        A = random_csr(M, K, density, gen, dtype, device)
+        x = xs_with_nan_where_unused(A, 4, gen, dtype, device)
+        clean = torch.nan_to_num(x)
+        want = A.to_dense().double() @ clean.t().double()
+        bound = spmm_bound(A.to_dense(), clean.t())
+        cases = ((padded_rows(x.t()), 128, 2, 64), (x.t(), 64, 1, 16))
+        for B, block, rows, line in cases:
+            kw = dict(block=block, rows=rows, warps=rows, by_sequence=True, line=line)
+            got = _few_lines(A, B, 4, in_place=True, finite=line == 64, **kw)
+            assert torch.equal(got, _few_lines(A, B, 4, in_place=False, **kw))
+            assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_values_in_place_mask_their_neighbours(device):
+    """A NaN weight just before a row's first entry and an inf one just after its last stay
+    out of its sums (the window reads them), and an inf in B at the base of a line with
+    leading slots gives inf, never 0 * inf."""
+    skip_interpreter_on_gpu_machine(device)
+    dense = torch.zeros(5, 200)
+    dense[0, 10:13] = 1.0  # row 1 starts at entry 3: slots 0-2 of its window are row 0's
+    dense[1, 20:30] = 2.0
+    dense[2, 40:44] = 3.0
+    dense[3:, :150] = 0.5  # (so that rows 0-2's windows end before the last entry)
+    A = sk.CSRMatrix.from_dense(dense.to(device=device, dtype=torch.bfloat16))
+    A.values[2] = float("nan")  # row 0's last entry
+    A.values[13] = float("inf")  # row 2's first entry
+    x = torch.ones(2, 200, dtype=torch.bfloat16, device=device)
+    x[1, 20] = float("inf")  # row 1's base (its line's lead is 3), token 1
+    got = _few_lines(A, padded_rows(x.t()), 2, in_place=True)
+    assert got[1].tolist() == [20.0, float("inf")] and got[0].isnan().all()
+    assert got[2].tolist() == [float("inf")] * 2 and got[3:, 0].eq(75.0).all()
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -140,7 +186,8 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     """With csr_lines_tuning.CSR_FEW_LINES (the default), a linear of 3 tokens on a weight the
     line walks take runs this kernel (bias fused, out in linear's order), the layout shared
     with the one-token walk's; off, on a weight too small for the line walks, or on 16-slot
-    lines (a 90% weight's) unless CSR_FEW_LINE_LENGTHS takes them, the few-token walk runs."""
+    lines (a 90% weight's) unless CSR_FEW_LINE_LENGTHS takes them, the few-token walk runs.
+    With CSR_LINES_VALUES_IN_PLACE it reads the weight's own values."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_few_lines as kernel
     from sparsekernels.ops import _launch_plans
@@ -172,9 +219,13 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINE_LENGTHS", (64, 16))
     assert_close(sk.linear(x, C, bias, backend="triton"), want_c, bound_c, torch.bfloat16)
     assert len(calls) == 3 and calls[2]["line"] == 16
+    monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_VALUES_IN_PLACE", True)
+    assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
+    assert calls[3]["values"] is A.values and calls[3]["in_place"].in_place
+    assert calls[3]["finite_values"] is True
     monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINES", False)
     assert_close(sk.linear(x, A, bias, backend="triton"), want, bound, torch.bfloat16)
-    assert len(calls) == 3
+    assert len(calls) == 4
 
 
 def test_route_config(monkeypatch):

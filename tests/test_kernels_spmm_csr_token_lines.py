@@ -28,17 +28,18 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=No
            by_sequence=False, ahead=1, held_in_asm=False, in_place=False, line=LINE):  # fmt: skip
     """The kernel on A's line layout of `line` slots a line (rows stored in A.row_order's
     sequence if `by_sequence`); on the GPU x is gathered by inline PTX (as routed) unless `asm`
-    is False; `in_place`: A's own values read at each line's start instead of packed ones."""
+    is False; `in_place`: A's own values read from an in-place layout's windows instead of
+    packed ones."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
     sequence = A.row_order if by_sequence else None
     layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence,
-                   line=line)  # fmt: skip
+                   line=line, in_place=in_place)  # fmt: skip
     out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
     spmm_csr_token_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
         values=A.values if in_place else layout.pack(A.values),
-        starts=layout.starts if in_place else None, x=x, bias=bias, row_order=A.row_order, out=out,
+        in_place=layout if in_place else None, x=x, bias=bias, row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
         asm_gather=x.is_cuda if asm is None else asm, row_sequence=sequence, ahead=ahead,
         held_in_asm=held_in_asm, line=line,
@@ -112,36 +113,97 @@ def test_held_count_compared_in_the_ptx(dtype, gen):
     assert _lines(A, x, held_in_asm=True)[0].item() == float("inf")  # never NaN
 
 
+def _in_place_and_packed(A, x, **kw):
+    """The kernel on A's in-place layout reading A's own values, and on the same layout's
+    packed values."""
+    from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
+
+    sequence = A.row_order if kw.pop("by_sequence") else None
+    layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0, row_sequence=sequence,
+                   in_place=True, line=kw.pop("line", LINE))  # fmt: skip
+    outs = []
+    for values, in_place in ((A.values, layout), (layout.pack(A.values), None)):
+        out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
+        spmm_csr_token_lines(
+            row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+            values=values, in_place=in_place, x=x, bias=None, row_order=A.row_order, out=out,
+            activation="none", row_sequence=sequence, asm_gather=x.is_cuda,
+            line=layout.line, **kw,
+        )  # fmt: skip
+        outs.append(out)
+    return outs
+
+
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_values_read_in_place(device, dtype, gen):
-    """The CSR's own values read at each line's start give the packed copy's bits (the same
-    sums in the same order), rows stored by sequence or not, the held count compared in the
-    PTX on the GPU; a row's last line ends where the next row's entries start (masked), and
-    the last line of all at the end of the values (no read past them)."""
+    """The CSR's own values read from an in-place layout's aligned windows give the packed
+    copy's sums (the same order), rows stored by sequence or not, 64- and 16-slot lines, other
+    rows' values masked or (finite_values) not: a line's window starts among the previous
+    row's entries and ends among the next row's, and programs with the last rows read slot by
+    slot (K = 1: most lines' windows
+    pass the last entry; nnz not a multiple of 8)."""
     skip_interpreter_on_gpu_machine(device)
     for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (1, 500, 0.6), (30, 1, 0.5)]:
         A = random_csr(M, K, density, gen, dtype, device)
         x = x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
-        held_in_asm = device == "cuda" and dtype.itemsize == 2
-        for block, rows, by_sequence in [(64, 1, False), (256, 2, True)]:
-            kw = dict(block=block, rows=rows, warps=rows, by_sequence=by_sequence,
-                      held_in_asm=held_in_asm)  # fmt: skip
-            got = _lines(A, x, in_place=True, **kw)
-            assert torch.equal(got, _lines(A, x, **kw))
+        for block, rows, by_sequence, line, finite in [(64, 1, False, 64, False),
+                                                       (256, 2, True, 64, True),
+                                                       (128, 2, True, 16, False)]:  # fmt: skip
+            kw = dict(rows_per_program=rows, block=block, num_warps=rows,
+                      by_sequence=by_sequence, line=line, finite_values=finite)  # fmt: skip
+            got, packed = _in_place_and_packed(A, x, **kw)
+            assert torch.equal(got, packed)
             assert_close(got, want, bound, dtype)
-    with pytest.raises(ValueError, match="starts must be int64 of heads' shape"):
-        from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
-        layout = build(A.row_offsets, A.column_indices, A.shape[1], 1000.0)
-        spmm_csr_token_lines(
-            row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
-            values=A.values, starts=layout.starts.int(), x=x, bias=None, row_order=A.row_order,
-            out=torch.empty(A.shape[0], dtype=dtype, device=device), activation="none",
-            rows_per_program=1, block=64, num_warps=1,
-        )  # fmt: skip
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_values_in_place_mask_their_neighbours(device, gen):
+    """A line's window reads other rows' values: a NaN weight just before a row's first entry
+    and an inf one just after its last stay out of its sum, and an inf in x at the base
+    column of a line with leading slots gives inf, never 0 * inf."""
+    skip_interpreter_on_gpu_machine(device)
+    dense = torch.zeros(5, 200)
+    dense[0, 10:13] = 1.0  # row 1 starts at entry 3: slots 0-2 of its window are row 0's
+    dense[1, 20:30] = 2.0
+    dense[2, 40:44] = 3.0
+    dense[3:, :150] = 0.5  # (so that rows 0-2's windows end before the last entry)
+    A = sk.CSRMatrix.from_dense(dense.to(device=device, dtype=torch.bfloat16))
+    assert build(A.row_offsets, A.column_indices, 200, 1000.0, in_place=True).exact_from == 4
+    x = torch.ones(200, dtype=torch.bfloat16, device=device)
+    x[20] = float("inf")  # row 1's base (its line's lead is 3)
+    for finite in (False, True):  # (x's mask alone keeps the inf out of the lead slots)
+        got, _ = _in_place_and_packed(A, x, rows_per_program=1, block=64, num_warps=1,
+                                      by_sequence=False, finite_values=finite)  # fmt: skip
+        assert got[1].item() == float("inf")
+    x[20] = 1.0
+    A.values[2] = float("nan")  # row 0's last entry
+    A.values[13] = float("inf")  # row 2's first entry
+    got, _ = _in_place_and_packed(A, x, rows_per_program=2, block=64, num_warps=1,
+                                  by_sequence=False)  # fmt: skip
+    assert got[1].item() == 20.0 and got[0].isnan() and got[2].item() == float("inf")
+    assert got[3].item() == got[4].item() == 75.0
+
+
+def test_in_place_layout_is_checked(gen):
+    """The kernel takes only an in-place layout of these heads with its CSR's own values."""
+    from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
+
+    A = random_csr(20, 300, 0.3, gen, torch.float32, "cpu")
+    packed = build(A.row_offsets, A.column_indices, 300, 1000.0)
+    layout = build(A.row_offsets, A.column_indices, 300, 1000.0, in_place=True)
+    kw = dict(row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
+              x=torch.ones(300), bias=None, row_order=A.row_order, out=torch.empty(20),
+              activation="none", rows_per_program=1, block=64, num_warps=1)  # fmt: skip
+    for in_place, values, message in [
+        (packed, A.values, "in_place must be the in-place layout"),
+        (layout, A.values[:-1], r"values must be the layout's CSR values, contiguous \("),
+        (layout, torch.stack([A.values, A.values], 1)[:, 0], "values must be the layout's"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            spmm_csr_token_lines(values=values, in_place=in_place, **kw)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -215,7 +277,8 @@ def test_bad_block_raises():
 def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     """A one-token linear on a large weight runs the line layout's kernel (bias fused), the
     layout and packed values built once per weight; a small weight keeps the plain walk; with
-    CSR_LINES_VALUES_IN_PLACE the kernel reads the weight's own values (nothing packed)."""
+    CSR_LINES_VALUES_IN_PLACE the kernel reads the weight's own values (nothing packed), told
+    whether they are all finite (checked again after an in-place edit)."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_token_lines as kernel
     from sparsekernels.ops import _csr_lines, _launch_plans
@@ -258,8 +321,14 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     want = x.double() @ B.to_dense().double().t() + bias.double()
     bound = spmm_bound(x, B.to_dense().t()) + bias.double().abs()
     assert_close(sk.linear(x, B, bias, backend=backend), want, bound, torch.bfloat16)
-    assert calls[2]["values"] is B.values and calls[2]["starts"] is not None
+    assert calls[2]["values"] is B.values and calls[2]["in_place"].in_place
+    assert calls[2]["finite_values"] is True
     assert _csr_lines._PACKED.get(B.values) is None  # no packed copy held
+    with torch.no_grad():
+        B.values[5] = float("nan")  # (a new version: checked again)
+    sk.linear(x, B, bias, backend=backend)
+    assert calls[3]["finite_values"] is False
+    del calls[3]
     monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_VALUES_IN_PLACE", False)
     monkeypatch.setattr(csr_lines_tuning, "CSR_LINE_LENGTHS", (64, 16))
     C = random_csr(40, 600, 0.1, gen, torch.bfloat16, device, empty_rows=False)  # 90%

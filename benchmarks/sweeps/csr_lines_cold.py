@@ -12,9 +12,11 @@ Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
 LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps; "/s": rows stored in row
 order, "/a2": the weight two steps ahead, "/h": the held count compared in the PTX gather, "/v":
-the CSR's own values read at each line's start, no packed copy, "/l16": lines of 16 slots) and
-SHAPES (environment) replace the grid. `linear+l16` is the route with 16-slot lines allowed
-(csr_lines_tuning.CSR_LINE_LENGTHS (64, 16): a 90% weight's layout).
+the CSR's own values read through an in-place layout, no packed copy, other rows' values in a
+window unmasked (finite_values), "/vm": masked, "/l16": lines of 16 slots) and SHAPES
+(environment) replace the grid. `linear+l16` is the route with 16-slot lines allowed
+(csr_lines_tuning.CSR_LINE_LENGTHS (64, 16): a 90% weight's layout), `linear+v` the route
+reading the values in place (CSR_LINES_VALUES_IN_PLACE).
 """
 
 import itertools
@@ -36,15 +38,17 @@ if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
 CONFIGS = os.environ.get("LINE_CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, bool, int, bool, bool, int]:
+def parse(name: str) -> tuple[int, int, int, bool, int, bool, str, int]:
     """ "RxB/wW" with options "/s" (rows stored in row order), "/a2" (two steps ahead), "/h"
-    (the held count compared in the PTX gather), "/v" (values read in place) and "/l16"
-    (16-slot lines)."""
+    (the held count compared in the PTX gather), "/v" or "/vm" (values read in place, other
+    rows' unmasked or masked: the third last item "v", "vm" or "") and "/l16" (16-slot
+    lines)."""
     rows, rest = name.split("x")
     block, warps, *options = rest.split("/")
     ahead = 2 if "a2" in options else 1
+    in_place = "v" if "v" in options else "vm" if "vm" in options else ""
     return (int(rows), int(block), int(warps[1:]), "s" in options, ahead, "h" in options,
-            "v" in options, 16 if "l16" in options else 64)  # fmt: skip
+            in_place, 16 if "l16" in options else 64)  # fmt: skip
 
 
 def main():
@@ -85,6 +89,13 @@ def main():
             timed["linear+l16"] = checked(lambda Ac: sk.linear(xs, Ac), fresh)
         finally:
             csr_lines_tuning.CSR_LINE_LENGTHS = lengths
+        csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE = True  # `linear+v`
+        try:
+            fresh = [sk.CSRMatrix(Ac.row_offsets.clone(), Ac.column_indices.clone(), Ac.values,
+                                  (M, K), check=False) for Ac in matrices]  # fmt: skip
+            timed["linear+v"] = checked(lambda Ac: sk.linear(xs, Ac), fresh)
+        finally:
+            csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE = False
         token = tuning.spmm_csr_token_config(A.nnz, M)
 
         for name, asm, unmasked in (("token/asm", True, False), ("token/u", False, True),
@@ -101,21 +112,26 @@ def main():
 
             out.fill_(float("nan"))
             timed[name] = checked(plain, matrices)
-        lined = {}  # by (sequence, line): (layout, packed values, row order) a copy
-        for by_sequence, line in itertools.product((False, True), (64, 16)):
+        lined = {}  # by (sequence, line, in place): (layout, packed values, row order) a copy
+        for by_sequence, line, in_place in itertools.product((False, True), (64, 16),
+                                                             (False, True)):  # fmt: skip
             if line == 16 and not any("l16" in c for c in CONFIGS):
                 continue
-            lined[by_sequence, line] = []
+            if in_place and not any("/v" in c for c in CONFIGS):
+                continue
+            lined[by_sequence, line, in_place] = []
             for Ac in matrices:
                 sequence = Ac.row_order if by_sequence else None
                 copy = build(Ac.row_offsets, Ac.column_indices, K, 4.0, row_sequence=sequence,
-                             line=line)  # fmt: skip
-                lined[by_sequence, line].append((copy, copy.pack(Ac.values), Ac.row_order,
-                                                 Ac.values))  # fmt: skip
-        slots16 = (lined[True, 16][0][0].lines * 16 / A.nnz) if (True, 16) in lined else 0.0
+                             line=line, in_place=in_place)  # fmt: skip
+                packed = None if in_place else copy.pack(Ac.values)
+                lined[by_sequence, line, in_place].append((copy, packed, Ac.row_order,
+                                                           Ac.values))  # fmt: skip
+        key16 = (True, 16, False)
+        slots16 = (lined[key16][0][0].lines * 16 / A.nnz) if key16 in lined else 0.0
         for name in [*CONFIGS, "lines/load"]:
             asm = name != "lines/load"
-            default = (1, 256, 1, False, 1, False, False, 64)
+            default = (1, 256, 1, False, 1, False, "", 64)
             rows, block, warps, by_sequence, ahead, held, in_place, line = (
                 parse(name) if asm else default)  # fmt: skip
 
@@ -125,15 +141,15 @@ def main():
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
                     values=values if in_place else packed,
-                    starts=layout.starts if in_place else None, x=x, bias=None,
-                    row_order=order, out=out,
+                    in_place=layout if in_place else None, finite_values=in_place == "v", x=x,
+                    bias=None, row_order=order, out=out,
                     activation="none", rows_per_program=rows, block=block, num_warps=warps,
                     asm_gather=asm, row_sequence=layout.row_sequence, ahead=ahead,
                     held_in_asm=held, line=line,
                 )  # fmt: skip
 
             out.fill_(float("nan"))
-            timed[name] = checked(run, lined[by_sequence, line])
+            timed[name] = checked(run, lined[by_sequence, line, bool(in_place)])
         label = f"{M}x{K} {sparsity:.0%}"
         print(label, f"copies {count} slots/entry {slots:.3f} (16-slot lines {slots16:.3f})",
               {k: round(v, 1) for k, v in timed.items()}, flush=True)  # fmt: skip

@@ -7,7 +7,8 @@ outputs freed. Prints a table last (MiB, and bytes a dense element), and after e
 owners of what the layer holds: the weight's own tensors, its and its pattern's caches, and
 each IdentityCache of the ops modules (storages reached from their entries, counted once).
     PYTHONPATH=src python3 benchmarks/sweeps/layer_memory.py
-SHAPES and PATTERNS (environment) replace the grid.
+SHAPES and PATTERNS (environment) replace the grid; a pattern "70%/v" runs with the line walks
+reading the CSR's own values (csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE: no packed copy).
 """
 
 import gc
@@ -17,10 +18,11 @@ import sys
 import torch
 
 import sparsekernels as sk
+from sparsekernels.kernels import csr_lines_tuning
 
 SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096").split(",")]  # fmt: skip
-PATTERNS = os.environ.get("PATTERNS", "70%,2:8").split(",")
+PATTERNS = os.environ.get("PATTERNS", "70%,70%/v,2:8").split(",")
 PHASES = {"1 token": (1,), "+ 4, 16 tokens": (1, 4, 16), "+ 512 tokens": (1, 4, 16, 512)}
 
 
@@ -115,7 +117,8 @@ def main():
             torch.manual_seed(0)
             dense = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             start = allocated()
-            W = weight(pattern, dense)
+            W = weight(pattern.removesuffix("/v"), dense)
+            csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE = pattern.endswith("/v")
             held = {"stored": allocated() - start}
             for phase, tokens in PHASES.items():
                 for t in tokens:
@@ -128,6 +131,7 @@ def main():
                 print(f"  {M}x{K} {pattern} after {phase}: bytes a dense element by owner", parts)
                 print("    eager plans' launch plans hold (MiB):", plans_held())
             del W
+            csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE = False
             label = f"{M}x{K} {pattern}"
             per_element = {k: v / (M * K) for k, v in held.items()}
             print(label, {k: f"{v / 2**20:.1f} MiB" for k, v in held.items()},

@@ -2,8 +2,11 @@
 spmm_csr_token_lines.py, spmm_csr_few_lines.py) where the tuning takes them
 (csr_lines_tuning.spmm_csr_token_lines_config, spmm_csr_few_lines_config): each
 weight's layout and packed values are built once and kept beside it (a second copy of the
-weight, ~3.1 bytes an entry at 70%: the price of a faster read until a layer stores only the
-line form), keyed by identity and rebuilt after an in-place edit."""
+weight, ~3.1 bytes an entry at 70%), keyed by identity and rebuilt after an in-place edit.
+With csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE the walks read the CSR's own values through an
+in-place layout instead (~1.1 bytes an entry kept: no copy of the values), and whether every
+value is finite is checked once per version of them (the kernels then leave other rows'
+values in a line's window unmasked)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from ._identity_cache import IdentityCache, version
 _LAYOUTS = IdentityCache()
 # values -> (their version, the layout they were packed for, packed values)
 _PACKED = IdentityCache()
+# values -> (their version, whether every one is finite)
+_FINITE = IdentityCache()
 
 
 def line_form_for(row_offsets, column_indices, values, columns: int, row_order=None):
@@ -39,11 +44,12 @@ def line_form_for(row_offsets, column_indices, values, columns: int, row_order=N
     return layout, packed[2]
 
 
-def layout_for(row_offsets, column_indices, columns: int, row_order=None):
+def layout_for(row_offsets, column_indices, columns: int, row_order=None, in_place=False):
     """The pattern's line layout (line_form_for's, without packed values), or None: lines of
-    csr_lines_tuning.CSR_LINE_LENGTHS' first length that holds few enough slots."""
+    csr_lines_tuning.CSR_LINE_LENGTHS' first length that holds few enough slots. `in_place`:
+    the layout for reading the CSR's own values (formats/_line_layout.py)."""
     by_sequence = csr_lines_tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
-    seen = (version(row_offsets), version(column_indices), by_sequence)
+    seen = (version(row_offsets), version(column_indices), by_sequence, in_place)
     hit = _LAYOUTS.get(column_indices)
     if hit is None or hit[0] != seen or None in seen:
         sequence = row_order if by_sequence else None
@@ -51,7 +57,7 @@ def layout_for(row_offsets, column_indices, columns: int, row_order=None):
         for line in csr_lines_tuning.CSR_LINE_LENGTHS:  # the first whose slots are few enough
             layout = _line_layout.build(row_offsets, column_indices, columns,
                                         csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence,
-                                        line)  # fmt: skip
+                                        line, in_place)  # fmt: skip
             if layout is not None:
                 break
         if layout is not None and layout.lines * layout.line >= 2**31:
@@ -62,27 +68,45 @@ def layout_for(row_offsets, column_indices, columns: int, row_order=None):
     return hit[1]
 
 
+def finite(values: torch.Tensor) -> bool:
+    """Whether every value is finite, checked once per version of them (a sync)."""
+    hit = _FINITE.get(values)
+    if hit is None or hit[0] != version(values) or hit[0] is None:
+        with torch.no_grad():
+            hit = (version(values), bool(torch.isfinite(values).all()))
+        if hit[0] is not None:
+            _FINITE[values] = hit
+    return hit[1]
+
+
+def weight_for(row_offsets, column_indices, values, columns: int, row_order=None):
+    """(layout, the values a walk reads, the in-place layout or None, whether those values are
+    all finite) as csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE says, or None where no layout
+    holds the weight in few enough slots."""
+    if csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE:  # (the CSR's own values, no packed copy)
+        layout = layout_for(row_offsets, column_indices, columns, row_order, in_place=True)
+        if layout is None or not values.is_contiguous():
+            return None
+        return layout, values, layout, finite(values)
+    lined = line_form_for(row_offsets, column_indices, values, columns, row_order)
+    return None if lined is None else (*lined, None, False)
+
+
 def run(row_offsets, column_indices, values, x, bias, out, row_order, activation) -> bool:
     """out (M,) by the line layout's kernel where the tuning routes it (True), else False."""
     rows = out.shape[0]
     config = csr_lines_tuning.spmm_csr_token_lines_config(values.numel(), rows, values.dtype)
     if config is None:
         return False
-    in_place = csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE
-    if in_place:  # (the CSR's own values, no packed copy)
-        layout = layout_for(row_offsets, column_indices, x.shape[0], row_order)
-        lined = None if layout is None else (layout, values.contiguous())
-    else:
-        lined = line_form_for(row_offsets, column_indices, values, x.shape[0], row_order)
+    lined = weight_for(row_offsets, column_indices, values, x.shape[0], row_order)
     if lined is None:
         return False
-    layout, packed = lined
+    layout, read, in_place, all_finite = lined
     spmm_csr_token_lines.spmm_csr_token_lines(
         row_slots=layout.row_slots,
         offsets=layout.offsets,
         heads=layout.heads,
-        values=packed,
-        starts=layout.starts if in_place else None,
+        values=read,
         x=x,
         bias=bias.contiguous() if bias is not None else None,
         row_order=row_order if layout.row_sequence is None else layout.row_sequence,
@@ -94,9 +118,11 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         num_warps=config.num_warps,
         pdl=decode_pdl(values.device),
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
-        ahead=csr_lines_tuning.CSR_LINES_AHEAD,
+        ahead=1 if in_place is not None else csr_lines_tuning.CSR_LINES_AHEAD,
         held_in_asm=csr_lines_tuning.CSR_LINES_HELD_IN_ASM,
         line=layout.line,
+        in_place=in_place,
+        finite_values=all_finite,
     )
     return True
 
@@ -108,15 +134,15 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
     config = csr_lines_tuning.spmm_csr_few_lines_config(values.numel(), rows, n, values.dtype)
     if config is None or not spmm_csr_few_lines.offsets_fit(b, out):
         return False
-    lined = line_form_for(row_offsets, column_indices, values, b.shape[0], row_order)
+    lined = weight_for(row_offsets, column_indices, values, b.shape[0], row_order)
     if lined is None or lined[0].line not in csr_lines_tuning.CSR_FEW_LINE_LENGTHS:
         return False
-    layout, packed = lined
+    layout, read, in_place, all_finite = lined
     spmm_csr_few_lines.spmm_csr_few_lines(
         row_slots=layout.row_slots,
         offsets=layout.offsets,
         heads=layout.heads,
-        values=packed,
+        values=read,
         b=b,
         bias=bias.contiguous() if bias is not None else None,
         row_order=row_order if layout.row_sequence is None else layout.row_sequence,
@@ -128,5 +154,7 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
         row_sequence=layout.row_sequence,
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
         line=layout.line,
+        in_place=in_place,
+        finite_values=all_finite,
     )
     return True
