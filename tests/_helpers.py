@@ -193,3 +193,17 @@ def tiny_bert(seed: int = 0, cls_name: str = "BertModel"):
     )
     torch.manual_seed(seed)
     return getattr(transformers, cls_name)(config).eval()
+
+
+def csr_with_neighbours(device):
+    """A (5, 200) bf16 CSR whose rows 0-2 are short (row 1 starts at entry 3, so an in-place
+    line layout's window for it starts among row 0's entries) and rows 3-4 long (rows 0-2's
+    windows end before the last entry): rows 0-2 sum to 3, 20 and 12 against ones."""
+    import sparsekernels as sk
+
+    dense = torch.zeros(5, 200)
+    dense[0, 10:13] = 1.0
+    dense[1, 20:30] = 2.0
+    dense[2, 40:44] = 3.0
+    dense[3:, :150] = 0.5
+    return sk.CSRMatrix.from_dense(dense.to(device=device, dtype=torch.bfloat16))

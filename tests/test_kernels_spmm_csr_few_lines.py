@@ -17,6 +17,7 @@ from _helpers import (
     KERNEL_DEVICES,
     assert_close,
     b_layouts,
+    csr_with_neighbours,
     randn,
     random_csr,
     skip_interpreter_on_gpu_machine,
@@ -101,12 +102,7 @@ def test_values_in_place_mask_their_neighbours(device):
     out of its sums (the window reads them), and an inf in B at the base of a line with
     leading slots gives inf, never 0 * inf."""
     skip_interpreter_on_gpu_machine(device)
-    dense = torch.zeros(5, 200)
-    dense[0, 10:13] = 1.0  # row 1 starts at entry 3: slots 0-2 of its window are row 0's
-    dense[1, 20:30] = 2.0
-    dense[2, 40:44] = 3.0
-    dense[3:, :150] = 0.5  # (so that rows 0-2's windows end before the last entry)
-    A = sk.CSRMatrix.from_dense(dense.to(device=device, dtype=torch.bfloat16))
+    A = csr_with_neighbours(device)  # row 1's window starts among row 0's entries
     A.values[2] = float("nan")  # row 0's last entry
     A.values[13] = float("inf")  # row 2's first entry
     x = torch.ones(2, 200, dtype=torch.bfloat16, device=device)

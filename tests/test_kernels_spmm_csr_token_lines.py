@@ -15,6 +15,7 @@ from _helpers import (
     ALL_DTYPES,
     KERNEL_DEVICES,
     assert_close,
+    csr_with_neighbours,
     randn,
     random_csr,
     skip_interpreter_on_gpu_machine,
@@ -165,12 +166,7 @@ def test_values_in_place_mask_their_neighbours(device, gen):
     and an inf one just after its last stay out of its sum, and an inf in x at the base
     column of a line with leading slots gives inf, never 0 * inf."""
     skip_interpreter_on_gpu_machine(device)
-    dense = torch.zeros(5, 200)
-    dense[0, 10:13] = 1.0  # row 1 starts at entry 3: slots 0-2 of its window are row 0's
-    dense[1, 20:30] = 2.0
-    dense[2, 40:44] = 3.0
-    dense[3:, :150] = 0.5  # (so that rows 0-2's windows end before the last entry)
-    A = sk.CSRMatrix.from_dense(dense.to(device=device, dtype=torch.bfloat16))
+    A = csr_with_neighbours(device)  # row 1's window starts among row 0's entries
     assert build(A.row_offsets, A.column_indices, 200, 1000.0, in_place=True).exact_from == 4
     x = torch.ones(200, dtype=torch.bfloat16, device=device)
     x[20] = float("inf")  # row 1's base (its line's lead is 3)

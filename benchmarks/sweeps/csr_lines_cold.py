@@ -81,21 +81,16 @@ def main():
         layout = build(A.row_offsets, A.column_indices, K, most_slots=4.0)
         slots = layout.lines * 64 / A.nnz
         timed["linear+lines"] = checked(lambda Ac: sk.linear(xs, Ac), matrices)
-        lengths = csr_lines_tuning.CSR_LINE_LENGTHS
-        csr_lines_tuning.CSR_LINE_LENGTHS = (64, 16)  # `linear+l16`
-        try:
-            fresh = [sk.CSRMatrix(Ac.row_offsets.clone(), Ac.column_indices.clone(), Ac.values,
-                                  (M, K), check=False) for Ac in matrices]  # fmt: skip
-            timed["linear+l16"] = checked(lambda Ac: sk.linear(xs, Ac), fresh)
-        finally:
-            csr_lines_tuning.CSR_LINE_LENGTHS = lengths
-        csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE = True  # `linear+v`
-        try:
-            fresh = [sk.CSRMatrix(Ac.row_offsets.clone(), Ac.column_indices.clone(), Ac.values,
-                                  (M, K), check=False) for Ac in matrices]  # fmt: skip
-            timed["linear+v"] = checked(lambda Ac: sk.linear(xs, Ac), fresh)
-        finally:
-            csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE = False
+        for name, setting, value in (("linear+l16", "CSR_LINE_LENGTHS", (64, 16)),
+                                     ("linear+v", "CSR_LINES_VALUES_IN_PLACE", True)):  # fmt: skip
+            kept = getattr(csr_lines_tuning, setting)
+            setattr(csr_lines_tuning, setting, value)
+            try:  # (fresh pattern tensors: the layouts are kept by their identity)
+                fresh = [sk.CSRMatrix(Ac.row_offsets.clone(), Ac.column_indices.clone(),
+                                      Ac.values, (M, K), check=False) for Ac in matrices]  # fmt: skip
+                timed[name] = checked(lambda Ac: sk.linear(xs, Ac), fresh)
+            finally:
+                setattr(csr_lines_tuning, setting, kept)
         token = tuning.spmm_csr_token_config(A.nnz, M)
 
         for name, asm, unmasked in (("token/asm", True, False), ("token/u", False, True),
