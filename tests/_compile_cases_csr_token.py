@@ -44,9 +44,9 @@ def csr_token_cases() -> dict:
         constants = dict(HAS_BIAS=rows == 2, ACTIVATION=0, ACC_DTYPE=tl.float32, ROWS=rows,
                          BLOCK=block, LINE=64, HEAD_BASE=(1 << 24) - 1, PDL=2,
                          ASM_GATHER=asm, BY_SEQUENCE=False, AHEAD=1,
-                         HELD_IN_ASM=False, IN_PLACE=False, ALIGN=8,
-                         FINITE=False)  # fmt: skip
-        pointers = ["*i32", "*u8", "*i32", "*bf16", "*i32", "*bf16", "*bf16", "*i32", "*bf16"]
+                         HELD_IN_ASM=False, IN_PLACE=False, FINITE=False)  # fmt: skip
+        pointers = ["*i32", "*u8", "*i32", "*bf16", "*bf16", "*i32", "*bf16", "*bf16", "*i32",
+                    "*bf16"]  # fmt: skip
         name = f"csr token lines {rows} x {block}" + " asm" * asm
         cases[name] = (_spmm_csr_token_lines_kernel, pointers, constants, 1)
     constants = {**constants, "BY_SEQUENCE": True, "AHEAD": 2}  # (the options, 2 x 256 asm)
@@ -58,9 +58,10 @@ def csr_token_cases() -> dict:
     cases["csr token lines 2 x 256 asm sequence 2 warps held in asm"] = (
         _spmm_csr_token_lines_kernel, pointers, {**routed, "HELD_IN_ASM": True}, 2)  # fmt: skip
     for finite in (False, True):  # the CSR's own values: other rows' masked, or not (finite)
-        cases["csr token lines 2 x 256 asm sequence 2 warps in place" + " finite" * finite] = (
-            _spmm_csr_token_lines_kernel, pointers, {**routed, "IN_PLACE": True, "FINITE": finite},
-            2)  # fmt: skip
+        cases["csr token lines 2 x 256 asm sequence 2 warps held in asm in place"
+              + " finite" * finite] = (_spmm_csr_token_lines_kernel, pointers,
+                                       {**routed, "HELD_IN_ASM": True, "IN_PLACE": True,
+                                        "FINITE": finite}, 2)  # fmt: skip
     cases["csr token lines 2 x 256 asm sequence 2 warps held in asm 16-slot lines"] = (
         _spmm_csr_token_lines_kernel, pointers, {**routed, "HELD_IN_ASM": True, "LINE": 16},
         2)  # fmt: skip
@@ -74,8 +75,9 @@ def csr_token_cases() -> dict:
         constants = dict(HAS_BIAS=n == 4, ACTIVATION=0, ACC_DTYPE=tl.float32, ROWS=2,
                          BLOCK=block, BLOCK_N=n, PADDED_B=True, LINE=64,
                          HEAD_BASE=(1 << 24) - 1, BY_SEQUENCE=True, ASM_GATHER=asm,
-                         IN_PLACE=False, ALIGN=8, FINITE=False)  # fmt: skip
-        pointers = ["*i32", "*u8", "*i32", "*bf16", "*i32", "*bf16", "*bf16", "*i32", "*bf16"]
+                         IN_PLACE=False, FINITE=False)  # fmt: skip
+        pointers = ["*i32", "*u8", "*i32", "*bf16", "*bf16", "*i32", "*bf16", "*bf16", "*i32",
+                    "*bf16"]  # fmt: skip
         name = f"csr few lines {n} tokens 2 x {block}" + " asm" * asm
         cases[name] = (_spmm_csr_few_lines_kernel, pointers, constants, 2)
     in_place = {**constants, "BLOCK_N": 4, "BLOCK": 256, "HAS_BIAS": True, "IN_PLACE": True}

@@ -128,28 +128,26 @@ def test_the_layout_costs_about_a_byte_an_entry(gen):
      (200, 2048, 0.7), (3, 50, 0.1)],
 )  # fmt: skip
 def test_in_place_windows(M, K, density, line, gen):
-    """An in-place layout: slot s of a line is CSR entry window + s, the window a multiple of
-    ALIGN, the line's entries at slots lead .. end (lead < ALIGN), every entry once; the rows
-    before exact_from read no window past the last entry, and exact_from's row does."""
+    """An in-place layout holds the pattern like any layout; a line read in place starts at a
+    multiple of ALIGN and its `line` slots end inside the values, slot s being entry start +
+    s; the others are numbered in order for pack_rest, which holds their packed values. On
+    dense-enough rows about one line a row is not read in place (a row's first, where the row
+    starts off the alignment)."""
     A = random_csr(M, K, density, gen, torch.float64, "cpu")
     layout = build(A.row_offsets, A.column_indices, K, most_slots=1000.0, line=line,
                    in_place=True)  # fmt: skip
     assert layout.in_place and layout.entries == A.nnz
-    assert torch.equal(_unpacked(layout, layout.pack(A.values), (M, K)), A.to_dense())
+    packed = layout.pack(A.values)
+    assert torch.equal(_unpacked(layout, packed, (M, K)), A.to_dense())
     source = layout.source().view(-1, line)
     held = source >= 0
     assert torch.equal(source[held].sort().values, torch.arange(A.nnz))  # each once
-    leads, ends = layout.leads(), layout.held()
-    windows = layout.starts - leads
-    assert (windows % ALIGN == 0).all() and (leads < ALIGN).all() and (ends <= line).all()
-    slot = torch.arange(line)
-    assert torch.equal(held, (slot >= leads[:, None]) & (slot < ends[:, None]))
-    assert torch.equal(torch.where(held, windows[:, None] + slot, -1), source)
-    assert (layout.offsets.view(-1, line)[~held] == 0).all()
-    line_rows = torch.repeat_interleave(torch.arange(M), layout.row_slots.long().diff() // line)
-    past = windows + line > A.nnz
-    assert (line_rows[past] >= layout.exact_from).all()
-    if past.any():
-        assert layout.exact_from in line_rows[past].tolist()
-    else:
-        assert layout.exact_from == M
+    windows, starts = layout.windows.long(), layout.starts.long()
+    read = windows >= 0
+    assert torch.equal(windows[read], starts[read]) and (starts[read] % ALIGN == 0).all()
+    assert (starts[read] + line <= A.nnz).all()
+    assert torch.equal(-1 - windows[~read], torch.arange(int((~read).sum())))
+    assert layout.rest_lines == int((~read).sum())
+    assert torch.equal(layout.pack_rest(A.values), packed.view(-1, line)[~read].reshape(-1))
+    if density >= 0.3 and K >= 2048:
+        assert layout.rest_lines <= 1.2 * M

@@ -42,7 +42,8 @@ def _few_lines(A, B, n, bias=None, activation="none", block=64, rows=1, warps=1,
     spmm_csr_few_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
         values=A.values if in_place else layout.pack(A.values),
-        in_place=layout if in_place else None, finite_values=finite, b=B, bias=bias,
+        in_place=layout if in_place else None,
+        rest=layout.pack_rest(A.values) if in_place else None, finite_values=finite, b=B, bias=bias,
         row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
         row_sequence=sequence, asm_gather=B.is_cuda if asm is None else asm, line=line,
@@ -77,10 +78,10 @@ def test_matches_float64(device, dtype, n, block, rows, by_sequence, line, gen):
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_values_read_in_place(device, dtype, gen):
-    """The CSR's own values read from an in-place layout's aligned windows give the same
-    layout's packed sums, B padded (PTX vectors on the GPU) or strided, 64- and 16-slot lines
-    (other rows' values unmasked: finite_values, and masked),
-    K = 1 (most programs read slot by slot: windows past the last entry)."""
+    """The CSR's own values read through an in-place layout (aligned lines in place, the rest
+    from its small packed copy) give the same layout's packed sums, B padded (PTX vectors on
+    the GPU) or strided, 64- and 16-slot lines (the next rows' values past a line's entries
+    unmasked: finite_values, and masked), K = 1 (few lines read in place)."""
     skip_interpreter_on_gpu_machine(device)
     for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (30, 1, 0.5)]:
         A = random_csr(M, K, density, gen, dtype, device)
@@ -98,18 +99,16 @@ def test_values_read_in_place(device, dtype, gen):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_values_in_place_mask_their_neighbours(device):
-    """A NaN weight just before a row's first entry and an inf one just after its last stay
-    out of its sums (the window reads them), and an inf in B at the base of a line with
-    leading slots gives inf, never 0 * inf."""
+    """Row 0's line, read in place, reads row 1's and row 2's values past its 3 entries: a NaN
+    and an inf among them stay out of its sums."""
     skip_interpreter_on_gpu_machine(device)
-    A = csr_with_neighbours(device)  # row 1's window starts among row 0's entries
-    A.values[2] = float("nan")  # row 0's last entry
+    A = csr_with_neighbours(device)
+    A.values[5] = float("nan")  # row 1's
     A.values[13] = float("inf")  # row 2's first entry
     x = torch.ones(2, 200, dtype=torch.bfloat16, device=device)
-    x[1, 20] = float("inf")  # row 1's base (its line's lead is 3), token 1
     got = _few_lines(A, padded_rows(x.t()), 2, in_place=True)
-    assert got[1].tolist() == [20.0, float("inf")] and got[0].isnan().all()
-    assert got[2].tolist() == [float("inf")] * 2 and got[3:, 0].eq(75.0).all()
+    assert got[0].tolist() == [3.0, 3.0] and got[1].isnan().all()
+    assert got[2].tolist() == [float("inf")] * 2 and got[3:].eq(75.0).all()
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -29,8 +29,8 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=No
            by_sequence=False, ahead=1, held_in_asm=False, in_place=False, line=LINE):  # fmt: skip
     """The kernel on A's line layout of `line` slots a line (rows stored in A.row_order's
     sequence if `by_sequence`); on the GPU x is gathered by inline PTX (as routed) unless `asm`
-    is False; `in_place`: A's own values read from an in-place layout's windows instead of
-    packed ones."""
+    is False; `in_place`: A's own values read through an in-place layout instead of packed
+    ones."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
     sequence = A.row_order if by_sequence else None
@@ -40,7 +40,9 @@ def _lines(A, x, bias=None, activation="none", block=64, rows=1, warps=1, asm=No
     spmm_csr_token_lines(
         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
         values=A.values if in_place else layout.pack(A.values),
-        in_place=layout if in_place else None, x=x, bias=bias, row_order=A.row_order, out=out,
+        in_place=layout if in_place else None,
+        rest=layout.pack_rest(A.values) if in_place else None, x=x, bias=bias,
+        row_order=A.row_order, out=out,
         activation=activation, rows_per_program=rows, block=block, num_warps=warps,
         asm_gather=x.is_cuda if asm is None else asm, row_sequence=sequence, ahead=ahead,
         held_in_asm=held_in_asm, line=line,
@@ -127,9 +129,10 @@ def _in_place_and_packed(A, x, **kw):
         out = torch.full((A.shape[0], 3), float("nan"), dtype=x.dtype, device=x.device)[:, 1]
         spmm_csr_token_lines(
             row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
-            values=values, in_place=in_place, x=x, bias=None, row_order=A.row_order, out=out,
-            activation="none", row_sequence=sequence, asm_gather=x.is_cuda,
-            line=layout.line, **kw,
+            values=values, in_place=in_place,
+            rest=layout.pack_rest(A.values) if in_place else None, x=x, bias=None,
+            row_order=A.row_order, out=out, activation="none", row_sequence=sequence,
+            asm_gather=x.is_cuda, line=layout.line, **kw,
         )  # fmt: skip
         outs.append(out)
     return outs
@@ -138,23 +141,26 @@ def _in_place_and_packed(A, x, **kw):
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_values_read_in_place(device, dtype, gen):
-    """The CSR's own values read from an in-place layout's aligned windows give the packed
-    copy's sums (the same order), rows stored by sequence or not, 64- and 16-slot lines, other
-    rows' values masked or (finite_values) not: a line's window starts among the previous
-    row's entries and ends among the next row's, and programs with the last rows read slot by
-    slot (K = 1: most lines' windows
-    pass the last entry; nnz not a multiple of 8)."""
+    """The CSR's own values read through an in-place layout (aligned lines in place, the rest
+    from its small packed copy) give the same layout's packed sums (the same order), rows
+    stored by sequence or not, 64- and 16-slot lines, the held count compared in the PTX on
+    the GPU or not, the next rows' values past a line's entries masked or (finite_values) not;
+    K = 1 and nnz not a multiple of 8 (the last lines never read in place)."""
     skip_interpreter_on_gpu_machine(device)
     for M, K, density in [(37, 300, 0.25), (9, 3000, 0.02), (1, 500, 0.6), (30, 1, 0.5)]:
         A = random_csr(M, K, density, gen, dtype, device)
         x = x_with_nan_where_unused(A, gen, dtype, device)
         want = A.to_dense().double() @ torch.nan_to_num(x.double())
         bound = spmm_bound(A.to_dense(), torch.nan_to_num(x)[:, None])[:, 0]
-        for block, rows, by_sequence, line, finite in [(64, 1, False, 64, False),
-                                                       (256, 2, True, 64, True),
-                                                       (128, 2, True, 16, False)]:  # fmt: skip
-            kw = dict(rows_per_program=rows, block=block, num_warps=rows,
-                      by_sequence=by_sequence, line=line, finite_values=finite)  # fmt: skip
+        held = device == "cuda" and dtype.itemsize == 2
+        for block, rows, by_sequence, line, finite, ahead in [
+            (64, 1, False, 64, False, 1),
+            (256, 2, True, 64, True, 1),
+            (128, 2, True, 16, False, 2),
+        ]:  # fmt: skip
+            kw = dict(rows_per_program=rows, block=block, num_warps=rows, ahead=ahead,
+                      by_sequence=by_sequence, line=line, finite_values=finite,
+                      held_in_asm=held)  # fmt: skip
             got, packed = _in_place_and_packed(A, x, **kw)
             assert torch.equal(got, packed)
             assert_close(got, want, bound, dtype)
@@ -162,44 +168,50 @@ def test_values_read_in_place(device, dtype, gen):
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 def test_values_in_place_mask_their_neighbours(device, gen):
-    """A line's window reads other rows' values: a NaN weight just before a row's first entry
-    and an inf one just after its last stay out of its sum, and an inf in x at the base
-    column of a line with leading slots gives inf, never 0 * inf."""
+    """An in-place line reads `line` values from its start: past row 0's 3 entries (its whole
+    line read in place) lie row 1's and row 2's, a NaN and an inf among them, kept out of row
+    0's sum; an inf in x at row 0's base, under its padding slots' offsets, gives inf."""
     skip_interpreter_on_gpu_machine(device)
-    A = csr_with_neighbours(device)  # row 1's window starts among row 0's entries
-    assert build(A.row_offsets, A.column_indices, 200, 1000.0, in_place=True).exact_from == 4
+    A = csr_with_neighbours(device)
+    layout = build(A.row_offsets, A.column_indices, 200, 1000.0, in_place=True)
+    assert layout.windows[0].item() == 0 and layout.windows[1].item() < 0  # row 1: entry 3 on
     x = torch.ones(200, dtype=torch.bfloat16, device=device)
-    x[20] = float("inf")  # row 1's base (its line's lead is 3)
-    for finite in (False, True):  # (x's mask alone keeps the inf out of the lead slots)
+    x[10] = float("inf")
+    for finite in (False, True):
         got, _ = _in_place_and_packed(A, x, rows_per_program=1, block=64, num_warps=1,
                                       by_sequence=False, finite_values=finite)  # fmt: skip
-        assert got[1].item() == float("inf")
-    x[20] = 1.0
-    A.values[2] = float("nan")  # row 0's last entry
+        assert got[0].item() == float("inf") and got[1].item() == 20.0
+    x[10] = 1.0
+    A.values[5] = float("nan")  # row 1's
     A.values[13] = float("inf")  # row 2's first entry
     got, _ = _in_place_and_packed(A, x, rows_per_program=2, block=64, num_warps=1,
                                   by_sequence=False)  # fmt: skip
-    assert got[1].item() == 20.0 and got[0].isnan() and got[2].item() == float("inf")
+    assert got[0].item() == 3.0 and got[1].isnan() and got[2].item() == float("inf")
     assert got[3].item() == got[4].item() == 75.0
 
 
 def test_in_place_layout_is_checked(gen):
-    """The kernel takes only an in-place layout of these heads with its CSR's own values."""
+    """The kernel takes only an in-place layout of these heads with its CSR's own values and
+    their pack_rest."""
     from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
 
     A = random_csr(20, 300, 0.3, gen, torch.float32, "cpu")
     packed = build(A.row_offsets, A.column_indices, 300, 1000.0)
     layout = build(A.row_offsets, A.column_indices, 300, 1000.0, in_place=True)
+    rest = layout.pack_rest(A.values)
     kw = dict(row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
               x=torch.ones(300), bias=None, row_order=A.row_order, out=torch.empty(20),
               activation="none", rows_per_program=1, block=64, num_warps=1)  # fmt: skip
-    for in_place, values, message in [
-        (packed, A.values, "in_place must be the in-place layout"),
-        (layout, A.values[:-1], r"values must be the layout's CSR values, contiguous \("),
-        (layout, torch.stack([A.values, A.values], 1)[:, 0], "values must be the layout's"),
+    for in_place, values, rest_given, message in [
+        (packed, A.values, rest, "in_place must be the in-place layout"),
+        (layout, A.values[:-1], rest, r"values must be the layout's CSR values, contiguous \("),
+        (layout, torch.stack([A.values, A.values], 1)[:, 0], rest, "values must be the layout's"),
+        (layout, A.values, None, r"rest must be the layout's pack_rest\(values\)"),
+        (layout, A.values, rest[:-1], "rest must be"),
+        (layout, A.values, rest.double(), "rest must be"),
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=message):
-            spmm_csr_token_lines(values=values, in_place=in_place, **kw)
+            spmm_csr_token_lines(values=values, in_place=in_place, rest=rest_given, **kw)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -273,7 +285,8 @@ def test_bad_block_raises():
 def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     """A one-token linear on a large weight runs the line layout's kernel (bias fused), the
     layout and packed values built once per weight; a small weight keeps the plain walk; with
-    CSR_LINES_VALUES_IN_PLACE the kernel reads the weight's own values (nothing packed), told
+    CSR_LINES_VALUES_IN_PLACE the kernel reads the weight's own values (only the lines not
+    read in place packed), told
     whether they are all finite (checked again after an in-place edit)."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_token_lines as kernel
@@ -319,7 +332,8 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     assert_close(sk.linear(x, B, bias, backend=backend), want, bound, torch.bfloat16)
     assert calls[2]["values"] is B.values and calls[2]["in_place"].in_place
     assert calls[2]["finite_values"] is True
-    assert _csr_lines._PACKED.get(B.values) is None  # no packed copy held
+    kept = _csr_lines._PACKED.get(B.values)[2]  # only the lines not read in place copied
+    assert kept is calls[2]["rest"] and kept.numel() == calls[2]["in_place"].rest_lines * 64
     with torch.no_grad():
         B.values[5] = float("nan")  # (a new version: checked again)
     sk.linear(x, B, bias, backend=backend)

@@ -5,7 +5,8 @@ bf16 LLM weights at 2-16 tokens: rotated weight copies that together overflow L2
 CUDA-graph medians in us a call, each form checked against float64 first (NaN where wrong).
 `linear` is the route with csr_lines_tuning.CSR_FEW_LINES off, `linear+lines` with it on; the
 configurations ("RxB/wW": R rows a program, B slots a step, W warps; "/l16": 16-slot lines;
-"/v": the CSR's own values read through an in-place layout, no packed copy)
+"/v": the CSR's own values read through an in-place layout, only the lines not read in place
+copied)
 run the kernel with the PTX gather, `lines/load` with tl.load's at the tuning's configuration;
 `linear+l16` the route taking 16-slot lines too (csr_lines_tuning.CSR_FEW_LINE_LENGTHS (64,
 16): a 90% weight's layout), `linear+v` the route reading the values in place
@@ -65,7 +66,8 @@ def main():
             layout = build(Ac.row_offsets, Ac.column_indices, K, 4.0, row_sequence=Ac.row_order,
                            line=line, in_place=in_place)  # fmt: skip
             values = Ac.values if in_place else layout.pack(Ac.values)
-            lined[line, in_place].append((layout, values))
+            rest = layout.pack_rest(Ac.values) if in_place else None
+            lined[line, in_place].append((layout, values, rest))
         for tokens in TOKENS:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
             want = x.double() @ dense.double().t()
@@ -103,13 +105,13 @@ def main():
 
                 def run(c, rows=rows, block=block, warps=warps, asm=asm, line=line,
                         in_place=in_place):  # fmt: skip
-                    layout, values = c
+                    layout, values, rest = c
                     spmm_csr_few_lines.spmm_csr_few_lines(
                         row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
                         values=values, b=b, bias=None, row_order=layout.row_sequence, out=out,
                         activation="none", rows_per_program=rows, block=block,
                         num_warps=warps, row_sequence=layout.row_sequence, asm_gather=asm,
-                        line=line, in_place=layout if in_place else None,
+                        line=line, in_place=layout if in_place else None, rest=rest,
                         finite_values=in_place,
                     )  # fmt: skip
                     return out.t()

@@ -12,8 +12,9 @@ Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_lines_cold.py
 LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps; "/s": rows stored in row
 order, "/a2": the weight two steps ahead, "/h": the held count compared in the PTX gather, "/v":
-the CSR's own values read through an in-place layout, no packed copy, other rows' values in a
-window unmasked (finite_values), "/vm": masked, "/l16": lines of 16 slots) and SHAPES
+the CSR's own values read through an in-place layout (its aligned lines in place, the rest
+from a small copy), the next rows' values past a line's entries unmasked (finite_values),
+"/vm": masked, "/l16": lines of 16 slots) and SHAPES
 (environment) replace the grid. `linear+l16` is the route with 16-slot lines allowed
 (csr_lines_tuning.CSR_LINE_LENGTHS (64, 16): a 90% weight's layout), `linear+v` the route
 reading the values in place (CSR_LINES_VALUES_IN_PLACE).
@@ -107,7 +108,9 @@ def main():
 
             out.fill_(float("nan"))
             timed[name] = checked(plain, matrices)
-        lined = {}  # by (sequence, line, in place): (layout, packed values, row order) a copy
+        # by (sequence, line, in place): (layout, packed values (in place: pack_rest's), row
+        # order, values) a copy
+        lined = {}
         for by_sequence, line, in_place in itertools.product((False, True), (64, 16),
                                                              (False, True)):  # fmt: skip
             if line == 16 and not any("l16" in c for c in CONFIGS):
@@ -119,7 +122,7 @@ def main():
                 sequence = Ac.row_order if by_sequence else None
                 copy = build(Ac.row_offsets, Ac.column_indices, K, 4.0, row_sequence=sequence,
                              line=line, in_place=in_place)  # fmt: skip
-                packed = None if in_place else copy.pack(Ac.values)
+                packed = copy.pack_rest(Ac.values) if in_place else copy.pack(Ac.values)
                 lined[by_sequence, line, in_place].append((copy, packed, Ac.row_order,
                                                            Ac.values))  # fmt: skip
         key16 = (True, 16, False)
@@ -136,7 +139,8 @@ def main():
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
                     values=values if in_place else packed,
-                    in_place=layout if in_place else None, finite_values=in_place == "v", x=x,
+                    in_place=layout if in_place else None, rest=packed if in_place else None,
+                    finite_values=in_place == "v", x=x,
                     bias=None, row_order=order, out=out,
                     activation="none", rows_per_program=rows, block=block, num_warps=warps,
                     asm_gather=asm, row_sequence=layout.row_sequence, ahead=ahead,

@@ -16,12 +16,14 @@ Shorter lines (`line` 16: ~160 columns at 90%) are cut rarely there, for a head 
 entries (3.25 bytes an entry with a 16-bit value, against CSR's 4 with int16 columns).
 
 An `in_place` layout lets a kernel read the CSR's own values instead of a packed copy (2 bytes
-an entry less held). Slot s of a line is then CSR entry `window + s`, where the window starts
-at the line's first entry rounded down to a multiple of ALIGN (so a slot's value loads as part
-of an aligned 16-byte vector): the line's entries sit at slots lead .. end, lead = first entry
-% ALIGN (0-7), and the head's high byte holds `end` (lead + entries) instead of the count. A
-line whose window passes the last entry (only the last rows': `exact_from`) must be read slot
-by slot, masked to its entries.
+an entry less held). Its lines are cut so that most start at an entry that is a multiple of
+ALIGN (a row's first line holds up to `line` - first % ALIGN entries; a line the span cuts
+ends at such an entry where it can): such a line whose `line` slots end inside the values is
+read in place, slot s being CSR entry start + s (an aligned 16-byte vector of values; the
+slots past its entries hold the next row's, masked). The rest (a row's first line where the
+row starts off the alignment, lines after an unaligned cut, and the last lines of all) have
+their values in a small packed copy, `pack_rest` (~a line a row). `windows` tells a kernel
+which: an in-place line's start, or -1 - its index in that copy.
 """
 
 from __future__ import annotations
@@ -44,59 +46,70 @@ ALIGN = 8  # an in-place layout's windows start at multiples of this entry (16 b
 class LineLayout:
     """Row r's slots are row_slots[r] .. row_slots[r + 1] (whole lines; with a row_sequence,
     row_sequence[p]'s are row_slots[p] .. row_slots[p + 1]); line i holds slots
-    i * line .. (i + 1) * line of `offsets`, its slots lead .. heads[i] >> 24 the entries at
-    columns (heads[i] & HEAD_BASE) + offsets (lead 0, or in_place: starts[i] % ALIGN)."""
+    i * line .. (i + 1) * line of `offsets`, its first heads[i] >> 24 of them the entries at
+    columns (heads[i] & HEAD_BASE) + offsets."""
 
     row_slots: torch.Tensor  # (M + 1,) int32 (int64 past 2**31 slots)
     heads: torch.Tensor  # (lines,) int32: base column | held slots << 24
     offsets: torch.Tensor  # (lines * line,) uint8: column - base (0 in padding)
-    # (lines,) int32 (int64 past 2**31 entries): the CSR entry a line's first held slot holds
-    # (its held slots hold the ones after it): a line's worth of bytes, where a slot's own
-    # would double the layout's size
+    # (lines,) int32 (int64 past 2**31 entries): the CSR entry a line's first slot holds (its
+    # held slots hold the ones after it): a line's worth of bytes, where a slot's own would
+    # double the layout's size
     starts: torch.Tensor
     # Rows in the order their slots are listed (row_slots[p] .. [p + 1] are row_sequence[p]'s),
     # or None: row r's slots at row_slots[r].
     row_sequence: torch.Tensor | None = None
     line: int = LINE  # slots a line (LINES)
-    # Slot s of line i is CSR entry starts[i] // ALIGN * ALIGN + s (the module's docstring)
-    in_place: bool = False
-    # in_place: the first row (by index) with a line whose window passes the last entry; the
-    # rows from it on are read slot by slot (`rows` where there is none)
-    exact_from: int = 0
-    entries: int = 0  # the CSR's stored entries
+    # in_place: (lines,) like starts: a line read in place, its start (a multiple of ALIGN);
+    # else -1 - its index among the lines pack_rest copies (the module's docstring)
+    windows: torch.Tensor | None = None
+    entries: int = 0  # the CSR's stored entries (in_place: the values a kernel reads)
+    rest_lines: int = 0  # in_place: the lines not read in place (pack_rest's)
 
     @property
     def lines(self) -> int:
         return self.heads.numel()
+
+    @property
+    def in_place(self) -> bool:
+        return self.windows is not None
 
     def bases(self) -> torch.Tensor:
         """Each line's base column (lines,), int64."""
         return self.heads.long() & HEAD_BASE
 
     def held(self) -> torch.Tensor:
-        """Each line's end slot (lines,), int64: its held slots, past its lead."""
+        """Each line's held slots (lines,), int64."""
         return self.heads.long() >> 24
 
-    def leads(self) -> torch.Tensor:
-        """Each line's first held slot (lines,), int64: 0 unless in_place."""
-        starts = self.starts.long()
-        return starts % ALIGN if self.in_place else torch.zeros_like(starts)
-
-    def source(self) -> torch.Tensor:
-        """The CSR entry each slot holds (lines * line,), int64, -1 in the padding."""
-        slot = torch.arange(self.line, device=self.starts.device)[None, :]
-        leads = self.leads()[:, None]
-        entries = self.starts.long()[:, None] - leads + slot
-        held = (slot >= leads) & (slot < self.held()[:, None])
-        return torch.where(held, entries, -1).reshape(-1)
+    def source(self, lines: torch.Tensor | None = None) -> torch.Tensor:
+        """The CSR entry each slot holds (lines * line,), int64, -1 in the padding; of the
+        lines at indices `lines` only, if given."""
+        slot = torch.arange(self.line, device=self.starts.device)
+        starts, held = self.starts.long(), self.held()
+        if lines is not None:
+            starts, held = starts[lines], held[lines]
+        entries = starts[:, None] + slot[None, :]
+        return torch.where(slot[None, :] < held[:, None], entries, -1).reshape(-1)
 
     def pack(self, values: torch.Tensor) -> torch.Tensor:
         """The CSR values (nnz,) in slot order (lines * line,), zero in the padding."""
-        source = self.source()
-        held = source >= 0
-        packed = values.new_zeros(source.shape)
-        packed[held] = values[source[held]]
-        return packed
+        return _gathered(values, self.source())
+
+    def pack_rest(self, values: torch.Tensor) -> torch.Tensor:
+        """An in-place layout's lines not read in place: their values in slot order (zero in
+        the padding), in the order `windows` numbers them."""
+        if self.windows is None:
+            raise ValueError("pack_rest needs an in-place layout (build(in_place=True))")
+        rest = torch.nonzero(self.windows < 0).reshape(-1)
+        return _gathered(values, self.source(rest))
+
+
+def _gathered(values: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    held = source >= 0
+    packed = values.new_zeros(source.shape)
+    packed[held] = values[source[held]]
+    return packed
 
 
 def build(
@@ -113,8 +126,8 @@ def build(
     its columns pass a head's 24 bits. Every row's next line is found at once, an iteration a
     line of the longest row. With `row_sequence` (a permutation of the rows: the order a kernel
     visits them), the rows' lines are stored in that order, so programs that run together read
-    neighbouring memory. `line`: slots a line, one of LINES. `in_place`: windows of the CSR's
-    own values (the module's docstring); a line then holds up to `line` - lead entries."""
+    neighbouring memory. `line`: slots a line, one of LINES. `in_place`: lines cut for reading
+    the CSR's own values, with their `windows` (the module's docstring)."""
     if line not in LINES:
         raise ValueError(f"line must be one of {LINES}, got {line}")
     if columns > HEAD_BASE + 1:
@@ -136,8 +149,11 @@ def build(
     found = 0
     while row.numel():
         reach = torch.searchsorted(keys, keys[start] + SPAN, right=True)
-        room = line - start % ALIGN if in_place else line
+        room = line - start % ALIGN if in_place else line  # (the next line starts aligned)
         end = torch.minimum(torch.minimum(reach, start + room), row_end)
+        if in_place:  # a line the span cuts ends at an aligned entry where one lies past its start
+            aligned = end - end % ALIGN
+            end = torch.where((end == reach) & (end < row_end) & (aligned > start), aligned, end)
         line_rows.append(row)
         line_starts.append(start)
         line_counts.append(end - start)
@@ -147,14 +163,8 @@ def build(
         going = end < row_end
         row, start, row_end = row[going], end[going], row_end[going]
     if found == 0:
-        return _empty(rows, device, row_sequence, line, in_place, nnz)
+        return _empty(rows, device, row_sequence, line, in_place)
     line_rows_all = torch.cat(line_rows)
-    exact_from = rows
-    if in_place:  # the rows of lines whose window passes the last entry
-        line_starts_all = torch.cat(line_starts)
-        past = line_starts_all - line_starts_all % ALIGN + line > nnz
-        if past.any():
-            exact_from = int(line_rows_all[past].min())
     if row_sequence is not None:  # each line's row by its place in the sequence
         place = torch.empty(rows, dtype=torch.int64, device=device)
         place[row_sequence.long()] = torch.arange(rows, device=device)
@@ -166,37 +176,41 @@ def build(
     per_row = torch.bincount(line_rows_all, minlength=rows)
     row_slots = torch.zeros(rows + 1, dtype=torch.int64, device=device)
     row_slots[1:] = per_row.cumsum(0) * line
-    slot = torch.arange(line, device=device)[None, :]
-    leads = (starts % ALIGN if in_place else torch.zeros_like(starts))[:, None]
-    ends = leads[:, 0] + counts
-    held = (slot >= leads) & (slot < ends[:, None])
-    source = torch.where(held, starts[:, None] - leads + slot, -1).reshape(-1)
+    slot = torch.arange(line, device=device)
+    source = starts[:, None] + slot[None, :]
+    held = slot[None, :] < counts[:, None]
+    source = torch.where(held, source, -1).reshape(-1)
     bases = cols[starts]
     offsets_of = torch.where(held.reshape(-1), cols[source.clamp(min=0)] - bases.repeat_interleave(
         line), 0)  # fmt: skip
+    index = index_dtype_for(nnz + line)
+    windows, rest_lines = None, 0
+    if in_place:  # aligned lines whose slots end inside the values are read there
+        read = (starts % ALIGN == 0) & (starts + line <= nnz)
+        windows = torch.where(read, starts, -torch.cumsum(~read, 0)).to(index)
+        rest_lines = int((~read).sum())
     return LineLayout(
         row_slots=row_slots.to(index_dtype_for(int(row_slots[-1]))),
-        heads=(bases | ends << 24).to(torch.int32),
+        heads=(bases | counts << 24).to(torch.int32),
         offsets=offsets_of.to(torch.uint8),
-        starts=starts.to(index_dtype_for(nnz + line)),  # (a window's last slot too)
+        starts=starts.to(index),
         row_sequence=row_sequence,
         line=line,
-        in_place=in_place,
-        exact_from=exact_from,
+        windows=windows,
         entries=nnz,
+        rest_lines=rest_lines,
     )
 
 
 def _empty(rows: int, device: torch.device, row_sequence=None, line: int = LINE,
-           in_place: bool = False, entries: int = 0) -> LineLayout:  # fmt: skip
+           in_place: bool = False) -> LineLayout:  # fmt: skip
+    none = torch.zeros(0, dtype=torch.int32, device=device)
     return LineLayout(
         row_slots=torch.zeros(rows + 1, dtype=torch.int32, device=device),
-        heads=torch.zeros(0, dtype=torch.int32, device=device),
+        heads=none,
         offsets=torch.zeros(0, dtype=torch.uint8, device=device),
-        starts=torch.zeros(0, dtype=torch.int32, device=device),
+        starts=none,
         row_sequence=row_sequence,
         line=line,
-        in_place=in_place,
-        exact_from=rows,
-        entries=entries,
+        windows=none if in_place else None,
     )

@@ -45,23 +45,6 @@ def gather16_below(x, index, within, count):
 
 
 @triton.jit
-def gather16_between(x, index, within, lead, end):
-    """x[index] where lead <= within < end, else 0, for a 16-bit x: both compares inside the
-    PTX (an in-place line layout's held slots)."""
-    address = (x + index).to(tl.int64, bitcast=True)
-    bits = tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ge.s32 p, $2, $3; setp.lt.and.s32 p, $2, $4, p; mov.b16 $0, 0;"
-        " @p ld.global.b16 $0, [$1]; }",
-        "=h,l,r,r,r",
-        [address, within, lead, end],
-        dtype=tl.int16,
-        is_pure=True,
-        pack=1,
-    )
-    return bits.to(x.dtype.element_ty, bitcast=True)
-
-
-@triton.jit
 def gather16_all(x, index):
     """x[index] for a 16-bit x, every element read (no mask: a step known to be whole)."""
     address = (x + index).to(tl.int64, bitcast=True)

@@ -38,14 +38,14 @@ CSR_LINES_AHEAD = 1
 # 14336 20.3 -> 19.3, 14336 x 4096 20.9 -> 19.7, 28672 x 4096 36.4 -> 35.1, 4096^2 8.2 -> 7.8.
 CSR_LINES_HELD_IN_ASM = True
 # The line walks (one token and few) reading the CSR's own values instead of a packed copy,
-# through an in-place layout (formats/_line_layout.py: each line a window of the values from
-# its first entry rounded down to 8, so the loads stay aligned 16-byte vectors): a 70% layer at
-# decode holds 1.54 bytes a dense element instead of 2.15 (dense 2; 4096 x 14336, CPU count).
-# Its step compares each slot with the line's first and end slots (sm_90 loop: ~142
-# instructions on the vector path, against 121 for the packed walk's). Read at each line's
-# start entry instead (no aligned vectors) it was a third slower (2026-12-04/at-0c72361:
-# 25.7 against 19.1 us, 70%, 4096 x 14336). Written without device time: off until
-# csr_lines_cold.py's "/v" forms and `linear+v` measure it.
+# through an in-place layout (formats/_line_layout.py: lines cut to start at multiples of 8
+# entries are read in place as aligned 16-byte vectors; ~a line a row, where the row starts off
+# the alignment, from a small copy): a 70% layer at decode holds 1.57-1.60 bytes a dense
+# element instead of 2.15-2.17 (dense 2; 4096 x 14336 and 14336 x 4096, CPU count). sm_90
+# loop (Triton 3.6): one token 121 -> 133 instructions a step (the window's load and select),
+# 4 tokens 201 -> 212. Read at each line's start entry instead (no aligned vectors) it was a
+# third slower (2026-12-04/at-0c72361: 25.7 against 19.1 us, 70%, 4096 x 14336). Written
+# without device time: off until csr_lines_cold.py's "/v" forms and `linear+v` measure it.
 CSR_LINES_VALUES_IN_PLACE = False
 
 

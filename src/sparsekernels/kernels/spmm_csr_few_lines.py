@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats._line_layout import ALIGN, HEAD_BASE, LINE, LINES, LineLayout
+from ..formats._line_layout import HEAD_BASE, LINE, LINES, LineLayout
 from ._activation import ACTIVATION_CODES, activate
 from ._gather import gather_words1, gather_words2, gather_words4
 from .spmm_csr_token_lines import _step, check_in_place
@@ -66,7 +66,8 @@ def _spmm_csr_few_lines_kernel(
     offsets,  # (slots,) uint8: each slot's column less its line's base
     heads,  # (slots // LINE,) int32: base column | held slots << 24
     values,  # (slots,) the entries' values, 0 in the padding; IN_PLACE: the CSR's (nnz,)
-    starts,  # (lines,) int32 with IN_PLACE: the CSR entry each line's first held slot holds
+    rest,  # IN_PLACE: the values of the lines not read in place (LineLayout.pack_rest)
+    windows,  # (lines,) int32 with IN_PLACE: LineLayout.windows
     b,  # (K, N): strides stride_bk, stride_bn; or (K, BLOCK_N) padded when PADDED_B
     bias,  # (M,) when HAS_BIAS
     row_order,  # (M,) int32: the rows in visiting order; a program takes ROWS of them
@@ -77,7 +78,6 @@ def _spmm_csr_few_lines_kernel(
     stride_bn,
     stride_om,
     stride_on,
-    exact_from,  # IN_PLACE: a program with a row from this one on reads slot by slot
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
     ACC_DTYPE: tl.constexpr,
@@ -90,7 +90,6 @@ def _spmm_csr_few_lines_kernel(
     BY_SEQUENCE: tl.constexpr,  # row_slots listed in row_order's sequence
     ASM_GATHER: tl.constexpr = False,  # B's rows by inline PTX vectors (16-bit, padded B)
     IN_PLACE: tl.constexpr = False,  # values read from the CSR's own (an in-place layout)
-    ALIGN: tl.constexpr = 8,  # an in-place layout's windows' alignment, in entries
     FINITE: tl.constexpr = False,  # IN_PLACE: every value is finite (other rows' unmasked)
 ):
     NL: tl.constexpr = BLOCK // LINE
@@ -112,11 +111,8 @@ def _spmm_csr_few_lines_kernel(
         col_mask = mask_n[None, None, None, :]
     within = tl.arange(0, LINE)[None, None, :]
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
-    exact = False
-    if IN_PLACE:
-        exact = tl.max(tl.where(mask_r, row, 0)) >= exact_from
-    vals, cols, held = _step(heads, offsets, values, starts, lines, end_line, within, exact,
-                             LINE, HEAD_BASE, IN_PLACE, ALIGN, FINITE)  # fmt: skip
+    vals, cols, held = _step(heads, offsets, values, rest, windows, lines, end_line, within,
+                             LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
     acc = tl.zeros((ROWS, NL, LINE, BLOCK_N), dtype=ACC_DTYPE)
     # With ASM_GATHER, a word (two columns) a pair of sums, each (ROWS, NL, LINE, 2), in the
     # step's layout; the ones past BLOCK_N // 2 words stay unused.
@@ -126,9 +122,9 @@ def _spmm_csr_few_lines_kernel(
     DTYPE: tl.constexpr = b.dtype.element_ty
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
-        next_vals, next_cols, next_held = _step(heads, offsets, values, starts, lines, end_line,
-                                                within, exact, LINE, HEAD_BASE, IN_PLACE,
-                                                ALIGN, FINITE)  # fmt: skip
+        next_vals, next_cols, next_held = _step(heads, offsets, values, rest, windows, lines,
+                                                end_line, within, LINE, HEAD_BASE, IN_PLACE,
+                                                FINITE)  # fmt: skip
         if ASM_GATHER:
             address = (b + cols * BLOCK_N).to(tl.int64, bitcast=True)
             v = vals.to(ACC_DTYPE)[:, :, :, None]
@@ -217,6 +213,7 @@ def spmm_csr_few_lines(
     asm_gather: bool = False,
     line: int = LINE,
     in_place: LineLayout | None = None,
+    rest: torch.Tensor | None = None,
     finite_values: bool = False,
 ) -> torch.Tensor:
     """out (M, N) = act(A @ b + bias) for A in the line layout (formats/_line_layout.LineLayout:
@@ -226,8 +223,8 @@ def spmm_csr_few_lines(
     `asm_gather`: B's rows read as vectors by inline PTX where b is 16-bit, padded and aligned
     (vector_rows; not in the interpreter: the caller decides). `line`: the layout's slots a
     line (LINES). `in_place` (the layout, built in_place, whose row_slots, offsets and heads
-    these are): `values` are the CSR's own (nnz,), no packed copy; `finite_values`: every value
-    is finite (spmm_csr_token_lines)."""
+    these are): `values` are the CSR's own (nnz,) with `rest` (in_place.pack_rest(values)), no
+    packed copy; `finite_values`: every value is finite (spmm_csr_token_lines)."""
     if line not in LINES:
         raise ValueError(f"line must be one of {LINES} (the layout's), got {line}")
     if block % line or block & (block - 1):
@@ -236,7 +233,7 @@ def spmm_csr_few_lines(
         raise ValueError("row_order must be the layout's row_sequence (its rows' listed order)")
     if not offsets_fit(b, out):
         raise ValueError("b and out must each span under 2**31 elements (int32 offsets)")
-    check_in_place(in_place, heads, values)
+    check_in_place(in_place, rest, heads, values)
     rows, n = out.shape
     if rows == 0 or n == 0:
         return out
@@ -247,7 +244,8 @@ def spmm_csr_few_lines(
         offsets,
         heads,
         values,
-        in_place.starts if in_place is not None else heads,
+        rest if in_place is not None else values,
+        in_place.windows if in_place is not None else heads,
         b,
         bias if bias is not None else values,
         row_order,
@@ -258,7 +256,6 @@ def spmm_csr_few_lines(
         b.stride(1),
         out.stride(0),
         out.stride(1),
-        in_place.exact_from if in_place is not None else rows,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
@@ -271,7 +268,6 @@ def spmm_csr_few_lines(
         BY_SEQUENCE=row_sequence is not None,
         ASM_GATHER=asm_gather and vector_rows(b, block_n) and padded,
         IN_PLACE=in_place is not None,
-        ALIGN=ALIGN,
         FINITE=finite_values,
         num_warps=num_warps,
         num_stages=1,

@@ -27,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats._line_layout import ALIGN, HEAD_BASE, LINE, LINES, LineLayout
+from ..formats._line_layout import HEAD_BASE, LINE, LINES, LineLayout
 from ._activation import ACTIVATION_CODES, activate
-from ._gather import gather16, gather16_below, gather16_between
+from ._gather import gather16, gather16_below
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
 
@@ -51,47 +51,38 @@ def _step_counted(heads, offsets, values, lines, end_line, within, LINE: tl.cons
 
 
 @triton.jit
-def _step_in_place(heads, offsets, values, starts, lines, end_line, within, exact,
-                   LINE: tl.constexpr, HEAD_BASE: tl.constexpr, ALIGN: tl.constexpr,
-                   FINITE: tl.constexpr):  # fmt: skip
-    """A step's values and columns and each line's first and end held slots (ROWS, NL, 1) on
-    an in-place layout (formats/_line_layout.py): a line's slots are the CSR's values from its
-    window on (its first entry rounded down to ALIGN: whole aligned vectors), its entries at
-    slots lead .. end (the head's high byte; 0 past the row's lines). The other slots hold
-    other rows' values: a gather masked to lead .. end gives 0 there, which leaves the sum
-    alone where the values are FINITE; else they are masked too. `exact` (a program of rows
-    whose windows may pass the last entry): read slot by slot, only the line's entries."""
+def _step_in_place(heads, offsets, values, rest, windows, lines, end_line, within,
+                   LINE: tl.constexpr, HEAD_BASE: tl.constexpr, FINITE: tl.constexpr):  # fmt: skip
+    """_step_counted on an in-place layout (formats/_line_layout.py): a line's values are the
+    CSR's own from its window on (an aligned start: whole vectors) or, for the lines `windows`
+    numbers below 0, the small packed copy `rest`'s. An in-place line's slots past its held
+    ones hold the next row's values: the gather masked by the count gives 0 there, which
+    leaves the sum alone where the values are FINITE; else they are masked too."""
     live = lines < end_line
     head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
     mask = live[:, :, None]
     offset = tl.load(offsets + lines[:, :, None] * LINE + within, mask=mask, other=0)
-    start = tl.load(starts + lines, mask=live, other=0)[:, :, None]
-    window = (start >> 3) * ALIGN  # (ALIGN is 8; a product: the compiler's proof of alignment)
-    lead = (start - window).to(tl.int32)
-    end = head >> 24
-    if exact:
-        held = (within >= lead) & (within < end)
-        vals = tl.load(values + window + within, mask=held, other=0.0)
-    else:
-        vals = tl.load(values + window + within, mask=mask, other=0.0)
-        if not FINITE:
-            vals = tl.where((within >= lead) & (within < end), vals, 0.0)
-    return vals, (head & HEAD_BASE) + offset.to(tl.int32), lead, end
+    window = tl.load(windows + lines, mask=live, other=0)[:, :, None]
+    # (a window is a multiple of 8: its product says so to the compiler, vectors stay aligned)
+    source = tl.where(window < 0, rest + (-1 - window) * LINE, values + (window >> 3) * 8)
+    vals = tl.load(source + within, mask=mask, other=0.0)
+    count = head >> 24
+    if not FINITE:
+        vals = tl.where(within < count, vals, 0.0)
+    return vals, (head & HEAD_BASE) + offset.to(tl.int32), count
 
 
 @triton.jit
-def _step(heads, offsets, values, starts, lines, end_line, within, exact, LINE: tl.constexpr,
-          HEAD_BASE: tl.constexpr, IN_PLACE: tl.constexpr, ALIGN: tl.constexpr,
-          FINITE: tl.constexpr):  # fmt: skip
+def _step(heads, offsets, values, rest, windows, lines, end_line, within, LINE: tl.constexpr,
+          HEAD_BASE: tl.constexpr, IN_PLACE: tl.constexpr, FINITE: tl.constexpr):  # fmt: skip
     """A step's values, columns and the slots' held mask: packed values, or IN_PLACE the
-    CSR's own (_step_in_place; `starts`, `exact` and FINITE serve only it)."""
+    CSR's own (_step_in_place; `rest`, `windows` and FINITE serve only it)."""
     if IN_PLACE:
-        vals, cols, lead, end = _step_in_place(heads, offsets, values, starts, lines, end_line,
-                                               within, exact, LINE, HEAD_BASE, ALIGN,
-                                               FINITE)  # fmt: skip
-        return vals, cols, (within >= lead) & (within < end)
-    vals, cols, count = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
-                                      HEAD_BASE)  # fmt: skip
+        vals, cols, count = _step_in_place(heads, offsets, values, rest, windows, lines,
+                                           end_line, within, LINE, HEAD_BASE, FINITE)  # fmt: skip
+    else:
+        vals, cols, count = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
+                                          HEAD_BASE)  # fmt: skip
     return vals, cols, (lines < end_line)[:, :, None] & (within < count)
 
 
@@ -101,7 +92,8 @@ def _spmm_csr_token_lines_kernel(
     offsets,  # (slots,) uint8: each slot's column less its line's base
     heads,  # (slots // LINE,) int32: base column | held slots << 24
     values,  # (slots,) the entries' values, 0 in the padding; IN_PLACE: the CSR's (nnz,)
-    starts,  # (lines,) int32 with IN_PLACE: the CSR entry each line's first held slot holds
+    rest,  # IN_PLACE: the values of the lines not read in place (LineLayout.pack_rest)
+    windows,  # (lines,) int32 with IN_PLACE: LineLayout.windows
     x,  # (K,) with stride stride_x
     bias,  # (M,) when HAS_BIAS
     row_order,  # (M,) int32: rows by length, longest first; a program takes ROWS of them
@@ -109,7 +101,6 @@ def _spmm_csr_token_lines_kernel(
     M,
     stride_x,
     stride_o,
-    exact_from,  # IN_PLACE: a program with a row from this one on reads slot by slot
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
     ACC_DTYPE: tl.constexpr,
@@ -122,12 +113,10 @@ def _spmm_csr_token_lines_kernel(
     BY_SEQUENCE: tl.constexpr = False,  # row_slots listed in row_order's sequence (row_sequence)
     AHEAD: tl.constexpr = 1,  # steps loaded ahead of the gather: 1 or 2
     HELD_IN_ASM: tl.constexpr = False,  # the PTX gather compares slot and held count (AHEAD 1)
-    IN_PLACE: tl.constexpr = False,  # values read from the CSR's own (an in-place layout; AHEAD 1)
-    ALIGN: tl.constexpr = 8,  # an in-place layout's windows' alignment, in entries
+    IN_PLACE: tl.constexpr = False,  # values read from the CSR's own (an in-place layout)
     FINITE: tl.constexpr = False,  # IN_PLACE: every value is finite (other rows' unmasked)
 ):
     NL: tl.constexpr = BLOCK // LINE
-    tl.static_assert(ALIGN == 8)  # (_step_in_place's shift)
     pdl_start(PDL)
     order = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     mask_r = order < M
@@ -137,57 +126,44 @@ def _spmm_csr_token_lines_kernel(
     end_line = (tl.load(row_slots + place + 1, mask=mask_r, other=0) // LINE)[:, None]
     within = tl.arange(0, LINE)[None, None, :]
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
-    exact = False
-    if IN_PLACE:
-        exact = tl.max(tl.where(mask_r, row, 0)) >= exact_from
-    # `held`: the slots' mask, or with HELD_IN_ASM each line's held count, or IN_PLACE each
-    # line's end slot (its first in `lead`)
-    lead = tl.zeros((ROWS, NL, 1), dtype=tl.int32)
-    if IN_PLACE:
-        vals, cols, lead, held = _step_in_place(heads, offsets, values, starts, lines, end_line,
-                                                within, exact, LINE, HEAD_BASE, ALIGN,
-                                                FINITE)  # fmt: skip
+    # `held`: the slots' mask, or with HELD_IN_ASM each line's held count
+    if HELD_IN_ASM and IN_PLACE:
+        vals, cols, held = _step_in_place(heads, offsets, values, rest, windows, lines, end_line,
+                                          within, LINE, HEAD_BASE, FINITE)  # fmt: skip
     elif HELD_IN_ASM:
         vals, cols, held = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
                                          HEAD_BASE)  # fmt: skip
     else:
-        vals, cols, held = _step(heads, offsets, values, starts, lines, end_line, within, exact,
-                                 LINE, HEAD_BASE, IN_PLACE, ALIGN, FINITE)  # fmt: skip
+        vals, cols, held = _step(heads, offsets, values, rest, windows, lines, end_line, within,
+                                 LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
     vals2, cols2, held2 = vals, cols, held  # (the step after, when AHEAD is 2)
     if AHEAD == 2:
         lines += NL
-        vals2, cols2, held2 = _step(heads, offsets, values, starts, lines, end_line, within,
-                                    exact, LINE, HEAD_BASE, IN_PLACE, ALIGN, FINITE)  # fmt: skip
+        vals2, cols2, held2 = _step(heads, offsets, values, rest, windows, lines, end_line,
+                                    within, LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
     acc = tl.zeros((ROWS, NL, LINE), dtype=ACC_DTYPE)
     pdl_before_inputs(PDL)
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
-        next_lead = lead
-        if IN_PLACE:
-            step = _step_in_place(heads, offsets, values, starts, lines, end_line, within, exact,
-                                  LINE, HEAD_BASE, ALIGN, FINITE)  # fmt: skip
-            next_vals, next_cols, next_lead, next_held = step
+        if HELD_IN_ASM and IN_PLACE:
+            step = _step_in_place(heads, offsets, values, rest, windows, lines, end_line, within,
+                                  LINE, HEAD_BASE, FINITE)  # fmt: skip
+            next_vals, next_cols, next_held = step
         elif HELD_IN_ASM:
             step = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
                                  HEAD_BASE)  # fmt: skip
             next_vals, next_cols, next_held = step
         else:
-            next_vals, next_cols, next_held = _step(heads, offsets, values, starts, lines,
-                                                    end_line, within, exact, LINE, HEAD_BASE,
-                                                    IN_PLACE, ALIGN, FINITE)  # fmt: skip
-        if IN_PLACE and ASM_GATHER:
-            picked = gather16_between(x, cols * stride_x, within, lead, held)
-        elif IN_PLACE:
-            picked = tl.load(x + cols * stride_x, mask=(within >= lead) & (within < held),
-                             other=0.0)  # fmt: skip
-        elif HELD_IN_ASM:
+            next_vals, next_cols, next_held = _step(heads, offsets, values, rest, windows, lines,
+                                                    end_line, within, LINE, HEAD_BASE, IN_PLACE,
+                                                    FINITE)  # fmt: skip
+        if HELD_IN_ASM:
             picked = gather16_below(x, cols * stride_x, within, held)
         elif ASM_GATHER:
             picked = gather16(x, cols * stride_x, held)
         else:
             picked = tl.load(x + cols * stride_x, mask=held, other=0.0)
         acc += vals.to(ACC_DTYPE) * picked.to(ACC_DTYPE)
-        lead = next_lead
         if AHEAD == 2:
             vals, cols, held = vals2, cols2, held2
             vals2, cols2, held2 = next_vals, next_cols, next_held
@@ -200,9 +176,9 @@ def _spmm_csr_token_lines_kernel(
     tl.store(out + row * stride_o, total.to(out.dtype.element_ty), mask=mask_r)
 
 
-def check_in_place(layout: LineLayout | None, heads: torch.Tensor, values: torch.Tensor):
+def check_in_place(layout: LineLayout | None, rest, heads: torch.Tensor, values: torch.Tensor):
     """Raise unless `layout` is None or an in-place layout whose heads these are, `values`
-    its CSR's own (the windows read up to its last entry, no further)."""
+    its CSR's own (the windows read up to its last entry) and `rest` its pack_rest(values)."""
     if layout is None:
         return
     if not layout.in_place or layout.heads is not heads:
@@ -211,6 +187,12 @@ def check_in_place(layout: LineLayout | None, heads: torch.Tensor, values: torch
         raise ValueError(
             f"values must be the layout's CSR values, contiguous ({layout.entries},), got "
             f"{tuple(values.shape)}"
+        )
+    lines = layout.rest_lines * layout.line
+    if rest is None or rest.shape != (lines,) or rest.dtype != values.dtype:
+        got = None if rest is None else (tuple(rest.shape), rest.dtype)
+        raise ValueError(
+            f"rest must be the layout's pack_rest(values): ({lines},) {values.dtype}, got {got}"
         )
 
 
@@ -234,6 +216,7 @@ def spmm_csr_token_lines(
     ahead: int = 1,
     held_in_asm: bool = False,
     in_place: LineLayout | None = None,
+    rest: torch.Tensor | None = None,
     line: int = LINE,
     finite_values: bool = False,
 ) -> torch.Tensor:
@@ -246,10 +229,11 @@ def spmm_csr_token_lines(
     `held_in_asm`: the PTX gather compares each slot with its line's held count itself (with
     `asm_gather` and one step ahead; sm_90 loop 138 -> 121 instructions a step). `in_place`
     (the layout, built in_place, whose row_slots, offsets and heads these are): `values` are
-    the CSR's own (nnz,), each line's read from its aligned window, instead of a packed copy (2
-    bytes an entry less held; one step ahead). `finite_values` (with `in_place`): the caller
-    knows every value is finite, so the windows' other rows' values need no masking (their
-    gathered x is 0). `line`: the layout's slots a line (LINES)."""
+    the CSR's own (nnz,), read in place at the lines' aligned windows, the other lines' from
+    `rest` (in_place.pack_rest(values)), instead of a packed copy (2 bytes an entry less
+    held). `finite_values` (with `in_place`): the caller knows every value is finite, so the
+    next rows' values past an in-place line's entries need no masking (their gathered x is
+    0). `line`: the layout's slots a line (LINES)."""
     if line not in LINES:
         raise ValueError(f"line must be one of {LINES} (the layout's), got {line}")
     if block % line or block & (block - 1):
@@ -258,9 +242,7 @@ def spmm_csr_token_lines(
         raise ValueError(f"ahead must be 1 or 2, got {ahead}")
     if row_sequence is not None and row_order is not row_sequence:
         raise ValueError("row_order must be the layout's row_sequence (its rows' listed order)")
-    check_in_place(in_place, heads, values)
-    if in_place is not None and ahead != 1:
-        raise ValueError(f"ahead must be 1 with in_place, got {ahead}")
+    check_in_place(in_place, rest, heads, values)
     rows = out.shape[0]
     if rows == 0:
         return out
@@ -270,7 +252,8 @@ def spmm_csr_token_lines(
         offsets,
         heads,
         values,
-        in_place.starts if in_place is not None else heads,
+        rest if in_place is not None else values,
+        in_place.windows if in_place is not None else heads,
         x,
         bias if bias is not None else values,
         row_order,
@@ -278,7 +261,6 @@ def spmm_csr_token_lines(
         rows,
         x.stride(0),
         out.stride(0),
-        in_place.exact_from if in_place is not None else rows,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
@@ -290,13 +272,8 @@ def spmm_csr_token_lines(
         ASM_GATHER=asm_gather and x.element_size() == 2,
         BY_SEQUENCE=row_sequence is not None,
         AHEAD=ahead,
-        HELD_IN_ASM=held_in_asm
-        and asm_gather
-        and x.element_size() == 2
-        and ahead == 1
-        and in_place is None,
+        HELD_IN_ASM=held_in_asm and asm_gather and x.element_size() == 2 and ahead == 1,
         IN_PLACE=in_place is not None,
-        ALIGN=ALIGN,
         FINITE=finite_values,
         num_warps=num_warps,
         num_stages=1,

@@ -4,9 +4,9 @@ spmm_csr_token_lines.py, spmm_csr_few_lines.py) where the tuning takes them
 weight's layout and packed values are built once and kept beside it (a second copy of the
 weight, ~3.1 bytes an entry at 70%), keyed by identity and rebuilt after an in-place edit.
 With csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE the walks read the CSR's own values through an
-in-place layout instead (~1.1 bytes an entry kept: no copy of the values), and whether every
-value is finite is checked once per version of them (the kernels then leave other rows'
-values in a line's window unmasked)."""
+in-place layout instead (~1.1 bytes an entry kept: the values of ~a line a row copied, the
+rest read in place), and whether every value is finite is checked once per version of them
+(the kernels then leave the next rows' values past a line's entries unmasked)."""
 
 from __future__ import annotations
 
@@ -20,25 +20,29 @@ from ._identity_cache import IdentityCache, version
 
 # column indices -> (versions of them and of the row offsets, line layout or None)
 _LAYOUTS = IdentityCache()
-# values -> (their version, the layout they were packed for, packed values)
+# values -> (their version, the layout they were packed for, packed values: of every line, or
+# of an in-place layout's lines not read in place)
 _PACKED = IdentityCache()
 # values -> (their version, whether every one is finite)
 _FINITE = IdentityCache()
 
 
-def line_form_for(row_offsets, column_indices, values, columns: int, row_order=None):
+def line_form_for(row_offsets, column_indices, values, columns: int, row_order=None,
+                  in_place=False):  # fmt: skip
     """(layout, packed values) of the weight, built once per pattern and values, or None where
     the layout would hold more than csr_lines_tuning.CSR_LINES_MOST_SLOTS slots an entry.
     With CSR_LINES_BY_SEQUENCE the rows are stored in `row_order`'s sequence (the layout's
-    row_sequence, which a kernel then visits them by)."""
-    layout = layout_for(row_offsets, column_indices, columns, row_order)
+    row_sequence, which a kernel then visits them by). `in_place`: an in-place layout and its
+    pack_rest(values)."""
+    layout = layout_for(row_offsets, column_indices, columns, row_order, in_place)
     if layout is None:
         return None
     packed = _PACKED.get(values)
     stale = packed is None or packed[0] != version(values) or packed[1] is not layout
     if stale or packed[0] is None:
         with torch.no_grad():
-            packed = (version(values), layout, layout.pack(values))
+            copy = layout.pack_rest(values) if in_place else layout.pack(values)
+            packed = (version(values), layout, copy)
         if packed[0] is not None:
             _PACKED[values] = packed
     return layout, packed[2]
@@ -80,16 +84,17 @@ def finite(values: torch.Tensor) -> bool:
 
 
 def weight_for(row_offsets, column_indices, values, columns: int, row_order=None):
-    """(layout, the values a walk reads, the in-place layout or None, whether those values are
-    all finite) as csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE says, or None where no layout
-    holds the weight in few enough slots."""
-    if csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE:  # (the CSR's own values, no packed copy)
-        layout = layout_for(row_offsets, column_indices, columns, row_order, in_place=True)
-        if layout is None or not values.is_contiguous():
-            return None
-        return layout, values, layout, finite(values)
-    lined = line_form_for(row_offsets, column_indices, values, columns, row_order)
-    return None if lined is None else (*lined, None, False)
+    """The line walks' arguments for the weight as csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE
+    says: (layout, values, in_place, rest, finite_values), or None where no layout holds the
+    weight in few enough slots."""
+    in_place = csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE and values.is_contiguous()
+    lined = line_form_for(row_offsets, column_indices, values, columns, row_order, in_place)
+    if lined is None:
+        return None
+    layout, packed = lined
+    if in_place:  # (the CSR's own values, the few lines not read in place copied)
+        return layout, values, layout, packed, finite(values)
+    return layout, packed, None, None, False
 
 
 def run(row_offsets, column_indices, values, x, bias, out, row_order, activation) -> bool:
@@ -101,7 +106,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
     lined = weight_for(row_offsets, column_indices, values, x.shape[0], row_order)
     if lined is None:
         return False
-    layout, read, in_place, all_finite = lined
+    layout, read, in_place, rest, all_finite = lined
     spmm_csr_token_lines.spmm_csr_token_lines(
         row_slots=layout.row_slots,
         offsets=layout.offsets,
@@ -118,10 +123,11 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         num_warps=config.num_warps,
         pdl=decode_pdl(values.device),
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
-        ahead=1 if in_place is not None else csr_lines_tuning.CSR_LINES_AHEAD,
+        ahead=csr_lines_tuning.CSR_LINES_AHEAD,
         held_in_asm=csr_lines_tuning.CSR_LINES_HELD_IN_ASM,
         line=layout.line,
         in_place=in_place,
+        rest=rest,
         finite_values=all_finite,
     )
     return True
@@ -137,7 +143,7 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
     lined = weight_for(row_offsets, column_indices, values, b.shape[0], row_order)
     if lined is None or lined[0].line not in csr_lines_tuning.CSR_FEW_LINE_LENGTHS:
         return False
-    layout, read, in_place, all_finite = lined
+    layout, read, in_place, rest, all_finite = lined
     spmm_csr_few_lines.spmm_csr_few_lines(
         row_slots=layout.row_slots,
         offsets=layout.offsets,
@@ -155,6 +161,7 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
         line=layout.line,
         in_place=in_place,
+        rest=rest,
         finite_values=all_finite,
     )
     return True
