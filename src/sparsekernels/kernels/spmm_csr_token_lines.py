@@ -27,10 +27,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ..formats._line_layout import HEAD_BASE, LINE, LINES, LineLayout
+from ..formats._line_layout import ALIGN, HEAD_BASE, LINE, LINES, LineLayout
 from ._activation import ACTIVATION_CODES, activate
 from ._gather import gather16, gather16_below
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
+
+assert ALIGN == 8  # (_step_in_place proves a window's alignment by a shift of 3 and a product)
 
 
 @triton.jit
