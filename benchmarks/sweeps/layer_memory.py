@@ -18,6 +18,7 @@ import sys
 import torch
 
 import sparsekernels as sk
+from sparsekernels.bench.held import storages
 from sparsekernels.kernels import csr_lines_tuning
 
 SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ.get(
@@ -32,34 +33,6 @@ def allocated() -> int:
     return torch.cuda.memory_allocated()
 
 
-def storages(root, seen_objects: set, found: dict, device: str = "cuda") -> None:
-    """Every storage on `device` reachable from root through containers and objects' fields."""
-    stack = [root]
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen_objects or isinstance(obj, (type, str, bytes, int, float)):
-            continue
-        seen_objects.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            if obj.device.type == device:
-                storage = obj.untyped_storage()
-                found[storage.data_ptr()] = storage.nbytes()
-            continue
-        if isinstance(obj, torch.UntypedStorage):
-            if obj.device.type == device:
-                found[obj.data_ptr()] = obj.nbytes()
-            continue
-        if type(obj).__module__.startswith(("triton", "builtins.function")) or callable(obj):
-            continue  # (compiled kernels and their launchers hold no layer memory)
-        if isinstance(obj, dict):
-            stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend(obj)
-        else:
-            stack.extend(getattr(obj, "__dict__", {}).values())
-            stack.extend(getattr(obj, name, None) for name in getattr(type(obj), "__slots__", ()))
-
-
 def owners(W, device: str = "cuda") -> dict[str, int]:
     """Bytes held a owner: the weight's own tensors, its caches', each ops IdentityCache's."""
     from sparsekernels.ops._identity_cache import IdentityCache
@@ -67,7 +40,7 @@ def owners(W, device: str = "cuda") -> dict[str, int]:
     own: dict = {}
     for name in ("values", "indices", "row_offsets", "column_indices"):
         if hasattr(W, name):
-            storages(getattr(W, name), set(), own, device)
+            storages(getattr(W, name), own, device_type=device)
     held, counted = {"weight": sum(own.values())}, set(own)
     roots = {"weight cache": getattr(W, "_cache", {})}
     if hasattr(W, "pattern"):
@@ -80,7 +53,7 @@ def owners(W, device: str = "cuda") -> dict[str, int]:
                     roots[f"{short}.{attr}"] = [e[1] for e in value._entries.values()]
     for name, root in roots.items():
         found: dict = {}
-        storages(root, set(), found, device)
+        storages(root, found, device_type=device)
         fresh = {ptr: size for ptr, size in found.items() if ptr not in counted}
         counted |= set(fresh)
         if fresh:
@@ -96,7 +69,7 @@ def plans_held(device: str = "cuda") -> list[str]:
     for _, signatures in _eager_plans._PLANS._entries.values():
         for signature, plan in signatures.items():
             found: dict = {}
-            storages(plan, set(), found, device)
+            storages(plan, found, device_type=device)
             sizes = sorted((round(v / 2**20, 1) for v in found.values()), reverse=True)
             lines.append(f"{plan.backend} x{tuple(signature[0])}: {sizes[:6]}")
     return lines

@@ -5,9 +5,11 @@ timing, each model's output is checked against float64: the sparse model against
 masked-dense twin (models/masked.py), the dense model against itself in float64, within
 E2E_MULT rounding units or 4x the error of the same twin run densely in the case's dtype
 (PyTorch's own error: deep models amplify rounding more than one op does). Then the call
-is timed, and the row records throughput (tokens/s or images/s) and, on CUDA, the peak memory a
-warm call adds. `shape` is (layers, width, length): (layers, dim, seq_len) for the Transformer,
-(13, last channels, resolution) for MobileNet, (layers, hidden, intermediate) for Llama.
+is timed, and the row records throughput (tokens/s or images/s), on CUDA the peak memory a
+warm call adds, and the bytes the model holds for its weights (bench/held.py: with what the
+routes keep beside them). `shape` is (layers, width, length): (layers, dim, seq_len) for the
+Transformer, (13, last channels, resolution) for MobileNet, (layers, hidden, intermediate) for
+Llama.
 
 Cases: the Sparse Transformer (inference and a training step: forward, backward, AdamW step),
 MobileNetV1 with 90% sparse pointwise convolutions, Llama-shaped decode (prefill outside the
@@ -95,6 +97,7 @@ def _pair(setup: Callable, expected: Callable, case: Case, **kw) -> list[Provide
             lambda c, inputs: setup(inputs[key], inputs["x"]),
             expected=lambda c, inputs: answer(inputs[key], inputs["x"]),
             ours=ours,
+            holds=lambda inputs: inputs[key],
             eps=_eps(case),
             **kw,
         )

@@ -72,6 +72,7 @@ class Row:
     throughput: float | None = None  # items per second (e2e: tokens/s or images/s)
     unit: str = ""  # what `throughput` counts
     peak_mb: float | None = None  # CUDA: peak memory a warm call adds (MiB); CPU: None
+    held_mb: float | None = None  # e2e: MiB the model holds for its weights (bench/held.py)
     extra: dict = field(default_factory=dict)  # what a provider records (e2e: loss curves)
     speedup_vs: dict[str, float] = field(default_factory=dict)
 
@@ -316,6 +317,10 @@ def _measure(
     )
     if timing.note:
         row.note = "; ".join(filter(None, [row.note, timing.note]))
+    if provider.holds is not None:  # (after the timed calls: every route has built its forms)
+        from .held import held_bytes
+
+        row.held_mb = held_bytes(provider.holds(copies[0])) / 2**20
     seconds = timing.ms * 1e-3
     if seconds > 0:
         row.tflops = row.flops / seconds / 1e12 if row.flops else None

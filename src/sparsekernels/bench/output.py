@@ -258,7 +258,8 @@ def _extremes(rows: Sequence[Row], count: int = 3) -> list[str]:
 
 
 def _e2e_section(rows: Sequence[Row]) -> list[str]:
-    """Whole-model rows: throughput, peak memory, and both as ratios to the dense model."""
+    """Whole-model rows: throughput, peak memory, the weights' bytes held, and each as a ratio
+    to the dense model."""
     timed = [r for r in rows if r.unit and r.status == "ok"]
     if not timed:
         return []
@@ -266,16 +267,19 @@ def _e2e_section(rows: Sequence[Row]) -> list[str]:
     out = [
         "## End to end (whole models)",
         "",
-        "| case | provider | throughput | peak MiB | speedup vs dense | dense memory / this |",
-        "|---|---|---|---|---|---|",
+        "| case | provider | throughput | peak MiB | speedup vs dense | dense memory / this "
+        "| weights MiB | dense weights / this |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in timed:
         base = dense.get(r.case)
         memory = base.peak_mb / r.peak_mb if base and base.peak_mb and r.peak_mb else None
+        held = base.held_mb / r.held_mb if base and base.held_mb and r.held_mb else None
         where = f"{r.op} {r.pattern} {'x'.join(map(str, r.shape))} b={r.batch} {r.dtype}"
         out.append(
             f"| {where} | {r.provider} | {_fmt(r.throughput, 4)} {r.unit} | {_fmt(r.peak_mb)} "
-            f"| {_fmt(r.speedup_vs.get('dense'))} | {_fmt(memory)} |"
+            f"| {_fmt(r.speedup_vs.get('dense'))} | {_fmt(memory)} | {_fmt(r.held_mb)} "
+            f"| {_fmt(held)} |"
         )
     from .e2e import loss_curves
 

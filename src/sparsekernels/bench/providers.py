@@ -43,6 +43,7 @@ class Provider:
     note: str = ""
     record: Callable[[object], dict] | None = None  # what to keep of the checked call's output
     graph: bool = False  # on CUDA, time as a CUDA graph even when a call takes over 1 ms
+    holds: Callable[[dict], torch.nn.Module] | None = None  # e2e: the model whose bytes to count
 
 
 @dataclass(frozen=True)
