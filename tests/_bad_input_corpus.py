@@ -25,6 +25,11 @@ from _helpers import (
 )
 
 F64 = torch.float64
+# the corpus's test modules' pytestmark
+QUIET = pytest.mark.filterwarnings(
+    "ignore:Sparse (CSR tensor support|invariant checks)",
+    "ignore:(invalid value|divide by zero) encountered:RuntimeWarning",  # the interpreter's NaNs
+)
 REJECTED: list = []  # pytest.param(call, error, pattern, backend)
 HANDLED: list = []  # pytest.param(check, backend)
 

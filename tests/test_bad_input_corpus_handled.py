@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _bad_input_corpus import F64, HANDLED, REJECTED, csr, handles, image, nm, qkv, seed_for
+from _bad_input_corpus import F64, HANDLED, QUIET, REJECTED, csr, handles, image, nm, qkv, seed_for
 from _helpers import (
     assert_close,
     dense_attention,
@@ -21,10 +21,7 @@ from _helpers import (
     stored_mask,
 )
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Sparse (CSR tensor support|invariant checks)",
-    "ignore:(invalid value|divide by zero) encountered:RuntimeWarning",  # the interpreter's NaNs
-)
+pytestmark = QUIET
 
 
 # =============================================================================== handled

@@ -11,6 +11,7 @@ import torch
 import sparsekernels as sk
 from _bad_input_corpus import (
     F64,
+    QUIET,
     REJECTED,
     csr,
     image,
@@ -23,10 +24,7 @@ from _bad_input_corpus import (
 )
 from _helpers import randn
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Sparse (CSR tensor support|invariant checks)",
-    "ignore:(invalid value|divide by zero) encountered:RuntimeWarning",  # the interpreter's NaNs
-)
+pytestmark = QUIET
 
 
 # =============================================================================== rejected
