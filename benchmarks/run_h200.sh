@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted csrlines csrfewlines csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -216,23 +216,22 @@ for step in $steps; do
       echo "csrlines tests rc=$? $(tail -1 "$out/gpu_tests_csr_lines.log")"
       timeout 380 python3 benchmarks/sweeps/csr_lines_cold.py >"$out/csr_lines_cold.txt" 2>&1
       echo "csrlines rc=$? $(tail -9 "$out/csr_lines_cold.txt")" ;;
-    csrinplace)  # the line walks on the CSR's own values: their GPU tests under memcheck (a
-      # window read past the last entry would show: no caching allocator), then the sweeps'
-      # in-place forms (/v, /vm, linear+v) beside the packed ones, and what a layer holds
+    csrinplacecheck)  # the line walks on the CSR's own values: their GPU tests under memcheck
+      # (a window read past the last entry would show: no caching allocator)
       PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck \
         --error-exitcode 1 python3 -m pytest -q -m gpu -p no:cacheprovider -rf \
         tests/test_kernels_spmm_csr_token_lines.py tests/test_kernels_spmm_csr_few_lines.py \
         -k "in_place or routed" >"$out/memcheck_in_place.log" 2>&1
       echo "csrinplace memcheck rc=$? $(grep 'ERROR SUMMARY' "$out/memcheck_in_place.log")"
+      ;;
+    csrinplace)  # the sweeps' in-place forms (/v, /vm, linear+v) beside the packed ones
       SHAPES=4096x14336,14336x4096,28672x4096,4096x4096 \
         LINE_CONFIGS=2x256/w2/s/h,2x256/w2/s/v,2x256/w2/s/vm,2x256/w2/s/h/l16,2x256/w2/s/v/l16 \
         timeout 380 python3 benchmarks/sweeps/csr_lines_cold.py >"$out/csr_lines_cold.txt" 2>&1
       echo "csrlines rc=$? $(tail -9 "$out/csr_lines_cold.txt")"
       SPARSITIES=0.7,0.9 TOKENS=2,4 LINE_CONFIGS=2x256/w2,2x256/w2/v,2x256/w2/l16 timeout 300 \
         python3 benchmarks/sweeps/csr_few_lines_cold.py >"$out/csr_few_lines_cold.txt" 2>&1
-      echo "csrfewlines rc=$? $(tail -17 "$out/csr_few_lines_cold.txt")"
-      timeout 300 python3 benchmarks/sweeps/layer_memory.py >"$out/layer_memory.txt" 2>&1
-      echo "layermemory rc=$? $(tail -8 "$out/layer_memory.txt")" ;;
+      echo "csrfewlines rc=$? $(tail -17 "$out/csr_few_lines_cold.txt")" ;;
     layermemory)  # what a sparse layer holds once run: its weight and the routes' kept forms
       timeout 300 python3 benchmarks/sweeps/layer_memory.py >"$out/layer_memory.txt" 2>&1
       echo "layermemory rc=$? $(tail -6 "$out/layer_memory.txt")" ;;
