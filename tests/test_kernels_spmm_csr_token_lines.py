@@ -190,6 +190,13 @@ def test_values_in_place_mask_their_neighbours(device, gen):
     assert got[3].item() == got[4].item() == 75.0
 
 
+def shifted(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of `t` that starts one element past a 16-byte boundary."""
+    room = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    room[1:] = t
+    return room[1:]
+
+
 def test_in_place_layout_is_checked(gen):
     """The kernel takes only an in-place layout of these heads with its CSR's own values and
     their pack_rest."""
@@ -209,6 +216,8 @@ def test_in_place_layout_is_checked(gen):
         (layout, A.values, None, r"rest must be the layout's pack_rest\(values\)"),
         (layout, A.values, rest[:-1], "rest must be"),
         (layout, A.values, rest.double(), "rest must be"),
+        (layout, shifted(A.values), rest, "values must start 16-byte aligned"),
+        (layout, A.values, shifted(rest), "rest must start 16-byte aligned"),
     ]:  # fmt: skip
         with pytest.raises(ValueError, match=message):
             spmm_csr_token_lines(values=values, in_place=in_place, rest=rest_given, **kw)
@@ -287,7 +296,8 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     layout and packed values built once per weight; a small weight keeps the plain walk; with
     CSR_LINES_VALUES_IN_PLACE the kernel reads the weight's own values (only the lines not
     read in place packed), told
-    whether they are all finite (checked again after an in-place edit)."""
+    whether they are all finite (checked again after an in-place edit), unless they do not
+    start 16-byte aligned."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_token_lines as kernel
     from sparsekernels.ops import _csr_lines, _launch_plans
@@ -338,6 +348,12 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
         B.values[5] = float("nan")  # (a new version: checked again)
     sk.linear(x, B, bias, backend=backend)
     assert calls[3]["finite_values"] is False
+    del calls[3]
+    odd = A.with_values(shifted(A.values))  # (not 16-byte aligned: the packed copy instead)
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
+    assert_close(sk.linear(x, odd, bias, backend=backend), want, bound, torch.bfloat16)
+    assert calls[3]["in_place"] is None and calls[3]["values"] is not odd.values
     del calls[3]
     monkeypatch.setattr(csr_lines_tuning, "CSR_LINES_VALUES_IN_PLACE", False)
     monkeypatch.setattr(csr_lines_tuning, "CSR_LINE_LENGTHS", (64, 16))

@@ -14,7 +14,8 @@ LINE_CONFIGS ("RxB/wW": R rows a program, B slots a step, W warps; "/s": rows st
 order, "/a2": the weight two steps ahead, "/h": the held count compared in the PTX gather, "/v":
 the CSR's own values read through an in-place layout (its aligned lines in place, the rest
 from a small copy), the next rows' values past a line's entries unmasked (finite_values),
-"/vm": masked, "/l16": lines of 16 slots) and SHAPES
+"/vm": masked, "/l16": lines of 16 slots, "/n": rows visited in their own order, not longest
+first: an in-place walk then streams the values in memory order) and SHAPES
 (environment) replace the grid. `linear+l16` is the route with 16-slot lines allowed
 (csr_lines_tuning.CSR_LINE_LENGTHS (64, 16): a 90% weight's layout), `linear+v` the route
 reading the values in place (CSR_LINES_VALUES_IN_PLACE).
@@ -39,17 +40,18 @@ if os.environ.get("SHAPES"):  # SHAPES=14336x4096,...
 CONFIGS = os.environ.get("LINE_CONFIGS", "1x256/w1,2x256/w1,1x512/w1,1x512/w2,4x256/w4").split(",")
 
 
-def parse(name: str) -> tuple[int, int, int, bool, int, bool, str, int]:
+def parse(name: str) -> tuple[int, int, int, bool, int, bool, str, int, bool]:
     """ "RxB/wW" with options "/s" (rows stored in row order), "/a2" (two steps ahead), "/h"
     (the held count compared in the PTX gather), "/v" or "/vm" (values read in place, other
-    rows' unmasked or masked: the third last item "v", "vm" or "") and "/l16" (16-slot
-    lines)."""
+    rows' unmasked or masked: the item "v", "vm" or ""), "/l16" (16-slot lines) and "/n"
+    (rows visited in their own order: the last item)."""
     rows, rest = name.split("x")
     block, warps, *options = rest.split("/")
     ahead = 2 if "a2" in options else 1
     in_place = "v" if "v" in options else "vm" if "vm" in options else ""
-    return (int(rows), int(block), int(warps[1:]), "s" in options, ahead, "h" in options,
-            in_place, 16 if "l16" in options else 64)  # fmt: skip
+    natural = "n" in options
+    return (int(rows), int(block), int(warps[1:]), "s" in options and not natural, ahead,
+            "h" in options, in_place, 16 if "l16" in options else 64, natural)  # fmt: skip
 
 
 def main():
@@ -58,6 +60,7 @@ def main():
         case = csr_case(M, K, sparsity)
         w, A, cols, x, want = (case[k] for k in ("w", "A", "cols", "x", "want"))
         out = torch.empty(M, device="cuda", dtype=torch.bfloat16)
+        in_memory_order = torch.arange(M, device=DEVICE, dtype=torch.int32)
         weight_bytes = A.values.nbytes + cols.nbytes + A.row_offsets.nbytes
         count = max(2, copies_for(weight_bytes, DEVICE))
         dense_copies = [w.clone() for _ in range(max(2, copies_for(w.nbytes, DEVICE)))]
@@ -129,13 +132,14 @@ def main():
         slots16 = (lined[key16][0][0].lines * 16 / A.nnz) if key16 in lined else 0.0
         for name in [*CONFIGS, "lines/load"]:
             asm = name != "lines/load"
-            default = (1, 256, 1, False, 1, False, "", 64)
-            rows, block, warps, by_sequence, ahead, held, in_place, line = (
+            default = (1, 256, 1, False, 1, False, "", 64, False)
+            rows, block, warps, by_sequence, ahead, held, in_place, line, natural = (
                 parse(name) if asm else default)  # fmt: skip
 
             def run(c, rows=rows, block=block, warps=warps, asm=asm, ahead=ahead, held=held,
-                    in_place=in_place, line=line):  # fmt: skip
+                    in_place=in_place, line=line, natural=natural):  # fmt: skip
                 layout, packed, order, values = c
+                order = in_memory_order if natural else order
                 return spmm_csr_token_lines.spmm_csr_token_lines(
                     row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads,
                     values=values if in_place else packed,

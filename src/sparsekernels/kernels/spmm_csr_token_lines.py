@@ -53,6 +53,15 @@ def _step_counted(heads, offsets, values, lines, end_line, within, LINE: tl.cons
 
 
 @triton.jit
+def _rest_at(values, rest):
+    """How many elements `rest` lies past `values` (an in-place layout's two sources: one
+    base pointer and a select of offsets per line took fewer instructions than a select of
+    pointers)."""
+    gap = rest.to(tl.int64, bitcast=True) - values.to(tl.int64, bitcast=True)
+    return gap // (values.dtype.element_ty.primitive_bitwidth // 8)
+
+
+@triton.jit
 def _window(windows, lines, end_line, IN_PLACE: tl.constexpr):
     """The (ROWS, NL, 1) windows of a step's lines on an in-place layout (0 otherwise). The
     walks load them a step before the step's own loads: a value's address waits on its
@@ -66,7 +75,7 @@ def _window(windows, lines, end_line, IN_PLACE: tl.constexpr):
 
 
 @triton.jit
-def _step_in_place(heads, offsets, values, rest, window, lines, end_line, within,
+def _step_in_place(heads, offsets, values, rest_at, window, lines, end_line, within,
                    LINE: tl.constexpr, HEAD_BASE: tl.constexpr, FINITE: tl.constexpr):  # fmt: skip
     """_step_counted on an in-place layout (formats/_line_layout.py): a line's values are the
     CSR's own from its window on (an aligned start: whole vectors) or, for the lines `window`
@@ -78,9 +87,11 @@ def _step_in_place(heads, offsets, values, rest, window, lines, end_line, within
     head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
     mask = live[:, :, None]
     offset = tl.load(offsets + lines[:, :, None] * LINE + within, mask=mask, other=0)
-    # (a window is a multiple of 8: its product says so to the compiler, vectors stay aligned)
-    source = tl.where(window < 0, rest + (-1 - window) * LINE, values + (window >> 3) * 8)
-    vals = tl.load(source + within, mask=mask, other=0.0)
+    # One base: `rest` lies rest_at elements from `values` (both 16-byte aligned, checked by
+    # the launcher), so a select of offsets, not of pointers; each a multiple of 8 entries,
+    # which keeps the vectors aligned.
+    at = tl.where(window < 0, rest_at + (-1 - window) * LINE, window)
+    vals = tl.load(values + tl.multiple_of(at, [8, 8, 8]) + within, mask=mask, other=0.0)
     count = head >> 24
     if not FINITE:
         vals = tl.where(within < count, vals, 0.0)
@@ -88,12 +99,12 @@ def _step_in_place(heads, offsets, values, rest, window, lines, end_line, within
 
 
 @triton.jit
-def _step(heads, offsets, values, rest, window, lines, end_line, within, LINE: tl.constexpr,
+def _step(heads, offsets, values, rest_at, window, lines, end_line, within, LINE: tl.constexpr,
           HEAD_BASE: tl.constexpr, IN_PLACE: tl.constexpr, FINITE: tl.constexpr):  # fmt: skip
     """A step's values, columns and the slots' held mask: packed values, or IN_PLACE the
-    CSR's own (_step_in_place; `rest`, `window` and FINITE serve only it)."""
+    CSR's own (_step_in_place; `rest_at`, `window` and FINITE serve only it)."""
     if IN_PLACE:
-        vals, cols, count = _step_in_place(heads, offsets, values, rest, window, lines,
+        vals, cols, count = _step_in_place(heads, offsets, values, rest_at, window, lines,
                                            end_line, within, LINE, HEAD_BASE, FINITE)  # fmt: skip
     else:
         vals, cols, count = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
@@ -142,21 +153,22 @@ def _spmm_csr_token_lines_kernel(
     within = tl.arange(0, LINE)[None, None, :]
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
     # `held`: the slots' mask, or with HELD_IN_ASM each line's held count
+    rest_at = _rest_at(values, rest)
     window = _window(windows, lines, end_line, IN_PLACE)
     if HELD_IN_ASM and IN_PLACE:
-        vals, cols, held = _step_in_place(heads, offsets, values, rest, window, lines, end_line,
+        vals, cols, held = _step_in_place(heads, offsets, values, rest_at, window, lines, end_line,
                                           within, LINE, HEAD_BASE, FINITE)  # fmt: skip
     elif HELD_IN_ASM:
         vals, cols, held = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
                                          HEAD_BASE)  # fmt: skip
     else:
-        vals, cols, held = _step(heads, offsets, values, rest, window, lines, end_line, within,
+        vals, cols, held = _step(heads, offsets, values, rest_at, window, lines, end_line, within,
                                  LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
     window = _window(windows, lines + NL, end_line, IN_PLACE)
     vals2, cols2, held2 = vals, cols, held  # (the step after, when AHEAD is 2)
     if AHEAD == 2:
         lines += NL
-        vals2, cols2, held2 = _step(heads, offsets, values, rest, window, lines, end_line,
+        vals2, cols2, held2 = _step(heads, offsets, values, rest_at, window, lines, end_line,
                                     within, LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
         window = _window(windows, lines + NL, end_line, IN_PLACE)
     acc = tl.zeros((ROWS, NL, LINE), dtype=ACC_DTYPE)
@@ -164,7 +176,7 @@ def _spmm_csr_token_lines_kernel(
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
         if HELD_IN_ASM and IN_PLACE:
-            step = _step_in_place(heads, offsets, values, rest, window, lines, end_line, within,
+            step = _step_in_place(heads, offsets, values, rest_at, window, lines, end_line, within,
                                   LINE, HEAD_BASE, FINITE)  # fmt: skip
             next_vals, next_cols, next_held = step
         elif HELD_IN_ASM:
@@ -172,7 +184,7 @@ def _spmm_csr_token_lines_kernel(
                                  HEAD_BASE)  # fmt: skip
             next_vals, next_cols, next_held = step
         else:
-            next_vals, next_cols, next_held = _step(heads, offsets, values, rest, window, lines,
+            next_vals, next_cols, next_held = _step(heads, offsets, values, rest_at, window, lines,
                                                     end_line, within, LINE, HEAD_BASE, IN_PLACE,
                                                     FINITE)  # fmt: skip
         window = _window(windows, lines + NL, end_line, IN_PLACE)
@@ -213,6 +225,10 @@ def check_in_place(layout: LineLayout | None, rest, heads: torch.Tensor, values:
         raise ValueError(
             f"rest must be the layout's pack_rest(values): ({lines},) {values.dtype}, got {got}"
         )
+    # (the walks read both from one base a multiple of 8 entries apart: _rest_at)
+    for name, tensor in (("values", values), ("rest", rest)):
+        if tensor.data_ptr() % 16:
+            raise ValueError(f"{name} must start 16-byte aligned to be read in place")
 
 
 def spmm_csr_token_lines(

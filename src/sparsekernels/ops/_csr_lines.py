@@ -87,7 +87,8 @@ def weight_for(row_offsets, column_indices, values, columns: int, row_order=None
     """The line walks' arguments for the weight as csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE
     says: (layout, values, in_place, rest, finite_values), or None where no layout holds the
     weight in few enough slots."""
-    in_place = csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE and values.is_contiguous()
+    in_place = (csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE and values.is_contiguous()
+                and values.data_ptr() % 16 == 0)  # (aligned: the walks' vectors)  # fmt: skip
     lined = line_form_for(row_offsets, column_indices, values, columns, row_order, in_place)
     if lined is None:
         return None
