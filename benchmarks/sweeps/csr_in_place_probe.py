@@ -40,10 +40,15 @@ def copy_forms(A, K: int) -> dict:
     values = A.values.clone()
     return {
         "packed": dict(lay=packed_layout, values=packed, in_place=None, rest=None),
-        "packed/ip": dict(lay=packed_layout, values=packed, rest=packed,
-                          in_place=types.SimpleNamespace(windows=own_slots)),  # fmt: skip
-        "in-place": dict(lay=layout, values=values, in_place=layout,
-                         rest=layout.pack_rest(values)),  # fmt: skip
+        "packed/ip": dict(
+            lay=packed_layout,
+            values=packed,
+            rest=packed,
+            in_place=types.SimpleNamespace(windows=own_slots),
+        ),  # fmt: skip
+        "in-place": dict(
+            lay=layout, values=values, in_place=layout, rest=layout.pack_rest(values)
+        ),  # fmt: skip
         "order": order,
     }
 
