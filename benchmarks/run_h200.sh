@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -432,6 +432,14 @@ for step in $steps; do
     nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;
     e2e) bench e2e 420 --suite e2e --no-plots ;;
     e2ellama) bench e2e 200 --suite e2e --match e2e_llama --no-plots ;;  # the Llama step alone
+    e2ellamainplace)  # the Llama step with the line walks reading the CSR's own values
+      timeout 200 python3 -c "import runpy, sys
+from sparsekernels.kernels import csr_lines_tuning
+csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE = True
+sys.argv[0] = 'sparsekernels.bench'
+runpy.run_module('sparsekernels.bench', run_name='__main__')" --suite e2e --match e2e_llama \
+        --no-plots --out "$out/e2e_in_place" >"$out/e2e_in_place.log" 2>&1
+      echo "e2e_in_place rc=$? $(date +%T)" ;;
     e2ellamapdl)  # the Llama step with PDL (PDL_LEVEL, 2 unless set) on the decode routes (_pdl.py)
       SPARSEKERNELS_PDL=${PDL_LEVEL:-2} bench e2e_pdl 200 --suite e2e --match e2e_llama --no-plots ;;
     sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;

@@ -31,7 +31,7 @@ import triton.language as tl
 from ..formats._line_layout import HEAD_BASE, LINE, LINES, LineLayout
 from ._activation import ACTIVATION_CODES, activate
 from ._gather import gather_words1, gather_words2, gather_words4
-from .spmm_csr_token_lines import _rest_at, _step, _window, check_in_place
+from .spmm_csr_token_lines import _rest_at, _step, check_in_place
 from .transpose import padded_b
 
 
@@ -112,10 +112,8 @@ def _spmm_csr_few_lines_kernel(
     within = tl.arange(0, LINE)[None, None, :]
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
     rest_at = _rest_at(values, rest)
-    window = _window(windows, lines, end_line, IN_PLACE)
-    vals, cols, held = _step(heads, offsets, values, rest_at, window, lines, end_line, within,
+    vals, cols, held = _step(heads, offsets, values, rest_at, windows, lines, end_line, within,
                              LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
-    window = _window(windows, lines + NL, end_line, IN_PLACE)  # (a step ahead of its values)
     acc = tl.zeros((ROWS, NL, LINE, BLOCK_N), dtype=ACC_DTYPE)
     # With ASM_GATHER, a word (two columns) a pair of sums, each (ROWS, NL, LINE, 2), in the
     # step's layout; the ones past BLOCK_N // 2 words stay unused.
@@ -125,10 +123,9 @@ def _spmm_csr_few_lines_kernel(
     DTYPE: tl.constexpr = b.dtype.element_ty
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
-        next_vals, next_cols, next_held = _step(heads, offsets, values, rest_at, window, lines,
+        next_vals, next_cols, next_held = _step(heads, offsets, values, rest_at, windows, lines,
                                                 end_line, within, LINE, HEAD_BASE, IN_PLACE,
                                                 FINITE)  # fmt: skip
-        window = _window(windows, lines + NL, end_line, IN_PLACE)
         if ASM_GATHER:
             address = (b + cols * BLOCK_N).to(tl.int64, bitcast=True)
             v = vals.to(ACC_DTYPE)[:, :, :, None]

@@ -32,7 +32,7 @@ from ._activation import ACTIVATION_CODES, activate
 from ._gather import gather16, gather16_below
 from ._pdl import launch_options, pdl_before_inputs, pdl_start
 
-assert ALIGN == 8  # (_step_in_place proves a window's alignment by a shift of 3 and a product)
+assert ALIGN == 8  # (_step_in_place tells the compiler its windows are multiples of 8)
 
 
 @triton.jit
@@ -62,24 +62,11 @@ def _rest_at(values, rest):
 
 
 @triton.jit
-def _window(windows, lines, end_line, IN_PLACE: tl.constexpr):
-    """The (ROWS, NL, 1) windows of a step's lines on an in-place layout (0 otherwise). The
-    walks load them a step before the step's own loads: a value's address waits on its
-    window, and loaded together the two DRAM reads ran in series (H200, 70%: 21.9 against the
-    packed walk's 19.2 us on 4096 x 14336; 2026-12-04/at-0c71fc5/csrinplace)."""
-    if IN_PLACE:
-        window = tl.load(windows + lines, mask=lines < end_line, other=0)[:, :, None]
-    else:
-        window = tl.zeros_like(lines)[:, :, None]
-    return window
-
-
-@triton.jit
-def _step_in_place(heads, offsets, values, rest_at, window, lines, end_line, within,
+def _step_in_place(heads, offsets, values, rest_at, windows, lines, end_line, within,
                    LINE: tl.constexpr, HEAD_BASE: tl.constexpr, FINITE: tl.constexpr):  # fmt: skip
     """_step_counted on an in-place layout (formats/_line_layout.py): a line's values are the
-    CSR's own from its window on (an aligned start: whole vectors) or, for the lines `window`
-    (_window, loaded ahead) numbers below 0, the small packed copy `rest`'s. An in-place
+    CSR's own from its window on (an aligned start: whole vectors) or, for the lines `windows`
+    numbers below 0, the small packed copy `rest`'s. An in-place
     line's slots past its held ones hold the next row's values: the gather masked by the
     count gives 0 there, which leaves the sum alone where the values are FINITE; else they
     are masked too."""
@@ -87,6 +74,7 @@ def _step_in_place(heads, offsets, values, rest_at, window, lines, end_line, wit
     head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
     mask = live[:, :, None]
     offset = tl.load(offsets + lines[:, :, None] * LINE + within, mask=mask, other=0)
+    window = tl.load(windows + lines, mask=live, other=0)[:, :, None]
     # One base: `rest` lies rest_at elements from `values` (both 16-byte aligned, checked by
     # the launcher), so a select of offsets, not of pointers; each a multiple of 8 entries,
     # which keeps the vectors aligned.
@@ -99,12 +87,12 @@ def _step_in_place(heads, offsets, values, rest_at, window, lines, end_line, wit
 
 
 @triton.jit
-def _step(heads, offsets, values, rest_at, window, lines, end_line, within, LINE: tl.constexpr,
+def _step(heads, offsets, values, rest_at, windows, lines, end_line, within, LINE: tl.constexpr,
           HEAD_BASE: tl.constexpr, IN_PLACE: tl.constexpr, FINITE: tl.constexpr):  # fmt: skip
     """A step's values, columns and the slots' held mask: packed values, or IN_PLACE the
-    CSR's own (_step_in_place; `rest_at`, `window` and FINITE serve only it)."""
+    CSR's own (_step_in_place; `rest_at`, `windows` and FINITE serve only it)."""
     if IN_PLACE:
-        vals, cols, count = _step_in_place(heads, offsets, values, rest_at, window, lines,
+        vals, cols, count = _step_in_place(heads, offsets, values, rest_at, windows, lines,
                                            end_line, within, LINE, HEAD_BASE, FINITE)  # fmt: skip
     else:
         vals, cols, count = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
@@ -154,29 +142,26 @@ def _spmm_csr_token_lines_kernel(
     lines = first_line + tl.arange(0, NL)[None, :]  # (ROWS, NL)
     # `held`: the slots' mask, or with HELD_IN_ASM each line's held count
     rest_at = _rest_at(values, rest)
-    window = _window(windows, lines, end_line, IN_PLACE)
     if HELD_IN_ASM and IN_PLACE:
-        vals, cols, held = _step_in_place(heads, offsets, values, rest_at, window, lines, end_line,
+        vals, cols, held = _step_in_place(heads, offsets, values, rest_at, windows, lines, end_line,
                                           within, LINE, HEAD_BASE, FINITE)  # fmt: skip
     elif HELD_IN_ASM:
         vals, cols, held = _step_counted(heads, offsets, values, lines, end_line, within, LINE,
                                          HEAD_BASE)  # fmt: skip
     else:
-        vals, cols, held = _step(heads, offsets, values, rest_at, window, lines, end_line, within,
+        vals, cols, held = _step(heads, offsets, values, rest_at, windows, lines, end_line, within,
                                  LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
-    window = _window(windows, lines + NL, end_line, IN_PLACE)
     vals2, cols2, held2 = vals, cols, held  # (the step after, when AHEAD is 2)
     if AHEAD == 2:
         lines += NL
-        vals2, cols2, held2 = _step(heads, offsets, values, rest_at, window, lines, end_line,
+        vals2, cols2, held2 = _step(heads, offsets, values, rest_at, windows, lines, end_line,
                                     within, LINE, HEAD_BASE, IN_PLACE, FINITE)  # fmt: skip
-        window = _window(windows, lines + NL, end_line, IN_PLACE)
     acc = tl.zeros((ROWS, NL, LINE), dtype=ACC_DTYPE)
     pdl_before_inputs(PDL)
     for _ in range(0, tl.max(end_line - first_line), NL):
         lines += NL
         if HELD_IN_ASM and IN_PLACE:
-            step = _step_in_place(heads, offsets, values, rest_at, window, lines, end_line, within,
+            step = _step_in_place(heads, offsets, values, rest_at, windows, lines, end_line, within,
                                   LINE, HEAD_BASE, FINITE)  # fmt: skip
             next_vals, next_cols, next_held = step
         elif HELD_IN_ASM:
@@ -184,10 +169,9 @@ def _spmm_csr_token_lines_kernel(
                                  HEAD_BASE)  # fmt: skip
             next_vals, next_cols, next_held = step
         else:
-            next_vals, next_cols, next_held = _step(heads, offsets, values, rest_at, window, lines,
+            next_vals, next_cols, next_held = _step(heads, offsets, values, rest_at, windows, lines,
                                                     end_line, within, LINE, HEAD_BASE, IN_PLACE,
                                                     FINITE)  # fmt: skip
-        window = _window(windows, lines + NL, end_line, IN_PLACE)
         if HELD_IN_ASM:
             picked = gather16_below(x, cols * stride_x, within, held)
         elif ASM_GATHER:
