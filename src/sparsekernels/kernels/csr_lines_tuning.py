@@ -40,12 +40,13 @@ CSR_LINES_HELD_IN_ASM = True
 # The line walks (one token and few) reading the CSR's own values instead of a packed copy,
 # through an in-place layout (formats/_line_layout.py: lines cut to start at multiples of 8
 # entries are read in place as aligned 16-byte vectors; ~a line a row, where the row starts off
-# the alignment, from a small copy): a 70% layer at decode holds 1.57-1.60 bytes a dense
-# element instead of 2.15-2.17 (dense 2; 4096 x 14336 and 14336 x 4096, CPU count). sm_90
-# loop (Triton 3.6): one token 121 -> 133 instructions a step (the window's load and select),
-# 4 tokens 201 -> 212. Read at each line's start entry instead (no aligned vectors) it was a
-# third slower (2026-12-04/at-0c72361: 25.7 against 19.1 us, 70%, 4096 x 14336). Written
-# without device time: off until csr_lines_cold.py's "/v" forms and `linear+v` measure it.
+# the alignment, from a small copy): a 70% layer at decode holds 1.59-1.62 bytes a dense
+# element instead of 2.15-2.19 (dense 2; H200, 2026-12-04/at-c14ba34/layer_memory.txt). Off:
+# slower, cold, bf16, 70%, 4096 x 14336: 21.6 against the packed walk's 19.2 us, no better
+# than the plain walk's 21.7 (at-c07cd00); the in-place code on packed data took 20.9
+# (at-3983a71/csr_in_place_probe.txt): the code costs most. Its sm_90 loop is now 122
+# instructions a step against 121 (each step's windows, one base and a select of offsets;
+# 133-141 in the forms timed), not yet timed: NOTES.md, "Next H200 session".
 CSR_LINES_VALUES_IN_PLACE = False
 
 
