@@ -190,6 +190,39 @@ def test_values_in_place_mask_their_neighbours(device, gen):
     assert got[3].item() == got[4].item() == 75.0
 
 
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_rest_on_either_side_of_the_values(device, gen):
+    """The walk reaches `rest` from the values' base by its distance in elements: `rest` lying
+    before the values in memory (a negative distance) or after them gives the packed sums."""
+    from sparsekernels.kernels.spmm_csr_token_lines import spmm_csr_token_lines
+
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(37, 300, 0.25, gen, torch.bfloat16, device)
+    x = x_with_nan_where_unused(A, gen, torch.bfloat16, device)
+    layout = build(A.row_offsets, A.column_indices, 300, 1000.0, in_place=True)
+    rest = layout.pack_rest(A.values)
+    assert rest.numel() and (layout.windows >= 0).any()  # both sources read
+    nnz, kept = A.values.numel(), rest.numel()
+    room_for = lambda n: (n // 8 + 2) * 8  # noqa: E731  (whole 16-byte blocks, one spare)
+    kw = dict(row_slots=layout.row_slots, offsets=layout.offsets, heads=layout.heads, x=x,
+              bias=None, row_order=A.row_order, activation="none", rows_per_program=2,
+              block=128, num_warps=2, asm_gather=x.is_cuda)  # fmt: skip
+    outs = []
+    for values, rest_at in ((layout.pack(A.values), None), (0, room_for(nnz)), (room_for(kept), 0)):
+        out = torch.full((37, 3), float("nan"), dtype=x.dtype, device=device)[:, 1]
+        if rest_at is None:  # the packed walk
+            spmm_csr_token_lines(values=values, out=out, **kw)
+        else:  # values and rest in one buffer, in either order, each 16-byte aligned
+            room = torch.full((room_for(nnz) + room_for(kept),), float("nan"),
+                              dtype=torch.bfloat16, device=device)  # fmt: skip
+            room[values : values + nnz] = A.values
+            room[rest_at : rest_at + kept] = rest
+            spmm_csr_token_lines(values=room[values : values + nnz], in_place=layout,
+                                 rest=room[rest_at : rest_at + kept], out=out, **kw)  # fmt: skip
+        outs.append(out)
+    assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0])
+
+
 def shifted(t: torch.Tensor) -> torch.Tensor:
     """A contiguous copy of `t` that starts one element past a 16-byte boundary."""
     room = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
