@@ -35,7 +35,7 @@ sanitize:
 		tests/test_kernels_spmm_nm.py tests/test_kernels_sddmm_csr.py \
 		tests/test_kernels_softmax_csr.py tests/test_kernels_transpose.py \
 		tests/test_kernels_densify.py tests/test_depthwise.py tests/test_kernels_spmm_nm_decode.py \
-		tests/test_kernels_spmm_nm_expand.py tests/test_properties.py \
+		tests/test_kernels_spmm_nm_expand.py tests/test_properties_kernels.py \
 		tests/test_attention_block.py
 
 # The whole GPU suite under memcheck, six pytest workers (compute-sanitizer follows child
