@@ -66,10 +66,10 @@ def _step_in_place(heads, offsets, values, rest_at, windows, lines, end_line, wi
                    LINE: tl.constexpr, HEAD_BASE: tl.constexpr, FINITE: tl.constexpr):  # fmt: skip
     """_step_counted on an in-place layout (formats/_line_layout.py): a line's values are the
     CSR's own from its window on (an aligned start: whole vectors) or, for the lines `windows`
-    numbers below 0, the small packed copy `rest`'s. An in-place
-    line's slots past its held ones hold the next row's values: the gather masked by the
-    count gives 0 there, which leaves the sum alone where the values are FINITE; else they
-    are masked too."""
+    numbers below 0, the small packed copy `rest`'s (`rest_at` elements past `values`). An
+    in-place line's slots past its held ones hold the next row's values: the gather masked
+    by the count gives 0 there, which leaves the sum alone where the values are FINITE; else
+    they are masked too."""
     live = lines < end_line
     head = tl.load(heads + lines, mask=live, other=0)[:, :, None]
     mask = live[:, :, None]
