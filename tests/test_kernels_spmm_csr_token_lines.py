@@ -430,3 +430,24 @@ def test_route_config(monkeypatch):
     )  # few rows
     monkeypatch.setattr(csr_lines_tuning, "CSR_TOKEN_LINES", False)
     assert csr_lines_tuning.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16) is None
+
+
+@pytest.mark.parametrize("setting, routed", [("0", False), ("1", True), (None, True)])
+def test_lines_off_by_the_environment(setting, routed):
+    """SPARSEKERNELS_CSR_LINES=0, read at import, turns both line walks off (nothing kept
+    beside a CSR weight at 1-4 tokens); 1 or unset keeps them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SPARSEKERNELS_CSR_LINES"}
+    if setting is not None:
+        env["SPARSEKERNELS_CSR_LINES"] = setting
+    probe = (
+        "import torch; from sparsekernels.kernels import csr_lines_tuning as t; "
+        "print(t.spmm_csr_token_lines_config(1 << 24, 4096, torch.bfloat16) is not None, "
+        "t.spmm_csr_few_lines_config(1 << 24, 4096, 2, torch.bfloat16) is not None)"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [str(routed), str(routed)]

@@ -4,6 +4,8 @@ each 64-slot line's base) run: one token (spmm_csr_token_lines.py) and 2-16 toke
 
 from __future__ import annotations
 
+import os
+
 from .tuning import CSR_TOKEN_BLOCK, CSR_TOKEN_FEW_ROWS, SpmmCsrTokenConfig
 
 # The one-token walk on the line layout (spmm_csr_token_lines.py over formats/_line_layout.py:
@@ -15,7 +17,12 @@ from .tuning import CSR_TOKEN_BLOCK, CSR_TOKEN_FEW_ROWS, SpmmCsrTokenConfig
 # plain walk -> this (results/nvidia-h200/2026-12-04/at-d8b7176/csr_lines_cold_configs.txt):
 # 4096 x 14336 21.5 -> 20.6, 14336 x 4096 24.1 -> 21.4, 28672 x 4096 42.8 -> 36.9, 11008 x 4096
 # 19.5 -> 17.8, 4096 x 4096 9.1 -> 8.4; on <= 2048 rows no faster (1024 x 8192 6.8 -> 9.3).
-CSR_TOKEN_LINES = True
+# SPARSEKERNELS_CSR_LINES=0 (read at import) turns both line walks off, the plain walks run
+# instead: nothing is kept beside a CSR weight at 1-4 tokens (a 70% layer holds 1.20 bytes a
+# dense element instead of 2.15, 2026-12-04/at-c14ba34/csrinplace/layer_memory.txt) and its
+# one-token call takes 21.6 instead of 19.2 us on 4096 x 14336 (at-3983a71), dense 31.4.
+LINES_WANTED = os.environ.get("SPARSEKERNELS_CSR_LINES", "1") != "0"
+CSR_TOKEN_LINES = LINES_WANTED
 CSR_LINES_MIN_NNZ = 1 << 20
 CSR_LINES_MIN_ROWS = CSR_TOKEN_FEW_ROWS + 1
 CSR_LINES_MOST_SLOTS = 1.25  # slots a stored entry
@@ -68,7 +75,7 @@ def spmm_csr_token_lines_config(nnz: int, rows: int, dtype) -> SpmmCsrTokenConfi
 # 4096 61.0 / 54.4 / 39.7, 4096^2 13.6 / 12.2 / 8.9; 4 tokens, a row a program (one warp) and
 # 128 slots: 32.8 / 32.8 / 27.6, 30.2 / 37.3 / 29.7, 56.3 / 64.8 / 53.0, 13.9 / 13.6 / 10.7;
 # 8 tokens at its best: 38.4 (33.0 cuBLAS), 39.6 (32.4), 70.1 (56.9), 14.4 (13.7).
-CSR_FEW_LINES = True
+CSR_FEW_LINES = LINES_WANTED
 CSR_FEW_LINES_MOST_TOKENS = 4
 CSR_FEW_LINE_LENGTHS = (64,)  # the layouts it takes (16-slot lines not measured at 2-4 tokens)
 
