@@ -1,10 +1,12 @@
 """The demo's pieces on a tiny random BERT (fast), and the whole demo on MiniLM (marker slow)."""
 
+import copy
 import json
 
 import pytest
 import torch
 
+import sparsekernels as sk
 from sparsekernels import demo
 from sparsekernels.models import minilm, sentences
 
@@ -121,6 +123,8 @@ def test_demo_end_to_end(tmp_path):
     assert dense["cosine_mean"] == pytest.approx(1.0) and dense["top1"] == 1.0
     for key in want[1:]:
         assert 0 < rows[key]["weight_bytes"] < dense["weight_bytes"]
+    for key in want:  # held once run: at least what is stored (biases and kept forms too)
+        assert rows[key]["held_bytes"] >= rows[key]["weight_bytes"] > 0
     # Calibrated on other sentences, Wanda beats magnitude and SparseGPT beats Wanda.
     assert demo.METHODS == ("magnitude", "wanda", "sparsegpt")
     for pattern in demo.PATTERNS:
@@ -159,3 +163,22 @@ def test_cli_rejects_negative_distill():
 
     with pytest.raises(SystemExit):
         main(["demo", "--distill", "-1"])
+
+
+def test_held_by_encoder_counts_its_layers_and_what_they_keep():
+    """The held column: the encoder's linear layers (not the pooler) with their biases, sparse
+    ones with what their runs keep, at least their stored bytes and under dense's."""
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.encoder = torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)
+    )
+    model.pooler = torch.nn.Linear(64, 64)
+    dense = demo.held_by_encoder(model)
+    assert dense == sum(p.numel() * p.element_size() for p in model.encoder.parameters())
+    sparse = copy.deepcopy(model)
+    config = sk.SparsityConfig.parse("2:8")
+    summary = sk.sparsify_(sparse, config, filter_fn=demo.encoder_only)
+    assert sparse.encoder(torch.randn(4, 64)).shape == (4, 64)  # (run: a route may keep forms)
+    held = demo.held_by_encoder(sparse)
+    assert summary.weight_bytes_after <= held < dense

@@ -6,11 +6,11 @@ and without retraining, to several patterns with `sparsify_`, each pattern three
 magnitude, by Wanda (|W| times the input feature's activation norm) and by SparseGPT (chosen by
 OBS saliency, the kept weights updated to make up for the pruned ones), the last two calibrated
 on 334 separate sentences that are never evaluated. Each sparse model is compared with the dense
-one: cosine
-similarity of the embeddings, top-1 retrieval on query/answer pairs, weight bytes, and the time
-to embed them all. On a CUDA device the sparse layers run the Triton kernels (or cuBLAS where
-dispatch finds it faster); on a CPU torch's sparse CSR matmul, so CPU times say little about the
-GPU (speed claims live in benchmarks/results/).
+one: cosine similarity of the embeddings, top-1 retrieval on query/answer pairs, weight bytes
+(as stored, and as held once run: with what the routes keep beside them), and the time to embed
+them all. On a CUDA device the sparse layers run the Triton kernels (or cuBLAS where dispatch
+finds it faster); on a CPU torch's sparse CSR matmul, so CPU times say little about the GPU
+(speed claims live in benchmarks/results/).
 `sparsekernels demo --tour` is a short tour of the formats and ops instead.
 """
 
@@ -29,6 +29,7 @@ import torch
 
 import sparsekernels as sk
 from sparsekernels import demo_plot
+from sparsekernels.bench.held import held_bytes
 from sparsekernels.models import minilm
 from sparsekernels.models.python_docs import python_doc_sentences
 from sparsekernels.models.sentences import (
@@ -63,11 +64,26 @@ class Row:
     weight_bytes: int  # the encoder linear weights as the kernels read them
     seconds: float  # embedding every sentence (all batches), median
     graph_seconds: float | None = None  # the same replayed as CUDA graphs (CUDA only)
+    held_bytes: int = 0  # what those layers hold after the runs (with the routes' kept forms)
 
 
 def encoder_only(module: torch.nn.Module, fqn: str) -> bool:
     """The demo prunes the encoder's linear layers (the pooler's output is not used)."""
     return fqn.startswith("encoder.")
+
+
+def encoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The encoder's linear layers, dense or sparse: the ones the demo prunes."""
+    kinds = (torch.nn.Linear, sk.nn.SparseLinear)
+    return torch.nn.ModuleList(
+        m for name, m in model.named_modules() if encoder_only(m, name) and isinstance(m, kinds)
+    )
+
+
+def held_by_encoder(model: torch.nn.Module) -> int:
+    """Bytes the encoder's linear layers hold once run (bench/held.py): weights, biases and
+    what the routes keep for them (layouts, tiled copies, cached casts), each storage once."""
+    return held_bytes(encoder_layers(model))
 
 
 def cosine_to(emb: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -90,6 +106,7 @@ def measure(
     seconds,
     method: str = "magnitude",
     graph_seconds: float | None = None,
+    held: int = 0,
 ):
     cosine = cosine_to(emb, dense)
     top1 = top1_passages(emb)
@@ -105,6 +122,7 @@ def measure(
         weight_bytes=int(nbytes),
         seconds=seconds,
         graph_seconds=graph_seconds,
+        held_bytes=held,
     )
 
 
@@ -174,8 +192,8 @@ def run(
 
     started = time.perf_counter()
     console = Console()
-    if not console.is_terminal:  # piped or captured: wide enough for the table's 8 columns
-        console = Console(width=100)
+    if not console.is_terminal:  # piped or captured: wide enough for the table's 10 columns
+        console = Console(width=132)
     device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     path = "Triton kernels" if device.type == "cuda" else "CPU backend (torch's sparse CSR matmul)"
@@ -232,7 +250,8 @@ def run(
         for name, m in model.named_modules()
         if encoder_only(m, name) and isinstance(m, torch.nn.Linear)
     )
-    rows = [measure("dense", dense, dense, layers, linear_bytes, dense_s, "-", dense_graph_s)]
+    held = held_by_encoder(model)
+    rows = [measure("dense", dense, dense, layers, linear_bytes, dense_s, "-", dense_graph_s, held)]
     saved = None
     columns = (
         SpinnerColumn(),
@@ -264,7 +283,10 @@ def run(
                     sparse, parts, order, emb, device, sparse_reps, graph_failures
                 )
                 swapped, nbytes = len(summary.swapped), summary.weight_bytes_after
-                rows.append(measure(pattern, emb, dense, swapped, nbytes, seconds, method, graph_s))
+                held = held_by_encoder(sparse)
+                rows.append(
+                    measure(pattern, emb, dense, swapped, nbytes, seconds, method, graph_s, held)
+                )
                 if pattern == SAVE_PATTERN and method == SAVE_METHOD:
                     saved = (pattern, sparse, emb)
                 progress.advance(task)
@@ -286,8 +308,9 @@ def run(
                         sparse, parts, order, emb, device, sparse_reps, graph_failures
                     )
                     name = f"sparsegpt+distill{distill_epochs}"
+                    held = held_by_encoder(sparse)
                     rows.append(
-                        measure(pattern, emb, dense, swapped, nbytes, seconds, name, graph_s)
+                        measure(pattern, emb, dense, swapped, nbytes, seconds, name, graph_s, held)
                     )
                     progress.advance(task)
         progress.update(task, description="done")
@@ -339,6 +362,7 @@ def _table(rows: list[Row]):
         "top-1\nright",
         "top-1\n=dense",
         "weights MB\n(x dense)",
+        "held MB\n(x dense)",
         "time ms\n(x dense)",
     )
     graphed = dense.graph_seconds is not None
@@ -359,6 +383,7 @@ def _table(rows: list[Row]):
             f"{r.top1:.0%}",
             f"{r.agrees_with_dense:.0%}",
             f"{r.weight_bytes / 1e6:.1f} ({r.weight_bytes / dense.weight_bytes:.2f}x)",
+            f"{r.held_bytes / 1e6:.1f} ({r.held_bytes / dense.held_bytes:.2f}x)",
             f"{r.seconds * 1e3:.0f} ({time_ratio:.{0 if time_ratio >= 10 else 2}f}x)",
             *([_graph_cell(r, dense)] if graphed else []),
         )
