@@ -37,7 +37,7 @@ def test_four_d_mask_embeds_as_the_two_d_one(tiny, attention):  # noqa: F811
 
 
 def _row(seconds, graph_seconds, pattern="2:4"):
-    return demo.Row(pattern, "magnitude", 2, 0.9, 0.8, 1.0, 1.0, 10, seconds, graph_seconds)
+    return demo.Row(pattern, "magnitude", 2, 0.9, 0.8, 1.0, 1.0, 10, seconds, graph_seconds, 12)
 
 
 def test_table_has_the_graph_column_only_with_graphs():

@@ -383,11 +383,17 @@ def _table(rows: list[Row]):
             f"{r.top1:.0%}",
             f"{r.agrees_with_dense:.0%}",
             f"{r.weight_bytes / 1e6:.1f} ({r.weight_bytes / dense.weight_bytes:.2f}x)",
-            f"{r.held_bytes / 1e6:.1f} ({r.held_bytes / dense.held_bytes:.2f}x)",
+            _held_cell(r, dense),
             f"{r.seconds * 1e3:.0f} ({time_ratio:.{0 if time_ratio >= 10 else 2}f}x)",
             *([_graph_cell(r, dense)] if graphed else []),
         )
     return table
+
+
+def _held_cell(r: Row, dense: Row) -> str:
+    if not dense.held_bytes:  # (rows from an older results.json: not counted)
+        return "-"
+    return f"{r.held_bytes / 1e6:.1f} ({r.held_bytes / dense.held_bytes:.2f}x)"
 
 
 def _graph_cell(r: Row, dense: Row) -> str:
