@@ -101,6 +101,14 @@ def test_triton_gpu_expand(M, K, N, groups, density, dtype, pattern, activation,
     _triton_example("spmm_nm_expand", *args)
 
 
+def _nm_product(M, groups, N, pattern, g, dtype, device):
+    """An N:M weight (M rows, `groups` groups), B (its columns x N) and a bias, on `device`."""
+    W, _ = make_nm(M, groups, pattern, g, dtype)
+    W = W.to(device)
+    bias = fresh(M, g=g, dtype=dtype).to(device)
+    return W, fresh(W.shape[1], N, g=g, dtype=dtype).to(device), bias
+
+
 def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, seed, device):
     """One example of `op` by the triton backend on `device` (data drawn on the CPU first, so
     an example is the same on either)."""
@@ -111,19 +119,13 @@ def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, se
         bias = fresh(M, g=g, dtype=dtype).to(device)
         check_spmm(A, fresh(K, N, g=g, dtype=dtype).to(device), bias, activation, backend)
     elif op == "spmm_nm":
-        W, _ = make_nm(M, groups, pattern, g, dtype)
-        W = W.to(device)
-        bias = fresh(M, g=g, dtype=dtype).to(device)
-        check_spmm(W, fresh(W.shape[1], N, g=g, dtype=dtype).to(device), bias, activation, backend)
+        check_spmm(*_nm_product(M, groups, N, pattern, g, dtype, device), activation, backend)
     elif op == "spmm_nm_expand":  # the one-hot tensor-core kernel, for every pattern and size
         from sparsekernels.kernels import tuning
 
         if device == "cpu" and dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is broken
             dtype = torch.float16
-        W, _ = make_nm(M, groups, pattern, g, dtype)
-        W = W.to(device)
-        bias = fresh(M, g=g, dtype=dtype).to(device)
-        B = fresh(W.shape[1], N, g=g, dtype=dtype).to(device)
+        W, B, bias = _nm_product(M, groups, N, pattern, g, dtype, device)
         saved, tuning.spmm_nm_expand_takes = tuning.spmm_nm_expand_takes, lambda *_: True
         try:
             check_spmm(W, B, bias, activation, backend)
@@ -134,10 +136,7 @@ def _triton_example(op, M, groups, K, N, density, dtype, pattern, activation, se
 
         if device == "cpu" and dtype == torch.bfloat16:  # the interpreter's bf16 tl.dot is broken
             dtype = torch.float16
-        W, _ = make_nm(M, groups, pattern, g, dtype)
-        W = W.to(device)
-        bias = fresh(M, g=g, dtype=dtype).to(device)
-        B = fresh(W.shape[1], N, g=g, dtype=dtype).to(device)
+        W, B, bias = _nm_product(M, groups, N, pattern, g, dtype, device)
         saved = nm_unpack_tuning.spmm_nm_unpack_config
         tiles = nm_unpack_tuning.SpmmNmUnpackConfig(16, 16, 4, 2, 2, 16)
         nm_unpack_tuning.spmm_nm_unpack_config = lambda *_: tiles
