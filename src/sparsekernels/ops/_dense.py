@@ -2,7 +2,8 @@
 indexing on CPU) and multiply with cuBLAS, where that beats our sparse kernels (kernels/tuning.py).
 
 Unlike the sparse paths it multiplies the structural zeros too: a NaN or Inf in B reaches every
-output of its column. It is chosen automatically only on CUDA.
+output of its column. It is chosen automatically on CUDA (kernels/tuning.py) and, for fp32
+products with many tokens and more than ~10% stored, on the CPU (kernels/spmm_cpu_tuning.py).
 """
 
 from __future__ import annotations
@@ -173,9 +174,11 @@ def reasons(prefers_dense, prefers_dense_on_cpu=None):
         if forced:
             return []
         if problem.device.type != "cuda":
-            if prefers_dense_on_cpu is not None and prefers_dense_on_cpu(problem):
-                return []
-            return ["chosen automatically only on CUDA (it multiplies structural zeros too)"]
+            if prefers_dense_on_cpu is None:
+                return ["chosen automatically only on CUDA (it multiplies structural zeros too)"]
+            if not prefers_dense_on_cpu(problem):
+                return ["the sparse product is expected to be faster here on the CPU"]
+            return []
         if not prefers_dense(problem):
             return ["a sparse kernel is expected to be faster here (kernels/tuning.py)"]
         return []
@@ -189,6 +192,25 @@ def csr_prefers_dense(problem: _dispatch.Problem) -> bool:
     facts, half = problem.facts, problem.dtype in (torch.float16, torch.bfloat16)
     products = facts.get("nnz", 0) * facts["n"] * facts.get("batch", 1)
     return spmm_csr_prefers_dense(facts["n"], facts.get("density", 0.0), half, products)
+
+
+def csr_prefers_dense_on_cpu(problem: _dispatch.Problem) -> bool:
+    from ..kernels.spmm_cpu_tuning import spmm_prefers_dense_on_cpu
+
+    facts = problem.facts
+    batch = facts.get("batch", 1)
+    cells = batch * facts.get("rows", 0) * facts.get("k", 0)
+    nnz = batch * facts.get("nnz", 0)
+    return spmm_prefers_dense_on_cpu(facts["n"], nnz, cells, problem.dtype)
+
+
+def nm_prefers_dense_on_cpu(problem: _dispatch.Problem) -> bool:
+    from ..kernels.spmm_cpu_tuning import spmm_prefers_dense_on_cpu
+
+    n, m, _, _ = problem.facts["pattern"]
+    rows, cols = problem.facts.get("shape", (0, 0))
+    nnz = rows * cols // m * n
+    return spmm_prefers_dense_on_cpu(problem.facts["n"], nnz, rows * cols, problem.dtype)
 
 
 def sddmm_prefers_dense(problem: _dispatch.Problem) -> bool:

@@ -319,7 +319,11 @@ def _reference_nm(values, indices, b, bias, activation, n, m, vector, block, tra
 _dispatch.register("spmm_csr", _dispatch.Backend("scatter", _csr_scatter.run, _csr_scatter.reasons))
 _dispatch.register(
     "spmm_csr",
-    _dispatch.Backend("dense", _dense.spmm_csr, _dense.reasons(_dense.csr_prefers_dense)),
+    _dispatch.Backend(
+        "dense",
+        _dense.spmm_csr,
+        _dense.reasons(_dense.csr_prefers_dense, _dense.csr_prefers_dense_on_cpu),
+    ),
 )
 _dispatch.register("spmm_csr", _dispatch.Backend("triton", _triton_csr, _triton_csr_reasons))
 _dispatch.register(
@@ -328,7 +332,12 @@ _dispatch.register(
 _dispatch.register("spmm_csr", _dispatch.Backend("reference", _reference_csr, _dispatch.always))
 _dispatch.register("spmm_nm", _dispatch.Backend("cusparselt", _cusparselt.run, _cusparselt.reasons))
 _dispatch.register(
-    "spmm_nm", _dispatch.Backend("dense", _dense.spmm_nm, _dense.reasons(_dense.nm_prefers_dense))
+    "spmm_nm",
+    _dispatch.Backend(
+        "dense",
+        _dense.spmm_nm,
+        _dense.reasons(_dense.nm_prefers_dense, _dense.nm_prefers_dense_on_cpu),
+    ),
 )
 _dispatch.register("spmm_nm", _dispatch.Backend("triton", _triton_nm.spmm_nm, _triton_nm.reasons))
 _dispatch.register(

@@ -1,0 +1,43 @@
+"""Which CPU products of spmm/linear take the dense backend (densify, then BLAS) over torch's sparse
+CSR matmul (MKL): a cost model fitted to quiet timings on a 2-core x86 box (torch 2.13 CPU
+build, fp32, medians; scratch timings of 2026-12-04 recorded in benchmarks/NOTES.md).
+
+MKL's CSR matmul costs about ten times BLAS's a multiply-add (0.15 against 0.015 ns, the same
+on 1536 x 384 and 4096 x 4096), so below ~10% stored it wins at any token count; above, the
+dense product wins once enough tokens pay for densifying the weight. Densifying (torch
+indexing) costs ~10 ns a stored entry while the weight fits the caches and ~20 past 2^22
+cells, where a fresh allocation's page faults add ~2 ns a cell (4096 x 4096 fp32: 34 ms).
+Measured crossovers: 1536 x 384 and 384 x 1536 at 50-70% and 2:4 from 96-128 tokens, 2:8
+from 96-256; 4096 x 4096 at 50% from 128-256, 70% past 256; 90% and 1:8 none up to 384.
+Half precision stays sparse: torch's CPU kernel widens to fp32, while a bf16 BLAS product on a
+CPU without bf16 units ran ~10x slower than fp32 (1536 x 384 at 384 tokens: 32.6 ms against
+3.3; the sparse matmul 10.0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+SPARSE_NS_PER_PRODUCT = 0.15  # torch's CSR matmul, a stored entry x a token
+DENSE_NS_PER_PRODUCT = 0.015  # BLAS sgemm, a cell x a token
+DENSIFY_NS_PER_ENTRY = 10.0
+DENSIFY_NS_PER_ENTRY_LARGE = 20.0
+DENSIFY_NS_PER_CELL_LARGE = 2.0
+LARGE_CELLS = 2**22
+# Prefer the sparse matmul unless dense is clearly faster: it holds no dense temporary and a
+# NaN in B stays out of the columns it never multiplies.
+DENSE_MARGIN = 1.1
+MAX_CELLS = 2**27  # the dense temporary's elements, all batches (512 MB in fp32)
+
+
+def spmm_prefers_dense_on_cpu(n: int, nnz: int, cells: int, dtype: torch.dtype) -> bool:
+    """`nnz`: stored entries, `cells`: the dense weight's elements (both over the whole batch),
+    `n`: tokens (B's columns)."""
+    if dtype != torch.float32 or not 0 < cells <= MAX_CELLS or n <= 0:
+        return False
+    large = cells > LARGE_CELLS
+    per_entry = DENSIFY_NS_PER_ENTRY_LARGE if large else DENSIFY_NS_PER_ENTRY
+    densify = nnz * per_entry + (cells * DENSIFY_NS_PER_CELL_LARGE if large else 0.0)
+    sparse = SPARSE_NS_PER_PRODUCT * nnz * n
+    dense = densify + DENSE_NS_PER_PRODUCT * cells * n
+    return sparse > DENSE_MARGIN * dense

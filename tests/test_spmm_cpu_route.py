@@ -1,0 +1,99 @@
+"""On the CPU, fp32 spmm/linear with many tokens and more than ~10% stored takes the dense backend
+(kernels/spmm_cpu_tuning.py); everything else stays on torch's sparse matmul."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
+from sparsekernels.kernels.spmm_cpu_tuning import MAX_CELLS, spmm_prefers_dense_on_cpu
+from sparsekernels.ops import _dispatch
+from sparsekernels.ops.spmm import csr_problem, nm_problem
+
+MINILM_UP = 1536 * 384  # all-MiniLM's MLP up-projection, the demo's largest layer
+
+
+@pytest.mark.parametrize(
+    "density, tokens, dense",
+    [
+        (0.3, 64, False),  # 70%: the sparse matmul still wins at 64 tokens (1.67 ms against 2.42)
+        (0.3, 128, True),  # ... and loses from 128 (3.55 against 3.16)
+        (0.5, 384, True),
+        (0.1, 4096, False),  # 90%: MKL's ~10x a multiply-add never pays back the dense product's
+    ],
+)
+def test_rule_at_measured_minilm_points(density, tokens, dense):
+    nnz = int(MINILM_UP * density)
+    assert spmm_prefers_dense_on_cpu(tokens, nnz, MINILM_UP, torch.float32) is dense
+
+
+def test_rule_keeps_large_weights_sparse_longer():
+    cells = 4096 * 4096  # a fresh 64 MB allocation pays page faults, densifying leaves the caches
+    nnz = int(cells * 0.3)
+    assert not spmm_prefers_dense_on_cpu(256, nnz, cells, torch.float32)  # 199.7 against 222.7 ms
+    assert spmm_prefers_dense_on_cpu(512, nnz, cells, torch.float32)
+    assert not spmm_prefers_dense_on_cpu(10**6, MAX_CELLS // 2, MAX_CELLS + 1, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_rule_only_for_fp32(dtype):
+    assert not spmm_prefers_dense_on_cpu(4096, MINILM_UP // 2, MINILM_UP, dtype)
+
+
+def test_dispatch_on_cpu_follows_the_rule(gen):
+    A = random_csr(300, 200, 0.5, gen, dtype=torch.float32)
+    few, many = (
+        randn(200, 8, gen=gen, dtype=torch.float32),
+        randn(200, 600, gen=gen, dtype=torch.float32),
+    )
+    problem = lambda b: csr_problem(A.row_offsets, A.column_indices, A.values, b)  # noqa: E731
+    assert _dispatch.choose("spmm_csr", problem(few)) == "torch_sparse"
+    reasons = _dispatch.explain("spmm_csr", problem(few))["dense"]
+    assert reasons == ["the sparse product is expected to be faster here on the CPU"]
+    assert _dispatch.choose("spmm_csr", problem(many)) == "dense"
+    assert _dispatch.choose("spmm_csr", problem(many.double())) == "torch_sparse"
+    W = random_nm(300, 200, 2, 4, gen, dtype=torch.float32)
+    nm = lambda b: nm_problem(W.values, b, 2, 4, 1, 1, False)  # noqa: E731
+    assert _dispatch.choose("spmm_nm", nm(few)) == "torch_sparse"
+    assert _dispatch.choose("spmm_nm", nm(many)) == "dense"
+
+
+def _chosen(W, tokens) -> str:
+    if isinstance(W, sk.CSRMatrix):
+        problem = csr_problem(W.row_offsets, W.column_indices, W.values, tokens)
+        return _dispatch.choose("spmm_csr", problem)
+    problem = nm_problem(W.values, tokens, W.n, W.m, W.vector, W.block, False)
+    return _dispatch.choose("spmm_nm", problem)
+
+
+@pytest.mark.parametrize("kind", ["csr", "nm"])
+def test_linear_through_the_dense_route_matches_reference(kind, gen):
+    """Forward with a bias, and both gradients, at enough tokens for the rule; the
+    tolerances are relative to sum |w| |x| per output, so one bad row fails."""
+    make = {
+        "csr": lambda: random_csr(97, 130, 0.5, gen),
+        "nm": lambda: random_nm(97, 128, 2, 4, gen, 4),
+    }
+    W = make[kind]()
+    W32, dense = W.to(dtype=torch.float32), W.to_dense()
+    x, bias = randn(3, 200, W.shape[1], gen=gen), randn(97, gen=gen)
+    assert _chosen(W32, x.reshape(-1, W.shape[1]).float().t()) == "dense"
+    values = W32.values.clone().requires_grad_()
+    x32 = x.float().requires_grad_()
+    got = sk.linear(x32, W32.with_values(values), bias.float())
+    want = x @ dense.t() + bias
+    flat = x.reshape(-1, W.shape[1])
+    bound = (spmm_bound(dense, flat.t()).t() + bias.abs()).reshape(want.shape)
+    assert_close(got, want, bound, torch.float32)
+    with torch.no_grad():  # repeat eager calls: the plan remembered for the signature
+        again = [sk.linear(x32, W32, bias.float()) for _ in range(3)]
+    assert all(torch.equal(a, got.detach()) for a in again)
+    grad = randn(*got.shape, gen=gen)
+    got.backward(grad.float())
+    g = grad.reshape(-1, 97)
+    assert_close(x32.grad, (g @ dense).reshape(x.shape), (g.abs() @ dense.abs()).reshape(x.shape),
+                 torch.float32)  # fmt: skip
+    kept = dense != 0
+    dw_bound = (g.abs().t() @ flat.abs()) * kept
+    got_dw = W32.with_values(values.grad).to_dense()
+    assert_close(got_dw, (g.t() @ flat) * kept, dw_bound, torch.float32)
