@@ -9,8 +9,8 @@ on 334 separate sentences that are never evaluated. Each sparse model is compare
 one: cosine similarity of the embeddings, top-1 retrieval on query/answer pairs, weight bytes
 (as stored, and as held once run: with what the routes keep beside them), and the time to embed
 them all. On a CUDA device the sparse layers run the Triton kernels (or cuBLAS where dispatch
-finds it faster); on a CPU torch's sparse CSR matmul, so CPU times say little about the GPU
-(speed claims live in benchmarks/results/).
+finds it faster); on a CPU torch's sparse CSR matmul (densify + BLAS on large enough fp32
+batches), so CPU times say little about the GPU (speed claims live in benchmarks/results/).
 `sparsekernels demo --tour` is a short tour of the formats and ops instead.
 """
 
@@ -196,7 +196,8 @@ def run(
         console = Console(width=132)
     device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    path = "Triton kernels" if device.type == "cuda" else "CPU backend (torch's sparse CSR matmul)"
+    cpu_path = "CPU backends (torch's sparse CSR matmul; densify + BLAS on larger batches)"
+    path = "Triton kernels" if device.type == "cuda" else cpu_path
     out = Path(out_dir)
     console.print(
         f"[bold]sparsekernels {sk.__version__}[/]: all-MiniLM-L6-v2 pruned one-shot by "
