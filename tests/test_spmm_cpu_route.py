@@ -35,9 +35,14 @@ def test_rule_keeps_large_weights_sparse_longer():
     assert not spmm_prefers_dense_on_cpu(10**6, MAX_CELLS // 2, MAX_CELLS + 1, torch.float32)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
-def test_rule_only_for_fp32(dtype):
-    assert not spmm_prefers_dense_on_cpu(4096, MINILM_UP // 2, MINILM_UP, dtype)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rule_takes_half_precision_as_fp32(dtype):  # (both backends widen it on the CPU)
+    assert spmm_prefers_dense_on_cpu(4096, MINILM_UP // 2, MINILM_UP, dtype)
+    assert not spmm_prefers_dense_on_cpu(32, MINILM_UP // 2, MINILM_UP, dtype)
+
+
+def test_rule_keeps_float64_sparse():
+    assert not spmm_prefers_dense_on_cpu(4096, MINILM_UP // 2, MINILM_UP, torch.float64)
 
 
 def test_dispatch_on_cpu_follows_the_rule(gen):
@@ -66,34 +71,60 @@ def _chosen(W, tokens) -> str:
     return _dispatch.choose("spmm_nm", problem)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kind", ["csr", "nm"])
-def test_linear_through_the_dense_route_matches_reference(kind, gen):
+def test_linear_through_the_dense_route_matches_reference(kind, dtype, gen):
     """Forward with a bias, and both gradients, at enough tokens for the rule; the
-    tolerances are relative to sum |w| |x| per output, so one bad row fails."""
+    tolerances are relative to sum |w| |x| per output, so one bad row fails. Half precision is
+    computed in fp32 (ops/_dense.widens_on_cpu)."""
     make = {
         "csr": lambda: random_csr(97, 130, 0.5, gen),
         "nm": lambda: random_nm(97, 128, 2, 4, gen, 4),
     }
     W = make[kind]()
-    W32, dense = W.to(dtype=torch.float32), W.to_dense()
+    Wd = W.to(dtype=dtype)  # the references take the inputs as rounded to dtype
+    dense = Wd.to_dense().double()
     x, bias = randn(3, 200, W.shape[1], gen=gen), randn(97, gen=gen)
-    assert _chosen(W32, x.reshape(-1, W.shape[1]).float().t()) == "dense"
-    values = W32.values.clone().requires_grad_()
-    x32 = x.float().requires_grad_()
-    got = sk.linear(x32, W32.with_values(values), bias.float())
+    x, bias = x.to(dtype).double(), bias.to(dtype).double()
+    assert _chosen(Wd, x.reshape(-1, W.shape[1]).to(dtype).t()) == "dense"
+    values = Wd.values.clone().requires_grad_()
+    x32 = x.to(dtype).requires_grad_()
+    got = sk.linear(x32, Wd.with_values(values), bias.to(dtype))
     want = x @ dense.t() + bias
     flat = x.reshape(-1, W.shape[1])
     bound = (spmm_bound(dense, flat.t()).t() + bias.abs()).reshape(want.shape)
-    assert_close(got, want, bound, torch.float32)
+    assert got.dtype == dtype
+    assert_close(got, want, bound, dtype)
     with torch.no_grad():  # repeat eager calls: the plan remembered for the signature
-        again = [sk.linear(x32, W32, bias.float()) for _ in range(3)]
+        again = [sk.linear(x32, Wd, bias.to(dtype)) for _ in range(3)]
     assert all(torch.equal(a, got.detach()) for a in again)
-    grad = randn(*got.shape, gen=gen)
-    got.backward(grad.float())
+    grad = randn(*got.shape, gen=gen).to(dtype).double()
+    got.backward(grad.to(dtype))
     g = grad.reshape(-1, 97)
     assert_close(x32.grad, (g @ dense).reshape(x.shape), (g.abs() @ dense.abs()).reshape(x.shape),
-                 torch.float32)  # fmt: skip
+                 dtype)  # fmt: skip
     kept = dense != 0
     dw_bound = (g.abs().t() @ flat.abs()) * kept
-    got_dw = W32.with_values(values.grad).to_dense()
-    assert_close(got_dw, (g.t() @ flat) * kept, dw_bound, torch.float32)
+    got_dw = Wd.with_values(values.grad).to_dense()
+    assert_close(got_dw, (g.t() @ flat) * kept, dw_bound, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_forced_dense_in_half_precision_is_fp32_rounded_once(dtype, gen):
+    """The dense backend's half precision on the CPU: the fp32 result rounded once (bitwise),
+    for spmm, N:M spmm with its transpose, and sddmm."""
+    A = random_csr(33, 40, 0.4, gen, dtype=dtype)
+    B, bias = randn(40, 21, gen=gen, dtype=dtype), randn(33, gen=gen, dtype=dtype)
+    got = sk.spmm(A, B, bias, "gelu", backend="dense")
+    wide = sk.spmm(A.to(dtype=torch.float32), B.float(), bias.float(), "gelu", backend="dense")
+    assert got.dtype == dtype and torch.equal(got, wide.to(dtype))
+    W = random_nm(24, 32, 2, 8, gen, dtype=dtype)
+    x = randn(5, 32, gen=gen, dtype=dtype)
+    got = sk.linear(x, W, backend="dense")
+    assert torch.equal(
+        got, sk.linear(x.float(), W.to(dtype=torch.float32), backend="dense").to(dtype)
+    )
+    X, Y = randn(33, 7, gen=gen, dtype=dtype), randn(40, 7, gen=gen, dtype=dtype)
+    S = sk.sddmm(X, Y, A, backend="dense")
+    wide = sk.sddmm(X.float(), Y.float(), A.to(dtype=torch.float32), backend="dense")
+    assert S.dtype == dtype and torch.equal(S.values, wide.values.to(dtype))

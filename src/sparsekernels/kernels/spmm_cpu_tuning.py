@@ -9,9 +9,10 @@ indexing) costs ~10 ns a stored entry while the weight fits the caches and ~20 p
 cells, where a fresh allocation's page faults add ~2 ns a cell (4096 x 4096 fp32: 34 ms).
 Measured crossovers: 1536 x 384 and 384 x 1536 at 50-70% and 2:4 from 96-192 tokens, 2:8
 from 96-256; 4096 x 4096 at 50% from 128-256, 70% past 256; 90% and 1:8 none up to 384.
-Half precision stays sparse: torch's CPU kernel widens to fp32, while a bf16 BLAS product on a
-CPU without bf16 units ran ~10x slower than fp32 (1536 x 384 at 384 tokens: 32.6 ms against
-3.3; the sparse matmul 10.0).
+Half precision follows the same rule: both backends compute it in fp32 on the CPU (a bf16 BLAS
+product on a CPU without bf16 units ran ~10x slower than fp32: 1536 x 384 at 70% and 384
+tokens, torch's bf16 dense 38.0 ms, widened to fp32 4.9, the sparse matmul 11.7, the dense
+backend widened 6.6; ops/_dense.widens_on_cpu). float64 keeps the sparse matmul (not timed).
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ LARGE_CELLS = 2**22
 # ~100, 2:8 between 128 and 192).
 DENSE_MARGIN = 1.25
 MAX_CELLS = 2**27  # the dense temporary's elements, all batches (512 MB in fp32)
+WIDTHS = (torch.float32, torch.bfloat16, torch.float16)  # (half precision computed in fp32)
 
 
 def spmm_prefers_dense_on_cpu(n: int, nnz: int, cells: int, dtype: torch.dtype) -> bool:
     """`nnz`: stored entries, `cells`: the dense weight's elements (both over the whole batch),
     `n`: tokens (B's columns)."""
-    if dtype != torch.float32 or not 0 < cells <= MAX_CELLS or n <= 0:
+    if dtype not in WIDTHS or not 0 < cells <= MAX_CELLS or n <= 0:
         return False
     large = cells > LARGE_CELLS
     per_entry = DENSIFY_NS_PER_ENTRY_LARGE if large else DENSIFY_NS_PER_ENTRY

@@ -16,7 +16,22 @@ from ._identity_cache import IdentityCache, version
 from ._layout import column_major
 
 
+def widens_on_cpu(t: torch.Tensor) -> bool:
+    """Half precision on the CPU is computed in float32 and rounded once at the end: a bf16 BLAS
+    product on a CPU without bf16 units took ~10x fp32's (1536 x 384 at 384 tokens: 38.0 ms
+    against 4.9; kernels/spmm_cpu_tuning.py), and torch's sparse CPU kernels widen too."""
+    return t.device.type == "cpu" and t.dtype in (torch.float16, torch.bfloat16)
+
+
+def _wide(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.float()  # (strides kept: column-major b stays so)
+
+
 def spmm_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
+    if widens_on_cpu(b):
+        wide = spmm_csr(row_offsets, column_indices, _wide(values), _wide(b), _wide(bias),
+                        row_order, activation)  # fmt: skip
+        return wide.to(b.dtype)
     weight = densify_csr(row_offsets, column_indices, values, b.shape[-2])
     if weight.dim() == 2 and column_major(b):
         return _in_b_order(weight, b, bias, activation)
@@ -24,6 +39,10 @@ def spmm_csr(row_offsets, column_indices, values, b, bias, row_order, activation
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
+    if widens_on_cpu(b):
+        wide = spmm_nm(_wide(values), indices, _wide(b), _wide(bias), activation, n, m, vector,
+                       block, transpose)  # fmt: skip
+        return wide.to(b.dtype)
     weight = densify_nm(values, indices, n, m, vector, block)
     # cuBLAS reads a transposed operand in place: W^T needs no transposed copy.
     weight = weight.t() if transpose else weight
@@ -44,6 +63,8 @@ def sddmm_csr(row_offsets, column_indices, x, y):
     """(x @ y^T) at the stored positions, from the whole product on cuBLAS: at a weight
     gradient's shapes (K = tokens in the thousands) tensor cores finish the dense product long
     before a CUDA-core kernel finishes the sampled one."""
+    if widens_on_cpu(x):
+        return sddmm_csr(row_offsets, column_indices, _wide(x), _wide(y)).to(x.dtype)
     product = torch.matmul(x, y.transpose(-1, -2))
     return product.flatten(-2)[..., flat_positions(row_offsets, column_indices, y.shape[-2])]
 
@@ -71,6 +92,8 @@ def sddmm_nm(indices, x, y, n: int, m: int, vector: int, block: int):
     """(x @ y^T) at an N:M pattern's kept positions (M, groups * n), from the whole product."""
     from ..formats.nm import nm_columns
 
+    if widens_on_cpu(x):
+        return sddmm_nm(indices, _wide(x), _wide(y), n, m, vector, block).to(x.dtype)
     product = x @ y.t()
     return product.gather(1, nm_columns(indices, x.shape[0], n, m, vector, block))
 

@@ -103,6 +103,8 @@ def _densified_product(b: torch.Tensor, W, bias: torch.Tensor | None, plan: _Pla
     order: the very cuBLAS call it makes (ops/_dense.py's _in_b_order), the weight densified
     by the plan's replayed launch (the densify's JIT launch alone cost more than cuBLAS's call)."""
     x = b.t()
+    if _dense.widens_on_cpu(x):  # (the backend's own call: fp32 on the CPU, ops/_dense.py)
+        return _backend_call(x, W, bias, "dense")().t()
     weight = None
     if plan.launches is not None:
         weight = plan.launches.replay(x, bias, _launch_plans.weight_state(W))
