@@ -4,11 +4,14 @@ build, fp32, medians; scratch timings of 2026-12-04 recorded in benchmarks/NOTES
 
 MKL's CSR matmul costs about ten times BLAS's a multiply-add (0.15 against 0.015 ns, the same
 on 1536 x 384 and 4096 x 4096), so below ~10% stored it wins at any token count; above, the
-dense product wins once enough tokens pay for densifying the weight. Densifying (torch
-indexing) costs ~10 ns a stored entry while the weight fits the caches and ~20 past 2^22
-cells, where a fresh allocation's page faults add ~2 ns a cell (4096 x 4096 fp32: 34 ms).
-Measured crossovers: 1536 x 384 and 384 x 1536 at 50-70% and 2:4 from 96-192 tokens, 2:8
-from 96-256; 4096 x 4096 at 50% from 128-256, 70% past 256; 90% and 1:8 none up to 384.
+dense product wins once enough tokens pay for densifying the weight. Densifying (positions,
+then an index_copy_, ops/_densify_cpu.py) costs ~3-9 ns a stored entry through linear, and
+past 2^22 cells a fresh allocation's page faults add ~2 ns a cell (4096 x 4096 fp32: 27-34
+ms of zeros). Measured crossovers (benchmarks/results/cpu/2026-12-04-dense-route): MiniLM's
+384 x 384, 1536 x 384 and 384 x 1536 at 50-70% and 2:4 from 96-192 tokens, 2:8 from 96-192;
+4096 x 4096 at 50% below 128, 70% and 2:8 128-256; 90% and 1:8 none up to 384 tokens (but
+for 384 x 384 there). MKL's cost a multiply-add grows with the tokens (2:4 on 384 x 1536:
+0.10 ns at 96, 0.17 at 384), so the linear model is conservative at many tokens.
 Half precision follows the same rule: both backends compute it in fp32 on the CPU (a bf16 BLAS
 product on a CPU without bf16 units ran ~10x slower than fp32: 1536 x 384 at 70% and 384
 tokens, torch's bf16 dense 38.0 ms, widened to fp32 4.9, the sparse matmul 11.7, the dense
@@ -21,8 +24,7 @@ import torch
 
 SPARSE_NS_PER_PRODUCT = 0.15  # torch's CSR matmul, a stored entry x a token
 DENSE_NS_PER_PRODUCT = 0.015  # BLAS sgemm, a cell x a token
-DENSIFY_NS_PER_ENTRY = 10.0
-DENSIFY_NS_PER_ENTRY_LARGE = 20.0
+DENSIFY_NS_PER_ENTRY = 7.0
 DENSIFY_NS_PER_CELL_LARGE = 2.0
 LARGE_CELLS = 2**22
 # Prefer the sparse matmul unless dense is clearly faster: it holds no dense temporary, a NaN
@@ -40,8 +42,7 @@ def spmm_prefers_dense_on_cpu(n: int, nnz: int, cells: int, dtype: torch.dtype) 
     if dtype not in WIDTHS or not 0 < cells <= MAX_CELLS or n <= 0:
         return False
     large = cells > LARGE_CELLS
-    per_entry = DENSIFY_NS_PER_ENTRY_LARGE if large else DENSIFY_NS_PER_ENTRY
-    densify = nnz * per_entry + (cells * DENSIFY_NS_PER_CELL_LARGE if large else 0.0)
+    densify = nnz * DENSIFY_NS_PER_ENTRY + (cells * DENSIFY_NS_PER_CELL_LARGE if large else 0.0)
     sparse = SPARSE_NS_PER_PRODUCT * nnz * n
     dense = densify + DENSE_NS_PER_PRODUCT * cells * n
     return sparse > DENSE_MARGIN * dense
