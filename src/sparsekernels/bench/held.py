@@ -1,7 +1,9 @@
 """What a model holds for its weights: the bytes of every storage reachable from its parameters
 and buffers, from its sparse layers' format caches, and from what the ops' caches keep for
-those tensors (line layouts, tiled copies, transposes, launch plans), each storage counted
-once. Activations and a KV cache (plain attributes, not buffers) are not counted: this is the
+those tensors (line layouts, tiled copies, transposes, launch plans), and for CPU CSR layers
+the part of the thread's column workspace they need (ops/_cpu_columns.py), each storage
+counted once.
+Activations and a KV cache (plain attributes, not buffers) are not counted: this is the
 "smaller" half of a sparse model, beside the peak memory a call adds."""
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def held_bytes(model: torch.nn.Module) -> int:
     roots = [*model.parameters(), *model.buffers()]
     roots += [m._format_cache for m in model.modules() if hasattr(m, "_format_cache")]
     storages(roots, found, tensors)
+    found.update(_column_workspace(model))
     caches = identity_caches()
     while True:  # (what a cache keeps may key another cache's entries)
         kept = [
@@ -72,3 +75,22 @@ def held_bytes(model: torch.nn.Module) -> int:
         storages(kept, found, tensors)
         if len(tensors) == before:
             return sum(found.values())
+
+
+def _column_workspace(model: torch.nn.Module) -> dict:
+    """The part of the calling thread's CPU column workspace (ops/_cpu_columns.py) this model's
+    own CSR layers need: int32 columns for the largest of them with int16 columns (the buffer
+    itself is as large as the largest weight the thread ran, whichever model it was)."""
+    from ..ops._cpu_columns import buffers
+
+    columns = [
+        m.column_indices.numel()
+        for m in model.modules()
+        if isinstance(getattr(m, "column_indices", None), torch.Tensor)
+        and m.column_indices.device.type == "cpu"
+        and m.column_indices.dtype == torch.int16
+    ]
+    if not columns or not buffers():
+        return {}
+    buffer = buffers()[0]
+    return {buffer.data_ptr(): min(buffer.nbytes, 4 * max(columns))}

@@ -13,6 +13,7 @@ import torch
 
 from .. import reference
 from ..formats.nm import nm_columns
+from ._cpu_columns import as_int32
 from ._identity_cache import IdentityCache, version
 from ._nm_transpose import transposed_pattern
 
@@ -42,7 +43,11 @@ def _csr_matmul(row_offsets, column_indices, values, b, shape) -> torch.Tensor:
     acc = reference.accumulate_dtype(b.dtype)
     index = torch.int64 if row_offsets.dtype == torch.int64 else torch.int32
     # torch's CSR constructor trusts its inputs: strided index views crash MKL, so copy.
-    crow, col = row_offsets.to(index).contiguous(), column_indices.to(index).contiguous()
+    crow = row_offsets.to(index).contiguous()
+    if index == torch.int32 and column_indices.dtype != index and not _recording(values, b):
+        col = as_int32(column_indices)  # (int16 columns: into a buffer already mapped)
+    else:
+        col = column_indices.to(index).contiguous()
     with warnings.catch_warnings():  # torch warns once that sparse CSR is beta
         warnings.simplefilter("ignore")
         batch = torch.broadcast_shapes(values.shape[:-1], b.shape[:-2])
@@ -63,6 +68,11 @@ def _csr_matmul(row_offsets, column_indices, values, b, shape) -> torch.Tensor:
             for v, x in zip(flat_values, flat_b, strict=True)
         ]
         return torch.stack(outs).view(*batch, shape[0], b.shape[-1])
+
+
+def _recording(*tensors) -> bool:
+    """Whether autograd would keep the product's inputs (then the columns must be its own)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _epilogue(out, bias, activation, dtype):
