@@ -191,6 +191,9 @@ def epilogue(out, bias, activation):
     return reference.apply_activation(out, activation)
 
 
+CPU_REASON = "on the CPU only where expected to be faster (it multiplies structural zeros too)"
+
+
 def reasons(prefers_dense, prefers_dense_on_cpu=None):
     """Why the dense backend is not chosen automatically: on CUDA where `prefers_dense` says a
     sparse kernel wins; elsewhere unless `prefers_dense_on_cpu` (given) says it wins."""
@@ -202,7 +205,7 @@ def reasons(prefers_dense, prefers_dense_on_cpu=None):
             if prefers_dense_on_cpu is None:
                 return ["chosen automatically only on CUDA (it multiplies structural zeros too)"]
             if not prefers_dense_on_cpu(problem):
-                return ["the sparse product is expected to be faster here on the CPU"]
+                return [CPU_REASON]
             return []
         if not prefers_dense(problem):
             return ["a sparse kernel is expected to be faster here (kernels/tuning.py)"]
