@@ -2,8 +2,9 @@
 indexing on CPU) and multiply with cuBLAS, where that beats our sparse kernels (kernels/tuning.py).
 
 Unlike the sparse paths it multiplies the structural zeros too: a NaN or Inf in B reaches every
-output of its column. It is chosen automatically on CUDA (kernels/tuning.py) and, for fp32
-products with many tokens and more than ~10% stored, on the CPU (kernels/spmm_cpu_tuning.py).
+output of its column. It is chosen automatically on CUDA (kernels/tuning.py) and, for products
+with many tokens and more than ~10% stored, on the CPU (kernels/spmm_cpu_tuning.py; fp32, and
+half precision computed in fp32).
 """
 
 from __future__ import annotations
