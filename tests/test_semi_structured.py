@@ -16,7 +16,7 @@ import sparsekernels as sk
 from _helpers import assert_close, randn, random_nm, spmm_bound
 from sparsekernels.formats import semi_structured
 from sparsekernels.kernels import tuning
-from sparsekernels.ops import _cusparselt, _dispatch
+from sparsekernels.ops import _cusparselt, _cusparselt_algs, _dispatch
 
 HALF = [torch.float16, torch.bfloat16]
 
@@ -169,6 +169,10 @@ class FakeCusparselt:
             out = out + bias.float()[:, None]
         return out.to(b.dtype)
 
+    def search(self, packed, b, bias=None):
+        self.sparse_mm(packed, b, bias)  # the search runs the product on these operands
+        return 0
+
 
 @pytest.fixture
 def fake(monkeypatch):
@@ -183,7 +187,11 @@ def fake(monkeypatch):
     monkeypatch.setattr(semi_structured, "unsupported_reasons", reasons)
     monkeypatch.setattr(torch, "_cslt_compress", lt.compress)
     monkeypatch.setattr(torch, "_cslt_sparse_mm", lt.sparse_mm)
-    return lt
+    monkeypatch.setattr(torch, "_cslt_sparse_mm_search", lt.search)
+    monkeypatch.setattr(torch._C, "_cusparselt", None, raising=False)
+    _cusparselt_algs.clear()
+    yield lt
+    _cusparselt_algs.clear()
 
 
 def _oracle(W, x, bias, activation):

@@ -446,6 +446,9 @@ def spmm_nm_prefers_dense(
 # 14336x4096 and 4096x14336) found it 1.19-1.46x dense on every shape from N = 2048 and
 # 0.23-0.56x below N = 128. Forcing backend="cusparselt" works wherever it is available.
 CUSPARSELT_MIN_N: int | None = 2048
+# cuSPARSELt's own algorithm search, once per problem size (ops/_cusparselt_algs.py): its pick
+# ran 1.15-1.25x faster than the default algorithm at 2048-8192 tokens in the sweep above.
+CUSPARSELT_SEARCH = True
 
 
 def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, half_precision: bool) -> bool:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .. import reference
 from ..formats import semi_structured
-from . import _dispatch
+from . import _cusparselt_algs, _dispatch
 
 Tensor = torch.Tensor
 
@@ -52,7 +52,7 @@ def matmul(packed: Tensor, rows: int, b: Tensor, bias: Tensor | None, activation
     pad = -cols % semi_structured.DENSE_MULTIPLE
     if bias is not None:
         bias = _aligned(bias.contiguous())
-    out = torch._cslt_sparse_mm(packed, _dense_operand(b, pad), bias=bias)
+    out = _cusparselt_algs.sparse_mm(packed, _dense_operand(b, pad), bias)
     if pad:
         out = out[:, :cols].contiguous()
     return reference.apply_activation(out, activation)

@@ -1,0 +1,122 @@
+"""Which cuSPARSELt algorithm to run a 2:4 product with, searched once per problem size.
+
+torch's `_cslt_sparse_mm` runs algorithm 0 unless told otherwise; cuSPARSELt's own search
+(`torch._C._cusparselt.mm_search`, `torch._cslt_sparse_mm_search` before it) times every
+algorithm and split-K setting on the actual operands. On the H200 the one it picked ran 1.15-1.25x
+faster than algorithm 0 at 2048-8192 tokens on LLM layers
+(benchmarks/results/nvidia-h200/2026-11-29-c/semistructured.txt, its `lt_alg` column), which is
+where the `cusparselt` backend is routed.
+
+The choice depends on the product's shape, dtypes and B's layout, not on the values, so it is
+cached per such key, with the token count rounded up to a multiple of TOKEN_BUCKET: prefill
+batches of nearby lengths share one search. A search times kernels (and synchronizes), so it
+never runs while a CUDA graph is being captured (the default settings run then, and the next
+eager call searches), nor under torch.compile's tracing. A cached setting that cuSPARSELt
+rejects for a call of another length in its bucket falls back to the defaults for that key.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import NamedTuple
+
+import torch
+
+from ..kernels import tuning
+
+Tensor = torch.Tensor
+
+TOKEN_BUCKET = 256  # token counts sharing one search (the route starts at 2048 tokens)
+MAX_KEYS = 256  # cached settings kept, least recently used dropped past this
+
+
+class Setting(NamedTuple):
+    """Arguments of torch._cslt_sparse_mm beyond the operands."""
+
+    alg_id: int = 0
+    split_k: int = 1
+    split_k_mode: int = -1
+
+
+DEFAULT = Setting()
+_settings: OrderedDict[tuple, Setting] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _key(packed: Tensor, b: Tensor, bias: Tensor | None) -> tuple:
+    tokens = -(-b.shape[1] // TOKEN_BUCKET) * TOKEN_BUCKET
+    column_major = not b.is_contiguous()
+    return (
+        packed.device.index,
+        packed.dtype,
+        packed.numel(),
+        b.shape[0],
+        tokens,
+        column_major,
+        bias is not None,
+    )
+
+
+def _can_search(device: torch.device) -> bool:
+    if torch.compiler.is_compiling():
+        return False
+    return device.type != "cuda" or not torch.cuda.is_current_stream_capturing()
+
+
+def _search(packed: Tensor, b: Tensor, bias: Tensor | None) -> Setting:
+    """cuSPARSELt's own search on these operands: (alg_id, split_k, split_k_mode)."""
+    binding = getattr(getattr(torch._C, "_cusparselt", None), "mm_search", None)
+    if binding is not None:
+        found = binding(packed, b, bias, None, None, False)
+        if not isinstance(found, tuple):
+            return Setting(int(found))
+        alg_id, split_k, mode = found[:3]
+        if isinstance(mode, bool):  # torch's earlier "one kernel" flag: keep its algorithm only
+            return Setting(int(alg_id))
+        return Setting(int(alg_id), int(split_k), int(mode))
+    return Setting(int(torch._cslt_sparse_mm_search(packed, b, bias=bias)))
+
+
+def setting_for(packed: Tensor, b: Tensor, bias: Tensor | None) -> Setting:
+    """The cached setting for this problem, searched now when there is none and a search may
+    run here; DEFAULT otherwise."""
+    if not tuning.CUSPARSELT_SEARCH:
+        return DEFAULT
+    key = _key(packed, b, bias)
+    with _lock:
+        found = _settings.get(key)
+        if found is not None:
+            _settings.move_to_end(key)
+            return found
+    if not _can_search(b.device):
+        return DEFAULT
+    found = _search(packed, b, bias)
+    remember(key, found)
+    return found
+
+
+def remember(key: tuple, setting: Setting) -> None:
+    with _lock:
+        _settings[key] = setting
+        _settings.move_to_end(key)
+        while len(_settings) > MAX_KEYS:
+            _settings.popitem(last=False)
+
+
+def sparse_mm(packed: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
+    """torch._cslt_sparse_mm(packed, b, bias) with the searched setting."""
+    setting = setting_for(packed, b, bias)
+    if setting == DEFAULT:
+        return torch._cslt_sparse_mm(packed, b, bias=bias)
+    try:
+        return torch._cslt_sparse_mm(packed, b, bias=bias, **setting._asdict())
+    except RuntimeError:  # another length in the bucket: this setting does not apply to it
+        remember(_key(packed, b, bias), DEFAULT)
+        return torch._cslt_sparse_mm(packed, b, bias=bias)
+
+
+def clear() -> None:
+    """Forget every searched setting (tests; or after changing devices' clocks)."""
+    with _lock:
+        _settings.clear()

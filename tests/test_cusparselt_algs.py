@@ -1,0 +1,154 @@
+"""The cuSPARSELt algorithm search's cache (ops/_cusparselt_algs.py): on CPU with a fake
+cuSPARSELt that records what it is asked; on the GPU, every searched setting's product checked
+against float64 and CUDA-graph capture taking the defaults."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, randn, random_nm
+from sparsekernels.kernels import tuning
+from sparsekernels.ops import _cusparselt_algs as algs
+
+
+class FakeSearch:
+    """torch's search and matmul on CPU: the search returns `picks` in turn; the matmul rejects
+    alg_ids in `rejected`, as cuSPARSELt does an algorithm its plan does not have."""
+
+    def __init__(self, picks, rejected=()):
+        self.picks, self.rejected = list(picks), set(rejected)
+        self.searches, self.calls = 0, []
+
+    def search(self, packed, b, bias=None):
+        self.searches += 1
+        return self.picks.pop(0)
+
+    def sparse_mm(self, packed, b, bias=None, alg_id=0, split_k=1, split_k_mode=-1):
+        self.calls.append((alg_id, split_k, split_k_mode))
+        if alg_id in self.rejected:
+            raise RuntimeError(f"CUDA error: alg_id {alg_id} is out of range")
+        out = packed @ b
+        return out if bias is None else out + bias[:, None]
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    algs.clear()
+    lt = FakeSearch(picks=[3, 5, 7, 9])
+    monkeypatch.setattr(torch, "_cslt_sparse_mm_search", lt.search)
+    monkeypatch.setattr(torch, "_cslt_sparse_mm", lt.sparse_mm)
+    monkeypatch.setattr(torch._C, "_cusparselt", None, raising=False)
+    yield lt
+    algs.clear()
+
+
+def test_search_once_per_bucket(fake, gen):
+    packed = randn(32, 64, gen=gen)
+    b = randn(64, 2048 + 8, gen=gen)
+    want = packed.double() @ b.double()
+    torch.testing.assert_close(algs.sparse_mm(packed, b, None).double(), want)
+    assert fake.searches == 1 and fake.calls[-1] == (3, 1, -1)
+    algs.sparse_mm(packed, randn(64, 2048 + 64, gen=gen), None)  # same 256-token bucket
+    assert fake.searches == 1 and fake.calls[-1] == (3, 1, -1)
+    algs.sparse_mm(packed, randn(64, 2048 + 512, gen=gen), None)  # the next bucket
+    assert fake.searches == 2 and fake.calls[-1] == (5, 1, -1)
+    algs.sparse_mm(packed, b.t().contiguous().t(), None)  # column-major B: its own search
+    algs.sparse_mm(packed, b, randn(32, gen=gen))  # with a bias: its own search
+    assert fake.searches == 4 and [c[0] for c in fake.calls[-2:]] == [7, 9]
+
+
+def test_rejected_setting_falls_back_to_the_default(fake, gen):
+    fake.rejected = {3}
+    packed, b = randn(32, 64, gen=gen), randn(64, 256, gen=gen)
+    out = algs.sparse_mm(packed, b, None)
+    torch.testing.assert_close(out.double(), packed.double() @ b.double())
+    assert fake.calls == [(3, 1, -1), (0, 1, -1)]
+    algs.sparse_mm(packed, b, None)  # remembered: no second try of the rejected one
+    assert fake.calls == [(3, 1, -1), (0, 1, -1), (0, 1, -1)] and fake.searches == 1
+
+
+def test_newer_binding_returns_split_k(fake, monkeypatch, gen):
+    class Binding:
+        @staticmethod
+        def mm_search(packed, b, bias, alpha, out_dtype, transpose_result):
+            return (4, 2, 1, 12)  # alg_id, split_k, split_k_mode, max_alg_id
+
+    monkeypatch.setattr(torch._C, "_cusparselt", Binding, raising=False)
+    algs.sparse_mm(randn(32, 64, gen=gen), randn(64, 256, gen=gen), None)
+    assert fake.calls[-1] == (4, 2, 1) and fake.searches == 0
+
+
+def test_earlier_binding_keeps_only_the_algorithm(fake, monkeypatch, gen):
+    class Binding:
+        @staticmethod
+        def mm_search(packed, b, bias, alpha, out_dtype, transpose_result):
+            return (6, 2, True, 12)  # alg_id, split_k, split_k_one_kernel, max_alg_id
+
+    monkeypatch.setattr(torch._C, "_cusparselt", Binding, raising=False)
+    algs.sparse_mm(randn(32, 64, gen=gen), randn(64, 256, gen=gen), None)
+    assert fake.calls[-1] == (6, 1, -1)
+
+
+def test_search_off_and_while_compiling(fake, monkeypatch, gen):
+    packed, b = randn(32, 64, gen=gen), randn(64, 256, gen=gen)
+    monkeypatch.setattr(tuning, "CUSPARSELT_SEARCH", False)
+    algs.sparse_mm(packed, b, None)
+    monkeypatch.setattr(tuning, "CUSPARSELT_SEARCH", True)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    algs.sparse_mm(packed, b, None)
+    assert fake.searches == 0 and fake.calls == [(0, 1, -1), (0, 1, -1)]
+
+
+def test_cache_keeps_the_most_recent_keys(fake, monkeypatch, gen):
+    monkeypatch.setattr(algs, "MAX_KEYS", 2)
+    fake.picks = [1, 2, 3, 4]
+    packed = randn(32, 64, gen=gen)
+    first, second, third = (randn(64, 256 * i, gen=gen) for i in (1, 2, 3))
+    for b in (first, second, first, third):  # first used again: second is the oldest
+        algs.sparse_mm(packed, b, None)
+    algs.sparse_mm(packed, first, None)
+    assert fake.searches == 3 and fake.calls[-1][0] == 1
+
+
+# ============================================================================ on the GPU
+def _needs_cusparselt():
+    from sparsekernels.formats import semi_structured
+
+    if not semi_structured.cusparselt_built():
+        pytest.skip("this CUDA torch build has no cuSPARSELt")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [2048, 2100, 4096])
+def test_searched_setting_matches_float64(tokens, gen):
+    _needs_cusparselt()
+    algs.clear()
+    W = random_nm(4096, 4096, 2, 4, gen, dtype=torch.bfloat16, device="cuda")
+    x = randn(tokens, 4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    bound = x.double().abs() @ W.to_dense().double().abs().t() + bias.double().abs()
+    out = torch.full((tokens, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out.copy_(sk.linear(x, W, bias, backend="cusparselt"))
+    assert_close(out, want, bound, torch.bfloat16)
+    assert len(algs._settings) == 1
+
+
+@pytest.mark.gpu
+def test_capture_takes_the_default_then_eager_searches(gen):
+    _needs_cusparselt()
+    algs.clear()
+    W = random_nm(1024, 1024, 2, 4, gen, dtype=torch.float16, device="cuda")
+    x = randn(2048, 1024, gen=gen, dtype=torch.float16, device="cuda")
+    sk.linear(x, W, backend="cusparselt")  # packs the weight outside the capture
+    algs.clear()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = sk.linear(x, W, backend="cusparselt")
+    assert not algs._settings  # no search while capturing
+    graph.replay()
+    want = x.double() @ W.to_dense().double().t()
+    bound = x.double().abs() @ W.to_dense().double().abs().t()
+    assert_close(y, want, bound, torch.float16)
+    sk.linear(x, W, backend="cusparselt")
+    assert len(algs._settings) == 1
