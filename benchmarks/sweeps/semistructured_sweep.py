@@ -4,8 +4,11 @@ Sets kernels/tuning.py's `spmm_nm_prefers_cusparselt` (CUSPARSELT_MIN_N). For ea
 (M, K) in the Llama-8B MLP/attention shapes and N tokens, x (N, K) row-major as in a model:
 
   dense       torch.matmul(x, w.t()), cuBLAS on the dense weight (the 2:4 zeros included)
-  cslt        sk.linear(x, W, backend="cusparselt"): our op, weight packed once and cached
-  triton      sk.linear(x, W, backend="triton"): our N:M kernel
+  cslt        sk.linear(x, W, backend="cusparselt"): our op, weight packed once and cached,
+              cuSPARSELt's algorithm searched once per size (ops/_cusparselt_algs.py)
+  cslt0       the same with the search off (algorithm 0, as torch's own path)
+  triton      sk.linear(x, W, backend="triton"): our N:M kernel (to 128 tokens: past that it
+              takes tens of ms and the route is dense or cslt)
   torch24     F.linear(x, to_sparse_semi_structured(w)): torch's own 2:4 path, same library
   cslt_B      sk.spmm(W, B, backend="cusparselt") with B (K, N) row-major (the other layout)
   lt_alg      torch._cslt_sparse_mm with the alg_id cuSPARSELt's search picks (ours uses 0)
@@ -17,8 +20,11 @@ cslt_eager (do_bench); a '*' marks a provider that could not be captured and ran
 Run from the repository root on the GPU machine (about a minute on an H200):
 
     PYTHONPATH=src python3 benchmarks/sweeps/semistructured_sweep.py
+
+SHAPES=MxK,... and TOKENS=n,... (environment) replace the defaults.
 """
 
+import os
 import time
 
 import torch
@@ -27,11 +33,16 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.formats import semi_structured
+from sparsekernels.kernels import tuning
 from sparsekernels.ops import _cusparselt
 
-SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
-TOKENS = [1, 16, 128, 2048, 8192]
-COLUMNS = ["dense", "cslt", "triton", "torch24", "cslt_B", "lt_alg", "cslt_eager"]
+SHAPES = [
+    tuple(int(v) for v in s.split("x"))
+    for s in os.environ.get("SHAPES", "4096x4096,14336x4096,4096x14336").split(",")
+]
+TOKENS = [int(n) for n in os.environ.get("TOKENS", "1,16,128,2048,8192").split(",")]
+COLUMNS = ["dense", "cslt", "cslt0", "triton", "torch24", "cslt_B", "lt_alg", "cslt_eager"]
+TRITON_MAX_N = 128
 DTYPE = torch.bfloat16
 
 
@@ -59,9 +70,19 @@ def providers(W, Wd, x, packed, Ws):
     except RuntimeError:  # some cuSPARSELt versions search nothing
         alg = 0
     cslt = lambda: sk.linear(x, W, backend="cusparselt")
-    return {
+    cslt()  # the search, outside any capture
+
+    def cslt0():
+        tuning.CUSPARSELT_SEARCH = False
+        try:
+            return cslt()
+        finally:
+            tuning.CUSPARSELT_SEARCH = True
+
+    found = {
         "dense": (lambda: torch.matmul(x, Wd.t()), False),
         "cslt": (cslt, False),
+        "cslt0": (cslt0, False),
         "triton": (lambda: sk.linear(x, W, backend="triton"), False),
         "torch24": (lambda: F.linear(x, Ws), False),
         "cslt_B": (lambda: sk.spmm(W, B, backend="cusparselt").t(), False),
@@ -70,7 +91,10 @@ def providers(W, Wd, x, packed, Ws):
             False,
         ),
         "cslt_eager": (cslt, True),
-    }, alg
+    }
+    if x.shape[0] > TRITON_MAX_N:
+        del found["triton"]
+    return found, alg
 
 
 def main() -> None:
@@ -117,16 +141,19 @@ def _us(value) -> float | None:
 
 def print_table(rows) -> None:
     head = f"{'M x K':>11} {'N':>5} " + " ".join(f"{c:>10}" for c in COLUMNS)
-    head += f" {'alg':>4} {'dense/cslt':>10} {'triton/cslt':>11}"
+    head += f" {'alg':>4} {'dense/cslt':>10} {'triton/cslt':>11} {'torch24/cslt':>12}"
     print("\n" + head)
     wins = {}
     for row in rows:
         dense, cslt, triton = (_us(row.get(c)) for c in ("dense", "cslt", "triton"))
         vs_dense = f"{dense / cslt:.2f}x" if dense and cslt else "-"
         vs_triton = f"{triton / cslt:.2f}x" if triton and cslt else "-"
+        torch24 = _us(row.get("torch24"))
+        vs_torch = f"{torch24 / cslt:.2f}x" if torch24 and cslt else "-"
         cells = " ".join(f"{str(row.get(c, '-')):>10}" for c in COLUMNS)
         print(
-            f"{row['shape']:>11} {row['N']:>5} {cells} {row['alg']:>4} {vs_dense:>10} {vs_triton:>11}"
+            f"{row['shape']:>11} {row['N']:>5} {cells} {row['alg']:>4} {vs_dense:>10} "
+            f"{vs_triton:>11} {vs_torch:>12}"
         )
         best_other = min(t for t in (dense, triton) if t) if (dense or triton) else None
         wins.setdefault(row["N"], []).append(bool(cslt and best_other and cslt < best_other))
