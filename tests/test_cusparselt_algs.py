@@ -19,22 +19,24 @@ class FakeSearch:
         self.picks, self.rejected = list(picks), set(rejected)
         self.searches, self.calls = 0, []
 
-    def search(self, packed, b, bias=None):
+    def search(self, packed, b, bias=None, transpose_result=False):
         self.searches += 1
         return self.picks.pop(0)
 
-    def sparse_mm(self, packed, b, bias=None, alg_id=0, split_k=1, split_k_mode=-1):
+    def sparse_mm(
+        self, packed, b, bias=None, transpose_result=False, alg_id=0, split_k=1, split_k_mode=-1
+    ):
         self.calls.append((alg_id, split_k, split_k_mode))
         if alg_id in self.rejected:
             raise RuntimeError(f"CUDA error: alg_id {alg_id} is out of range")
-        out = packed @ b
-        return out if bias is None else out + bias[:, None]
+        out = packed @ b if bias is None else packed @ b + bias[:, None]
+        return out.t().contiguous() if transpose_result else out
 
 
 @pytest.fixture
 def fake(monkeypatch):
     algs.clear()
-    lt = FakeSearch(picks=[3, 5, 7, 9])
+    lt = FakeSearch(picks=[3, 5, 7, 9, 11])
     monkeypatch.setattr(torch, "_cslt_sparse_mm_search", lt.search)
     monkeypatch.setattr(torch, "_cslt_sparse_mm", lt.sparse_mm)
     monkeypatch.setattr(torch._C, "_cusparselt", None, raising=False)
@@ -55,6 +57,9 @@ def test_search_once_per_bucket(fake, gen):
     algs.sparse_mm(packed, b.t().contiguous().t(), None)  # column-major B: its own search
     algs.sparse_mm(packed, b, randn(32, gen=gen))  # with a bias: its own search
     assert fake.searches == 4 and [c[0] for c in fake.calls[-2:]] == [7, 9]
+    out = algs.sparse_mm(packed, b, None, transposed=True)  # written transposed: its own search
+    assert fake.searches == 5 and out.shape == (b.shape[1], 32)
+    torch.testing.assert_close(out.t().double(), want)
 
 
 def test_rejected_setting_falls_back_to_the_default(fake, gen):

@@ -151,6 +151,7 @@ class FakeCusparselt:
     def __init__(self):
         self.compressed = 0
         self.layouts = []
+        self.transposed = []
 
     def compress(self, dense):
         assert dense.is_contiguous() and dense.dim() == 2 and not dense.requires_grad
@@ -167,10 +168,13 @@ class FakeCusparselt:
         if bias is not None:
             assert bias.shape == (packed.shape[0],) and bias.is_contiguous()
             out = out + bias.float()[:, None]
-        return out.to(b.dtype)
+        transposed = kwargs.get("transpose_result", False)
+        self.transposed.append(transposed)
+        return (out.t().contiguous() if transposed else out).to(b.dtype)
 
-    def search(self, packed, b, bias=None):
-        self.sparse_mm(packed, b, bias)  # the search runs the product on these operands
+    def search(self, packed, b, bias=None, transpose_result=False):
+        # the search runs the product on these operands
+        self.sparse_mm(packed, b, bias, transpose_result=transpose_result)
         return 0
 
 
@@ -212,9 +216,13 @@ def test_backend_plumbing(tokens, activation, fake, gen):
     got = sk.spmm(W, x.t(), bias, activation, backend="cusparselt").t()
     assert_close(got, want, bound, torch.bfloat16)
     assert fake.layouts[-1] == ("row" if tokens == 1 else "column")  # x^T is read in place
+    assert fake.transposed[-1] == (tokens > 1)  # and the product written as linear's result
+    assert got.stride(-1) == 1  # linear's (tokens, rows) result, no copy needed
+    linear_out = sk.linear(x, W, bias, backend="cusparselt")
+    assert_close(sk.reference.apply_activation(linear_out, activation), want, bound, torch.bfloat16)
     got = sk.spmm(W, x.t().contiguous(), bias, activation, backend="cusparselt").t()
     assert_close(got, want, bound, torch.bfloat16)
-    assert fake.layouts[-1] == "row"
+    assert fake.layouts[-1] == "row" and not fake.transposed[-1]
     assert fake.compressed == 1  # packed once, cached on W
 
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from .. import reference
 from ..formats import semi_structured
 from . import _cusparselt_algs, _dispatch
+from ._layout import column_major, spmm_out
 
 Tensor = torch.Tensor
 
@@ -52,8 +53,13 @@ def matmul(packed: Tensor, rows: int, b: Tensor, bias: Tensor | None, activation
     pad = -cols % semi_structured.DENSE_MULTIPLE
     if bias is not None:
         bias = _aligned(bias.contiguous())
-    out = _cusparselt_algs.sparse_mm(packed, _dense_operand(b, pad), bias)
-    if pad:
+    # For linear's x^T cuSPARSELt writes the product transposed, (tokens, rows) row-major:
+    # linear's result then needs no transposing copy (spmm_out's order, as the dense backend).
+    transposed = column_major(b)
+    out = _cusparselt_algs.sparse_mm(packed, _dense_operand(b, pad), bias, transposed)
+    if transposed:
+        out = out[:cols].t()
+    elif pad:
         out = out[:, :cols].contiguous()
     return reference.apply_activation(out, activation)
 
@@ -99,7 +105,7 @@ def spmm_nm_cusparselt(
 
 @spmm_nm_cusparselt.register_fake
 def _(values, indices, packed, b, bias, activation):
-    return b.new_empty((values.shape[0], b.shape[1]))
+    return spmm_out(b, values.shape[0])  # matmul writes linear's x^T products transposed
 
 
 def _setup(ctx, inputs, output):

@@ -44,7 +44,7 @@ _settings: OrderedDict[tuple, Setting] = OrderedDict()
 _lock = threading.Lock()
 
 
-def _key(packed: Tensor, b: Tensor, bias: Tensor | None) -> tuple:
+def _key(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool) -> tuple:
     tokens = -(-b.shape[1] // TOKEN_BUCKET) * TOKEN_BUCKET
     column_major = not b.is_contiguous()
     return (
@@ -55,6 +55,7 @@ def _key(packed: Tensor, b: Tensor, bias: Tensor | None) -> tuple:
         tokens,
         column_major,
         bias is not None,
+        transposed,
     )
 
 
@@ -64,26 +65,28 @@ def _can_search(device: torch.device) -> bool:
     return device.type != "cuda" or not torch.cuda.is_current_stream_capturing()
 
 
-def _search(packed: Tensor, b: Tensor, bias: Tensor | None) -> Setting:
+def _search(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool) -> Setting:
     """cuSPARSELt's own search on these operands: (alg_id, split_k, split_k_mode)."""
     binding = getattr(getattr(torch._C, "_cusparselt", None), "mm_search", None)
     if binding is not None:
-        found = binding(packed, b, bias, None, None, False)
+        found = binding(packed, b, bias, None, None, transposed)
         if not isinstance(found, tuple):
             return Setting(int(found))
         alg_id, split_k, mode = found[:3]
         if isinstance(mode, bool):  # torch's earlier "one kernel" flag: keep its algorithm only
             return Setting(int(alg_id))
         return Setting(int(alg_id), int(split_k), int(mode))
-    return Setting(int(torch._cslt_sparse_mm_search(packed, b, bias=bias)))
+    return Setting(
+        int(torch._cslt_sparse_mm_search(packed, b, bias=bias, transpose_result=transposed))
+    )
 
 
-def setting_for(packed: Tensor, b: Tensor, bias: Tensor | None) -> Setting:
+def setting_for(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool) -> Setting:
     """The cached setting for this problem, searched now when there is none and a search may
     run here; DEFAULT otherwise."""
     if not tuning.CUSPARSELT_SEARCH:
         return DEFAULT
-    key = _key(packed, b, bias)
+    key = _key(packed, b, bias, transposed)
     with _lock:
         found = _settings.get(key)
         if found is not None:
@@ -91,7 +94,7 @@ def setting_for(packed: Tensor, b: Tensor, bias: Tensor | None) -> Setting:
             return found
     if not _can_search(b.device):
         return DEFAULT
-    found = _search(packed, b, bias)
+    found = _search(packed, b, bias, transposed)
     remember(key, found)
     return found
 
@@ -104,16 +107,19 @@ def remember(key: tuple, setting: Setting) -> None:
             _settings.popitem(last=False)
 
 
-def sparse_mm(packed: Tensor, b: Tensor, bias: Tensor | None) -> Tensor:
-    """torch._cslt_sparse_mm(packed, b, bias) with the searched setting."""
-    setting = setting_for(packed, b, bias)
+def sparse_mm(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool = False) -> Tensor:
+    """torch._cslt_sparse_mm(packed, b, bias, transpose_result=transposed) with the searched
+    setting."""
+    setting = setting_for(packed, b, bias, transposed)
     if setting == DEFAULT:
-        return torch._cslt_sparse_mm(packed, b, bias=bias)
+        return torch._cslt_sparse_mm(packed, b, bias=bias, transpose_result=transposed)
     try:
-        return torch._cslt_sparse_mm(packed, b, bias=bias, **setting._asdict())
+        return torch._cslt_sparse_mm(
+            packed, b, bias=bias, transpose_result=transposed, **setting._asdict()
+        )
     except RuntimeError:  # another length in the bucket: this setting does not apply to it
-        remember(_key(packed, b, bias), DEFAULT)
-        return torch._cslt_sparse_mm(packed, b, bias=bias)
+        remember(_key(packed, b, bias, transposed), DEFAULT)
+        return torch._cslt_sparse_mm(packed, b, bias=bias, transpose_result=transposed)
 
 
 def clear() -> None:
