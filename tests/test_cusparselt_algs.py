@@ -62,6 +62,15 @@ def test_search_once_per_bucket(fake, gen):
     torch.testing.assert_close(out.t().double(), want)
 
 
+def test_fp16_written_transposed_is_never_searched(fake, gen):
+    packed = randn(32, 64, gen=gen, dtype=torch.float16)
+    b = randn(64, 256, gen=gen, dtype=torch.float16)
+    algs.sparse_mm(packed, b, None, transposed=True)  # (cuSPARSELt's search faults there)
+    assert fake.searches == 0 and fake.calls == [(0, 1, -1)]
+    algs.sparse_mm(packed, b, None)
+    assert fake.searches == 1
+
+
 def test_rejected_setting_falls_back_to_the_default(fake, gen):
     fake.rejected = {3}
     packed, b = randn(32, 64, gen=gen), randn(64, 256, gen=gen)
@@ -124,18 +133,19 @@ def _needs_cusparselt():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [2048, 2100, 4096])
-def test_searched_setting_matches_float64(tokens, gen):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("tokens", [128, 2048, 2100, 4096])
+def test_searched_setting_matches_float64(tokens, dtype, gen):
     _needs_cusparselt()
     algs.clear()
-    W = random_nm(4096, 4096, 2, 4, gen, dtype=torch.bfloat16, device="cuda")
-    x = randn(tokens, 4096, gen=gen, dtype=torch.bfloat16, device="cuda")
-    bias = randn(4096, gen=gen, dtype=torch.bfloat16, device="cuda")
+    W = random_nm(4096, 4096, 2, 4, gen, dtype=dtype, device="cuda")
+    x = randn(tokens, 4096, gen=gen, dtype=dtype, device="cuda")
+    bias = randn(4096, gen=gen, dtype=dtype, device="cuda")
     want = x.double() @ W.to_dense().double().t() + bias.double()
     bound = x.double().abs() @ W.to_dense().double().abs().t() + bias.double().abs()
-    out = torch.full((tokens, 4096), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = torch.full((tokens, 4096), float("nan"), device="cuda", dtype=dtype)
     out.copy_(sk.linear(x, W, bias, backend="cusparselt"))
-    assert_close(out, want, bound, torch.bfloat16)
+    assert_close(out, want, bound, dtype)
     assert len(algs._settings) == 1
 
 

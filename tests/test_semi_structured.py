@@ -226,6 +226,17 @@ def test_backend_plumbing(tokens, activation, fake, gen):
     assert fake.compressed == 1  # packed once, cached on W
 
 
+@pytest.mark.parametrize("dtype", HALF)
+def test_linear_writes_transposed_in_bf16_only(dtype, fake, gen):
+    W = random_nm(32, 64, 2, 4, gen, dtype=dtype)
+    x = randn(24, 64, gen=gen, dtype=dtype)
+    want, bound = _oracle(W, x, torch.zeros(32, dtype=torch.float64), "none")
+    out = sk.linear(x, W, backend="cusparselt")
+    assert_close(out, want, bound, dtype)
+    assert out.is_contiguous() and fake.layouts[-1] == "column"
+    assert fake.transposed[-1] == (dtype == torch.bfloat16)  # fp16: searching it faults
+
+
 def test_backend_odd_layouts(fake, gen):
     W = random_nm(32, 64, 2, 4, gen, dtype=torch.float16)
     wide = randn(64, 41, gen=gen, dtype=torch.float16)

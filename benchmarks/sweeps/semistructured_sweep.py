@@ -21,7 +21,7 @@ Run from the repository root on the GPU machine (about a minute on an H200):
 
     PYTHONPATH=src python3 benchmarks/sweeps/semistructured_sweep.py
 
-SHAPES=MxK,... and TOKENS=n,... (environment) replace the defaults.
+SHAPES=MxK,..., TOKENS=n,... and DTYPE=bf16|fp16 (environment) replace the defaults.
 """
 
 import os
@@ -43,7 +43,7 @@ SHAPES = [
 TOKENS = [int(n) for n in os.environ.get("TOKENS", "1,16,128,2048,8192").split(",")]
 COLUMNS = ["dense", "cslt", "cslt0", "triton", "torch24", "cslt_B", "lt_alg", "cslt_eager"]
 TRITON_MAX_N = 128
-DTYPE = torch.bfloat16
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 
 
 def graph_us(fn) -> str:

@@ -53,15 +53,24 @@ def matmul(packed: Tensor, rows: int, b: Tensor, bias: Tensor | None, activation
     pad = -cols % semi_structured.DENSE_MULTIPLE
     if bias is not None:
         bias = _aligned(bias.contiguous())
-    # For linear's x^T cuSPARSELt writes the product transposed, (tokens, rows) row-major:
-    # linear's result then needs no transposing copy (spmm_out's order, as the dense backend).
-    transposed = column_major(b)
+    transposed = writes_transposed(b)
     out = _cusparselt_algs.sparse_mm(packed, _dense_operand(b, pad), bias, transposed)
     if transposed:
         out = out[:cols].t()
     elif pad:
         out = out[:, :cols].contiguous()
     return reference.apply_activation(out, activation)
+
+
+def writes_transposed(b: Tensor) -> bool:
+    """For linear's x^T in bf16 cuSPARSELt writes the product transposed, (tokens, rows)
+    row-major, so linear's result needs no transposing copy (spmm_out's order, as the dense
+    backend's); with its searched algorithm that costs nothing (4096 x 4096 at 2048 tokens 64.0
+    us against 61.4 row-major, before a 9 us copy; algorithm 0 took 135). Not in fp16: there
+    cuSPARSELt's search of a transposed product fails with an internal error that leaves an
+    illegal instruction in the process's CUDA context, every case tried
+    (benchmarks/results/nvidia-h200/2026-12-05/at-4f5c74f/cusparselt_search_safety.txt)."""
+    return b.dtype == torch.bfloat16 and column_major(b)
 
 
 def _dense_operand(b: Tensor, pad: int) -> Tensor:
@@ -105,7 +114,9 @@ def spmm_nm_cusparselt(
 
 @spmm_nm_cusparselt.register_fake
 def _(values, indices, packed, b, bias, activation):
-    return spmm_out(b, values.shape[0])  # matmul writes linear's x^T products transposed
+    if writes_transposed(b):
+        return spmm_out(b, values.shape[0])
+    return b.new_empty((values.shape[0], b.shape[1]))
 
 
 def _setup(ctx, inputs, output):

@@ -2,10 +2,16 @@
 
 torch's `_cslt_sparse_mm` runs algorithm 0 unless told otherwise; cuSPARSELt's own search
 (`torch._C._cusparselt.mm_search`, `torch._cslt_sparse_mm_search` before it) times every
-algorithm and split-K setting on the actual operands. On the H200 the one it picked ran 1.15-1.25x
-faster than algorithm 0 at 2048-8192 tokens on LLM layers
-(benchmarks/results/nvidia-h200/2026-11-29-c/semistructured.txt, its `lt_alg` column), which is
-where the `cusparselt` backend is routed.
+algorithm and split-K setting on the actual operands. On the H200 its pick ran 1.2-2.5x faster
+than algorithm 0 (4096 x 4096: 2048 tokens bf16 61.4 against 76.9 us, fp16 66.5 against 90.0;
+128 tokens fp16 11.4 against 28.4; written transposed, bf16, 64.0 against 135;
+results/nvidia-h200/2026-12-05/at-4f5c74f/cusparselt_search_safety.txt).
+
+On the H200 the search itself faulted for fp16 products written transposed (an internal error,
+then an illegal instruction in the process's CUDA context: every later kernel fails), so those
+are never searched, and the cusparselt backend writes fp16 products row-major
+(`_cusparselt.writes_transposed`; results/nvidia-h200/2026-12-05/at-4f5c74f/
+cusparselt_search_safety.txt: bf16 either way and fp16 row-major searched safely in every case).
 
 The choice depends on the product's shape, dtypes and B's layout, not on the values, so it is
 cached per such key, with the token count rounded up to a multiple of TOKEN_BUCKET: prefill
@@ -84,8 +90,8 @@ def _search(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool) ->
 def setting_for(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool) -> Setting:
     """The cached setting for this problem, searched now when there is none and a search may
     run here; DEFAULT otherwise."""
-    if not tuning.CUSPARSELT_SEARCH:
-        return DEFAULT
+    if not tuning.CUSPARSELT_SEARCH or (transposed and b.dtype == torch.float16):
+        return DEFAULT  # (fp16 written transposed: the search faults, see _cusparselt.py)
     key = _key(packed, b, bias, transposed)
     with _lock:
         found = _settings.get(key)
