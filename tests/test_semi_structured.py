@@ -75,10 +75,14 @@ def test_dispatch_reason_from_the_tuning_rule(monkeypatch):
 
 
 def test_tuning_rule_from_the_h200_sweep():
-    """Half precision from CUSPARSELT_MIN_N tokens (1.2-1.5x dense there), never below."""
-    for n in (1, 16, 128, 2048, 8192, 65536):
-        assert tuning.spmm_nm_prefers_cusparselt(4096, 4096, n, True) == (n >= 2048)
-        assert not tuning.spmm_nm_prefers_cusparselt(4096, 4096, n, False)
+    """bf16 from 512 tokens (1.11-1.72x dense there); fp16 from 1024 where K >= 8192 (its
+    row-major product's copy costs too much on shorter rows); never below, nor in fp32."""
+    prefers = tuning.spmm_nm_prefers_cusparselt
+    for n in (1, 16, 128, 256, 511, 512, 1024, 2048, 8192, 65536):
+        assert prefers(4096, 4096, n, torch.bfloat16) == (n >= 512)
+        assert not prefers(4096, 4096, n, torch.float16)
+        assert prefers(4096, 14336, n, torch.float16) == (n >= 1024)
+        assert not prefers(4096, 14336, n, torch.float32)
 
 
 def test_forcing_it_on_cpu_says_why(gen):

@@ -1,6 +1,6 @@
 """2:4 bf16 linear: cuSPARSELt through our op vs our Triton N:M kernel vs dense cuBLAS.
 
-Sets kernels/tuning.py's `spmm_nm_prefers_cusparselt` (CUSPARSELT_MIN_N). For each weight
+Sets kernels/tuning.py's `spmm_nm_prefers_cusparselt` (CUSPARSELT_MIN_N_BF16 / _FP16). For each weight
 (M, K) in the Llama-8B MLP/attention shapes and N tokens, x (N, K) row-major as in a model:
 
   dense       torch.matmul(x, w.t()), cuBLAS on the dense weight (the 2:4 zeros included)
@@ -161,7 +161,7 @@ def print_table(rows) -> None:
     since = next((n for n in every if all(n2 in every for n2 in wins if n2 >= n)), None)
     print(
         "# cslt beats dense and triton on every shape from N = "
-        f"{since} on (tuning.CUSPARSELT_MIN_N)"
+        f"{since} on (tuning.CUSPARSELT_MIN_N_*)"
         if since
         else "# cslt never wins on every shape"
     )

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import torch
+
 from ._sizes import cdiv, next_power_of_2
 from .nm_small_tiles import small_tiles, usual_block_n, vector_wise_small_tiles
 
@@ -441,20 +443,29 @@ def spmm_nm_prefers_dense(
 
 # ------------------------------------------------------------------ cuSPARSELt (2:4)
 # Where torch's cuSPARSELt 2:4 matmul (the `cusparselt` backend of spmm/linear) beats both our
-# Triton N:M kernel and dense cuBLAS: benchmarks/sweeps/semistructured_sweep.py on the H200
-# (2026-11-29, results/nvidia-h200/2026-11-29-c/semistructured.txt; 2:4 bf16 on 4096x4096,
-# 14336x4096 and 4096x14336) found it 1.19-1.46x dense on every shape from N = 2048 and
-# 0.23-0.56x below N = 128. Forcing backend="cusparselt" works wherever it is available.
-CUSPARSELT_MIN_N: int | None = 2048
+# Triton N:M kernels and dense cuBLAS: benchmarks/sweeps/semistructured_sweep.py on the H200,
+# 2:4 through linear on 4096 x 4096, 14336 x 4096, 4096 x 14336 and 28672 x 8192 at 128-8192
+# tokens (results/nvidia-h200/2026-12-05/at-c3b827c/semistructured.txt and at-ba67939/).
+# With cuSPARSELt's searched algorithm (CUSPARSELT_SEARCH, ops/_cusparselt_algs.py) bf16 runs
+# 1.11-1.72x dense from 512 tokens on every shape (256: 0.69-1.72x; 128: 0.64-1.06x). fp16 is
+# written row-major (searching its transposed product faults), and linear's transposing copy
+# of the product then costs most where K is short: from 1024 tokens 1.18-1.33x dense where
+# K >= 8192 but 0.74-0.90x at K = 4096, where the dense route stays. Forcing
+# backend="cusparselt" works wherever it is available.
+CUSPARSELT_MIN_N_BF16: int | None = 512
+CUSPARSELT_MIN_N_FP16: int | None = 1024
+CUSPARSELT_FP16_MIN_K = 8192
 # cuSPARSELt's own algorithm search, once per problem size (ops/_cusparselt_algs.py): its pick
-# ran 1.15-1.25x faster than the default algorithm at 2048-8192 tokens in the sweep above.
+# ran 1.2-2.5x faster than algorithm 0 (2026-12-05/at-4f5c74f/cusparselt_search_safety.txt).
 CUSPARSELT_SEARCH = True
 
 
-def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, half_precision: bool) -> bool:
-    """Whether a 2:4 weight (rows, k) times (k, n) should go to cuSPARSELt automatically.
-
-    From N = CUSPARSELT_MIN_N tokens in half precision (the H200 sweep above)."""
-    if CUSPARSELT_MIN_N is None or not half_precision:
-        return False
-    return n >= CUSPARSELT_MIN_N
+def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, dtype: torch.dtype) -> bool:
+    """Whether a 2:4 weight (rows, k) times (k, n) in `dtype` should go to cuSPARSELt
+    automatically (the H200 sweeps above)."""
+    if dtype == torch.bfloat16:
+        return CUSPARSELT_MIN_N_BF16 is not None and n >= CUSPARSELT_MIN_N_BF16
+    if dtype == torch.float16:
+        minimum = CUSPARSELT_MIN_N_FP16
+        return minimum is not None and n >= minimum and k >= CUSPARSELT_FP16_MIN_K
+    return False

@@ -36,8 +36,7 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
         from ..kernels.tuning import spmm_nm_prefers_cusparselt
 
         rows, k = facts.get("shape") or (0, facts.get("k", 0))
-        half = problem.dtype in (torch.float16, torch.bfloat16)
-        if not spmm_nm_prefers_cusparselt(rows, k, facts["n"], half):
+        if not spmm_nm_prefers_cusparselt(rows, k, facts["n"], problem.dtype):
             found.append(
                 "chosen automatically only where kernels/tuning.py says it wins "
                 "(backend='cusparselt' forces it)"
