@@ -51,9 +51,9 @@ CSR_LINES_HELD_IN_ASM = True
 # element instead of 2.15-2.19 (dense 2; H200, 2026-12-04/at-c14ba34/layer_memory.txt). Off:
 # slower, cold, bf16, 70%, 4096 x 14336: 21.6 against the packed walk's 19.2 us, no better
 # than the plain walk's 21.7 (at-c07cd00); the in-place code on packed data took 20.9
-# (at-3983a71/csr_in_place_probe.txt): the code costs most. Its sm_90 loop is now 122
-# instructions a step against 121 (each step's windows, one base and a select of offsets;
-# 133-141 in the forms timed), not yet timed: NOTES.md, "Next H200 session".
+# (at-3983a71/csr_in_place_probe.txt): the code costs most. Its last form (each step's windows,
+# one base and a select of offsets: an sm_90 loop of 122 instructions a step against 121) is
+# still ~10% slower: 21.1 against 19.2 us (2026-12-05/at-c3b827c/csr_in_place_probe.txt).
 CSR_LINES_VALUES_IN_PLACE = False
 
 
