@@ -17,7 +17,7 @@ class FakeSearch:
 
     def __init__(self, picks, rejected=()):
         self.picks, self.rejected = list(picks), set(rejected)
-        self.searches, self.calls = 0, []
+        self.searches, self.calls, self.transposes = 0, [], []
 
     def search(self, packed, b, bias=None, transpose_result=False):
         self.searches += 1
@@ -27,6 +27,7 @@ class FakeSearch:
         self, packed, b, bias=None, transpose_result=False, alg_id=0, split_k=1, split_k_mode=-1
     ):
         self.calls.append((alg_id, split_k, split_k_mode))
+        self.transposes.append(transpose_result)
         if alg_id in self.rejected:
             raise RuntimeError(f"CUDA error: alg_id {alg_id} is out of range")
         out = packed @ b if bias is None else packed @ b + bias[:, None]
@@ -63,12 +64,29 @@ def test_search_once_per_bucket(fake, gen):
 
 
 def test_fp16_written_transposed_is_never_searched(fake, gen):
+    """(cuSPARSELt's search faults there): made row-major, searched so, and copied."""
     packed = randn(32, 64, gen=gen, dtype=torch.float16)
     b = randn(64, 256, gen=gen, dtype=torch.float16)
-    algs.sparse_mm(packed, b, None, transposed=True)  # (cuSPARSELt's search faults there)
-    assert fake.searches == 0 and fake.calls == [(0, 1, -1)]
-    algs.sparse_mm(packed, b, None)
-    assert fake.searches == 1
+    out = algs.sparse_mm(packed, b, None, transposed=True)
+    assert fake.searches == 1 and fake.calls == [(3, 1, -1)] and fake.transposes == [False]
+    assert out.shape == (256, 32) and out.is_contiguous()
+    torch.testing.assert_close(out, (packed @ b).t())
+
+
+def test_transposed_without_a_setting_is_made_row_major(fake, monkeypatch, gen):
+    """While capturing (no search) algorithm 0 written transposed is slower than row-major
+    plus a copy: so the product is made row-major, then copied into the transposed order."""
+    can_search = algs._can_search
+    monkeypatch.setattr(algs, "_can_search", lambda device: False)
+    packed, b = randn(32, 64, gen=gen), randn(64, 256, gen=gen)
+    out = algs.sparse_mm(packed, b, None, transposed=True)
+    assert fake.searches == 0 and fake.calls == [(0, 1, -1)] and fake.transposes == [False]
+    assert out.shape == (256, 32) and out.is_contiguous()
+    torch.testing.assert_close(out.double(), (packed.double() @ b.double()).t())
+    monkeypatch.setattr(algs, "_can_search", can_search)
+    fake_search_now = algs.sparse_mm(packed, b, None, transposed=True)  # eager: searched
+    assert fake.searches == 1 and fake.transposes[-1] is True
+    torch.testing.assert_close(fake_search_now, out)
 
 
 def test_rejected_setting_falls_back_to_the_default(fake, gen):
@@ -150,11 +168,12 @@ def test_searched_setting_matches_float64(tokens, dtype, gen):
 
 
 @pytest.mark.gpu
-def test_capture_takes_the_default_then_eager_searches(gen):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_capture_takes_the_default_then_eager_searches(dtype, gen):
     _needs_cusparselt()
     algs.clear()
-    W = random_nm(1024, 1024, 2, 4, gen, dtype=torch.float16, device="cuda")
-    x = randn(2048, 1024, gen=gen, dtype=torch.float16, device="cuda")
+    W = random_nm(1024, 1024, 2, 4, gen, dtype=dtype, device="cuda")
+    x = randn(2048, 1024, gen=gen, dtype=dtype, device="cuda")
     sk.linear(x, W, backend="cusparselt")  # packs the weight outside the capture
     algs.clear()
     graph = torch.cuda.CUDAGraph()
@@ -164,6 +183,6 @@ def test_capture_takes_the_default_then_eager_searches(gen):
     graph.replay()
     want = x.double() @ W.to_dense().double().t()
     bound = x.double().abs() @ W.to_dense().double().abs().t()
-    assert_close(y, want, bound, torch.float16)
+    assert_close(y, want, bound, dtype)
     sk.linear(x, W, backend="cusparselt")
     assert len(algs._settings) == 1
