@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -209,6 +209,17 @@ for step in $steps; do
         CONFIGS=2x512/4w,2x512/4w/b,1x256/1w,1x256/1w/b timeout 120 \
         python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_few.txt" 2>&1
       echo "few rc=$? $(tail -1 "$out/nm_select_few.txt")" ;;
+    cusparselt)  # the cuSPARSELt route (searched algorithm): GPU tests, bf16 and fp16 sweeps
+      timeout 150 python3 -m pytest -q -m gpu tests/test_cusparselt_algs.py \
+        tests/test_semi_structured.py -p no:cacheprovider -n 8 -rf \
+        >"$out/gpu_tests_cusparselt.log" 2>&1
+      echo "cusparselt tests rc=$? $(tail -1 "$out/gpu_tests_cusparselt.log")"
+      for dtype in bf16 fp16; do
+        DTYPE=$dtype SHAPES=4096x4096,14336x4096,4096x14336,28672x8192 \
+          TOKENS=256,512,1024,2048,8192 timeout 150 \
+          python3 benchmarks/sweeps/semistructured_sweep.py >"$out/semistructured_$dtype.txt" 2>&1
+        echo "semistructured $dtype rc=$? $(tail -2 "$out/semistructured_$dtype.txt" | head -1)"
+      done ;;
     csrlines)  # the CSR one-token walks: line layout, inline-PTX gather; GPU tests, cold sweep
       timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_token_lines.py \
         tests/test_kernels_spmm_csr_token.py -p no:cacheprovider -n 8 -rf \
