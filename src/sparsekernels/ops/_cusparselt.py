@@ -64,8 +64,8 @@ def matmul(packed: Tensor, rows: int, b: Tensor, bias: Tensor | None, activation
 def writes_transposed(b: Tensor) -> bool:
     """For linear's x^T in bf16 cuSPARSELt writes the product transposed, (tokens, rows)
     row-major, so linear's result needs no transposing copy (spmm_out's order, as the dense
-    backend's); with its searched algorithm that costs nothing (4096 x 4096 at 2048 tokens 64.0
-    us against 61.4 row-major, before a 9 us copy; algorithm 0 took 135). Not in fp16: there
+    backend's); with its searched algorithm that costs little (4096 x 4096 at 2048 tokens 64.0
+    us against 61.4 row-major, before linear's copy; algorithm 0 took 135). Not in fp16: there
     cuSPARSELt's search of a transposed product fails with an internal error that leaves an
     illegal instruction in the process's CUDA context, every case tried
     (benchmarks/results/nvidia-h200/2026-12-05/at-4f5c74f/cusparselt_search_safety.txt)."""

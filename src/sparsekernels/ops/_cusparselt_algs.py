@@ -116,8 +116,9 @@ def remember(key: tuple, setting: Setting) -> None:
 def sparse_mm(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool = False) -> Tensor:
     """torch._cslt_sparse_mm(packed, b, bias, transpose_result=transposed) with the searched
     setting. Without one a transposed product is made row-major and copied: algorithm 0
-    written transposed took 135 us where row-major took 77 plus a 9 us copy (4096 x 4096, 2048
-    tokens, bf16)."""
+    written transposed took 135 us where row-major took 77 (4096 x 4096, 2048 tokens, bf16).
+    The copy was not timed alone: a bandwidth-bound one would take ~10 us, but fp16's route
+    suggests torch's transposing copy can take ~50, which would leave the two about even."""
     setting = setting_for(packed, b, bias, transposed)
     if setting is None and transposed:
         return sparse_mm(packed, b, bias).t().contiguous()
