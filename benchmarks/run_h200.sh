@@ -209,7 +209,7 @@ for step in $steps; do
         CONFIGS=2x512/4w,2x512/4w/b,1x256/1w,1x256/1w/b timeout 120 \
         python3 benchmarks/sweeps/nm_select_cold.py >"$out/nm_select_few.txt" 2>&1
       echo "few rc=$? $(tail -1 "$out/nm_select_few.txt")" ;;
-    cusparselt)  # the cuSPARSELt route (searched algorithm): GPU tests, bf16 and fp16 sweeps
+    cusparselt)  # the cuSPARSELt route: GPU tests, bf16/fp16 sweeps, fp16's transposing copy
       timeout 150 python3 -m pytest -q -m gpu tests/test_cusparselt_algs.py \
         tests/test_semi_structured.py -p no:cacheprovider -n 8 -rf \
         >"$out/gpu_tests_cusparselt.log" 2>&1
@@ -219,7 +219,9 @@ for step in $steps; do
           TOKENS=256,512,1024,2048,8192 timeout 150 \
           python3 benchmarks/sweeps/semistructured_sweep.py >"$out/semistructured_$dtype.txt" 2>&1
         echo "semistructured $dtype rc=$? $(tail -2 "$out/semistructured_$dtype.txt" | head -1)"
-      done ;;
+      done
+      timeout 120 python3 benchmarks/sweeps/transposing_copy.py >"$out/transposing_copy.txt" 2>&1
+      echo "transposing copy rc=$?"; tail -13 "$out/transposing_copy.txt" | cut -c1-150 ;;
     csrlines)  # the CSR one-token walks: line layout, inline-PTX gather; GPU tests, cold sweep
       timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_token_lines.py \
         tests/test_kernels_spmm_csr_token.py -p no:cacheprovider -n 8 -rf \

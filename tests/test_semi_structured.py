@@ -241,6 +241,28 @@ def test_linear_writes_transposed_in_bf16_only(dtype, fake, gen):
     assert fake.transposed[-1] == (dtype == torch.bfloat16)  # fp16: searching it faults
 
 
+@pytest.mark.parametrize("tokens", [2, 21])
+def test_fp16_tiled_transpose(tokens, fake, gen, monkeypatch):
+    """fp16 with CUSPARSELT_TILED_TRANSPOSE: cuSPARSELt writes row-major (its transposed search
+    faults), the tiled copy makes linear's order inside the op; padded token counts too."""
+    monkeypatch.setattr(tuning, "CUSPARSELT_TILED_TRANSPOSE", True)
+    W = random_nm(48, 64, 2, 4, gen, dtype=torch.float16)
+    x = randn(tokens, 64, gen=gen, dtype=torch.float16)
+    bias = randn(48, gen=gen, dtype=torch.float16)
+    want, bound = _oracle(W, x, bias, "relu")
+    got = sk.spmm(W, x.t(), bias, "relu", backend="cusparselt")
+    assert not fake.transposed[-1] and fake.layouts[-1] == "column"
+    assert got.shape == (48, tokens) and got.stride() == (1, 48)  # spmm_out's order
+    assert_close(got.t(), want, bound, torch.float16)
+    args = (W.values.clone().requires_grad_(), W.indices, None, x.t(), bias, "relu")
+    torch.library.opcheck(torch.ops.sparsekernels.spmm_nm_cusparselt.default, args)
+    out = sk.linear(x, W, bias, backend="cusparselt")
+    assert out.is_contiguous()
+    assert_close(sk.reference.apply_activation(out, "relu"), want, bound, torch.float16)
+    row_major = sk.spmm(W, x.t().contiguous(), bias, backend="cusparselt")
+    assert row_major.is_contiguous()  # a row-major B keeps a row-major product
+
+
 def test_backend_odd_layouts(fake, gen):
     W = random_nm(32, 64, 2, 4, gen, dtype=torch.float16)
     wide = randn(64, 41, gen=gen, dtype=torch.float16)
@@ -354,6 +376,22 @@ def test_linear_through_cusparselt(dtype, tokens, gen):
     assert_close(got, want, bound, dtype)
     got = sk.spmm(W, x.t().contiguous(), bias, "relu", backend="cusparselt").t()  # row-major B
     assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [3, 2048])
+def test_fp16_tiled_transpose_on_cuda(tokens, gen, monkeypatch):
+    _needs_cusparselt()
+    monkeypatch.setattr(tuning, "CUSPARSELT_TILED_TRANSPOSE", True)
+    W = _cuda_nm(4096, 4096, torch.float16, gen)
+    x = randn(tokens, 4096, gen=gen, dtype=torch.float16, device="cuda")
+    bias = randn(4096, gen=gen, dtype=torch.float16, device="cuda")
+    want, bound = _oracle(W, x, bias, "relu")
+    got = sk.spmm(W, x.t(), bias, "relu", backend="cusparselt")
+    assert got.stride() == (1, 4096)  # linear's order, by the tiled copy
+    assert_close(got.t(), want, bound, torch.float16)
+    f = torch.compile(lambda x: sk.linear(x, W, bias, backend="cusparselt"), fullgraph=True)
+    assert_close(torch.relu(f(x)), want, bound, torch.float16)
 
 
 @pytest.mark.gpu

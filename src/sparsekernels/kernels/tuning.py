@@ -458,6 +458,11 @@ CUSPARSELT_FP16_MIN_K = 8192
 # cuSPARSELt's own algorithm search, once per problem size (ops/_cusparselt_algs.py): its pick
 # ran 1.2-2.5x faster than algorithm 0 (2026-12-05/at-4f5c74f/cusparselt_search_safety.txt).
 CUSPARSELT_SEARCH = True
+# fp16 through linear: cuSPARSELt's product comes row-major (rows, tokens) and linear copies
+# it transposed, torch's strided copy ~50 us on 4096 x 4096 at 2048 tokens (cslt 120 against
+# lt_alg 66, 2026-12-05/at-ba67939). True: kernels/transpose.py's tiled copy makes linear's
+# order inside the op instead. Off until benchmarks/sweeps/transposing_copy.py times both.
+CUSPARSELT_TILED_TRANSPOSE = False
 
 
 def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, dtype: torch.dtype) -> bool:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from .. import reference
 from ..formats import semi_structured
+from ..kernels.transpose import row_major_copy
 from . import _cusparselt_algs, _dispatch
 from ._layout import column_major, spmm_out
 
@@ -56,9 +57,21 @@ def matmul(packed: Tensor, rows: int, b: Tensor, bias: Tensor | None, activation
     out = _cusparselt_algs.sparse_mm(packed, _dense_operand(b, pad), bias, transposed)
     if transposed:
         out = out[:cols].t()
+    elif returns_transposed(b):  # (tokens, rows) row-major by the tiled copy
+        out = row_major_copy(src=out[:, :cols].t()).t()
     elif pad:
         out = out[:, :cols].contiguous()
     return reference.apply_activation(out, activation)
+
+
+def returns_transposed(b: Tensor) -> bool:
+    """Whether the product comes back in spmm_out's order for linear's x^T, (tokens, rows)
+    row-major: written so by cuSPARSELt (writes_transposed), or in fp16 with
+    tuning.CUSPARSELT_TILED_TRANSPOSE copied so by kernels/transpose.py from cuSPARSELt's
+    row-major product (else linear's own transposing copy runs)."""
+    from ..kernels import tuning
+
+    return writes_transposed(b) or (column_major(b) and tuning.CUSPARSELT_TILED_TRANSPOSE)
 
 
 def writes_transposed(b: Tensor) -> bool:
@@ -113,7 +126,7 @@ def spmm_nm_cusparselt(
 
 @spmm_nm_cusparselt.register_fake
 def _(values, indices, packed, b, bias, activation):
-    if writes_transposed(b):
+    if returns_transposed(b):
         return spmm_out(b, values.shape[0])
     return b.new_empty((values.shape[0], b.shape[1]))
 
