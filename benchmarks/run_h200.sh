@@ -221,7 +221,7 @@ for step in $steps; do
         echo "semistructured $dtype rc=$? $(tail -2 "$out/semistructured_$dtype.txt" | head -1)"
       done
       timeout 120 python3 benchmarks/sweeps/transposing_copy.py >"$out/transposing_copy.txt" 2>&1
-      echo "transposing copy rc=$?"; tail -13 "$out/transposing_copy.txt" | cut -c1-150 ;;
+      echo "transposing copy rc=$?"; tail -35 "$out/transposing_copy.txt" | cut -c1-150 ;;
     csrlines)  # the CSR one-token walks: line layout, inline-PTX gather; GPU tests, cold sweep
       timeout 200 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_token_lines.py \
         tests/test_kernels_spmm_csr_token.py -p no:cacheprovider -n 8 -rf \

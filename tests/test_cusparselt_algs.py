@@ -73,9 +73,12 @@ def test_fp16_written_transposed_is_never_searched(fake, gen):
     torch.testing.assert_close(out, (packed @ b).t())
 
 
-def test_transposed_without_a_setting_is_made_row_major(fake, monkeypatch, gen):
+@pytest.mark.parametrize("tiled", [False, True])
+def test_transposed_without_a_setting_is_made_row_major(tiled, fake, monkeypatch, gen):
     """While capturing (no search) algorithm 0 written transposed is slower than row-major
-    plus a copy: so the product is made row-major, then copied into the transposed order."""
+    plus a copy: so the product is made row-major, then copied into the transposed order
+    (by torch, or with CUSPARSELT_TILED_TRANSPOSE by kernels/transpose.py)."""
+    monkeypatch.setattr(tuning, "CUSPARSELT_TILED_TRANSPOSE", tiled)
     can_search = algs._can_search
     monkeypatch.setattr(algs, "_can_search", lambda device: False)
     packed, b = randn(32, 64, gen=gen), randn(64, 256, gen=gen)

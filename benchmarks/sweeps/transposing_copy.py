@@ -10,7 +10,9 @@ cost ~54 us of cslt's 120 (2026-12-05/at-ba67939/semistructured_fp16.txt), where
           tiledRxC kernels/transpose.py's row_major_copy(src=y.t()) in R x C tiles
           clone    y.clone(), a straight copy of the same bytes (the bandwidth it could reach)
   linear  sk.linear(x, W, backend="cusparselt") in fp16 with tuning.CUSPARSELT_TILED_TRANSPOSE
-          off (torch's copy) and on (the tiled copy inside the op), and dense cuBLAS
+          off (torch's copy) and on (the tiled copy inside the op), and dense cuBLAS; then
+          bf16 with the search off (as while capturing: no searched algorithm, so the
+          product is made row-major and copied, by torch or by the tiled copy)
 
 Every result is checked against torch's copy (exact) or a float32 product. CUDA-graph medians
 in microseconds. From the repository root on the GPU machine (under a minute):
@@ -58,14 +60,15 @@ def copy_rows(dtype) -> list[str]:
     return lines
 
 
-def linear_rows() -> list[str]:
+def linear_rows(dtype, search: bool) -> list[str]:
     lines = []
+    tuning.CUSPARSELT_SEARCH = search
     for M, K in LINEAR_SHAPES:
-        w = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        w = torch.randn(M, K, device="cuda", dtype=dtype)
         W = sk.NMMatrix.from_dense(w, 2, 4, mask=sk.prune.nm_mask(w.float(), 2, 4))
         Wd = W.to_dense()
         for N in TOKENS:
-            x = torch.randn(N, K, device="cuda", dtype=torch.float16)
+            x = torch.randn(N, K, device="cuda", dtype=dtype)
             want = x.float() @ Wd.float().t()
             cells = {"dense": us(lambda: torch.matmul(x, Wd.t()))}
             for tiled in (False, True):
@@ -79,20 +82,22 @@ def linear_rows() -> list[str]:
                 finally:
                     tuning.CUSPARSELT_TILED_TRANSPOSE = False
             line = (
-                f"{M}x{K} N={N}: dense {cells['dense']:.1f}, cslt+torch copy "
+                f"{M}x{K} N={N} {dtype} search {search}: dense {cells['dense']:.1f}, cslt+torch copy "
                 f"{cells['torch_copy']:.1f}, cslt+tiled copy {cells['tiled']:.1f}; dense/tiled "
                 f"{cells['dense'] / cells['tiled']:.2f}x, dense/torch-copy "
                 f"{cells['dense'] / cells['torch_copy']:.2f}x"
             )
             print(line, flush=True)
             lines.append(line)
+    tuning.CUSPARSELT_SEARCH = True
     return lines
 
 
 def main() -> None:
     start = time.perf_counter()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-    table = copy_rows(torch.float16) + copy_rows(torch.bfloat16) + linear_rows()
+    table = copy_rows(torch.float16) + copy_rows(torch.bfloat16)
+    table += linear_rows(torch.float16, True) + linear_rows(torch.bfloat16, False)
     print("\n" + "\n".join(table))
     print(f"# {time.perf_counter() - start:.0f} s", flush=True)
 

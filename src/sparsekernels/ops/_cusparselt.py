@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from .. import reference
 from ..formats import semi_structured
+from ..kernels import tuning
 from ..kernels.transpose import row_major_copy
 from . import _cusparselt_algs, _dispatch
 from ._layout import column_major, spmm_out
@@ -34,10 +35,8 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     if facts.get("transpose"):
         found.append("W^T @ B (the backward of x): W^T's rows are not 2:4")
     if not forced and not found:
-        from ..kernels.tuning import spmm_nm_prefers_cusparselt
-
         rows, k = facts.get("shape") or (0, facts.get("k", 0))
-        if not spmm_nm_prefers_cusparselt(rows, k, facts["n"], problem.dtype):
+        if not tuning.spmm_nm_prefers_cusparselt(rows, k, facts["n"], problem.dtype):
             found.append(
                 "chosen automatically only where kernels/tuning.py says it wins "
                 "(backend='cusparselt' forces it)"
@@ -69,8 +68,6 @@ def returns_transposed(b: Tensor) -> bool:
     row-major: written so by cuSPARSELt (writes_transposed), or in fp16 with
     tuning.CUSPARSELT_TILED_TRANSPOSE copied so by kernels/transpose.py from cuSPARSELt's
     row-major product (else linear's own transposing copy runs)."""
-    from ..kernels import tuning
-
     return writes_transposed(b) or (column_major(b) and tuning.CUSPARSELT_TILED_TRANSPOSE)
 
 

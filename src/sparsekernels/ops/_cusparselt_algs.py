@@ -30,6 +30,7 @@ from typing import NamedTuple
 import torch
 
 from ..kernels import tuning
+from ..kernels.transpose import row_major_copy
 
 Tensor = torch.Tensor
 
@@ -121,7 +122,10 @@ def sparse_mm(packed: Tensor, b: Tensor, bias: Tensor | None, transposed: bool =
     suggests torch's transposing copy can take ~50, which would leave the two about even."""
     setting = setting_for(packed, b, bias, transposed)
     if setting is None and transposed:
-        return sparse_mm(packed, b, bias).t().contiguous()
+        out = sparse_mm(packed, b, bias)
+        if tuning.CUSPARSELT_TILED_TRANSPOSE:  # (kernels/transpose.py's copy: tuning.py)
+            return row_major_copy(src=out.t())
+        return out.t().contiguous()
     if setting is None or setting == DEFAULT:
         return torch._cslt_sparse_mm(packed, b, bias=bias, transpose_result=transposed)
     try:
