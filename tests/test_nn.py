@@ -111,7 +111,7 @@ def test_state_dict_round_trip(name, gen):
     kwargs, _ = PATTERNS[name]
     layer = SparseLinear.from_dense(_linear(gen), **kwargs)
     state = layer.state_dict()
-    expected = {"values", "bias"} | (
+    expected = {"values", "bias", "_extra_state"} | (
         {"row_offsets", "column_indices"} if "csr" in name else {"indices"}
     )
     assert set(state) == expected
@@ -164,8 +164,57 @@ def test_load_rejects_a_broken_pattern(gen):
     with pytest.raises(ValueError, match="column_indices"):
         layer(torch.randn(2, 32, dtype=torch.float64))
     nm = SparseLinear.from_dense(_linear(gen), pattern="2:8")
-    with pytest.raises(RuntimeError, match="size mismatch"):
+    with pytest.raises(RuntimeError, match="a 4:8 12 x 32 checkpoint cannot load into a 2:8"):
         nm.load_state_dict(SparseLinear.from_dense(_linear(gen), pattern="4:8").state_dict())
+
+
+def test_load_rejects_another_layout_and_keeps_the_layer(gen):
+    """Tensors that fit are not enough: a 2:8 checkpoint's tensors have 4:16's shapes, and a
+    CSR one of fewer columns fits a wider layer. A failed load leaves the layer as it was."""
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+    cases = [
+        (dict(pattern="4:16"), _linear(gen), dict(pattern="2:8"), "a 2:8 12 x 32 checkpoint"),
+        (dict(sparsity=0.5), _linear(gen), dict(sparsity=0.5, pattern=None), "CSR 12 x 16"),
+        (dict(sparsity=0.5), _linear(gen), dict(sparsity=0.9, pattern=None), "CSR 7 x 32"),
+    ]
+    for mine, dense, theirs, message in cases:
+        layer = SparseLinear.from_dense(dense, **mine)
+        before = layer(x)
+        shape = {"CSR 12 x 16": (16, 12), "CSR 7 x 32": (32, 7)}.get(message, (32, 12))
+        other = SparseLinear.from_dense(_linear(gen, *shape), **theirs)
+        assert other.values.shape != layer.values.shape or "2:8" in message
+        with pytest.raises(RuntimeError, match=message):
+            layer.load_state_dict(other.state_dict())
+        torch.testing.assert_close(layer(x), before, rtol=0, atol=0)
+
+
+def test_checkpoints_without_the_layout_still_load(gen):
+    """State dicts written before `_extra_state` existed load (strict) as before."""
+    for kwargs in (dict(sparsity=0.7), dict(pattern="2:8")):
+        layer = SparseLinear.from_dense(_linear(gen), **kwargs)
+        old = {k: v for k, v in layer.state_dict().items() if k != "_extra_state"}
+        fresh = SparseLinear.from_dense(_linear(gen), **kwargs)
+        fresh.load_state_dict(old)
+        x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+        torch.testing.assert_close(fresh(x), layer(x), rtol=0, atol=0)
+    csr = SparseLinear.from_dense(_linear(gen), 0.7)
+    before = csr(x)
+    taller = SparseLinear.from_dense(_linear(gen, 32, 20), 0.5).state_dict()
+    del taller["_extra_state"]
+    with pytest.raises(RuntimeError, match="size mismatch for row_offsets"):
+        csr.load_state_dict(taller)
+    torch.testing.assert_close(csr(x), before, rtol=0, atol=0)  # (not resized half-way)
+
+
+def test_a_frozen_bias_stays_frozen(gen):
+    model = nn.Sequential(_linear(gen), nn.ReLU(), _linear(gen, 12, 4))
+    model[0].requires_grad_(False)
+    sk.sparsify_(model, "2:4")
+    frozen = {n: p.requires_grad for n, p in model.named_parameters()}
+    assert frozen == {"0.values": False, "0.bias": False, "2.values": True, "2.bias": True}
+    conv = _conv(gen).requires_grad_(False)
+    layer = SparseConv2d.from_dense(conv, 0.5)
+    assert not layer.values.requires_grad and not layer.bias.requires_grad
 
 
 def test_safetensors_save_and_load_a_model(tmp_path, gen):
@@ -317,6 +366,9 @@ def test_conv_rejects_what_is_not_pointwise(gen):
     ):
         with pytest.raises(ValueError, match="1x1"):
             SparseConv2d.from_dense(nn.Conv2d(8, 8, **kw), 0.5)
+    for mask in (torch.ones(32, 12), torch.ones(12 * 32), torch.ones(12, 32, 3, 3)):
+        with pytest.raises(ValueError, match=r"mask must have shape \(12, 32\)"):
+            SparseConv2d.from_dense(_conv(gen), mask=mask.bool())
     layer = SparseConv2d.from_dense(_conv(gen), 0.5)
     with pytest.raises(ValueError, match="32 channels"):
         layer(torch.randn(1, 16, 2, 2, dtype=torch.float64))

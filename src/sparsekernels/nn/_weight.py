@@ -21,6 +21,20 @@ from ..prune.config import resolve
 
 _INDEX_BUFFERS = {"csr": ("row_offsets", "column_indices"), "nm": ("indices",)}
 _CSR_BUFFERS = _INDEX_BUFFERS["csr"]
+_FORMAT_CODES = {"csr": 0, "nm": 1}
+
+
+def _describe(layout) -> str:
+    """A get_extra_state layout in words."""
+    try:
+        code, out, inp, n, m, vector, block = (int(v) for v in layout)
+    except (TypeError, ValueError):
+        return f"malformed ({layout!r})"
+    shape = f"{out} x {inp}"
+    if code == _FORMAT_CODES["csr"]:
+        return f"CSR {shape}"
+    extra = "".join(f",{k}={v}" for k, v in (("v", vector), ("b", block)) if v != 1)
+    return f"{n}:{m}{extra} {shape}"
 
 
 class SparseWeightModule(nn.Module):
@@ -131,26 +145,60 @@ class SparseWeightModule(nn.Module):
         return self.weight.to_dense()
 
     # ----------------------------------------------------------------- state_dict
+    def get_extra_state(self) -> torch.Tensor:
+        """The weight's format, shape and pattern (state_dict's `_extra_state`), so that a
+        checkpoint of another layout raises on load: its tensors alone may fit (2:8 and 4:16
+        indices have one shape; a CSR layer of fewer columns loads into a wider one)."""
+        return torch.tensor(self._layout(), dtype=torch.int64)
+
+    def set_extra_state(self, state) -> None:
+        """Checked in _load_from_state_dict, before anything is loaded."""
+
+    def _layout(self) -> list[int]:
+        facts = (self.out_features, self.in_features, self.n or 0, self.m or 0)
+        return [_FORMAT_CODES[self.format], *facts, self.vector, self.block]
+
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
     ):
-        # A CSR weight's nnz may differ from this layer's: take the incoming sizes.
+        key = prefix + "_extra_state"
+        incoming = state_dict.get(key)
+        if incoming is not None:  # (checkpoints written before it have none: not checked)
+            theirs = incoming.tolist() if isinstance(incoming, torch.Tensor) else incoming
+            if list(theirs) != self._layout():
+                where = f"{prefix.rstrip('.')}: " if prefix else ""
+                errors.append(
+                    f"{where}a {_describe(theirs)} checkpoint cannot load into a "
+                    f"{_describe(self._layout())} layer"
+                )
+                return
         if self.format == "csr":
-            for name in ("values", "column_indices"):
-                incoming = state_dict.get(prefix + name)
-                current = getattr(self, name)
-                if isinstance(incoming, torch.Tensor) and incoming.shape != current.shape:
-                    if incoming.dim() != 1:
-                        continue  # let the default loader report the mismatch
-                    resized = current.new_empty(incoming.shape)
-                    if name == "values":
-                        self.values.data = resized
-                    else:
-                        self._buffers[name] = resized
+            self._take_incoming_nnz(state_dict, prefix)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
         )
+        if incoming is None and key in missing_keys:
+            missing_keys.remove(key)
         self._format_cache = None
+
+    def _take_incoming_nnz(self, state_dict, prefix) -> None:
+        """A CSR checkpoint's nnz may differ from this layer's: resize values and column
+        indices to it, only when its row offsets fit this layer's rows and its values and
+        columns agree (else the default loader reports the mismatch, the layer unchanged)."""
+        offsets, values, columns = (
+            state_dict.get(prefix + name) for name in ("row_offsets", "values", "column_indices")
+        )
+        tensors = (offsets, values, columns)
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            return
+        if offsets.shape != self.row_offsets.shape or values.dim() != 1 or columns.dim() != 1:
+            return
+        if values.numel() != columns.numel():
+            return
+        if values.shape != self.values.shape:
+            self.values.data = self.values.new_empty(values.shape)
+        if columns.shape != self.column_indices.shape:
+            self._buffers["column_indices"] = self.column_indices.new_empty(columns.shape)
 
     def _filled(self, dense: nn.Module) -> nn.Module:
         """`dense` (an nn.Linear or nn.Conv2d of this shape) given this layer's weight and bias."""

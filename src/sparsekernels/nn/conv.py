@@ -79,10 +79,18 @@ class SparseConv2d(SparseWeightModule):
             raise ValueError(f"conv must be a 1x1 convolution with stride 1, no padding: {reason}")
         weight = conv.weight.reshape(conv.out_channels, conv.in_channels)
         if mask is not None:
-            mask = mask.reshape(conv.out_channels, conv.in_channels)
+            _checks.tensor("mask", mask)
+            shapes = ((conv.out_channels, conv.in_channels), tuple(conv.weight.shape))
+            if tuple(mask.shape) not in shapes:
+                raise ValueError(
+                    f"mask must have shape {shapes[0]} or {shapes[1]}, got {tuple(mask.shape)}"
+                )
+            mask = mask.reshape(shapes[0])
         W = compress_weight(weight, sparsity, pattern, vector, block, format, mask)
         layer = cls(W, conv.bias, activation)
         layer.values.requires_grad_(conv.weight.requires_grad)
+        if conv.bias is not None:  # (sparsify_ must not unfreeze what a user froze)
+            layer.bias.requires_grad_(conv.bias.requires_grad)
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

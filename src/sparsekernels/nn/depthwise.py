@@ -95,6 +95,8 @@ class DepthwiseConv2d(nn.Module):
             if conv.bias is not None:
                 layer.bias.copy_(conv.bias)
         layer.weight.requires_grad_(w.requires_grad)
+        if conv.bias is not None:
+            layer.bias.requires_grad_(conv.bias.requires_grad)
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,8 @@ class SparseLinear(SparseWeightModule):
         W = compress_weight(linear.weight, sparsity, pattern, vector, block, format, mask)
         layer = cls(W, linear.bias)
         layer.values.requires_grad_(linear.weight.requires_grad)
+        if linear.bias is not None:  # (sparsify_ must not unfreeze what a user froze)
+            layer.bias.requires_grad_(linear.bias.requires_grad)
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
