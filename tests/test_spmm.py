@@ -128,9 +128,9 @@ def test_csr_gradcheck(gen):
     values = A.values.clone().requires_grad_()
     B = randn(6, 4, gen=gen).requires_grad_()
     bias = randn(7, gen=gen).requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda v, b, c: sk.spmm(A.with_values(v), b, c, "gelu"), (values, B, bias)
-    )
+    f = lambda v, b, c: sk.spmm(A.with_values(v), b, c, "gelu")  # noqa: E731
+    assert torch.autograd.gradcheck(f, (values, B, bias))
+    assert torch.autograd.gradgradcheck(f, (values, B, bias))  # dW's own gradient too
 
 
 def test_csr_batched_backward(gen):
@@ -146,9 +146,9 @@ def test_nm_gradcheck(n, m, vector, block, gen):
     values = W.values.clone().requires_grad_()
     B = randn(2 * m, 3, gen=gen).requires_grad_()
     bias = randn(9, gen=gen).requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda v, b, c: sk.spmm(W.with_values(v), b, c, "relu"), (values, B, bias)
-    )
+    f = lambda v, b, c: sk.spmm(W.with_values(v), b, c, "relu")  # noqa: E731
+    assert torch.autograd.gradcheck(f, (values, B, bias))
+    assert torch.autograd.gradgradcheck(f, (values, B, bias))  # through sddmm_nm's backward
 
 
 def test_dense_backend_matches_reference(gen):

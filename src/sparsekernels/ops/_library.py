@@ -336,3 +336,26 @@ def sddmm_nm(
 @sddmm_nm.register_fake
 def _(indices, x, y, n, m, vector, block, backend):
     return x.new_empty((x.shape[0], y.shape[0] // m * n))
+
+
+def _sddmm_nm_setup(ctx, inputs, output):
+    indices, x, y, n, m, vector, block, backend = inputs
+    ctx.args, ctx.backend = (n, m, vector, block), backend
+    ctx.save_for_backward(indices, x, y)
+
+
+def _sddmm_nm_backward(ctx, grad):
+    """The gradient of dW at the kept positions (a double backward through spmm_nm): grad is an
+    N:M matrix of that pattern, G; dX = G @ Y, dY = G^T @ X."""
+    from .spmm import spmm_nm_raw
+
+    indices, x, y = ctx.saved_tensors
+    d_x = d_y = None
+    if ctx.needs_input_grad[1]:
+        d_x = spmm_nm_raw(grad, indices, y, None, "none", *ctx.args, False, ctx.backend)
+    if ctx.needs_input_grad[2]:
+        d_y = spmm_nm_raw(grad, indices, x, None, "none", *ctx.args, True, ctx.backend)
+    return None, d_x, d_y, None, None, None, None, None
+
+
+sddmm_nm.register_autograd(_sddmm_nm_backward, setup_context=_sddmm_nm_setup)
