@@ -182,6 +182,21 @@ def test_mask_keeps_zero_weights_in_place(n, m, vector, block):
     assert torch.equal(W.to_dense(), dense)
 
 
+@pytest.mark.parametrize("n, m, vector, block", [(2, 4, 1, 1), (2, 8, 4, 1), (4, 8, 1, 2)])
+def test_a_mask_of_fewer_positions_stores_dense_times_mask(n, m, vector, block):
+    """A mask that keeps fewer than the pattern allows (a group short of n, a vector's rows
+    apart, part of a block): the slots past it hold zeros, not dense's values there."""
+    g = torch.Generator().manual_seed(seed_of("fewer", n, m, vector, block))
+    _, full = pruned(n, m, vector, block, rows=9)
+    dense = torch.randn(full.shape, generator=g, dtype=torch.float64)
+    mask = full & (torch.rand(full.shape, generator=g) < 0.6)
+    assert bool((full & ~mask).any())
+    W = NMMatrix.from_dense(dense, n=n, m=m, vector=vector, block=block, mask=mask)
+    assert torch.equal(W.to_dense(), dense * mask)
+    x = torch.randn(3, full.shape[1], generator=g, dtype=torch.float64)
+    torch.testing.assert_close(sk.linear(x, W), x @ (dense * mask).t())
+
+
 def test_nan_and_inf_are_stored_values():
     dense, mask = pruned(2, 8, 1, 1, rows=4)
     nan_at = mask.nonzero()[[0, 5]]

@@ -109,9 +109,9 @@ class NMMatrix:
     ) -> NMMatrix:
         """Compress a dense weight that already follows the n:m pattern.
 
-        The kept positions are the nonzeros (or `mask`, so kept zeros stay kept); groups with fewer
-        than n / block active blocks are completed with the first inactive ones. A group with more
-        raises a ValueError saying where.
+        The kept positions are the nonzeros (or `mask`, so kept zeros stay kept, and the matrix
+        is dense * mask); groups with fewer than n / block active blocks are completed with the
+        first inactive ones (zeros). A group with more raises a ValueError saying where.
         """
         _checks.tensor("dense", dense)
         _checks.ndim("dense", dense, [2])
@@ -148,7 +148,10 @@ class NMMatrix:
         chosen = score.topk(kept_blocks, dim=-1).indices.sort(-1).values
         indices = chosen.reshape(row_groups, cols // m * kept_blocks).to(torch.uint8)
         matrix = cls(dense.new_zeros(0), indices, shape, n, m, vector, block, check=False)
-        matrix.values = dense.gather(1, matrix.column_indices())
+        # Slots past a group's masked positions (fillers, a vector's other rows, a block's
+        # other columns) hold zeros: the matrix is dense * mask, as CSRMatrix.from_dense's.
+        source = dense if mask is None else dense.masked_fill(~active, 0)
+        matrix.values = source.gather(1, matrix.column_indices())
         return matrix
 
     def with_values(self, values: torch.Tensor) -> NMMatrix:
