@@ -69,6 +69,54 @@ def test_sparse_attention_made_under_inference_mode():
             torch.testing.assert_close(frozen(q, k, v), normal(q, k, v))
 
 
+@pytest.mark.parametrize("backend", [None, "reference", "torch_sparse", "dense"])
+@pytest.mark.parametrize("kwargs", [{"sparsity": 0.7}, {"pattern": "2:8", "vector": 2}])
+@pytest.mark.parametrize("tokens", [3, 130])
+def test_evaluate_first_then_train(kwargs, backend, tokens):
+    """What a first call under inference_mode keeps (pattern caches, a layer's narrowed
+    buffers, the CPU product's scratch buffer) must not be inference tensors: a later call or
+    training step outside the mode would fail ("Inference tensors cannot be saved for
+    backward", "Inplace update to inference tensor outside InferenceMode")."""
+    g = torch.Generator().manual_seed(7)
+    dense = torch.nn.Linear(48, 20, dtype=torch.float64)
+    with torch.no_grad():
+        dense.weight.copy_(torch.randn(20, 48, generator=g, dtype=torch.float64))
+    layer = sk.nn.SparseLinear.from_dense(dense, **kwargs)
+    x = torch.randn(tokens, 48, generator=g, dtype=torch.float64)
+    W = layer.weight
+    with torch.inference_mode():  # the evaluation pass
+        layer(x)
+        sk.linear(x, W, backend=backend)
+        sk.spmm(W, x.t(), backend=backend)
+        W.to_dense()
+        if isinstance(W, sk.CSRMatrix):
+            W.t()
+    assert not any(b.is_inference() for b in layer.buffers())
+    xg = x.clone().requires_grad_()
+    out = sk.linear(xg, layer.weight, layer.bias, backend=backend)  # the training step
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)).sum().backward()
+    masked = layer.to_dense().detach().requires_grad_()
+    x2 = x.clone().requires_grad_()
+    want = torch.nn.functional.linear(x2, masked, layer.bias.detach())
+    (want * torch.linspace(-1, 1, want.numel(), dtype=want.dtype).view(want.shape)).sum().backward()
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(xg.grad, x2.grad)
+    kept = layer.to_dense() != 0
+    grad = layer.weight.with_values(layer.values.grad).to_dense()
+    torch.testing.assert_close(grad, masked.grad * kept)
+    torch.testing.assert_close(sk.linear(x, W, layer.bias, backend=backend), want.detach())
+
+
+def test_attention_evaluated_first_then_trained():
+    attention = sk.nn.SparseAttention.local_strided(24, 4, 5)
+    q, k, v = (torch.randn(1, 2, 24, 8, dtype=torch.float64) for _ in range(3))
+    with torch.inference_mode():
+        attention(q, k, v)
+    q.requires_grad_()
+    attention(q, k, v).sum().backward()
+    assert q.grad is not None and not any(b.is_inference() for b in attention.buffers())
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 16])
 @pytest.mark.parametrize(
@@ -91,3 +139,35 @@ def test_linear_on_the_gpu(make, tokens):
     with torch.inference_mode():
         for _ in range(2):
             assert_close(sk.linear(x, frozen), want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda g: random_csr(304, 512, 0.3, g, torch.bfloat16, "cuda"),
+        lambda g: random_nm(304, 512, 2, 8, g, dtype=torch.bfloat16, device="cuda"),
+        lambda g: random_nm(304, 512, 2, 4, g, dtype=torch.bfloat16, device="cuda"),
+    ],
+    ids=["csr", "2:8", "2:4"],
+)
+def test_evaluated_first_then_trained_on_the_gpu(make, tokens):
+    """The GPU routes' kept copies (line layouts, packed offsets, the sparse tensor cores'
+    metadata, the scatter kernel's tiles, cuSPARSELt's packing) made by calls under
+    inference_mode, then a training step outside it."""
+    W = make(torch.Generator().manual_seed(3))
+    x = torch.randn(tokens, 512, device="cuda", dtype=torch.bfloat16)
+    dense = W.to_dense().double()
+    want, bound = x.double() @ dense.t(), x.double().abs() @ dense.abs().t()
+    with torch.inference_mode():
+        for _ in range(2):
+            assert_close(sk.linear(x, W), want, bound, torch.bfloat16)
+    values = W.values.clone().requires_grad_()
+    xg = x.clone().requires_grad_()
+    out = sk.linear(xg, W.with_values(values))
+    assert_close(out, want, bound, torch.bfloat16)
+    out.float().sum().backward()
+    assert_close(xg.grad, dense.sum(0).expand(tokens, -1), dense.abs().sum(0).expand(tokens, -1),
+                 torch.bfloat16)  # fmt: skip
+    assert_close(sk.linear(x, W), want, bound, torch.bfloat16)

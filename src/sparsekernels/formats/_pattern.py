@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .._cache_mode import building
+
 INT16_MAX = 2**15 - 1
 INT32_MAX = 2**31 - 1
 
@@ -47,7 +49,8 @@ class Pattern:
 
     def _cached(self, key: str, build):
         if key not in self._cache:
-            self._cache[key] = build()
+            with building():  # (normal tensors, even under inference_mode: _cache_mode.py)
+                self._cache[key] = build()
         return self._cache[key]
 
     def row_lengths(self) -> torch.Tensor:

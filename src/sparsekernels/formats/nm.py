@@ -20,6 +20,7 @@ import math
 import torch
 
 from .. import _checks
+from .._cache_mode import building
 from . import semi_structured
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
@@ -177,12 +178,13 @@ class NMMatrix:
             rows, cols = self.shape
             per_row = self.groups * self.n
             nnz = rows * per_row
-            offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
-            self._cache["csr"] = Pattern(
-                offsets.to(index_dtype_for(nnz)),
-                self.column_indices().reshape(-1).to(column_dtype_for(cols)),
-                self.shape,
-            )
+            with building():  # (normal tensors, even under inference_mode: _cache_mode.py)
+                offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
+                self._cache["csr"] = Pattern(
+                    offsets.to(index_dtype_for(nnz)),
+                    self.column_indices().reshape(-1).to(column_dtype_for(cols)),
+                    self.shape,
+                )
         return self._cache["csr"]  # type: ignore[return-value]
 
     def packed_indices(self, bits: int | None = None) -> torch.Tensor:
@@ -193,7 +195,8 @@ class NMMatrix:
             raise ValueError(f"bits must be an int from {self.index_bits} to 8, got {bits!r}")
         key = f"packed{bits}"
         if key not in self._cache:
-            self._cache[key] = pack_offsets(self.indices, bits)
+            with building():
+                self._cache[key] = pack_offsets(self.indices, bits)
         return self._cache[key]  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- conversion

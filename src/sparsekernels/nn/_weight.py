@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._cache_mode import building
 from ..formats import CSRMatrix, NMMatrix
 from ..ops._identity_cache import version
 from ..prune.config import resolve
@@ -89,7 +90,8 @@ class SparseWeightModule(nn.Module):
                     fresh = False
                     break
         if not fresh:
-            template = self._build_format(buffers)  # validates the structure
+            with building():  # (its narrowed buffers become this layer's: normal tensors)
+                template = self._build_format(buffers)  # validates the structure
             if self.format == "csr":  # one copy of the indices: the format's (narrowest) own
                 buffers = (template.row_offsets, template.column_indices)
                 for name, narrow in zip(_CSR_BUFFERS, buffers, strict=True):

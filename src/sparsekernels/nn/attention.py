@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._cache_mode import building
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
 from ..ops._identity_cache import version
@@ -107,8 +108,9 @@ class SparseAttention(nn.Module):
         )
         if not fresh:
             nnz = self.column_indices.numel()
-            values = torch.ones(1, device=self.column_indices.device).expand(nnz)
-            matrix = CSRMatrix(self.row_offsets, self.column_indices, values, self.shape)
+            with building():  # (its narrowed buffers become this module's: normal tensors)
+                values = torch.ones(1, device=self.column_indices.device).expand(nnz)
+                matrix = CSRMatrix(self.row_offsets, self.column_indices, values, self.shape)
             narrow = {"row_offsets": matrix.row_offsets, "column_indices": matrix.column_indices}
             for name, tensor in narrow.items():  # one copy of the indices: the pattern's
                 if self._buffers[name] is not tensor:  # (a wider buffer: loaded with assign=True)

@@ -14,6 +14,7 @@ import weakref
 
 import torch
 
+from .._cache_mode import building
 from ..formats import CSRMatrix, NMMatrix
 from ._identity_cache import IdentityCache, version
 
@@ -56,7 +57,8 @@ def cast_weight(W, dtype: torch.dtype):
     pattern = _pattern(W)
     hit = _CAST.get(values)
     if hit is None or hit[:2] != (seen, dtype) or not _same(hit[2], pattern):
-        cast_W = W.with_values(values.to(dtype))
+        with building():
+            cast_W = W.with_values(values.to(dtype))
         hit = (seen, dtype, tuple(weakref.ref(t) for t in pattern), cast_W)
         _CAST[values] = hit
     return hit[3]

@@ -16,6 +16,8 @@ import threading
 
 import torch
 
+from .._cache_mode import building
+
 _LOCAL = threading.local()
 
 
@@ -25,7 +27,8 @@ def as_int32(columns: torch.Tensor) -> torch.Tensor:
     count = columns.numel()
     buffer = getattr(_LOCAL, "buffer", None)
     if buffer is None or buffer.numel() < count:
-        buffer = torch.empty(max(count, 1), dtype=torch.int32)
+        with building():  # (a normal tensor: an inference one takes no copy_ outside the mode)
+            buffer = torch.empty(max(count, 1), dtype=torch.int32)
         _LOCAL.buffer = buffer
     return buffer[:count].copy_(columns)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .._cache_mode import building
 from ..formats import _line_layout
 from ..kernels import csr_lines_tuning, spmm_csr_few_lines, spmm_csr_token_lines
 from ..kernels._pdl import decode_pdl
@@ -40,7 +41,7 @@ def line_form_for(row_offsets, column_indices, values, columns: int, row_order=N
     packed = _PACKED.get(values)
     stale = packed is None or packed[0] != version(values) or packed[1] is not layout
     if stale or packed[0] is None:
-        with torch.no_grad():
+        with torch.no_grad(), building():
             copy = layout.pack_rest(values) if in_place else layout.pack(values)
             packed = (version(values), layout, copy)
         if packed[0] is not None:
@@ -59,9 +60,10 @@ def layout_for(row_offsets, column_indices, columns: int, row_order=None, in_pla
         sequence = row_order if by_sequence else None
         layout = None
         for line in csr_lines_tuning.CSR_LINE_LENGTHS:  # the first whose slots are few enough
-            layout = _line_layout.build(row_offsets, column_indices, columns,
-                                        csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence,
-                                        line, in_place)  # fmt: skip
+            with building():
+                layout = _line_layout.build(row_offsets, column_indices, columns,
+                                            csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence,
+                                            line, in_place)  # fmt: skip
             if layout is not None:
                 break
         if layout is not None and layout.lines * layout.line >= 2**31:

@@ -18,6 +18,7 @@ import weakref
 
 import torch
 
+from .._cache_mode import building
 from ..kernels import csr_scatter_tuning as tuning
 from ..kernels._sizes import cdiv
 from ..kernels.spmm_csr_scatter import BLOCK_K, b_step_fits, spmm_csr_scatter, tiled_entries
@@ -70,7 +71,8 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
         return entry[3:]
     if not build:
         return None
-    offsets, entries = _build(row_offsets, column_indices, values, k)
+    with building():
+        offsets, entries = _build(row_offsets, column_indices, values, k)
     pattern = (weakref.ref(row_offsets), weakref.ref(column_indices))
     _TILED[values] = (values._version, *pattern, offsets, entries)
     return offsets, entries

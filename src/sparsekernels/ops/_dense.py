@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import reference
+from .._cache_mode import building
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major
@@ -82,8 +83,9 @@ def flat_positions(row_offsets, column_indices, cols: int) -> torch.Tensor:
     key = (version(row_offsets), version(column_indices), cols)
     hit = _FLAT.get(column_indices)
     if hit is None or hit[0] is not row_offsets or hit[1] != key or None in key:
-        rows = reference.row_indices(row_offsets, column_indices.numel())
-        hit = (row_offsets, key, rows * cols + column_indices.long())
+        with building():
+            rows = reference.row_indices(row_offsets, column_indices.numel())
+            hit = (row_offsets, key, rows * cols + column_indices.long())
         if None not in key:  # (inference tensors': built for the call)
             _FLAT[column_indices] = hit
     return hit[2]

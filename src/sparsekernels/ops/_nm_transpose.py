@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .._cache_mode import building
 from ._identity_cache import IdentityCache, version
 
 # indices tensor -> ((its version, rows, pattern), W^T's Pattern, permutation of W's values)
@@ -21,16 +22,17 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
     key = (version(indices), rows, n, m, vector, block)
     hit = _TRANSPOSED.get(indices)
     if hit is None or hit[0] != key or key[0] is None:
-        columns = nm_columns(indices, rows, n, m, vector, block)
-        slots = columns.shape[1]
-        cols = indices.shape[1] * block // n * m
-        offsets = torch.arange(rows + 1, device=indices.device) * slots
-        pattern = Pattern(
-            offsets.to(index_dtype_for(rows * slots)),
-            columns.reshape(-1).to(index_dtype_for(cols)),
-            (rows, cols),
-        )
-        transposed, perm = pattern.transpose()
+        with building():
+            columns = nm_columns(indices, rows, n, m, vector, block)
+            slots = columns.shape[1]
+            cols = indices.shape[1] * block // n * m
+            offsets = torch.arange(rows + 1, device=indices.device) * slots
+            pattern = Pattern(
+                offsets.to(index_dtype_for(rows * slots)),
+                columns.reshape(-1).to(index_dtype_for(cols)),
+                (rows, cols),
+            )
+            transposed, perm = pattern.transpose()
         hit = (key, transposed, perm)
         if key[0] is not None:  # (an inference tensor's: built for the call)
             _TRANSPOSED[indices] = hit

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .._cache_mode import building
 from ..formats._pattern import Pattern
 from ..kernels import sddmm_tiles
 from ._identity_cache import IdentityCache, version
@@ -45,7 +46,10 @@ def tile_plan(
     plans = _plans(row_offsets, column_indices, cols)
     name = f"tiles:{block_m}x{block_n}"
     if name not in plans:
-        plans[name] = sddmm_tiles.build_plan(row_offsets, column_indices, cols, block_m, block_n)
+        with building():
+            plans[name] = sddmm_tiles.build_plan(
+                row_offsets, column_indices, cols, block_m, block_n
+            )
     return plans[name]
 
 

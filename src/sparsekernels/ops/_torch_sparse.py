@@ -12,6 +12,7 @@ import warnings
 import torch
 
 from .. import reference
+from .._cache_mode import building
 from ..formats.nm import nm_columns
 from ._cpu_columns import as_int32
 from ._identity_cache import IdentityCache, version
@@ -31,8 +32,9 @@ def _nm_pattern(indices, rows: int, n: int, m: int, vector: int, block: int):
     if hit is None or hit[0] != key or key[0] is None:
         cols = slots // n * m
         index = torch.int32 if max(rows * slots, cols) < 2**31 else torch.int64
-        columns = nm_columns(indices, rows, n, m, vector, block, index).reshape(-1)
-        offsets = torch.arange(rows + 1, device=indices.device, dtype=index) * slots
+        with building():
+            columns = nm_columns(indices, rows, n, m, vector, block, index).reshape(-1)
+            offsets = torch.arange(rows + 1, device=indices.device, dtype=index) * slots
         hit = (key, offsets, columns)
         if key[0] is not None:  # (an inference tensor's: built for the call)
             _PATTERN[indices] = hit

@@ -15,6 +15,7 @@ import functools
 
 import torch
 
+from .._cache_mode import building
 from ..kernels import nm_decode_tuning, nm_mma_sp_tuning, nm_unpack_tuning, nm_wgmma_tuning, tuning
 from ..kernels import nm_mma_sp_operands as mma_sp_operands
 from ..kernels import spmm_nm as kernel
@@ -276,10 +277,11 @@ def _mma_sp_operand(what: str, indices: torch.Tensor, rows: int, vector: int, n:
     hit = cached.get((what, rows, vector, n, m))
     seen = version(indices)
     if hit is None or hit[0] != seen or seen is None:
-        if what == "metadata":
-            operand = mma_sp_operands.metadata_words(indices, rows, vector, n, m)
-        else:
-            operand = mma_sp_operands.class_words(indices, rows, vector, n)
+        with building():
+            if what == "metadata":
+                operand = mma_sp_operands.metadata_words(indices, rows, vector, n, m)
+            else:
+                operand = mma_sp_operands.class_words(indices, rows, vector, n)
         hit = (seen, operand)
         if seen is not None:  # (an inference tensor's: built for the call)
             cached[(what, rows, vector, n, m)] = hit
@@ -302,7 +304,8 @@ def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
     seen = version(indices)
     hit = _PACKED.get(indices)
     if hit is None or hit[0] != seen or hit[1] != bits or seen is None:
-        hit = (seen, bits, pack_offsets(indices, bits))
+        with building():
+            hit = (seen, bits, pack_offsets(indices, bits))
         if seen is not None:  # (an inference tensor's: built for the call)
             _PACKED[indices] = hit
     return hit[2]

@@ -1,0 +1,22 @@
+"""What is kept across calls is built outside torch.inference_mode.
+
+A tensor made under inference_mode is an inference tensor: autograd cannot save it and it takes
+no in-place update outside that mode. So a pattern's row order, transpose or flat positions (or
+a layer's narrowed index buffers, or a scratch buffer) built by a first call under
+inference_mode, an evaluation pass, and kept would break a later training step on the same
+weight ("Inference tensors cannot be saved for backward") or a later call outside the mode.
+Cache fills run in `building()`: their tensors are normal ones whatever mode the call came in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+def building() -> contextlib.AbstractContextManager:
+    """inference_mode(False) where inference mode is on, else nothing."""
+    if torch.is_inference_mode_enabled():
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()
