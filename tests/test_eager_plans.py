@@ -133,6 +133,32 @@ def test_bad_input_is_still_refused_after_a_plan(gen):
         sk.linear(x, W, backend="nonsense")
 
 
+def test_another_weight_sharing_the_values_takes_the_whole_path(gen, whole_path_calls):
+    """Plans are found by the values; a matrix of another shape or pattern on the same
+    values is checked (and computed) as itself."""
+    values = randn(4, gen=gen, dtype=torch.float32)
+    narrow = sk.CSRMatrix(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 1, 2, 3]), values, (4, 8))
+    wide = sk.CSRMatrix(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([9, 10, 11, 15]), values,
+                        (4, 16))  # fmt: skip
+    moved = sk.CSRMatrix(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([4, 5, 6, 7]), values, (4, 8))
+    x = randn(3, 8, gen=gen, dtype=torch.float32)
+    for _ in range(2):
+        sk.linear(x, narrow)
+    assert len(whole_path_calls) == 1
+    with pytest.raises(ValueError, match="in_features 16"):
+        sk.linear(x, wide)
+    for _ in range(2):  # same shape, another pattern: its own product, then its own plan
+        torch.testing.assert_close(sk.linear(x, moved), x @ moved.to_dense().t())
+    assert len(whole_path_calls) == 2  # (the wide one was refused before it)
+    W = random_nm(8, 16, 2, 8, gen, dtype=torch.float32)
+    indices = random_nm(8, 16, 2, 8, gen, dtype=torch.float32).indices
+    assert not torch.equal(indices, W.indices)
+    other = sk.NMMatrix(W.values, indices, (8, 16), 2, 8)
+    x = randn(3, 16, gen=gen, dtype=torch.float32)
+    for matrix in (W, W, other, other):
+        torch.testing.assert_close(sk.linear(x, matrix), x @ matrix.to_dense().t())
+
+
 def test_values_changed_in_place_take_the_whole_path(gen, whole_path_calls):
     W = random_csr(37, 50, 0.3, gen, torch.float32)
     x = randn(4, 50, gen=gen, dtype=torch.float32)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 
 import torch
 
@@ -40,12 +41,30 @@ MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes);
 
 
 class _Plan:
-    __slots__ = ("backend", "launches", "recorded")
+    __slots__ = ("backend", "launches", "recorded", "weight")
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, W) -> None:
         self.backend = backend
         self.launches: _launch_plans.LaunchPlan | None = None
         self.recorded = False  # (recording is tried once a signature)
+        # The weight whose checks passed: its shape, pattern and (weakly) its index tensors.
+        # Two matrices may share one values tensor; the other one takes the whole path.
+        self.weight = (_facts(W), *(weakref.ref(t) for t in _indices(W)))
+
+    def fits(self, W) -> bool:
+        facts, *refs = self.weight
+        tensors = _indices(W)
+        return facts == _facts(W) and all(r() is t for r, t in zip(refs, tensors, strict=True))
+
+
+def _indices(W) -> tuple:
+    return (W.row_offsets, W.column_indices) if type(W) is CSRMatrix else (W.indices,)
+
+
+def _facts(W) -> tuple:
+    if type(W) is CSRMatrix:
+        return W.shape
+    return W.shape, W.n, W.m, W.vector, W.block
 
 
 def _signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:
@@ -79,7 +98,7 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
     if plans is None:
         return None
     plan = plans.get(_signature(x, W, bias, backend))
-    if plan is None:
+    if plan is None or not plan.fits(W):
         return None
     if plan.backend == "dense":
         b = _b(x, W)
@@ -156,4 +175,4 @@ def remember(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None)
     if plans is None or len(plans) >= MOST_SIGNATURES:
         plans = {}
         _PLANS[W.values] = plans
-    plans[_signature(x, W, bias, backend)] = _Plan(name)
+    plans[_signature(x, W, bias, backend)] = _Plan(name, W)
