@@ -409,6 +409,22 @@ def attention_scale_bool(g, be):
     return sk.sparse_attention(*qkv(g), csr(g), scale=True)
 
 
+@rejects(ValueError, r"scale must be finite, got 1000000000000000000000000")
+def softmax_scale_overflowing(g, be):
+    return sk.sparse_softmax(csr(g), 10**400)
+
+
+@rejects(ValueError, r"scale must be finite, got nan")
+def attention_scale_nan(g, be):
+    return sk.sparse_attention(*qkv(g), csr(g), scale=float("nan"))
+
+
+@rejects(ValueError, r"t must have 2 sparse dimensions and no dense ones .*1 sparse and 1 dense")
+def csr_from_hybrid_coo(g, be):
+    t = torch.sparse_coo_tensor(torch.tensor([[0, 1]]), randn(2, 3, gen=g), (2, 3))
+    return sk.CSRMatrix.from_torch(t)
+
+
 @rejects(ValueError, r"activation must be None, 'relu' or 'gelu', got 'RELU'", triton=True)
 def spmm_activation_uppercase(g, be):
     return sk.spmm(nm(g), randn(8, 3, gen=g), activation="RELU", backend=be)

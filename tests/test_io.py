@@ -198,6 +198,7 @@ BAD_SMTX = [
     ("3, 4, 2\n0 2 2 2\n3 1\n", r"not a valid sparse matrix: column_indices must be strictly"),
     ("-3, 4, 0\n\n\n", r"expected -2 row offsets, found 0"),
     ("-1, 4, 0\n\n\n", r"not a valid sparse matrix: shape must not be negative"),
+    ("3, 4, 2\n0 1 1 99999999999999999999\n0 3\n", r"row offsets must be integers below 2\*\*63"),
 ]
 
 
@@ -207,6 +208,13 @@ def test_bad_smtx(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: .*{message}"):
         load_smtx(path)
+
+
+def test_smtx_values_must_be_a_tensor(tmp_path):
+    path = tmp_path / "m.smtx"
+    path.write_text("2, 3, 2\n0 1 2\n0 2\n")
+    with pytest.raises(TypeError, match="values must be a torch.Tensor of nnz = 2 values"):
+        load_smtx(path, values=[1.0, 2.0])
 
 
 def test_binary_smtx(tmp_path):

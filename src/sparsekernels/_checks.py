@@ -6,6 +6,7 @@ what is wrong, so a bad call never reaches a kernel.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Iterable
 
@@ -68,6 +69,19 @@ def positive_int(name: str, value: object, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+def finite_number(name: str, value: object) -> float:
+    """value as a float: a real number (not a bool) that float() takes and keeps finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r:.40}")
+    return number
 
 
 def has_data(name: str, value: torch.Tensor) -> None:

@@ -252,6 +252,11 @@ def _checks_sparse_torch(t: object) -> None:
         raise TypeError("t must be a torch sparse tensor in CSR or COO layout")
     if t.dim() != 2:
         raise ValueError(f"t must be 2-D, got shape {tuple(t.shape)}")
+    if t.layout == torch.sparse_coo and (t.sparse_dim() != 2 or t.dense_dim() != 0):
+        raise ValueError(
+            f"t must have 2 sparse dimensions and no dense ones (a hybrid COO tensor has "
+            f"{t.sparse_dim()} sparse and {t.dense_dim()} dense)"
+        )
 
 
 def _check_row_offsets(row_offsets: torch.Tensor, nnz: int) -> None:

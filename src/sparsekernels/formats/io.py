@@ -48,6 +48,9 @@ def load_smtx(
         raise ValueError(
             f"{path}: expected {nnz} column indices, found {columns.size} (truncated?)"
         )
+    if values is not None and not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a torch.Tensor of nnz = {nnz} values or None, "
+                        f"got {type(values).__name__}")  # fmt: skip
     if values is None:
         generator = torch.Generator().manual_seed(seed)
         values = torch.randn(nnz, generator=generator, dtype=torch.float32)
@@ -77,6 +80,8 @@ def _ints(path: Path, what: str, line: str) -> np.ndarray:
         return np.array(line.split(), dtype=np.int64)
     except ValueError:
         raise ValueError(f"{path}: {what} must be integers") from None
+    except OverflowError:
+        raise ValueError(f"{path}: {what} must be integers below 2**63") from None
 
 
 def save_safetensors(matrix: CSRMatrix | NMMatrix, path: str | Path) -> None:

@@ -68,8 +68,7 @@ def sparse_attention(
         raise ValueError(f"pattern must have shape ({lq}, {k.shape[2]}), got {pattern.shape}")
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a number, got {type(scale).__name__}")
+    scale = _checks.finite_number("scale", scale)
     facts = {"batch": batch * heads, "d": d, "dv": v.shape[3], "pattern": pattern.pattern}
     problem = _dispatch.Problem(q.device, q.dtype, facts)
     name = _dispatch.choose("sparse_attention", problem, backend)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import reference
+from .. import _checks, reference
 from ..formats import CSRMatrix
 from . import _dispatch, _library
 
@@ -21,8 +21,7 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
     """
     if not isinstance(S, CSRMatrix):
         raise TypeError(f"S must be a CSRMatrix, got {type(S).__name__}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise TypeError(f"scale must be a number, got {type(scale).__name__}")
+    scale = _checks.finite_number("scale", scale)
     problem = _problem(S.row_offsets, S.values)
     name = _dispatch.choose("sparse_softmax", problem, backend)
     if _library.eager_inference(S.values):  # no gradient: skip the op's dispatch cost
