@@ -1,6 +1,8 @@
 """SparseLinear and SparseConv2d: forward and backward against the masked dense layer, state_dict,
 safetensors, dtype and device moves, and training with a fixed mask."""
 
+import copy
+
 import pytest
 import torch
 from safetensors.torch import load_model, save_model
@@ -160,9 +162,10 @@ def test_load_rejects_a_broken_pattern(gen):
     layer = SparseLinear.from_dense(_linear(gen), 0.5)
     state = layer.state_dict()
     state["column_indices"] = state["column_indices"].flip(0)
-    layer.load_state_dict(state)
+    with pytest.raises(RuntimeError, match="column_indices must be strictly increasing"):
+        layer.load_state_dict(state)  # named at load
     with pytest.raises(ValueError, match="column_indices"):
-        layer(torch.randn(2, 32, dtype=torch.float64))
+        layer(torch.randn(2, 32, dtype=torch.float64))  # and again at use
     nm = SparseLinear.from_dense(_linear(gen), pattern="2:8")
     with pytest.raises(RuntimeError, match="a 4:8 12 x 32 checkpoint cannot load into a 2:8"):
         nm.load_state_dict(SparseLinear.from_dense(_linear(gen), pattern="4:8").state_dict())
@@ -186,6 +189,35 @@ def test_load_rejects_another_layout_and_keeps_the_layer(gen):
         with pytest.raises(RuntimeError, match=message):
             layer.load_state_dict(other.state_dict())
         torch.testing.assert_close(layer(x), before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kwargs", [{"sparsity": 0.7}, {"pattern": "2:8"}])
+def test_layers_compile_with_fullgraph(kwargs, gen):
+    """torch.compile(fullgraph=True) traces a layer straight after construction, a load or a
+    move (the format is built then, not at the first call), forward and backward."""
+    layer = SparseLinear.from_dense(_linear(gen), **kwargs)
+    loaded = SparseLinear.from_dense(_linear(gen), **kwargs)
+    loaded.load_state_dict(layer.state_dict())
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64, requires_grad=True)
+    want = layer(x)
+    want.sum().backward()
+    grads = (x.grad.clone(), layer.values.grad.clone())
+    moved = copy.deepcopy(layer).to(torch.float32)  # (a move rebuilds the format)
+    for module in (layer, loaded, moved):
+        torch._dynamo.reset()
+        module.zero_grad()
+        xm = x.detach().to(module.values.dtype).requires_grad_()
+        got = torch.compile(module, backend="aot_eager", fullgraph=True)(xm)
+        torch.testing.assert_close(got, want.to(got.dtype))
+        got.sum().backward()
+        torch.testing.assert_close(
+            (xm.grad, module.values.grad), tuple(g.to(got.dtype) for g in grads)
+        )
+    attention = SparseAttention.local_strided(16, window=4, stride=5)
+    q = torch.randn(1, 2, 16, 8, generator=gen, dtype=torch.float64)
+    torch._dynamo.reset()
+    compiled = torch.compile(attention, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(q, q, q), attention(q, q, q))
 
 
 def test_checkpoints_without_the_layout_still_load(gen):

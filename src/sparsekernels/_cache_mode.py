@@ -16,7 +16,8 @@ import torch
 
 
 def building() -> contextlib.AbstractContextManager:
-    """inference_mode(False) where inference mode is on, else nothing."""
-    if torch.is_inference_mode_enabled():
+    """inference_mode(False) where inference mode is on, else nothing (and nothing while
+    torch.compile traces, which cannot read the mode)."""
+    if not torch.compiler.is_compiling() and torch.is_inference_mode_enabled():
         return torch.inference_mode(False)
     return contextlib.nullcontext()

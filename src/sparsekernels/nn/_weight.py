@@ -74,11 +74,42 @@ class SparseWeightModule(nn.Module):
         else:
             self.register_parameter("bias", None)
         self._format_cache: tuple | None = None
+        self._prepare_format()
+
+    def _prepare_format(self) -> None:
+        """Build the weight's format now (not at the first forward), as torch.compile uses the
+        one built last: at construction, after a load and after a move. Not on the meta device
+        (nothing to read), nor when the buffers are not a sound pattern yet (`to_empty`'s
+        garbage, say): the first eager forward builds it, or names what is wrong."""
+        self._format_cache = None
+        if self._on_meta():
+            return
+        try:
+            self.weight  # noqa: B018 (builds and caches the format)
+        except ValueError:
+            self._format_cache = None
+
+    def _index_buffers(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self._buffers[name] for name in _INDEX_BUFFERS[self.format])
+
+    def _apply(self, fn, recurse=True):
+        module = super()._apply(fn, recurse)
+        self._prepare_format()
+        return module
 
     # ----------------------------------------------------------------- the weight
     @property
     def weight(self) -> CSRMatrix | NMMatrix:
-        """The sparse weight (out_features, in_features) whose values are this layer's Parameter."""
+        """The sparse weight (out_features, in_features) whose values are this layer's Parameter.
+        Under torch.compile, the format built last (_prepare_format) with these values: an
+        in-place edit of an index buffer is seen by eager calls only (then call
+        `_prepare_format()`, or assign new tensors)."""
+        if torch.compiler.is_compiling():
+            cache = self._format_cache
+            values = self._parameters["values"]
+            if cache is None:  # (none built: validated here, at the cost of a graph break)
+                return self._build_format(self._index_buffers()).with_values(values)
+            return cache[1].with_values(values)
         held = self._buffers  # (not getattr: nn.Module's __getattr__ costs a call each)
         buffers = tuple(held[name] for name in _INDEX_BUFFERS[self.format])
         cache = self._format_cache
@@ -163,6 +194,7 @@ class SparseWeightModule(nn.Module):
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
     ):
+        errors_before = len(errors)
         key = prefix + "_extra_state"
         incoming = state_dict.get(key)
         if incoming is not None:  # (checkpoints written before it have none: not checked)
@@ -182,6 +214,15 @@ class SparseWeightModule(nn.Module):
         if incoming is None and key in missing_keys:
             missing_keys.remove(key)
         self._format_cache = None
+        if len(errors) == errors_before and not self._on_meta():
+            try:  # a broken pattern is named at load, not at the first forward
+                self.weight  # noqa: B018
+            except ValueError as error:
+                self._format_cache = None
+                errors.append(f"{prefix.rstrip('.') + ': ' if prefix else ''}{error}")
+
+    def _on_meta(self) -> bool:
+        return any(b.device.type == "meta" for b in self._index_buffers())
 
     def _take_incoming_nnz(self, state_dict, prefix) -> None:
         """A CSR checkpoint's nnz may differ from this layer's: resize values and column

@@ -49,6 +49,27 @@ class SparseAttention(nn.Module):
         self.register_buffer("row_offsets", pattern.row_offsets.clone())
         self.register_buffer("column_indices", pattern.column_indices.clone())
         self._cache: tuple | None = None
+        self._prepare_pattern()
+
+    def _prepare_pattern(self) -> None:
+        """Build the pattern now (not at the first forward), as torch.compile uses the one built
+        last: at construction, after a load and after a move; not on the meta device, nor while
+        the buffers are not a sound pattern (the first eager forward then names the fault)."""
+        self._cache = None
+        if self._on_meta():
+            return
+        try:
+            self.pattern  # noqa: B018 (builds and caches it)
+        except ValueError:
+            self._cache = None
+
+    def _on_meta(self) -> bool:
+        return self.row_offsets.device.type == "meta" or self.column_indices.device.type == "meta"
+
+    def _apply(self, fn, recurse=True):
+        module = super()._apply(fn, recurse)
+        self._prepare_pattern()
+        return module
 
     # ----------------------------------------------------------------- pattern builders
     @classmethod
@@ -94,7 +115,10 @@ class SparseAttention(nn.Module):
     # ----------------------------------------------------------------- use
     @property
     def pattern(self) -> CSRMatrix:
-        """The pattern as a CSRMatrix (values unused), built once per index buffers."""
+        """The pattern as a CSRMatrix (values unused), built once per index buffers; under
+        torch.compile, the one built last (_prepare_pattern)."""
+        if torch.compiler.is_compiling() and self._cache is not None:
+            return self._cache[1]
         key = tuple((b, version(b), b.device) for b in (self.row_offsets, self.column_indices))
         cache = self._cache
         # (inference tensors have no version: never fresh, the pattern is built each time)
@@ -131,10 +155,17 @@ class SparseAttention(nn.Module):
         incoming = state_dict.get(prefix + "column_indices")
         if isinstance(incoming, torch.Tensor) and incoming.dim() == 1:
             self._buffers["column_indices"] = self.column_indices.new_empty(incoming.shape)
+        errors_before = len(errors)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
         )
         self._cache = None
+        if len(errors) == errors_before and not self._on_meta():
+            try:  # a broken pattern is named at load, not at the first forward
+                self.pattern  # noqa: B018
+            except ValueError as error:
+                self._cache = None
+                errors.append(f"{prefix.rstrip('.') + ': ' if prefix else ''}{error}")
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return sparse_attention(q, k, v, self.pattern, self.scale)
