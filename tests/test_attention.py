@@ -41,6 +41,8 @@ def test_rectangular_and_backward(gen):
     assert torch.autograd.gradcheck(
         lambda q, k, v: sk.sparse_attention(q, k, v, pattern), (q, k, v)
     )
+    composed = lambda q, k, v: sk.sparse_attention(q, k, v, pattern, backend="reference")  # noqa: E731
+    assert torch.autograd.gradgradcheck(composed, (q, k, v))  # sddmm, softmax, spmm composed
 
 
 def test_backends_agree_and_say_why(gen, monkeypatch):

@@ -52,6 +52,6 @@ def test_batched_and_backward(gen):
     values = randn(2, S.nnz, gen=gen).requires_grad_()
     got = sk.sparse_softmax(S.with_values(values), 0.5)
     torch.testing.assert_close(got.values, _dense_softmax(S.with_values(values.detach()), 0.5))
-    assert torch.autograd.gradcheck(
-        lambda v: sk.sparse_softmax(S.with_values(v), 0.5).values, (values,)
-    )
+    f = lambda v: sk.sparse_softmax(S.with_values(v), 0.5).values  # noqa: E731
+    assert torch.autograd.gradcheck(f, (values,))
+    assert torch.autograd.gradgradcheck(f, (values,))  # through the backward op's own autograd

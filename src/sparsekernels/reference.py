@@ -168,7 +168,12 @@ def sparse_softmax_backward(
 ) -> torch.Tensor:
     """d(values) from d(probs): scale * p * (g - sum_row(p * g))."""
     acc = accumulate_dtype(probs.dtype)
-    rows = row_indices(row_offsets, probs.shape[-1])
     p, g = probs.to(acc), grad.to(acc)
-    dots = _segment_sums((p * g)[..., None], row_offsets.diff().long())[..., 0]
-    return (scale * p * (g - dots[..., rows])).to(probs.dtype)
+    return (scale * p * (g - row_sums_at_entries(row_offsets, p * g))).to(probs.dtype)
+
+
+def row_sums_at_entries(row_offsets: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Each stored entry's row sum of `values` (..., nnz) -> (..., nnz)."""
+    rows = row_indices(row_offsets, values.shape[-1])
+    sums = _segment_sums(values[..., None], row_offsets.diff().long())[..., 0]
+    return sums[..., rows]

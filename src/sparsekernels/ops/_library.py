@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import reference
 from . import _dispatch
 from ._layout import csr_row_walk_in_b_order, spmm_out
 
@@ -251,6 +252,35 @@ def _softmax_backward(ctx, grad):
 
 
 sparse_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+
+
+def _softmax_backward_setup(ctx, inputs, output):
+    row_offsets, probs, grad, scale, backend = inputs
+    ctx.scale, ctx.backend = scale, backend
+    ctx.save_for_backward(row_offsets, probs, grad)
+
+
+def _softmax_backward_backward(ctx, h):
+    """A second derivative through d(values) = c p (g - S), S the row's p . g: d(g) is the
+    same op on h; d(p) = c (h (g - S) - g T), T the row's p . h."""
+    from .softmax import sparse_softmax_backward_raw
+
+    row_offsets, probs, grad = ctx.saved_tensors
+    d_probs = d_grad = None
+    if ctx.needs_input_grad[2]:
+        d_grad = sparse_softmax_backward_raw(row_offsets, probs, h, ctx.scale, ctx.backend)
+    if ctx.needs_input_grad[1]:
+        acc = reference.accumulate_dtype(probs.dtype)
+        p, g, hh = probs.to(acc), grad.to(acc), h.to(acc)
+        s = reference.row_sums_at_entries(row_offsets, p * g)
+        t = reference.row_sums_at_entries(row_offsets, p * hh)
+        d_probs = (ctx.scale * (hh * (g - s) - g * t)).to(probs.dtype)
+    return None, d_probs, d_grad, None, None
+
+
+sparse_softmax_backward.register_autograd(
+    _softmax_backward_backward, setup_context=_softmax_backward_setup
+)
 
 
 # ============================================================================ spmm_nm
