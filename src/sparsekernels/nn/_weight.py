@@ -86,7 +86,7 @@ class SparseWeightModule(nn.Module):
             return
         try:
             self.weight  # noqa: B018 (builds and caches the format)
-        except ValueError:
+        except (ValueError, RuntimeError, IndexError):  # (the forward re-raises it)
             self._format_cache = None
 
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:

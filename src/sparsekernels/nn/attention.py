@@ -60,7 +60,7 @@ class SparseAttention(nn.Module):
             return
         try:
             self.pattern  # noqa: B018 (builds and caches it)
-        except ValueError:
+        except (ValueError, RuntimeError, IndexError):  # (the forward re-raises it)
             self._cache = None
 
     def _on_meta(self) -> bool:
