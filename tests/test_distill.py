@@ -101,7 +101,8 @@ def test_masked_mean_ignores_padding():
     [
         ({"epochs": -1}, "epochs must be a non-negative int"),
         ({"epochs": 1.5}, "epochs must be a non-negative int"),
-        ({"lr": 0}, "lr must be a positive number"),
+        ({"lr": 0}, "lr must be a positive finite number"),
+        ({"lr": float("inf")}, "lr must be a positive finite number"),
     ],
 )
 def test_bad_arguments(kwargs, message):
@@ -118,6 +119,51 @@ def test_bad_models_and_batches():
         sk.prune.distill_(copy.deepcopy(teacher), teacher, batches)
     with pytest.raises(ValueError, match="student and teacher must be two models"):
         sk.prune.distill_(student, student, batches)
+
+
+def test_an_all_padding_batch_is_refused():
+    teacher, student, _ = _pair()
+
+    class Masked(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x, attention_mask):
+            return self.net(x)
+
+    batches = [
+        {"x": torch.randn(2, 5, 32, dtype=torch.float64), "attention_mask": torch.zeros(2, 5)}
+    ]
+    values = student.a.values.detach().clone()
+    with pytest.raises(ValueError, match="attention_mask with no tokens"):
+        sk.prune.distill_(Masked(student), Masked(teacher), batches, epochs=1)
+    assert torch.equal(student.a.values, values)  # no NaN step taken
+
+
+def test_generators_refilled_lists_and_flags_restored():
+    """`also` may be a generator; a function refilling one list gets each epoch's targets;
+    frozen values and the teacher's mode are as they were afterwards."""
+    teacher, student, batches = _pair()
+    student.b.bias.requires_grad_(False)
+    before = student.b.bias.detach().clone()
+    sk.prune.distill_(
+        student, teacher, batches, epochs=2, lr=1e-2, also=(p for p in [student.b.bias])
+    )
+    assert not torch.equal(student.b.bias, before) and not student.b.bias.requires_grad
+    teacher.train()
+    student.a.values.requires_grad_(False)
+    shared: list = []
+
+    def refill(epoch):
+        torch.manual_seed(epoch)
+        shared[:] = [{"x": torch.randn(24, 32, dtype=torch.float64) * (1 + 10 * epoch)}]
+        return shared
+
+    losses = sk.prune.distill_(student, teacher, refill, epochs=2, lr=1e-9)
+    true_loss = _error(student, teacher, shared)  # epoch 1's inputs, the teacher's labels
+    assert losses[1] == pytest.approx(true_loss, rel=1e-3)
+    assert teacher.training and not student.a.values.requires_grad
 
 
 def test_every_layer_targets_each_hidden_state():

@@ -63,6 +63,14 @@ def test_parse_errors(text, match):
         SparsityConfig.parse(text)
 
 
+@pytest.mark.parametrize(
+    "text", ["99.9999999%", "33.3333333333%", "0.123456789", "1e-10", "0.3333333333333333"]
+)
+def test_label_parses_back(text):
+    config = SparsityConfig.parse(text)
+    assert SparsityConfig.parse(config.label) == config
+
+
 def test_config_errors_and_coerce():
     with pytest.raises(ValueError, match="not both"):
         SparsityConfig(sparsity=0.5, n=2, m=4)
@@ -180,6 +188,24 @@ def _inputs(gen):
     mask = torch.ones(3, 12, dtype=torch.long)
     mask[1, 8:] = 0
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_skips_what_reads_its_weights_or_shares_a_bias():
+    """nn.TransformerEncoderLayer's fast path (eval, no grad) hands linear1/linear2's weights
+    to a fused kernel; a bias shared between layers would be untied by a swap."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True))
+    model.eval()
+    summary = sk.sparsify_(model, "2:4")
+    assert summary.swapped == [] and "fast path" in summary.skipped["0.linear1"]
+    with torch.no_grad():
+        assert model(torch.randn(2, 5, 16)).shape == (2, 5, 16)
+    a, b = nn.Linear(8, 8), nn.Linear(8, 8)
+    b.bias = a.bias
+    model = nn.Sequential(a, b, nn.Linear(8, 4))
+    summary = sk.sparsify_(model, "2:4")
+    assert summary.swapped == ["2"] and "bias is tied" in summary.skipped["0"]
+    assert model[0].bias is model[1].bias
 
 
 @pytest.mark.parametrize("config", ["2:8", "80%", "2:8,v=16"])

@@ -157,7 +157,7 @@ def test_sparsify_sequential_matches_wanda_mask(config, gen):
     cfg = SparsityConfig.parse(config)
     hidden = dense[1](dense[0](x))
     for index, inputs in ((0, x), (2, hidden)):
-        norm = inputs.square().sum(0).sqrt().float().double()  # sparsify_ keeps float32 norms
+        norm = inputs.square().sum(0).sqrt()  # (float64 norms for a float64 model)
         if cfg.structured:
             kwargs = {"n": cfg.n, "m": cfg.m, "vector": cfg.vector}
         else:
@@ -187,6 +187,54 @@ def test_sparsify_calibration_errors_and_unreached_layer(gen):
     with pytest.raises(RuntimeError, match="data loader"):
         sk.sparsify_(model, "2:4", calibration=boom)
     assert all(not m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("config", ["2:4,method=wanda", "50%,method=sparsegpt"])
+def test_calibration_that_refills_one_input_buffer(config, gen):
+    """Batches fed through one tensor refilled in place give the statistics of every batch,
+    as separate tensors do (the hook's reuse of a shared input checks its version)."""
+    batches = [_skewed_input(gen) * scale for scale in (0.01, 1.0, 3.0)]
+
+    def separate(m):
+        for b in batches:
+            m(b)
+
+    def refilled(m):
+        buffer = torch.empty_like(batches[0])
+        for b in batches:
+            m(buffer.copy_(b))
+
+    masks = []
+    for calibration in (separate, refilled):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 8)).double()  # (one layer: its input is the last)
+        sk.sparsify_(model, config, calibration=calibration)
+        masks.append(model[0].to_dense())
+    torch.testing.assert_close(masks[0], masks[1], rtol=0, atol=0)
+
+
+def test_float64_norms_decide_near_ties():
+    """A float64 model's Wanda scores are not rounded to float32 first."""
+    for first, second in ((1.0 + 1e-9, 1.0), (1.0, 1.0 + 1e-9)):
+        model = nn.Sequential(nn.Linear(2, 1, bias=False)).double()
+        with torch.no_grad():
+            model[0].weight.fill_(1.0)
+        x = torch.tensor([[first, second]], dtype=torch.float64)
+        sk.sparsify_(model, "50%", calibration=lambda m, x=x: m(x))
+        assert (model[0].to_dense() != 0).tolist() == [[first > second, second > first]]
+
+
+def test_calibration_by_keyword_and_zero_size_layers(gen):
+    model = _sequential()
+    x = _skewed_input(gen)
+    sk.sparsify_(model, "2:4", calibration=lambda m: m[2](input=torch.relu(m[0](input=x))))
+    assert isinstance(model[0], SparseLinear) and isinstance(model[2], SparseLinear)
+    for shape in ((0, 8), (8, 0)):
+        for config in ("50%", "2:4,method=sparsegpt"):
+            model = nn.Sequential(nn.Linear(*shape)).double()
+            inputs = torch.randn(3, shape[0], dtype=torch.float64)
+            sk.sparsify_(model, config, calibration=lambda m, x=inputs: m(x))
+            assert isinstance(model[0], SparseLinear) and model(inputs).shape == (3, shape[1])
 
 
 def test_sparsify_conv_calibration(gen):

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ..ops._identity_cache import version
 from .config import SparsityConfig
 
 Calibration = Callable[[nn.Module], object]
@@ -47,11 +48,13 @@ def prune_calibrated(
             for fqn, module in pending:
                 if fqn not in stats:
                     continue
-                weight = module.weight.detach().reshape(module.weight.shape[0], -1)
+                shape = module.weight.shape
+                weight = module.weight.detach().reshape(shape[0], shape[1:].numel())
                 if config.method == "sparsegpt":
                     weight, mask = config.prune(weight, hessian=stats[fqn].to(weight.device))
-                else:
-                    norm = stats[fqn].sqrt().to(device=weight.device, dtype=torch.float32)
+                else:  # (norms in float32, or float64 for a float64 weight: masks exact there)
+                    dtype = torch.promote_types(weight.dtype, torch.float32)
+                    norm = stats[fqn].sqrt().to(device=weight.device, dtype=dtype)
                     weight, mask = config.prune(weight, input_norm=norm)
                 weight = weight.reshape(module.weight.shape)
                 pruned[fqn] = weight, mask
@@ -76,26 +79,34 @@ def _collect(
     tokens: dict[str, int] = {}
     in_stage: dict[str, bool] = {}
     anchor: list[torch.Tensor] = []  # the stage's input: the first one any pending layer gets
-    last: list = [None, None]  # the latest input and its statistic (query, key, value share)
+    # the latest input, its version and its statistic (query, key and value share one input;
+    # the version tells an input refilled in place since, which must be read again)
+    last: list = [None, None, None]
 
     def hook_for(fqn: str, module: nn.Module):
         features = module.weight.shape[1]
         conv = isinstance(module, nn.Conv2d)
 
-        def hook(_module, args):
-            x = args[0]
-            tokens[fqn] = tokens.get(fqn, 0) + x.numel() // features
+        def hook(_module, args, kwargs):
+            x = args[0] if args else kwargs.get("input")
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(
+                    f"{fqn} was called without an input tensor (positional or input=) during "
+                    "calibration"
+                )
+            tokens[fqn] = tokens.get(fqn, 0) + (x.numel() // features if features else 1)
             if fqn not in in_stage:
                 if not anchor:
                     anchor.append(x)
                 in_stage[fqn] = not sequential or x is anchor[0]
             if not in_stage[fqn]:
                 return
-            if last[0] is x:
-                stat = last[1]
+            seen = version(x)
+            if last[0] is x and seen is not None and last[1] == seen:
+                stat = last[2]
             else:
                 stat = _statistic(x.detach(), features, conv, method)
-                last[:] = x, stat
+                last[:] = x, seen, stat
             if fqn in stats:
                 stats[fqn].add_(stat)
             else:
@@ -103,7 +114,9 @@ def _collect(
 
         return hook
 
-    handles = [m.register_forward_pre_hook(hook_for(fqn, m)) for fqn, m in pending]
+    handles = [
+        m.register_forward_pre_hook(hook_for(fqn, m), with_kwargs=True) for fqn, m in pending
+    ]
     try:
         with torch.no_grad():
             calibration(model)
@@ -128,7 +141,7 @@ def _statistic(x: torch.Tensor, features: int, conv: bool, method: str) -> torch
     """One call's input statistic: X^T X for SparseGPT (float32, float64 for float64 inputs),
     per-feature sums of squares in float64 for Wanda."""
     x = x.movedim(-3, -1) if conv else x  # channels last: every pixel is a token
-    x = x.reshape(-1, features)
+    x = x.reshape(-1, features) if features else x.new_zeros((0, 0))  # (no input features)
     if method == "sparsegpt":
         x = x.to(torch.promote_types(x.dtype, torch.float32))
         return x.t() @ x

@@ -165,7 +165,9 @@ class SparsityConfig:
         """The shorthand that parses back to this config."""
         method = "" if self.method == "magnitude" else f",method={self.method}"
         if not self.structured:
-            return f"{self.sparsity * 100:g}%{method}"
+            percent = f"{self.sparsity * 100:.15g}%"  # (as given, where it parses back exactly)
+            exact = _parse_sparsity(percent, percent) == self.sparsity
+            return f"{percent if exact else repr(self.sparsity)}{method}"
         extra = "".join(f",{k}={v}" for k, v in (("v", self.vector), ("b", self.block)) if v != 1)
         fmt = ",format=csr" if self.format == "csr" else ""
         return f"{self.n}:{self.m}{extra}{fmt}{method}"

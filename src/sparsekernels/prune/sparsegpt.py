@@ -169,7 +169,7 @@ def _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, d
         raise ValueError("hessian must be finite (no NaN or Inf)")
     _checks.positive_int("blocksize", blocksize)
     if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not 0 <= damp < 1e3:
-        raise ValueError(f"damp must be a number in [0, 1), got {damp!r}")
+        raise ValueError(f"damp must be a number in [0, 1000), got {damp!r}")
     if not isinstance(per_row, bool):
         raise TypeError(f"per_row must be a bool, got {type(per_row).__name__}")
     if not is_nm_request(sparsity, n, m, vector, block):

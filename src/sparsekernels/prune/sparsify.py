@@ -119,12 +119,16 @@ def sparsify_(
             return "the root module cannot be replaced in place (wrap it in a container)"
         if isinstance(parent, nn.MultiheadAttention):
             return "inside nn.MultiheadAttention, which reads the weight directly"
+        if isinstance(parent, nn.TransformerEncoderLayer):
+            return "inside nn.TransformerEncoderLayer, whose fast path reads the weight directly"
         if type(module) not in (nn.Linear, nn.Conv2d):
             return f"{type(module).__name__} is a subclass of nn.{_base_name(module)}"
         if filter_fn is not None and not filter_fn(module, fqn):
             return "excluded by filter_fn"
         if len(owners.get(id(module.weight), ())) > 1:
             return "weight is tied to another module's parameter"
+        if module.bias is not None and len(owners.get(id(module.bias), ())) > 1:
+            return "bias is tied to another module's parameter"
         if not module.weight.is_floating_point():
             return f"weight dtype {module.weight.dtype} is not floating point"
         if isinstance(module, nn.Conv2d):
