@@ -97,6 +97,22 @@ def test_from_dense_arguments(gen):
     assert torch.equal(layer.to_dense() != 0, mask & (dense.weight != 0))
 
 
+def test_a_mask_must_agree_with_sparsity_or_pattern(gen):
+    dense = _linear(gen)
+    half = torch.rand(12, 32, generator=gen) < 0.5
+    with pytest.raises(ValueError, match="not the 90.0% that sparsity= asks for"):
+        SparseLinear.from_dense(dense, 0.9, mask=half)
+    wrong = torch.zeros(12, 32, dtype=torch.bool)
+    wrong[:, :3] = True  # three of the first group of eight
+    for fmt in (None, "csr"):
+        with pytest.raises(ValueError, match="breaks the 2:8 pattern"):
+            SparseLinear.from_dense(dense, pattern="2:8", format=fmt, mask=wrong)
+    with pytest.raises(ValueError, match=r"mask must have the weight's shape \(12, 32\)"):
+        SparseLinear.from_dense(dense, 0.5, mask=half.t())
+    layer = SparseLinear.from_dense(dense, 0.5, mask=half)  # what it asks for, near enough
+    assert torch.equal(layer.to_dense() != 0, half & (dense.weight != 0))
+
+
 def test_repr_and_sizes(gen):
     layer = SparseLinear.from_dense(_linear(gen, dtype=torch.float32), pattern="2:8", vector=4)
     text = repr(layer)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from .._cache_mode import building
 from ..formats import CSRMatrix, NMMatrix
 from ..ops._identity_cache import version
@@ -276,4 +277,28 @@ def compress_weight(
             raise ValueError("with only mask=, the weight is stored as CSR; give pattern= for N:M")
         return CSRMatrix.from_dense(weight.detach(), mask=mask)
     config = resolve(sparsity, pattern, vector, block, format)
+    if mask is not None:
+        _check_mask_fits(config, weight, mask)
     return config.compress(weight, mask)
+
+
+def _check_mask_fits(config, weight: torch.Tensor, mask: torch.Tensor) -> None:
+    """A mask given with sparsity= or pattern= must be what they ask for: an N:M pattern's
+    (NMMatrix.from_dense says where it is not, also for format="csr"), or the sparsity's
+    count of kept weights, up to a row's or a column's worth (per-row and per-block choices
+    round their counts)."""
+    _checks.tensor("mask", mask)
+    if tuple(mask.shape) != tuple(weight.shape):
+        raise ValueError(f"mask must have the weight's shape {tuple(weight.shape)}, "
+                         f"got {tuple(mask.shape)}")  # fmt: skip
+    if config.structured:
+        NMMatrix.from_dense(weight.detach(), config.n, config.m, config.vector, config.block,
+                            mask=mask)  # fmt: skip
+        return
+    kept, total = int(mask.bool().sum()), mask.numel()
+    wanted = round((1 - config.sparsity) * total)
+    if abs(kept - wanted) > max(1, *weight.shape):
+        raise ValueError(
+            f"mask keeps {kept} of {total} weights ({1 - kept / max(total, 1):.1%} sparse), "
+            f"not the {config.sparsity:.1%} that sparsity= asks for: give one of them"
+        )
