@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import tarfile
 
 import pytest
@@ -377,6 +378,36 @@ def test_compare_with_a_previous_run(quick_run, tmp_path):
     assert (
         cli.main(["--quick", "--device", "cpu", "--compare", str(tmp_path / "missing.jsonl")]) == 2
     )
+
+
+def test_bad_output_and_compare_files_are_refused_first(tmp_path, capsys, monkeypatch):
+    """Before any device work (the ceilings): an --out that cannot be written, a --compare
+    that is not a results file or is the one this run would write over, a --dlmc file."""
+    from sparsekernels.bench import runner
+
+    monkeypatch.setattr(runner, "measure_ceilings", lambda *a: pytest.fail("device work ran"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "nometa.jsonl").write_text('{"x": 1}\n')
+    (tmp_path / "notes.md").write_text("# notes\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.jsonl").write_text('{"meta": {}}\n')
+    cases = [
+        (["--out", str(a_file)], "--out .*cannot write there"),
+        (["--out", str(a_file / "sub")], "--out .*cannot write there"),
+        (["--compare", str(tmp_path / "empty.jsonl")], "empty.jsonl: not a results.jsonl"),
+        (["--compare", str(tmp_path / "nometa.jsonl")], "nometa.jsonl: not a results.jsonl"),
+        (["--compare", str(tmp_path / "notes.md")], "notes.md: not a readable results.jsonl"),
+        (
+            ["--out", str(tmp_path / "out"), "--compare", str(tmp_path / "out/results.jsonl")],
+            "--compare is the results file this run writes",
+        ),  # fmt: skip
+        (["--dlmc", str(a_file)], "--dlmc .*: not a folder"),
+    ]
+    for extra, message in cases:
+        assert cli.main(["--quick", "--device", "cpu", *extra]) == 2
+        assert re.search(message, capsys.readouterr().err), message
 
 
 def test_match_keeps_the_named_cases(tmp_path):

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from sparsekernels import cli
 
 
@@ -19,3 +21,26 @@ def test_tour_runs_and_checks_itself(capsys):
     # every relative error the tour prints is at float32 rounding level
     errors = [float(w) for w in out.replace(";", " ").split() if "e-" in w and w[0].isdigit()]
     assert errors and max(errors) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["demo", "--device", "nonsense"], "invalid choice: 'nonsense'"),
+        (["demo", "--distill", "-1"], "sparsekernels demo: error: --distill must be 0 or more"),
+        (["demo", "--tour", "--distill", "2"], "--distill applies to the demo, not to --tour"),
+    ],
+)
+def test_demo_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_demo_on_cuda_without_one(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["demo", "--device", "cuda"])
+    assert exit_.value.code == 2 and "no CUDA device is visible" in capsys.readouterr().err

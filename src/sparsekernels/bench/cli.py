@@ -114,6 +114,32 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, int | None]:
     if args.compare is not None and not args.compare.is_file():
         print(f"error: --compare {args.compare}: no such results file", file=sys.stderr)
         return args, 2
+    if args.compare is not None:
+        from .compare import previous_times
+
+        try:
+            previous_times(args.compare)
+        except ValueError as error:
+            print(f"error: --compare {error}", file=sys.stderr)
+            return args, 2
+    if args.out is not None:
+        if args.compare is not None and (
+            (args.out / "results.jsonl").resolve() == args.compare.resolve()
+        ):
+            print("error: --compare is the results file this run writes: copy it first",
+                  file=sys.stderr)  # fmt: skip
+            return args, 2
+        try:  # (before any device work: a path that cannot be written fails now)
+            args.out.mkdir(parents=True, exist_ok=True)
+            probe = args.out / ".sparsekernels-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as error:
+            print(f"error: --out {args.out}: cannot write there ({error})", file=sys.stderr)
+            return args, 2
+    if args.dlmc is not None and not args.dlmc.is_dir():
+        print(f"error: --dlmc {args.dlmc}: not a folder", file=sys.stderr)
+        return args, 2
     if args.limit is not None and args.limit < 1:
         print("error: --limit must be at least 1", file=sys.stderr)
         return args, 2

@@ -26,9 +26,12 @@ def previous_times(path: Path) -> tuple[dict, dict[tuple[str, str], float]]:
     return meta, times
 
 
-def compare_markdown(path: Path, rows: Sequence[Row], device: str) -> str:
-    """A markdown section: speedup of each of our providers over the same provider before."""
-    meta, before = previous_times(Path(path))
+def compare_markdown(
+    path: Path, rows: Sequence[Row], device: str, earlier: tuple[dict, dict] | None = None
+) -> str:
+    """A markdown section: speedup of each of our providers over the same provider before
+    (`earlier`: previous_times(path), read before this run wrote anything)."""
+    meta, before = earlier if earlier is not None else previous_times(Path(path))
     lines = [
         "## Against our previous version",
         "",

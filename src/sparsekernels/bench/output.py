@@ -177,7 +177,16 @@ class JsonlWriter:
 
 
 def read_jsonl(path: Path) -> tuple[dict, list[dict]]:
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """(metadata, rows) of a results.jsonl; a ValueError naming the file where it is not one."""
+    try:
+        text = Path(path).read_text()
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a readable results.jsonl ({error})") from None
+    if not lines or not isinstance(lines[0], dict) or not isinstance(lines[0].get("meta"), dict):
+        raise ValueError(f"{path}: not a results.jsonl (its first line must be the run's meta)")
+    if not all(isinstance(line, dict) for line in lines[1:]):
+        raise ValueError(f"{path}: not a results.jsonl (every row must be a JSON object)")
     return lines[0]["meta"], lines[1:]
 
 

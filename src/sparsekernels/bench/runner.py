@@ -55,6 +55,11 @@ def run(config: RunConfig, console: Console | None = None) -> RunResult:
         if not cases:
             raise ValueError(f"no case's name contains any of {list(config.match)}")
 
+    earlier = None
+    if config.compare is not None:  # (read first: the output may be written over it)
+        from .compare import previous_times
+
+        earlier = previous_times(Path(config.compare))
     meta = harness.run_metadata(device, config.argv)
     meta["suites"] = list(config.suites)
     console.print(
@@ -91,7 +96,7 @@ def run(config: RunConfig, console: Console | None = None) -> RunResult:
     if config.compare is not None:
         from .compare import compare_markdown
 
-        summary += "\n" + compare_markdown(config.compare, rows, meta["device"])
+        summary += "\n" + compare_markdown(config.compare, rows, meta["device"], earlier)
     files[1].write_text(summary)
     if any(r.op == "e2e_train_curve" for r in rows):
         import json
