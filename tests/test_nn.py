@@ -236,6 +236,38 @@ def test_layers_compile_with_fullgraph(kwargs, gen):
     torch.testing.assert_close(compiled(q, q, q), attention(q, q, q))
 
 
+def test_release_caches_after_training(gen):
+    """A training step leaves the transposed pattern and kept positions beside a CSR weight;
+    release_caches drops them (and distill_ does it when done), the results unchanged."""
+    from sparsekernels.bench.held import held_bytes
+
+    model = nn.Sequential(_linear(gen, 32, 48), nn.GELU(), _linear(gen, 48, 16))
+    sk.sparsify_(model, "50%")
+    x = torch.randn(20, 32, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        want = model(x)
+    inference = held_bytes(model)
+    model(x).sum().backward()
+    assert held_bytes(model) > 1.5 * inference
+    sk.nn.release_caches(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), want, rtol=0, atol=0)
+    assert held_bytes(model) == inference
+    teacher = nn.Sequential(_linear(gen, 32, 48), nn.GELU(), _linear(gen, 48, 16))
+    sk.prune.distill_(model, teacher, [{"input": x}], epochs=1, lr=1e-9)
+    with torch.no_grad():
+        model(x)
+    assert held_bytes(model) == inference
+    attention = SparseAttention.local_strided(16, window=4, stride=5)
+    q = torch.randn(1, 2, 16, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    attention(q, q, q).sum().backward()
+    before = held_bytes(attention)
+    sk.nn.release_caches(attention)
+    assert held_bytes(attention) < before
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        sk.nn.release_caches("model")
+
+
 def test_checkpoints_without_the_layout_still_load(gen):
     """State dicts written before `_extra_state` existed load (strict) as before."""
     for kwargs in (dict(sparsity=0.7), dict(pattern="2:8")):

@@ -2,6 +2,7 @@
 SparseAttention; and DepthwiseConv2d (3x3, dense), MobileNet's other layer."""
 
 from .attention import SparseAttention
+from .caches import release_caches
 from .conv import SparseConv2d
 from .depthwise import DepthwiseConv2d
 from .distributed import index_buffer_names
@@ -13,4 +14,5 @@ __all__ = [
     "SparseAttention",
     "DepthwiseConv2d",
     "index_buffer_names",
+    "release_caches",
 ]

@@ -18,7 +18,7 @@ from torch import nn
 from .. import _checks
 from .._cache_mode import building
 from ..formats import CSRMatrix, NMMatrix
-from ..ops._identity_cache import version
+from ..ops._identity_cache import forget, version
 from ..prune.config import resolve
 
 _INDEX_BUFFERS = {"csr": ("row_offsets", "column_indices"), "nm": ("indices",)}
@@ -89,6 +89,13 @@ class SparseWeightModule(nn.Module):
             self.weight  # noqa: B018 (builds and caches the format)
         except (ValueError, RuntimeError, IndexError):  # (the forward re-raises it)
             self._format_cache = None
+
+    def release_caches(self) -> None:
+        """Drop what the ops derived from this weight and keep beside it (a training step's
+        transposed pattern and positions, a decode route's copies): the next call rebuilds
+        what it needs. sparsekernels.nn.release_caches(model) does every layer."""
+        forget((self._parameters["values"], *self._index_buffers()))
+        self._prepare_format()
 
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:
         return tuple(self._buffers[name] for name in _INDEX_BUFFERS[self.format])

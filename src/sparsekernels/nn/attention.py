@@ -15,7 +15,7 @@ from torch import nn
 from .._cache_mode import building
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
-from ..ops._identity_cache import version
+from ..ops._identity_cache import forget, version
 
 _ROWS_PER_CHUNK = 512  # rows of the (L, L) boolean mask built at once
 
@@ -62,6 +62,12 @@ class SparseAttention(nn.Module):
             self.pattern  # noqa: B018 (builds and caches it)
         except (ValueError, RuntimeError, IndexError):  # (the forward re-raises it)
             self._cache = None
+
+    def release_caches(self) -> None:
+        """Drop what the ops derived from the pattern (its transpose, plans): rebuilt when
+        needed."""
+        forget((self.row_offsets, self.column_indices))
+        self._prepare_pattern()
 
     def _on_meta(self) -> bool:
         return self.row_offsets.device.type == "meta" or self.column_indices.device.type == "meta"

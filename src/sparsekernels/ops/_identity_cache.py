@@ -14,10 +14,13 @@ import weakref
 
 import torch
 
+_ALL: weakref.WeakSet = weakref.WeakSet()  # every cache, for forget()
+
 
 class IdentityCache:
     def __init__(self) -> None:
         self._entries: dict[int, tuple[weakref.ref, object]] = {}
+        _ALL.add(self)
 
     def get(self, tensor: torch.Tensor):
         """The value stored for this very tensor, else None."""
@@ -38,6 +41,20 @@ class IdentityCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def pop(self, tensor: torch.Tensor) -> None:
+        """Drop what is stored for this very tensor, if anything."""
+        entry = self._entries.get(id(tensor))
+        if entry is not None and entry[0]() is tensor:
+            del self._entries[id(tensor)]
+
+
+def forget(tensors) -> None:
+    """Drop what every cache keeps for these tensors (rebuilt by the next call that needs
+    it): what training left beside a weight (transposed patterns, flat positions), say."""
+    for cache in list(_ALL):
+        for tensor in tensors:
+            cache.pop(tensor)
 
 
 def version(tensor: torch.Tensor) -> int | None:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..nn.caches import release_caches
+
 LR_SCHEDULES = ("constant", "cosine")
 
 
@@ -156,4 +158,5 @@ def distill_(
         for p, flag in zip(train, was_trained, strict=True):
             p.requires_grad_(flag)
         teacher.train(teacher_training)
+        release_caches(student)  # (the transposes and positions training left beside it)
     return losses
