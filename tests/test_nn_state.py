@@ -1,0 +1,195 @@
+"""SparseLinear's state: state_dict round trips and what a load refuses, safetensors,
+torch.compile of the layers, and the caches a training step leaves beside a weight."""
+
+import copy
+
+import pytest
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+import sparsekernels as sk
+from sparsekernels.nn import SparseAttention, SparseLinear
+from test_nn import PATTERNS, _linear
+
+
+@pytest.mark.parametrize("name", ["csr-70%", "2:8-v4"])
+def test_state_dict_round_trip(name, gen):
+    kwargs, _ = PATTERNS[name]
+    layer = SparseLinear.from_dense(_linear(gen), **kwargs)
+    state = layer.state_dict()
+    expected = {"values", "bias", "_extra_state"} | (
+        {"row_offsets", "column_indices"} if "csr" in name else {"indices"}
+    )
+    assert set(state) == expected
+    other = SparseLinear.from_dense(_linear(gen), **kwargs)  # another weight, another pattern
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+    other(x)  # builds and caches the old pattern
+    other.load_state_dict(state)
+    torch.testing.assert_close(other(x), layer(x), rtol=0, atol=0)
+    assert torch.equal(other.to_dense(), layer.to_dense())
+
+
+def test_csr_state_dict_with_another_nnz(gen):
+    layer = SparseLinear.from_dense(_linear(gen), 0.9)
+    other = SparseLinear.from_dense(_linear(gen), 0.5)
+    values = other.values
+    other.load_state_dict(layer.state_dict())
+    assert other.values is values and other.values.numel() == layer.values.numel()
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(other(x), layer(x), rtol=0, atol=0)
+
+
+def test_an_int32_checkpoint_loads_into_one_int16_copy(gen):
+    """A state dict saved with int32 column indices (before they were stored as int16) loads
+    into the layer's int16 buffer; with assign=True the layer takes the int32 tensors, then
+    keeps only the format's int16 copy once its weight is built (not both)."""
+    layer = SparseLinear.from_dense(_linear(gen), 0.7)
+    attention = SparseAttention.local_strided(16, window=4, stride=5)
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+    for module in (layer, attention):
+        old = {k: v.int() if k == "column_indices" else v for k, v in module.state_dict().items()}
+        for assign in (False, True):
+            fresh = (SparseLinear.from_dense(_linear(gen), 0.7) if module is layer else
+                     SparseAttention.local_strided(16, window=4, stride=5))  # fmt: skip
+            fresh.load_state_dict(old, assign=assign)
+            built = fresh.weight if module is layer else fresh.pattern
+            assert fresh.column_indices.dtype == torch.int16
+            assert fresh.column_indices is built.column_indices
+            assert fresh.row_offsets is built.row_offsets
+            if module is layer:
+                torch.testing.assert_close(fresh(x), layer(x), rtol=0, atol=0)
+            else:
+                assert torch.equal(built.column_indices, attention.pattern.column_indices)
+
+
+def test_load_rejects_a_broken_pattern(gen):
+    layer = SparseLinear.from_dense(_linear(gen), 0.5)
+    state = layer.state_dict()
+    state["column_indices"] = state["column_indices"].flip(0)
+    with pytest.raises(RuntimeError, match="column_indices must be strictly increasing"):
+        layer.load_state_dict(state)  # named at load
+    with pytest.raises(ValueError, match="column_indices"):
+        layer(torch.randn(2, 32, dtype=torch.float64))  # and again at use
+    nm = SparseLinear.from_dense(_linear(gen), pattern="2:8")
+    with pytest.raises(RuntimeError, match="a 4:8 12 x 32 checkpoint cannot load into a 2:8"):
+        nm.load_state_dict(SparseLinear.from_dense(_linear(gen), pattern="4:8").state_dict())
+
+
+def test_load_rejects_another_layout_and_keeps_the_layer(gen):
+    """Tensors that fit are not enough: a 2:8 checkpoint's tensors have 4:16's shapes, and a
+    CSR one of fewer columns fits a wider layer. A failed load leaves the layer as it was."""
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+    cases = [
+        (dict(pattern="4:16"), _linear(gen), dict(pattern="2:8"), "a 2:8 12 x 32 checkpoint"),
+        (dict(sparsity=0.5), _linear(gen), dict(sparsity=0.5, pattern=None), "CSR 12 x 16"),
+        (dict(sparsity=0.5), _linear(gen), dict(sparsity=0.9, pattern=None), "CSR 7 x 32"),
+    ]
+    for mine, dense, theirs, message in cases:
+        layer = SparseLinear.from_dense(dense, **mine)
+        before = layer(x)
+        shape = {"CSR 12 x 16": (16, 12), "CSR 7 x 32": (32, 7)}.get(message, (32, 12))
+        other = SparseLinear.from_dense(_linear(gen, *shape), **theirs)
+        assert other.values.shape != layer.values.shape or "2:8" in message
+        with pytest.raises(RuntimeError, match=message):
+            layer.load_state_dict(other.state_dict())
+        torch.testing.assert_close(layer(x), before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kwargs", [{"sparsity": 0.7}, {"pattern": "2:8"}])
+def test_layers_compile_with_fullgraph(kwargs, gen):
+    """torch.compile(fullgraph=True) traces a layer straight after construction, a load or a
+    move (the format is built then, not at the first call), forward and backward."""
+    layer = SparseLinear.from_dense(_linear(gen), **kwargs)
+    loaded = SparseLinear.from_dense(_linear(gen), **kwargs)
+    loaded.load_state_dict(layer.state_dict())
+    x = torch.randn(3, 32, generator=gen, dtype=torch.float64, requires_grad=True)
+    want = layer(x)
+    want.sum().backward()
+    grads = (x.grad.clone(), layer.values.grad.clone())
+    moved = copy.deepcopy(layer).to(torch.float32)  # (a move rebuilds the format)
+    for module in (layer, loaded, moved):
+        torch._dynamo.reset()
+        module.zero_grad()
+        xm = x.detach().to(module.values.dtype).requires_grad_()
+        got = torch.compile(module, backend="aot_eager", fullgraph=True)(xm)
+        torch.testing.assert_close(got, want.to(got.dtype))
+        got.sum().backward()
+        torch.testing.assert_close(
+            (xm.grad, module.values.grad), tuple(g.to(got.dtype) for g in grads)
+        )
+    attention = SparseAttention.local_strided(16, window=4, stride=5)
+    q = torch.randn(1, 2, 16, 8, generator=gen, dtype=torch.float64)
+    torch._dynamo.reset()
+    compiled = torch.compile(attention, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(q, q, q), attention(q, q, q))
+
+
+def test_release_caches_after_training(gen):
+    """A training step leaves the transposed pattern and kept positions beside a CSR weight;
+    release_caches drops them (and distill_ does it when done), the results unchanged."""
+    from sparsekernels.bench.held import held_bytes
+
+    model = nn.Sequential(_linear(gen, 32, 48), nn.GELU(), _linear(gen, 48, 16))
+    sk.sparsify_(model, "50%")
+    x = torch.randn(20, 32, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        want = model(x)
+    inference = held_bytes(model)
+    model(x).sum().backward()
+    assert held_bytes(model) > 1.5 * inference
+    sk.nn.release_caches(model)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), want, rtol=0, atol=0)
+    assert held_bytes(model) == inference
+    teacher = nn.Sequential(_linear(gen, 32, 48), nn.GELU(), _linear(gen, 48, 16))
+    sk.prune.distill_(model, teacher, [{"input": x}], epochs=1, lr=1e-9)
+    with torch.no_grad():
+        model(x)
+    assert held_bytes(model) == inference
+    attention = SparseAttention.local_strided(16, window=4, stride=5)
+    q = torch.randn(1, 2, 16, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    attention(q, q, q).sum().backward()
+    before = held_bytes(attention)
+    sk.nn.release_caches(attention)
+    assert held_bytes(attention) < before
+    with pytest.raises(TypeError, match="model must be an nn.Module"):
+        sk.nn.release_caches("model")
+
+
+def test_checkpoints_without_the_layout_still_load(gen):
+    """State dicts written before `_extra_state` existed load (strict) as before."""
+    for kwargs in (dict(sparsity=0.7), dict(pattern="2:8")):
+        layer = SparseLinear.from_dense(_linear(gen), **kwargs)
+        old = {k: v for k, v in layer.state_dict().items() if k != "_extra_state"}
+        fresh = SparseLinear.from_dense(_linear(gen), **kwargs)
+        fresh.load_state_dict(old)
+        x = torch.randn(3, 32, generator=gen, dtype=torch.float64)
+        torch.testing.assert_close(fresh(x), layer(x), rtol=0, atol=0)
+    csr = SparseLinear.from_dense(_linear(gen), 0.7)
+    before = csr(x)
+    taller = SparseLinear.from_dense(_linear(gen, 32, 20), 0.5).state_dict()
+    del taller["_extra_state"]
+    with pytest.raises(RuntimeError, match="size mismatch for row_offsets"):
+        csr.load_state_dict(taller)
+    torch.testing.assert_close(csr(x), before, rtol=0, atol=0)  # (not resized half-way)
+
+
+def test_safetensors_save_and_load_a_model(tmp_path, gen):
+    def build(seed):
+        g = torch.Generator().manual_seed(seed)
+        model = nn.Sequential(
+            _linear(g, 32, 16, dtype=torch.float32),
+            nn.ReLU(),
+            _linear(g, 16, 8, dtype=torch.float32),
+        )
+        model[0] = SparseLinear.from_dense(model[0], 0.8)
+        model[2] = SparseLinear.from_dense(model[2], pattern="2:4")
+        return model
+
+    model = build(0)
+    save_model(model, str(tmp_path / "m.safetensors"))
+    fresh = build(1)
+    load_model(fresh, str(tmp_path / "m.safetensors"))
+    x = torch.randn(4, 32, generator=gen)
+    torch.testing.assert_close(fresh(x), model(x), rtol=0, atol=0)
