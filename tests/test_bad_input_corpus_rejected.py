@@ -409,6 +409,14 @@ def attention_scale_bool(g, be):
     return sk.sparse_attention(*qkv(g), csr(g), scale=True)
 
 
+@rejects(
+    ValueError, r"shape must be below 2\*\*62 in each dimension, got \(3, 18446744073709551616\)"
+)
+def csr_shape_past_int64(g, be):
+    A = csr(g, rows=3)
+    return sk.CSRMatrix(A.row_offsets, A.column_indices, A.values, (3, 2**64))
+
+
 @rejects(ValueError, r"scale must be finite, got 1000000000000000000000000")
 def softmax_scale_overflowing(g, be):
     return sk.sparse_softmax(csr(g), 10**400)

@@ -93,6 +93,47 @@ def _attention_reference(attn, x: torch.Tensor, theta: float) -> torch.Tensor:
     return o @ attn.o_proj.weight.t()
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kv_heads": 0}, "kv_heads must be a positive int"),
+        ({"kv_heads": 3}, "kv_heads 3 must divide heads 4"),
+        ({"hidden": 34}, "must be heads 4 times an even head size"),
+        ({"hidden": 36}, "must be heads 4 times an even head size"),
+    ],
+)
+def test_llama_config_is_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LlamaConfig(**{"hidden": 32, "intermediate": 64, "heads": 4, "kv_heads": 2, **kwargs})
+
+
+def test_llama_generate_says_what_is_wrong():
+    stack = LlamaStack(LlamaConfig(hidden=32, intermediate=64, heads=4, kv_heads=2, layers=1))
+    x = torch.randn(2, 4, 32)
+    with pytest.raises(ValueError, match="allocate_cache"):
+        stack.generate(x, 2)
+    stack.allocate_cache(2, 5)
+    with pytest.raises(ValueError, match="pass the caches' max_len 5"):
+        stack.generate(x, 3)
+    with pytest.raises(ValueError, match="steps must be an int >= 1"):
+        stack.generate(x, 0)
+    stack.allocate_cache(1, 8)
+    with pytest.raises(ValueError, match="batch 2 is larger than the caches' 1"):
+        stack.generate(x, 2)
+    stack.allocate_cache(2, 6)
+    assert stack.generate(x, 2).shape == (2, 2, 32)  # exactly room: 4 + 2 positions
+
+
+def test_transformer_config_and_length_are_checked():
+    with pytest.raises(ValueError, match="heads 4 must divide dim 18"):
+        TransformerConfig(vocab=11, dim=18, heads=4)
+    cfg = TransformerConfig(vocab=11, dim=16, heads=2, layers=1, seq_len=20, window=3, stride=5)
+    sparse, dense = transformer_pair(cfg)
+    for model in (sparse, dense):
+        with pytest.raises(ValueError, match="up to seq_len = 20"):
+            model(torch.randint(0, 11, (2, 21)))
+
+
 def test_llama_attention_matches_written_out_reference():
     """The model's attention (q and k rotated together, the rotation's sign folded into its
     sine table, a KV cache) against the formula written out, in float64: the prefill of 6

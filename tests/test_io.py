@@ -210,6 +210,15 @@ def test_bad_smtx(tmp_path, text, message):
         load_smtx(path)
 
 
+def test_smtx_keeps_the_given_values_dtype(tmp_path):
+    path = tmp_path / "m.smtx"
+    path.write_text("2, 3, 2\n0 1 2\n0 2\n")
+    values = torch.tensor([1.0 + 1e-12, 2.0], dtype=torch.float64)
+    assert torch.equal(load_smtx(path, values).values, values)
+    assert load_smtx(path, values, dtype=torch.float16).values.dtype == torch.float16
+    assert load_smtx(path).values.dtype == torch.float32
+
+
 def test_smtx_values_must_be_a_tensor(tmp_path):
     path = tmp_path / "m.smtx"
     path.write_text("2, 3, 2\n0 1 2\n0 2\n")

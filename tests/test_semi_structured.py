@@ -115,6 +115,18 @@ def test_from_semi_structured_cutlass_is_exact(dtype, gen):
     assert torch.equal(back.indices, W.indices)  # no kept zeros: the same positions
 
 
+def test_from_semi_structured_cutlass_float32_is_bit_exact(gen):
+    """CUTLASS packs float32 as 1:2; torch's decode moves it as two fp16 halves, and on the
+    CPU a half that reads as a signalling NaN came back with its quiet bit set."""
+    from sparsekernels.prune import nm_mask
+
+    w = torch.randn(32, 64, generator=gen)
+    w[0, 0] = torch.tensor(0x3F80FC01, dtype=torch.int32).view(torch.float32)  # such a half
+    dense = torch.where(nm_mask(w.abs() + (w == w[0, 0]) * 100, 1, 2), w, 0.0)  # (no -0.0)
+    back = sk.NMMatrix.from_semi_structured(_cutlass(dense))
+    assert torch.equal(back.to_dense().view(torch.int32), dense.view(torch.int32))
+
+
 def test_from_semi_structured_keeps_the_packed_positions(gen):
     dense = random_nm(32, 64, 2, 4, gen, dtype=torch.float16).to_dense()
     dense[0, :4] = torch.tensor([0.0, 0.0, 5.0, 0.0])  # a group holding one nonzero

@@ -101,4 +101,6 @@ def shape2d(name: str, value: object) -> tuple[int, int]:
         raise ValueError(f"{name} must be a pair of ints (rows, cols), got {value!r}") from None
     if rows < 0 or cols < 0:
         raise ValueError(f"{name} must not be negative, got {(rows, cols)}")
+    if rows >= 2**62 or cols >= 2**62:  # (int64 index arithmetic must hold every product)
+        raise ValueError(f"{name} must be below 2**62 in each dimension, got {(rows, cols)}")
     return rows, cols

@@ -20,11 +20,12 @@ def load_smtx(
     path: str | Path,
     values: torch.Tensor | None = None,
     *,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
     device: str | torch.device = "cpu",
     seed: int = 0,
 ) -> CSRMatrix:
-    """Read a DLMC .smtx pattern; values are given (nnz,) or drawn from N(0, 1) with `seed`."""
+    """Read a DLMC .smtx pattern; values are given (nnz,) or drawn from N(0, 1) with `seed`,
+    in `dtype` (default: the given values' dtype, else float32)."""
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
@@ -58,7 +59,7 @@ def load_smtx(
         return CSRMatrix(
             torch.from_numpy(offsets).to(device),
             torch.from_numpy(columns).to(device),
-            values.to(device=device, dtype=dtype),
+            values.to(device=device, dtype=values.dtype if dtype is None else dtype),
             (rows, cols),
         )
     except (ValueError, TypeError) as error:

@@ -198,7 +198,15 @@ def _dense_and_kept(t) -> tuple[torch.Tensor, torch.Tensor]:
             sparse_semi_structured_to_dense_cutlass as decode,
         )
 
-        return decode(t.packed, t.meta), decode(torch.ones_like(t.packed), t.meta) != 0
+        kept = decode(torch.ones_like(t.packed), t.meta) != 0
+        # The packed values are the kept ones row by row in column order: placed there as
+        # they are (torch's decode moves float32 as two fp16 halves, and on the CPU a half
+        # that reads as a signalling NaN comes back with its quiet bit set).
+        dense = torch.zeros((rows, cols), dtype=t.packed.dtype, device=t.packed.device)
+        if int(kept.sum()) == t.packed.numel():
+            dense[kept] = t.packed.reshape(-1)
+            return dense, kept
+        return decode(t.packed, t.meta), kept
     if not bool(torch.isfinite(t.values()).all()):
         raise ValueError(
             "t stores Inf or NaN: a cuSPARSELt tensor is read back through a product with the "

@@ -42,6 +42,21 @@ class LlamaConfig:
     rope_theta: float = 500000.0
     eps: float = 1e-5
 
+    def __post_init__(self) -> None:
+        for name in ("hidden", "intermediate", "heads", "kv_heads", "layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.hidden % self.heads or (self.hidden // self.heads) % 2:
+            raise ValueError(
+                f"hidden {self.hidden} must be heads {self.heads} times an even head size "
+                "(RoPE rotates pairs)"
+            )
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads}")
+        if not self.rope_theta > 0 or not self.eps > 0:
+            raise ValueError("rope_theta and eps must be positive")
+
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
@@ -180,6 +195,7 @@ class LlamaStack(nn.Module):
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         T = x.shape[1]
+        self._check_room(x, start, T)
         cos, signed_sin = self._cos[start : start + T], self._signed_sin[start : start + T]
         nexts = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
         x, normed = (self.layers[0].input_norm if self.layers else self.norm).add(x, None)
@@ -187,9 +203,28 @@ class LlamaStack(nn.Module):
             x, normed = layer.fused(x, normed, next_norm, start, cos, signed_sin)
         return normed
 
+    def _check_room(self, x: torch.Tensor, start: int, tokens: int) -> None:
+        """A clear error where the caches cannot take these tokens (before any work)."""
+        if not hasattr(self, "_cos"):
+            raise ValueError("call allocate_cache(batch, max_len) before running the stack")
+        if x.dim() != 3 or x.shape[-1] != self.cfg.hidden:
+            raise ValueError(f"x must be (batch, tokens, {self.cfg.hidden}), got {tuple(x.shape)}")
+        cache = self.layers[0].attn.cache if self.layers else None
+        batch, max_len = (cache[0].shape[0], cache[0].shape[2]) if cache else (None, None)
+        if batch is not None and x.shape[0] > batch:
+            raise ValueError(f"batch {x.shape[0]} is larger than the caches' {batch}")
+        if max_len is not None and start + tokens > max_len:
+            raise ValueError(
+                f"positions up to {start + tokens} pass the caches' max_len {max_len} "
+                "(allocate_cache with a longer max_len)"
+            )
+
     @torch.no_grad()
     def generate(self, prompt: torch.Tensor, steps: int) -> torch.Tensor:
         """Prefill `prompt` (batch, P, hidden), then decode `steps` tokens one at a time."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+        self._check_room(prompt, 0, prompt.shape[1] + steps - 1)
         x = self(prompt, 0)[:, -1:]
         return self.decode(x, prompt.shape[1], steps)
 
@@ -197,6 +232,9 @@ class LlamaStack(nn.Module):
     def decode(self, x: torch.Tensor, start: int, steps: int) -> torch.Tensor:
         """`steps` decode steps from position `start` (the cache holds positions before it);
         x (batch, 1, hidden) is the first input. Returns every step's output."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+        self._check_room(x, start, steps)
         outs = []
         for i in range(steps):
             x = self(x, start + i)

@@ -37,6 +37,14 @@ class TransformerConfig:
     stride: int = 128  # strided keys: (i - j) % stride == 0
     mlp_ratio: int = 4
 
+    def __post_init__(self) -> None:
+        for name in ("vocab", "dim", "heads", "layers", "seq_len", "window", "stride", "mlp_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.dim % self.heads:
+            raise ValueError(f"heads {self.heads} must divide dim {self.dim}")
+
 
 class CausalSDPA(nn.Module):
     """Full causal attention with torch's scaled_dot_product_attention (flash on CUDA; query
@@ -89,6 +97,11 @@ class TransformerLM(nn.Module):
         self.head = nn.Linear(cfg.dim, cfg.vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.dim() != 2 or tokens.shape[1] > self.cfg.seq_len:
+            raise ValueError(
+                f"tokens must be (batch, up to seq_len = {self.cfg.seq_len}), "
+                f"got {tuple(tokens.shape)}"
+            )
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]
         for block in self.blocks:
             x = block(x)
