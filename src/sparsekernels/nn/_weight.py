@@ -20,6 +20,7 @@ from .._cache_mode import building
 from ..formats import CSRMatrix, NMMatrix
 from ..ops._identity_cache import forget, version
 from ..prune.config import resolve
+from ._prepared import PreparedFromBuffers
 
 _INDEX_BUFFERS = {"csr": ("row_offsets", "column_indices"), "nm": ("indices",)}
 _CSR_BUFFERS = _INDEX_BUFFERS["csr"]
@@ -39,7 +40,7 @@ def _describe(layout) -> str:
     return f"{n}:{m}{extra} {shape}"
 
 
-class SparseWeightModule(nn.Module):
+class SparseWeightModule(PreparedFromBuffers, nn.Module):
     """Base of the sparse layers: holds the weight (out_features, in_features) and the bias."""
 
     def _init_sparse_weight(self, weight: CSRMatrix | NMMatrix, bias: torch.Tensor | None) -> None:
@@ -75,43 +76,31 @@ class SparseWeightModule(nn.Module):
         else:
             self.register_parameter("bias", None)
         self._format_cache: tuple | None = None
-        self._prepare_format()
+        self._prepare()
 
-    def _prepare_format(self) -> None:
-        """Build the weight's format now (not at the first forward), as torch.compile uses the
-        one built last: at construction, after a load and after a move. Not on the meta device
-        (nothing to read), nor when the buffers are not a sound pattern yet (`to_empty`'s
-        garbage, say): the first eager forward builds it, or names what is wrong."""
+    def _build(self) -> None:  # (PreparedFromBuffers)
+        self.weight  # noqa: B018 (builds and caches the format)
+
+    def _drop(self) -> None:
         self._format_cache = None
-        if self._on_meta():
-            return
-        try:
-            self.weight  # noqa: B018 (builds and caches the format)
-        except (ValueError, RuntimeError, IndexError):  # (the forward re-raises it)
-            self._format_cache = None
 
     def release_caches(self) -> None:
         """Drop what the ops derived from this weight and keep beside it (a training step's
         transposed pattern and positions, a decode route's copies): the next call rebuilds
         what it needs. sparsekernels.nn.release_caches(model) does every layer."""
         forget((self._parameters["values"], *self._index_buffers()))
-        self._prepare_format()
+        self._prepare()
 
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:
         return tuple(self._buffers[name] for name in _INDEX_BUFFERS[self.format])
-
-    def _apply(self, fn, recurse=True):
-        module = super()._apply(fn, recurse)
-        self._prepare_format()
-        return module
 
     # ----------------------------------------------------------------- the weight
     @property
     def weight(self) -> CSRMatrix | NMMatrix:
         """The sparse weight (out_features, in_features) whose values are this layer's Parameter.
-        Under torch.compile, the format built last (_prepare_format) with these values: an
+        Under torch.compile, the format built last (nn/_prepared.py) with these values: an
         in-place edit of an index buffer is seen by eager calls only (then call
-        `_prepare_format()`, or assign new tensors)."""
+        `release_caches()`, or assign new tensors)."""
         if torch.compiler.is_compiling():
             cache = self._format_cache
             values = self._parameters["values"]
@@ -221,16 +210,7 @@ class SparseWeightModule(nn.Module):
         )
         if incoming is None and key in missing_keys:
             missing_keys.remove(key)
-        self._format_cache = None
-        if len(errors) == errors_before and not self._on_meta():
-            try:  # a broken pattern is named at load, not at the first forward
-                self.weight  # noqa: B018
-            except ValueError as error:
-                self._format_cache = None
-                errors.append(f"{prefix.rstrip('.') + ': ' if prefix else ''}{error}")
-
-    def _on_meta(self) -> bool:
-        return any(b.device.type == "meta" for b in self._index_buffers())
+        self._name_a_broken_load(prefix, errors, errors_before)
 
     def _take_incoming_nnz(self, state_dict, prefix) -> None:
         """A CSR checkpoint's nnz may differ from this layer's: resize values and column

@@ -16,11 +16,12 @@ from .._cache_mode import building
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
 from ..ops._identity_cache import forget, version
+from ._prepared import PreparedFromBuffers
 
 _ROWS_PER_CHUNK = 512  # rows of the (L, L) boolean mask built at once
 
 
-class SparseAttention(nn.Module):
+class SparseAttention(PreparedFromBuffers, nn.Module):
     """o = softmax(scale * q k^T at the pattern) v for q, k, v of shape (B, H, L, D).
 
     Example:
@@ -49,33 +50,22 @@ class SparseAttention(nn.Module):
         self.register_buffer("row_offsets", pattern.row_offsets.clone())
         self.register_buffer("column_indices", pattern.column_indices.clone())
         self._cache: tuple | None = None
-        self._prepare_pattern()
+        self._prepare()
 
-    def _prepare_pattern(self) -> None:
-        """Build the pattern now (not at the first forward), as torch.compile uses the one built
-        last: at construction, after a load and after a move; not on the meta device, nor while
-        the buffers are not a sound pattern (the first eager forward then names the fault)."""
+    def _build(self) -> None:  # (PreparedFromBuffers)
+        self.pattern  # noqa: B018 (builds and caches it)
+
+    def _drop(self) -> None:
         self._cache = None
-        if self._on_meta():
-            return
-        try:
-            self.pattern  # noqa: B018 (builds and caches it)
-        except (ValueError, RuntimeError, IndexError):  # (the forward re-raises it)
-            self._cache = None
+
+    def _index_buffers(self) -> tuple[torch.Tensor, ...]:
+        return self.row_offsets, self.column_indices
 
     def release_caches(self) -> None:
         """Drop what the ops derived from the pattern (its transpose, plans): rebuilt when
         needed."""
-        forget((self.row_offsets, self.column_indices))
-        self._prepare_pattern()
-
-    def _on_meta(self) -> bool:
-        return self.row_offsets.device.type == "meta" or self.column_indices.device.type == "meta"
-
-    def _apply(self, fn, recurse=True):
-        module = super()._apply(fn, recurse)
-        self._prepare_pattern()
-        return module
+        forget(self._index_buffers())
+        self._prepare()
 
     # ----------------------------------------------------------------- pattern builders
     @classmethod
@@ -122,7 +112,7 @@ class SparseAttention(nn.Module):
     @property
     def pattern(self) -> CSRMatrix:
         """The pattern as a CSRMatrix (values unused), built once per index buffers; under
-        torch.compile, the one built last (_prepare_pattern)."""
+        torch.compile, the one built last (nn/_prepared.py)."""
         if torch.compiler.is_compiling() and self._cache is not None:
             return self._cache[1]
         key = tuple((b, version(b), b.device) for b in (self.row_offsets, self.column_indices))
@@ -165,13 +155,7 @@ class SparseAttention(nn.Module):
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
         )
-        self._cache = None
-        if len(errors) == errors_before and not self._on_meta():
-            try:  # a broken pattern is named at load, not at the first forward
-                self.pattern  # noqa: B018
-            except ValueError as error:
-                self._cache = None
-                errors.append(f"{prefix.rstrip('.') + ': ' if prefix else ''}{error}")
+        self._name_a_broken_load(prefix, errors, errors_before)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return sparse_attention(q, k, v, self.pattern, self.scale)

@@ -1,0 +1,55 @@
+"""Sparse modules whose format is built from their index buffers when those change.
+
+SparseLinear/SparseConv2d (the weight's CSRMatrix or NMMatrix) and SparseAttention (its
+pattern) build their format at construction, after a load and after a move (`.to`, `.half`,
+`to_empty`), not at the first forward: torch.compile cannot read the buffers' versions while
+it traces, so it uses the format built last. A load that leaves a broken pattern is named by
+load_state_dict; buffers that are not a pattern yet (`to_empty`'s garbage, the meta device)
+are left to the first eager forward, which names the fault.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PreparedFromBuffers:
+    """Mixin (before nn.Module): a subclass says how to build its format (`_build`: validates
+    and caches it), drop it and which index buffers it comes from."""
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def _drop(self) -> None:
+        raise NotImplementedError
+
+    def _index_buffers(self) -> tuple[torch.Tensor, ...]:
+        raise NotImplementedError
+
+    def _on_meta(self) -> bool:
+        return any(b.device.type == "meta" for b in self._index_buffers())
+
+    def _prepare(self) -> None:
+        """Build the format now, where the buffers hold a sound pattern."""
+        self._drop()
+        if self._on_meta():
+            return
+        try:
+            self._build()
+        except (ValueError, RuntimeError, IndexError):  # (the first forward re-raises it)
+            self._drop()
+
+    def _apply(self, fn, recurse=True):
+        module = super()._apply(fn, recurse)
+        self._prepare()
+        return module
+
+    def _name_a_broken_load(self, prefix: str, errors: list, errors_before: int) -> None:
+        """After a load: build the format, or add why it cannot be built to load's errors."""
+        self._drop()
+        if len(errors) == errors_before and not self._on_meta():
+            try:
+                self._build()
+            except ValueError as error:
+                self._drop()
+                errors.append(f"{prefix.rstrip('.') + ': ' if prefix else ''}{error}")
