@@ -193,3 +193,19 @@ def test_safetensors_save_and_load_a_model(tmp_path, gen):
     load_model(fresh, str(tmp_path / "m.safetensors"))
     x = torch.randn(4, 32, generator=gen)
     torch.testing.assert_close(fresh(x), model(x), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kwargs", [{"sparsity": 0.7}, {"pattern": "2:8"}, {"pattern": "2:4"}])
+@pytest.mark.parametrize("tokens", [1, 16, 600])
+def test_layers_compile_with_fullgraph_on_cuda(kwargs, tokens, gen):
+    """Inductor on the GPU routes (decode walks, tensor cores, cuSPARSELt at 2:4) through a
+    layer built, then compiled straight away."""
+    dense = nn.Linear(512, 304, device="cuda", dtype=torch.bfloat16)
+    layer = SparseLinear.from_dense(dense, **kwargs)
+    x = torch.randn(tokens, 512, generator=gen, dtype=torch.bfloat16).cuda()
+    want = x.double() @ layer.to_dense().double().t() + layer.bias.double()
+    bound = x.double().abs() @ layer.to_dense().double().abs().t() + layer.bias.double().abs()
+    torch._dynamo.reset()
+    got = torch.compile(layer, fullgraph=True)(x)
+    assert ((got.double() - want).abs() <= 2e-2 * bound + 1e-3).all()
