@@ -1,8 +1,8 @@
 """The tensor-core CSR SDDMM (kernels/sddmm_tiles.py), its plan and its route.
 
-The kernel runs in the interpreter on CPU (small shapes, float16 and float32: the interpreter's
-bfloat16 dot is wrong) and compiled on CUDA (gpu), against a float64 product on fresh random
-data, outputs poisoned with NaN first so an entry never written shows.
+The kernel runs in the interpreter on CPU (small shapes; bfloat16 upcast there, the
+interpreter's bfloat16 dot being wrong) and compiled on CUDA (gpu), against a float64 product
+on fresh random data, outputs poisoned with NaN first so an entry never written shows.
 """
 
 import math
@@ -65,7 +65,7 @@ def test_plan_places_every_entry(gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_every_entry_written(device, dtype, gen):
     skip_interpreter_on_gpu_machine(device)
     P = random_csr(37, 45, 0.3, gen, dtype, device)  # empty rows, partial edge tiles

@@ -1,5 +1,5 @@
 """The tensor-core N:M kernel (m tl.dot calls a step, one per position of a group, on the
-compressed tile): in the interpreter on CPU (small shapes, float32 and float16) and compiled on
+compressed tile): in the interpreter on CPU (small shapes; bf16 upcast there) and compiled on
 CUDA (gpu), against float64 references with poisoned outputs."""
 
 import itertools
@@ -78,7 +78,7 @@ def test_every_element_written(device, pattern, N, gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_bias_activation_and_wider_tiles(device, dtype, gen):
     skip_interpreter_on_gpu_machine(device)
     W = random_nm(70, 128, 2, 8, gen, 1, 1, dtype, device)
@@ -184,8 +184,9 @@ def test_expand_takes_sparse_half_precision_past_decode():
     ],
 )
 def test_linear_routes_to_expand(pattern, tokens, expands, gen, monkeypatch):
-    """linear in half precision takes this kernel in its window (fp16: the interpreter's bf16
-    tl.dot is broken); every route gives the product."""
+    """linear in half precision takes this kernel in its window (bf16 too: on the CPU the
+    launcher upcasts it, the interpreter's bf16 tl.dot being wrong); every route gives the
+    product."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_expand
 
@@ -194,12 +195,13 @@ def test_linear_routes_to_expand(pattern, tokens, expands, gen, monkeypatch):
     monkeypatch.setattr(
         spmm_nm_expand, "spmm_nm_expand", lambda **kw: calls.append(1) or launch(**kw)
     )
-    W = random_nm(24, 64, *pattern, gen, 1, 1, torch.float16)
-    x = randn(tokens, 64, gen=gen, dtype=torch.float16)
-    got = sk.linear(x, W, backend="triton")
-    assert got.is_contiguous()
-    assert_close(got, x.double() @ W.to_dense().double().t(), spmm_bound(x, W.to_dense().t()),
-                 torch.float16)  # fmt: skip
+    for dtype in (torch.float16, torch.bfloat16):
+        W = random_nm(24, 64, *pattern, gen, 1, 1, dtype)
+        x = randn(tokens, 64, gen=gen, dtype=dtype)
+        got = sk.linear(x, W, backend="triton")
+        assert got.is_contiguous()
+        assert_close(got, x.double() @ W.to_dense().double().t(), spmm_bound(x, W.to_dense().t()),
+                     dtype)  # fmt: skip
     assert bool(calls) == expands
 
 

@@ -115,6 +115,7 @@ def _sddmm_tiles_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_J: tl.constexpr,
+    UPCAST: tl.constexpr = False,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
 ):
     pid = tl.program_id(0).to(tl.int64)
     batch = tl.program_id(1).to(tl.int64)
@@ -134,6 +135,8 @@ def _sddmm_tiles_kernel(
         mask_k = offs_k < K
         a = tl.load(x_rows + offs_k[None, :] * stride_xk, mask_m[:, None] & mask_k[None, :], 0.0)
         b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & mask_n[None, :], 0.0)
+        if UPCAST:
+            a, b = a.to(tl.float32), b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     # rows and columns past M or N hold no entry, so the mask covers the edges too
@@ -164,6 +167,9 @@ def sddmm_tiles(
         return out
     assert out.stride(1) == 1 or nnz == 1, "out must have unit stride along nnz"
     rows, cols = x.shape[-2], y.shape[-2]
+    upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16  # (the interpreter's dot)
+    if upcast:
+        precision = "ieee"
     _sddmm_tiles_kernel[(tiles, batch)](
         plan.tiles,
         plan.row_starts,
@@ -183,6 +189,7 @@ def sddmm_tiles(
         BLOCK_N=plan.block_n,
         BLOCK_K=block_k,
         BLOCK_J=plan.columns.shape[-1],
+        UPCAST=upcast,
         num_warps=num_warps,
         num_stages=num_stages,
     )

@@ -72,6 +72,7 @@ def _nm_expand_dot_kernel(
     BLOCK_N: tl.constexpr,
     GROUPED: tl.constexpr,  # n a power of two above 1: fold each group's slots
     PARTIAL: tl.constexpr,  # write the float32 sum to out[program_id(2)], no epilogue
+    UPCAST: tl.constexpr = False,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -107,6 +108,8 @@ def _nm_expand_dot_kernel(
             for p in tl.static_range(M_GROUP):
                 a = tl.sum(tl.where(column == p, vals, zeros), axis=2)
                 b_tile = tl.load(b + (b_rows + p)[:, None] * stride_bk + b_cols, mask=b_mask)
+                if UPCAST:
+                    b_tile = b_tile.to(tl.float32)
                 acc = tl.dot(a.to(b_tile.dtype), b_tile, acc, input_precision=PRECISION)
         else:
             # one slot a row of the dot: a group may straddle two steps, so any n works
@@ -116,6 +119,8 @@ def _nm_expand_dot_kernel(
             for p in tl.static_range(M_GROUP):
                 a = tl.where(column == p, vals, zeros)
                 b_tile = tl.load(b + (b_rows + p)[:, None] * stride_bk + b_cols, mask=b_mask)
+                if UPCAST:
+                    b_tile = b_tile.to(tl.float32)
                 acc = tl.dot(a.to(b_tile.dtype), b_tile, acc, input_precision=PRECISION)
     split_k.store(
         acc,
@@ -182,6 +187,7 @@ def spmm_nm_expand(
     slots_per_split = steps_per_split * block_s
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
+    upcast = values.device.type == "cpu" and values.dtype == torch.bfloat16  # (the interpreter)
     _nm_expand_dot_kernel[grid](
         values,
         indices,
@@ -205,7 +211,8 @@ def spmm_nm_expand(
         BLOCK=block,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
-        PRECISION="ieee" if values.dtype == torch.float32 else "tf32",
+        PRECISION="ieee" if values.dtype == torch.float32 or upcast else "tf32",
+        UPCAST=upcast,
         BLOCK_M=block_m,
         BLOCK_S=block_s,
         BLOCK_N=block_n,
