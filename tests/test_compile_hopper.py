@@ -81,7 +81,7 @@ def _cases() -> dict:
     for (n, grouped), partial in itertools.product([(1, False), (2, True)], [False, True]):
         constants = dict(N_KEEP=n, M_GROUP=8, VECTOR=1, BLOCK=1, HAS_BIAS=True, ACTIVATION=1,
                          PRECISION="tf32", BLOCK_M=64, BLOCK_S=32 * n, BLOCK_N=16,
-                         GROUPED=grouped, PARTIAL=partial)  # fmt: skip
+                         GROUPED=grouped, PARTIAL=partial, UPCAST=False)  # fmt: skip
         out = "*fp32" if partial else "*bf16"
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", out]
         cases[f"one-hot n={n} partial={partial}"] = (_nm_expand_dot_kernel, pointers, constants, 4)
@@ -133,7 +133,7 @@ def _cases() -> dict:
         ("*fp32", "tf32"),
     ):
         constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64,
-                         BLOCK_J=64 if data == "*fp32" else 8)  # fmt: skip
+                         BLOCK_J=64 if data == "*fp32" else 8, UPCAST=False)  # fmt: skip
         pointers = ["*i32", "*i32", "*u8", data, data, data]
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)

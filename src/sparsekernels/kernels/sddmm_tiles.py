@@ -115,7 +115,7 @@ def _sddmm_tiles_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_J: tl.constexpr,
-    UPCAST: tl.constexpr = False,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
+    UPCAST: tl.constexpr,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
 ):
     pid = tl.program_id(0).to(tl.int64)
     batch = tl.program_id(1).to(tl.int64)

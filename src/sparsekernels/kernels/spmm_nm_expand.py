@@ -72,7 +72,7 @@ def _nm_expand_dot_kernel(
     BLOCK_N: tl.constexpr,
     GROUPED: tl.constexpr,  # n a power of two above 1: fold each group's slots
     PARTIAL: tl.constexpr,  # write the float32 sum to out[program_id(2)], no epilogue
-    UPCAST: tl.constexpr = False,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
+    UPCAST: tl.constexpr,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
