@@ -271,7 +271,7 @@ def compress_weight(
 
 def _check_mask_fits(config, weight: torch.Tensor, mask: torch.Tensor) -> None:
     """A mask given with sparsity= or pattern= must be what they ask for: an N:M pattern's
-    (NMMatrix.from_dense says where it is not, also for format="csr"), or the sparsity's
+    (NMMatrix.from_dense says where it is not, for format="csr" too), or the sparsity's
     count of kept weights, up to a row's or a column's worth (per-row and per-block choices
     round their counts)."""
     _checks.tensor("mask", mask)
@@ -279,8 +279,9 @@ def _check_mask_fits(config, weight: torch.Tensor, mask: torch.Tensor) -> None:
         raise ValueError(f"mask must have the weight's shape {tuple(weight.shape)}, "
                          f"got {tuple(mask.shape)}")  # fmt: skip
     if config.structured:
-        NMMatrix.from_dense(weight.detach(), config.n, config.m, config.vector, config.block,
-                            mask=mask)  # fmt: skip
+        if config.format == "csr":  # (stored as N:M, compress itself checks it)
+            NMMatrix.from_dense(weight.detach(), config.n, config.m, config.vector, config.block,
+                                mask=mask)  # fmt: skip
         return
     kept, total = int(mask.bool().sum()), mask.numel()
     wanted = round((1 - config.sparsity) * total)
