@@ -1,4 +1,4 @@
-"""linear, spmm and SparseLinear under torch.autocast (ops/_autocast.py): as F.linear and
+"""linear, spmm, sddmm and the layers under torch.autocast (ops/_autocast.py): as F.linear and
 matmul, float32 / 16-bit operands run in autocast's dtype (float64 left alone), the backends
 with autocast off; gradients reach float32 values; a weight wanting no gradient keeps its cast
 copy while its values last."""
@@ -59,6 +59,28 @@ def test_spmm_in_the_autocast_dtype(gen):
     assert got.dtype == torch.bfloat16
     Ab, Bb = A.to_dense().to(torch.bfloat16).double(), B.to(torch.bfloat16).double()
     assert_close(got, torch.relu(Ab @ Bb), Ab.abs() @ Bb.abs(), torch.bfloat16)
+
+
+def test_sddmm_and_attention_in_the_autocast_dtype_with_gradients(gen):
+    """sddmm casts both operands as matmul does; a backward through it (and through
+    sparse_attention and SparseAttention, which use it) reaches float32 inputs."""
+    P = random_csr(12, 10, 0.5, gen, torch.float32)
+    x = randn(12, 8, gen=gen, dtype=torch.float32).requires_grad_()
+    y = randn(10, 8, gen=gen, dtype=torch.float32).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        S = sk.sddmm(x, y, P)
+    assert S.values.dtype == torch.bfloat16
+    xb, yb = x.detach().to(torch.bfloat16).double(), y.detach().to(torch.bfloat16).double()
+    dense = (xb @ yb.t())[P.to_dense() != 0]
+    assert_close(S.values, dense, (xb.abs() @ yb.abs().t())[P.to_dense() != 0], torch.bfloat16)
+    S.values.float().sum().backward()
+    assert x.grad.dtype == torch.float32 and y.grad.dtype == torch.float32
+    attention = sk.nn.SparseAttention.local_strided(16, window=4, stride=5)
+    q = randn(1, 2, 16, 8, gen=gen, dtype=torch.float32).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attention(q, q, q)
+    out.float().sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
 def test_the_cast_copy_is_kept_while_the_values_last(gen):

@@ -1,5 +1,5 @@
-"""linear and spmm under torch.autocast, as F.linear and matmul are: their float32, float16 and
-bfloat16 operands cast to the autocast dtype of the inputs' device type, then the op run with
+"""linear, spmm and sddmm under torch.autocast, as F.linear and matmul are: their float32,
+float16 and bfloat16 operands cast to the autocast dtype of the inputs' device type, then run with
 autocast off (a backend's own torch ops must not cast again: torch's CPU CSR matmul has no
 bfloat16). float64 is left alone, as autocast does.
 

@@ -6,7 +6,7 @@ import torch
 
 from .. import _checks, reference
 from ..formats import CSRMatrix
-from . import _dense, _dispatch, _library, _sddmm_plans
+from . import _autocast, _dense, _dispatch, _library, _sddmm_plans
 
 
 def sddmm(
@@ -24,6 +24,11 @@ def sddmm(
     """
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
+    dtype = _autocast.target(X)
+    if dtype is not None:  # as matmul: both operands in autocast's dtype, the op run without it
+        with torch.autocast(X.device.type, enabled=False):
+            cast = _autocast.cast
+            return sddmm(cast(X, dtype), cast(Y, dtype), pattern, backend=backend)
     for name, t in (("X", X), ("Y", Y)):
         _checks.tensor(name, t)
         _checks.ndim(name, t, [2, 3])
