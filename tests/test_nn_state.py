@@ -209,3 +209,43 @@ def test_layers_compile_with_fullgraph_on_cuda(kwargs, tokens, gen):
     torch._dynamo.reset()
     got = torch.compile(layer, fullgraph=True)(x)
     assert ((got.double() - want).abs() <= 2e-2 * bound + 1e-3).all()
+
+
+def test_caches_follow_fused_steps_data_swaps_and_moves(gen):
+    """What the ops keep per values version (here autocast's cast copy) is renewed after a
+    fused optimizer's step (which bumps no version: the layer's hook does), a `.data` swap
+    (vector_to_parameters) and a move, which also drops what training left (bench/held.py)."""
+    from sparsekernels.bench.held import held_bytes
+
+    bf16 = torch.bfloat16
+    dense = _linear(gen, dtype=torch.float32)
+    layer = SparseLinear.from_dense(dense, 0.5)
+    x = torch.randn(5, 32, generator=gen)
+
+    def fresh():  # the product from the values as they are now, cast here
+        W = layer.weight.with_values(layer.values.detach().to(bf16))
+        return sk.linear(x.to(bf16), W, layer.bias.detach().to(bf16))
+
+    def autocast_eval():
+        with torch.no_grad(), torch.autocast("cpu", dtype=bf16):
+            return layer(x)
+
+    autocast_eval()  # the cast copy, kept
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.5, fused=True)
+    layer(x).sum().backward()
+    optimizer.step()
+    torch.testing.assert_close(autocast_eval(), fresh(), rtol=0, atol=0)
+    vector = torch.nn.utils.parameters_to_vector(layer.parameters())
+    torch.nn.utils.vector_to_parameters(vector * 2, layer.parameters())
+    torch.testing.assert_close(autocast_eval(), fresh(), rtol=0, atol=0)
+    twin = SparseLinear.from_dense(dense, 0.5)  # what inference alone holds
+    with torch.no_grad():
+        twin(x)
+    inference = held_bytes(twin)
+    layer(x.clone().requires_grad_()).sum().backward()  # dX's transposed pattern, kept
+    autocast_eval()  # and a cast copy
+    assert held_bytes(layer) > inference
+    layer.to(torch.float32)  # (a move of nothing still rebuilds the format, drops the rest)
+    with torch.no_grad():
+        layer(x)
+    assert held_bytes(layer) == inference

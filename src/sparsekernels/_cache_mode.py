@@ -1,4 +1,4 @@
-"""What is kept across calls is built outside torch.inference_mode.
+"""What is kept across calls: built outside torch.inference_mode, and keyed by `version`.
 
 A tensor made under inference_mode is an inference tensor: autograd cannot save it and it takes
 no in-place update outside that mode. So a pattern's row order, transpose or flat positions (or
@@ -21,3 +21,13 @@ def building() -> contextlib.AbstractContextManager:
     if not torch.compiler.is_compiling() and torch.is_inference_mode_enabled():
         return torch.inference_mode(False)
     return contextlib.nullcontext()
+
+
+def version(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """What tells a tensor's contents changed: its version counter (in-place changes bump it)
+    and its storage's address (`.data = ...` swaps the storage without a bump, as
+    torch.nn.utils.vector_to_parameters does); None for an inference tensor, which has no
+    counter: what is derived from it cannot be kept (reading `_version` there raises)."""
+    if tensor.is_inference():
+        return None
+    return tensor._version, tensor.data_ptr()

@@ -21,6 +21,8 @@ import weakref
 
 import torch
 
+from .._cache_mode import version
+
 # What torch's semi-structured subclasses take (their _DTYPE_SHAPE_CONSTRAINTS, torch 2.4-2.13),
 # for our dtypes: the weight's rows and columns must be multiples of these. The dense operand's
 # columns must be a multiple of DENSE_MULTIPLE (16-byte rows) for cuSPARSELt.
@@ -140,17 +142,16 @@ def packed_weight(matrix) -> torch.Tensor:
     have no version counter: they are packed on every call. The caller checked the constraints.
     """
     values = matrix.values
-    try:
-        version = values._version
-    except RuntimeError:  # an inference tensor: in-place changes could not be seen
+    seen = version(values)
+    if seen is None:  # an inference tensor: in-place changes could not be seen
         return compress(values, matrix.indices, matrix.shape[1])
     entry = matrix._cache.get("cusparselt")
     if entry is not None:
         ref, seen_version, packed = entry
-        if ref() is values and seen_version == version:
+        if ref() is values and seen_version == seen:
             return packed
     packed = compress(values, matrix.indices, matrix.shape[1])
-    matrix._cache["cusparselt"] = (weakref.ref(values), version, packed)
+    matrix._cache["cusparselt"] = (weakref.ref(values), seen, packed)
     return packed
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from ..ops._identity_cache import forget
+
 
 class PreparedFromBuffers:
     """Mixin (before nn.Module): a subclass says how to build its format (`_build`: validates
@@ -26,11 +28,18 @@ class PreparedFromBuffers:
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:
         raise NotImplementedError
 
+    def _cache_keys(self) -> tuple[torch.Tensor, ...]:
+        """The tensors the ops keep things for (ops/_identity_cache.py): dropped on a rebuild
+        (a move's old-device copies held memory until the values died)."""
+        return self._index_buffers()
+
     def _on_meta(self) -> bool:
         return any(b.device.type == "meta" for b in self._index_buffers())
 
     def _prepare(self) -> None:
-        """Build the format now, where the buffers hold a sound pattern."""
+        """Build the format now, where the buffers hold a sound pattern, after dropping what
+        the ops kept for the old one."""
+        forget(self._cache_keys())
         self._drop()
         if self._on_meta():
             return

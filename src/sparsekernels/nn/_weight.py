@@ -18,8 +18,9 @@ from torch import nn
 from .. import _checks
 from .._cache_mode import building
 from ..formats import CSRMatrix, NMMatrix
-from ..ops._identity_cache import forget, version
+from ..ops._identity_cache import version
 from ..prune.config import resolve
+from . import stepped_values
 from ._prepared import PreparedFromBuffers
 
 _INDEX_BUFFERS = {"csr": ("row_offsets", "column_indices"), "nm": ("indices",)}
@@ -88,8 +89,14 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         """Drop what the ops derived from this weight and keep beside it (a training step's
         transposed pattern and positions, a decode route's copies): the next call rebuilds
         what it needs. sparsekernels.nn.release_caches(model) does every layer."""
-        forget((self._parameters["values"], *self._index_buffers()))
         self._prepare()
+
+    def _cache_keys(self) -> tuple[torch.Tensor, ...]:
+        return self._parameters["values"], *self._index_buffers()
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        stepped_values.track(self._parameters["values"])  # (fused optimizers bump no version)
 
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:
         return tuple(self._buffers[name] for name in _INDEX_BUFFERS[self.format])

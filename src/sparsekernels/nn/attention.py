@@ -15,7 +15,7 @@ from torch import nn
 from .._cache_mode import building
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
-from ..ops._identity_cache import forget, version
+from ..ops._identity_cache import version
 from ._prepared import PreparedFromBuffers
 
 _ROWS_PER_CHUNK = 512  # rows of the (L, L) boolean mask built at once
@@ -64,7 +64,6 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
     def release_caches(self) -> None:
         """Drop what the ops derived from the pattern (its transpose, plans): rebuilt when
         needed."""
-        forget(self._index_buffers())
         self._prepare()
 
     # ----------------------------------------------------------------- pattern builders

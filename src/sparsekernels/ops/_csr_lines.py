@@ -10,6 +10,8 @@ rest read in place), and whether every value is finite is checked once per versi
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .._cache_mode import building
@@ -19,7 +21,8 @@ from ..kernels._pdl import decode_pdl
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 
-# column indices -> (versions of them and of the row offsets, line layout or None)
+# column indices -> (versions of them and of the row offsets, line layout or None, the row
+# offsets held weakly)
 _LAYOUTS = IdentityCache()
 # values -> (their version, the layout they were packed for, packed values: of every line, or
 # of an in-place layout's lines not read in place)
@@ -54,9 +57,10 @@ def layout_for(row_offsets, column_indices, columns: int, row_order=None, in_pla
     csr_lines_tuning.CSR_LINE_LENGTHS' first length that holds few enough slots. `in_place`:
     the layout for reading the CSR's own values (formats/_line_layout.py)."""
     by_sequence = csr_lines_tuning.CSR_LINES_BY_SEQUENCE and row_order is not None
-    seen = (version(row_offsets), version(column_indices), by_sequence, in_place)
+    seen = (version(row_offsets), version(column_indices), by_sequence, in_place, columns)
     hit = _LAYOUTS.get(column_indices)
-    if hit is None or hit[0] != seen or None in seen:
+    # (the entry holds the row offsets weakly: two patterns may share one column tensor)
+    if hit is None or hit[0] != seen or None in seen or hit[2]() is not row_offsets:
         sequence = row_order if by_sequence else None
         layout = None
         for line in csr_lines_tuning.CSR_LINE_LENGTHS:  # the first whose slots are few enough
@@ -68,7 +72,7 @@ def layout_for(row_offsets, column_indices, columns: int, row_order=None, in_pla
                 break
         if layout is not None and layout.lines * layout.line >= 2**31:
             layout = None  # (the kernel's slots are int32)
-        hit = (seen, layout)
+        hit = (seen, layout, weakref.ref(row_offsets))
         if None not in seen:
             _LAYOUTS[column_indices] = hit
     return hit[1]
@@ -104,7 +108,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
     """out (M,) by the line layout's kernel where the tuning routes it (True), else False."""
     rows = out.shape[0]
     config = csr_lines_tuning.spmm_csr_token_lines_config(values.numel(), rows, values.dtype)
-    if config is None:
+    if config is None or x.shape[0] * x.stride(0) >= 2**31:  # (its x offsets are int32)
         return False
     lined = weight_for(row_offsets, column_indices, values, x.shape[0], row_order)
     if lined is None:

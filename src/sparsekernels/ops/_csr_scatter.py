@@ -23,7 +23,7 @@ from ..kernels import csr_scatter_tuning as tuning
 from ..kernels._sizes import cdiv
 from ..kernels.spmm_csr_scatter import BLOCK_K, b_step_fits, spmm_csr_scatter, tiled_entries
 from . import _dispatch
-from ._identity_cache import IdentityCache
+from ._identity_cache import IdentityCache, version
 from ._layout import spmm_out
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -64,7 +64,7 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
     entry = _TILED.get(values)
     if (
         entry is not None
-        and entry[0] == values._version
+        and entry[0] == version(values)
         and entry[1]() is row_offsets
         and entry[2]() is column_indices
     ):
@@ -74,7 +74,7 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
     with building():
         offsets, entries = _build(row_offsets, column_indices, values, k)
     pattern = (weakref.ref(row_offsets), weakref.ref(column_indices))
-    _TILED[values] = (values._version, *pattern, offsets, entries)
+    _TILED[values] = (version(values), *pattern, offsets, entries)
     return offsets, entries
 
 
@@ -124,7 +124,8 @@ def run(row_offsets, column_indices, values, b, bias, row_order, activation):
     sms = _sms(b.device.index if b.device.index is not None else torch.cuda.current_device())
     split = max(1, min(config.programs_per_sm * sms // tiles, cdiv(k, BLOCK_K)))
     return spmm_csr_scatter(
-        tile_offsets=offsets, entries=entries, b=b, bias=bias, out=out, activation=activation,
+        tile_offsets=offsets, entries=entries, b=b, out=out, activation=activation,
+        bias=bias.contiguous() if bias is not None else None,  # (the epilogue reads unit stride)
         block_n=config.block_n, split=split, block_m=block_m, warps=config.warps,
     )  # fmt: skip
 

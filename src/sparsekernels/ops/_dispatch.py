@@ -70,6 +70,12 @@ def explain(op: str, problem: Problem) -> dict[str, list[str]]:
 
 
 def run(op: str, backend: str, *args):
+    for arg in args:  # (the first tensor's device: every op's operands share one)
+        if isinstance(arg, torch.Tensor):
+            if arg.is_cuda and arg.get_device() != torch.cuda.current_device():
+                with torch.cuda.device(arg.device):  # (Triton launches on the current one)
+                    return _REGISTRY[op][backend].run(*args)
+            break
     return _REGISTRY[op][backend].run(*args)
 
 

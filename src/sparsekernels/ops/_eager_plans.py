@@ -25,7 +25,7 @@ import torch
 
 from ..formats import CSRMatrix, NMMatrix
 from . import _cusparselt, _dense, _dispatch, _launch_plans, _library
-from ._identity_cache import IdentityCache
+from ._identity_cache import IdentityCache, version
 from ._layout import column_major
 from .spmm import csr_problem, nm_problem
 
@@ -70,7 +70,7 @@ def _facts(W) -> tuple:
 def _signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:
     bias_part = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
     return (
-        x.shape, x.stride(), x.dtype, x.device, bias_part, backend, W.values._version,
+        x.shape, x.stride(), x.dtype, x.device, bias_part, backend, version(W.values),
         _dispatch.triton_interpreter_enabled(),
     )  # fmt: skip
 
@@ -94,6 +94,8 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
         return None  # (anything else: the whole path's checks name it)
     if not _library.eager_inference(W.values, x, bias):  # (before any lookup: not compiling)
         return None
+    if x.is_cuda and x.get_device() != torch.cuda.current_device():
+        return None  # (the whole path launches on x's device)
     plans = _PLANS.get(W.values)
     if plans is None:
         return None

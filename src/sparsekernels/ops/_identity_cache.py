@@ -14,13 +14,17 @@ import weakref
 
 import torch
 
+from .._cache_mode import version  # noqa: F401 (the caches' key: imported from here)
+
 _ALL: weakref.WeakSet = weakref.WeakSet()  # every cache, for forget()
 
 
 class IdentityCache:
-    def __init__(self) -> None:
+    def __init__(self, forgettable: bool = True) -> None:
+        """`forgettable`: forget() drops its entries (what the ops derive, not what they track)."""
         self._entries: dict[int, tuple[weakref.ref, object]] = {}
-        _ALL.add(self)
+        if forgettable:
+            _ALL.add(self)
 
     def get(self, tensor: torch.Tensor):
         """The value stored for this very tensor, else None."""
@@ -55,10 +59,3 @@ def forget(tensors) -> None:
     for cache in list(_ALL):
         for tensor in tensors:
             cache.pop(tensor)
-
-
-def version(tensor: torch.Tensor) -> int | None:
-    """The tensor's version counter (in-place changes bump it), or None for an inference
-    tensor, which has none: what is derived from it cannot be kept, as a change could not be
-    seen (reading `_version` there raises)."""
-    return None if tensor.is_inference() else tensor._version
