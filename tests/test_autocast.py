@@ -100,6 +100,14 @@ def test_the_cast_copy_is_kept_while_the_values_last(gen):
     assert _autocast.cast_weight(W, torch.bfloat16).values.grad_fn is not None  # cast each call
 
 
+def test_the_cast_copy_follows_an_in_place_pattern_edit(gen):
+    W = random_csr(9, 16, 0.5, gen, torch.float32, empty_rows=False)
+    first = _autocast.cast_weight(W, torch.bfloat16)
+    with torch.no_grad():  # (a layer then builds a new format; the copy must follow it)
+        W.column_indices.copy_(W.column_indices.flip(0))
+    assert _autocast.cast_weight(W, torch.bfloat16) is not first
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tokens", [1, 16])
 @pytest.mark.parametrize("kw", [dict(pattern="2:8"), dict(sparsity=0.7)], ids=["nm", "csr"])

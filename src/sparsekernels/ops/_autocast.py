@@ -20,8 +20,8 @@ from ._identity_cache import IdentityCache, version
 
 _CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
 _AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu")  # (others, meta among them, have none)
-# W's values -> (version, dtype, weak refs to W's pattern, W with its values cast); the entry
-# holds no reference to the values (IdentityCache's rule)
+# W's values -> (version, dtype, weak refs to W's pattern, its versions, W with its values
+# cast); the entry holds no reference to the values (IdentityCache's rule)
 _CAST = IdentityCache()
 
 
@@ -55,13 +55,20 @@ def cast_weight(W, dtype: torch.dtype):
     if wants_grad or seen is None or torch.compiler.is_compiling():
         return W.with_values(values.to(dtype))
     pattern = _pattern(W)
+    pattern_seen = tuple(version(t) for t in pattern)  # (an in-place edit of the pattern too)
     hit = _CAST.get(values)
-    if hit is None or hit[:2] != (seen, dtype) or not _same(hit[2], pattern):
+    if (
+        hit is None
+        or hit[:2] != (seen, dtype)
+        or not _same(hit[2], pattern)
+        or hit[3] != pattern_seen
+        or None in pattern_seen
+    ):
         with building():
             cast_W = W.with_values(values.to(dtype))
-        hit = (seen, dtype, tuple(weakref.ref(t) for t in pattern), cast_W)
+        hit = (seen, dtype, tuple(weakref.ref(t) for t in pattern), pattern_seen, cast_W)
         _CAST[values] = hit
-    return hit[3]
+    return hit[4]
 
 
 def _pattern(W) -> tuple:
