@@ -134,8 +134,10 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
                         held[name] = narrow
             key = tuple((b, version(b), b.device) for b in buffers)
             fresh_key = all(v is not None for _, v, _ in key)
-            self._format_cache = (key if fresh_key else (), template, None, None)
-        cache_key, template, matrix, facts = self._format_cache
+            cache = (key if fresh_key else (), template, None, None)
+            self._format_cache = cache
+        # (the local tuple, not the attribute: another thread may drop it meanwhile)
+        cache_key, template, matrix, facts = cache
         # The matrix of the last call while the values are the very same Parameter, alike in
         # shape, dtype and device (`.data` can swap those): ~10-15 us a call saved.
         values = self._parameters["values"]

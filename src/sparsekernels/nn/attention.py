@@ -135,8 +135,9 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
                 if self._buffers[name] is not tensor:  # (a wider buffer: loaded with assign=True)
                     self._buffers[name] = tensor
             key = tuple((b, version(b), b.device) for b in narrow.values())
-            self._cache = (key, matrix)
-        return self._cache[1]
+            cache = (key, matrix)
+            self._cache = cache  # (returned from the local: another thread may drop it)
+        return cache[1]
 
     @property
     def density(self) -> float:
