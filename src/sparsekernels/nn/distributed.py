@@ -1,7 +1,8 @@
 """The sparse layers under DistributedDataParallel: their index buffers are int16 where every
-column fits (formats/csr.py), and NCCL has no 16-bit integer type, so DDP's broadcast of the
-module's buffers (at wrap time, and each forward with broadcast_buffers=True) fails on them
-("Input tensor data type is not supported for NCCL process group: Short"). The indices are
+column fits (formats/csr.py), and neither NCCL nor gloo takes a 16-bit integer type, so DDP's
+broadcast of the module's buffers (at wrap time, and each forward with broadcast_buffers=True)
+fails on them (NCCL: "Input tensor data type is not supported for NCCL process group: Short";
+gloo: "Invalid scalar type"). The indices are
 a fixed mask, the same on every rank built from the same checkpoint or pruning: they need no
 broadcast. Leave them out before wrapping:
 
