@@ -125,8 +125,9 @@ def store_last_sums(
     if arrived == SPLITS - 1:
         # from L2 (.cg): the other pieces' stores, never a stale L1 line
         total = tl.load(tile, mask=mask, other=0.0, cache_modifier=".cg")
-        for plane in tl.static_range(1, SPLITS):  # in plane order
-            part = tile + plane * SPLIT_STRIDE
+        part = tile
+        for _ in tl.static_range(1, SPLITS):  # in plane order
+            part += SPLIT_STRIDE  # a step at a time: plane * SPLIT_STRIDE may pass int32
             total += tl.load(part, mask=mask, other=0.0, cache_modifier=".cg")
         tl.store(counter, 0)  # ready for the next launch on the stream
         _epilogue_store(
@@ -216,8 +217,9 @@ def _sum_partials_kernel(
     mask = mask_m[:, None] & mask_n[None, :]
     ptrs = partials + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=partials.dtype.element_ty)
-    for split in range(SPLITS):  # in order: the same sum every run
-        acc += tl.load(ptrs + split * SPLIT_STRIDE, mask=mask, other=0.0)
+    for _ in range(SPLITS):  # in order: the same sum every run
+        acc += tl.load(ptrs, mask=mask, other=0.0)
+        ptrs += SPLIT_STRIDE  # a step at a time: split * SPLIT_STRIDE may pass int32
     _epilogue_store(
         acc,
         offs_m,
