@@ -2,12 +2,15 @@
 and on Hopper; on the H200 (gpu) a chain of layers each reading the last one's output gives the
 same bits with it as without, eagerly and as a CUDA graph."""
 
+import importlib
+
 import pytest
 import torch
 
 import sparsekernels as sk
+from sparsekernels.formats._pattern import Pattern
 from sparsekernels.kernels import _pdl
-from sparsekernels.ops import _launch_plans
+from sparsekernels.ops import _launch_plans, _weight_pdl
 
 
 def test_launch_options_checked():
@@ -78,3 +81,105 @@ def test_dependent_chain_same_bits(kind, rows, sparsity, level, gen, monkeypatch
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(got, want)
+
+
+@pytest.fixture
+def asked_for_two(monkeypatch):
+    """weight_pdl as on a Hopper GPU with SPARSEKERNELS_PDL=2 (the CPU never launches with it)."""
+    monkeypatch.setattr(_weight_pdl, "decode_pdl", lambda device: 2)
+
+
+def test_two_only_for_a_weight_launched_before_unchanged(asked_for_two):
+    values, columns = torch.randn(12), torch.arange(12)
+    assert _weight_pdl.weight_pdl(values, columns) == 1  # (never launched)
+    assert _weight_pdl.weight_pdl(values, columns) == 2
+    values.add_(1.0)  # an optimizer step, say: the kernel just before may have written it
+    assert _weight_pdl.weight_pdl(values, columns) == 1
+    assert _weight_pdl.weight_pdl(values, columns) == 2
+    columns.copy_(columns.flip(0))  # the indices too
+    assert _weight_pdl.weight_pdl(values, columns) == 1
+    assert _weight_pdl.weight_pdl(values, columns) == 2
+    values.data = torch.randn(12)  # a swap bumps no version
+    assert _weight_pdl.weight_pdl(values, columns) == 1
+    assert _weight_pdl.weight_pdl(values, columns) == 2
+
+
+def test_one_after_any_cache_fill(asked_for_two):
+    """A fill (here a pattern's row order) may be the kernel just before the launch, whatever
+    weight it was for."""
+    values = torch.randn(6)
+    _weight_pdl.weight_pdl(values)
+    assert _weight_pdl.weight_pdl(values) == 2
+    Pattern(torch.tensor([0, 2, 6]), torch.tensor([0, 1, 0, 1, 2, 3]), (2, 4)).row_order()
+    assert _weight_pdl.weight_pdl(values) == 1
+    assert _weight_pdl.weight_pdl(values) == 2
+
+
+def test_one_for_copies_and_inference_tensors(asked_for_two):
+    strided = torch.randn(4, 6)[:, 0]  # the route launches on a contiguous copy made just now
+    for _ in range(3):
+        assert _weight_pdl.weight_pdl(strided) == 1
+    with torch.inference_mode():
+        made = torch.randn(6)  # no version: a change could not be told
+    for _ in range(3):
+        assert _weight_pdl.weight_pdl(made) == 1
+
+
+def test_level_one_and_off_pass_through(monkeypatch):
+    values = torch.randn(6)
+    for level in (0, 1):
+        monkeypatch.setattr(_weight_pdl, "decode_pdl", lambda device, level=level: level)
+        assert [_weight_pdl.weight_pdl(values) for _ in range(3)] == [level] * 3
+
+
+def test_a_first_call_launches_its_one_token_kernel_waiting(asked_for_two, gen, monkeypatch):
+    """Through linear: the first one-token call of a CSR weight fills its caches and launches
+    with 1, the next with 2; an in-place update of the weight makes the next 1 again."""
+    spmm_module = importlib.import_module("sparsekernels.ops.spmm")  # (ops.spmm: the function)
+    seen = []
+    real = spmm_module.spmm_csr_token.spmm_csr_token
+
+    def recording(**kwargs):
+        seen.append(kwargs["pdl"])
+        kwargs["pdl"] = 0  # (the interpreter takes no launch_pdl)
+        return real(**kwargs)
+
+    monkeypatch.setattr(spmm_module.spmm_csr_token, "spmm_csr_token", recording)
+    monkeypatch.setattr(_launch_plans, "ENABLED", False)
+    dense = torch.randn(8, 24, generator=gen) * (torch.rand(8, 24, generator=gen) < 0.4)
+    W, x = sk.CSRMatrix.from_dense(dense), torch.randn(1, 24, generator=gen)
+    want = x @ dense.T  # (before the calls: W.to_dense() would fill a cache between them)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(sk.linear(x, W, backend="triton"), want)
+        W.values.mul_(2.0)
+        torch.testing.assert_close(sk.linear(x, W, backend="triton"), 2 * want)
+    assert seen == [1, 2, 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind, rows, sparsity", [("csr", 4096, 0.9), ("nm1:8", 16384, 0)])
+def test_pdl_two_on_first_calls_and_after_updates(kind, rows, sparsity, monkeypatch):
+    """With SPARSEKERNELS_PDL=2 from the first call: each layer's first call fills its caches
+    just before its launch, and an in-place update of the weights comes just before the next.
+    Each gives the bits of a twin chain run with PDL off."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs Hopper")
+    chains = [_layers(kind, 4, rows, sparsity, torch.Generator().manual_seed(5)) for _ in "ab"]
+    x = torch.randn(1, rows, generator=torch.Generator().manual_seed(6)).to("cuda", torch.bfloat16)
+
+    def run(layers):
+        y = x
+        for W in layers:
+            y = sk.linear(y, W)
+        return y
+
+    monkeypatch.setattr(_launch_plans, "ENABLED", False)
+    for step in range(3):
+        monkeypatch.setenv("SPARSEKERNELS_PDL", "0")
+        want = run(chains[0])
+        monkeypatch.setenv("SPARSEKERNELS_PDL", "2")
+        assert torch.equal(run(chains[1]), want), f"step {step}"
+        for layers in chains:
+            for W in layers:
+                W.values.mul_(0.5)  # (exact: the twins stay equal)

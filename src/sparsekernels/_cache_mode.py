@@ -14,13 +14,25 @@ import contextlib
 
 import torch
 
+_builds = 0  # cache fills begun (builds()): what a launch with PDL 2 must not follow
+
 
 def building() -> contextlib.AbstractContextManager:
     """inference_mode(False) where inference mode is on, else nothing (and nothing while
-    torch.compile traces, which cannot read the mode)."""
-    if not torch.compiler.is_compiling() and torch.is_inference_mode_enabled():
+    torch.compile traces, which cannot read the mode). Counts the fill (builds())."""
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    global _builds
+    _builds += 1
+    if torch.is_inference_mode_enabled():
         return torch.inference_mode(False)
     return contextlib.nullcontext()
+
+
+def builds() -> int:
+    """How many cache fills have begun: a change tells that kernels writing kept arrays may
+    have run since the last look (ops/_weight_pdl.py)."""
+    return _builds
 
 
 def version(tensor: torch.Tensor) -> tuple[int, int] | None:

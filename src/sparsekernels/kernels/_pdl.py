@@ -6,11 +6,12 @@ that kernel may have written or writes what it may still read.
 
 PDL (a launch constant): 0 off; 1 start the next kernel early, then wait before any load (only
 the launch and the scheduling overlap); 2 also load the walk's first step of the weight before
-waiting (its bytes in flight while the kernel before drains). 2 assumes that the kernel before
-does not write the weight: true of inference on fixed weights, not of a step that updates them.
+waiting (its bytes in flight while the kernel before drains). 2 needs that the kernel before
+did not write the weight: the routes launch with 1 where it may have (a cache just filled, the
+weight updated since its last launch: ops/_weight_pdl.py).
 
-The one-token routes take `decode_pdl(device)`: SPARSEKERNELS_PDL (0, 1 or 2; 0 when unset) on
-Hopper and later, else 0. It is read at each routed launch, but an eager layer's launch plan
+The one-token routes take `decode_pdl(device)` (through ops/_weight_pdl.py): SPARSEKERNELS_PDL
+(0, 1 or 2; 0 when unset) on Hopper and later, else 0. It is read at each routed launch, but an eager layer's launch plan
 (ops/_launch_plans.py) replays what its second call launched, and a CUDA graph what it
 captured: set it before a model's first call. Off by default because a kernel launched with it
 after a torch kernel (which never lets its successor start early) ran 0.4-1.3 us slower

@@ -17,9 +17,9 @@ import torch
 from .._cache_mode import building
 from ..formats import _line_layout
 from ..kernels import csr_lines_tuning, spmm_csr_few_lines, spmm_csr_token_lines
-from ..kernels._pdl import decode_pdl
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
+from ._weight_pdl import weight_pdl
 
 # column indices -> (versions of them and of the row offsets, line layout or None, the row
 # offsets held weakly)
@@ -128,7 +128,7 @@ def run(row_offsets, column_indices, values, x, bias, out, row_order, activation
         rows_per_program=config.rows_per_program,
         block=config.block,
         num_warps=config.num_warps,
-        pdl=decode_pdl(values.device),
+        pdl=weight_pdl(values, row_offsets, column_indices),
         asm_gather=not _dispatch.triton_interpreter_enabled(),  # (no PTX in the interpreter)
         ahead=csr_lines_tuning.CSR_LINES_AHEAD,
         held_in_asm=csr_lines_tuning.CSR_LINES_HELD_IN_ASM,

@@ -26,11 +26,12 @@ from ..kernels import spmm_nm_select as select
 from ..kernels import spmm_nm_select_ring as select_ring
 from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
-from ..kernels._pdl import decode_pdl, hopper
+from ..kernels._pdl import hopper
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
 from ._nm_transpose import transposed_pattern
+from ._weight_pdl import weight_pdl
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
@@ -53,7 +54,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
                 values=values, metadata=metadata_words(indices, rows, vector, n, m), b=b, n=n, m=m,
                 classes=classes, bias=bias.contiguous() if bias is not None else None, out=out,
                 activation=activation, out_m_fastest=out_m_fastest,
-                pdl=decode_pdl(values.device), **tile,
+                pdl=weight_pdl(values, indices), **tile,
             )  # fmt: skip
             return out
     on_registers = None
@@ -199,7 +200,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     if ring is not None and select_ring.supports(values, words, n, m, bits):
         return select_ring.spmm_nm_select_ring(
             values=values, words=words, x=b, bias=bias.contiguous() if bias is not None else None,
-            out=out, n=n, activation=activation, pdl=decode_pdl(values.device), **ring,
+            out=out, n=n, activation=activation, pdl=weight_pdl(values, indices), **ring,
         )  # fmt: skip
     picking = nm_decode_tuning.spmm_nm_select_config(
         b.shape[1], n, m, vector, block, values.dtype, b.shape[0], values.shape[0]
@@ -219,7 +220,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
             block_g=picking.block_g,
             num_warps=picking.num_warps,
             permute=not _dispatch.triton_interpreter_enabled(),  # inline PTX: compiled only
-            pdl=decode_pdl(values.device),
+            pdl=weight_pdl(values, indices),
         )
     config = nm_decode_tuning.spmm_nm_decode_config(
         b.shape[1],

@@ -11,7 +11,6 @@ from ..formats import CSRMatrix, NMMatrix
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
 from ..kernels import spmm_csr_few, spmm_csr_token, spmm_csr_token_stream, tuning
-from ..kernels._pdl import decode_pdl
 from . import (
     _autocast,
     _csr_lines,
@@ -24,6 +23,7 @@ from . import (
     _triton_nm,
 )
 from ._layout import csr_row_walk_in_b_order, padded_rows, spmm_out
+from ._weight_pdl import weight_pdl
 
 
 def spmm(
@@ -243,7 +243,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
                 activation=activation,
                 rows_per_program=stream_rows,
                 block=tuning.CSR_TOKEN_BLOCK,
-                pdl=decode_pdl(values.device),
+                pdl=weight_pdl(values, row_offsets, column_indices),
             )
             return out
         config = tuning.spmm_csr_token_config(column_indices.numel(), rows)
@@ -259,7 +259,7 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
             rows_per_program=config.rows_per_program,
             block=config.block,
             num_warps=config.num_warps,
-            pdl=decode_pdl(values.device),
+            pdl=weight_pdl(values, row_offsets, column_indices),
             asm_gather=tuning.CSR_TOKEN_ASM_GATHER and not _dispatch.triton_interpreter_enabled(),
             unmasked_middle=tuning.CSR_TOKEN_UNMASKED_MIDDLE,
         )
