@@ -181,8 +181,12 @@ _COUNTERS: dict[tuple[int, int], torch.Tensor] = {}
 
 def tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
     """Zeroed int32 counters, one per output tile, for store_last_sums (which leaves them at
-    zero): one buffer per device and stream, since launches on a stream run one at a time."""
+    zero): one buffer per device and stream, since launches on a stream run one at a time.
+    While a CUDA graph is captured, a buffer of its own, zeroed in the graph: a kept one would
+    be shared with graphs replayed on other streams, and freed under the graph when it grows."""
     if device.type == "cuda":
+        if torch.cuda.is_current_stream_capturing():
+            return torch.zeros(tiles, dtype=torch.int32, device=device)
         index = device.index if device.index is not None else torch.cuda.current_device()
         key = (index, torch.cuda.current_stream(index).cuda_stream)
     else:  # the interpreter runs one program at a time
