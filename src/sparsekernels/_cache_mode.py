@@ -14,19 +14,42 @@ import contextlib
 
 import torch
 
+from ._fill_streams import filled
+
 _builds = 0  # cache fills begun (builds()): what a launch with PDL 2 must not follow
 
 
-def building() -> contextlib.AbstractContextManager:
-    """inference_mode(False) where inference mode is on, else nothing (and nothing while
-    torch.compile traces, which cannot read the mode). Counts the fill (builds())."""
+class _Fill:
+    """A cache fill: out of inference mode, and marked on its stream when done."""
+
+    __slots__ = ("device", "mode")
+
+    def __init__(self, device: torch.device, mode) -> None:
+        self.device, self.mode = device, mode
+
+    def __enter__(self) -> None:
+        if self.mode is not None:
+            self.mode.__enter__()
+
+    def __exit__(self, *failure) -> None:
+        if self.mode is not None:
+            self.mode.__exit__(*failure)
+        if failure[0] is None:
+            filled(self.device)
+
+
+def building(like: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Around a fill of what is kept for `like` (on its device): inference_mode(False) where
+    inference mode is on, and the fill marked on its stream (_fill_streams.py); nothing while
+    torch.compile traces, which cannot read the mode. Counts the fill (builds())."""
     if torch.compiler.is_compiling():
         return contextlib.nullcontext()
     global _builds
     _builds += 1
-    if torch.is_inference_mode_enabled():
-        return torch.inference_mode(False)
-    return contextlib.nullcontext()
+    mode = torch.inference_mode(False) if torch.is_inference_mode_enabled() else None
+    if mode is None and like.device.type != "cuda":
+        return contextlib.nullcontext()
+    return _Fill(like.device, mode)
 
 
 def builds() -> int:

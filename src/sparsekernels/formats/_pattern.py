@@ -49,7 +49,8 @@ class Pattern:
 
     def _cached(self, key: str, build):
         if key not in self._cache:
-            with building():  # (normal tensors, even under inference_mode: _cache_mode.py)
+            # (normal tensors under inference_mode too)
+            with building(self.column_indices):
                 self._cache[key] = build()
         return self._cache[key]
 

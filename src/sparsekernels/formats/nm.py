@@ -178,7 +178,8 @@ class NMMatrix:
             rows, cols = self.shape
             per_row = self.groups * self.n
             nnz = rows * per_row
-            with building():  # (normal tensors, even under inference_mode: _cache_mode.py)
+            # (normal tensors under inference_mode too)
+            with building(self.indices):
                 offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
                 self._cache["csr"] = Pattern(
                     offsets.to(index_dtype_for(nnz)),
@@ -195,7 +196,7 @@ class NMMatrix:
             raise ValueError(f"bits must be an int from {self.index_bits} to 8, got {bits!r}")
         key = f"packed{bits}"
         if key not in self._cache:
-            with building():
+            with building(self.indices):
                 self._cache[key] = pack_offsets(self.indices, bits)
         return self._cache[key]  # type: ignore[return-value]
 

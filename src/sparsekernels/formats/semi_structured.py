@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from .._cache_mode import version
+from .._cache_mode import building, version
 
 # What torch's semi-structured subclasses take (their _DTYPE_SHAPE_CONSTRAINTS, torch 2.4-2.13),
 # for our dtypes: the weight's rows and columns must be multiples of these. The dense operand's
@@ -150,7 +150,8 @@ def packed_weight(matrix) -> torch.Tensor:
         ref, seen_version, packed = entry
         if ref() is values and seen_version == seen:
             return packed
-    packed = compress(values, matrix.indices, matrix.shape[1])
+    with building(values):
+        packed = compress(values, matrix.indices, matrix.shape[1])
     matrix._cache["cusparselt"] = (weakref.ref(values), seen, packed)
     return packed
 

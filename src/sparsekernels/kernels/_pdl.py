@@ -10,13 +10,13 @@ waiting (its bytes in flight while the kernel before drains). 2 needs that the k
 did not write the weight: the routes launch with 1 where it may have (a cache just filled, the
 weight updated since its last launch: ops/_weight_pdl.py).
 
-The one-token routes take `decode_pdl(device)` (through ops/_weight_pdl.py): SPARSEKERNELS_PDL
-(0, 1 or 2; 0 when unset) on Hopper and later, else 0. It is read at each routed launch, but an eager layer's launch plan
-(ops/_launch_plans.py) replays what its second call launched, and a CUDA graph what it
-captured: set it before a model's first call. Off by default because a kernel launched with it
-after a torch kernel (which never lets its successor start early) ran 0.4-1.3 us slower
-(results/nvidia-h200/2026-12-03/at-542c759/pdl_chain.txt), and most models have torch layers
-between their linears.
+The one-token routes take `decode_pdl(device)` (through ops/_weight_pdl.py): SPARSEKERNELS_PDL (0, 1
+or 2; 0 when unset) on Hopper and later, else 0. It is read at each routed launch, but an eager
+layer's launch plan (ops/_launch_plans.py) replays what its second call launched, and a CUDA graph
+what it captured: set it before a model's first call. Off by default because a kernel launched with
+it after a torch kernel (which never lets its successor start early) ran 0.4-1.3 us slower
+(results/nvidia-h200/2026-12-03/at-542c759/pdl_chain.txt), and most models have torch layers between
+their linears.
 """
 
 from __future__ import annotations

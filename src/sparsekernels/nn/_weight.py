@@ -125,7 +125,8 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
                     fresh = False
                     break
         if not fresh:
-            with building():  # (its narrowed buffers become this layer's: normal tensors)
+            # (its narrowed buffers become this layer's: normal tensors)
+            with building(buffers[0]):
                 template = self._build_format(buffers)  # validates the structure
             if self.format == "csr":  # one copy of the indices: the format's (narrowest) own
                 buffers = (template.row_offsets, template.column_indices)

@@ -127,7 +127,8 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         )
         if not fresh:
             nnz = self.column_indices.numel()
-            with building():  # (its narrowed buffers become this module's: normal tensors)
+            # (its narrowed buffers become this module's: normal tensors)
+            with building(self.column_indices):
                 values = torch.ones(1, device=self.column_indices.device).expand(nnz)
                 matrix = CSRMatrix(self.row_offsets, self.column_indices, values, self.shape)
             narrow = {"row_offsets": matrix.row_offsets, "column_indices": matrix.column_indices}

@@ -64,7 +64,7 @@ def cast_weight(W, dtype: torch.dtype):
         or hit[3] != pattern_seen
         or None in pattern_seen
     ):
-        with building():
+        with building(values):
             cast_W = W.with_values(values.to(dtype))
         hit = (seen, dtype, tuple(weakref.ref(t) for t in pattern), pattern_seen, cast_W)
         _CAST[values] = hit

@@ -27,7 +27,8 @@ def as_int32(columns: torch.Tensor) -> torch.Tensor:
     count = columns.numel()
     buffer = getattr(_LOCAL, "buffer", None)
     if buffer is None or buffer.numel() < count:
-        with building():  # (a normal tensor: an inference one takes no copy_ outside the mode)
+        # (a normal tensor: an inference one takes no copy_ outside the mode)
+        with building(columns):
             buffer = torch.empty(max(count, 1), dtype=torch.int32)
         _LOCAL.buffer = buffer
     return buffer[:count].copy_(columns)

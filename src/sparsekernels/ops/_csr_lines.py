@@ -44,7 +44,7 @@ def line_form_for(row_offsets, column_indices, values, columns: int, row_order=N
     packed = _PACKED.get(values)
     stale = packed is None or packed[0] != version(values) or packed[1] is not layout
     if stale or packed[0] is None:
-        with torch.no_grad(), building():
+        with torch.no_grad(), building(values):
             copy = layout.pack_rest(values) if in_place else layout.pack(values)
             packed = (version(values), layout, copy)
         if packed[0] is not None:
@@ -64,7 +64,7 @@ def layout_for(row_offsets, column_indices, columns: int, row_order=None, in_pla
         sequence = row_order if by_sequence else None
         layout = None
         for line in csr_lines_tuning.CSR_LINE_LENGTHS:  # the first whose slots are few enough
-            with building():
+            with building(column_indices):
                 layout = _line_layout.build(row_offsets, column_indices, columns,
                                             csr_lines_tuning.CSR_LINES_MOST_SLOTS, sequence,
                                             line, in_place)  # fmt: skip

@@ -71,7 +71,7 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
         return entry[3:]
     if not build:
         return None
-    with building():
+    with building(values):
         offsets, entries = _build(row_offsets, column_indices, values, k)
     pattern = (weakref.ref(row_offsets), weakref.ref(column_indices))
     _TILED[values] = (version(values), *pattern, offsets, entries)

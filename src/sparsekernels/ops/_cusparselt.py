@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference
+from .._fill_streams import before_launch
 from ..formats import semi_structured
 from ..kernels import tuning
 from ..kernels.transpose import row_major_copy
@@ -163,5 +164,6 @@ def spmm(values, indices, b, bias, activation, matrix=None) -> Tensor:
     """Run the op with `matrix`'s cached packed weight (packed here when no matrix is given)."""
     packed = None
     if matrix is not None and not torch.compiler.is_compiling():
+        before_launch(values.device)  # (after fills another stream made: not through _dispatch)
         packed = semi_structured.packed_weight(matrix)
     return spmm_nm_cusparselt(values, indices, packed, b, bias, activation)

@@ -83,7 +83,7 @@ def flat_positions(row_offsets, column_indices, cols: int) -> torch.Tensor:
     key = (version(row_offsets), version(column_indices), cols)
     hit = _FLAT.get(column_indices)
     if hit is None or hit[0] is not row_offsets or hit[1] != key or None in key:
-        with building():
+        with building(column_indices):
             rows = reference.row_indices(row_offsets, column_indices.numel())
             hit = (row_offsets, key, rows * cols + column_indices.long())
         if None not in key:  # (inference tensors': built for the call)

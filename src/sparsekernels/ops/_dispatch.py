@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .._fill_streams import before_launch
 from ..kernels.tuning import MAX_GRID_YZ
 
 
@@ -72,9 +73,12 @@ def explain(op: str, problem: Problem) -> dict[str, list[str]]:
 def run(op: str, backend: str, *args):
     for arg in args:  # (the first tensor's device: every op's operands share one)
         if isinstance(arg, torch.Tensor):
-            if arg.is_cuda and arg.get_device() != torch.cuda.current_device():
-                with torch.cuda.device(arg.device):  # (Triton launches on the current one)
-                    return _REGISTRY[op][backend].run(*args)
+            if arg.is_cuda:
+                if arg.get_device() != torch.cuda.current_device():
+                    with torch.cuda.device(arg.device):  # (Triton launches on the current one)
+                        before_launch(arg.device)
+                        return _REGISTRY[op][backend].run(*args)
+                before_launch(arg.device)  # (after fills another stream made)
             break
     return _REGISTRY[op][backend].run(*args)
 

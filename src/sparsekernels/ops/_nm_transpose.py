@@ -22,7 +22,7 @@ def transposed_pattern(indices: torch.Tensor, rows: int, n, m, vector, block):
     key = (version(indices), rows, n, m, vector, block)
     hit = _TRANSPOSED.get(indices)
     if hit is None or hit[0] != key or key[0] is None:
-        with building():
+        with building(indices):
             columns = nm_columns(indices, rows, n, m, vector, block)
             slots = columns.shape[1]
             cols = indices.shape[1] * block // n * m

@@ -46,7 +46,7 @@ def tile_plan(
     plans = _plans(row_offsets, column_indices, cols)
     name = f"tiles:{block_m}x{block_n}"
     if name not in plans:
-        with building():
+        with building(column_indices):
             plans[name] = sddmm_tiles.build_plan(
                 row_offsets, column_indices, cols, block_m, block_n
             )

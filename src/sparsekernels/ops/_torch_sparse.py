@@ -32,7 +32,7 @@ def _nm_pattern(indices, rows: int, n: int, m: int, vector: int, block: int):
     if hit is None or hit[0] != key or key[0] is None:
         cols = slots // n * m
         index = torch.int32 if max(rows * slots, cols) < 2**31 else torch.int64
-        with building():
+        with building(indices):
             columns = nm_columns(indices, rows, n, m, vector, block, index).reshape(-1)
             offsets = torch.arange(rows + 1, device=indices.device, dtype=index) * slots
         hit = (key, offsets, columns)

@@ -278,7 +278,7 @@ def _mma_sp_operand(what: str, indices: torch.Tensor, rows: int, vector: int, n:
     hit = cached.get((what, rows, vector, n, m))
     seen = version(indices)
     if hit is None or hit[0] != seen or seen is None:
-        with building():
+        with building(indices):
             if what == "metadata":
                 operand = mma_sp_operands.metadata_words(indices, rows, vector, n, m)
             else:
@@ -305,7 +305,7 @@ def packed_words(indices: torch.Tensor, bits: int) -> torch.Tensor:
     seen = version(indices)
     hit = _PACKED.get(indices)
     if hit is None or hit[0] != seen or hit[1] != bits or seen is None:
-        with building():
+        with building(indices):
             hit = (seen, bits, pack_offsets(indices, bits))
         if seen is not None:  # (an inference tensor's: built for the call)
             _PACKED[indices] = hit

@@ -1,0 +1,74 @@
+"""Cache fills and the CUDA streams that read them.
+
+What the ops keep per weight (a row order, the line form, packed offsets, a cast copy) is filled
+by kernels queued on the stream current at its first call. A later call on another stream reads
+it with nothing ordering the two: its kernels could run before the fill's. So every fill on a
+GPU ends by recording an event on its stream (`filled`), and each launch first makes its stream
+wait for the fills of other streams it has not yet waited for (`before_launch`). Fills on the
+launching stream are in order already; when no fill happened since the stream last looked, the
+check is a counter's compare.
+
+Not while a CUDA graph is captured: torch.cuda.graph synchronizes the device before capturing
+(so earlier fills are done), a fill inside the capture is ordered by the graph, and a captured
+stream cannot wait on an event recorded outside it.
+
+Not covered: memory. An entry dropped (`sk.nn.release_caches`, the weight's death, a refill
+after an update) while another stream still reads it goes back to the allocator of the stream
+that filled it, as the weight itself would: free weights only after the streams reading them
+are done.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_fills = 0  # fills recorded on GPUs so far
+_last: dict[tuple[int, int], tuple[torch.cuda.Event, int]] = {}  # (device, stream) -> its last
+# fill's event (re-recorded by each fill) and number
+_looked: dict[tuple[int, int], int] = {}  # (device, stream) -> _fills when it last looked
+_waited: dict[tuple[int, int, int], int] = {}  # (device, reader, filler) -> fill waited for
+
+
+def filled(device: torch.device) -> None:
+    """At a fill's end: mark it on the current stream of `device`."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return
+    global _fills
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(index)
+    key = (index, stream.cuda_stream)
+    entry = _last.get(key)
+    event = torch.cuda.Event() if entry is None else entry[0]
+    event.record(stream)  # (re-recorded: a wait already queued keeps the fill it saw)
+    _fills += 1
+    _last[key] = (event, _fills)
+
+
+def before_launch(device: torch.device) -> None:
+    """Before a launch on `device`'s current stream: order it after every fill on another
+    stream of that device that this stream has not waited for yet."""
+    if not _last or device.type != "cuda" or torch.compiler.is_compiling():
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    raw = _raw_stream(index)
+    if _looked.get((index, raw)) == _fills:
+        return
+    if torch.cuda.is_current_stream_capturing():
+        return
+    stream = None
+    for (filler_device, filler), (event, number) in list(_last.items()):
+        if filler_device != index or filler == raw:
+            continue
+        key = (index, raw, filler)
+        if _waited.get(key, 0) < number:
+            stream = stream or torch.cuda.current_stream(index)
+            stream.wait_event(event)
+            _waited[key] = number
+    _looked[(index, raw)] = _fills
+
+
+def _raw_stream(index: int) -> int:
+    """The current stream's handle on device `index` (torch.cuda.current_stream() builds a
+    Stream object: microseconds on every launch)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream

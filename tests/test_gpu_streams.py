@@ -1,0 +1,116 @@
+"""Kept arrays and CUDA streams (_fill_streams.py): a weight's first call fills its caches on
+one stream and a call on another stream reads them; the reader must wait for the fill. The
+fill is held back behind a long sleep on its stream, so a reader that did not wait would read
+the arrays unfilled. Also split-K's counters while a CUDA graph is captured. On the H200."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, random_csr, random_nm, spmm_bound
+from sparsekernels.kernels import split_k
+
+SLEEP_CYCLES = 200_000_000  # ~0.1 s at the H200's clock: the fill waits behind it
+
+
+def _want(W, x):
+    dense = W.to_dense().double()
+    return x.double() @ dense.t(), spmm_bound(x, W.to_dense().t())
+
+
+def _first_call_behind_a_sleep(call):
+    """`call()` on a stream held back by a sleep, then again on another stream at once."""
+    torch.cuda.synchronize()
+    filler, reader = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(filler):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        first = call()
+    assert not filler.query(), "the fill ran at once: the test would order nothing"
+    with torch.cuda.stream(reader):
+        second = call()
+    torch.cuda.synchronize()
+    return first, second
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pattern", [(2, 8), (1, 8), (2, 4)])
+@pytest.mark.parametrize("tokens", [1, 16])
+def test_packed_offsets_filled_on_another_stream(pattern, tokens, gen):
+    """N:M at one token reads packed offsets filled at the first call."""
+    W = random_nm(4096, 4096, *pattern, gen, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(tokens, 4096, generator=gen).to("cuda", torch.bfloat16)
+    want, bound = _want(W, x)
+    first, second = _first_call_behind_a_sleep(lambda: sk.linear(x, W))
+    assert_close(first, want, bound, torch.bfloat16)
+    assert_close(second, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["csr", "nm"])
+def test_autocast_copy_filled_on_another_stream(kind, gen):
+    """Under autocast a float32 weight's bf16 copy is filled at its first call."""
+    if kind == "csr":
+        W = random_csr(2048, 2048, 0.3, gen, torch.float32, "cuda")
+    else:
+        W = random_nm(2048, 2048, 2, 8, gen, dtype=torch.float32, device="cuda")
+    x = torch.randn(4, 2048, generator=gen).cuda()
+    rounded = x.bfloat16().double()
+    dense = W.to_dense().bfloat16().double()  # (autocast rounds both to bf16)
+    want, bound = rounded @ dense.t(), spmm_bound(rounded, dense.t())
+
+    def call():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return sk.linear(x, W)
+
+    for got in _first_call_behind_a_sleep(call):
+        assert_close(got, want, bound, torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_a_stream_waits_once_per_fill(gen, monkeypatch):
+    """A reader waits for another stream's fill at its first call after it; with no new fill,
+    later calls only compare a counter."""
+    W = random_nm(512, 512, 2, 8, gen, dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(1, 512, generator=gen).to("cuda", torch.bfloat16)
+    filler, reader = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(filler):
+        sk.linear(x, W)
+    waits = []
+    real = torch.cuda.Stream.wait_event
+    monkeypatch.setattr(torch.cuda.Stream, "wait_event", lambda s, e: waits.append(1) or real(s, e))
+    with torch.cuda.stream(reader):
+        counts = []
+        for _ in range(3):
+            sk.linear(x, W)
+            counts.append(len(waits))
+    assert counts[0] >= 1 and counts[1] == counts[2] == counts[0]
+
+
+@pytest.mark.gpu
+def test_split_k_counters_of_a_captured_graph_are_its_own(gen, monkeypatch):
+    """A captured fused split-K launch gets counters of its own, zeroed in the graph: the kept
+    buffer of the capture's stream was shared with every graph captured there and freed under
+    them when it grew. A 70% CSR weight at 16 tokens takes the scatter kernel's split."""
+    monkeypatch.setattr(split_k, "_COUNTERS", {})
+    handed = []
+    real = split_k.tile_counters
+    monkeypatch.setattr(split_k, "tile_counters", lambda *a: handed.append(1) or real(*a))
+    W = random_csr(4096, 4096, 0.3, gen, torch.bfloat16, "cuda")
+    x = torch.randn(16, 4096, generator=gen).to("cuda", torch.bfloat16)
+    want, bound = _want(W, x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # (warm-up: the fills and plans outside the capture)
+            sk.linear(x, W)
+    torch.cuda.current_stream().wait_stream(side)
+    kept = dict(split_k._COUNTERS)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = sk.linear(x, W)
+    assert handed, "no split-K launch: the test checks nothing"
+    assert set(split_k._COUNTERS) == set(kept)  # (none kept for the capture's stream)
+    for _ in range(3):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(got, want, bound, torch.bfloat16)
