@@ -1,0 +1,101 @@
+"""_fill_streams.py's bookkeeping on the CPU, with torch.cuda's streams and events faked: which
+launch waits for which fill. tests/test_gpu_streams.py runs the real thing on the H200."""
+
+import pytest
+import torch
+
+from sparsekernels import _cache_mode, _fill_streams
+
+GPU = torch.device("cuda", 0)
+
+
+class FakeStream:
+    def __init__(self, handle: int, log: list) -> None:
+        self.cuda_stream, self.log = handle, log
+
+    def wait_event(self, event) -> None:
+        self.log.append((self.cuda_stream, event.recorded_on))
+
+
+class FakeEvent:
+    def __init__(self) -> None:
+        self.recorded_on = None
+
+    def record(self, stream) -> None:
+        self.recorded_on = stream.cuda_stream
+
+
+@pytest.fixture
+def streams(monkeypatch):
+    """A fake GPU 0 whose current stream the test sets (`streams.current`); `streams.waits`
+    lists (waiting stream, stream of the fill waited for)."""
+
+    class State:
+        current = 7
+        capturing = False
+        waits: list = []
+
+    state = State()
+    for name, value in [("_fills", 0), ("_last", {}), ("_looked", {}), ("_waited", {})]:
+        monkeypatch.setattr(_fill_streams, name, value)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda i=None: FakeStream(state.current, state.waits)
+    )
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state.capturing)
+    monkeypatch.setattr(_fill_streams, "_raw_stream", lambda index: state.current)
+    return state
+
+
+def test_a_launch_waits_once_for_fills_on_other_streams(streams):
+    _fill_streams.filled(GPU)  # on stream 7
+    _fill_streams.before_launch(GPU)  # on 7 too: in order already
+    assert streams.waits == []
+    streams.current = 9
+    for _ in range(3):
+        _fill_streams.before_launch(GPU)
+    assert streams.waits == [(9, 7)]
+    _fill_streams.filled(GPU)  # a fill on 9: 9 reads it in order, 7 must wait for it
+    _fill_streams.before_launch(GPU)
+    assert streams.waits == [(9, 7)]
+    streams.current = 7
+    _fill_streams.before_launch(GPU)
+    _fill_streams.before_launch(GPU)
+    assert streams.waits == [(9, 7), (7, 9)]
+    _fill_streams.filled(GPU)  # 7 again: 9 waits for this one too
+    streams.current = 9
+    _fill_streams.before_launch(GPU)
+    assert streams.waits == [(9, 7), (7, 9), (9, 7)]
+
+
+def test_nothing_while_a_graph_is_captured_or_off_the_gpu(streams):
+    streams.capturing = True
+    _fill_streams.filled(GPU)  # (ordered by the graph)
+    assert _fill_streams._fills == 0
+    streams.capturing = False
+    _fill_streams.filled(GPU)
+    streams.current, streams.capturing = 9, True
+    _fill_streams.before_launch(GPU)  # (a captured stream cannot wait on it)
+    streams.capturing = False
+    _fill_streams.filled(torch.device("cpu"))
+    _fill_streams.before_launch(torch.device("cpu"))
+    assert streams.waits == []
+    _fill_streams.before_launch(GPU)
+    assert streams.waits == [(9, 7)]
+
+
+def test_a_fill_is_marked_when_it_ends_well(monkeypatch):
+    seen = []
+    monkeypatch.setattr(_cache_mode, "filled", seen.append)
+    with _cache_mode._Fill(GPU, None):
+        pass
+    with pytest.raises(RuntimeError), _cache_mode._Fill(GPU, None):
+        raise RuntimeError("a failed fill")
+    assert seen == [GPU]
+    with torch.inference_mode(), _cache_mode.building(torch.empty(2)):
+        made = torch.ones(2)
+    assert not made.is_inference() and seen == [GPU, torch.device("cpu")]
+    with _cache_mode.building(torch.empty(2)):  # (on the CPU outside inference mode: nothing)
+        pass
+    assert len(seen) == 2
