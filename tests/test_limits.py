@@ -212,6 +212,37 @@ def test_row_major_copy_offsets_past_2_31(gen):
     assert dst.is_contiguous() and torch.equal(dst, src)
 
 
+@interpreter
+def test_rope_cache_offsets_past_2_31(gen):
+    """Llama's rotary + cache write: a token's qkv and q rows past 2^31 (a prefill of ~350k
+    tokens) and a KV head's cache rows past 2^31 (~2.4M positions of 8 heads)."""
+    from sparsekernels.kernels import rope_cache
+
+    heads, kv_heads, d, tokens = 1, 2, 8, 3
+    width = (heads + 2 * kv_heads) * d
+    qkv = far_view((1, tokens, width), (tokens * 2**30, 2**30, 1), gen, torch.float32)
+    q = far_view((1, tokens, heads, d), (tokens * 2**30, 2**30, d, 1), gen, torch.float32, False)
+    cache = ((1, kv_heads, tokens, d), (kv_heads * 2**31, 2**31, d, 1))
+    k = far_view(*cache, gen, torch.float32, fill=False)
+    v = far_view(*cache, gen, torch.float32, fill=False)
+    assert past_2_31(qkv) and past_2_31(q) and past_2_31(k)
+    cos, sin = randn(tokens, d, gen=gen, dtype=torch.float32), randn(tokens, d, gen=gen)
+    sin = sin.float()
+    rope_cache.rope_cache(qkv, cos, sin, k, v, 0, heads, kv_heads, out=q)
+    x = qkv.view(1, tokens, heads + 2 * kv_heads, d).double()
+
+    def turned(part):  # (x_i, x_{i+d/2}) -> (x_i c - x_{i+d/2} s', x_{i+d/2} c + x_i s'')
+        a, b = part[..., : d // 2], part[..., d // 2 :]
+        c, s = cos.double()[:, None], sin.double()[:, None]
+        return torch.cat((a * c[..., : d // 2] + b * s[..., : d // 2],
+                          b * c[..., d // 2 :] + a * s[..., d // 2 :]), -1)  # fmt: skip
+
+    torch.testing.assert_close(q.double(), turned(x[:, :, :heads]), rtol=1e-5, atol=1e-5)
+    want_k = turned(x[:, :, heads : heads + kv_heads]).transpose(1, 2)
+    torch.testing.assert_close(k.double(), want_k, rtol=1e-5, atol=1e-5)
+    assert torch.equal(v.double(), x[:, :, heads + kv_heads :].transpose(1, 2))
+
+
 def test_row_major_copy_grid_has_one_axis(monkeypatch):
     """More than 65535 column tiles still launch: the grid has one axis (2^31 - 1 programs)."""
     from sparsekernels.kernels import transpose

@@ -36,14 +36,16 @@ def _rope_cache_kernel(
 ):  # fmt: skip
     pdl_start(PDL)  # (kernels/_pdl.py: with SPARSEKERNELS_PDL, overlap the launch)
     pid = tl.program_id(0)
-    head = pid % (HEADS + 2 * KV_HEADS)
-    t = (pid // (HEADS + 2 * KV_HEADS)) % tokens
+    # int64: t x the qkv row stride passes 2**31 from ~350k tokens, a KV head x max_len x D
+    # from ~2.4M cached positions (8 KV heads of 128)
+    head = (pid % (HEADS + 2 * KV_HEADS)).to(tl.int64)
+    t = ((pid // (HEADS + 2 * KV_HEADS)) % tokens).to(tl.int64)
     b = (pid // (HEADS + 2 * KV_HEADS) // tokens).to(tl.int64)
     offs = tl.arange(0, BLOCK_D)
     mask = offs < D
     row = qkv + b * stride_qkv_b + t * stride_qkv_t + head * D
     x = tl.load(row + offs, mask=mask, other=0.0)
-    position = (start + t).to(tl.int64)
+    position = start + t
     cache_row = b * stride_c_b + position * stride_c_t
     if head < HEADS + KV_HEADS:  # q or k: rotated
         swapped = tl.load(row + (offs + D // 2) % D, mask=mask, other=0.0)
