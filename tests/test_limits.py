@@ -12,6 +12,8 @@ boundary, with meta tensors, expanded views or `_dispatch.explain` where allocat
 impossible.
 """
 
+import importlib
+
 import pytest
 import torch
 
@@ -281,6 +283,30 @@ def test_int64_column_indices_end_to_end(gen):
     terms = X.double()[rows] * B[columns].double()
     got = sk.sddmm(X, B, A, backend="triton").values
     assert_close(got, terms.sum(1), terms.abs().sum(1), torch.bfloat16)
+
+
+def test_sddmm_past_2_31_tiles_takes_the_row_kernel(gen, monkeypatch):
+    """A 3M x 3M pattern has more 64 x 64 tiles than the tensor-core kernel's int32 tile ids
+    hold (they wrapped negative and read x and y before their start): the row-wise kernel takes
+    it, even where the tile rule would choose tiles. (The kernels are recorded, not run: the
+    interpreter would walk 3M rows.)"""
+    from sparsekernels.kernels import sddmm_csr
+
+    sddmm_module = importlib.import_module("sparsekernels.ops.sddmm")
+    assert sddmm_module._tile_ids_fit(46340 * 64, 46340 * 64, 64)  # (46340^2 < 2^31 tiles)
+    assert not sddmm_module._tile_ids_fit(46341 * 64, 46341 * 64, 64)
+    assert sddmm_module._tile_ids_fit(46341 * 64, 46341 * 64, 512)  # (128 x 128 tiles)
+    monkeypatch.setattr(sddmm_tuning, "sddmm_tiles_takes", lambda *args: True)
+    taken = []
+    monkeypatch.setattr(sddmm_module, "_triton_tiles", lambda *args: taken.append("tiles"))
+    monkeypatch.setattr(sddmm_csr, "sddmm_csr", lambda **kwargs: taken.append("rows"))
+    L = 3_000_000
+    offsets = torch.zeros(L + 1, dtype=torch.int64)
+    offsets[1:], offsets[L - 1 :] = 2, 5  # rows 0 and L - 2 (the others empty)
+    P = sk.CSRMatrix(offsets, torch.tensor([0, L - 1, 5, L - 70, L - 1]), torch.ones(5), (L, L))
+    X = torch.ones(1, 8, dtype=torch.bfloat16).expand(L, 8)
+    sk.sddmm(X, X, P, backend="triton")
+    assert taken == ["rows"]
 
 
 def test_row_offsets_turn_int64_at_2_31_entries():

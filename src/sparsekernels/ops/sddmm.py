@@ -97,7 +97,7 @@ def _triton_csr(row_offsets, column_indices, x, y):
     out = x.new_empty((*batch, nnz))
     if out.numel() == 0:
         return out
-    if x.dtype in _TILE_DTYPES:
+    if x.dtype in _TILE_DTYPES and _tile_ids_fit(rows, cols, k):
         fill = _sddmm_plans.tile_fill(row_offsets, column_indices, cols)
         half = x.dtype != torch.float32
         if sddmm_tuning.sddmm_tiles_takes(k, nnz / (rows * cols), fill, half):
@@ -116,6 +116,15 @@ def _triton_csr(row_offsets, column_indices, x, y):
         num_warps=config.num_warps,
     )
     return out
+
+
+def _tile_ids_fit(rows: int, cols: int, k: int) -> bool:
+    """Whether the tensor-core kernel's tile ids (int32, row tile x tiles a row + column tile)
+    fit: not past ~2.9M x 2.9M (64 x 64 tiles)."""
+    from ..kernels import sddmm_tuning
+
+    config = sddmm_tuning.sddmm_tiles_config(k)
+    return -(-rows // config.block_m) * -(-cols // config.block_n) <= 2**31 - 1
 
 
 def _triton_tiles(row_offsets, column_indices, x, y, out):
