@@ -393,8 +393,12 @@ def test_route_takes_the_measured_window():
         (9, 4096, 4096, 1, 8),
         (17, 4096, 14336, 2, 8),
         (17, 4096, 14336, 1, 8),
+        (32, 1, 2**27),  # int32 offsets: the permuted B's 32 x 2^27 / 2 words
+        (16, 1, 2**28),
+        (1, 1, 2**29, 2, 8),  # a block's words
     ]:
         assert tile(*args) is None, args
+    assert tile(32, 1, 2**27 - 32) is not None and tile(16, 1, 2**28 - 32) is not None
 
     def by_rows(tokens, n, m, rows=4096):
         return spmm_nm_mma_sp_config(tokens, n, m, 1, 1, bf16, rows, 14336, 132).out_by_rows

@@ -175,6 +175,9 @@ def spmm_nm_mma_sp_config(
     window = MMA_SP_WINDOWS.get((n, m))
     if window is None or (vector, block) != (1, 1):
         return None
+    # int32 offsets: the permuted B's words (n8 tiles x K / 2) and a block's 128 words
+    if k >= 2**29 or -(-n_cols // 8) * 8 * k >= 2**32:
+        return None
     if dtype not in (torch.bfloat16, torch.float16):
         return None
     small = rows * k < LARGE_WEIGHT
