@@ -89,7 +89,7 @@ def _cases() -> dict:
         data = "*fp64" if wide else "*bf16"
         out = ("*fp64" if wide else "*fp32") if partial else data
         constants = dict(N_KEEP=2, M_GROUP=8, VECTOR=8 if shared else 1, BLOCK=1, BITS=4,
-                         SHARED=shared, WIDE=False, PADDED_B=True, HAS_BIAS=True, ACTIVATION=2,
+                         SHARED=shared, WIDE=wide, PADDED_B=True, HAS_BIAS=True, ACTIVATION=2,
                          B_INDEX=tl.int64 if wide else tl.int32,
                          ACC_DTYPE=tl.float64 if wide else tl.float32,
                          BLOCK_M=8 if shared else 4, BLOCK_W=32, BLOCK_N=4,

@@ -187,6 +187,8 @@ def test_route_takes_it_where_timed_at_one_token():
     assert pick(2, 2, 8, 1, 1, bf16, 4096) is None  # two tokens
     assert pick(1, 2, 8, 4, 1, bf16, 4096) is None  # vector-wise
     assert pick(1, 2, 8, 1, 2, bf16, 4096) is None  # block-wise
+    assert pick(1, 2, 4, 1, 1, bf16, 2**31, 1) is None  # int32 bit and column offsets
+    assert pick(1, 2, 4, 1, 1, bf16, 2**31 - 2**20 - 4, 1) is not None
     few = nm_decode_tuning.SELECT_FEW_ROWS_TILE  # few long rows: more programs, more in flight
     assert pick(1, 2, 8, 1, 1, bf16, 4096, 1024) == few == pick(1, 1, 8, 1, 1, bf16, 8192, 2048)
     assert pick(1, 2, 8, 1, 1, bf16, 4096, 4096) == short_2_8  # many rows

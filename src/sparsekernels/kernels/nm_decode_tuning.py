@@ -217,6 +217,8 @@ def spmm_nm_select_config(
     tiles = SELECT_TILES.get((n, m, dtype))
     if not (n_cols == 1 and tiles is not None and vector == 1 and block == 1):
         return None
+    if k >= 2**31 - 2**20:  # (its bit and column offsets are int32 unless 2:8 is 16-bit)
+        return None
     few_rows = 0 < rows <= SELECT_FEW_ROWS and k >= SELECT_FEW_ROWS_MIN_K
     if few_rows and (n, m, dtype) in SELECT_FEW_ROWS_TILES:
         return SELECT_FEW_ROWS_TILES[(n, m, dtype)]
@@ -254,7 +256,8 @@ def spmm_nm_decode_config(
         return DECODE_TALL if long_rows else DECODE_SHORT_ROWS
     if n_cols == 1:
         if element_wise and 0 < m <= 2 * n:
-            if span_gather_fits(n, m, block, n_cols, vector, DECODE_HALF_DENSE_SHARED.block_m):
+            fits = span_gather_fits(n, m, block, n_cols, vector, DECODE_HALF_DENSE_SHARED.block_m)
+            if fits and row_slots * m // n < 2**31:  # (its span's columns are int32)
                 return DECODE_HALF_DENSE_SHARED
             return DECODE_HALF_DENSE
         if 0 < cdiv(rows, 4) <= DECODE_FEW_ROW_PROGRAMS:

@@ -200,6 +200,8 @@ def _nm_decode_kernel(
         group_row = (pid * BLOCK_M // VECTOR).to(tl.int64)
         STEP: tl.constexpr = BLOCK_W * SPW
         start = tl.program_id(1) * STEPS_PER_SPLIT * STEP
+        if WIDE:  # (a row's slots may pass 2^31: its walk's bounds too)
+            start = start.to(tl.int64)
         for s0 in range(start, tl.minimum(start + STEPS_PER_SPLIT * STEP, S), STEP):
             slots = s0 + tl.arange(0, BLOCK_W * SPW)
             mask_s = slots < S
