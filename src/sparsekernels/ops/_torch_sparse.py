@@ -43,7 +43,8 @@ def _nm_pattern(indices, rows: int, n: int, m: int, vector: int, block: int):
 
 def _csr_matmul(row_offsets, column_indices, values, b, shape) -> torch.Tensor:
     acc = reference.accumulate_dtype(b.dtype)
-    index = torch.int64 if row_offsets.dtype == torch.int64 else torch.int32
+    wide = row_offsets.dtype == torch.int64 or column_indices.dtype == torch.int64
+    index = torch.int64 if wide else torch.int32  # (int64 columns: past 2^31 - 1 of them)
     # torch's CSR constructor trusts its inputs: strided index views crash MKL, so copy.
     crow = row_offsets.to(index).contiguous()
     if index == torch.int32 and column_indices.dtype != index and not _recording(values, b):
