@@ -1,4 +1,5 @@
-"""sparsify_: prune a model's nn.Linear and 1x1 nn.Conv2d layers in place into sparse layers."""
+"""sparsify_: prune a model's nn.Linear and 1x1 nn.Conv2d layers (and Hugging Face's Conv1D, GPT-2's
+linears) in place into sparse layers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from torch import nn
 
 from .calibrate import Calibration, holding_weight, prune_calibrated
 from .config import SparsityConfig
+from .hf_conv1d import is_hf_conv1d, linear_shape, linear_twin
 
 FilterFn = Callable[[nn.Module, str], bool]
 
@@ -59,6 +61,7 @@ def sparsify_(
 ) -> SparsifySummary:
     """Replace, in place, every nn.Linear and 1x1 nn.Conv2d of `model` that fits `config` by a
     SparseLinear / SparseConv2d pruned by magnitude, or with `calibration` by Wanda or SparseGPT.
+    Hugging Face's Conv1D (GPT-2's linears, weight stored transposed) becomes a SparseLinear.
 
     config: a SparsityConfig or a shorthand ("2:8", "90%", "0.9", "2:8,v=64", "4:8,v=4,b=4",
     "2:4,method=sparsegpt"). filter_fn(module, fqn) -> bool picks the layers to consider (fqn as
@@ -121,8 +124,8 @@ def sparsify_(
             return "inside nn.MultiheadAttention, which reads the weight directly"
         if isinstance(parent, nn.TransformerEncoderLayer):
             return "inside nn.TransformerEncoderLayer, whose fast path reads the weight directly"
-        if type(module) not in (nn.Linear, nn.Conv2d):
-            return f"{type(module).__name__} is a subclass of nn.{_base_name(module)}"
+        if type(module) not in (nn.Linear, nn.Conv2d) and not is_hf_conv1d(module):
+            return f"{type(module).__name__} is a subclass of {_base_name(module)}"
         if filter_fn is not None and not filter_fn(module, fqn):
             return "excluded by filter_fn"
         if len(owners.get(id(module.weight), ())) > 1:
@@ -136,6 +139,8 @@ def sparsify_(
             if conv_reason is not None:
                 return conv_reason
             return config.unsupported_reason((module.out_channels, module.in_channels))
+        if is_hf_conv1d(module):
+            return config.unsupported_reason(linear_shape(module))
         return config.unsupported_reason(tuple(module.weight.shape))
 
     plan: list[tuple[str, nn.Module]] = []  # the layers to swap, in order
@@ -160,9 +165,25 @@ def sparsify_(
             continue
         plan.append((fqn, module))
         places[id(module)] = [place]
+    convs = {}  # fqn -> a Conv1D swapped for its linear twin (put back if calibration fails)
+    for i, (fqn, module) in enumerate(plan):
+        if is_hf_conv1d(module):
+            twin = linear_twin(module)
+            convs[fqn] = module
+            plan[i] = (fqn, twin)
+            places[id(twin)] = places.pop(id(module))
+            for place in places[id(twin)]:
+                _set(place, twin)
     pruned = {}
     if calibration is not None:
-        pruned = prune_calibrated(model, plan, config, calibration, sequential)
+        try:
+            pruned = prune_calibrated(model, plan, config, calibration, sequential)
+        except BaseException:
+            for fqn, module in plan:
+                if fqn in convs:
+                    for place in places[id(module)]:
+                        _set(place, convs[fqn])
+            raise
     for fqn, module in plan:
         layer_type = SparseLinear if isinstance(module, nn.Linear) else SparseConv2d
         with torch.no_grad():
@@ -183,11 +204,11 @@ def sparsify_(
 
 
 def _is_candidate(module: nn.Module) -> bool:
-    return isinstance(module, (nn.Linear, nn.Conv2d))
+    return isinstance(module, (nn.Linear, nn.Conv2d)) or is_hf_conv1d(module)
 
 
 def _base_name(module: nn.Module) -> str:
-    return "Linear" if isinstance(module, nn.Linear) else "Conv2d"
+    return "nn.Linear" if isinstance(module, nn.Linear) else "nn.Conv2d"
 
 
 def _set(place: tuple[nn.Module, str] | None, layer: nn.Module) -> None:
