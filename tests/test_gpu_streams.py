@@ -8,9 +8,10 @@ import torch
 
 import sparsekernels as sk
 from _helpers import assert_close, random_csr, random_nm, spmm_bound
+from sparsekernels import _cache_mode, _fill_streams
 from sparsekernels.kernels import split_k
 
-SLEEP_CYCLES = 200_000_000  # ~0.1 s at the H200's clock: the fill waits behind it
+SLEEP_CYCLES = 2_000_000_000  # ~1 s at the H200's clock: the fill waits behind it
 
 
 def _want(W, x):
@@ -18,14 +19,17 @@ def _want(W, x):
     return x.double() @ dense.t(), spmm_bound(x, W.to_dense().t())
 
 
-def _first_call_behind_a_sleep(call):
-    """`call()` on a stream held back by a sleep, then again on another stream at once."""
+def _first_call_behind_a_sleep(call, twin):
+    """`call()` on a stream held back by a sleep, then again on another stream at once. First
+    `twin()`, the same call on another weight of the same shape: its kernels are compiled
+    before the sleep (a compile takes longer than the sleep). (A fill that syncs the host, as
+    the line form's does, waits out the sleep: only the silent ones race.)"""
+    twin()
     torch.cuda.synchronize()
     filler, reader = torch.cuda.Stream(), torch.cuda.Stream()
     with torch.cuda.stream(filler):
         torch.cuda._sleep(SLEEP_CYCLES)
         first = call()
-    assert not filler.query(), "the fill ran at once: the test would order nothing"
     with torch.cuda.stream(reader):
         second = call()
     torch.cuda.synchronize()
@@ -33,14 +37,35 @@ def _first_call_behind_a_sleep(call):
 
 
 @pytest.mark.gpu
+def test_a_launch_waits_for_a_fill_on_another_stream():
+    """The mechanism alone: a fill (a copy in `building`) held behind a sleep on one stream, a
+    launch's `before_launch` then a read on another stream: the read sees the filled values."""
+    src = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    kept = torch.zeros_like(src)
+    torch.cuda.synchronize()
+    filler, reader = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(filler):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        with _cache_mode.building(kept):
+            kept.copy_(src)
+    assert not filler.query()  # (the fill is still queued)
+    with torch.cuda.stream(reader):
+        _fill_streams.before_launch(kept.device)
+        read = kept.clone()
+    torch.cuda.synchronize()
+    assert torch.equal(read, src)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("pattern", [(2, 8), (1, 8), (2, 4)])
 @pytest.mark.parametrize("tokens", [1, 16])
 def test_packed_offsets_filled_on_another_stream(pattern, tokens, gen):
     """N:M at one token reads packed offsets filled at the first call."""
-    W = random_nm(4096, 4096, *pattern, gen, dtype=torch.bfloat16, device="cuda")
+    W, twin = (random_nm(4096, 4096, *pattern, gen, dtype=torch.bfloat16, device="cuda")
+               for _ in "ab")  # fmt: skip
     x = torch.randn(tokens, 4096, generator=gen).to("cuda", torch.bfloat16)
     want, bound = _want(W, x)
-    first, second = _first_call_behind_a_sleep(lambda: sk.linear(x, W))
+    first, second = _first_call_behind_a_sleep(lambda: sk.linear(x, W), lambda: sk.linear(x, twin))
     assert_close(first, want, bound, torch.bfloat16)
     assert_close(second, want, bound, torch.bfloat16)
 
@@ -50,19 +75,20 @@ def test_packed_offsets_filled_on_another_stream(pattern, tokens, gen):
 def test_autocast_copy_filled_on_another_stream(kind, gen):
     """Under autocast a float32 weight's bf16 copy is filled at its first call."""
     if kind == "csr":
-        W = random_csr(2048, 2048, 0.3, gen, torch.float32, "cuda")
+        W, twin = (random_csr(2048, 2048, 0.3, gen, torch.float32, "cuda") for _ in "ab")
     else:
-        W = random_nm(2048, 2048, 2, 8, gen, dtype=torch.float32, device="cuda")
+        W, twin = (random_nm(2048, 2048, 2, 8, gen, dtype=torch.float32, device="cuda")
+                   for _ in "ab")  # fmt: skip
     x = torch.randn(4, 2048, generator=gen).cuda()
     rounded = x.bfloat16().double()
     dense = W.to_dense().bfloat16().double()  # (autocast rounds both to bf16)
     want, bound = rounded @ dense.t(), spmm_bound(rounded, dense.t())
 
-    def call():
+    def call(weight=W):
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            return sk.linear(x, W)
+            return sk.linear(x, weight)
 
-    for got in _first_call_behind_a_sleep(call):
+    for got in _first_call_behind_a_sleep(call, lambda: call(twin)):
         assert_close(got, want, bound, torch.bfloat16)
 
 
