@@ -268,6 +268,15 @@ def test_conv_rejects_what_is_not_pointwise(gen):
     layer = SparseConv2d.from_dense(_conv(gen), 0.5)
     with pytest.raises(ValueError, match="32 channels"):
         layer(torch.randn(1, 16, 2, 2, dtype=torch.float64))
+    for x, error, words in [
+        (torch.randn(2, 32, 2, 2), TypeError, "x is torch.float32, weight is torch.float64"),
+        (torch.ones(2, 32, 2, 2, dtype=torch.int64), TypeError, "x must be float16"),
+        (torch.randn(2, 32, 2, 2, dtype=torch.float64, device="meta"), ValueError, "x on meta"),
+    ]:  # (the layer's names: spmm would name its A and B)
+        with pytest.raises(error, match=words):
+            layer(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # (autocast's casts are spmm's)
+        assert layer.float()(torch.randn(2, 32, 2, 2)).dtype == torch.bfloat16
     with pytest.raises(ValueError, match="activation"):
         SparseConv2d.from_dense(_conv(gen), 0.5, activation="tanh")
     assert "in_channels=32, out_channels=12" in repr(

@@ -84,17 +84,33 @@ def fold_(model: nn.Module, *, depthwise: bool = False) -> None:
     """Fold each BatchNorm into the convolution before it (eval semantics) and drop it; fuse
     the ReLU after a SparseConv2d into its epilogue. With `depthwise`, also replace each
     block's depthwise convolution + ReLU by a DepthwiseConv2d with the ReLU fused."""
+    pairs = []  # every (parent, conv, BatchNorm's name), checked before anything changes
     for parent in list(model.modules()):
         names = list(parent._modules)
         for conv_name, bn_name in zip(names, names[1:], strict=False):
             conv, bn = parent._modules[conv_name], parent._modules[bn_name]
             if isinstance(bn, nn.BatchNorm2d) and isinstance(conv, (nn.Conv2d, SparseConv2d)):
-                _fold(conv, bn)
-                parent._modules[bn_name] = nn.Identity()
+                if isinstance(conv, SparseConv2d) and conv.format != "csr":
+                    raise ValueError(
+                        f"folding BatchNorm into an N:M SparseConv2d is not supported "
+                        f"({conv_name} before {bn_name}); nothing was folded"
+                    )
+                pairs.append((parent, conv, bn_name))
+    for parent, conv, bn_name in pairs:
+        _fold(conv, parent._modules[bn_name])
+        parent._modules[bn_name] = _in_mode_of(nn.Identity(), parent._modules[bn_name])
+    for parent in list(model.modules()):
         if isinstance(parent, Separable) and isinstance(parent.pw, SparseConv2d):
-            parent.pw.activation, parent.act2 = "relu", nn.Identity()
+            parent.pw.activation, parent.act2 = "relu", _in_mode_of(nn.Identity(), parent.act2)
         if depthwise and isinstance(parent, Separable) and isinstance(parent.dw, nn.Conv2d):
-            parent.dw, parent.act1 = DepthwiseConv2d.from_conv(parent.dw, "relu"), nn.Identity()
+            fused = DepthwiseConv2d.from_conv(parent.dw, "relu")
+            parent.dw = _in_mode_of(fused, parent.dw)
+            parent.act1 = _in_mode_of(nn.Identity(), parent.act1)
+
+
+def _in_mode_of(new: nn.Module, old: nn.Module) -> nn.Module:
+    """`new` in the training mode of the module it replaces."""
+    return new.train(old.training)
 
 
 def _fold(conv: nn.Module, bn: nn.BatchNorm2d) -> None:
@@ -102,8 +118,6 @@ def _fold(conv: nn.Module, bn: nn.BatchNorm2d) -> None:
     bias = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
     shift = bn.bias + (bias - bn.running_mean) * scale
     if isinstance(conv, SparseConv2d):  # scale each stored value by its row's factor
-        if conv.format != "csr":
-            raise ValueError("folding BatchNorm into an N:M SparseConv2d is not supported")
         rows = torch.repeat_interleave(
             torch.arange(conv.out_features, device=scale.device), conv.row_offsets.diff()
         )

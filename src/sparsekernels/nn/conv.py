@@ -11,7 +11,7 @@ from torch import nn
 
 from .. import _checks
 from ..formats import CSRMatrix, NMMatrix
-from ..ops import spmm
+from ..ops import _autocast, spmm
 from ._weight import SparseWeightModule, compress_weight
 
 
@@ -96,6 +96,11 @@ class SparseConv2d(SparseWeightModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _checks.tensor("x", x)
         _checks.ndim("x", x, [3, 4])
+        _checks.float_dtype("x", x)
+        operands = {"x": x, "weight": self.values, "bias": self.bias}
+        _checks.same_device(operands)  # (named here: spmm would name its A and B)
+        if _autocast.target(x) is None:  # (under autocast spmm casts them as matmul does)
+            _checks.same_dtype(operands)
         if x.shape[-3] != self.in_features:
             raise ValueError(
                 f"x must have {self.in_features} channels (dimension -3), "

@@ -56,7 +56,9 @@ class DepthwiseConv2d(nn.Module):
     ):
         super().__init__()
         self.channels = _checks.positive_int("channels", channels)
-        if isinstance(stride, bool) or stride not in (1, 2):
+        if isinstance(stride, bool) or not isinstance(stride, int):
+            raise TypeError(f"stride must be an int, got {type(stride).__name__}")
+        if stride not in (1, 2):
             raise ValueError(f"stride must be 1 or 2, got {stride!r}")
         self.stride = stride
         name = _checks.activation(activation)

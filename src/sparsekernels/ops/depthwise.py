@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _checks, reference
-from . import _dispatch
+from . import _autocast, _dispatch
 from ._library import _activation_grad, eager_inference
 
 Tensor = torch.Tensor
@@ -50,6 +50,12 @@ def depthwise_conv2d(
         >>> sk.ops.depthwise_conv2d(x, torch.randn(8, 1, 3, 3), stride=2, activation="relu").shape
         torch.Size([2, 8, 3, 3])
     """
+    dtype = _autocast.target(x)
+    if dtype is not None:  # as conv2d: in autocast's dtype
+        with torch.autocast(x.device.type, enabled=False):
+            cast = _autocast.cast
+            return depthwise_conv2d(cast(x, dtype), cast(weight, dtype), cast(bias, dtype),
+                                    stride, activation, backend=backend)  # fmt: skip
     activation = _checks.activation(activation)
     stride = _check_operands(x, weight, bias, stride)
     return depthwise_conv2d_raw(x, weight, bias, stride, activation, backend=backend)
