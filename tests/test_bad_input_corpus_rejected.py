@@ -360,7 +360,7 @@ def nm_indices_offset_255(g, be):
 
 
 # ------------------------------------------- N:M: violations, n >= m, K % m != 0
-@rejects(ValueError, r"dense breaks the 2:4 pattern .*rows 0\.\.0, columns 0\.\.3 hold 4 nonzeros")
+@rejects(ValueError, r"dense breaks the 2:4 pattern .*rows 0\.\.0, columns 0\.\.3 hold 4 nonzero")
 def nm_from_dense_unpruned(g, be):
     return sk.NMMatrix.from_dense(randn(4, 8, gen=g) + 10.0, 2, 4)
 

@@ -120,8 +120,12 @@ def test_dlmc_values_seeded_and_given(dlmc_files):
     assert torch.equal(d.values, given) and torch.equal(d.row_offsets, a.row_offsets)
     half = load_smtx(path, dtype=torch.bfloat16, seed=1)
     assert half.dtype == torch.bfloat16 and torch.equal(half.values, c.values.bfloat16())
-    with pytest.raises(ValueError, match=rf"{re.escape(path.name)}.*values must have nnz"):
+    with pytest.raises(ValueError, match=rf"values must have shape \({a.nnz},\).*{path.name}"):
         load_smtx(path, torch.randn(a.nnz - 1))
+    with pytest.raises(TypeError, match="dtype must be float16"):  # (the caller's: no path)
+        load_smtx(path, dtype=torch.int32)
+    with pytest.raises(TypeError, match="values must be float16"):
+        load_smtx(path, torch.ones(a.nnz, dtype=torch.int64))
 
 
 def test_dlmc_save_writes_the_same_matrix(dlmc_files, tmp_path):
@@ -152,6 +156,24 @@ def test_truncated_dlmc_file(dlmc_files, tmp_path):
         path.write_text(text[:cut])
         with pytest.raises(ValueError, match=re.escape(path.name)):
             load_smtx(path)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("1, 3, -1\n0 -1\n\n", "must be >= 0"),
+        ("2,,3,,,2\n0 1 2\n0 1\n", "header must be 'rows, cols, nnz'"),
+        ("1, 3, 1\n0 1\n2\n7 7 7 7\n", "three lines; line 4 holds '7 7 7 7'"),
+    ],
+)
+def test_malformed_smtx_text(text, words, tmp_path):
+    path = tmp_path / "bad.smtx"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=rf"bad.smtx.*{re.escape(words)}"):
+        load_smtx(path)
+    path.write_text(text.split("\n7")[0] + "\n\n")  # (trailing blank lines are fine)
+    if "line 4" in words:
+        assert load_smtx(path).nnz == 1
 
 
 # --------------------------------------------------------------------------- .smtx: written here
@@ -196,8 +218,8 @@ BAD_SMTX = [
     ("3, 4, 2\n0 2 1 2\n0 3\n", r"not a valid sparse matrix: row_offsets must be non-decreasing"),
     ("3, 4, 2\n1 1 1 2\n0 3\n", r"not a valid sparse matrix: row_offsets must start at 0"),
     ("3, 4, 2\n0 2 2 2\n3 1\n", r"not a valid sparse matrix: column_indices must be strictly"),
-    ("-3, 4, 0\n\n\n", r"expected -2 row offsets, found 0"),
-    ("-1, 4, 0\n\n\n", r"not a valid sparse matrix: shape must not be negative"),
+    ("-3, 4, 0\n\n\n", r"header's rows, cols and nnz must be >= 0"),
+    ("-1, 4, 0\n\n\n", r"header's rows, cols and nnz must be >= 0"),
     ("3, 4, 2\n0 1 1 99999999999999999999\n0 3\n", r"row offsets must be integers below 2\*\*63"),
 ]
 
@@ -222,7 +244,7 @@ def test_smtx_keeps_the_given_values_dtype(tmp_path):
 def test_smtx_values_must_be_a_tensor(tmp_path):
     path = tmp_path / "m.smtx"
     path.write_text("2, 3, 2\n0 1 2\n0 2\n")
-    with pytest.raises(TypeError, match="values must be a torch.Tensor of nnz = 2 values"):
+    with pytest.raises(TypeError, match="values must be a torch.Tensor, got list"):
         load_smtx(path, values=[1.0, 2.0])
 
 

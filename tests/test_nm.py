@@ -211,8 +211,8 @@ def test_nan_and_inf_are_stored_values():
 @pytest.mark.parametrize(
     "n, m, vector, block, rows, bad_row, bad_cols, message",
     [
-        (2, 4, 1, 1, 5, 1, [4, 5, 7], r"rows 1\.\.1, columns 4\.\.7 hold 3 nonzeros"),
-        (2, 8, 4, 1, 6, 5, [8, 9, 10], r"rows 4\.\.5, columns 8\.\.15 hold 3 nonzeros"),
+        (2, 4, 1, 1, 5, 1, [4, 5, 7], r"rows 1\.\.1, columns 4\.\.7 hold 3 nonzero positions"),
+        (2, 8, 4, 1, 6, 5, [8, 9, 10], r"rows 4\.\.5, columns 8\.\.15 hold 3 nonzero positions"),
         (2, 8, 1, 2, 3, 2, [0, 2, 4], r"rows 2\.\.2, columns 0\.\.7 hold 3 nonzero blocks of 2"),
     ],
 )
@@ -230,7 +230,8 @@ def test_pattern_violation_names_rows_and_columns(
     bad = mask.clone()
     bad[group] = False
     bad[bad_row, bad_cols] = True
-    with pytest.raises(ValueError, match=message):
+    kept = message.replace("nonzero", "kept")  # (the mask's positions, not dense's)
+    with pytest.raises(ValueError, match=rf"mask breaks the {n}:{m} pattern.*{kept}"):
         NMMatrix.from_dense(dense * bad, n=n, m=m, vector=vector, block=block, mask=bad)
 
 
@@ -409,3 +410,39 @@ def test_empty(shape):
     assert torch.equal(W.to_dense(), torch.zeros(shape))
     assert W.to_csr().nnz == 0 and W.to_csr().shape == shape
     assert nm_mask(torch.randn(shape), n=2, m=8, vector=4).shape == shape
+
+
+def test_what_is_derived_follows_indices_edited_in_place():
+    """An N:M matrix's CSR pattern and packed offsets (and a CSR pattern's transpose) were
+    kept by name alone: an in-place edit of the indices after a call left them stale."""
+    gen = torch.Generator().manual_seed(3)
+    dense = torch.randn(4, 16, generator=gen)
+    W = NMMatrix.from_dense(dense, 2, 8, mask=nm_mask(dense, 2, 8))
+    x = torch.randn(16, 3, generator=gen)
+    W.csr_pattern().row_order()  # (kept: the CSR pattern and its row order)
+    W.packed_indices(4)
+    with torch.no_grad():
+        W.indices[0, 0], W.indices[0, 1] = 0, 3  # row 0 first group: 0 and 3 (it was 6 and 7)
+    fresh = NMMatrix(W.values, W.indices.clone(), W.shape, 2, 8)
+    assert torch.equal(W.csr_pattern().column_indices, fresh.csr_pattern().column_indices)
+    assert torch.equal(W.packed_indices(4), fresh.packed_indices(4))
+    torch.testing.assert_close(sk.spmm(W.to_csr(), x), W.to_dense() @ x)
+    P = sk.CSRMatrix.from_dense(torch.eye(4) + torch.eye(4).roll(1, 1))
+    P.pattern.transpose()
+    with torch.no_grad():
+        P.column_indices[1] = 2  # row 0 keeps columns 0 and 2
+    twin = sk.CSRMatrix(P.row_offsets.clone(), P.column_indices.clone(), P.values, P.shape)
+    got, want = P.pattern.transpose(), twin.pattern.transpose()
+    assert torch.equal(got[0].column_indices, want[0].column_indices)
+    assert torch.equal(got[1], want[1])
+
+
+def test_to_takes_a_dtype_as_its_first_argument():
+    """.to(torch.float16), as tensors and modules take it (it was read as a device)."""
+    A = CSRMatrix.from_dense(torch.eye(3))
+    W = NMMatrix.from_dense(torch.tensor([[1.0, 0.0, 0.0, 2.0]]), 2, 4)
+    for matrix in (A, W):
+        assert matrix.to(torch.float16).values.dtype == torch.float16
+        assert matrix.to("cpu", torch.bfloat16).values.dtype == torch.bfloat16
+        with pytest.raises(TypeError, match="dtype given twice"):
+            matrix.to(torch.float16, torch.float32)

@@ -249,3 +249,19 @@ def test_caches_follow_fused_steps_data_swaps_and_moves(gen):
     with torch.no_grad():
         layer(x)
     assert held_bytes(layer) == inference
+
+
+def test_a_layer_pickles_after_cusparselt_packed_its_weight(monkeypatch, tmp_path):
+    """torch.save(layer) raised "cannot pickle 'weakref'" once cuSPARSELt's packed weight was
+    kept beside the N:M matrix (every GPU forward through that backend). What is derived is
+    left out of the pickle and remade."""
+    from sparsekernels.formats import semi_structured
+
+    monkeypatch.setattr(torch, "_cslt_compress", lambda dense: dense.clone())  # (CUDA-only)
+    layer = SparseLinear.from_dense(nn.Linear(64, 32).half(), pattern="2:4")
+    semi_structured.packed_weight(layer.weight)  # (what ops/_cusparselt.spmm does on a GPU)
+    torch.save(layer, tmp_path / "layer.pt")
+    back = torch.load(tmp_path / "layer.pt", weights_only=False)
+    x = torch.randn(3, 64).half()
+    torch.testing.assert_close(back(x), layer(x), rtol=0, atol=0)
+    assert "cusparselt" in layer.weight._cache and "cusparselt" not in back.weight._cache

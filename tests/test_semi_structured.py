@@ -50,6 +50,19 @@ def test_to_semi_structured_rejects(n, m, vector, block, dtype, shape, message, 
         W.to_semi_structured()
 
 
+def test_cutlass_float32_refuses_pairs_it_would_halve(monkeypatch):
+    """torch's CUTLASS packs float32 as 1:2 (one value a pair of columns): a 2:4 weight keeping
+    both of a pair lost one silently. (CPU: the CUDA reasons skipped, the check comes first.)"""
+    monkeypatch.setattr(semi_structured, "unsupported_reasons", lambda *a, **k: [])
+    monkeypatch.setattr(semi_structured, "torch_backend", lambda: "cutlass")
+    dense = torch.zeros(32, 32)
+    dense[:, 0::4], dense[:, 2::4] = 1.0, 2.0  # one a pair: 1:2 holds it
+    dense[5, 9], dense[5, 10] = 3.0, 0.0  # row 5's third group keeps columns 8 and 9
+    W = sk.NMMatrix.from_dense(dense, 2, 4, mask=dense != 0)
+    with pytest.raises(ValueError, match="row 5 keeps both of columns 8 and 9"):
+        W.to_semi_structured()
+
+
 def test_dispatch_lists_every_reason():
     bad = _problem(dtype=torch.float32, pattern=(2, 8, 1, 1), transpose=True, shape=(24, 64))
     reasons = " | ".join(_cusparselt_reasons(bad))

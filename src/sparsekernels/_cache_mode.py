@@ -66,3 +66,19 @@ def version(tensor: torch.Tensor) -> tuple[int, int] | None:
     if tensor.is_inference():
         return None
     return tensor._version, tensor.data_ptr()
+
+
+_SOURCES_SEEN = "sources seen"  # (a key of the dicts derived_from keeps)
+
+
+def derived_from(cache: dict, *sources: torch.Tensor) -> dict:
+    """`cache`, a dict of what was derived from `sources` (a pattern's index arrays), emptied
+    first if any of them changed since (an in-place edit, a `.data` swap: `version`); as kept
+    while torch.compile traces (the layers' formats are built before it)."""
+    if torch.compiler.is_compiling():
+        return cache
+    now = tuple(version(t) for t in sources)
+    if cache.get(_SOURCES_SEEN, now) != now:
+        cache.clear()
+    cache[_SOURCES_SEEN] = now
+    return cache

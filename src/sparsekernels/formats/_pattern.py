@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .._cache_mode import building
+from .._cache_mode import building, derived_from
 
 INT16_MAX = 2**15 - 1
 INT32_MAX = 2**31 - 1
@@ -48,11 +48,12 @@ class Pattern:
         return self.column_indices.device
 
     def _cached(self, key: str, build):
-        if key not in self._cache:
+        cache = derived_from(self._cache, self.row_offsets, self.column_indices)
+        if key not in cache:
             # (normal tensors under inference_mode too)
             with building(self.column_indices):
-                self._cache[key] = build()
-        return self._cache[key]
+                cache[key] = build()
+        return cache[key]
 
     def row_lengths(self) -> torch.Tensor:
         return self._cached("row_lengths", lambda: self.row_offsets.diff())

@@ -227,6 +227,10 @@ class CSRMatrix:
 
     def to(self, device=None, dtype: torch.dtype | None = None) -> CSRMatrix:
         """Move to a device and/or cast the values to a floating dtype."""
+        if isinstance(device, torch.dtype):  # (.to(torch.float16), as tensors and modules take)
+            if dtype is not None:
+                raise TypeError(f"dtype given twice: {device} and {dtype}")
+            device, dtype = None, device
         if dtype is not None and dtype not in _checks.FLOAT_DTYPES:
             raise TypeError(f"dtype must be a floating dtype, got {dtype}")
         values = self.values.to(device=device, dtype=dtype)

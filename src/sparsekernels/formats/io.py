@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import _checks
 from .csr import CSRMatrix
 from .nm import NMMatrix
 
@@ -26,6 +27,12 @@ def load_smtx(
 ) -> CSRMatrix:
     """Read a DLMC .smtx pattern; values are given (nnz,) or drawn from N(0, 1) with `seed`,
     in `dtype` (default: the given values' dtype, else float32)."""
+    if dtype is not None and dtype not in _checks.FLOAT_DTYPES:  # (the caller's, not the file's)
+        raise TypeError(f"dtype must be float16, bfloat16, float32 or float64, got {dtype}")
+    if values is not None:
+        _checks.tensor("values", values)
+        _checks.float_dtype("values", values)
+    device = torch.device(device)
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
@@ -35,10 +42,15 @@ def load_smtx(
         raise ValueError(
             f"{path}: an .smtx file needs a header and row offsets, found {len(lines)} line(s)"
         )
-    header = _ints(path, "header (rows, cols, nnz)", lines[0].replace(",", " "))
-    if header.size != 3:
+    fields = lines[0].split(",")
+    header = _ints(path, "header (rows, cols, nnz)", " ".join(fields))
+    if header.size != 3 or len(fields) != 3:
         raise ValueError(f"{path}: header must be 'rows, cols, nnz', got {lines[0]!r}")
     rows, cols, nnz = (int(v) for v in header)
+    if min(rows, cols, nnz) < 0:
+        raise ValueError(f"{path}: header's rows, cols and nnz must be >= 0, got {lines[0]!r}")
+    if any(line.strip() for line in lines[3:]):
+        raise ValueError(f"{path}: an .smtx file has three lines; line 4 holds {lines[3][:40]!r}")
     offsets = _ints(path, "row offsets", lines[1])
     columns = _ints(path, "column indices", lines[2] if len(lines) > 2 else "")
     if offsets.size != rows + 1:
@@ -49,9 +61,9 @@ def load_smtx(
         raise ValueError(
             f"{path}: expected {nnz} column indices, found {columns.size} (truncated?)"
         )
-    if values is not None and not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a torch.Tensor of nnz = {nnz} values or None, "
-                        f"got {type(values).__name__}")  # fmt: skip
+    if values is not None and tuple(values.shape) != (nnz,):
+        raise ValueError(f"values must have shape ({nnz},): one a stored entry of {path}, got "
+                         f"{tuple(values.shape)}")  # fmt: skip
     if values is None:
         generator = torch.Generator().manual_seed(seed)
         values = torch.randn(nnz, generator=generator, dtype=torch.float32)

@@ -20,7 +20,7 @@ import math
 import torch
 
 from .. import _checks
-from .._cache_mode import building
+from .._cache_mode import building, derived_from
 from . import semi_structured
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
@@ -53,6 +53,11 @@ class NMMatrix:
         self.values = values
         self.indices = indices
         self._cache: dict[str, object] = {}
+
+    def __getstate__(self) -> dict:
+        """Pickled (torch.save of a layer too) without what is derived: it holds a weak
+        reference (cuSPARSELt's packed weight), and is remade on use."""
+        return {**self.__dict__, "_cache": {}}
 
     # ----------------------------------------------------------------- properties
     @property
@@ -136,9 +141,11 @@ class NMMatrix:
         counts = blocks.sum(-1)
         if counts.numel() and int(counts.max()) > kept_blocks:
             g, k = (int(i) for i in (counts > kept_blocks).nonzero()[0])
-            unit = "nonzeros" if block == 1 else f"nonzero blocks of {block} columns"
+            kind = "nonzero" if mask is None else "kept"  # (the mask's, when one is given)
+            unit = f"{kind} positions" if block == 1 else f"{kind} blocks of {block} columns"
             raise ValueError(
-                f"dense breaks the {n}:{m} pattern (vector={vector}, block={block}): rows "
+                f"{'dense' if mask is None else 'mask'} breaks the {n}:{m} pattern "
+                f"(vector={vector}, block={block}): rows "
                 f"{g * vector}..{min(rows, (g + 1) * vector) - 1}, "
                 f"columns {k * m}..{k * m + m - 1} "
                 f"hold {int(counts[g, k])} {unit} where at most {kept_blocks} may be kept"
@@ -174,19 +181,20 @@ class NMMatrix:
 
     def csr_pattern(self) -> Pattern:
         """This pattern as CSR (every row holds groups * n entries, already sorted)."""
-        if "csr" not in self._cache:
+        cache = derived_from(self._cache, self.indices)
+        if "csr" not in cache:
             rows, cols = self.shape
             per_row = self.groups * self.n
             nnz = rows * per_row
             # (normal tensors under inference_mode too)
             with building(self.indices):
                 offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
-                self._cache["csr"] = Pattern(
+                cache["csr"] = Pattern(
                     offsets.to(index_dtype_for(nnz)),
                     self.column_indices().reshape(-1).to(column_dtype_for(cols)),
                     self.shape,
                 )
-        return self._cache["csr"]  # type: ignore[return-value]
+        return cache["csr"]  # type: ignore[return-value]
 
     def packed_indices(self, bits: int | None = None) -> torch.Tensor:
         """Indices packed `bits` each (default `index_bits`) into int32 words, 32 // bits a
@@ -195,10 +203,11 @@ class NMMatrix:
         if not isinstance(bits, int) or not self.index_bits <= bits <= 8:
             raise ValueError(f"bits must be an int from {self.index_bits} to 8, got {bits!r}")
         key = f"packed{bits}"
-        if key not in self._cache:
+        cache = derived_from(self._cache, self.indices)
+        if key not in cache:
             with building(self.indices):
-                self._cache[key] = pack_offsets(self.indices, bits)
-        return self._cache[key]  # type: ignore[return-value]
+                cache[key] = pack_offsets(self.indices, bits)
+        return cache[key]  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- conversion
     def to_csr(self):
@@ -225,6 +234,10 @@ class NMMatrix:
         return semi_structured.from_semi_structured(t)
 
     def to(self, device=None, dtype: torch.dtype | None = None) -> NMMatrix:
+        if isinstance(device, torch.dtype):  # (.to(torch.float16), as tensors and modules take)
+            if dtype is not None:
+                raise TypeError(f"dtype given twice: {device} and {dtype}")
+            device, dtype = None, device
         if dtype is not None and dtype not in _checks.FLOAT_DTYPES:
             raise TypeError(f"dtype must be a floating dtype, got {dtype}")
         values = self.values.to(device=device, dtype=dtype)

@@ -4,7 +4,8 @@
 (compute capability 8.0+): for cuSPARSELt by default (kept values, then metadata, in one buffer),
 for CUTLASS when torch is told to (`SparseSemiStructuredTensor._FORCE_CUTLASS`). Only an
 element-wise 2:4 NMMatrix (n=2, m=4, vector=1, block=1) converts; torch's tables (2.4 to 2.13)
-ask for CUDA, fp16/bf16 (CUTLASS also fp32; cuSPARSELt reads fp32 as 1:2, not 2:4) and a weight
+ask for CUDA, fp16/bf16 (CUTLASS also fp32, but packed 1:2: one value a pair of columns, so
+only a 2:4 weight whose pairs each hold one nonzero converts) and a weight
 whose rows and columns are multiples of 16 (cuSPARSELt) or 32 x 64 (CUTLASS). The dense operand
 of a product needs its columns padded to a multiple of 8, which the cusparselt backend does.
 
@@ -21,7 +22,7 @@ import weakref
 
 import torch
 
-from .._cache_mode import building, version
+from .._cache_mode import building, derived_from, version
 
 # What torch's semi-structured subclasses take (their _DTYPE_SHAPE_CONSTRAINTS, torch 2.4-2.13),
 # for our dtypes: the weight's rows and columns must be multiples of these. The dense operand's
@@ -129,6 +130,15 @@ def to_semi_structured(matrix) -> torch.Tensor:
             f"cannot convert {matrix!r} to a semi-structured tensor: " + "; ".join(reasons)
         )
     dense = matrix.to_dense().detach().contiguous()
+    if backend == "cutlass" and dense.dtype == torch.float32:
+        doubled = (dense.view(dense.shape[0], -1, 2) != 0).all(-1)
+        if bool(doubled.any()):  # (torch would drop one of the two, silently)
+            row, pair = (int(i) for i in doubled.nonzero()[0])
+            raise ValueError(
+                f"cannot convert {matrix!r} to a CUTLASS float32 semi-structured tensor: it "
+                f"keeps one value a pair of columns (1:2), and row {row} keeps both of columns "
+                f"{2 * pair} and {2 * pair + 1}; use float16/bfloat16 or cuSPARSELt"
+            )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_PROTOTYPE_WARNING)
         return torch.sparse.to_sparse_semi_structured(dense)
@@ -145,7 +155,7 @@ def packed_weight(matrix) -> torch.Tensor:
     seen = version(values)
     if seen is None:  # an inference tensor: in-place changes could not be seen
         return compress(values, matrix.indices, matrix.shape[1])
-    entry = matrix._cache.get("cusparselt")
+    entry = derived_from(matrix._cache, matrix.indices).get("cusparselt")
     if entry is not None:
         ref, seen_version, packed = entry
         if ref() is values and seen_version == seen:

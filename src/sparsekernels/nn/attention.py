@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from .._cache_mode import building
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
@@ -34,6 +35,8 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
     def __init__(self, pattern: CSRMatrix | torch.Tensor, scale: float | None = None):
         super().__init__()
         if isinstance(pattern, torch.Tensor):
+            if pattern.dtype != torch.bool:  # (an additive float mask means the opposite)
+                raise TypeError(f"a mask pattern must be torch.bool, got {pattern.dtype}")
             if pattern.dim() != 2:
                 raise ValueError(f"a mask pattern must be 2-D (L, L), got {tuple(pattern.shape)}")
             pattern = CSRMatrix.from_dense(pattern.to(torch.float32), mask=pattern.bool())
@@ -43,8 +46,8 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
             )
         if pattern.batch is not None:
             raise ValueError("pattern must be a single matrix, not a batch")
-        if scale is not None and not isinstance(scale, (int, float)):
-            raise TypeError(f"scale must be a number or None, got {type(scale).__name__}")
+        if scale is not None:
+            scale = _checks.finite_number("scale", scale)
         self.shape = pattern.shape
         self.scale = scale
         self.register_buffer("row_offsets", pattern.row_offsets.clone())

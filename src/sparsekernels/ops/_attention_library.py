@@ -226,6 +226,12 @@ class BlockAttentionEager(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, grad_lse):
         q, k, v, out, lse, *layout = ctx.saved_tensors
+        if torch.is_grad_enabled():  # (create_graph: its kernels record no graph; a penalty on
+            raise RuntimeError(  # the gradients would lose its terms silently, even past
+                "sparse_attention's fused kernel (backend 'triton_flash') is differentiable "
+                "once: for second derivatives (create_graph=True) use backend='triton' or "
+                "'reference'"  # once_differentiable, which torch.autograd.grad prunes)
+            )
         if grad is None:
             grad = torch.zeros_like(out)
         dq, dk, dv = block_attention_backward_body(

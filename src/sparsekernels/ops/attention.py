@@ -21,7 +21,7 @@ import torch
 from .. import _checks
 from ..formats import CSRMatrix
 from ..formats._pattern import Pattern
-from . import _attention_library, _dispatch
+from . import _attention_library, _autocast, _dispatch
 from ._library import eager, eager_inference
 from .sddmm import sddmm
 from .softmax import sparse_softmax
@@ -49,6 +49,12 @@ def sparse_attention(
     """
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
+    dtype = _autocast.target(q)
+    if dtype is not None:  # as scaled_dot_product_attention: in autocast's dtype
+        with torch.autocast(q.device.type, enabled=False):
+            cast = _autocast.cast
+            return sparse_attention(cast(q, dtype), cast(k, dtype), cast(v, dtype), pattern,
+                                    scale, backend=backend)  # fmt: skip
     for name, t in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, t)
         _checks.ndim(name, t, [4])
@@ -76,10 +82,14 @@ def sparse_attention(
 
 
 def _composed(q, k, v, pattern, scale, backend):
-    """softmax(scale * sddmm(q, k)) then spmm with v; `backend` forced on each op (or None)."""
+    """softmax(scale * sddmm(q, k)) then spmm with v; `backend` forced on each op (or None).
+    In 16-bit the scale goes into q first, as torch's math attention does: sddmm's scores are
+    in q's dtype, and unscaled ones passed fp16's 65504 (NaN rows) where q k / sqrt(d) fit."""
     batch, heads, lq, d = q.shape
     flat = batch * heads  # explicit sizes: a -1 is ambiguous when B, H or D is 0
     lk, dv = k.shape[2], v.shape[3]
+    if q.element_size() == 2:
+        q, scale = q * scale, 1.0
     scores = sddmm(q.reshape(flat, lq, d), k.reshape(flat, lk, d), pattern, backend=backend)
     probs = sparse_softmax(scores, scale, backend=backend)
     out = spmm(probs, v.reshape(flat, lk, dv), backend=backend)
