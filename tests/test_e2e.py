@@ -100,11 +100,15 @@ def _attention_reference(attn, x: torch.Tensor, theta: float) -> torch.Tensor:
         ({"kv_heads": 3}, "kv_heads 3 must divide heads 4"),
         ({"hidden": 34}, "must be heads 4 times an even head size"),
         ({"hidden": 36}, "must be heads 4 times an even head size"),
+        ({"rope_theta": float("inf")}, "rope_theta must be finite"),
+        ({"eps": -1e-6}, "eps must be positive"),
     ],
 )
 def test_llama_config_is_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LlamaConfig(**{"hidden": 32, "intermediate": 64, "heads": 4, "kv_heads": 2, **kwargs})
+    with pytest.raises(TypeError, match="rope_theta must be a number, got str"):
+        LlamaConfig(hidden=32, intermediate=64, heads=4, kv_heads=2, rope_theta="1e4")
 
 
 def test_llama_generate_says_what_is_wrong():
@@ -122,6 +126,27 @@ def test_llama_generate_says_what_is_wrong():
         stack.generate(x, 2)
     stack.allocate_cache(2, 6)
     assert stack.generate(x, 2).shape == (2, 2, 32)  # exactly room: 4 + 2 positions
+    kept = [t.clone() for t in stack.layers[0].attn.cache]
+    with pytest.raises(ValueError, match="positions up to 7 pass"):  # (before the prefill)
+        stack.generate(x, 3)
+    assert all(torch.equal(a, b) for a, b in zip(kept, stack.layers[0].attn.cache, strict=True))
+    one = x[:, :1]
+    for start, words in [(-3, "start must be an int >= 0"), (2.0, "start must be an int"),
+                         (True, "start must be an int")]:  # fmt: skip
+        with pytest.raises(ValueError, match=words):  # (-3 read the cache from its end)
+            stack.decode(one, start, 1)
+    with pytest.raises(ValueError, match="one token a sequence"):
+        stack.decode(x[:, :2], 2, 1)
+    with pytest.raises(ValueError, match="at least one token"):
+        stack.generate(x[:, :0], 1)
+    for batch, max_len, error in [(2, -1, ValueError), (2.5, 4, TypeError), (0, 4, ValueError)]:
+        with pytest.raises(error, match="batch|max_len"):
+            stack.allocate_cache(batch, max_len)
+    stack.to(torch.float64)  # (the caches and rotary tables stay float32 until reallocated)
+    with pytest.raises(ValueError, match="call allocate_cache again after .to"):
+        stack.generate(x.double(), 1)
+    stack.allocate_cache(2, 6)
+    assert stack.generate(x.double(), 2).dtype == torch.float64
 
 
 def test_transformer_config_and_length_are_checked():
@@ -130,8 +155,13 @@ def test_transformer_config_and_length_are_checked():
     cfg = TransformerConfig(vocab=11, dim=16, heads=2, layers=1, seq_len=20, window=3, stride=5)
     sparse, dense = transformer_pair(cfg)
     for model in (sparse, dense):
-        with pytest.raises(ValueError, match="up to seq_len = 20"):
+        with pytest.raises(ValueError, match="up to seq_len = 20|exactly seq_len = 20"):
             model(torch.randint(0, 11, (2, 21)))
+        with pytest.raises(ValueError, match="tokens must be"):
+            model(torch.randint(0, 11, (21,)))
+    assert dense(torch.randint(0, 11, (2, 7))).shape == (2, 7, 11)  # (causal SDPA: any length)
+    with pytest.raises(ValueError, match="exactly seq_len = 20"):  # (the pattern is 20 x 20)
+        sparse(torch.randint(0, 11, (2, 7)))
 
 
 def test_llama_attention_matches_written_out_reference():

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import _checks
 from ..kernels import rms_norm as rms_norm_kernel
 from ..kernels import rope_cache as rope_cache_kernel
 from ..kernels import swiglu as swiglu_kernel
@@ -54,8 +55,10 @@ class LlamaConfig:
             )
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads {self.kv_heads} must divide heads {self.heads}")
-        if not self.rope_theta > 0 or not self.eps > 0:
-            raise ValueError("rope_theta and eps must be positive")
+        for name in ("rope_theta", "eps"):
+            value = _checks.finite_number(name, getattr(self, name))
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {value!r}")
 
     @property
     def head_dim(self) -> int:
@@ -78,7 +81,8 @@ class RMSNorm(nn.Module):
     def add(self, x: torch.Tensor, delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(x + delta, the norm of it); delta None: (x, its norm). Without autograd on CUDA,
         one kernel (kernels/rms_norm.py): torch's fused norm took ~6 us a decode row."""
-        if x.is_cuda and not torch.is_grad_enabled() and rms_norm_kernel.supports(x):
+        fused = x.is_cuda and not torch.is_grad_enabled() and rms_norm_kernel.supports(x)
+        if fused and (delta is None or delta.dtype == x.dtype):  # (autocast may mix them)
             return rms_norm_kernel.rms_norm(x, self.weight, self.eps, delta)
         total = x if delta is None else x + delta
         return total, F.rms_norm(total, (x.shape[-1],), self.weight, self.eps)
@@ -113,7 +117,13 @@ class Attention(nn.Module):
             raise ValueError("several new tokens are supported only from position 0 (prefill)")
         qkv = self.qkv_proj(x)
         k_cache, v_cache = self.cache
-        if qkv.is_cuda and not torch.is_grad_enabled() and rope_cache_kernel.supports(qkv, d):
+        same = k_cache.dtype == cos.dtype == qkv.dtype  # (not under autocast's bf16 qkv)
+        if (
+            qkv.is_cuda
+            and not torch.is_grad_enabled()
+            and same
+            and rope_cache_kernel.supports(qkv, d)
+        ):
             # one launch for the rotation and both cache writes (kernels/rope_cache.py)
             q = rope_cache_kernel.rope_cache(
                 qkv, cos, signed_sin, k_cache, v_cache, start, cfg.heads, cfg.kv_heads
@@ -181,7 +191,10 @@ class LlamaStack(nn.Module):
                 nn.init.normal_(p, std=0.02)
 
     def allocate_cache(self, batch: int, max_len: int) -> None:
-        """KV caches for `batch` sequences of up to `max_len` tokens, in the weights' dtype."""
+        """KV caches for `batch` sequences of up to `max_len` tokens, in the weights' dtype
+        and on their device (again after a `.to(...)`)."""
+        for name, value in (("batch", batch), ("max_len", max_len)):
+            _checks.positive_int(name, value)
         cfg, p = self.cfg, self.norm.weight
         shape = (batch, cfg.kv_heads, max_len, cfg.head_dim)
         for layer in self.layers:
@@ -207,8 +220,18 @@ class LlamaStack(nn.Module):
         """A clear error where the caches cannot take these tokens (before any work)."""
         if not hasattr(self, "_cos"):
             raise ValueError("call allocate_cache(batch, max_len) before running the stack")
+        weight = self.norm.weight
+        if (self._cos.dtype, self._cos.device) != (weight.dtype, weight.device):
+            raise ValueError(
+                f"the caches are {self._cos.dtype} on {self._cos.device}, the weights "
+                f"{weight.dtype} on {weight.device}: call allocate_cache again after .to()"
+            )
         if x.dim() != 3 or x.shape[-1] != self.cfg.hidden:
             raise ValueError(f"x must be (batch, tokens, {self.cfg.hidden}), got {tuple(x.shape)}")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"start must be an int >= 0, got {start!r}")
+        if x.shape[1] < 1:
+            raise ValueError(f"x must hold at least one token, got {tuple(x.shape)}")
         cache = self.layers[0].attn.cache if self.layers else None
         batch, max_len = (cache[0].shape[0], cache[0].shape[2]) if cache else (None, None)
         if batch is not None and x.shape[0] > batch:
@@ -224,7 +247,7 @@ class LlamaStack(nn.Module):
         """Prefill `prompt` (batch, P, hidden), then decode `steps` tokens one at a time."""
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-        self._check_room(prompt, 0, prompt.shape[1] + steps - 1)
+        self._check_room(prompt, 0, prompt.shape[1] + steps)  # (the steps' tokens are kept)
         x = self(prompt, 0)[:, -1:]
         return self.decode(x, prompt.shape[1], steps)
 
@@ -235,6 +258,10 @@ class LlamaStack(nn.Module):
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be an int >= 1, got {steps!r}")
         self._check_room(x, start, steps)
+        if x.shape[1] != 1:
+            raise ValueError(
+                f"x must be one token a sequence (batch, 1, hidden), got {tuple(x.shape)}"
+            )
         outs = []
         for i in range(steps):
             x = self(x, start + i)

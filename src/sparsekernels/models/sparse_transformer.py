@@ -97,9 +97,14 @@ class TransformerLM(nn.Module):
         self.head = nn.Linear(cfg.dim, cfg.vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.dim() != 2 or tokens.shape[1] > self.cfg.seq_len:
+        # a fixed sparse pattern is (seq_len, seq_len): its model takes exactly seq_len tokens
+        exact = any(isinstance(b.attn.core, SparseAttention) for b in self.blocks)
+        length = tokens.shape[1] if tokens.dim() == 2 else -1
+        fits = length == self.cfg.seq_len if exact else 0 <= length <= self.cfg.seq_len
+        if not fits:
+            wanted = "exactly" if exact else "up to"
             raise ValueError(
-                f"tokens must be (batch, up to seq_len = {self.cfg.seq_len}), "
+                f"tokens must be (batch, {wanted} seq_len = {self.cfg.seq_len}), "
                 f"got {tuple(tokens.shape)}"
             )
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]
