@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -12,6 +13,7 @@ import pytest
 import torch
 from rich.console import Console
 
+import sparsekernels
 from sparsekernels.bench import cli, dlmc, harness, info, output, runner, suites
 from sparsekernels.bench.cases import Expected, weight_case
 from sparsekernels.bench.providers import Provider
@@ -192,9 +194,10 @@ def test_check_catches_one_bad_row():
 @pytest.mark.parametrize(
     ("eager", "method", "ms"),
     [
-        ((2.6, 0.3), "cudagraph", 0.015),  # a transient: the rerun is short, so the graph times it
-        ((2.6, 2.5), "do_bench", 2.5),  # slow both times: the faster eager time, no graph
+        ((26.0, 3.0), "cudagraph", 0.015),  # a transient: the rerun is short, so the graph
+        ((26.0, 25.0), "do_bench", 25.0),  # slow both times: the faster eager time, no graph
         ((0.3,), "cudagraph", 0.015),  # short at once: one eager run, then the graph
+        ((1.2,), "cudagraph", 0.015),  # host-bound (torch's 2:4 at one token): a graph too
     ],
 )
 def test_cuda_timer_retimes_a_slow_eager_call(monkeypatch, eager, method, ms):
@@ -211,6 +214,21 @@ def test_cuda_timer_retimes_a_slow_eager_call(monkeypatch, eager, method, ms):
     assert next(runs, None) is None  # every eager run the case expects was made
     if method == "cudagraph":
         assert timing.eager_ms == eager[-1]
+
+
+def test_copies_overflow_l2_within_a_memory_budget(monkeypatch):
+    """Graph timings get no flush: small cases rotate enough copies to overflow L2 twice (at
+    most 32 copies left them warm), within MAX_COPY_BYTES."""
+
+    class Props:
+        L2_cache_size = 60 * 2**20
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+    gpu = torch.device("cuda")
+    assert harness.copies_for(100_000, gpu) == math.ceil(2 * 60 * 2**20 / 100_000)  # 1259
+    assert harness.copies_for(16, gpu) == harness.MAX_COPIES
+    assert harness.copies_for(2**29, gpu) == 1  # (two would pass the budget)
+    assert harness.copies_for(2**20, gpu) * 2**20 <= harness.MAX_COPY_BYTES
 
 
 def test_cpu_timer_and_no_rotation_on_cpu():
@@ -375,6 +393,11 @@ def test_compare_with_a_previous_run(quick_run, tmp_path):
     assert "## Against our previous version" in text
     # compared with itself, every case of ours is matched and runs at exactly 1.00x
     assert f"| {first.op} | {first.dtype} | {first.provider} | {len(same_group)} | 1.00x |" in text
+    assert "had no match" not in text and "Drift: the peers" in text and "1.00x their" in text
+    # a case the earlier run lacks is named, not dropped silently
+    moved = dataclasses.replace(first, shape=(first.shape[0] + 1, *first.shape[1:]))
+    text = compare_markdown(previous, [moved, *quick_run.rows], quick_run.meta["device"])
+    assert "1 row(s) of ours had no match in the earlier run: `" + moved.case in text
     assert (
         cli.main(["--quick", "--device", "cpu", "--compare", str(tmp_path / "missing.jsonl")]) == 2
     )
@@ -484,3 +507,37 @@ def test_summary_compares_attention_memory():
     for r in rows:
         r.peak_mb = None
     assert "## Attention memory" not in output.summary_markdown(meta, rows)
+
+
+def test_run_metadata_records_code_and_precision():
+    """What a figure needs beside it: our version (None from a source checkout before), the
+    local changes' hash ('+dirty' alone named no code), torch's precision switches, load."""
+    from sparsekernels.bench import metadata
+
+    meta = metadata.run_metadata(CPU, [])
+    assert meta["sparsekernels"] == sparsekernels.__version__
+    assert "diff_sha256" in meta and len(meta["load_average"]) == 3
+    precision = meta["precision"]
+    assert precision["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+    assert precision["cuda_matmul_allow_tf32"] == torch.backends.cuda.matmul.allow_tf32
+
+
+def test_a_case_draws_the_same_data_in_a_subset(monkeypatch, tmp_path):
+    """Seeds came from a case's place in the run, so --match drew other data (another measured
+    density: --compare dropped the case). Each case now seeds from its name."""
+    seeds: dict[str, int] = {}
+
+    def record(case, entries, timer, *, seed):
+        seeds.setdefault(case.name, seed)
+        assert seeds[case.name] == seed
+        return []
+
+    monkeypatch.setattr(harness, "run_case", record)
+    monkeypatch.setattr(runner, "measure_ceilings", lambda timer, dtypes: {})
+    quiet = Console(file=io.StringIO())
+    runner.run(runner.RunConfig(["quick"], CPU, out=tmp_path / "a", plots=False), quiet)
+    names = sorted(seeds)
+    assert len(set(seeds.values())) == len(names) > 2
+    last = names[-1]
+    subset = runner.RunConfig(["quick"], CPU, out=tmp_path / "b", plots=False, match=(last,))
+    runner.run(subset, quiet)  # (asserts inside: the same seed as in the whole run)

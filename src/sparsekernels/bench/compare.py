@@ -42,14 +42,30 @@ def compare_markdown(
     if meta.get("device") != device:
         lines += [f"(The earlier run was on {meta.get('device')}, this one on {device}.)", ""]
     ratios: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    pairs = []
+    pairs, unmatched, drift = [], [], []
     for r in rows:
-        if not r.ours or r.status != "ok" or not r.time_ms:
+        if r.status != "ok" or not r.time_ms:
             continue
         old = before.get((r.case, r.provider))
+        if not r.ours:  # a peer's own change between the runs: the machine's drift
+            if old:
+                drift.append(old / r.time_ms)
+            continue
         if old:
             ratios[(r.op, r.dtype, r.provider)].append(old / r.time_ms)
             pairs.append((old / r.time_ms, r))
+        else:
+            unmatched.append(r)
+    if unmatched:  # (said, not dropped silently: another density or shape is another case)
+        names = sorted({r.case for r in unmatched})
+        shown = ", ".join(f"`{n}`" for n in names[:3]) + (", ..." if len(names) > 3 else "")
+        lines += [f"{len(unmatched)} row(s) of ours had no match in the earlier run: {shown}", ""]
+    if drift:
+        lines += [
+            f"Drift: the peers (dense, cuSPARSE, ...) ran {geomean(drift):.2f}x their earlier "
+            f"time's speed over {len(drift)} rows; our speedups below include it.",
+            "",
+        ]
     if not pairs:
         return "\n".join(lines + ["No case of ours ran in both runs.", ""])
     lines += ["| op | dtype | provider | cases | geometric-mean speedup |", "|---|---|---|---|---|"]

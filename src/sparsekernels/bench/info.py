@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..ops import _dispatch
-from .harness import run_metadata
+from .metadata import run_metadata
 
 # A small problem per dispatch op: the facts its backends look at (the common ones on every op).
 _COMMON = {"n": 16, "k": 64, "batch": 1, "transpose": False}
