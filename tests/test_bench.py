@@ -541,3 +541,26 @@ def test_a_case_draws_the_same_data_in_a_subset(monkeypatch, tmp_path):
     last = names[-1]
     subset = runner.RunConfig(["quick"], CPU, out=tmp_path / "b", plots=False, match=(last,))
     runner.run(subset, quiet)  # (asserts inside: the same seed as in the whole run)
+
+
+def test_the_route_label_is_the_ops_own_choice(monkeypatch):
+    """The automatic-route label came from facts of the case's shape alone (SDDMM's tile fill
+    was missing: four GPU cases named the dense backend where the op ran Triton). It is now
+    the backend a backend=None call takes on the case's inputs."""
+    import dataclasses as dc
+
+    from sparsekernels.bench.cases import AUTOMATIC_ROUTE
+    from sparsekernels.bench.providers import Entry, providers_for, routed_backend
+
+    case = weight_case("spmm", 48, 64, 8, torch.float32, CPU, sparsity=0.5)
+    entries = [e for e in providers_for(case) if e.provider.ours and e.status == "ready"]
+    assert len(entries) >= 2
+    wrong = next(e for e in entries if AUTOMATIC_ROUTE not in e.provider.note)
+    misled = [
+        Entry(dc.replace(e.provider, note=AUTOMATIC_ROUTE if e is wrong else ""), e.status)
+        for e in entries
+    ]
+    timer = harness.Timer(CPU, warmup_ms=1, rep_ms=2)
+    rows = harness.run_case(case, misled, timer, seed=1)
+    routed = [r.provider for r in rows if AUTOMATIC_ROUTE in r.note]
+    assert routed == [f"sk_{routed_backend(case, case.build(1))}"] != [wrong.provider.name]

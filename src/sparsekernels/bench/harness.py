@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import torch
 
-from .cases import OPS, Case, Expected, measured_density
-from .providers import Entry, Provider
+from .cases import AUTOMATIC_ROUTE, OPS, Case, Expected, measured_density
+from .providers import Entry, Provider, routed_backend
 
 # Every provider whose eager time is below this is re-timed as a CUDA graph, so that the host
 # launch path (our custom ops cost ~0.1-0.2 ms of Python a call on the H200; torch's 2:4 up to
@@ -343,6 +343,18 @@ def _peak_memory(timer: Timer, fn: Callable[[], object]) -> tuple[float, float |
     return seconds, (torch.cuda.max_memory_allocated(timer.device) - before) / 2**20
 
 
+def _route(case: Case, entries: Sequence[Entry], inputs: dict) -> str | None:
+    """The backend of ours the op itself takes on `inputs`, where one of the entries is it."""
+    if not any(e.provider.ours for e in entries):
+        return None
+    try:
+        route = routed_backend(case, inputs)
+    except Exception:  # (the label then stays the one from the case's shape)
+        return None
+    names = {e.provider.name for e in entries}
+    return route if f"sk_{route}" in names else None
+
+
 def run_case(case: Case, entries: Sequence[Entry], timer: Timer, *, seed: int = 0) -> list[Row]:
     """Every provider on one case (fresh random inputs), with speedups between them."""
     try:
@@ -368,9 +380,13 @@ def run_case(case: Case, entries: Sequence[Entry], timer: Timer, *, seed: int = 
         return answers[fn]
 
     rows = []
+    route = _route(case, entries, first)
     with torch.no_grad():
         for entry in entries:
             row = _row(case, entry.provider, work)
+            if route is not None and entry.provider.ours:  # (the op's own choice, on its inputs)
+                routed = entry.provider.name == f"sk_{route}"
+                row.note = AUTOMATIC_ROUTE if routed else row.note.replace(AUTOMATIC_ROUTE, "")
             if entry.status != "ready":
                 row.status, row.error = entry.status, entry.reason
             else:

@@ -104,6 +104,29 @@ _OUR_CALLS: dict[str, Callable[[dict, str], object]] = {
 }
 
 
+def routed_backend(case: Case, inputs: dict) -> str | None:
+    """The backend a backend=None call of the op takes on these very inputs (the facts the op
+    builds from its inputs: the label from the case's shape alone missed SDDMM's tile fill),
+    or None where the op is not one of ours or goes past the dispatcher."""
+    call = _OUR_CALLS.get(case.op)
+    if call is None:
+        return None
+    taken: list[str] = []
+    real = _dispatch.run
+
+    def recording(op: str, backend: str, *args):
+        taken.append(backend)
+        return real(op, backend, *args)
+
+    _dispatch.run = recording
+    try:
+        with torch.no_grad():
+            call(inputs, None)
+    finally:
+        _dispatch.run = real
+    return taken[0] if taken else None
+
+
 def _ours_setup(backend: str) -> Callable[[Case, dict], Callable[[], object]]:
     def setup(case: Case, x: dict) -> Callable[[], object]:
         call = _OUR_CALLS[case.op]
