@@ -216,6 +216,30 @@ def test_cuda_timer_retimes_a_slow_eager_call(monkeypatch, eager, method, ms):
         assert timing.eager_ms == eager[-1]
 
 
+def test_a_graph_replays_every_copy(monkeypatch):
+    """do_bench_cudagraph captures ~20 ms of calls: rotated one a call, a few warm copies were
+    all it read. It captures one call of every copy a call now (divided back), each copy
+    called once before any timing (its fills outside the capture)."""
+    import triton.testing
+
+    calls = [0, 0, 0]
+    fns = [lambda i=i: calls.__setitem__(i, calls[i] + 1) for i in range(3)]
+    seen = []
+
+    def graph(fn, **kw):
+        before = list(calls)
+        fn()
+        seen.append([a - b for a, b in zip(calls, before, strict=True)])
+        return 0.03
+
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: 0.3)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", graph)
+    monkeypatch.setattr(harness.Timer, "sync", lambda self: None)
+    timing = harness.Timer(torch.device("cuda")).time(fns)
+    assert timing.method == "cudagraph" and timing.ms == pytest.approx(0.01)
+    assert seen == [[1, 1, 1]] and calls[1:] == [2, 2]  # (first calls, then the graph's)
+
+
 def test_copies_overflow_l2_within_a_memory_budget(monkeypatch):
     """Graph timings get no flush: small cases rotate enough copies to overflow L2 twice (at
     most 32 copies left them warm), within MAX_COPY_BYTES."""

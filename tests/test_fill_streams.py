@@ -99,3 +99,24 @@ def test_a_fill_is_marked_when_it_ends_well(monkeypatch):
     with _cache_mode.building(torch.empty(2)):  # (on the CPU outside inference mode: nothing)
         pass
     assert len(seen) == 2
+
+
+def test_no_recompile_when_fills_happen(monkeypatch):
+    """Dynamo traces _dispatch.run (sparse_attention): before_launch read its dict first, so
+    each new filling stream recompiled the model. It looks at nothing while tracing now."""
+    from torch._dynamo.testing import CompileCounter
+
+    monkeypatch.setattr(_fill_streams, "_last", {})
+    counter = CompileCounter()
+
+    @torch.compile(backend=counter, fullgraph=True)
+    def launch(x):
+        _fill_streams.before_launch(GPU)
+        return x * 2
+
+    x = torch.ones(3)
+    launch(x)
+    for stream in (7, 9, 11):
+        _fill_streams._last[(0, stream)] = (None, stream)
+        launch(x)
+    assert counter.frame_count == 1

@@ -115,6 +115,19 @@ def test_one_after_any_cache_fill(asked_for_two):
     assert _weight_pdl.weight_pdl(values) == 2
 
 
+def test_a_fill_counts_for_every_weight_launched_before_it(asked_for_two):
+    """A fill, then V's launch (1), then W's: W took 2 (the one signal was V's), two kernels
+    after a fill whose writes only a wait guarantees to see. It takes 1 once now."""
+    v, w = torch.randn(6), torch.randn(6)
+    for values in (v, w, v, w):
+        _weight_pdl.weight_pdl(values)
+    assert _weight_pdl.weight_pdl(v) == _weight_pdl.weight_pdl(w) == 2
+    Pattern(torch.tensor([0, 1]), torch.tensor([0]), (1, 2)).row_order()
+    assert _weight_pdl.weight_pdl(v) == 1
+    assert _weight_pdl.weight_pdl(w) == 1
+    assert _weight_pdl.weight_pdl(v) == _weight_pdl.weight_pdl(w) == 2
+
+
 def test_one_for_copies_and_inference_tensors(asked_for_two):
     strided = torch.randn(4, 6)[:, 0]  # the route launches on a contiguous copy made just now
     for _ in range(3):

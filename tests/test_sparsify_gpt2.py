@@ -90,3 +90,23 @@ def test_a_failed_calibration_puts_the_conv1ds_back(gen):
     after = dict(model.named_parameters())
     assert after.keys() == before.keys()
     assert all(torch.equal(after[name], p) for name, p in before.items())
+
+
+def test_a_failed_swap_puts_the_remaining_conv1ds_back(monkeypatch):
+    """A swap failing part-way left the layers after it as linear twins (the same outputs,
+    but a state_dict with their weights transposed). Those are Conv1Ds again."""
+    model = tiny_gpt2(0)
+    real, calls = SparseLinear.from_dense, []
+
+    def failing_third(linear, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("out of memory, say")
+        return real(linear, *args, **kwargs)
+
+    monkeypatch.setattr(SparseLinear, "from_dense", failing_third)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        sk.sparsify_(model, "2:4")
+    assert sum(isinstance(m, SparseLinear) for m in model.modules()) == 2
+    assert sum(isinstance(m, Conv1D) for m in model.modules()) == CONV1DS - 2
+    assert not any(type(m) is torch.nn.Linear for m in model.transformer.modules())

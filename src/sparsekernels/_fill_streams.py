@@ -9,8 +9,12 @@ launching stream are in order already; when no fill happened since the stream la
 check is a counter's compare.
 
 Not while a CUDA graph is captured: torch.cuda.graph synchronizes the device before capturing
-(so earlier fills are done), a fill inside the capture is ordered by the graph, and a captured
-stream cannot wait on an event recorded outside it.
+(so earlier fills are done), and a captured stream cannot wait on an event recorded outside
+it. A fill inside a capture is ordered for the graph's own kernels only: its arrays are
+written when the graph replays (call a layer once before capturing it).
+
+Not covered either: two threads whose first calls of one weight race (the second can find
+the entry published before its fill's event is recorded, after its own launch looked).
 
 Not covered: memory. An entry dropped (`sk.nn.release_caches`, the weight's death, a refill
 after an update) while another stream still reads it goes back to the allocator of the stream
@@ -47,11 +51,14 @@ def filled(device: torch.device) -> None:
 def before_launch(device: torch.device) -> None:
     """Before a launch on `device`'s current stream: order it after every fill on another
     stream of that device that this stream has not waited for yet."""
-    if not _last or device.type != "cuda" or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():  # (first: dynamo would guard on the dict, recompile)
+        return
+    if not _last or device.type != "cuda":
         return
     index = device.index if device.index is not None else torch.cuda.current_device()
     raw = _raw_stream(index)
-    if _looked.get((index, raw)) == _fills:
+    fills = _fills  # (a snapshot: a fill made meanwhile is looked at next time)
+    if _looked.get((index, raw)) == fills:
         return
     if torch.cuda.is_current_stream_capturing():
         return
@@ -64,7 +71,7 @@ def before_launch(device: torch.device) -> None:
             stream = stream or torch.cuda.current_stream(index)
             stream.wait_event(event)
             _waited[key] = number
-    _looked[(index, raw)] = _fills
+    _looked[(index, raw)] = fills
 
 
 def _raw_stream(index: int) -> int:

@@ -49,8 +49,10 @@ def load_smtx(
     rows, cols, nnz = (int(v) for v in header)
     if min(rows, cols, nnz) < 0:
         raise ValueError(f"{path}: header's rows, cols and nnz must be >= 0, got {lines[0]!r}")
-    if any(line.strip() for line in lines[3:]):
-        raise ValueError(f"{path}: an .smtx file has three lines; line 4 holds {lines[3][:40]!r}")
+    extra = next((i for i, line in enumerate(lines[3:], 4) if line.strip()), None)
+    if extra is not None:
+        held = lines[extra - 1][:40]
+        raise ValueError(f"{path}: an .smtx file has three lines; line {extra} holds {held!r}")
     offsets = _ints(path, "row offsets", lines[1])
     columns = _ints(path, "column indices", lines[2] if len(lines) > 2 else "")
     if offsets.size != rows + 1:

@@ -199,9 +199,10 @@ def _nm_decode_kernel(
         PER_WORD: tl.constexpr = 32 // BITS
         group_row = (pid * BLOCK_M // VECTOR).to(tl.int64)
         STEP: tl.constexpr = BLOCK_W * SPW
-        start = tl.program_id(1) * STEPS_PER_SPLIT * STEP
+        start = tl.program_id(1)
         if WIDE:  # (a row's slots may pass 2^31: its walk's bounds too)
             start = start.to(tl.int64)
+        start = start * STEPS_PER_SPLIT * STEP
         for s0 in range(start, tl.minimum(start + STEPS_PER_SPLIT * STEP, S), STEP):
             slots = s0 + tl.arange(0, BLOCK_W * SPW)
             mask_s = slots < S

@@ -18,7 +18,8 @@ from .._cache_mode import builds, version
 from ..kernels._pdl import decode_pdl
 from ._identity_cache import IdentityCache
 
-_LAUNCHED = IdentityCache()  # the weight's values -> its arrays' versions at their last launch
+# the weight's values -> (its arrays' versions, builds()) at its last launch
+_LAUNCHED = IdentityCache()
 _builds_seen = -1  # builds() at the last one-token launch
 
 
@@ -33,12 +34,12 @@ def weight_pdl(values: torch.Tensor, *indices: torch.Tensor) -> int:
     now = tuple(version(a) for a in arrays)
     fills = builds()
     unchanged = (
-        fills == _builds_seen
+        fills == _builds_seen  # no fill since the last one-token launch, whatever its weight
         and None not in now
         and all(a.is_contiguous() for a in arrays)
-        and _LAUNCHED.get(values) == now
-    )
+        and _LAUNCHED.get(values) == (now, fills)  # nor since this weight's (another launch
+    )  # between could use up the first signal)
     _builds_seen = fills
     if None not in now:
-        _LAUNCHED[values] = now
+        _LAUNCHED[values] = (now, fills)
     return 2 if unchanged else 1

@@ -165,7 +165,14 @@ def sparsify_(
             continue
         plan.append((fqn, module))
         places[id(module)] = [place]
-    convs = {}  # fqn -> a Conv1D swapped for its linear twin (put back if calibration fails)
+    convs = {}  # fqn -> a Conv1D swapped for its linear twin (put back where a failure stops)
+
+    def put_back_conv1ds(entries) -> None:  # (a twin holds its weight transposed: a checkpoint
+        for fqn, module in entries:  # of the model would not load into the original)
+            if fqn in convs:
+                for place in places[id(module)]:
+                    _set(place, convs[fqn])
+
     for i, (fqn, module) in enumerate(plan):
         if is_hf_conv1d(module):
             twin = linear_twin(module)
@@ -179,20 +186,21 @@ def sparsify_(
         try:
             pruned = prune_calibrated(model, plan, config, calibration, sequential)
         except BaseException:
-            for fqn, module in plan:
-                if fqn in convs:
-                    for place in places[id(module)]:
-                        _set(place, convs[fqn])
+            put_back_conv1ds(plan)
             raise
-    for fqn, module in plan:
+    for done, (fqn, module) in enumerate(plan):
         layer_type = SparseLinear if isinstance(module, nn.Linear) else SparseConv2d
-        with torch.no_grad():
-            if fqn in pruned:
-                weight, mask = pruned[fqn]
-                with holding_weight(module, weight):
-                    layer = layer_type.from_dense(module, pattern=config, mask=mask)
-            else:
-                layer = layer_type.from_dense(module, pattern=config)
+        try:
+            with torch.no_grad():
+                if fqn in pruned:
+                    weight, mask = pruned[fqn]
+                    with holding_weight(module, weight):
+                        layer = layer_type.from_dense(module, pattern=config, mask=mask)
+                else:
+                    layer = layer_type.from_dense(module, pattern=config)
+        except BaseException:
+            put_back_conv1ds(plan[done:])
+            raise
         layer.train(module.training)
         for place in places[id(module)]:
             _set(place, layer)
