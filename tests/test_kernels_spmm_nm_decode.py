@@ -376,8 +376,8 @@ def test_decode_config_rule():
     assert spmm_nm_decode_config(1, 1, 4096, 8192, 1, 2) == shared
     assert spmm_nm_decode_config(1, 1, 4096, 8192, 16, 32) == half_dense  # 4 offsets a word
     assert spmm_nm_decode_config(1, 1, 4096, 8192, 3, 6) == half_dense  # m not a power of two
-    assert spmm_nm_decode_config(1, 1, 1, 2**30 - 1, 1, 2) == shared
-    assert spmm_nm_decode_config(1, 1, 1, 2**30, 1, 2) == half_dense  # K 2^31: int32 span
+    wide = [spmm_nm_decode_config(1, 1, 1, s, 1, 2) for s in (2**30 - 1, 2**30)]  # K 2^31: int32
+    assert wide == [shared, half_dense]
     assert spmm_nm_decode_config(1, 1, 4096, 3584, 2, 8) == SpmmNmDecodeConfig(4, 1024, 2)
     assert spmm_nm_decode_config(2, 1, 4096, 7168, 2, 4) == SpmmNmDecodeConfig(2, 256, 1)
     for config in (
