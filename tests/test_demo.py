@@ -175,6 +175,22 @@ def test_cli_rejects_negative_distill():
         main(["demo", "--distill", "-1"])
 
 
+def test_cli_refuses_an_output_it_cannot_write_before_any_work(tmp_path, capsys, monkeypatch):
+    """A file where the output folder goes raised FileExistsError after the whole run."""
+    from sparsekernels import demo as demo_module
+    from sparsekernels.cli import main
+
+    ran = []
+    monkeypatch.setattr(demo_module, "run", lambda *a, **k: ran.append(k["out_dir"]) or 0)
+    (tmp_path / "taken").write_text("not a folder")
+    with pytest.raises(SystemExit):
+        main(["demo", "--device", "cpu", "--out", str(tmp_path / "taken")])
+    assert "--out" in (err := capsys.readouterr().err) and "cannot hold the results" in err
+    assert ran == []
+    assert main(["demo", "--device", "cpu", "--out", str(tmp_path / "new" / "dir")]) == 0
+    assert ran == [tmp_path / "new" / "dir"] and ran[0].is_dir()
+
+
 def test_held_by_encoder_counts_its_layers_and_what_they_keep():
     """The held column: the encoder's linear layers (not the pooler) with their biases, sparse
     ones with what their runs keep, at least their stored bytes and under dense's."""

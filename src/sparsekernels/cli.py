@@ -27,6 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also train the SparseGPT models' kept values toward the dense model at 50%% and "
         "2:4 for EPOCHS epochs (35-50 s an epoch on a 2-core CPU)",
     )
+    demo.add_argument(
+        "--out", default="demo-output", metavar="DIR", help="where the table, plot and results "
+        "go (default: ./demo-output; files there are replaced)",
+    )  # fmt: skip
     commands.add_parser("bench", help="benchmark every op against its peers (see bench --help)")
     commands.add_parser("info", help="device, versions and which backends can run here")
     if argv[:1] == ["bench"]:
@@ -48,9 +52,18 @@ def main(argv: list[str] | None = None) -> int:
             from .tour import run
 
             return run(args.device)
+        from pathlib import Path
+
         from .demo import run
 
-        return run(args.device, distill_epochs=args.distill)
+        out = Path(args.out)
+        try:  # (before the minutes of work, not after them)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / ".written").touch()
+            (out / ".written").unlink()
+        except OSError as error:
+            demo.error(f"--out {args.out!r} cannot hold the results: {error}")
+        return run(args.device, out_dir=out, distill_epochs=args.distill)
     from .bench.cli import info
 
     print(json.dumps(info(), indent=2, default=str))

@@ -200,7 +200,8 @@ def run(
     device = torch.device(device_name or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     cpu_path = "CPU backends (torch's sparse CSR matmul; densify + BLAS on larger batches)"
-    path = "Triton kernels" if device.type == "cuda" else cpu_path
+    gpu_path = "Triton kernels, or densify + cuBLAS where dispatch picks it"
+    path = gpu_path if device.type == "cuda" else cpu_path
     out = Path(out_dir)
     console.print(
         f"[bold]sparsekernels {sk.__version__}[/]: all-MiniLM-L6-v2 pruned one-shot by "
