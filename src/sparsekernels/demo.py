@@ -30,6 +30,7 @@ import torch
 import sparsekernels as sk
 from sparsekernels import demo_plot
 from sparsekernels.bench.held import held_bytes
+from sparsekernels.bench.metadata import run_metadata
 from sparsekernels.models import minilm
 from sparsekernels.models.python_docs import python_doc_sentences
 from sparsekernels.models.sentences import (
@@ -350,6 +351,10 @@ def run(
         "sentences": len(SENTENCES),
         "tokens": tokens,
         "batch_size": BATCH_SIZE,
+        "timing": f"warm-up, then the median of {sparse_reps} (dense: 5); each row's ratio "
+        "against dense timed just before it (dense_seconds)",
+        "distill_epochs": distill_epochs,
+        "run": run_metadata(device),  # (versions, commit, command, machine, precision)
         "rows": [asdict(r) for r in rows],
     }
     (out / "results.json").write_text(json.dumps(meta, indent=2))
