@@ -43,31 +43,26 @@ def device_name(device: torch.device) -> str:
     return f"cpu {platform.processor() or platform.machine()}".strip()
 
 
-def _git_commit() -> str | None:
-    """The checkout's commit (with '+dirty' for local changes), when run from one."""
+def _output(*command: str) -> str | None:
+    """A command's standard output, run in this package's folder (a checkout's, when it is
+    one); None where it cannot run or fails."""
     import subprocess
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
+        done = subprocess.run(
+            command, cwd=here, capture_output=True, text=True, timeout=10, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
+    return done.stdout
+
+
+def _git_commit() -> str | None:
+    """The checkout's commit (with '+dirty' for local changes), when run from one."""
+    commit = (_output("git", "rev-parse", "--short", "HEAD") or "").strip()
+    dirty = (_output("git", "status", "--porcelain", "--untracked-files=no") or "").strip()
     return commit + ("+dirty" if dirty else "") if commit else None
 
 
@@ -75,33 +70,14 @@ def _git_diff_sha256() -> str | None:
     """A hash of the checkout's local changes (what '+dirty' leaves out: the code that ran),
     None when clean or not a checkout."""
     import hashlib
-    import subprocess
-    from pathlib import Path
 
-    here = Path(__file__).resolve().parent
-    try:
-        diff = subprocess.run(
-            ["git", "diff", "HEAD"], cwd=here, capture_output=True, timeout=10, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return hashlib.sha256(diff).hexdigest()[:16] if diff else None
+    diff = _output("git", "diff", "HEAD")
+    return hashlib.sha256(diff.encode()).hexdigest()[:16] if diff else None
 
 
 def _driver_version() -> str | None:
-    import subprocess
-
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0] if out else None
+    out = _output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader") or ""
+    return out.split()[0] if out.split() else None
 
 
 def precision_settings() -> dict:
