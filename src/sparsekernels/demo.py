@@ -64,9 +64,9 @@ class Row:
     agrees_with_dense: float  # fraction of queries whose top-1 passage is dense's
     weight_bytes: int  # the encoder linear weights as stored (values, indices; no bias)
     seconds: float  # embedding every sentence (all batches), median
-    dense_seconds: float = 0.0  # dense's, timed just before this row (its ratio: no drift)
     graph_seconds: float | None = None  # the same replayed as CUDA graphs (CUDA only)
     held_bytes: int = 0  # what those layers hold after the runs (with the routes' kept forms)
+    dense_seconds: float = 0.0  # dense's, timed just before this row (its ratio: no drift)
 
 
 def encoder_only(module: torch.nn.Module, fqn: str) -> bool:
@@ -397,7 +397,7 @@ def _table(rows: list[Row]):
     for r in rows:
         good = r.cosine_mean >= TARGET_COSINE
         style = "green" if good else ("yellow" if r.cosine_mean >= 0.8 else "red")
-        time_ratio = r.seconds / r.dense_seconds  # (against dense timed next to it)
+        time_ratio = r.seconds / (r.dense_seconds or dense.seconds)  # (dense timed next to it)
         table.add_row(
             r.pattern,
             r.method,

@@ -50,8 +50,16 @@ def plot(rows, path: Path, device: torch.device, dtype: torch.dtype, methods, ta
     ax = axes[2]
     series = [
         ([r.weight_bytes / dense.weight_bytes for r in rows], "tab:purple", "weight bytes"),
-        ([r.held_bytes / dense.held_bytes for r in rows], "tab:green", "held bytes, once run"),
-        ([r.seconds / r.dense_seconds for r in rows], "tab:orange", "time, eager (all sentences)"),
+        (
+            [r.held_bytes / dense.held_bytes if dense.held_bytes else float("nan") for r in rows],
+            "tab:green",
+            "held bytes, once run",
+        ),
+        (
+            [r.seconds / (r.dense_seconds or dense.seconds) for r in rows],
+            "tab:orange",
+            "time, eager (all sentences)",
+        ),
     ]
     if dense.graph_seconds is not None:  # CUDA: the kernels' time, the host's left out
         graphed = [
