@@ -165,6 +165,9 @@ def test_ratios_are_time_ratios_within_a_case(quick_run):
     assert any(k.startswith("speedup_vs_") for k in line) or line["status"] != "ok"
     summary = (quick_run.out_dir / "summary.md").read_text()
     assert "## spmm fp32" in summary and "Wrong or failed" in summary and "broken" in summary
+    assert "## Strict bound" in summary
+    ok = [r for r in quick_run.rows if r.status == "ok" and r.op == "spmm"]
+    assert ok and all(r.strict_err is not None and r.strict_err <= 1 for r in ok)
 
 
 def test_cases_of_one_pattern_at_two_densities_stay_apart():
@@ -188,6 +191,32 @@ def test_check_catches_one_bad_row():
     nan[0, 0] = float("nan")
     assert harness.check(nan, want, torch.bfloat16)[0] == math.inf
     assert harness.check(good[:3], want, torch.bfloat16)[0] == math.inf
+
+
+def test_strict_ratio_catches_a_zeroed_feature_at_one_token():
+    """check's bound (4u (|want| + sum |w x|)) passes a zeroed bf16 output feature about half
+    the time at one token; strict_ratio's (fp32 accumulation, then one rounding) does not."""
+    g = torch.Generator().manual_seed(7)
+    W = torch.randn(96, 4096, generator=g).to(torch.bfloat16)
+    x = torch.randn(4096, 1, generator=g).to(torch.bfloat16)
+    W64, x64 = W.double(), x.double()
+    want = Expected(W64 @ x64, W64.abs() @ x64.abs(), terms=4096)
+    good = (W.float() @ x.float()).to(torch.bfloat16)  # what an fp32-accumulating kernel returns
+    assert harness.check(good, want, torch.bfloat16)[0] <= 1
+    assert harness.strict_ratio(good, want, torch.bfloat16) <= 1
+    loose = strict = 0
+    for i in range(96):
+        bad = good.clone()
+        bad[i] = 0
+        loose += harness.check(bad, want, torch.bfloat16)[0] > 1
+        strict += harness.strict_ratio(bad, want, torch.bfloat16) > 1
+    assert loose < 70 and strict >= 94
+    nan = good.clone()
+    nan[3] = float("nan")
+    assert harness.strict_ratio(nan, want, torch.bfloat16) == math.inf
+    assert harness.strict_ratio(good[:3], want, torch.bfloat16) is None
+    assert harness.strict_ratio(good, Expected(want.value, want.scale, 1, floor=2.0**-20),
+                                torch.bfloat16) is None  # fmt: skip
 
 
 def test_triton_is_not_run_on_cpu_unless_named():

@@ -328,6 +328,30 @@ def _attention_memory_section(rows: Sequence[Row]) -> list[str]:
     return [*head, *out, ""]
 
 
+def _strict_section(rows: Sequence[Row]) -> list[str]:
+    """Passing rows past the strict bound (harness.strict_ratio), by provider: which providers
+    round partial sums, before that bound becomes the gate."""
+    over: dict[str, list[float]] = defaultdict(list)
+    measured: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r.status == "ok" and r.strict_err is not None:
+            measured[r.provider] += 1
+            if r.strict_err > 1:
+                over[r.provider].append(r.strict_err)
+    if not measured:
+        return []
+    out = [
+        "## Strict bound (fp32 accumulation, one rounding)",
+        "",
+        "| provider | rows checked | past it | worst |",
+        "|---|---|---|---|",
+    ]
+    for name in sorted(measured):
+        worst = max(over[name], default=None)
+        out.append(f"| {name} | {measured[name]} | {len(over[name])} | {_fmt(worst)} |")
+    return [*out, ""]
+
+
 def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
     out = [
         f"# sparsekernels bench on {meta['device']}",
@@ -388,6 +412,7 @@ def summary_markdown(meta: dict, rows: Sequence[Row]) -> str:
             for r in failed
         ]
         out.append("")
+    out += _strict_section(rows)
     counts = defaultdict(int)
     for r in rows:
         counts[r.status] += 1
