@@ -248,11 +248,9 @@ def check(got: object, want: Expected, dtype: torch.dtype, eps: float = 0.0) -> 
         return math.inf, f"returned {type(got).__name__}, not a tensor"
     if tuple(got.shape) != tuple(want.value.shape):
         return math.inf, f"shape {tuple(got.shape)}, expected {tuple(want.value.shape)}"
-    got64 = got.detach().to(torch.float64)
+    got64, err = _abs_error(got, want)
     u = max(unit_roundoff(dtype), eps, want.floor)
     bound = want.mult * u * (want.value.abs() + want.scale) + want.terms * 2.0**-24 * want.scale
-    err = (got64 - want.value).abs()
-    err = torch.where(torch.isnan(got64) != torch.isnan(want.value), math.inf, err.nan_to_num(0.0))
     ratio = err / bound.clamp_min(1e-300)
     if ratio.numel() == 0:
         return 0.0, ""
@@ -282,10 +280,15 @@ def strict_ratio(got: torch.Tensor, want: Expected, dtype: torch.dtype) -> float
     if got.numel() == 0:
         return 0.0
     bound = want.mult * unit_roundoff(dtype) * want.value.abs() + want.terms * 2.0**-24 * want.scale
+    return float((_abs_error(got, want)[1] / bound.clamp_min(1e-300)).max())
+
+
+def _abs_error(got: torch.Tensor, want: Expected) -> tuple[torch.Tensor, torch.Tensor]:
+    """got in float64 and |got - want|: inf where only one of them is NaN, 0 where both are."""
     got64 = got.detach().to(torch.float64)
     err = (got64 - want.value).abs()
     err = torch.where(torch.isnan(got64) != torch.isnan(want.value), math.inf, err.nan_to_num(0.0))
-    return float((err / bound.clamp_min(1e-300)).max())
+    return got64, err
 
 
 # ============================================================================ one case
