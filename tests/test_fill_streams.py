@@ -1,6 +1,8 @@
 """_fill_streams.py's bookkeeping on the CPU, with torch.cuda's streams and events faked: which
 launch waits for which fill. tests/test_gpu_streams.py runs the real thing on the H200."""
 
+import threading
+
 import pytest
 import torch
 
@@ -87,18 +89,53 @@ def test_nothing_while_a_graph_is_captured_or_off_the_gpu(streams):
 
 def test_a_fill_is_marked_when_it_ends_well(monkeypatch):
     seen = []
-    monkeypatch.setattr(_cache_mode, "filled", seen.append)
+    monkeypatch.setattr(_fill_streams, "filled", seen.append)
     with _cache_mode._Fill(GPU, None):
-        pass
+        assert _fill_streams._active == 1
     with pytest.raises(RuntimeError), _cache_mode._Fill(GPU, None):
         raise RuntimeError("a failed fill")
-    assert seen == [GPU]
+    assert seen == [GPU] and _fill_streams._active == 0
     with torch.inference_mode(), _cache_mode.building(torch.empty(2)):
         made = torch.ones(2)
-    assert not made.is_inference() and seen == [GPU, torch.device("cpu")]
+    assert not made.is_inference() and seen == [GPU]  # (the CPU has no streams to mark)
     with _cache_mode.building(torch.empty(2)):  # (on the CPU outside inference mode: nothing)
         pass
-    assert len(seen) == 2
+    assert len(seen) == 1 and _fill_streams._mutex.acquire(blocking=False)
+    _fill_streams._mutex.release()
+
+
+def test_a_launch_on_another_thread_waits_for_a_fill_under_way(streams, monkeypatch):
+    """Thread A fills on stream 7 and publishes its entry before its event is recorded; thread
+    B finds the entry and launches on stream 9. B's launch must wait for A's fill to end, then
+    queue a wait on its event (before: it saw no fill and waited for nothing)."""
+    local = threading.local()
+    monkeypatch.setattr(_fill_streams, "_raw_stream", lambda index: local.stream)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda i=None: FakeStream(local.stream, streams.waits)
+    )
+    published, launched, finish = threading.Event(), threading.Event(), threading.Event()
+
+    def fill():
+        local.stream = 7
+        with _cache_mode._Fill(GPU, None):
+            _fill_streams.before_launch(GPU)  # (the fill's own kernels: no wait on itself)
+            published.set()
+            finish.wait(5)
+
+    def launch():
+        local.stream = 9
+        published.wait(5)
+        _fill_streams.before_launch(GPU)
+        launched.set()
+
+    a, b = threading.Thread(target=fill), threading.Thread(target=launch)
+    a.start()
+    b.start()
+    held = not launched.wait(0.3)  # B is held while A's fill is under way
+    finish.set()
+    a.join(5)
+    b.join(5)
+    assert held and launched.is_set() and streams.waits == [(9, 7)]
 
 
 def test_no_recompile_when_fills_happen(monkeypatch):

@@ -14,7 +14,7 @@ import contextlib
 
 import torch
 
-from ._fill_streams import filled
+from . import _fill_streams
 
 _builds = 0  # cache fills begun (builds()): what a launch with PDL 2 must not follow
 
@@ -30,12 +30,16 @@ class _Fill:
     def __enter__(self) -> None:
         if self.mode is not None:
             self.mode.__enter__()
+        if self.device.type == "cuda":
+            _fill_streams.begin()
 
     def __exit__(self, *failure) -> None:
-        if self.mode is not None:
-            self.mode.__exit__(*failure)
-        if failure[0] is None:
-            filled(self.device)
+        try:
+            if self.mode is not None:
+                self.mode.__exit__(*failure)
+        finally:
+            if self.device.type == "cuda":
+                _fill_streams.end(self.device, failure[0] is None)
 
 
 def building(like: torch.Tensor) -> contextlib.AbstractContextManager:

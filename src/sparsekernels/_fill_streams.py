@@ -13,8 +13,10 @@ Not while a CUDA graph is captured: torch.cuda.graph synchronizes the device bef
 it. A fill inside a capture is ordered for the graph's own kernels only: its arrays are
 written when the graph replays (call a layer once before capturing it).
 
-Not covered either: two threads whose first calls of one weight race (the second can find
-the entry published before its fill's event is recorded, after its own launch looked).
+Threads: a fill publishes its entry before its event is recorded, so another thread could
+find the entry and launch with nothing to wait for. A fill holds `_mutex` from `begin` to
+`end` (fills of several threads run one at a time), and a launch while any fill is under way
+takes it first: it goes on once that fill's event is recorded.
 
 Not covered: memory. An entry dropped (`sk.nn.release_caches`, the weight's death, a refill
 after an update) while another stream still reads it goes back to the allocator of the stream
@@ -24,13 +26,35 @@ are done.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
+_mutex = threading.RLock()  # held by a fill from begin() to end() (a fill may launch kernels)
+_active = 0  # fills under way (changed only under _mutex)
 _fills = 0  # fills recorded on GPUs so far
 _last: dict[tuple[int, int], tuple[torch.cuda.Event, int]] = {}  # (device, stream) -> its last
 # fill's event (re-recorded by each fill) and number
 _looked: dict[tuple[int, int], int] = {}  # (device, stream) -> _fills when it last looked
 _waited: dict[tuple[int, int, int], int] = {}  # (device, reader, filler) -> fill waited for
+
+
+def begin() -> None:
+    """At a GPU fill's start: other threads' launches wait from now until its end()."""
+    global _active
+    _mutex.acquire()
+    _active += 1
+
+
+def end(device: torch.device, done: bool) -> None:
+    """At a GPU fill's end: its event recorded (when it finished), then launches go on."""
+    global _active
+    try:
+        if done:
+            filled(device)
+    finally:
+        _active -= 1
+        _mutex.release()
 
 
 def filled(device: torch.device) -> None:
@@ -53,6 +77,9 @@ def before_launch(device: torch.device) -> None:
     stream of that device that this stream has not waited for yet."""
     if torch.compiler.is_compiling():  # (first: dynamo would guard on the dict, recompile)
         return
+    if _active:  # a fill under way, maybe another thread's whose entry this call found
+        with _mutex:  # (this thread's own fill: reentrant, no wait)
+            pass
     if not _last or device.type != "cuda":
         return
     index = device.index if device.index is not None else torch.cuda.current_device()
