@@ -3,6 +3,9 @@ one stream and a call on another stream reads them; the reader must wait for the
 fill is held back behind a long sleep on its stream, so a reader that did not wait would read
 the arrays unfilled. Also split-K's counters while a CUDA graph is captured. On the H200."""
 
+import threading
+import time
+
 import pytest
 import torch
 
@@ -54,6 +57,39 @@ def test_a_launch_waits_for_a_fill_on_another_stream():
         read = kept.clone()
     torch.cuda.synchronize()
     assert torch.equal(read, src)
+
+
+@pytest.mark.gpu
+def test_a_launch_on_another_thread_waits_for_a_fill_under_way():
+    """Thread A's fill (held behind a sleep) publishes before its event is recorded; thread B
+    finds it then and reads on another stream: B's launch waits for A's fill to end."""
+    src = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    kept = torch.zeros_like(src)
+    torch.cuda.synchronize()
+    filler, reader = torch.cuda.Stream(), torch.cuda.Stream()
+    published, read = threading.Event(), []
+
+    def fill():
+        with torch.cuda.stream(filler):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            with _cache_mode.building(kept):
+                kept.copy_(src)
+                published.set()
+                time.sleep(0.2)  # (B looks while this fill is under way)
+
+    def launch():
+        published.wait(10)
+        with torch.cuda.stream(reader):
+            _fill_streams.before_launch(kept.device)
+            read.append(kept.clone())
+
+    threads = [threading.Thread(target=fill), threading.Thread(target=launch)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    torch.cuda.synchronize()
+    assert read and torch.equal(read[0], src)
 
 
 @pytest.mark.gpu
