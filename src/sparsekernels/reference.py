@@ -9,6 +9,8 @@ bitwise reproducible on CPU and CUDA. Work is chunked so memory stays bounded.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .formats.nm import nm_columns
@@ -60,7 +62,8 @@ def _sum_products(out, lengths, src, src_rows, values):
 
     Entries are grouped by destination (runs of `lengths`), so the sums need no atomics.
     """
-    for part in _column_chunks(src.shape[-1], src_rows.numel()):
+    batch = math.prod(torch.broadcast_shapes(values.shape[:-1], src.shape[:-2]))
+    for part in _column_chunks(src.shape[-1], src_rows.numel() * batch):
         products = values[..., :, None] * src[..., src_rows, part]
         out[..., part] = _segment_sums(products, lengths)
     return out
@@ -130,7 +133,7 @@ def sddmm_csr(
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.empty(*batch, nnz, dtype=acc, device=x.device)
     xa, ya = x.to(acc), y.to(acc)
-    for part in _entry_chunks(nnz, x.shape[-1]):
+    for part in _entry_chunks(nnz, x.shape[-1] * math.prod(batch)):
         out[..., part] = (xa[..., rows[part], :] * ya[..., cols[part], :]).sum(-1)
     return out.to(x.dtype)
 
