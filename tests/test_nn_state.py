@@ -251,6 +251,35 @@ def test_caches_follow_fused_steps_data_swaps_and_moves(gen):
     assert held_bytes(layer) == inference
 
 
+@pytest.mark.parametrize("kind", ["csr", "nm"])
+def test_a_users_own_weight_follows_fused_steps(kind, gen):
+    """A CSRMatrix / NMMatrix of the user's parameters, no layer: autocast's kept cast copy
+    went stale after a fused optimizer's step (no version bump, nothing tracked them), so an
+    evaluation between steps ran the first evaluation's weights. The ops track them now."""
+    bf16 = torch.bfloat16
+    dense = torch.randn(16, 32, generator=gen)
+    if kind == "csr":
+        W0 = sk.CSRMatrix.from_dense(dense * (torch.rand(16, 32, generator=gen) < 0.4))
+    else:
+        W0 = sk.NMMatrix.from_dense(dense * sk.prune.nm_mask(dense, 2, 8), 2, 8)
+    values = torch.nn.Parameter(W0.values.clone())
+    W = W0.with_values(values)
+    optimizer = torch.optim.Adam([values], lr=0.5, fused=True)
+    x = torch.randn(4, 32, generator=gen)
+
+    def autocast_eval():
+        with torch.no_grad(), torch.autocast("cpu", dtype=bf16):
+            return sk.linear(x, W)
+
+    def fresh():
+        return sk.linear(x.to(bf16), W.with_values(values.detach().to(bf16)))
+
+    torch.testing.assert_close(autocast_eval(), fresh(), rtol=0, atol=0)  # (the copy, kept)
+    sk.linear(x, W).square().sum().backward()
+    optimizer.step()
+    torch.testing.assert_close(autocast_eval(), fresh(), rtol=0, atol=0)
+
+
 def test_a_layer_pickles_after_cusparselt_packed_its_weight(monkeypatch, tmp_path):
     """torch.save(layer) raised "cannot pickle 'weakref'" once cuSPARSELt's packed weight was
     kept beside the N:M matrix (every GPU forward through that backend). What is derived is

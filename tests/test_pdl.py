@@ -104,6 +104,20 @@ def test_two_only_for_a_weight_launched_before_unchanged(asked_for_two):
     assert _weight_pdl.weight_pdl(values, columns) == 2
 
 
+def test_one_after_a_fused_optimizer_step(asked_for_two):
+    """A fused step writes the values and bumps no version: a user's own parameter, launched
+    before, would have taken 2 right after the step's kernel. The first launch tracks it."""
+    values = torch.nn.Parameter(torch.randn(12))
+    columns = torch.arange(12)
+    optimizer = torch.optim.Adam([values], lr=0.1, fused=True)
+    assert _weight_pdl.weight_pdl(values, columns) == 1
+    assert _weight_pdl.weight_pdl(values, columns) == 2
+    values.grad = torch.ones(12)
+    optimizer.step()
+    assert _weight_pdl.weight_pdl(values, columns) == 1
+    assert _weight_pdl.weight_pdl(values, columns) == 2
+
+
 def test_one_after_any_cache_fill(asked_for_two):
     """A fill (here a pattern's row order) may be the kernel just before the launch, whatever
     weight it was for."""

@@ -45,11 +45,16 @@ class _Fill:
 def building(like: torch.Tensor) -> contextlib.AbstractContextManager:
     """Around a fill of what is kept for `like` (on its device): inference_mode(False) where
     inference mode is on, and the fill marked on its stream (_fill_streams.py); nothing while
-    torch.compile traces, which cannot read the mode. Counts the fill (builds())."""
+    torch.compile traces, which cannot read the mode. Counts the fill (builds()). A `like`
+    that wants a gradient (a weight's values) is tracked by nn/stepped_values.py."""
     if torch.compiler.is_compiling():
         return contextlib.nullcontext()
     global _builds
     _builds += 1
+    if like.requires_grad:  # a parameter's values: what is kept must see each optimizer step
+        from .nn import stepped_values  # (fused optimizers bump no version)
+
+        stepped_values.track(like)
     mode = torch.inference_mode(False) if torch.is_inference_mode_enabled() else None
     if mode is None and like.device.type != "cuda":
         return contextlib.nullcontext()

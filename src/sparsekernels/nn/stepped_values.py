@@ -7,7 +7,10 @@ fused=True) write the parameters without bumping it (torch 2.13 on the CPU: stil
 step), so those copies would go stale: an evaluation between training steps would run the
 first evaluation's weights. One global optimizer step post-hook bumps the version of every
 tracked values tensor the step updated (torch.autograd.graph.increment_version: metadata
-only, no pass over the data); layers track their values when they build their format.
+only, no pass over the data). Layers track their values when they build their format; the ops
+track any values that want a gradient when they first keep something derived from them
+(`_cache_mode.building`) or first launch a one-token route on them (ops/_weight_pdl.py), so
+a user's own CSRMatrix or NMMatrix of parameters is covered too.
 """
 
 from __future__ import annotations

@@ -41,5 +41,9 @@ def weight_pdl(values: torch.Tensor, *indices: torch.Tensor) -> int:
     )  # between could use up the first signal)
     _builds_seen = fills
     if None not in now:
+        if values.requires_grad and _LAUNCHED.get(values) is None:
+            from ..nn import stepped_values  # (a fused optimizer's step bumps no version)
+
+            stepped_values.track(values)
         _LAUNCHED[values] = (now, fills)
     return 2 if unchanged else 1
