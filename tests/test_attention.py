@@ -5,6 +5,7 @@ import torch
 
 import sparsekernels as sk
 from _helpers import randn
+from sparsekernels.ops import _dispatch
 
 
 def _patterns(L):
@@ -62,4 +63,9 @@ def test_backends_agree_and_say_why(gen, monkeypatch):
         sk.sparse_attention(wide, wide, wide, pattern, backend="triton_flash")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(ValueError, match="Triton needs CUDA"):
+        sk.sparse_attention(q, k, v, pattern, backend="triton_flash")
+    # set after the import: the kernels were defined compiled (Triton crashed inside its launch)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(_dispatch, "_INTERPRETER_AT_IMPORT", False)
+    with pytest.raises(ValueError, match="set it before the import"):
         sk.sparse_attention(q, k, v, pattern, backend="triton_flash")

@@ -12,7 +12,7 @@ import torch
 import sparsekernels as sk
 from _helpers import assert_close, randn, random_csr, spmm_bound
 from sparsekernels.ops import _csr_scatter, _dispatch
-from sparsekernels.ops.spmm import spmm_csr_raw
+from sparsekernels.ops.spmm import csr_problem, spmm_csr_raw
 
 
 def test_the_copy_is_kept_for_these_arrays_at_this_version(gen):
@@ -26,6 +26,10 @@ def test_the_copy_is_kept_for_these_arrays_at_this_version(gen):
     assert _csr_scatter._tiled(*other, 130, build=False) is None
     W.values.mul_(2)
     assert _csr_scatter._tiled(*arrays, 130, build=False) is None
+    _csr_scatter._tiled(*arrays, 130, build=True)
+    W.column_indices[:2] = W.column_indices[:2].flip(0)  # the pattern edited in place (a layer's
+    assert _csr_scatter._tiled(*arrays, 130, build=False) is None  # buffer): the kernel reads
+    # only the copy, so a stale one would run the old pattern
 
 
 def test_inference_values_are_tiled_for_the_call_only(gen):
@@ -61,6 +65,21 @@ def test_where_the_route_takes_it():
     assert csr_scatter_takes(64, 0.3, large) and not csr_scatter_takes(65, 0.3, tall)
     assert csr_scatter_takes(80, 0.1, tall) and not csr_scatter_takes(81, 0.1, tall)
     assert not csr_scatter_takes(80, 0.1, large)  # (64-row tiles: densify past 64)
+
+
+def test_forced_on_batched_values_is_refused():
+    """values of shape (1, nnz) make batch 1, and the kernel's 2-D output dropped that
+    dimension (a (64, 16) answer for (1, 64, 16)): a forced call is refused now."""
+    facts = {"n": 16, "batch": 1, "b_dim": 2, "rows": 64, "k": 64, "density": 0.3}
+    cuda = torch.device("cuda", 0)
+    assert _csr_scatter.reasons(_dispatch.Problem(cuda, torch.bfloat16, facts), True) == []
+    batched = _dispatch.Problem(cuda, torch.bfloat16, {**facts, "values_dim": 2})
+    assert _csr_scatter.reasons(batched, True) == [
+        "the scatter kernel takes one matrix (1-D values) and a 2-D B"
+    ]
+    W = random_csr(64, 64, 0.3, torch.Generator().manual_seed(0), torch.bfloat16)
+    B = torch.ones(64, 16, dtype=torch.bfloat16)
+    assert csr_problem(W.row_offsets, W.column_indices, W.values[None], B).facts["values_dim"] == 2
 
 
 def _want(W, x, bias=None):

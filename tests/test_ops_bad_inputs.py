@@ -146,3 +146,13 @@ def test_linear_names_x(W, gen):
         sk.linear(torch.ones(3, 8, dtype=torch.int64), W)
     with pytest.raises(TypeError, match="x is torch.float32, W is torch.float64"):
         sk.linear(torch.ones(3, 8), W)
+
+
+def test_an_unhashable_backend_is_named_after_a_plan_too(W, gen):
+    """linear's eager plans looked the backend up in a dict first: a list raised 'unhashable
+    type' once the weight had a plan, where a fresh weight got the clear error."""
+    x = randn(3, W.shape[1], gen=gen, dtype=W.dtype)
+    for _ in range(2):  # (the first call records the plan)
+        with pytest.raises(ValueError, match="backend must be one of"):
+            sk.linear(x, W, backend=["dense"])
+        sk.linear(x, W)

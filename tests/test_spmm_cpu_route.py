@@ -128,3 +128,23 @@ def test_forced_dense_in_half_precision_is_fp32_rounded_once(dtype, gen):
     S = sk.sddmm(X, Y, A, backend="dense")
     wide = sk.sddmm(X.float(), Y.float(), A.to(dtype=torch.float32), backend="dense")
     assert S.dtype == dtype and torch.equal(S.values, wide.values.to(dtype))
+
+
+def test_an_expanded_b_never_goes_to_torch_sparse_for_either_format(gen):
+    """torch's CSR matmul materializes an expanded B (a 0.5 MB column read as 1.6 GB): its
+    reasons refuse one, but only CSR problems said that B was expanded; N:M went there."""
+    B = randn(64, 1, gen=gen).expand(64, 300)
+    csr = random_csr(32, 64, 0.5, gen)
+    nm = random_nm(32, 64, 2, 4, gen)
+    problems = {
+        "csr": csr_problem(csr.row_offsets, csr.column_indices, csr.values, B),
+        "nm": nm_problem(nm.values, B, 2, 4, 1, 1, False),
+    }
+    for kind, problem in problems.items():
+        op = "spmm_csr" if kind == "csr" else "spmm_nm"
+        assert problem.facts["expanded"], kind
+        assert _dispatch.choose(op, problem, None) != "torch_sparse", kind
+        with pytest.raises(ValueError, match="expanded view"):
+            _dispatch.choose(op, problem, "torch_sparse")
+    for W in (csr, nm):
+        assert_close(sk.spmm(W, B), W.to_dense() @ B, spmm_bound(W.to_dense(), B), B.dtype)

@@ -56,15 +56,17 @@ def _config(rows: int, k: int, n: int, stored: int):
 def _tiled(row_offsets, column_indices, values, k: int, build: bool):
     """The tiled entries of these very arrays at the values' current version; built when
     `build` (in the weight's tile height, csr_scatter_tile_rows), else None when absent or
-    stale. The pattern's arrays are held weakly (an id could be reused by another pattern's
-    once they die). Inference tensors have no version counter: their copy is built for each
-    (forced) call and never kept; the automatic choice does not take this backend for them."""
+    stale (the pattern's arrays edited in place too). The pattern's arrays are held weakly (an
+    id could be reused by another pattern's once they die). Inference tensors have no version
+    counter: their copy is built for each (forced) call and never kept; the automatic choice
+    does not take this backend for them."""
     if values.is_inference():
         return _build(row_offsets, column_indices, values, k) if build else None
     entry = _TILED.get(values)
+    seen = (version(values), version(row_offsets), version(column_indices))  # (edits in place)
     if (
         entry is not None
-        and entry[0] == version(values)
+        and entry[0] == seen
         and entry[1]() is row_offsets
         and entry[2]() is column_indices
     ):
@@ -74,7 +76,9 @@ def _tiled(row_offsets, column_indices, values, k: int, build: bool):
     with building(values):
         offsets, entries = _build(row_offsets, column_indices, values, k)
     pattern = (weakref.ref(row_offsets), weakref.ref(column_indices))
-    _TILED[values] = (version(values), *pattern, offsets, entries)
+    if None in seen:  # (an inference pattern: an edit could not be seen, nothing is kept)
+        return offsets, entries
+    _TILED[values] = (seen, *pattern, offsets, entries)
     return offsets, entries
 
 
@@ -137,8 +141,8 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     found = []
     if problem.dtype not in _HALF:
         found.append(f"the scatter kernel runs fp16 and bf16, not {problem.dtype}")
-    if facts.get("batch", 1) != 1 or facts.get("b_dim", 2) != 2:
-        found.append("the scatter kernel takes one matrix and a 2-D B")
+    if facts.get("batch", 1) != 1 or facts.get("b_dim", 2) != 2 or facts.get("values_dim", 1) != 1:
+        found.append("the scatter kernel takes one matrix (1-D values) and a 2-D B")
     n, density = facts["n"], facts.get("density", 0.0)
     elements = facts.get("rows", 0) * facts.get("k", 0)
     if not forced and not tuning.csr_scatter_takes(n, density, elements):

@@ -90,6 +90,9 @@ def triton_interpreter_enabled() -> bool:
 
 # Looked up once, as a constant: torch.compile traces this module, and it warns on lru_cache.
 _TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+# Triton reads TRITON_INTERPRET when a kernel is defined (at this package's import), not when
+# it runs: set later, the kernels stay compiled ones and a CPU launch fails inside Triton.
+_INTERPRETER_AT_IMPORT = triton_interpreter_enabled()
 
 
 def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
@@ -97,9 +100,15 @@ def triton_device_reasons(problem: Problem, forced: bool) -> list[str]:
     if problem.device.type == "cuda":
         return [] if _TRITON_INSTALLED else ["triton is not installed"]
     if problem.device.type == "cpu" and triton_interpreter_enabled():
-        return [] if forced else ["on CPU the interpreter is used only with backend='triton'"]
+        if not _INTERPRETER_AT_IMPORT:
+            return [
+                "TRITON_INTERPRET=1 was set after sparsekernels was imported; Triton reads it "
+                "when the kernels are defined: set it before the import"
+            ]
+        return [] if forced else ["on CPU the interpreter runs a Triton backend only when named"]
     return [
-        f"tensors are on {problem.device.type}; Triton needs CUDA (or TRITON_INTERPRET=1 on CPU)"
+        f"tensors are on {problem.device.type}; Triton needs CUDA (or on a CPU its interpreter: "
+        "TRITON_INTERPRET=1 set before importing sparsekernels)"
     ]
 
 

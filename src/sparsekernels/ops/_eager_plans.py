@@ -92,6 +92,8 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
         return None
     if type(x) not in _PLAIN or (bias is not None and type(bias) not in _PLAIN):
         return None  # (anything else: the whole path's checks name it)
+    if backend is not None and type(backend) is not str:
+        return None  # (a list, say: unhashable in the lookup; the whole path names it)
     if not _library.eager_inference(W.values, x, bias):  # (before any lookup: not compiling)
         return None
     if x.is_cuda and x.get_device() != torch.cuda.current_device():

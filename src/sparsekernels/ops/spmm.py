@@ -130,7 +130,7 @@ def csr_problem(row_offsets, column_indices, values, b) -> _dispatch.Problem:
     tiled = _csr_scatter.ready(row_offsets, column_indices, values, b)
     facts = dict(
         n=b.shape[-1], batch=batch, rows=rows, density=density, nnz=nnz, expanded=expanded,
-        b_dim=b.dim(), tiled=tiled, k=b.shape[-2],
+        b_dim=b.dim(), values_dim=values.dim(), tiled=tiled, k=b.shape[-2],
     )  # fmt: skip
     return _problem(values, b, **facts)
 
@@ -138,9 +138,9 @@ def csr_problem(row_offsets, column_indices, values, b) -> _dispatch.Problem:
 def nm_problem(values, b, n, m, vector, block, transpose) -> _dispatch.Problem:
     """What the N:M backends decide on (spmm_nm_raw, and linear's eager plans)."""
     shape = (values.shape[0], values.shape[1] // n * m)
-    return _problem(
-        values, b, n=b.shape[-1], pattern=(n, m, vector, block), transpose=transpose, shape=shape
-    )
+    expanded = 0 in b.stride() and b.numel() > 1
+    return _problem(values, b, n=b.shape[-1], pattern=(n, m, vector, block),
+                    transpose=transpose, shape=shape, expanded=expanded)  # fmt: skip
 
 
 def spmm_csr_raw(
