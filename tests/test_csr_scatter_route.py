@@ -27,9 +27,10 @@ def test_the_copy_is_kept_for_these_arrays_at_this_version(gen):
     W.values.mul_(2)
     assert _csr_scatter._tiled(*arrays, 130, build=False) is None
     _csr_scatter._tiled(*arrays, 130, build=True)
-    W.column_indices[:2] = W.column_indices[:2].flip(0)  # the pattern edited in place (a layer's
-    assert _csr_scatter._tiled(*arrays, 130, build=False) is None  # buffer): the kernel reads
-    # only the copy, so a stale one would run the old pattern
+    # the pattern edited in place (a layer's buffer): the kernel reads only the copy, so a
+    # stale one would run the old pattern
+    W.column_indices[:2] = W.column_indices[:2].flip(0)
+    assert _csr_scatter._tiled(*arrays, 130, build=False) is None
 
 
 def test_inference_values_are_tiled_for_the_call_only(gen):
