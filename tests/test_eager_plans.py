@@ -11,7 +11,7 @@ import torch
 
 import sparsekernels as sk
 from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
-from sparsekernels.ops import _dispatch, _eager_plans
+from sparsekernels.ops import _dispatch, _eager_plans, _launch_plans
 
 linear_module = importlib.import_module("sparsekernels.ops.linear")  # (ops.linear is the function)
 
@@ -242,3 +242,40 @@ def test_compiled_calls_after_a_plan(gen):
         sk.linear(x, W)  # planned
         compiled = torch.compile(lambda x: sk.linear(x, W), fullgraph=True, backend="eager")(x)
     torch.testing.assert_close(compiled, eager)
+
+
+def test_each_stream_records_a_launch_plan_of_its_own(gen, monkeypatch):
+    """A launch plan replays on the stream it was recorded on only: a signature first met on
+    a side stream (a warm-up before a CUDA graph capture, as torch's docs do it) left the
+    default stream without one, its every call the whole path. One a stream now."""
+    W = random_csr(37, 50, 0.3, gen, torch.float32)
+    x = randn(4, 50, gen=gen, dtype=torch.float32)
+    current, recorded, replayed = [7], [], []
+
+    class Launches:
+        def __init__(self, out) -> None:
+            self.out, self.stream = out, current[0]
+
+        def replay(self, x, bias, weight):
+            if current[0] != self.stream:  # (as the real one: its own stream only)
+                return None
+            replayed.append(self.stream)
+            return self.out.clone()
+
+    def record(call, x, bias, W):
+        recorded.append(current[0])
+        out = call()
+        return out, Launches(out)
+
+    monkeypatch.setattr(_launch_plans, "stream_of", lambda x: current[0])
+    monkeypatch.setattr(_launch_plans, "can_record", lambda x: True)
+    monkeypatch.setattr(_launch_plans, "record", record)
+    want = sk.linear(x, W)  # the whole path, its backend remembered
+    for stream in (9, 9, 9, 7, 7, 7):
+        current[0] = stream
+        torch.testing.assert_close(sk.linear(x, W), want, rtol=0, atol=0)
+    assert recorded == [9, 7] and replayed == [9, 9, 7, 7]
+    for stream in range(20, 20 + _eager_plans.MOST_STREAMS):  # (a few streams at most)
+        current[0] = stream
+        sk.linear(x, W)
+    assert len(recorded) == _eager_plans.MOST_STREAMS

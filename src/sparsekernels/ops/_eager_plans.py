@@ -38,15 +38,18 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # turns it off.
 DENSIFY_PLANS = os.environ.get("SPARSEKERNELS_DENSIFY_PLANS", "1") != "0"
 MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
+MOST_STREAMS = 4  # launch plans a signature records, one a stream
 
 
 class _Plan:
-    __slots__ = ("backend", "launches", "recorded", "weight")
+    __slots__ = ("backend", "launches", "weight")
 
     def __init__(self, backend: str, W) -> None:
         self.backend = backend
-        self.launches: _launch_plans.LaunchPlan | None = None
-        self.recorded = False  # (recording is tried once a signature)
+        # the current stream's key -> its launch plan, or None where recording gave none (tried
+        # once a stream: a plan replays on its own stream only, and a warm-up on a side stream,
+        # as torch's CUDA graph docs do it, would otherwise leave none for the default one)
+        self.launches: dict = {}
         # The weight whose checks passed: its shape, pattern and (weakly) its index tensors.
         # Two matrices may share one values tensor; the other one takes the whole path.
         self.weight = (_facts(W), *(weakref.ref(t) for t in _indices(W)))
@@ -109,15 +112,16 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
         if column_major(b):  # (else the backend multiplies another way)
             return _densified_product(b, W, bias, plan).view(*x.shape[:-1], W.shape[0])
     out = None
-    if plan.launches is not None:
-        out = plan.launches.replay(x, bias, _launch_plans.weight_state(W))
+    stream = _launch_plans.stream_of(x)
+    launches = plan.launches.get(stream)
+    if launches is not None:
+        out = launches.replay(x, bias, _launch_plans.weight_state(W))
     if out is None:
         call = _backend_call(x, W, bias, plan.backend)
-        if plan.recorded or not _launch_plans.can_record(x):
+        if not _may_record(plan, stream, x):
             out = call()
         else:
-            plan.recorded = True
-            out, plan.launches = _launch_plans.record(call, x, bias, W)
+            out, plan.launches[stream] = _launch_plans.record(call, x, bias, W)
     return out.t().contiguous().view(*x.shape[:-1], W.shape[0])
 
 
@@ -129,16 +133,24 @@ def _densified_product(b: torch.Tensor, W, bias: torch.Tensor | None, plan: _Pla
     if _dense.widens_on_cpu(x):  # (the backend's own call: fp32 on the CPU, ops/_dense.py)
         return _backend_call(x, W, bias, "dense")().t()
     weight = None
-    if plan.launches is not None:
-        weight = plan.launches.replay(x, bias, _launch_plans.weight_state(W))
+    stream = _launch_plans.stream_of(x)
+    launches = plan.launches.get(stream)
+    if launches is not None:
+        weight = launches.replay(x, bias, _launch_plans.weight_state(W))
     if weight is None:
         densify = _densify_call(W)
-        if plan.recorded or not DENSIFY_PLANS or not _launch_plans.can_record(x):
+        if not DENSIFY_PLANS or not _may_record(plan, stream, x):
             weight = densify()
         else:
-            plan.recorded = True
-            weight, plan.launches = _launch_plans.record(densify, x, bias, W)
+            weight, plan.launches[stream] = _launch_plans.record(densify, x, bias, W)
     return x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())
+
+
+def _may_record(plan: _Plan, stream, x: torch.Tensor) -> bool:
+    """Whether this call records its launches: once a stream, on a few streams at most."""
+    if stream in plan.launches or len(plan.launches) >= MOST_STREAMS:
+        return False
+    return _launch_plans.can_record(x)
 
 
 def _densify_call(W):

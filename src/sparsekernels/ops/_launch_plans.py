@@ -15,9 +15,9 @@ Only a backend whose device work is all Triton launches can be replayed: while r
 aten operation but allocations and views (a copy of x, a cuBLAS product, a read of a value on
 the host) refuses the plan, and so does a launch that did not go through a JIT function.
 A replay needs the recorded Triton (its launcher's arguments are internal), no launch hooks,
-the same device and stream (buffers the launches fill are the plan's), the weight's very
-tensors unchanged, and x and the bias at the same 16-byte alignment (what the kernels were
-specialized on); otherwise the call takes the backend as before. On unless
+the same device and stream (buffers the launches fill are the plan's; each stream records its
+own), the weight's very tensors unchanged, and x and the bias at the same 16-byte alignment
+(what the kernels were specialized on); otherwise the call takes the backend as before. On unless
 SPARSEKERNELS_LAUNCH_PLANS=0 (ENABLED); GPU tests in tests/test_launch_plans.py.
 """
 
@@ -133,6 +133,11 @@ def _current_stream() -> tuple[int, int]:
     if raw is None:
         return torch.cuda.current_stream().cuda_stream, device
     return raw(device), device
+
+
+def stream_of(x: torch.Tensor) -> tuple[int, int] | None:
+    """The key of the stream a call on x launches on (None off CUDA): a plan replays there only."""
+    return _current_stream() if x.is_cuda else None
 
 
 def _current_device() -> int:
