@@ -256,7 +256,7 @@ def test_each_stream_records_a_launch_plan_of_its_own(gen, monkeypatch):
         def __init__(self, out) -> None:
             self.out, self.stream = out, current[0]
 
-        def replay(self, x, bias, weight):
+        def replay(self, x, bias, weight, stream=None):
             if current[0] != self.stream:  # (as the real one: its own stream only)
                 return None
             replayed.append(self.stream)

@@ -115,7 +115,7 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
     stream = _launch_plans.stream_of(x)
     launches = plan.launches.get(stream)
     if launches is not None:
-        out = launches.replay(x, bias, _launch_plans.weight_state(W))
+        out = launches.replay(x, bias, _launch_plans.weight_state(W), stream)
     if out is None:
         call = _backend_call(x, W, bias, plan.backend)
         if not _may_record(plan, stream, x):
@@ -136,7 +136,7 @@ def _densified_product(b: torch.Tensor, W, bias: torch.Tensor | None, plan: _Pla
     stream = _launch_plans.stream_of(x)
     launches = plan.launches.get(stream)
     if launches is not None:
-        weight = launches.replay(x, bias, _launch_plans.weight_state(W))
+        weight = launches.replay(x, bias, _launch_plans.weight_state(W), stream)
     if weight is None:
         densify = _densify_call(W)
         if not DENSIFY_PLANS or not _may_record(plan, stream, x):

@@ -98,11 +98,13 @@ class LaunchPlan:
     stream: int
     held: list  # storages the launches read or fill, kept for the plan's life
 
-    def replay(self, x: torch.Tensor, bias: torch.Tensor | None, weight: tuple):
-        """The backend's output for this call, or None where this call cannot replay."""
+    def replay(self, x: torch.Tensor, bias: torch.Tensor | None, weight: tuple, stream=None):
+        """The backend's output for this call, or None where this call cannot replay.
+        `stream`: the current stream's key when the caller has it (stream_of(x))."""
         if weight != self.weight or not _hooks_idle():
             return None
-        if _current_stream() != (self.stream, self.device) or x.device.index != self.device:
+        stream = _current_stream() if stream is None else stream
+        if stream != (self.stream, self.device) or x.device.index != self.device:
             return None
         base = {X: x.data_ptr(), BIAS: bias.data_ptr() if bias is not None else 0}
         if (base[X] - self.x_ptr) % 16 or (base[BIAS] - self.bias_ptr) % 16:
