@@ -116,8 +116,8 @@ def _output_for_backward(output: Tensor, activation: str) -> Tensor | None:
 
 
 def _activation_grad(grad: Tensor, output: Tensor | None, pre_activation, activation: str):
-    if activation == "relu":
-        return grad * (output > 0)
+    if activation == "relu":  # torch's threshold_backward: an inf grad at a dead unit gives 0,
+        return grad.masked_fill(output <= 0, 0)  # and a NaN output passes its grad through
     if activation == "gelu":
         acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
         x = pre_activation().to(acc)
