@@ -55,3 +55,18 @@ def test_batched_and_backward(gen):
     f = lambda v: sk.sparse_softmax(S.with_values(v), 0.5).values  # noqa: E731
     assert torch.autograd.gradcheck(f, (values,))
     assert torch.autograd.gradgradcheck(f, (values,))  # through the backward op's own autograd
+
+
+def test_long_rows_as_accurate_as_torch(gen):
+    """The reference (the CPU path) summed a row in order in fp32: over 10^5 entries its
+    probabilities and gradients were 7-28x less accurate than torch.softmax's."""
+    k = 100_000
+    S = sk.CSRMatrix(torch.tensor([0, k]), torch.arange(k), torch.zeros(k), (1, k))
+    values = (randn(k, gen=gen, dtype=torch.float32) * 2).requires_grad_()
+    probs = sk.sparse_softmax(S.with_values(values), 1.0).values
+    want = values.detach().double().softmax(-1)
+    assert ((probs.double() - want).abs() / want).max() < 3e-6  # torch.softmax's: 1.3e-6
+    grad = randn(k, gen=gen, dtype=torch.float32)
+    (d_values,) = torch.autograd.grad(probs, values, grad)
+    exact = want * (grad.double() - (want * grad.double()).sum())
+    assert (d_values.double() - exact).norm() / exact.norm() < 1e-6  # torch's: 2.9e-7
