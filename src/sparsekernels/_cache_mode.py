@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import _fill_streams
 
@@ -71,10 +72,18 @@ def version(tensor: torch.Tensor) -> tuple[int, int] | None:
     """What tells a tensor's contents changed: its version counter (in-place changes bump it)
     and its storage's address (`.data = ...` swaps the storage without a bump, as
     torch.nn.utils.vector_to_parameters does); None for an inference tensor, which has no
-    counter: what is derived from it cannot be kept (reading `_version` there raises)."""
-    if tensor.is_inference():
+    counter, and for a traced one, which has no storage: what is derived from either cannot
+    be kept (reading `_version`, or `data_ptr()`, there raises)."""
+    if tensor.is_inference() or traced(tensor):
         return None
     return tensor._version, tensor.data_ptr()
+
+
+def traced(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` only stands for one while torch.compile traces: under dynamo, and
+    also in AOT autograd's trace of a backward, where is_compiling() is False but tensors are
+    FakeTensors (possibly inside FunctionalTensors) with no data to read."""
+    return torch.compiler.is_compiling() or is_fake(tensor)
 
 
 _SOURCES_SEEN = "sources seen"  # (a key of the dicts derived_from keeps)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._cache_mode import building
+from .._cache_mode import building, traced
 from ..formats._pattern import Pattern
 from ..kernels import sddmm_tiles
 from ._identity_cache import IdentityCache, version
@@ -62,7 +62,7 @@ def tile_fill(row_offsets: torch.Tensor, column_indices: torch.Tensor, cols: int
     """Entries per cell of the tiles the tensor-core kernel would visit, at its probe tile,
     estimated on up to FILL_SAMPLE_BLOCKS evenly spaced row blocks (exact when the pattern
     has no more); 0 while torch.compile traces (the estimate reads the pattern's values)."""
-    if torch.compiler.is_compiling() or column_indices.numel() == 0:
+    if traced(column_indices) or column_indices.numel() == 0:
         return 0.0
     plans = _plans(row_offsets, column_indices, cols)
     if "fill" not in plans:
