@@ -70,3 +70,16 @@ def test_long_rows_as_accurate_as_torch(gen):
     (d_values,) = torch.autograd.grad(probs, values, grad)
     exact = want * (grad.double() - (want * grad.double()).sum())
     assert (d_values.double() - exact).norm() / exact.norm() < 1e-6  # torch's: 2.9e-7
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scores_past_fp32_max_over_log2e_on_the_reference(dtype):
+    """Scaled scores past 2.4e38 (fp32's max / log2(e)): the Triton kernel's documented limit
+    (NaN rows), computed by the reference as dense softmax does: ties and zeros."""
+    dense = torch.tensor([[3e38, -1.0, 3e38, 0.0], [-3e38, -3e38, 0.0, 0.0], [0.5, 0.25, 0, 0]])
+    S = sk.CSRMatrix.from_dense(dense).to(dtype)
+    for scale, values in ((1.0, S.values), (2.5e38, S.values.clamp(-1, 1))):
+        got = sk.sparse_softmax(S.with_values(values), scale, backend="reference").values
+        want = _dense_softmax(S.with_values(values.float()), scale)
+        assert not want.isnan().any()
+        torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=1e-6)

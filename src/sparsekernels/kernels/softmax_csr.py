@@ -23,9 +23,12 @@ longer one in a pass for the dot and one to write.
 because Triton passes Python floats as fp32: fp64 inputs see scale to ~48 bits, fp32 inputs see
 fp32(scale) exactly as PyTorch's `tensor * scale` does. An fp64 scale past fp32's range (or
 below 2^-100) is applied outside: to the values before the forward, to the backward's result.
-A row whose base-2 max is infinite (scores past fp32's max / log2(e), folded, overflowed; or
-an inf in the data) is written again after the common path, in base e (_exact_walks): the
-rare path comes last so that it adds no registers to the common one.
+
+Limit: with log2(e) folded into the scale, a row whose scaled scores pass fp32's max / log2(e)
+(2.4e38; fp32 or bf16 data) overflows to inf and comes out NaN, where dense softmax gives its
+ties and zeros. Writing such rows again in base e after the common path cost 26% on causal
+bf16 rows and 7% on random:0.1 (H100, Triton 3.6, benchmarks/sweeps/softmax_rare_path.py),
+for scores no model makes; the reference backend (and the CPU) computes them.
 
 Head offsets are int64 (batch * nnz may pass 2^31); a row's entry offsets are INDEX: int32 where
 rows are long enough to be walked (_index says why) unless one within a matrix could pass 2^31
@@ -43,45 +46,16 @@ LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _scores(values, offs, load_mask, live, scale, stride_ve, ACC_DTYPE: tl.constexpr):
-    """scale * value at live lanes, -inf elsewhere (the where also keeps the multiply from
-    contracting into an fma with the shift that follows: the row's max must give exactly 1)."""
-    z = tl.load(values + offs * stride_ve, mask=load_mask, other=float("-inf")).to(ACC_DTYPE)
-    return tl.where(live, z * scale, float("-inf"))
-
-
-@triton.jit
-def _shift(row_max):
-    """A row's shift: its max, or 0 where that is -inf (so that a row of -inf gives 0 / 0)."""
-    return tl.where(row_max == float("-inf"), 0.0, row_max)
-
-
-@triton.jit
-def _exp_e(z, shift):
-    """e^(z - shift), for scores in base e (the rare path's)."""
-    return tl.exp2((z - shift) * LOG2_E)
-
-
-@triton.jit
-def _overflowed(row_max, mask_h, start, end):
-    """Whether a non-empty row's base-2 max is infinite: finite scores past fp32's max /
-    log2(e) (2.4e38) that folding log2(e) into the scale overflowed, or an inf (or a row of
-    -inf) in the data. Such rows are computed again in base e (the rare path)."""
-    return (end > start) & (tl.max(tl.where(mask_h, tl.abs(row_max), 0.0)) == float("inf"))
-
-
-@triton.jit
 def _read_once(
     values, out, first, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
     ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
     GROUP: tl.constexpr,
 ):  # fmt: skip
     """A row of at most BLOCK + TAIL entries from `first` on, in registers: one read, one
-    write; returns the row's base-2 max (for _overflowed). GROUP > 1: `first` is the row's
-    start rounded down to GROUP entries (16 bytes) and the loads take whole groups (one mask
-    a group: vector loads), the neighbours' entries masked out after the load; the stores
-    stay entry by entry (a neighbour's program writes them). GROUP = 1: `first` is the
-    start."""
+    write. GROUP > 1: `first` is the row's start rounded down to GROUP entries (16 bytes) and
+    the loads take whole groups (one mask a group: vector loads), the neighbours' entries
+    masked out after the load; the stores stay entry by entry (a neighbour's program writes
+    them). GROUP = 1: `first` is the start."""
     offs = (first + lanes)[None, :]
     if GROUP > 1:  # start <= offs < end as one unsigned compare
         width = tl.cast(end - start, tl.uint32 if INDEX == tl.int32 else tl.uint64)  # noqa: SIM300
@@ -90,7 +64,8 @@ def _read_once(
     else:
         live = mask_h[:, None] & (offs < end)
         load_mask = live
-    z = _scores(values, offs, load_mask, live, scale, stride_ve, ACC_DTYPE)
+    z = tl.load(values + offs * stride_ve, mask=load_mask, other=float("-inf")).to(ACC_DTYPE)
+    z = tl.where(live, z * scale, float("-inf"))
     row_max = tl.max(z, axis=1)
     if TAIL > 0:  # the entries past BLOCK, on TAIL lanes instead of another BLOCK
         tail_lanes = tl.arange(0, TAIL).to(INDEX)
@@ -100,87 +75,20 @@ def _read_once(
         if GROUP > 1:
             tail_groups = (first + BLOCK + tail_lanes // GROUP * GROUP)[None, :]
             tail_load = mask_h[:, None] & (tail_groups < end)
-        zt = _scores(values, tail_offs, tail_load, tail_live, scale, stride_ve, ACC_DTYPE)
+        zt = tl.load(values + tail_offs * stride_ve, mask=tail_load, other=float("-inf"))
+        zt = tl.where(tail_live, zt.to(ACC_DTYPE) * scale, float("-inf"))
         row_max = tl.maximum(row_max, tl.max(zt, axis=1))
-    row_shift = _shift(row_max)[:, None]
+    row_shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
     exps = tl.exp2(z - row_shift)  # a masked lane: 2^-inf = 0
-    if TAIL > 0:
-        tail_exps = tl.exp2(zt - row_shift)
     row_sum = tl.sum(exps, axis=1)
     if TAIL > 0:
+        tail_exps = tl.exp2(zt - row_shift)
         row_sum += tl.sum(tail_exps, axis=1)
     inverse = (1.0 / row_sum)[:, None]
     tl.store(out + offs * stride_oe, (exps * inverse).to(out.dtype.element_ty), mask=live)
     if TAIL > 0:
         tail_p = (tail_exps * inverse).to(out.dtype.element_ty)
         tl.store(out + tail_offs * stride_oe, tail_p, mask=tail_live)
-    return row_max
-
-
-@triton.jit
-def _walk_sums(
-    values, start, end, lanes, mask_h, scale, stride_ve, ACC_DTYPE: tl.constexpr,
-    BLOCK: tl.constexpr,
-):  # fmt: skip
-    """A long row's first walk: per lane, the running max m and sum of 2^(z - m)."""
-    m = tl.full((mask_h.shape[0], BLOCK), float("-inf"), dtype=ACC_DTYPE)
-    s = tl.zeros((mask_h.shape[0], BLOCK), dtype=ACC_DTYPE)
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = _scores(values, offs, mask, mask, scale, stride_ve, ACC_DTYPE)
-        m_new = tl.maximum(m, z)
-        shift = _shift(m_new)
-        s = s * tl.exp2(m - shift) + tl.exp2(z - shift)
-        m = m_new
-    return m, s
-
-
-@triton.jit
-def _walk_write(
-    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, m, s,
-    ACC_DTYPE: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
-    """A long row's second walk: the lanes' sums combined, 2^(z - max) / sum written; returns
-    the row's max."""
-    row_max = tl.max(m, axis=1)
-    shift = _shift(row_max)[:, None]
-    inverse = (1.0 / tl.sum(s * tl.exp2(m - shift), axis=1))[:, None]  # m = -inf adds 0
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        p = tl.exp2(_scores(values, offs, mask, mask, scale, stride_ve, ACC_DTYPE) - shift)
-        tl.store(out + offs * stride_oe, (p * inverse).to(out.dtype.element_ty), mask=mask)
-    return row_max
-
-
-@triton.jit
-def _exact_walks(
-    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
-    ACC_DTYPE: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
-):  # fmt: skip
-    """A long row that _overflowed, in base e: a walk for its max, one for its sum, one to
-    write. Each block is reduced as it comes (no per-lane state), so that this rare path
-    needs fewer registers than the common walks."""
-    row_max = tl.full((BLOCK_H,), float("-inf"), dtype=ACC_DTYPE)
-    for e in tl.range(start, end, BLOCK, num_stages=1):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = _scores(values, offs, mask, mask, scale, stride_ve, ACC_DTYPE)
-        row_max = tl.maximum(row_max, tl.max(z, axis=1))
-    shift = _shift(row_max)[:, None]
-    total = tl.zeros((BLOCK_H,), dtype=ACC_DTYPE)
-    for e in tl.range(start, end, BLOCK, num_stages=1):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = _scores(values, offs, mask, mask, scale, stride_ve, ACC_DTYPE)
-        total += tl.sum(_exp_e(z, shift), axis=1)
-    inverse = (1.0 / total)[:, None]
-    for e in tl.range(start, end, BLOCK, num_stages=1):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        p = _exp_e(_scores(values, offs, mask, mask, scale, stride_ve, ACC_DTYPE), shift)
-        tl.store(out + offs * stride_oe, (p * inverse).to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -213,37 +121,50 @@ def _softmax_csr_kernel(
     # z in base 2 (log2(e) folded into the scale) and one reciprocal a row: the kernel is bound
     # by instructions issued (Nsight Compute), and exp's multiply and a division an entry cost
     # more instructions than the loads and stores.
-    scale_e = tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)
-    scale = scale_e * LOG2_E
+    scale = (tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)) * LOG2_E
     lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
-    first, aligned = start, False
     if ALIGN > 1:  # rows whose 16-byte groups fit the lanes and end within the array
         first = tl.multiple_of(start // ALIGN * ALIGN, ALIGN)
-        aligned = (end - first <= BLOCK + TAIL) & ((end + ALIGN - 1) // ALIGN * ALIGN <= nnz)
-    if aligned:
-        row_max = _read_once(
-            values, out, first, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
-            ACC_DTYPE, INDEX, BLOCK, TAIL, ALIGN,
-        )  # fmt: skip
-    elif end - start <= BLOCK + TAIL:  # the whole row in registers: one read (empty: no store)
-        row_max = _read_once(
+        if (end - first <= BLOCK + TAIL) & ((end + ALIGN - 1) // ALIGN * ALIGN <= nnz):
+            _read_once(
+                values, out, first, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+                ACC_DTYPE, INDEX, BLOCK, TAIL, ALIGN,
+            )  # fmt: skip
+            return
+    if end - start <= BLOCK + TAIL:  # the whole row in registers: one read (empty: no store)
+        _read_once(
             values, out, start, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
             ACC_DTYPE, INDEX, BLOCK, TAIL, 1,
         )  # fmt: skip
-    else:  # online softmax per lane, then the lanes combined and the row written
-        m, s = _walk_sums(values, start, end, lanes, mask_h, scale, stride_ve, ACC_DTYPE, BLOCK)
-        row_max = _walk_write(
-            values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, m, s,
-            ACC_DTYPE, BLOCK,
-        )  # fmt: skip
-    # Written after the common path, when its state is dead: the rare path's registers then
-    # add none to the common path's (sm_90 compile: 56 against 48 done in place of it).
-    if _overflowed(row_max, mask_h, start, end):  # written again, in base e
-        _exact_walks(
-            values, out, start, end, lanes, mask_h, scale_e, stride_ve, stride_oe,
-            ACC_DTYPE, BLOCK, BLOCK_H,
-        )  # fmt: skip
+    else:
+        # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
+        m = tl.full((BLOCK_H, BLOCK), float("-inf"), dtype=ACC_DTYPE)
+        s = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
+        for e in range(start, end, BLOCK):
+            offs = (e + lanes)[None, :]
+            mask = mask_h[:, None] & (offs < end)
+            z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
+            z = tl.where(mask, z * scale, float("-inf"))
+            m_new = tl.maximum(m, z)
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            s = s * tl.exp2(m - shift) + tl.exp2(z - shift)
+            m = m_new
+        row_max = tl.max(m, axis=1)
+        shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+        total = tl.sum(s * tl.exp2(m - shift), axis=1)  # a lane with m = -inf adds 0
+        inverse = (1.0 / total)[:, None]
+
+        # Pass 2: write the probabilities.
+        for e in range(start, end, BLOCK):
+            offs = (e + lanes)[None, :]
+            mask = mask_h[:, None] & (offs < end)
+            z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE)
+            # rounded as in pass 1: a bare z * scale - shift contracts to one fma, which for
+            # the row's max gives 2^(rounding error) instead of 1 (fp32, large values)
+            z = tl.where(mask, z * scale, float("-inf"))
+            p = tl.exp2(z - shift) * inverse
+            tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
