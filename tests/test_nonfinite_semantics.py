@@ -42,3 +42,22 @@ def test_relu_gradient_is_torchs_at_inf_gradients_and_nan_outputs(fmt, backend):
     torch.testing.assert_close(a.values.grad.flatten().double(), d_values, equal_nan=True)
     torch.testing.assert_close(b_.grad.double(), d_b, equal_nan=True)
     torch.testing.assert_close(bias_.grad.double(), d_bias, equal_nan=True)
+
+
+def test_sddmm_backward_multiplies_only_stored_entries():
+    """On the CPU the SDDMM picks `dense` (it reads only the stored entries' rows), and its
+    backward passed that name to its SpMMs, which densified the gradient: a NaN in a row of X
+    that no entry reads, or an Inf in Y, reached every row of dY or dX."""
+    mask = torch.tensor([[1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 1, 1]])
+    pattern = sk.CSRMatrix.from_dense(torch.ones(4, 5), mask=mask.bool())
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 3, generator=gen), torch.randn(5, 3, generator=gen)
+    x[2, 0] = NAN  # row 2 stores nothing
+    y[0, 1] = INF  # read by row 0 only
+    xd, yd = x.double().requires_grad_(), y.double().requires_grad_()
+    rows, cols = mask.nonzero(as_tuple=True)
+    (xd[rows] * yd[cols]).sum(-1).backward(torch.ones(len(rows), dtype=torch.float64))
+    x_, y_ = x.clone().requires_grad_(), y.clone().requires_grad_()
+    sk.sddmm(x_, y_, pattern).values.sum().backward()
+    torch.testing.assert_close(x_.grad.double(), xd.grad, equal_nan=True)
+    torch.testing.assert_close(y_.grad.double(), yd.grad, equal_nan=True)

@@ -196,17 +196,26 @@ def _sddmm_csr_backward(ctx, grad):
     from .spmm import spmm_csr_raw, transpose_pattern
 
     row_offsets, column_indices, x, y, t_ro, t_ci, t_perm = ctx.saved_tensors
+    hint = _spmm_hint(ctx.backend)
     d_x = d_y = None
     if ctx.needs_input_grad[2]:  # dX = G @ Y, G the sparse gradient
         d_x = _sum_to(
-            spmm_csr_raw(row_offsets, column_indices, grad, y, None, None, "none", ctx.backend), x
+            spmm_csr_raw(row_offsets, column_indices, grad, y, None, None, "none", hint), x
         )
     if ctx.needs_input_grad[3]:  # dY = G^T @ X
         if t_perm is None:
             t_ro, t_ci, t_perm = transpose_pattern(row_offsets, column_indices, y.shape[-2])
         g_t = grad[..., t_perm.long()]
-        d_y = _sum_to(spmm_csr_raw(t_ro, t_ci, g_t, x, None, None, "none", ctx.backend), y)
+        d_y = _sum_to(spmm_csr_raw(t_ro, t_ci, g_t, x, None, None, "none", hint), y)
     return None, None, d_x, d_y, None, None, None, None
+
+
+def _spmm_hint(sddmm_backend: str) -> str | None:
+    """The backend an SDDMM's backward suggests to its SpMMs: its own, except `dense`, which
+    for an SDDMM reads only the stored entries' rows but for an SpMM multiplies structural
+    zeros (a NaN in Y would reach rows of dX that no entry connects it to): SpMM then
+    chooses for itself."""
+    return None if sddmm_backend == "dense" else sddmm_backend
 
 
 sddmm_csr.register_autograd(_sddmm_csr_backward, setup_context=_sddmm_csr_setup)
@@ -380,11 +389,12 @@ def _sddmm_nm_backward(ctx, grad):
     from .spmm import spmm_nm_raw
 
     indices, x, y = ctx.saved_tensors
+    hint = _spmm_hint(ctx.backend)
     d_x = d_y = None
     if ctx.needs_input_grad[1]:
-        d_x = spmm_nm_raw(grad, indices, y, None, "none", *ctx.args, False, ctx.backend)
+        d_x = spmm_nm_raw(grad, indices, y, None, "none", *ctx.args, False, hint)
     if ctx.needs_input_grad[2]:
-        d_y = spmm_nm_raw(grad, indices, x, None, "none", *ctx.args, True, ctx.backend)
+        d_y = spmm_nm_raw(grad, indices, x, None, "none", *ctx.args, True, hint)
     return None, d_x, d_y, None, None, None, None, None
 
 
