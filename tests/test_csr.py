@@ -187,6 +187,24 @@ def test_with_values_validates_and_shares_the_pattern():
         A.with_values(torch.randn(A.nnz, device="meta"))
 
 
+def test_assigned_values_are_checked():
+    """`values` is public: a short tensor assigned to it was read past its end by torch's CSR
+    matmul (garbage, no error)."""
+    A = CSRMatrix.from_dense(sparse_dense(9, 7, 0.4, seed=1))
+    A.values = torch.randn(3, A.nnz)  # a batch sharing the pattern: fine
+    assert A.batch == 3
+    with pytest.raises(ValueError, match=r"values must have nnz"):
+        A.values = torch.randn(5)
+    with pytest.raises(TypeError, match=r"values must be float"):
+        A.values = torch.arange(A.nnz)
+    with pytest.raises(ValueError, match=r"values must be on"):
+        A.values = torch.randn(A.nnz, device="meta")
+    assert A.values.shape == (3, A.nnz)  # unchanged by the refused assignments
+    old = CSRMatrix.__new__(CSRMatrix)  # pickled before `values` was a property
+    old.__setstate__({"_pattern": A.pattern, "values": A.values})
+    assert old.values is A.values
+
+
 # --------------------------------------------------------------------------- from_dense / to_dense
 @pytest.mark.parametrize("shape", [(1, 1), (7, 13), (64, 33), (3, 200), (50, 1)])
 @pytest.mark.parametrize("density", [0.05, 0.5, 1.0])

@@ -316,6 +316,18 @@ def test_constructor_validates():
 
 
 # --------------------------------------------------------------------------- values, dtype, bytes
+def test_assigned_values_are_checked():
+    dense, mask = pruned(4, 16, 4, 4, rows=6)
+    W = NMMatrix.from_dense(dense, n=4, m=16, vector=4, block=4, mask=mask)
+    W.values = torch.randn(6, 12, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"values must have shape \(6, 12\)"):
+        W.values = torch.randn(6, 13)
+    with pytest.raises(TypeError, match=r"values must be float"):
+        W.values = torch.zeros(6, 12, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"values must be on"):
+        W.values = torch.randn(6, 12, device="meta")
+
+
 def test_with_values():
     dense, mask = pruned(4, 16, 4, 4, rows=6)
     W = NMMatrix.from_dense(dense, n=4, m=16, vector=4, block=4, mask=mask)

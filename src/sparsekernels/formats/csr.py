@@ -47,7 +47,7 @@ class CSRMatrix:
         if check:
             _validate_values(pattern, values)
         self._pattern = pattern
-        self.values = values
+        self._values = values
 
     @classmethod
     def _from_pattern(cls, pattern: Pattern, values: torch.Tensor, check: bool) -> CSRMatrix:
@@ -56,8 +56,24 @@ class CSRMatrix:
             _validate_values(pattern, values)
         matrix = cls.__new__(cls)
         matrix._pattern = pattern
-        matrix.values = values
+        matrix._values = values
         return matrix
+
+    def __setstate__(self, state: dict) -> None:
+        if "values" in state:  # pickled before `values` became a property
+            state["_values"] = state.pop("values")
+        self.__dict__.update(state)
+
+    @property
+    def values(self) -> torch.Tensor:
+        """(nnz,) or (batch, nnz). Assigning checks the new tensor against the pattern, as the
+        constructor does: a wrong size would be read past its end by the kernels."""
+        return self._values
+
+    @values.setter
+    def values(self, values: torch.Tensor) -> None:
+        _validate_values(self._pattern, values)
+        self._values = values
 
     # ----------------------------------------------------------------- properties
     @property

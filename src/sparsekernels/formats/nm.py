@@ -50,7 +50,7 @@ class NMMatrix:
         self.shape, self.n, self.m, self.vector, self.block = shape, n, m, vector, block
         if check:
             _validate(values, indices, shape, n, m, vector, block)
-        self.values = values
+        self._values = values
         self.indices = indices
         self._cache: dict[str, object] = {}
 
@@ -58,6 +58,26 @@ class NMMatrix:
         """Pickled (torch.save of a layer too) without what is derived: it holds a weak
         reference (cuSPARSELt's packed weight), and is remade on use."""
         return {**self.__dict__, "_cache": {}}
+
+    def __setstate__(self, state: dict) -> None:
+        if "values" in state:  # pickled before `values` became a property
+            state["_values"] = state.pop("values")
+        self.__dict__.update(state)
+
+    @property
+    def values(self) -> torch.Tensor:
+        """(rows, groups * n), the kept values row by row. Assigning checks the new tensor's
+        shape, dtype and device, as the constructor does: a wrong size would be misread."""
+        return self._values
+
+    @values.setter
+    def values(self, values: torch.Tensor) -> None:
+        _check_values(values, self.shape, self.n, self.m)
+        if values.device != self.indices.device:
+            raise ValueError(
+                f"values must be on the indices' device {self.indices.device}, got {values.device}"
+            )
+        self._values = values
 
     # ----------------------------------------------------------------- properties
     @property
