@@ -60,6 +60,25 @@ def test_sparse_linear_made_under_inference_mode():
             torch.testing.assert_close(frozen(x), normal(x))
 
 
+@pytest.mark.parametrize("kwargs", [{"pattern": "2:8"}, {"sparsity": 0.5}], ids=["nm", "csr"])
+def test_layers_made_under_inference_mode_then_trained(kwargs):
+    """As nn.Linear's: a layer made under inference_mode holds normal tensors, so calling it
+    outside with a gradient (and under autocast) works; its values had been inference
+    tensors, which cannot be saved for backward."""
+    dense, conv = torch.nn.Linear(48, 20), torch.nn.Conv2d(48, 20, 1)
+    with torch.inference_mode():
+        layers = [
+            sk.nn.SparseLinear.from_dense(dense, **kwargs),
+            sk.nn.SparseConv2d.from_dense(conv, **kwargs),
+        ]
+    for layer, x in zip(layers, (torch.randn(3, 48), torch.randn(2, 48, 3, 3)), strict=True):
+        assert not any(t.is_inference() for t in (*layer.parameters(), *layer.buffers()))
+        layer(x).sum().backward()
+        assert layer.values.grad is not None and layer.bias.grad is not None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert layer(x).dtype == torch.bfloat16
+
+
 def test_sparse_attention_made_under_inference_mode():
     normal = sk.nn.SparseAttention.local_strided(24, 4, 5)
     with torch.inference_mode():

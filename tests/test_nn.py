@@ -95,6 +95,15 @@ def test_from_dense_arguments(gen):
     assert torch.equal(layer.to_dense() != 0, mask & (dense.weight != 0))
 
 
+@pytest.mark.parametrize("layer", [SparseLinear, SparseConv2d])
+def test_a_bias_that_is_not_a_float_tensor_is_named(layer, gen):
+    weight = sk.CSRMatrix.from_dense(torch.randn(6, 8, generator=gen))
+    complex_bias = torch.zeros(6, dtype=torch.complex64)
+    for bias, error in (([0.0] * 6, "got list"), (1.0, "got float"), (complex_bias, "complex64")):
+        with pytest.raises(TypeError, match=f"bias must be .*{error}"):
+            layer(weight, bias)
+
+
 def test_a_mask_must_agree_with_sparsity_or_pattern(gen):
     dense = _linear(gen)
     half = torch.rand(12, 32, generator=gen) < 0.5

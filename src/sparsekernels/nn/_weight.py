@@ -45,6 +45,14 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
     """Base of the sparse layers: holds the weight (out_features, in_features) and the bias."""
 
     def _init_sparse_weight(self, weight: CSRMatrix | NMMatrix, bias: torch.Tensor | None) -> None:
+        # Normal tensors even under torch.inference_mode (as nn.Linear's): inference tensors
+        # cannot be saved for backward, so a layer built there failed in training.
+        with torch.inference_mode(False):
+            self._hold_weight(weight, bias)
+        self._format_cache: tuple | None = None
+        self._prepare()
+
+    def _hold_weight(self, weight: CSRMatrix | NMMatrix, bias: torch.Tensor | None) -> None:
         if isinstance(weight, CSRMatrix):
             if weight.batch is not None:
                 raise ValueError("weight must be a single matrix, not a batch of values")
@@ -67,6 +75,8 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         self.out_features, self.in_features = weight.shape
         self.values = nn.Parameter(weight.values.detach().clone())
         if bias is not None:
+            _checks.tensor("bias", bias)
+            _checks.float_dtype("bias", bias)
             if tuple(bias.shape) != (self.out_features,):
                 raise ValueError(
                     f"bias must have shape ({self.out_features},), got {tuple(bias.shape)}"
@@ -76,8 +86,6 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
             self.bias = nn.Parameter(bias.detach().clone().to(weight.dtype))
         else:
             self.register_parameter("bias", None)
-        self._format_cache: tuple | None = None
-        self._prepare()
 
     def _build(self) -> None:  # (PreparedFromBuffers)
         self.weight  # noqa: B018 (builds and caches the format)
