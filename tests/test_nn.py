@@ -362,3 +362,16 @@ def test_attention_user_pattern_state_and_moves(gen):
         SparseAttention.local_strided(8, window=0, stride=2)
     with pytest.raises(TypeError, match="pattern"):
         SparseAttention([[1, 0], [0, 1]])
+
+
+def test_attention_refused_load_leaves_the_module_as_it_was():
+    """A checkpoint for another length was refused, but the module had already taken its
+    column indices beside its own row offsets, and no call ran after."""
+    attn = SparseAttention(torch.ones(8, 8, dtype=torch.bool).tril())
+    other = SparseAttention(torch.ones(10, 10, dtype=torch.bool))
+    q = torch.randn(1, 1, 8, 4)
+    want = attn(q, q, q)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        attn.load_state_dict(other.state_dict())
+    assert attn.column_indices.numel() == 36
+    torch.testing.assert_close(attn(q, q, q), want, rtol=0, atol=0)

@@ -8,7 +8,7 @@ import zlib
 import pytest
 import torch
 
-from sparsekernels.prune import magnitude_mask, nm_mask
+from sparsekernels.prune import magnitude_mask, nm_mask, topk_mask
 
 RATIOS = [
     (1, 2), (2, 4), (1, 4), (2, 8), (1, 8), (4, 8), (4, 16), (8, 16),
@@ -115,6 +115,14 @@ def test_magnitude_mask_does_not_touch_the_weight():
     before = w.detach().clone()
     mask = magnitude_mask(w, 0.5)
     assert not mask.requires_grad and torch.equal(w.detach(), before)
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_topk_mask_takes_bool_scores(per_row):
+    """As int scores (torch's topk takes no bool: it raised)."""
+    scores = torch.tensor([[True, False, True, False]])
+    mask = topk_mask(scores, 0.5, per_row=per_row)
+    assert mask.tolist() == [[True, False, True, False]]
 
 
 @pytest.mark.parametrize("sparsity", [-0.1, 1.0001, 2, float("nan"), "0.5", None, True, [0.5]])

@@ -153,12 +153,16 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
     ):
         # Another pattern of the same shape may hold another nnz: take the incoming size.
         incoming = state_dict.get(prefix + "column_indices")
+        held, offsets = self._buffers["column_indices"], self._buffers["row_offsets"].clone()
         if isinstance(incoming, torch.Tensor) and incoming.dim() == 1:
-            self._buffers["column_indices"] = self.column_indices.new_empty(incoming.shape)
+            self._buffers["column_indices"] = held.new_empty(incoming.shape)
         errors_before = len(errors)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
         )
+        if len(errors) > errors_before:  # refused (another length): the module stays as it was
+            self._buffers["column_indices"] = held
+            self._buffers["row_offsets"].copy_(offsets)  # (copied in if only it fitted)
         self._name_a_broken_load(prefix, errors, errors_before)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

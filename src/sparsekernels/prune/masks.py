@@ -24,6 +24,8 @@ def topk_mask(scores: torch.Tensor, sparsity: float, per_row: bool = False) -> t
     """
     _checks.tensor("scores", scores)
     _check_sparsity(sparsity)
+    if scores.dtype == torch.bool:  # (topk takes no bool)
+        scores = scores.to(torch.uint8)
     if per_row:
         _checks.ndim("scores", scores, [2])
         rows, cols = scores.shape
