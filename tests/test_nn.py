@@ -375,3 +375,21 @@ def test_attention_refused_load_leaves_the_module_as_it_was():
         attn.load_state_dict(other.state_dict())
     assert attn.column_indices.numel() == 36
     torch.testing.assert_close(attn(q, q, q), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kwargs", [{"sparsity": 0.5}, {"pattern": "2:4"}], ids=["csr", "nm"])
+def test_torch_prune_on_the_values(kwargs, gen):
+    """torch.nn.utils.prune replaces the values Parameter by values_orig * values_mask, set
+    before each forward: the layer read the Parameter by name (KeyError)."""
+    import torch.nn.utils.prune as torch_prune
+
+    layer = SparseLinear.from_dense(_linear(gen), **kwargs)
+    torch_prune.l1_unstructured(layer, "values", amount=0.25)
+    x = torch.randn(3, 32, generator=gen, dtype=layer.values.dtype)
+    layer(x).sum().backward()
+    kept = layer.values_orig.detach() * layer.values_mask
+    want = x @ layer.weight.with_values(kept).to_dense().t() + layer.bias.detach()
+    torch.testing.assert_close(layer(x), want)
+    assert torch.equal(layer.values_orig.grad == 0, layer.values_mask == 0)  # pruned: no grad
+    torch_prune.remove(layer, "values")  # a Parameter again
+    torch.testing.assert_close(layer(x), want)

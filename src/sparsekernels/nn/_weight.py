@@ -100,11 +100,19 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         self._prepare()
 
     def _cache_keys(self) -> tuple[torch.Tensor, ...]:
-        return self._parameters["values"], *self._index_buffers()
+        return self._current_values(), *self._index_buffers()
 
     def _prepare(self) -> None:
         super()._prepare()
-        stepped_values.track(self._parameters["values"])  # (fused optimizers bump no version)
+        values = self._parameters.get("values")
+        if values is not None:  # (fused optimizers bump no version)
+            stepped_values.track(values)
+
+    def _current_values(self) -> torch.Tensor:
+        """The values Parameter, or what torch.nn.utils.prune set in its place (values_orig
+        times values_mask, made again before each forward)."""
+        values = self._parameters.get("values")
+        return self.values if values is None else values
 
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:
         return tuple(self._buffers[name] for name in _INDEX_BUFFERS[self.format])
@@ -118,7 +126,7 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         `release_caches()`, or assign new tensors)."""
         if torch.compiler.is_compiling():
             cache = self._format_cache
-            values = self._parameters["values"]
+            values = self._current_values()
             if cache is None:  # (none built: validated here, at the cost of a graph break)
                 return self._build_format(self._index_buffers()).with_values(values)
             return cache[1].with_values(values)
@@ -149,7 +157,7 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         cache_key, template, matrix, facts = cache
         # The matrix of the last call while the values are the very same Parameter, alike in
         # shape, dtype and device (`.data` can swap those): ~10-15 us a call saved.
-        values = self._parameters["values"]
+        values = self._current_values()
         now = (values.shape, values.dtype, values.device)
         if matrix is None or matrix.values is not values or facts != now:
             matrix = template.with_values(values)
