@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
+from . import _values_state
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
 
@@ -59,10 +60,7 @@ class CSRMatrix:
         matrix._values = values
         return matrix
 
-    def __setstate__(self, state: dict) -> None:
-        if "values" in state:  # pickled before `values` became a property
-            state["_values"] = state.pop("values")
-        self.__dict__.update(state)
+    __setstate__ = _values_state.set_state
 
     @property
     def values(self) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 
 from .. import _checks
 from .._cache_mode import building, derived_from
-from . import semi_structured
+from . import _values_state, semi_structured
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
 
@@ -59,10 +59,7 @@ class NMMatrix:
         reference (cuSPARSELt's packed weight), and is remade on use."""
         return {**self.__dict__, "_cache": {}}
 
-    def __setstate__(self, state: dict) -> None:
-        if "values" in state:  # pickled before `values` became a property
-            state["_values"] = state.pop("values")
-        self.__dict__.update(state)
+    __setstate__ = _values_state.set_state
 
     @property
     def values(self) -> torch.Tensor:
