@@ -74,7 +74,7 @@ def version(tensor: torch.Tensor) -> tuple[int, int] | None:
     torch.nn.utils.vector_to_parameters does); None for an inference tensor, which has no
     counter, and for a traced one, which has no storage: what is derived from either cannot
     be kept (reading `_version`, or `data_ptr()`, there raises)."""
-    if tensor.is_inference() or traced(tensor):
+    if tensor.is_inference() or _fake(tensor):
         return None
     return tensor._version, tensor.data_ptr()
 
@@ -83,7 +83,15 @@ def traced(tensor: torch.Tensor) -> bool:
     """Whether `tensor` only stands for one while torch.compile traces: under dynamo, and
     also in AOT autograd's trace of a backward, where is_compiling() is False but tensors are
     FakeTensors (possibly inside FunctionalTensors) with no data to read."""
-    return torch.compiler.is_compiling() or is_fake(tensor)
+    return torch.compiler.is_compiling() or _fake(tensor)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _fake(tensor: torch.Tensor) -> bool:
+    # is_fake costs ~1.3 us a call (version() runs several times a call): others only
+    return type(tensor) not in _PLAIN and is_fake(tensor)
 
 
 _SOURCES_SEEN = "sources seen"  # (a key of the dicts derived_from keeps)
