@@ -329,6 +329,15 @@ def saved(tmp_path) -> Path:
     return path
 
 
+def test_safetensors_load_onto_the_meta_device(saved, tmp_path):
+    """Validated where read, then moved: straight onto meta it was called corrupted."""
+    matrix = load_safetensors(saved, device="meta")
+    assert matrix.device.type == "meta" and matrix.shape == (40, 50)
+    nm = NMMatrix.from_dense(torch.tensor([[1.0, 0, 2, 0]]), n=2, m=4)
+    save_safetensors(nm, tmp_path / "nm.safetensors")
+    assert load_safetensors(tmp_path / "nm.safetensors", device="meta").device.type == "meta"
+
+
 def test_truncated_safetensors(saved, tmp_path):
     data = saved.read_bytes()
     for cut in (0, 4, 8, 20, len(data) // 2, len(data) - 1):

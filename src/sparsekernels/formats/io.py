@@ -137,20 +137,21 @@ def load_safetensors(path: str | Path, device: str | torch.device = "cpu") -> CS
         ) from None
     if not isinstance(meta, dict) or meta.get("format") not in ("csr", "nm"):
         raise ValueError(f"{path}: no sparsekernels metadata; not written by save_safetensors")
-    try:
-        tensors = {k: v.to(device) for k, v in tensors.items()}
+    try:  # validated where the file was read, then moved (a meta device holds nothing to read)
         if meta["format"] == "csr":
-            return CSRMatrix(
+            matrix = CSRMatrix(
                 tensors["row_offsets"], tensors["column_indices"], tensors["values"], meta["shape"]
             )
-        return NMMatrix(
-            tensors["values"],
-            tensors["indices"],
-            tuple(meta["shape"]),
-            meta["n"],
-            meta["m"],
-            meta["vector"],
-            meta["block"],
-        )
+        else:
+            matrix = NMMatrix(
+                tensors["values"],
+                tensors["indices"],
+                tuple(meta["shape"]),
+                meta["n"],
+                meta["m"],
+                meta["vector"],
+                meta["block"],
+            )
     except (KeyError, ValueError, TypeError) as error:
         raise ValueError(f"{path}: corrupted sparse matrix: {error!s}") from None
+    return matrix.to(device=device)
