@@ -378,3 +378,33 @@ def test_gpu_backward_and_compile(activation, gen):
         lambda x: depthwise_conv2d(x, w, b, 1, activation, backend="triton"), fullgraph=True
     )
     torch.testing.assert_close(fn(x.detach()), depthwise_conv2d(x.detach(), w, b, 1, activation))
+
+
+@pytest.mark.parametrize("backend", ["torch", "reference", None])
+def test_no_channels_with_gradients(backend):
+    """F.conv2d refuses zero groups: the torch backend's empty answer had left the graph, and
+    the op's backward called convolution_backward with 0 groups."""
+    x = torch.randn(2, 0, 5, 5, requires_grad=True)
+    w, b = torch.randn(0, 1, 3, 3, requires_grad=True), torch.randn(0, requires_grad=True)
+    out = sk.ops.depthwise_conv2d(x, w, b, activation="relu", backend=backend)
+    assert out.shape == (2, 0, 5, 5) and out.requires_grad
+    grads = torch.autograd.grad(out, (x, w, b), torch.ones_like(out))
+    assert [g.shape for g in grads] == [x.shape, w.shape, b.shape]
+
+
+@pytest.mark.parametrize("backend", ["torch", "reference"])
+def test_bf16_channels_last_weight_gradient_on_the_cpu(backend):
+    """torch's CPU bf16 depthwise weight gradient on a channels_last x (stride 2, width 1)
+    read uninitialized memory (~1e31 or NaN): both backends now take it in fp32."""
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randn(3, 6, 2, 1, generator=gen).to(torch.bfloat16)
+    w0 = torch.randn(6, 1, 3, 3, generator=gen).to(torch.bfloat16)
+    grad = torch.randn(3, 6, 1, 1, generator=gen).to(torch.bfloat16)
+    w64 = w0.double().requires_grad_()
+    (want,) = torch.autograd.grad(F.conv2d(x0.double(), w64, None, 2, 1, 1, 6), w64, grad.double())
+    for _ in range(5):  # (what the memory held varies: ask more than once)
+        x = x0.clone().contiguous(memory_format=torch.channels_last).requires_grad_()
+        w = w0.clone().requires_grad_()
+        out = sk.ops.depthwise_conv2d(x, w, None, 2, backend=backend)
+        (d_w,) = torch.autograd.grad(out, w, grad.contiguous(memory_format=torch.channels_last))
+        assert (d_w.double() - want).abs().max() < 0.02 * want.abs().max()

@@ -127,7 +127,7 @@ def depthwise_conv2d_raw(x, weight, bias, stride, activation, hint=None, backend
     """The op on checked operands with its backend chosen (forced `backend`, else `hint` if it
     fits, else automatic)."""
     name = _dispatch.choose_with_hint("depthwise_conv2d", _problem(x, stride), backend, hint)
-    if name == "torch":
+    if name == "torch" and x.shape[1]:  # (no channels: through the op, for its gradients)
         return _torch(x, weight, bias, stride, activation)
     if eager_inference(x, weight, bias):  # skip the custom op's dispatch cost
         return _run(x, weight, bias, stride, activation, name)
@@ -164,6 +164,9 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, grad):
     x, weight, bias, out = ctx.saved_tensors
     stride = ctx.stride
+    if x.shape[1] == 0:  # no channels: empty gradients (convolution_backward refuses 0 groups)
+        d_bias = torch.zeros_like(bias) if ctx.has_bias else None
+        return torch.zeros_like(x), torch.zeros_like(weight), d_bias, None, None, None
 
     def pre_activation():  # through the op: under torch.compile this backward is traced
         return _depthwise_op(x, weight, bias, stride, "none", ctx.backend)
@@ -174,6 +177,10 @@ def _backward(ctx, grad):
         ctx.needs_input_grad[1],
         ctx.has_bias and ctx.needs_input_grad[2],
     ]
+    dtype = x.dtype
+    half_on_cpu = x.device.type == "cpu" and x.element_size() == 2
+    if half_on_cpu:  # in fp32: torch's CPU bf16 one read uninitialized memory (see _torch)
+        g, x, weight = g.float(), x.float(), weight.float()
     d_x, d_weight, d_bias = torch.ops.aten.convolution_backward(
         g,
         x,
@@ -187,6 +194,9 @@ def _backward(ctx, grad):
         x.shape[1],
         mask,
     )
+    if half_on_cpu:
+        grads = (d_x, d_weight, d_bias)
+        d_x, d_weight, d_bias = (None if t is None else t.to(dtype) for t in grads)
     return d_x, d_weight, d_bias, None, None, None
 
 
@@ -215,6 +225,13 @@ def reference_depthwise_conv2d(x, weight, bias, stride, activation) -> Tensor:
 def _torch(x, weight, bias, stride, activation) -> Tensor:
     if x.shape[1] == 0:  # F.conv2d refuses zero groups; the answer is just empty
         return x.new_empty(output_shape(x.shape, stride))
+    if x.device.type == "cpu" and x.element_size() == 2:
+        # in fp32: torch 2.13's CPU bf16 depthwise weight gradient on channels_last x (stride
+        # 2, width 1) read uninitialized memory: ~1e31 or NaN (tests/test_depthwise.py)
+        bias = None if bias is None else bias.float()
+        out = F.conv2d(x.float(), weight.float(), bias, stride, 1, 1, x.shape[1])
+        out = out.contiguous(memory_format=_memory_format(x))
+        return reference.apply_activation(out, activation).to(x.dtype)
     out = F.conv2d(x, weight, bias, stride, 1, 1, x.shape[1])
     return reference.apply_activation(out, activation)
 
