@@ -202,3 +202,18 @@ def test_transposed_product_without_densifying(device, pattern, N, gen):
     assert pattern() is first  # built once per weight
     W.indices.add_(0)  # an in-place edit bumps the version: rebuilt
     assert pattern() is not first
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("tokens", [1, 4, 9, 16, 32])
+def test_no_rows(device, tokens):
+    """A weight of no rows: the unpack tile rule divided by its programs (ZeroDivisionError
+    in bf16 at 4-32 tokens); the output is empty and x's gradient zero."""
+    skip_interpreter_on_gpu_machine(device)
+    W = sk.NMMatrix.from_dense(torch.zeros(0, 8, dtype=torch.bfloat16, device=device), 2, 4)
+    x = torch.randn(tokens, 8, dtype=torch.bfloat16, device=device, requires_grad=True)
+    out = sk.linear(x, W, backend="triton")
+    assert out.shape == (tokens, 0)
+    (d_x,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    assert torch.equal(d_x, torch.zeros_like(x))
+    assert sk.spmm(W, x.detach().t().contiguous(), backend="triton").shape == (0, tokens)
