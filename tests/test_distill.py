@@ -119,6 +119,9 @@ def test_bad_models_and_batches():
         sk.prune.distill_(copy.deepcopy(teacher), teacher, batches)
     with pytest.raises(ValueError, match="student and teacher must be two models"):
         sk.prune.distill_(student, student, batches)
+    tensors = [torch.randn(2, 8)]  # not keyword dicts, and no output= that takes them
+    with pytest.raises(TypeError, match="batches must hold keyword-argument dicts.*Tensor"):
+        sk.prune.distill_(student, teacher, tensors)
 
 
 def test_an_all_padding_batch_is_refused():

@@ -10,7 +10,7 @@ teacher stay as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
@@ -20,15 +20,24 @@ LR_SCHEDULES = ("constant", "cosine")
 
 
 def _hidden_states(model: torch.nn.Module, batch: dict) -> torch.Tensor:
-    out = model(**batch)
+    out = model(**_keywords(batch))
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
 
 
 def every_layer(model: torch.nn.Module, batch: dict) -> torch.Tensor:
     """Every layer's hidden states, stacked (layers, batch, tokens, hidden), of a Hugging Face
     model: a target at each layer, not only the last, guides the early layers directly."""
-    out = model(**batch, output_hidden_states=True)
+    out = model(**_keywords(batch), output_hidden_states=True)
     return torch.stack(out.hidden_states[1:])
+
+
+def _keywords(batch) -> Mapping:
+    if not isinstance(batch, Mapping):
+        raise TypeError(
+            "batches must hold keyword-argument dicts for the models (or give output= a "
+            f"function that takes your batches), got {type(batch).__name__}"
+        )
+    return batch
 
 
 def sparse_values(model: torch.nn.Module) -> list[torch.nn.Parameter]:
