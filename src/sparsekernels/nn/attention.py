@@ -17,6 +17,7 @@ from .._cache_mode import building
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
 from ..ops._identity_cache import version
+from ._fx_leaf import traced_call
 from ._prepared import PreparedFromBuffers
 
 _ROWS_PER_CHUNK = 512  # rows of the (L, L) boolean mask built at once
@@ -166,6 +167,9 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         self._name_a_broken_load(prefix, errors, errors_before)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        traced = traced_call(self, q, k, v)  # (torch.fx records the layer whole)
+        if traced is not None:
+            return traced
         return sparse_attention(q, k, v, self.pattern, self.scale)
 
     def extra_repr(self) -> str:

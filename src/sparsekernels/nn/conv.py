@@ -7,11 +7,12 @@ bias and activation fused into spmm's epilogue.
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from .. import _checks
 from ..formats import CSRMatrix, NMMatrix
 from ..ops import _autocast, spmm
+from ._fx_leaf import traced_call
 from ._weight import SparseWeightModule, compress_weight
 
 
@@ -94,6 +95,8 @@ class SparseConv2d(SparseWeightModule):
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(x, fx.Proxy):  # (torch.fx records the layer whole)
+            return traced_call(self, x)
         _checks.tensor("x", x)
         _checks.ndim("x", x, [3, 4])
         _checks.float_dtype("x", x)

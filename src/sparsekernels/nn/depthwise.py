@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from .. import _checks
 from ..ops.depthwise import depthwise_conv2d
+from ._fx_leaf import traced_call
 
 
 def depthwise_unsupported_reason(conv: nn.Conv2d) -> str | None:
@@ -102,6 +103,8 @@ class DepthwiseConv2d(nn.Module):
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(x, fx.Proxy):  # (torch.fx records the layer whole)
+            return traced_call(self, x)
         _checks.tensor("x", x)
         _checks.ndim("x", x, [3, 4])
         if x.shape[-3] != self.channels:

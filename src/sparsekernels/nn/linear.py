@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from ..formats import CSRMatrix, NMMatrix
 from ..ops import linear
+from ._fx_leaf import traced_call
 from ._weight import SparseWeightModule, compress_weight
 
 
@@ -49,6 +50,8 @@ class SparseLinear(SparseWeightModule):
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(x, fx.Proxy):  # (torch.fx records the layer whole)
+            return traced_call(self, x)
         return linear(x, self.weight, self.bias)
 
     def to_dense(self) -> torch.Tensor:
