@@ -457,7 +457,7 @@ runpy.run_module('sparsekernels.bench', run_name='__main__')" --suite e2e --matc
       SPARSEKERNELS_PDL=${PDL_LEVEL:-2} bench e2e_pdl 200 --suite e2e --match e2e_llama --no-plots ;;
     sddmm) bench sddmm 200 --suite sddmm --suite softmax --no-plots ;;
     attention) bench attention 300 --suite attention --no-plots ;;  # speed and peak memory
-    dlmc) bench dlmc 170 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;
+    dlmc) bench dlmc 320 --suite dlmc --dlmc .dlmc --limit 24 --dtype bf16,fp32 ;;
     *) echo "unknown step $step" ;;
   esac
 done

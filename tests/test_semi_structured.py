@@ -87,15 +87,16 @@ def test_dispatch_reason_from_the_tuning_rule(monkeypatch):
     assert _dispatch.choose("spmm_nm", prefill) == "cusparselt"
 
 
-def test_tuning_rule_from_the_h200_sweep():
-    """bf16 from 512 tokens (1.11-1.72x dense there); fp16 from 1024 where K >= 8192 (its
-    row-major product's copy costs too much on shorter rows); never below, nor in fp32."""
+def test_tuning_rule_from_the_sweeps():
+    """bf16 from 512 tokens (1.11-1.72x dense there); fp16 from 1024 on every K (its
+    row-major product copied by the tiled transpose); never below, nor in fp32."""
     prefers = tuning.spmm_nm_prefers_cusparselt
-    for n in (1, 16, 128, 256, 511, 512, 1024, 2048, 8192, 65536):
+    for n in (1, 16, 128, 256, 511, 512, 1023, 1024, 2048, 8192, 65536):
         assert prefers(4096, 4096, n, torch.bfloat16) == (n >= 512)
-        assert not prefers(4096, 4096, n, torch.float16)
+        assert prefers(4096, 4096, n, torch.float16) == (n >= 1024)
         assert prefers(4096, 14336, n, torch.float16) == (n >= 1024)
         assert not prefers(4096, 14336, n, torch.float32)
+    assert tuning.CUSPARSELT_TILED_TRANSPOSE  # (fp16 at K = 4096 loses to dense without it)
 
 
 def test_forcing_it_on_cpu_says_why(gen):

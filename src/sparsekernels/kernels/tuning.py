@@ -448,29 +448,31 @@ def spmm_nm_prefers_dense(
 # tokens (results/nvidia-h200/2026-12-05/at-c3b827c/semistructured.txt and at-ba67939/).
 # With cuSPARSELt's searched algorithm (CUSPARSELT_SEARCH, ops/_cusparselt_algs.py) bf16 runs
 # 1.11-1.72x dense from 512 tokens on every shape (256: 0.69-1.72x; 128: 0.64-1.06x). fp16 is
-# written row-major (searching its transposed product faults), and linear's transposing copy
-# of the product then costs most where K is short: from 1024 tokens 1.18-1.33x dense where
-# K >= 8192 but 0.74-0.90x at K = 4096, where the dense route stays. Forcing
-# backend="cusparselt" works wherever it is available.
+# written row-major (searching its transposed product faults), and linear copies the product
+# transposed: torch's strided copy ran at 0.5 TB/s and left fp16 0.72-0.82x dense at K = 4096
+# (so fp16 took only K >= 8192); the tiled copy (CUSPARSELT_TILED_TRANSPOSE) makes fp16
+# 1.22-1.37x dense at K = 4096 and 1.39-1.57x at K >= 8192 from 1024 tokens on an H100
+# (results/nvidia-h100/2026-12-05/cusparselt-at-55405e1/transposing_copy.txt), so fp16 takes
+# every K. Forcing backend="cusparselt" works wherever it is available.
 CUSPARSELT_MIN_N_BF16: int | None = 512
 CUSPARSELT_MIN_N_FP16: int | None = 1024
-CUSPARSELT_FP16_MIN_K = 8192
 # cuSPARSELt's own algorithm search, once per problem size (ops/_cusparselt_algs.py): its pick
 # ran 1.2-2.5x faster than algorithm 0 (2026-12-05/at-4f5c74f/cusparselt_search_safety.txt).
 CUSPARSELT_SEARCH = True
-# fp16 through linear: cuSPARSELt's product comes row-major (rows, tokens) and linear copies
-# it transposed, torch's strided copy ~50 us on 4096 x 4096 at 2048 tokens (cslt 120 against
-# lt_alg 66, 2026-12-05/at-ba67939). True: kernels/transpose.py's tiled copy makes linear's
-# order inside the op instead. Off until benchmarks/sweeps/transposing_copy.py times both.
-CUSPARSELT_TILED_TRANSPOSE = False
+# fp16 through linear (and bf16 with no searched algorithm, as while capturing a graph):
+# cuSPARSELt's product comes row-major (rows, tokens) and linear needs it transposed. torch's
+# strided copy ran at 0.5 TB/s on an H100; kernels/transpose.py's 64 x 64 tiles at 2.7-5.0
+# (3.9-9.8x faster; 128 x 32 and 32 x 128 no better), making fp16 linear 1.22-1.57x dense
+# where torch's copy left it 0.72-1.22x, and bf16 without a search 1.01-1.24x where it was
+# 0.64-0.95x (results/nvidia-h100/2026-12-05/cusparselt-at-55405e1/transposing_copy.txt).
+CUSPARSELT_TILED_TRANSPOSE = True
 
 
 def spmm_nm_prefers_cusparselt(rows: int, k: int, n: int, dtype: torch.dtype) -> bool:
     """Whether a 2:4 weight (rows, k) times (k, n) in `dtype` should go to cuSPARSELt
-    automatically (the H200 sweeps above)."""
+    automatically (the sweeps above)."""
     if dtype == torch.bfloat16:
         return CUSPARSELT_MIN_N_BF16 is not None and n >= CUSPARSELT_MIN_N_BF16
     if dtype == torch.float16:
-        minimum = CUSPARSELT_MIN_N_FP16
-        return minimum is not None and n >= minimum and k >= CUSPARSELT_FP16_MIN_K
+        return CUSPARSELT_MIN_N_FP16 is not None and n >= CUSPARSELT_MIN_N_FP16
     return False
