@@ -13,8 +13,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from sparsekernels.bench import cli, dlmc, harness, info, output, runner, suites
-from sparsekernels.bench.cases import Expected, weight_case
+from sparsekernels.bench import cli, dlmc, harness, info, output, providers, runner, suites
+from sparsekernels.bench.cases import Expected, sddmm_case, weight_case
 from sparsekernels.bench.providers import Provider
 
 CPU = torch.device("cpu")
@@ -55,6 +55,19 @@ def _raises(case, x):
 
 def _spmm_only(case):
     return [] if case.op == "spmm" else ["spmm only"]
+
+
+def _smallest_zeroed(case, x):
+    """The exact product rounded once, but its smallest element zeroed: within check's
+    tolerance in bf16 (|want| far below the output's scale), past the strict bound."""
+    W, B = x["W"], x["B"]
+
+    def call():
+        out = W.double() @ B.double()
+        out.view(-1)[out.abs().argmin()] = 0
+        return out.to(B.dtype)
+
+    return call
 
 
 EXTRA = (
@@ -148,6 +161,40 @@ def test_wrong_provider_is_reported_not_timed(quick_run):
     assert crashing and all(r.status == "error" and "always fails" in r.error for r in crashing)
     # a wrong provider appears in no ratio
     assert all("broken" not in r.speedup_vs for r in quick_run.rows)
+
+
+def test_strict_providers_are_gated_by_the_strict_bound(tmp_path):
+    """The same output passes as a peer (recorded past the strict bound) and is wrong from a
+    provider marked strict; our Triton kernels for spmm and linear are marked so."""
+    zeroed = (
+        Provider("zeroed_strict", _smallest_zeroed, _spmm_only, strict=True),
+        Provider("zeroed_loose", _smallest_zeroed, _spmm_only),
+    )
+    config = runner.RunConfig(
+        ["quick"],
+        CPU,
+        dtypes=(torch.bfloat16,),
+        out=tmp_path,
+        providers={"zeroed_strict", "zeroed_loose"},
+        plots=False,
+        extra=zeroed,
+    )
+    rows = runner.run(config, console=Console(file=io.StringIO())).rows
+    by_case = {(r.provider, tuple(r.shape), r.pattern): r for r in rows}
+    gated = 0
+    for (name, *case), loose in by_case.items():
+        if name != "zeroed_loose" or loose.status != "ok" or not loose.strict_err > 1:
+            continue
+        strict = by_case[("zeroed_strict", *case)]
+        assert strict.status == "wrong" and "past the strict bound" in strict.error
+        assert strict.time_ms is None
+        gated += 1
+    assert gated  # (bf16: the zeroed element's |want| is far below the output's scale)
+    case = weight_case("spmm", 64, 64, 16, torch.bfloat16, CPU, sparsity=0.9)
+    strict = {e.provider.name for e in providers.ours(case) if e.provider.strict}
+    assert strict == {"sk_triton", "sk_scatter"}
+    sddmm = sddmm_case(64, 16, 64, 0.1, torch.bfloat16, CPU)  # (not measured against it)
+    assert not any(e.provider.strict for e in providers.ours(sddmm))
 
 
 def test_ratios_are_time_ratios_within_a_case(quick_run):

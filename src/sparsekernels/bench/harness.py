@@ -270,10 +270,10 @@ def strict_ratio(got: torch.Tensor, want: Expected, dtype: torch.dtype) -> float
 
     check's bound lets a zeroed element pass when |want| < 4u * scale (a bf16 output feature
     at one token passed it in about half the tries, fifty-first session); this one catches
-    it unless |want| is about 1% of its typical size. Recorded, not yet a gate: providers
-    that round partial sums (cuBLAS's reduced-precision split-K) may exceed it rightly, and
-    which do is a GPU measurement. None where the op rounds intermediates by design (floor)
-    or the output is not a tensor of the answer's shape.
+    it unless |want| is about 1% of its typical size. The gate of providers marked strict
+    (our own kernels: providers.STRICT_BACKENDS); recorded for the others, which may round
+    partial sums rightly (cuBLAS's reduced-precision split-K). None where the op rounds
+    intermediates by design (floor) or the output is not a tensor of the answer's shape.
     """
     if want.floor or not isinstance(got, torch.Tensor) or got.shape != want.value.shape:
         return None
@@ -340,6 +340,13 @@ def _measure(
         del out, got
         if not row.max_err <= 1.0:
             row.status, row.error = "wrong", message
+            return
+        if provider.strict and row.strict_err is not None and not row.strict_err <= 1.0:
+            row.status = "wrong"
+            row.error = (
+                f"past the strict bound (fp32 accumulation, one rounding) {row.strict_err:.3g}x"
+                f" though within the tolerance ({message})"
+            )
             return
         call_s, row.peak_mb = _peak_memory(timer, fns[0])
         timing = timer.time(fns, call_s=call_s, graph=provider.graph)

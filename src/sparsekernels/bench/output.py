@@ -330,7 +330,7 @@ def _attention_memory_section(rows: Sequence[Row]) -> list[str]:
 
 def _strict_section(rows: Sequence[Row]) -> list[str]:
     """Passing rows past the strict bound (harness.strict_ratio), by provider: which providers
-    round partial sums, before that bound becomes the gate."""
+    round partial sums (a strict provider's rows past it are wrong, not passing)."""
     over: dict[str, list[float]] = defaultdict(list)
     measured: dict[str, int] = defaultdict(int)
     for r in rows:
