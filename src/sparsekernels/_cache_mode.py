@@ -11,6 +11,7 @@ Cache fills run in `building()`: their tensors are normal ones whatever mode the
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -103,8 +104,40 @@ def derived_from(cache: dict, *sources: torch.Tensor) -> dict:
     while torch.compile traces (the layers' formats are built before it)."""
     if torch.compiler.is_compiling():
         return cache
-    now = tuple(version(t) for t in sources)
-    if cache.get(_SOURCES_SEEN, now) != now:
-        cache.clear()
-    cache[_SOURCES_SEEN] = now
+    _seen(cache, tuple(version(t) for t in sources))
     return cache
+
+
+def _seen(cache: dict, now: tuple) -> None:
+    if cache.get(_SOURCES_SEEN, now) != now:
+        cache.clear()  # (frees what older versions left)
+    cache[_SOURCES_SEEN] = now
+
+
+def derived(cache: dict, key: str, build: Callable[[], object], *sources: torch.Tensor):
+    """cache[key] if it was built from the current versions of `sources`, else build() kept
+    there. Each entry carries the versions it was built from and the caller gets its own
+    value, so a thread editing the sources or emptying the cache meanwhile costs a rebuild,
+    never a KeyError or a stale entry kept for good. While torch.compile traces: the entry as
+    kept (the layers' formats are built before it), else build() kept nowhere."""
+    if torch.compiler.is_compiling():
+        hit = cache.get(key)
+        return hit[1] if hit is not None else build()
+    now = tuple(version(t) for t in sources)
+    _seen(cache, now)
+    hit = cache.get(key)
+    if hit is not None and hit[0] == now:
+        return hit[1]
+    with building(sources[-1]):  # (normal tensors under inference_mode too)
+        value = build()
+    cache[key] = (now, value)
+    return value
+
+
+def seed(cache: dict, key: str, value: object, *sources: torch.Tensor) -> None:
+    """Keep `value` as cache[key], derived from the current versions of `sources` (what a
+    build of another entry found on the way)."""
+    if not torch.compiler.is_compiling():
+        now = tuple(version(t) for t in sources)
+        _seen(cache, now)
+        cache[key] = (now, value)

@@ -8,9 +8,11 @@ attention) are computed at most once.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-from .._cache_mode import building, derived_from
+from .._cache_mode import derived, seed
 
 INT16_MAX = 2**15 - 1
 INT32_MAX = 2**31 - 1
@@ -39,6 +41,10 @@ class Pattern:
         self.shape = shape
         self._cache: dict[str, object] = {}
 
+    def __getstate__(self) -> dict:
+        """Pickled without what is derived (a transpose, block layouts): remade on use."""
+        return {**self.__dict__, "_cache": {}}
+
     @property
     def nnz(self) -> int:
         return self.column_indices.numel()
@@ -48,12 +54,7 @@ class Pattern:
         return self.column_indices.device
 
     def _cached(self, key: str, build):
-        cache = derived_from(self._cache, self.row_offsets, self.column_indices)
-        if key not in cache:
-            # (normal tensors under inference_mode too)
-            with building(self.column_indices):
-                cache[key] = build()
-        return cache[key]
+        return derived(self._cache, key, build, self.row_offsets, self.column_indices)
 
     def row_lengths(self) -> torch.Tensor:
         return self._cached("row_lengths", lambda: self.row_offsets.diff())
@@ -87,6 +88,12 @@ class Pattern:
 
     def transpose(self) -> tuple[Pattern, torch.Tensor]:
         """The pattern of A^T and the permutation taking A's values to A^T's order."""
+        # A transpose knows its source weakly: a strong reference both ways would keep both
+        # patterns, and all they derived, until a full garbage collection.
+        back = self._cached("transposed from", lambda: None)
+        source = None if back is None else back[0]()
+        if source is not None:
+            return source, back[1]
 
         def build():
             rows = self.row_indices()
@@ -103,7 +110,8 @@ class Pattern:
                 rows[perm].to(col_dtype),
                 (self.shape[1], self.shape[0]),
             )
-            t._cache["transpose"] = (self, torch.argsort(perm))
+            back = (weakref.ref(self), torch.argsort(perm))
+            seed(t._cache, "transposed from", back, t.row_offsets, t.column_indices)
             return t, perm
 
         return self._cached("transpose", build)

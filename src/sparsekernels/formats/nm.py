@@ -20,7 +20,7 @@ import math
 import torch
 
 from .. import _checks
-from .._cache_mode import building, derived_from
+from .._cache_mode import derived
 from . import _values_state, semi_structured
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
@@ -198,20 +198,18 @@ class NMMatrix:
 
     def csr_pattern(self) -> Pattern:
         """This pattern as CSR (every row holds groups * n entries, already sorted)."""
-        cache = derived_from(self._cache, self.indices)
-        if "csr" not in cache:
+
+        def build() -> Pattern:
             rows, cols = self.shape
             per_row = self.groups * self.n
-            nnz = rows * per_row
-            # (normal tensors under inference_mode too)
-            with building(self.indices):
-                offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
-                cache["csr"] = Pattern(
-                    offsets.to(index_dtype_for(nnz)),
-                    self.column_indices().reshape(-1).to(column_dtype_for(cols)),
-                    self.shape,
-                )
-        return cache["csr"]  # type: ignore[return-value]
+            offsets = torch.arange(rows + 1, device=self.indices.device) * per_row
+            return Pattern(
+                offsets.to(index_dtype_for(rows * per_row)),
+                self.column_indices().reshape(-1).to(column_dtype_for(cols)),
+                self.shape,
+            )
+
+        return derived(self._cache, "csr", build, self.indices)  # type: ignore[return-value]
 
     def packed_indices(self, bits: int | None = None) -> torch.Tensor:
         """Indices packed `bits` each (default `index_bits`) into int32 words, 32 // bits a
@@ -219,12 +217,8 @@ class NMMatrix:
         bits = self.index_bits if bits is None else bits
         if not isinstance(bits, int) or not self.index_bits <= bits <= 8:
             raise ValueError(f"bits must be an int from {self.index_bits} to 8, got {bits!r}")
-        key = f"packed{bits}"
-        cache = derived_from(self._cache, self.indices)
-        if key not in cache:
-            with building(self.indices):
-                cache[key] = pack_offsets(self.indices, bits)
-        return cache[key]  # type: ignore[return-value]
+        key, build = f"packed{bits}", lambda: pack_offsets(self.indices, bits)
+        return derived(self._cache, key, build, self.indices)  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- conversion
     def to_csr(self):

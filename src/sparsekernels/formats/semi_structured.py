@@ -17,12 +17,12 @@ were changed in place.
 from __future__ import annotations
 
 import functools
-import warnings
 import weakref
 
 import torch
 
 from .._cache_mode import building, derived_from, version
+from .._quiet_warnings import ignoring
 
 # What torch's semi-structured subclasses take (their _DTYPE_SHAPE_CONSTRAINTS, torch 2.4-2.13),
 # for our dtypes: the weight's rows and columns must be multiples of these. The dense operand's
@@ -139,8 +139,7 @@ def to_semi_structured(matrix) -> torch.Tensor:
                 f"keeps one value a pair of columns (1:2), and row {row} keeps both of columns "
                 f"{2 * pair} and {2 * pair + 1}; use float16/bfloat16 or cuSPARSELt"
             )
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_PROTOTYPE_WARNING)
+    with ignoring(_PROTOTYPE_WARNING):  # (torch's, once a process)
         return torch.sparse.to_sparse_semi_structured(dense)
 
 
@@ -234,8 +233,7 @@ def _dense_and_kept(t) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _rebuilt(t, packed: torch.Tensor):
     """A copy of `t` with other packed values, untransposed results and no other packings."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_PROTOTYPE_WARNING)
+    with ignoring(_PROTOTYPE_WARNING):  # (torch's, once a process)
         return type(t)(
             t.shape,
             packed=packed,

@@ -252,7 +252,10 @@ EXPAND_MAX_DENSITY = 1 / 8
 #   2:4          49.0 (90.2)        62.5 (97.1)  123.5 (99.1)
 #   4:8          77.0 (114.0)       84.6 (92.6)  141.1 (94.3)
 # n = 2 at 16 tokens ran 4-9% faster in the slot form. Other patterns are not measured, and
-# their grouped form compiles slowly (16:32 took minutes), so they keep the slot form.
+# their grouped form compiles slowly (16:32 took minutes), so they keep the slot form. Those
+# sweeps were element-wise: block-wise 4:8 (v = 4, b = 4) ran 7-8x slower grouped than on the
+# other kernels at 16 tokens on an H100, 232 against 32 us on 4096 x 4096 and 894 against 107
+# on 14336 x 4096 (results/nvidia-h100/2026-12-05/nm-block-routes/), so blocks stay off it.
 EXPAND_GROUPED = True
 EXPAND_GROUPED_PATTERNS = ((2, 4), (2, 8), (4, 8))
 EXPAND_GROUPED_MAX_N = 64
@@ -277,10 +280,17 @@ EXPAND_SMALL_WEIGHT = 4096 * 4096  # elements (rows x K) at most
 
 
 def spmm_nm_expand_takes(
-    n_cols: int, n: int, m: int, vector: int, half_precision: bool, elements: int = 0
+    n_cols: int,
+    n: int,
+    m: int,
+    vector: int,
+    half_precision: bool,
+    elements: int = 0,
+    block: int = 1,
 ) -> bool:
     """Whether the tensor-core N:M kernel takes the product; `elements` (rows x K, 0 when
-    unknown) leaves small element-wise weights to the decode kernel to DECODE_MAX_N tokens."""
+    unknown) leaves small element-wise weights to the decode kernel to DECODE_MAX_N tokens;
+    block-wise patterns (`block` > 1) take only the slot form."""
     if not half_precision or _largest_power_of_two_dividing(vector, 64) >= 16:
         return False  # v >= 16: the vector-wise kernel
     small = 0 < elements <= EXPAND_SMALL_WEIGHT and vector == 1 and n * 4 <= m
@@ -288,7 +298,7 @@ def spmm_nm_expand_takes(
         return False
     if n / m <= EXPAND_MAX_DENSITY:
         return EXPAND_MIN_N <= n_cols <= EXPAND_MAX_N
-    grouped = EXPAND_GROUPED and (n, m) in EXPAND_GROUPED_PATTERNS
+    grouped = EXPAND_GROUPED and (n, m) in EXPAND_GROUPED_PATTERNS and block == 1
     return grouped and EXPAND_MIN_N <= n_cols <= EXPAND_GROUPED_MAX_N
 
 
@@ -415,6 +425,7 @@ def spmm_nm_prefers_dense(
     transpose: bool = False,
     rows: int | None = None,
     k: int | None = None,
+    block: int = 1,
 ) -> bool:
     """The vector-wise tensor-core path wins at v >= 64 from 75% sparsity, at v = 32 from 87.5%,
     and below DENSE_FALLBACK_MIN_N tokens for every v >= 16; in half precision on weights of
@@ -429,7 +440,7 @@ def spmm_nm_prefers_dense(
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     if tile_rows < 16:  # the gather kernel's patterns
         return n > decode_max_n(density) and not spmm_nm_expand_takes(
-            n, n_keep, m, vector, half_precision
+            n, n_keep, m, vector, half_precision, block=block
         )
     if n < DENSE_FALLBACK_MIN_N:
         return False

@@ -165,8 +165,12 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         return matrix
 
     def _build_format(self, buffers: tuple[torch.Tensor, ...]) -> CSRMatrix | NMMatrix:
+        """The format of these buffers, holding one stand-in value (the layer's values are
+        paired with it per call): values it held kept their storage alive after a `.data`
+        swap (torch.nn.utils.vector_to_parameters, offloading)."""
         shape = (self.out_features, self.in_features)
-        values = self.values.detach()
+        held = self._current_values()
+        values = held.new_zeros(()).expand(held.shape)
         if self.format == "csr":
             row_offsets, column_indices = buffers
             return CSRMatrix(row_offsets, column_indices, values, shape)

@@ -56,6 +56,8 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         self._cache: tuple | None = None
         self._prepare()
 
+    _FORMAT_ATTRIBUTE = "_cache"  # (PreparedFromBuffers)
+
     def _build(self) -> None:  # (PreparedFromBuffers)
         self.pattern  # noqa: B018 (builds and caches it)
 

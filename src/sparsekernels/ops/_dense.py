@@ -268,4 +268,5 @@ def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
     half = problem.dtype in (torch.float16, torch.bfloat16)
     transpose = problem.facts.get("transpose", False)
     rows, k = problem.facts.get("shape", (None, None))
-    return spmm_nm_prefers_dense(problem.facts["n"], (n, m), vector, half, transpose, rows, k)
+    n_cols = problem.facts["n"]
+    return spmm_nm_prefers_dense(n_cols, (n, m), vector, half, transpose, rows, k, block)

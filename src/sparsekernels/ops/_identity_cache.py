@@ -39,7 +39,7 @@ class IdentityCache:
         def drop(ref: weakref.ref) -> None:
             current = entries.get(key)
             if current is not None and current[0] is ref:
-                del entries[key]
+                entries.pop(key, None)  # (another thread may have dropped it since)
 
         entries[key] = (weakref.ref(tensor, drop), value)
 
@@ -50,7 +50,7 @@ class IdentityCache:
         """Drop what is stored for this very tensor, if anything."""
         entry = self._entries.get(id(tensor))
         if entry is not None and entry[0]() is tensor:
-            del self._entries[id(tensor)]
+            self._entries.pop(id(tensor), None)  # (two threads releasing: one finds it gone)
 
 
 def forget(tensors) -> None:

@@ -7,12 +7,12 @@ float64): half-precision operands are widened, since torch's CPU kernel has no b
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
 from .. import reference
 from .._cache_mode import building
+from .._quiet_warnings import spend_csr_warnings
 from ..formats.nm import nm_columns
 from ._cpu_columns import as_int32
 from ._identity_cache import IdentityCache, version
@@ -51,30 +51,29 @@ def _csr_matmul(row_offsets, column_indices, values, b, shape) -> torch.Tensor:
         col = as_int32(column_indices)  # (int16 columns: into a buffer already mapped)
     else:
         col = column_indices.to(index).contiguous()
-    with warnings.catch_warnings():  # torch warns once that sparse CSR is beta
-        warnings.simplefilter("ignore")
-        if values.dim() == 1 and b.dim() == 2:  # one matrix (no broadcasting: ~40 us less)
-            batch = ()
-            values, b = values.to(acc), b.to(acc)
-        else:
-            batch = torch.broadcast_shapes(values.shape[:-1], b.shape[:-2])
-            values = values.expand(*batch, values.shape[-1]).to(acc)
-            b = b.expand(*batch, *b.shape[-2:]).to(acc)
-        if not batch:
-            matrix = torch.sparse_csr_tensor(crow, col, values.contiguous(), shape)
-            if b.shape[-1] == 1:  # one token: torch's matrix-vector kernel (4.5 -> 3.3 ms on
-                return torch.mv(matrix, b[:, 0].contiguous())[:, None]  # 4096^2 at 70%, 2 cores)
-            return matrix @ b
-        count = math.prod(batch)
-        if count == 0:
-            return b.new_zeros((*batch, shape[0], b.shape[-1]))
-        flat_values = values.reshape(count, values.shape[-1])
-        flat_b = b.reshape(count, *b.shape[-2:])
-        outs = [
-            torch.sparse_csr_tensor(crow, col, v.contiguous(), shape) @ x
-            for v, x in zip(flat_values, flat_b, strict=True)
-        ]
-        return torch.stack(outs).view(*batch, shape[0], b.shape[-1])
+    spend_csr_warnings()  # (torch's once-a-process notice that CSR is beta)
+    if values.dim() == 1 and b.dim() == 2:  # one matrix (no broadcasting: ~40 us less)
+        batch = ()
+        values, b = values.to(acc), b.to(acc)
+    else:
+        batch = torch.broadcast_shapes(values.shape[:-1], b.shape[:-2])
+        values = values.expand(*batch, values.shape[-1]).to(acc)
+        b = b.expand(*batch, *b.shape[-2:]).to(acc)
+    if not batch:
+        matrix = torch.sparse_csr_tensor(crow, col, values.contiguous(), shape)
+        if b.shape[-1] == 1:  # one token: torch's matrix-vector kernel (4.5 -> 3.3 ms on
+            return torch.mv(matrix, b[:, 0].contiguous())[:, None]  # 4096^2 at 70%, 2 cores)
+        return matrix @ b
+    count = math.prod(batch)
+    if count == 0:
+        return b.new_zeros((*batch, shape[0], b.shape[-1]))
+    flat_values = values.reshape(count, values.shape[-1])
+    flat_b = b.reshape(count, *b.shape[-2:])
+    outs = [
+        torch.sparse_csr_tensor(crow, col, v.contiguous(), shape) @ x
+        for v, x in zip(flat_values, flat_b, strict=True)
+    ]
+    return torch.stack(outs).view(*batch, shape[0], b.shape[-1])
 
 
 def _recording(*tensors) -> bool:

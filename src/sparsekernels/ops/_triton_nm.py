@@ -83,7 +83,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     config = tuning.spmm_nm_config(b.shape[1], vector, values.dtype == torch.float64, *sized)
     # (the size only counts where the decode kernel could take the product instead)
     elements = values.shape[0] * b.shape[0] if decode.supports(block) else 0
-    takes = tuning.spmm_nm_expand_takes(b.shape[1], n, m, vector, half, elements)
+    takes = tuning.spmm_nm_expand_takes(b.shape[1], n, m, vector, half, elements, block)
     if takes and expand.supports(b.shape[0], b.dtype):
         return _expand(values, indices, b, bias, out, activation, n, m, vector, block)
     # Vector-wise tiles at 16 tokens still prefer tensor cores (13.9 us vs 36 us, 2:8 v=64).
