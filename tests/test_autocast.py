@@ -132,3 +132,42 @@ def test_devices_without_autocast_pass_through():
     W = sk.NMMatrix.from_dense(torch.tensor([[1.0, 0.0, 0.0, 2.0]]), 2, 4).to("meta")
     out = sk.linear(torch.ones(3, 4, device="meta"), W)
     assert out.device.type == "meta" and out.shape == (3, 1)
+
+
+def _gradients(module, inputs, inside: bool) -> list[torch.Tensor]:
+    """Gradients of a loss made under bf16 autocast, its backward called inside the autocast
+    block or after it."""
+    for p in module.parameters():
+        p.grad = None
+    inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = module(*inputs).float().square().mean()
+        if inside:  # (torch allows it, though its docs advise against it)
+            loss.backward()
+    if not inside:
+        loss.backward()
+    return [t.grad for t in inputs] + [p.grad for p in module.parameters()]
+
+
+@pytest.mark.parametrize("tokens", [4, 64, 300])
+def test_backward_inside_the_autocast_block_as_after_it(tokens, gen):
+    """The forward runs with autocast off; the backward ran with it on when called inside the
+    block, and torch's CPU CSR matmul has no bfloat16 (NotImplementedError)."""
+    torch.manual_seed(0)
+    layers = [
+        sk.nn.SparseLinear.from_dense(torch.nn.Linear(64, 32), sparsity=0.8),
+        sk.nn.SparseLinear.from_dense(torch.nn.Linear(64, 32), sparsity=0.95),
+        sk.nn.SparseLinear.from_dense(torch.nn.Linear(64, 32), pattern="2:8"),
+        sk.nn.SparseLinear.from_dense(torch.nn.Linear(64, 32), pattern="2:4", vector=4),
+    ]
+    x = randn(tokens, 64, gen=gen, dtype=torch.float32)
+    conv = sk.nn.SparseConv2d.from_dense(torch.nn.Conv2d(16, 8, 1), sparsity=0.75)
+    image = randn(2, 16, 3, 4, gen=gen, dtype=torch.float32)
+    attention = sk.nn.SparseAttention.local_strided(tokens, window=3, stride=5)
+    q = randn(1, 2, tokens, 8, gen=gen, dtype=torch.float32)
+    for module, inputs in [*[(layer, (x,)) for layer in layers], (conv, (image,)),
+                           (attention, (q, q, q))]:  # fmt: skip
+        after = _gradients(module, inputs, inside=False)
+        inside = _gradients(module, inputs, inside=True)
+        for a, b in zip(after, inside, strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)

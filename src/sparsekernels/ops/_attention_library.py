@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..formats._block_layout import TENSORS_PER_COMPONENT
+from ._autocast import backward_without_autocast
 
 Tensor = torch.Tensor
 
@@ -201,6 +202,7 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse, *layout)
 
 
+@backward_without_autocast
 def _backward(ctx, grad, grad_lse):
     q, k, v, out, lse, *layout = ctx.saved_tensors
     if grad is None:
@@ -224,6 +226,7 @@ class BlockAttentionEager(torch.autograd.Function):
         return output
 
     @staticmethod
+    @backward_without_autocast
     def backward(ctx, grad, grad_lse):
         q, k, v, out, lse, *layout = ctx.saved_tensors
         if torch.is_grad_enabled():  # (create_graph: its kernels record no graph; a penalty on

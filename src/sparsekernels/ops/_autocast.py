@@ -10,6 +10,8 @@ so the gradient reaches them."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
 
 import torch
@@ -23,6 +25,25 @@ _AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu")  # (others, meta among 
 # W's values -> (version, dtype, weak refs to W's pattern, its versions, W with its values
 # cast); the entry holds no reference to the values (IdentityCache's rule)
 _CAST = IdentityCache()
+
+
+def backward_without_autocast(backward):
+    """A custom op's backward run with autocast off, as its forward ran (target's callers):
+    `loss.backward()` inside an autocast block, which torch allows, cast the backward's own
+    torch ops again (torch's CPU CSR matmul has no bfloat16: it raised; a dense product
+    would round silently)."""
+
+    @functools.wraps(backward)
+    def run(ctx, *grads):
+        kinds = [k for k in _AUTOCAST_DEVICES if torch.is_autocast_enabled(k)]
+        if not kinds:
+            return backward(ctx, *grads)
+        with contextlib.ExitStack() as stack:
+            for kind in kinds:
+                stack.enter_context(torch.autocast(kind, enabled=False))
+            return backward(ctx, *grads)
+
+    return run
 
 
 def target(t) -> torch.dtype | None:

@@ -22,6 +22,7 @@ from ..formats import semi_structured
 from ..kernels import tuning
 from ..kernels.transpose import row_major_copy
 from . import _cusparselt_algs, _dispatch
+from ._autocast import backward_without_autocast
 from ._layout import column_major, spmm_out
 
 Tensor = torch.Tensor
@@ -135,6 +136,7 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(values, indices, packed, b, bias, output)
 
 
+@backward_without_autocast
 def _backward(ctx, grad):
     from ._library import _activation_grad
     from .sddmm import sddmm_nm_raw

@@ -10,6 +10,7 @@ import torch
 
 from .. import reference
 from . import _dispatch
+from ._autocast import backward_without_autocast
 from ._layout import csr_row_walk_in_b_order, spmm_out
 
 Tensor = torch.Tensor
@@ -127,6 +128,7 @@ def _activation_grad(grad: Tensor, output: Tensor | None, pre_activation, activa
     return grad
 
 
+@backward_without_autocast
 def _spmm_csr_backward(ctx, grad):
     from .sddmm import sddmm_csr_raw
     from .spmm import spmm_csr_raw, transpose_pattern
@@ -192,6 +194,7 @@ def _sddmm_csr_setup(ctx, inputs, output):
     ctx.save_for_backward(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm)
 
 
+@backward_without_autocast
 def _sddmm_csr_backward(ctx, grad):
     from .spmm import spmm_csr_raw, transpose_pattern
 
@@ -252,6 +255,7 @@ def _softmax_setup(ctx, inputs, output):
     ctx.save_for_backward(row_offsets, output)
 
 
+@backward_without_autocast
 def _softmax_backward(ctx, grad):
     from .softmax import sparse_softmax_backward_raw
 
@@ -269,6 +273,7 @@ def _softmax_backward_setup(ctx, inputs, output):
     ctx.save_for_backward(row_offsets, probs, grad)
 
 
+@backward_without_autocast
 def _softmax_backward_backward(ctx, h):
     """A second derivative through d(values) = c p (g - S), S the row's p . g: d(g) is the
     same op on h; d(p) = c (h (g - S) - g T), T the row's p . h."""
@@ -328,6 +333,7 @@ def _spmm_nm_setup(ctx, inputs, output):
     ctx.save_for_backward(values, indices, b, bias, _output_for_backward(output, activation))
 
 
+@backward_without_autocast
 def _spmm_nm_backward(ctx, grad):
     from .sddmm import sddmm_nm_raw
     from .spmm import spmm_nm_raw
@@ -383,6 +389,7 @@ def _sddmm_nm_setup(ctx, inputs, output):
     ctx.save_for_backward(indices, x, y)
 
 
+@backward_without_autocast
 def _sddmm_nm_backward(ctx, grad):
     """The gradient of dW at the kept positions (a double backward through spmm_nm): grad is an
     N:M matrix of that pattern, G; dX = G @ Y, dY = G^T @ X."""

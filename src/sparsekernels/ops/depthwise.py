@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from .. import _checks, reference
 from . import _autocast, _dispatch
+from ._autocast import backward_without_autocast
 from ._library import _activation_grad, eager_inference
 
 Tensor = torch.Tensor
@@ -161,6 +162,7 @@ def _setup(ctx, inputs, output):
     ctx.save_for_backward(x, weight, bias, output)
 
 
+@backward_without_autocast
 def _backward(ctx, grad):
     x, weight, bias, out = ctx.saved_tensors
     stride = ctx.stride
