@@ -47,6 +47,7 @@ def sparse_attention(
         >>> sk.sparse_attention(q, k, v, pattern).shape
         torch.Size([1, 2, 4, 8])
     """
+    _checks.no_function_transform("sparse_attention")
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
     dtype = _autocast.target(q)

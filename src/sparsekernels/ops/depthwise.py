@@ -51,6 +51,7 @@ def depthwise_conv2d(
         >>> sk.ops.depthwise_conv2d(x, torch.randn(8, 1, 3, 3), stride=2, activation="relu").shape
         torch.Size([2, 8, 3, 3])
     """
+    _checks.no_function_transform("depthwise_conv2d")
     dtype = _autocast.target(x)
     if dtype is not None:  # as conv2d: in autocast's dtype
         with torch.autocast(x.device.type, enabled=False):

@@ -22,6 +22,7 @@ def sddmm(
         >>> sk.sddmm(torch.ones(3, 4), torch.ones(3, 4), P).values
         tensor([4., 4., 4.])
     """
+    _checks.no_function_transform("sddmm")
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
     dtype = _autocast.target(X)

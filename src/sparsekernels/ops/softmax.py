@@ -19,6 +19,7 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
         >>> sk.sparse_softmax(S).values
         tensor([0.5000, 0.5000])
     """
+    _checks.no_function_transform("sparse_softmax")
     if not isinstance(S, CSRMatrix):
         raise TypeError(f"S must be a CSRMatrix, got {type(S).__name__}")
     scale = _checks.finite_number("scale", scale)

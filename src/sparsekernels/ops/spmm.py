@@ -45,6 +45,7 @@ def spmm(
         tensor([[1., 1., 1.],
                 [2., 2., 2.]])
     """
+    _checks.no_function_transform("spmm")
     dtype = _autocast.target(B)
     if dtype is not None:  # as matmul: in autocast's dtype
         with torch.autocast(B.device.type, enabled=False):
