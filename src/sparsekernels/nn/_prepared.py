@@ -62,7 +62,16 @@ class PreparedFromBuffers:
         super().__setstate__(state)
         self._prepare()
 
+    def _drop_weak_references(self) -> None:
+        """Drop what holds this module's tensors weakly (the ops' caches, the format built from
+        them): torch.utils.swap_tensors, which `.to()` and load_state_dict use after
+        torch.__future__.set_swap_module_params_on_conversion(True), refuses a tensor with
+        weak references. The next build takes what it needs again."""
+        forget(self._cache_keys())
+        self._drop()
+
     def _apply(self, fn, recurse=True):
+        self._drop_weak_references()
         module = super()._apply(fn, recurse)
         self._prepare()
         return module

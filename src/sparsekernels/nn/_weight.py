@@ -104,9 +104,18 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
 
     def _prepare(self) -> None:
         super()._prepare()
+        self._track_values()
+
+    def _track_values(self) -> None:
         values = self._parameters.get("values")
         if values is not None:  # (fused optimizers bump no version)
             stepped_values.track(values)
+
+    def _drop_weak_references(self) -> None:
+        super()._drop_weak_references()
+        values = self._parameters.get("values")
+        if values is not None:
+            stepped_values.untrack(values)
 
     def _current_values(self) -> torch.Tensor:
         """The values Parameter, or what torch.nn.utils.prune set in its place (values_orig
@@ -235,12 +244,14 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
                 return
         if self.format == "csr":
             self._take_incoming_nnz(state_dict, prefix)
+        self._drop_weak_references()  # (a load may swap the Parameter: swap_tensors)
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors
         )
         if incoming is None and key in missing_keys:
             missing_keys.remove(key)
         self._name_a_broken_load(prefix, errors, errors_before)
+        self._track_values()
 
     def _take_incoming_nnz(self, state_dict, prefix) -> None:
         """A CSR checkpoint's nnz may differ from this layer's: resize values and column

@@ -32,6 +32,11 @@ def track(values: torch.Tensor) -> None:
         _TRACKED[values] = True
 
 
+def untrack(values: torch.Tensor) -> None:
+    """Stop tracking `values` (its weak reference blocks torch.utils.swap_tensors)."""
+    _TRACKED.pop(values)
+
+
 def _after_step(optimizer, args, kwargs) -> None:
     stepped = [p for group in optimizer.param_groups for p in group["params"]
                if _TRACKED.get(p) is not None]  # fmt: skip
