@@ -29,6 +29,22 @@ def spmm_out(b: torch.Tensor, rows: int) -> torch.Tensor:
     return b.new_empty((rows, b.shape[1]))
 
 
+def in_b_order(out: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A 2-D product `out` (rows, N) in spmm_out's order for `b` (copied where it is not), as
+    the ops promise for their CPU backends. Their row-major products for linear's column-major
+    x^T, transposed and copied by linear inside a compiled graph, corrupted the heap under
+    inductor (not aot_eager): a tiny Llama's compiled training step with sparse q, k, v and o
+    gave wrong gradients or aborted (CSR at 70%, 2:4, 4:8). Cause not pinned down; in b's
+    order, as the GPU kernels write it, the step matches eager."""
+    if out.dim() != 2:
+        return out
+    rows, n = out.shape
+    want = (1, rows) if column_major(b) else (n, 1)
+    if all(size < 2 or s == w for size, s, w in zip(out.shape, out.stride(), want, strict=True)):
+        return out
+    return spmm_out(b, rows).copy_(out)
+
+
 def csr_row_walk_in_b_order(values: torch.Tensor, b: torch.Tensor) -> bool:
     """The CSR few-token kernel (2 to tuning.CSR_ROW_WALK_MAX_N columns, one matrix) writes its
     product in b's order (spmm_out): into linear's column-major order it ran as fast as

@@ -95,7 +95,7 @@ def _(
     row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend
 ):
     shape = (*_batch(values.shape[:-1], b.shape[:-2]), row_offsets.shape[0] - 1, b.shape[-1])
-    if backend == "dense" and len(shape) == 2:  # the dense path writes in b's order
+    if backend in ("dense", "torch_sparse", "reference") and len(shape) == 2:  # in b's order
         return spmm_out(b, shape[0])
     if backend == "triton" and csr_row_walk_in_b_order(values, b):  # so does the few-token walk
         return spmm_out(b, shape[0])
@@ -321,9 +321,7 @@ def spmm_nm(
 @spmm_nm.register_fake
 def _(values, indices, b, bias, activation, n, m, vector, block, transpose, backend):
     rows = values.shape[1] // n * m if transpose else values.shape[0]
-    if backend in ("triton", "dense"):  # these write the product in b's order
-        return spmm_out(b, rows)
-    return b.new_empty((rows, b.shape[-1]))
+    return spmm_out(b, rows)  # (every backend writes the product in b's order)
 
 
 def _spmm_nm_setup(ctx, inputs, output):

@@ -16,6 +16,7 @@ from .._quiet_warnings import spend_csr_warnings
 from ..formats.nm import nm_columns
 from ._cpu_columns import as_int32
 from ._identity_cache import IdentityCache, version
+from ._layout import in_b_order
 from ._nm_transpose import transposed_pattern
 
 # indices tensor -> (its version and the pattern's arguments, CSR row offsets, columns): an N:M
@@ -90,7 +91,7 @@ def _epilogue(out, bias, activation, dtype):
 def spmm_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
     shape = (row_offsets.numel() - 1, b.shape[-2])
     out = _csr_matmul(row_offsets, column_indices, values, b, shape)
-    return _epilogue(out, bias, activation, b.dtype)
+    return in_b_order(_epilogue(out, bias, activation, b.dtype), b)
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
@@ -102,7 +103,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     else:
         offsets, columns = _nm_pattern(indices, rows, n, m, vector, block)
         out = _csr_matmul(offsets, columns, flat, b, (rows, cols))
-    return _epilogue(out, bias, activation, b.dtype)
+    return in_b_order(_epilogue(out, bias, activation, b.dtype), b)
 
 
 def reasons(problem, forced: bool) -> list[str]:

@@ -22,7 +22,7 @@ from . import (
     _torch_sparse,
     _triton_nm,
 )
-from ._layout import csr_row_walk_in_b_order, padded_rows, spmm_out
+from ._layout import csr_row_walk_in_b_order, in_b_order, padded_rows, spmm_out
 from ._weight_pdl import weight_pdl
 
 
@@ -208,7 +208,8 @@ def transpose_pattern(row_offsets, column_indices, cols: int):
 
 # ----------------------------------------------------------------------- backends
 def _reference_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
-    return reference.spmm_csr(row_offsets, column_indices, values, b, bias, activation)
+    out = reference.spmm_csr(row_offsets, column_indices, values, b, bias, activation)
+    return in_b_order(out, b)
 
 
 def _batch_shape(a: torch.Size, b: torch.Size) -> torch.Size:
@@ -314,7 +315,8 @@ def _triton_csr_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
 
 
 def _reference_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):
-    return reference.spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose)
+    out = reference.spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose)
+    return in_b_order(out, b)
 
 
 _dispatch.register("spmm_csr", _dispatch.Backend("scatter", _csr_scatter.run, _csr_scatter.reasons))
