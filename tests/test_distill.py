@@ -258,3 +258,38 @@ def test_norms_and_biases_of_a_transformer():
     assert norms and all(id(m.weight) in found and id(m.bias) in found for m in norms)
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert all(id(m.bias) in found and id(m.weight) not in found for m in linears)
+
+
+def test_head_models_match_their_logits_by_default():
+    """A Hugging Face head model (BertForMaskedLM) has no last_hidden_state: the default output
+    raised AttributeError on its ModelOutput; it matches the logits now."""
+    teacher = tiny_bert(cls_name="BertForMaskedLM").double()
+    student = copy.deepcopy(teacher)
+    sk.sparsify_(student, "2:4")
+    batches = [{"input_ids": torch.randint(0, 64, (2, 9))} for _ in range(2)]
+
+    def logits_error():
+        with torch.no_grad():
+            return sum(
+                float((student(**b).logits - teacher(**b).logits).square().mean()) for b in batches
+            )
+
+    before = logits_error()
+    losses = sk.prune.distill_(student, teacher, batches, epochs=5, lr=3e-3)
+    assert losses[-1] < losses[0] and logits_error() < before
+
+
+def test_outputs_without_a_tensor_are_named():
+    class Pair(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return {"y": self.a(x)}
+
+    teacher = Pair().double()
+    student = copy.deepcopy(teacher)
+    sk.sparsify_(student, "2:4")
+    with pytest.raises(TypeError, match="no last_hidden_state or logits tensor: give distill_"):
+        sk.prune.distill_(student, teacher, [{"x": torch.randn(3, 8, dtype=torch.float64)}])

@@ -20,8 +20,19 @@ LR_SCHEDULES = ("constant", "cosine")
 
 
 def _hidden_states(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """The model's last hidden state (a base model's `last_hidden_state`; a Hugging Face head
+    model's `logits`), or its output when that is a tensor."""
     out = model(**_keywords(batch))
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
+    for name in ("last_hidden_state", "logits"):
+        if isinstance(getattr(out, name, None), torch.Tensor):
+            return getattr(out, name)
+    if isinstance(out, torch.Tensor):
+        return out
+    raise TypeError(
+        f"the model returned {type(out).__name__}, with no last_hidden_state or logits "
+        "tensor: give distill_ output= a function of (model, batch) returning the tensor to "
+        "match (sparsekernels.prune.every_layer for a Hugging Face model's hidden states)"
+    )
 
 
 def every_layer(model: torch.nn.Module, batch: dict) -> torch.Tensor:
