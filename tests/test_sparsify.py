@@ -249,3 +249,24 @@ def test_bert_filter_fn_and_tied_lm_head(gen):
     assert (
         summary.skipped["cls.predictions.decoder"] == "weight is tied to another module's parameter"
     )
+
+
+def test_weights_left_dense_outside_linears_are_reported():
+    """A mixture of experts keeps its experts as one 3-D Parameter (transformers 5) and may
+    keep a router matrix: the summary said nothing of them; layers already sparse were not
+    mentioned either when sparsify_ ran again."""
+
+    class Experts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_up = nn.Parameter(torch.randn(4, 32, 16))
+            self.router = nn.Parameter(torch.randn(4, 16))
+            self.scale = nn.Parameter(torch.ones(1, 16))  # (a vector: not a weight matrix)
+
+    model = nn.Sequential(nn.Linear(16, 16), Experts(), nn.LayerNorm(16), nn.Embedding(8, 16))
+    summary = sk.sparsify_(model, "2:4")
+    assert summary.swapped == ["0"]
+    assert set(summary.skipped) == {"1.gate_up", "1.router"}
+    assert "(4, 32, 16) parameter of Experts" in summary.skipped["1.gate_up"]
+    again = sk.sparsify_(model, "2:8")
+    assert again.swapped == [] and again.skipped["0"] == "already sparse (2:4)"

@@ -165,6 +165,7 @@ def sparsify_(
             continue
         plan.append((fqn, module))
         places[id(module)] = [place]
+    _note_what_stays_dense(model, summary.skipped)
     convs = {}  # fqn -> a Conv1D swapped for its linear twin (put back where a failure stops)
 
     def put_back_conv1ds(entries) -> None:  # (a twin holds its weight transposed: a checkpoint
@@ -209,6 +210,35 @@ def sparsify_(
         summary.weight_bytes_after += layer.nbytes
     summary.model_bytes_after = _model_bytes(model)
     return summary
+
+
+# Modules whose matrices are not products sparsify_ would make sparse: looked up, normalised.
+_NOT_PRODUCTS = (nn.Embedding, nn.EmbeddingBag, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm,
+                 nn.modules.batchnorm._BatchNorm)  # fmt: skip
+
+
+def _note_what_stays_dense(model: nn.Module, skipped: dict[str, str]) -> None:
+    """Layers already sparse, and weight matrices held outside nn.Linear / nn.Conv2d (a
+    mixture of experts' stacked expert weights, a router's matrix): reported, not swapped,
+    so that a summary with nothing skipped means nothing was left dense."""
+    from ..nn._weight import SparseWeightModule
+
+    seen: set[int] = set()
+    for fqn, module in model.named_modules():
+        if isinstance(module, SparseWeightModule):
+            skipped[fqn] = f"already sparse ({module.pattern_name})"
+            continue
+        if _is_candidate(module) or isinstance(module, _NOT_PRODUCTS):
+            continue
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in seen or not p.is_floating_point() or sum(d > 1 for d in p.shape) < 2:
+                continue
+            seen.add(id(p))
+            where = f"{fqn}.{name}" if fqn else name
+            skipped[where] = (
+                f"a {tuple(p.shape)} parameter of {type(module).__name__}, not an nn.Linear or "
+                "1x1 nn.Conv2d: left dense"
+            )
 
 
 def _is_candidate(module: nn.Module) -> bool:
