@@ -145,6 +145,9 @@ MMA_SP_WINDOWS = {
     ),  # fmt: skip
 }
 WIDE_SMALL_MOST_TOKENS = 16
+# Vector-wise rows (v > 1, no blocks) take the kernel too: their metadata is expanded a row at a
+# time, so the kernel's work is element-wise's (benchmarks/sweeps/nm_vector_few.py).
+MMA_SP_VECTORS = False
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ def spmm_nm_mma_sp_config(
     rows with their own choice, bf16 or fp16, in the pattern's window of tokens, K of `k`, on
     a GPU of `sms` SMs."""
     window = MMA_SP_WINDOWS.get((n, m))
-    if window is None or (vector, block) != (1, 1):
+    if window is None or block != 1 or (vector != 1 and not MMA_SP_VECTORS):
         return None
     # int32 offsets: the permuted B's words (n8 tiles x K / 2) and a block's 128 words
     if k >= 2**29 or -(-n_cols // 8) * 8 * k >= 2**32:

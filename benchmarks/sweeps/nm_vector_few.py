@@ -1,0 +1,77 @@
+"""Vector-wise N:M at a few tokens: the route as it is against the sparse-tensor-core kernel
+(spmm_nm_mma_sp.py, tuning.MMA_SP_VECTORS on: the vector's choice expanded into per-row
+metadata) and dense, cold L2, through linear. The nm suite had 2:4 v=64 at 16 tokens at
+0.33x dense (H100, warm L2; 0.81x cold on 14336 x 4096) where element-wise 2:4 ran 1.3x.
+
+CUDA-graph medians in us a call over weight copies that overflow L2; each form checked
+against float64 first (NaN where wrong).
+    PYTHONPATH=src python3 benchmarks/sweeps/nm_vector_few.py
+    SHAPES=4096x4096 PATTERNS=2:4 VECTORS=64 TOKENS=16 ...
+"""
+
+import itertools
+import os
+
+import torch
+from _nm_cases import env_cases
+from nm_decode_tall_cold import dense_cold
+from triton.testing import do_bench_cudagraph
+
+import sparsekernels as sk
+from sparsekernels.bench.harness import copies_for
+from sparsekernels.kernels import nm_mma_sp_tuning
+
+DEVICE = torch.device("cuda")
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
+SHAPES, PATTERNS, TOKENS = env_cases(
+    "4096x4096,14336x4096,4096x14336", "2:4,2:8,1:8", "1,8,16"
+)
+VECTORS = [int(v) for v in os.environ.get("VECTORS", "4,64").split(",")]
+
+
+def linear_cold(W, copies: int, x: torch.Tensor, want: torch.Tensor, vectors: bool) -> float:
+    """Fresh copies per form: a weight's first calls fix its route (eager and launch plans)."""
+    n, m, vector = W.n, W.m, W.vector
+    Ws = [
+        sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, n, m, vector, check=False)
+        for _ in range(copies)
+    ]
+    nm_mma_sp_tuning.MMA_SP_VECTORS = vectors
+    try:
+        got = [sk.linear(x, W) for W in Ws][0]  # builds each copy's kept forms before capture
+        if not ((got.t().double() - want).norm() / want.norm()).item() < 1e-2:
+            return float("nan")
+        return do_bench_cudagraph(lambda: [sk.linear(x, W) for W in Ws], rep=30) * 1e3 / len(Ws)
+    finally:
+        nm_mma_sp_tuning.MMA_SP_VECTORS = False
+
+
+def main():
+    table = []
+    for (M, K), (n, m), vector, tokens in itertools.product(SHAPES, PATTERNS, VECTORS, TOKENS):
+        torch.manual_seed(0)
+        w = torch.randn(M, K, device="cuda", dtype=DTYPE)
+        W = sk.NMMatrix.from_dense(w, n, m, vector, mask=sk.prune.nm_mask(w.float(), n, m, vector))
+        x = torch.randn(tokens, K, device="cuda", dtype=DTYPE)
+        want = W.to_dense().double() @ x.t().double()
+        copies = max(2, copies_for(W.values.nbytes, DEVICE))
+        timed = {
+            "dense": dense_cold({"w": W.to_dense(), "x": x}),
+            "route": linear_cold(W, copies, x, want, False),
+            "mma.sp": linear_cold(W, copies, x, want, True),
+        }
+        label = f"{M}x{K} {n}:{m} v{vector} t{tokens}"
+        print(label, {k: round(v, 1) for k, v in timed.items()}, flush=True)
+        table.append((label, timed))
+    print(f"\n{torch.cuda.get_device_name()}, {DTYPE}, us a call, cold L2")
+    print(f"{'case':<28} {'dense':>7} {'route':>7} {'mma.sp':>7} {'x dense':>8}")
+    for label, t in table:
+        best = min(t["route"], t["mma.sp"])
+        print(
+            f"{label:<28} {t['dense']:7.1f} {t['route']:7.1f} {t['mma.sp']:7.1f}"
+            f" {t['dense'] / best:8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
