@@ -1,6 +1,7 @@
 """Vector-wise N:M at a few tokens: the route as it is against the sparse-tensor-core kernel
 (spmm_nm_mma_sp.py, tuning.MMA_SP_VECTORS on: the vector's choice expanded into per-row
-metadata) and dense, cold L2, through linear. The nm suite had 2:4 v=64 at 16 tokens at
+metadata) and dense, cold L2, through linear; at one token also
+with every window from one token (mma.sp@1). The nm suite had 2:4 v=64 at 16 tokens at
 0.33x dense (H100, warm L2; 0.81x cold on 14336 x 4096) where element-wise 2:4 ran 1.3x.
 
 CUDA-graph medians in us a call over weight copies that overflow L2; each form checked
@@ -9,6 +10,7 @@ against float64 first (NaN where wrong).
     SHAPES=4096x4096 PATTERNS=2:4 VECTORS=64 TOKENS=16 ...
 """
 
+import dataclasses
 import itertools
 import os
 
@@ -23,13 +25,13 @@ from sparsekernels.kernels import nm_mma_sp_tuning
 
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
-SHAPES, PATTERNS, TOKENS = env_cases(
-    "4096x4096,14336x4096,4096x14336", "2:4,2:8,1:8", "1,8,16"
-)
+SHAPES, PATTERNS, TOKENS = env_cases("4096x4096,14336x4096,4096x14336", "2:4,2:8,1:8", "1,8,16")
 VECTORS = [int(v) for v in os.environ.get("VECTORS", "4,64").split(",")]
 
 
-def linear_cold(W, copies: int, x: torch.Tensor, want: torch.Tensor, vectors: bool) -> float:
+def linear_cold(
+    W, copies: int, x: torch.Tensor, want: torch.Tensor, vectors: bool, one_token: bool = False
+) -> float:
     """Fresh copies per form: a weight's first calls fix its route (eager and launch plans)."""
     n, m, vector = W.n, W.m, W.vector
     Ws = [
@@ -37,6 +39,12 @@ def linear_cold(W, copies: int, x: torch.Tensor, want: torch.Tensor, vectors: bo
         for _ in range(copies)
     ]
     nm_mma_sp_tuning.MMA_SP_VECTORS = vectors
+    windows = dict(nm_mma_sp_tuning.MMA_SP_WINDOWS)
+    if one_token:  # every window from one token
+        for pattern, window in windows.items():
+            nm_mma_sp_tuning.MMA_SP_WINDOWS[pattern] = dataclasses.replace(
+                window, fewest=1, fewest_wide=0
+            )
     try:
         got = [sk.linear(x, W) for W in Ws][0]  # builds each copy's kept forms before capture
         if not ((got.t().double() - want).norm() / want.norm()).item() < 1e-2:
@@ -44,6 +52,7 @@ def linear_cold(W, copies: int, x: torch.Tensor, want: torch.Tensor, vectors: bo
         return do_bench_cudagraph(lambda: [sk.linear(x, W) for W in Ws], rep=30) * 1e3 / len(Ws)
     finally:
         nm_mma_sp_tuning.MMA_SP_VECTORS = False
+        nm_mma_sp_tuning.MMA_SP_WINDOWS.update(windows)
 
 
 def main():
@@ -60,16 +69,18 @@ def main():
             "route": linear_cold(W, copies, x, want, False),
             "mma.sp": linear_cold(W, copies, x, want, True),
         }
+        if tokens == 1:
+            timed["mma.sp@1"] = linear_cold(W, copies, x, want, True, one_token=True)
         label = f"{M}x{K} {n}:{m} v{vector} t{tokens}"
         print(label, {k: round(v, 1) for k, v in timed.items()}, flush=True)
         table.append((label, timed))
     print(f"\n{torch.cuda.get_device_name()}, {DTYPE}, us a call, cold L2")
-    print(f"{'case':<28} {'dense':>7} {'route':>7} {'mma.sp':>7} {'x dense':>8}")
+    print(f"{'case':<28} {'dense':>7} {'route':>7} {'mma.sp':>7} {'mma.sp@1':>8} {'x dense':>8}")
     for label, t in table:
-        best = min(t["route"], t["mma.sp"])
+        best = min(v for name, v in t.items() if name != "dense")
         print(
             f"{label:<28} {t['dense']:7.1f} {t['route']:7.1f} {t['mma.sp']:7.1f}"
-            f" {t['dense'] / best:8.2f}"
+            f" {t.get('mma.sp@1', float('nan')):8.1f} {t['dense'] / best:8.2f}"
         )
 
 
