@@ -117,6 +117,7 @@ class _Window:
     out_by_rows_most: int = 0  # tokens to which a column-major out is stored by runs of rows
     m_tiles_few: int = 1  # m16 tiles a warp at 1-8 tokens
     m_tiles_tall: int = 1  # past 8 tokens on weights of LARGE_WEIGHT elements or more, rows > K
+    vector_fewest_wide: int = 0  # fewest_wide for vector-wise rows
 
 
 # (n, m) -> the tokens where it measured faster than the route, element-wise
@@ -130,6 +131,7 @@ MMA_SP_WINDOWS = {
         wide_small=True,
         out_by_rows_most=16,
         m_tiles_tall=2,
+        vector_fewest_wide=1,
     ),  # fmt: skip
     (1, 8): _Window(
         2,
@@ -147,7 +149,7 @@ MMA_SP_WINDOWS = {
 WIDE_SMALL_MOST_TOKENS = 16
 # Vector-wise rows (v > 1, no blocks) take the kernel too: their metadata is expanded a row at a
 # time, so the kernel's work is element-wise's (benchmarks/sweeps/nm_vector_few.py).
-MMA_SP_VECTORS = False
+MMA_SP_VECTORS = True
 
 
 @dataclass(frozen=True)
@@ -185,10 +187,10 @@ def spmm_nm_mma_sp_config(
         return None
     small = rows * k < LARGE_WEIGHT
     most = window.most_small if small else window.most
-    if small and dtype == torch.float16:
+    if small and (dtype == torch.float16 or vector > 1):
         most = max(most, window.most_small_fp16)
-    wide_weight = not small and k > rows and window.fewest_wide
-    fewest = window.fewest_wide if wide_weight else window.fewest
+    fewest_wide = window.vector_fewest_wide if vector > 1 else window.fewest_wide
+    fewest = fewest_wide if fewest_wide and not small and k > rows else window.fewest
     if not fewest <= n_cols <= most:
         return None
     # (1:8's fp16 fallback on small weights past 8 tokens: 8-token tiles, B as it lies)
