@@ -346,14 +346,16 @@ def test_route_takes_the_measured_window():
     SMs; 2:8 and 1:8 at 1-8 tokens eight, to 16 ranges), each range two steps at least; a
     column-major out stored by rows for 2:8 and 1:8 to 8 tokens (2:8 to 16 on large
     weights); two m16 tiles a warp for 1:8 at 1-8 tokens (from one on a large weight with
-    K > rows) and for 2:8 and 1:8 past 8 on large weights with rows > K. Nothing else
-    (vectors, other patterns, fp32, 33 tokens)."""
+    K > rows) and for 2:8 and 1:8 past 8 on large weights with rows > K. Vector-wise rows
+    (no blocks) take the same windows but 1:8 from two tokens on every weight, 2:8 from one on
+    large weights with K > rows, and 1:8 on small weights to 16 tokens in bf16 too. Nothing
+    else (blocks, other patterns, fp32, 33 tokens)."""
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
 
     bf16 = torch.bfloat16
 
-    def tile(tokens, rows, k, n=2, m=4, dtype=bf16, vector=1):
-        c = spmm_nm_mma_sp_config(tokens, n, m, vector, 1, dtype, rows, k, 132)
+    def tile(tokens, rows, k, n=2, m=4, dtype=bf16, vector=1, block=1):
+        c = spmm_nm_mma_sp_config(tokens, n, m, vector, block, dtype, rows, k, 132)
         if c is None:
             return None
         return (c.m_tiles, c.blocks, c.n_tiles, c.split, c.natural_b, c.wide_b_stores)
@@ -381,11 +383,23 @@ def test_route_takes_the_measured_window():
     assert tile(16, 4096, 8192, 1, 8, torch.float16) == (1, 8, 2, 8, False, False)
     assert tile(16, 4096, 4096, 1, 8, torch.float16) == (1, 8, 1, 4, True, False)  # 2 col tiles
     assert tile(17, 4096, 4096, 1, 8, torch.float16) is None
+    # vector-wise: element-wise's tiles
+    assert tile(16, 4096, 4096, 2, 4, bf16, 64) == tile(16, 4096, 4096)
+    assert tile(1, 4096, 14336, 2, 4, bf16, 4) == tile(1, 4096, 14336)
+    assert tile(32, 4096, 14336, 2, 4, bf16, 2) == tile(32, 4096, 14336)
+    assert tile(1, 4096, 14336, 2, 8, bf16, 64) == (1, 8, 1, 16, True, True)  # wide: one token
+    assert tile(16, 14336, 4096, 1, 8, bf16, 4) == tile(16, 14336, 4096, 1, 8)
+    assert tile(9, 4096, 4096, 1, 8, bf16, 64) == tile(9, 4096, 4096, 1, 8, torch.float16)
     for args in [
         (33, 4096, 4096),
         (16, 4096, 4096, 1, 4),
         (16, 4096, 4096, 2, 4, torch.float32),
-        (16, 4096, 4096, 2, 4, bf16, 2),
+        (16, 4096, 4096, 2, 4, bf16, 2, 2),  # blocks
+        (1, 4096, 14336, 1, 8, bf16, 4),  # vectors: 1:8 from two tokens on every weight
+        (1, 14336, 4096, 2, 8, bf16, 64),  # 2:8 from two on a tall weight
+        (1, 4096, 4096, 2, 8, bf16, 64),  # and on a small one
+        (17, 4096, 4096, 1, 8, bf16, 4),
+        (33, 4096, 4096, 2, 4, bf16, 64),
         (1, 4096, 4096, 2, 8),  # small: the select kernel keeps one token
         (1, 4096, 14336, 2, 8),  # and on a wide one (its permuted picks)
         (1, 14336, 4096, 2, 8),  # and on a tall weight

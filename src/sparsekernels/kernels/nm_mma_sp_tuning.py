@@ -85,6 +85,24 @@ takes it, row-major out):
 (in brackets the select kernel, the one-token route). So 1:8 takes two tiles a warp at 1-8
 tokens, and from one token on large weights with K > rows; 2:8 and 1:8 at 9-16 tokens on
 large weights with rows > K. 2:8 at 1-8 and wide weights at 16 keep one.
+
+Vector-wise rows (v > 1, no blocks) took the vector tensor-core tile or the decode kernel at
+a few tokens, 2-14x slower than here (2:4 v=64 at 16 tokens on 4096 x 14336 180.6 us against
+dense's 33.4). With the vector's choice expanded into per-row metadata the kernel's work is
+element-wise's. Cold, bf16, us through linear (results/nvidia-h200/2026-12-05/at-318e1be/
+nm_vector_few_routed.txt; before / now, v=4 and v=64 alike within a few percent):
+                     4096 x 4096    14336 x 4096    4096 x 14336     dense
+  2:4 v=64   1 token   13.8  9.2     23.4 21.2       24.2 20.9       13.6 / 32.4
+            16 tokens  53.1 11.0     59.1 25.8      180.6 26.1
+            32 tokens  51.3 15.2     58.3 35.0      174.9 33.1
+  2:8 v=64  16 tokens  27.7  9.8     31.5 19.2       91.5 19.8
+  1:8 v=64   9 tokens 160.6 10.0         -              -
+            16 tokens  15.2 10.0     17.8 16.6       47.1 18.2
+So vectors take element-wise's windows, but 1:8 from two tokens on every weight (at one the
+decode kernel: 11.1-12.9 against 13.1 on 4096 x 14336), 2:8 from one on large weights with
+K > rows (14.8 against 21.0-24.0; 12.5-13.8 against 14.4 on the tall one, 6.1-8.3 against
+7.7 on the small one: those keep it), and 1:8 to 16 tokens on small weights in bf16 as in fp16
+(at-f37dfc2/nm_vector_few_1.txt, nm_vector_few_fp16.txt).
 """
 
 from __future__ import annotations
@@ -147,8 +165,7 @@ MMA_SP_WINDOWS = {
     ),  # fmt: skip
 }
 WIDE_SMALL_MOST_TOKENS = 16
-# Vector-wise rows (v > 1, no blocks) take the kernel too: their metadata is expanded a row at a
-# time, so the kernel's work is element-wise's (benchmarks/sweeps/nm_vector_few.py).
+# Vector-wise rows (v > 1, no blocks) take the kernel too (the docstring's last table)
 MMA_SP_VECTORS = True
 
 
