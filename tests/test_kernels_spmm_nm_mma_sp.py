@@ -472,3 +472,44 @@ def test_linear_routes_through_mma_sp(n, m, tokens, rows, k, dtype, gen, monkeyp
     assert calls[0][1] == (m == 8 and tokens <= (16 if n == 2 and large else 8))
     bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
     assert_close(got, want, bound, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("n", "m", "vector", "tokens", "k", "dtype", "reads_as"),
+    [
+        (2, 4, 64, 16, 2080, torch.bfloat16, (2, 4)),
+        (2, 4, 3, 1, 2080, torch.float16, (2, 4)),
+        (2, 8, 4, 8, 2080, torch.bfloat16, (2, 8)),
+        (1, 8, 3, 12, 2080, torch.bfloat16, (1, 8)),  # small, bf16: to 16 tokens as in fp16
+        (1, 4, 1, 16, 2080, torch.bfloat16, (2, 8)),
+        (1, 4, 16, 2, 2080, torch.float16, (2, 8)),
+        (1, 2, 1, 8, 2080, torch.bfloat16, (2, 4)),
+        (1, 2, 5, 32, 2080, torch.bfloat16, (2, 4)),
+        (1, 4, 1, 8, 2084, torch.bfloat16, None),  # 2084 columns: an unpaired 1:4 group
+        (1, 8, 4, 1, 2080, torch.bfloat16, None),  # vectors: 1:8 from two tokens
+    ],
+)
+def test_linear_routes_vectors_and_aliases_through_mma_sp(
+    n, m, vector, tokens, k, dtype, reads_as, gen, monkeypatch
+):
+    """Vector-wise rows take the kernel in element-wise's windows, and 1:2 and 1:4 weights
+    read as 2:4 and 2:8 (the odd group's offset moved up by m); the product is the weight's."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_mma_sp
+
+    calls = []
+    launch = spmm_nm_mma_sp.spmm_nm_mma_sp
+    monkeypatch.setattr(
+        spmm_nm_mma_sp,
+        "spmm_nm_mma_sp",
+        lambda **kw: calls.append((kw["n"], kw["m"])) or launch(**kw),
+    )
+    W = random_nm(1000, k, n, m, gen, vector, 1, dtype, "cuda")
+    x = randn(tokens, k, gen=gen, dtype=dtype, device="cuda")
+    bias = randn(1000, gen=gen, dtype=dtype, device="cuda")
+    got = sk.linear(x, W, bias)
+    assert calls == ([reads_as] if reads_as else [])
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, W.to_dense().t()) + bias.double().abs()
+    assert_close(got, want, bound, dtype)

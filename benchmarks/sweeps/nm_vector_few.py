@@ -1,6 +1,7 @@
 """Vector-wise N:M at a few tokens: the route before (tuning.MMA_SP_VECTORS off) against the
 sparse-tensor-core kernel's windows (spmm_nm_mma_sp.py, MMA_SP_VECTORS on: the vector's
-choice expanded into per-row metadata) and dense, cold L2, through linear; at one token also
+choice expanded into per-row metadata; MMA_SP_ALIASES: 1:2 and 1:4 read as 2:4 and 2:8,
+off in the route before) and dense, cold L2, through linear; at one token also
 with every window from one token (mma.sp@1). The nm suite had 2:4 v=64 at 16 tokens at
 0.33x dense (H100, warm L2; 0.81x cold on 14336 x 4096) where element-wise 2:4 ran 1.3x.
 
@@ -38,8 +39,9 @@ def linear_cold(
         sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, n, m, vector, check=False)
         for _ in range(copies)
     ]
-    routed = nm_mma_sp_tuning.MMA_SP_VECTORS
+    routed, aliases = nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES
     nm_mma_sp_tuning.MMA_SP_VECTORS = vectors
+    nm_mma_sp_tuning.MMA_SP_ALIASES = aliases if vectors else {}
     windows = dict(nm_mma_sp_tuning.MMA_SP_WINDOWS)
     if one_token:  # every window from one token
         for pattern, window in windows.items():
@@ -52,7 +54,7 @@ def linear_cold(
             return float("nan")
         return do_bench_cudagraph(lambda: [sk.linear(x, W) for W in Ws], rep=30) * 1e3 / len(Ws)
     finally:
-        nm_mma_sp_tuning.MMA_SP_VECTORS = routed
+        nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES = routed, aliases
         nm_mma_sp_tuning.MMA_SP_WINDOWS.update(windows)
 
 

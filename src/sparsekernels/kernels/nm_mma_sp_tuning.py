@@ -167,6 +167,8 @@ MMA_SP_WINDOWS = {
 WIDE_SMALL_MOST_TOKENS = 16
 # Vector-wise rows (v > 1, no blocks) take the kernel too (the docstring's last table)
 MMA_SP_VECTORS = True
+# 1:m read as 2:2m (ops/_nm_alias.py), in 2:2m's windows: the same values and bytes
+MMA_SP_ALIASES = {(1, 2): (2, 4), (1, 4): (2, 8)}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The `triton` backend of spmm/linear for N:M weights: on the GPU the sparse-tensor-core
-kernel for 2:4 bf16 at 1-32 tokens (nm_mma_sp_tuning), on Hopper the wgmma kernel where it
+kernel for 2:4, 2:8 and 1:8 (1:2 and 1:4 read as 2:4 and 2:8; vector-wise too) at 1-32
+tokens (nm_mma_sp_tuning), on Hopper the wgmma kernel where it
 measured faster at 4-32 tokens (nm_wgmma_tuning), the unpack kernel where it measured faster
 at 4-64 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
 at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
@@ -30,6 +31,7 @@ from ..kernels._pdl import hopper
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
+from ._nm_alias import aliased_indices, sparse_core_pattern
 from ._nm_transpose import transposed_pattern
 from ._weight_pdl import weight_pdl
 
@@ -42,19 +44,22 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
         return out
     if _ring_config(values, b, n, m, vector, block) is not None:  # before mma.sp: faster there
         return _decode(values, indices, b, bias, out, activation, n, m, vector, block)
-    if mma_sp.supports(n, m, block, values.dtype, b.shape[0], b.device):
+    core_n, core_m = sparse_core_pattern(n, m, block, b.shape[0])  # (1:4 as 2:8)
+    if mma_sp.supports(core_n, core_m, block, values.dtype, b.shape[0], b.device):
         sparse_cores = nm_mma_sp_tuning.spmm_nm_mma_sp_config(
-            b.shape[1], n, m, vector, block, values.dtype, values.shape[0], b.shape[0],
+            b.shape[1], core_n, core_m, vector, block, values.dtype, values.shape[0], b.shape[0],
             _sm_count(b.device),
         )  # fmt: skip
         if sparse_cores is not None:
             rows = values.shape[0]
-            classes = class_words(indices, rows, vector, n) if m == 8 else None
+            core = indices if (core_n, core_m) == (n, m) else aliased_indices(indices, m)
+            classes = class_words(core, rows, vector, core_n) if core_m == 8 else None
             tile = dict(vars(sparse_cores))  # (asdict deep-copies: 11 us a call)
             out_m_fastest = tile.pop("out_by_rows") and out.stride(0) == 1
             mma_sp.spmm_nm_mma_sp(
-                values=values, metadata=metadata_words(indices, rows, vector, n, m), b=b, n=n, m=m,
-                classes=classes, bias=bias.contiguous() if bias is not None else None, out=out,
+                values=values, metadata=metadata_words(core, rows, vector, core_n, core_m), b=b,
+                n=core_n, m=core_m, classes=classes,
+                bias=bias.contiguous() if bias is not None else None, out=out,
                 activation=activation, out_m_fastest=out_m_fastest,
                 pdl=weight_pdl(values, indices), **tile,
             )  # fmt: skip
