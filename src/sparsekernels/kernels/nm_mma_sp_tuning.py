@@ -103,6 +103,15 @@ decode kernel: 11.1-12.9 against 13.1 on 4096 x 14336), 2:8 from one on large we
 K > rows (14.8 against 21.0-24.0; 12.5-13.8 against 14.4 on the tall one, 6.1-8.3 against
 7.7 on the small one: those keep it), and 1:8 to 16 tokens on small weights in bf16 as in fp16
 (at-f37dfc2/nm_vector_few_1.txt, nm_vector_few_fp16.txt).
+
+1:4 and 1:2 have no sparse-tensor-core form, but two neighbouring 1:m groups are one 2:2m
+group (ops/_nm_alias.py): the same values and bytes, read in 2:8's and 2:4's windows. Cold,
+bf16, us through linear, before / now (at-9a11a08/nm_alias.txt; v=32 alike or better):
+                     4096 x 4096           14336 x 4096
+  tokens           1      8     16       1      8     16
+  1:4           7.5/7.5 13.0/7.8 19.4/9.8   16.4/16.4 32.2/14.9 47.9/19.5
+  1:2           9.2/9.2 30.9/9.7 36.8/11.1  23.7/21.3 73.7/21.7 91.6/25.8
+  dense          12.7   13.6   14.0      32.7   30.5   30.6
 """
 
 from __future__ import annotations
