@@ -1,44 +1,200 @@
-"""torch.func's transforms are not supported yet, and say so by name at the op: torch itself
-failed inside with messages about setup_context or about expanding sparse CSR tensors.
-functional_call without a transform works."""
+"""torch.func's transforms through the sparse ops: grad, vjp, jacrev and vmap (per-sample
+gradients, ensembles, Jacobians) give what plain autograd and a loop give, in float64, for
+CSR and N:M weights. The ops run new-style autograd.Functions under them (torch.library's own
+wrapper is old-style, which they refuse) and vmap rules (ops/_vmap_rules.py). Forward mode
+(jvp, jacfwd) has no rule, and sparse_attention and depthwise_conv2d refuse the transforms by
+name."""
+
+import warnings
 
 import pytest
 import torch
 from torch import nn
-from torch.func import functional_call, grad, vmap
+from torch.func import functional_call, grad, jacfwd, jacrev, stack_module_state, vjp, vmap
 
 import sparsekernels as sk
 from _helpers import randn
 from sparsekernels.ops.depthwise import depthwise_conv2d
 
+WEIGHTS = [
+    pytest.param(dict(sparsity=0.6), id="csr"),
+    pytest.param(dict(pattern="2:8"), id="2:8"),
+    pytest.param(dict(pattern="2:4,v=4"), id="2:4,v=4"),
+]
 
-@pytest.mark.parametrize("kw", [dict(sparsity=0.5), dict(pattern="2:8")], ids=["csr", "nm"])
-def test_transforms_are_refused_by_name(kw, gen):
-    torch.manual_seed(0)
-    layer = sk.nn.SparseLinear.from_dense(nn.Linear(16, 8).double(), **kw)
+
+def _layer(kw, out_features=12, in_features=16, seed=0):
+    torch.manual_seed(seed)
+    dense = nn.Linear(in_features, out_features).double()
+    dense.weight.data[3] = 0  # an empty row (CSR)
+    return sk.nn.SparseLinear.from_dense(dense, **kw)
+
+
+def _close(got, want):
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_grad_over_parameters_matches_autograd(kw, gen):
+    layer = _layer(kw)
     params = {name: p.detach() for name, p in layer.named_parameters()}
-    x = randn(4, 16, gen=gen)
-    with pytest.raises(NotImplementedError, match="sparsekernels.linear does not support"):
-        grad(lambda p: functional_call(layer, p, (x,)).sum())(params)
-    with pytest.raises(NotImplementedError, match="torch.func transforms"):
-        vmap(lambda row: functional_call(layer, params, (row,)))(x)
-    out = functional_call(layer, params, (x,))  # (no transform: fine)
-    assert torch.equal(out, layer(x))
+    x = randn(5, 16, gen=gen)
+    got = grad(lambda p: functional_call(layer, p, (x,)).square().sum())(params)
+    loss = layer(x).square().sum()
+    want = dict(zip(params, torch.autograd.grad(loss, list(layer.parameters())), strict=True))
+    assert got.keys() == want.keys() == {"values", "bias"}
+    for name in want:
+        assert want[name].abs().sum() > 0
+        _close(got[name], want[name])
 
 
-def test_every_public_op_refuses_them(gen):
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_jacrev_and_vjp_give_the_weight(kw, gen):
+    layer = _layer(kw)
+    dense = layer.weight.to_dense()
+    row = randn(16, gen=gen)
+    _close(jacrev(layer)(row), dense)
+    out, pullback = vjp(layer, randn(3, 16, gen=gen))
+    cotangent = randn(*out.shape, gen=gen)
+    _close(pullback(cotangent)[0], cotangent @ dense)
+
+
+@pytest.mark.parametrize("kw", WEIGHTS)
+@pytest.mark.parametrize("x_shape", [(6, 16), (6, 3, 16)], ids=["rows", "sequences"])
+def test_vmap_over_inputs_is_one_product(kw, x_shape, gen):
+    layer = _layer(kw)
+    x = randn(*x_shape, gen=gen)
+    with torch.no_grad():
+        want = torch.stack([layer(sample) for sample in x])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (torch's loop over the batch warns: a rule runs)
+        _close(vmap(layer)(x), want)
+    _close(vmap(layer, in_dims=1, out_dims=1)(x.transpose(0, 1).contiguous()), want.transpose(0, 1))
+
+
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_per_sample_gradients_match_a_loop(kw, gen):
+    """vmap(grad): each sample's gradient of the kept values and the bias, as in Opacus-style
+    private training."""
+    layer = _layer(kw)
+    params = {name: p.detach() for name, p in layer.named_parameters()}
+    x, target = randn(4, 16, gen=gen), randn(4, 12, gen=gen)
+
+    def loss(p, sample, t):
+        return (functional_call(layer, p, (sample[None],))[0] - t).square().sum()
+
+    got = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, target)
+    for i in range(4):
+        layer.zero_grad()
+        ((layer(x[i : i + 1])[0] - target[i]).square().sum()).backward()
+        _close(got["values"][i], layer.values.grad)
+        _close(got["bias"][i], layer.bias.grad)
+
+
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_an_ensemble_over_stacked_values(kw, gen):
+    """vmap over models sharing a pattern (stack_module_state's parameters, the first
+    member's pattern buffers unbatched): each member's own values."""
+    members = [_layer(kw) for _ in range(3)]
+    for i, member in enumerate(members[1:], 1):
+        with torch.no_grad():
+            member.values.mul_(1 + i)
+            member.bias.add_(i)
+    params, _ = stack_module_state(members)
+    buffers = dict(members[0].named_buffers())
+    x = randn(5, 16, gen=gen)
+    run = vmap(lambda p, b: functional_call(members[0], (p, b), (x,)), in_dims=(0, None))
+    got = run(params, buffers)
+    with torch.no_grad():
+        _close(got, torch.stack([member(x) for member in members]))
+
+
+def test_sddmm_and_sparse_softmax_under_grad_and_vmap(gen):
+    dense = randn(6, 7, gen=gen) * (torch.rand(6, 7, generator=gen) < 0.5)
+    dense[2] = 0
+    A = sk.CSRMatrix.from_dense(dense)
+    X, Y = randn(6, 4, gen=gen), randn(7, 4, gen=gen)
+    mask = dense != 0
+
+    def attention_like(x):
+        return sk.sparse_softmax(sk.sddmm(x, Y, A), scale=0.5).values.square().sum()
+
+    def reference(x):
+        scores = (0.5 * (x @ Y.t())).masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (the empty row: nothing)
+        return probs[mask].square().sum()
+
+    _close(grad(attention_like)(X), torch.func.grad(reference)(X))
+    batch = randn(3, 6, 4, gen=gen)
+    _close(vmap(attention_like)(batch), torch.stack([reference(x) for x in batch]))
+    _close(vmap(grad(attention_like))(batch), torch.stack([grad(reference)(x) for x in batch]))
+
+
+def test_an_nm_weights_sddmm_gradient_under_grad(gen):
+    """The gradient of an N:M weight's values is an SDDMM at its kept positions."""
+    layer = _layer(dict(pattern="2:8"))
+    x = randn(5, 16, gen=gen)
+    got = grad(lambda v: sk.linear(x, layer.weight.with_values(v)).sum())(layer.values.detach())
+    dense_grad = torch.ones(5, 12, dtype=torch.float64).t() @ x
+    _close(got, dense_grad.gather(1, layer.weight.column_indices()))
+
+
+def test_forward_mode_is_said(gen):
+    layer = _layer(dict(pattern="2:8"))
+    with pytest.raises(RuntimeError, match="jvp"):
+        jacfwd(layer)(randn(16, gen=gen))
+
+
+def test_attention_and_depthwise_refuse_them_by_name(gen):
     A = sk.CSRMatrix.from_dense(torch.eye(4, dtype=torch.float64))
     x = randn(4, 4, gen=gen)
     q = randn(1, 1, 4, 2, gen=gen)
     w = randn(2, 1, 3, 3, gen=gen)
     calls = {
-        "linear": lambda t: sk.linear(t, A),
-        "spmm": lambda t: sk.spmm(A, t),
-        "sddmm": lambda t: sk.sddmm(t, t, A).values,
-        "sparse_softmax": lambda t: sk.sparse_softmax(A.with_values(t.diagonal())).values,
         "sparse_attention": lambda t: sk.sparse_attention(q * t.sum(), q, q, A),
         "depthwise_conv2d": lambda t: depthwise_conv2d(t.sum() * randn(1, 2, 4, 4, gen=gen), w),
     }
     for name, call in calls.items():
         with pytest.raises(NotImplementedError, match=f"sparsekernels.{name} does not support"):
             grad(lambda t, call=call: call(t).sum())(x)
+
+
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_what_a_transform_builds_first_serves_plain_calls_after(kw, gen):
+    """A weight's kept forms (its transpose for dX, packed offsets) built first under a
+    transform are plain tensors: a later eager backward uses them."""
+    layer = _layer(kw)
+    dense = layer.weight.to_dense()
+    x = randn(3, 16, gen=gen)
+    _close(grad(lambda t: layer(t).sum())(x), torch.ones(3, 12, dtype=torch.float64) @ dense)
+    if isinstance(layer.weight, sk.CSRMatrix):  # kept, not rebuilt
+        transposed = layer.weight.pattern.transpose()[0]
+        assert not torch._C._functorch.is_functorch_wrapped_tensor(transposed.row_offsets)
+        assert layer.weight.pattern.transpose()[0] is transposed
+    x.requires_grad_(True)
+    layer(x).square().sum().backward()
+    want = 2 * (x.detach() @ dense.t() + layer.bias.detach()) @ dense
+    _close(x.grad, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kw", [*WEIGHTS, pytest.param(dict(pattern="2:4"), id="2:4")])
+@pytest.mark.parametrize("tokens", [1, 16, 600])
+def test_transforms_on_the_gpu_match_autograd(kw, tokens, gen):
+    """The GPU's kernels under grad and vmap: the Triton routes at 1-16 tokens in fp32; at
+    600 in bf16, where autograd's 2:4 takes cuSPARSELt's op, which has no rules for them
+    (dense under the transforms)."""
+    dtype = torch.bfloat16 if tokens == 600 else torch.float32
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
+    layer = _layer(kw, 256, 512).to(device="cuda", dtype=dtype)
+    params = {name: p.detach() for name, p in layer.named_parameters()}
+    x = randn(tokens, 512, gen=gen, dtype=dtype, device="cuda")
+    got = grad(lambda p: functional_call(layer, p, (x,)).float().square().sum())(params)
+    loss = layer(x).float().square().sum()
+    want = torch.autograd.grad(loss, [layer.values, layer.bias])
+    for name, expected in zip(("values", "bias"), want, strict=True):
+        scale = expected.float().abs().max().item()
+        torch.testing.assert_close(got[name], expected, rtol=tol, atol=tol * scale)
+    with torch.no_grad():
+        rows = torch.stack([layer(row[None])[0] for row in x[:4]])
+        torch.testing.assert_close(vmap(layer)(x[:4]), rows, rtol=tol, atol=tol)

@@ -22,21 +22,26 @@ _builds = 0  # cache fills begun (builds()): what a launch with PDL 2 must not f
 
 
 class _Fill:
-    """A cache fill: out of inference mode, and marked on its stream when done."""
+    """A cache fill: out of inference mode (and torch.func's transforms), and marked on its
+    stream when done."""
 
-    __slots__ = ("device", "mode")
+    __slots__ = ("device", "mode", "transforms_off")
 
-    def __init__(self, device: torch.device, mode) -> None:
-        self.device, self.mode = device, mode
+    def __init__(self, device: torch.device, mode, transforms_off=None) -> None:
+        self.device, self.mode, self.transforms_off = device, mode, transforms_off
 
     def __enter__(self) -> None:
         if self.mode is not None:
             self.mode.__enter__()
+        if self.transforms_off is not None:
+            self.transforms_off.__enter__()
         if self.device.type == "cuda":
             _fill_streams.begin()
 
     def __exit__(self, *failure) -> None:
         try:
+            if self.transforms_off is not None:
+                self.transforms_off.__exit__(*failure)
             if self.mode is not None:
                 self.mode.__exit__(*failure)
         finally:
@@ -58,6 +63,10 @@ def building(like: torch.Tensor) -> contextlib.AbstractContextManager:
 
         stepped_values.track(like)
     mode = torch.inference_mode(False) if torch.is_inference_mode_enabled() else None
+    if torch._C._are_functorch_transforms_active() and not wrapped(like):
+        # (under them every tensor an op makes is wrapped, with no storage to key a cache by:
+        # what is derived from a plain weight is built outside them)
+        return _Fill(like.device, mode, torch._C._DisableFuncTorch())
     if mode is None and like.device.type != "cuda":
         return contextlib.nullcontext()
     return _Fill(like.device, mode)
@@ -73,11 +82,22 @@ def version(tensor: torch.Tensor) -> tuple[int, int] | None:
     """What tells a tensor's contents changed: its version counter (in-place changes bump it)
     and its storage's address (`.data = ...` swaps the storage without a bump, as
     torch.nn.utils.vector_to_parameters does); None for an inference tensor, which has no
-    counter, and for a traced one, which has no storage: what is derived from either cannot
-    be kept (reading `_version`, or `data_ptr()`, there raises)."""
+    counter, and for a traced one or one torch.func's transforms wrap, which have no storage:
+    what is derived from these cannot be kept (reading `_version`, or `data_ptr()`, there
+    raises)."""
     if tensor.is_inference() or _fake(tensor):
         return None
-    return tensor._version, tensor.data_ptr()
+    try:
+        return tensor._version, tensor.data_ptr()
+    except RuntimeError:  # (wrapped by torch.func's transforms, or by a vjp's saved call)
+        return None
+
+
+def wrapped(tensor: torch.Tensor) -> bool:
+    """Whether torch.func's transforms (grad, vmap, ...) wrap `tensor`: it has no storage."""
+    return torch._C._are_functorch_transforms_active() and (
+        torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+    )
 
 
 def traced(tensor: torch.Tensor) -> bool:

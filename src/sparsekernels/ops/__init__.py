@@ -1,5 +1,6 @@
 """Public ops: one function per op; dispatch lives here, math in reference.py and kernels/."""
 
+from . import _vmap_rules  # noqa: F401  (registers the ops' vmap rules)
 from .attention import sparse_attention
 from .depthwise import depthwise_conv2d
 from .linear import linear

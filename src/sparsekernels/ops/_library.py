@@ -19,8 +19,8 @@ Tensor = torch.Tensor
 def eager(*tensors: Tensor | None) -> bool:
     """Whether a call may bypass its custom op: no compiler tracing, and plain tensors (not fake
     or functional ones). The op's dispatch costs tens of us a call."""
-    if torch.compiler.is_compiling():
-        return False
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False  # (torch.func's transforms: through the op, whose autograd they know)
     for t in tensors:  # (a loop: every eager call pays for this)
         if t is not None and type(t) is not torch.Tensor and type(t) is not torch.nn.Parameter:
             return False
@@ -57,6 +57,35 @@ def _eager_twin(name: str, forward, setup, backward):
         {"forward": staticmethod(run_forward), "backward": staticmethod(run_backward)},
     )
     return twin.apply
+
+
+def _func_twin(name: str, op, setup, backward):
+    """A new-style autograd.Function around a custom op, for torch.func's transforms (grad,
+    vjp, jacrev, vmap, ...): they refuse torch.library's own autograd wrapper, an old-style
+    Function (forward taking ctx), and need setup_context apart from forward. vmap's rule is
+    generated: it runs forward, setup_context and backward on the unbatched calls, and the op
+    itself under vmap (its batching rule, or torch's loop over the batch)."""
+    twin = type(
+        name,
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(lambda *args: op(*args)),
+            "setup_context": staticmethod(setup),
+            "backward": staticmethod(backward),
+            "generate_vmap_rule": True,
+        },
+    )
+    _FUNC_TWINS[op] = twin.apply
+
+
+_FUNC_TWINS: dict = {}  # custom op -> its _func_twin's apply
+
+
+def call(op, *args):
+    """A custom op, or under torch.func's transforms its new-style twin."""
+    if torch._C._are_functorch_transforms_active():
+        return _FUNC_TWINS[op](*args)
+    return op(*args)
 
 
 def _batch(*shapes) -> tuple[int, ...]:
@@ -157,6 +186,7 @@ def _spmm_csr_backward(ctx, grad):
 
 
 spmm_csr.register_autograd(_spmm_csr_backward, setup_context=_spmm_csr_setup)
+_func_twin("SpmmCsrFunc", spmm_csr, _spmm_csr_setup, _spmm_csr_backward)
 spmm_csr_eager = _eager_twin(
     "SpmmCsrEager",
     lambda ro, ci, values, b, bias, order, t_ro, t_ci, t_perm, activation, backend: _dispatch.run(
@@ -222,6 +252,7 @@ def _spmm_hint(sddmm_backend: str) -> str | None:
 
 
 sddmm_csr.register_autograd(_sddmm_csr_backward, setup_context=_sddmm_csr_setup)
+_func_twin("SddmmCsrFunc", sddmm_csr, _sddmm_csr_setup, _sddmm_csr_backward)
 
 
 # ============================================================================ sparse_softmax
@@ -265,6 +296,7 @@ def _softmax_backward(ctx, grad):
 
 
 sparse_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+_func_twin("SparseSoftmaxFunc", sparse_softmax, _softmax_setup, _softmax_backward)
 
 
 def _softmax_backward_setup(ctx, inputs, output):
@@ -294,6 +326,12 @@ def _softmax_backward_backward(ctx, h):
 
 sparse_softmax_backward.register_autograd(
     _softmax_backward_backward, setup_context=_softmax_backward_setup
+)
+_func_twin(
+    "SparseSoftmaxBackwardFunc",
+    sparse_softmax_backward,
+    _softmax_backward_setup,
+    _softmax_backward_backward,
 )
 
 
@@ -355,6 +393,7 @@ def _spmm_nm_backward(ctx, grad):
 
 
 spmm_nm.register_autograd(_spmm_nm_backward, setup_context=_spmm_nm_setup)
+_func_twin("SpmmNmFunc", spmm_nm, _spmm_nm_setup, _spmm_nm_backward)
 spmm_nm_eager = _eager_twin(
     "SpmmNmEager",
     lambda values, indices, b, bias, activation, n, m, vector, block, transpose, backend: (
@@ -404,3 +443,4 @@ def _sddmm_nm_backward(ctx, grad):
 
 
 sddmm_nm.register_autograd(_sddmm_nm_backward, setup_context=_sddmm_nm_setup)
+_func_twin("SddmmNmFunc", sddmm_nm, _sddmm_nm_setup, _sddmm_nm_backward)

@@ -22,7 +22,6 @@ def sddmm(
         >>> sk.sddmm(torch.ones(3, 4), torch.ones(3, 4), P).values
         tensor([4., 4., 4.])
     """
-    _checks.no_function_transform("sddmm")
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
     dtype = _autocast.target(X)
@@ -72,7 +71,9 @@ def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None,
     if _library.eager_inference(x, y):  # no gradient: skip the op's dispatch cost
         return _dispatch.run("sddmm_csr", name, row_offsets, column_indices, x, y)
     t_ro, t_ci, t_perm = transposed if transposed is not None else (None, None, None)
-    return _library.sddmm_csr(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name)
+    return _library.call(
+        _library.sddmm_csr, row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name
+    )
 
 
 def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
@@ -82,7 +83,7 @@ def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
     name = _dispatch.choose_with_hint("sddmm_nm", problem, backend, hint)
     if _library.eager_inference(x, y):
         return _dispatch.run("sddmm_nm", name, indices, x, y, n, m, vector, block)
-    return _library.sddmm_nm(indices, x, y, n, m, vector, block, name)
+    return _library.call(_library.sddmm_nm, indices, x, y, n, m, vector, block, name)
 
 
 # ----------------------------------------------------------------------- backends

@@ -19,7 +19,6 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
         >>> sk.sparse_softmax(S).values
         tensor([0.5000, 0.5000])
     """
-    _checks.no_function_transform("sparse_softmax")
     if not isinstance(S, CSRMatrix):
         raise TypeError(f"S must be a CSRMatrix, got {type(S).__name__}")
     scale = _checks.finite_number("scale", scale)
@@ -28,7 +27,7 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
     if _library.eager_inference(S.values):  # no gradient: skip the op's dispatch cost
         probs = _dispatch.run("sparse_softmax", name, S.row_offsets, S.values, float(scale))
     else:
-        probs = _library.sparse_softmax(S.row_offsets, S.values, float(scale), name)
+        probs = _library.call(_library.sparse_softmax, S.row_offsets, S.values, float(scale), name)
     return CSRMatrix._from_pattern(S.pattern, probs, check=False)
 
 
@@ -41,7 +40,7 @@ def _problem(row_offsets: torch.Tensor, *values: torch.Tensor) -> _dispatch.Prob
 def sparse_softmax_backward_raw(row_offsets, probs, grad, scale, hint=None):
     problem = _problem(row_offsets, probs, grad)
     name = _dispatch.choose_with_hint("sparse_softmax_backward", problem, None, hint)
-    return _library.sparse_softmax_backward(row_offsets, probs, grad, scale, name)
+    return _library.call(_library.sparse_softmax_backward, row_offsets, probs, grad, scale, name)
 
 
 # ----------------------------------------------------------------------- backends

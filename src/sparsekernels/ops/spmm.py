@@ -45,7 +45,6 @@ def spmm(
         tensor([[1., 1., 1.],
                 [2., 2., 2.]])
     """
-    _checks.no_function_transform("spmm")
     dtype = _autocast.target(B)
     if dtype is not None:  # as matmul: in autocast's dtype
         with torch.autocast(B.device.type, enabled=False):
@@ -167,7 +166,7 @@ def spmm_csr_raw(
     args = (row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm)
     if _library.eager(values, b, bias):  # a gradient, eagerly: the op's autograd.Function twin
         return _library.spmm_csr_eager(*args, activation, name)
-    return _library.spmm_csr(*args, activation, name)
+    return _library.call(_library.spmm_csr, *args, activation, name)
 
 
 def spmm_nm_raw(
@@ -189,6 +188,12 @@ def spmm_nm_raw(
     it) lends the cusparselt backend the weight it packed once."""
     problem = nm_problem(values, b, n, m, vector, block, transpose)
     name = _dispatch.choose_with_hint("spmm_nm", problem, backend, hint)
+    if name == "cusparselt" and torch._C._are_functorch_transforms_active():
+        if backend == "cusparselt":
+            raise NotImplementedError(
+                "backend='cusparselt' does not support torch.func transforms (grad, vmap, ...)"
+            )
+        name = "dense"  # (its op has no rules for them; dense is what took these sizes before)
     if name == "cusparselt":  # its own op: it takes the packed weight as one more tensor
         return _cusparselt.spmm(values, indices, b, bias, activation, matrix)
     args = (values, indices, b, bias, activation, n, m, vector, block, transpose)
@@ -196,7 +201,7 @@ def spmm_nm_raw(
         return _dispatch.run("spmm_nm", name, *args)
     if _library.eager(values, b, bias):  # a gradient, eagerly: the op's autograd.Function twin
         return _library.spmm_nm_eager(*args, name)
-    return _library.spmm_nm(*args, name)
+    return _library.call(_library.spmm_nm, *args, name)
 
 
 def transpose_pattern(row_offsets, column_indices, cols: int):
