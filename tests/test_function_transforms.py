@@ -1,16 +1,25 @@
 """torch.func's transforms through the sparse ops: grad, vjp, jacrev and vmap (per-sample
 gradients, ensembles, Jacobians) give what plain autograd and a loop give, in float64, for
-CSR and N:M weights. The ops run new-style autograd.Functions under them (torch.library's own
-wrapper is old-style, which they refuse) and vmap rules (ops/_vmap_rules.py). Forward mode
-(jvp, jacfwd) has no rule, and sparse_attention and depthwise_conv2d refuse the transforms by
-name."""
+CSR and N:M weights, and so do forward mode's jvp, jacfwd and hessian. The ops run new-style
+autograd.Functions under them (torch.library's own wrapper is old-style, which they refuse)
+with vmap rules (ops/_vmap_rules.py) and jvp rules (ops/_forward_mode.py); sparse_attention
+and depthwise_conv2d refuse the transforms by name."""
 
 import warnings
 
 import pytest
 import torch
 from torch import nn
-from torch.func import functional_call, grad, jacfwd, jacrev, stack_module_state, vjp, vmap
+from torch.func import (
+    functional_call,
+    grad,
+    jacfwd,
+    jacrev,
+    jvp,
+    stack_module_state,
+    vjp,
+    vmap,
+)
 
 import sparsekernels as sk
 from _helpers import randn
@@ -139,10 +148,80 @@ def test_an_nm_weights_sddmm_gradient_under_grad(gen):
     _close(got, dense_grad.gather(1, layer.weight.column_indices()))
 
 
-def test_forward_mode_is_said(gen):
-    layer = _layer(dict(pattern="2:8"))
-    with pytest.raises(RuntimeError, match="jvp"):
-        jacfwd(layer)(randn(16, gen=gen))
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_forward_mode_gives_the_weight(kw, gen):
+    """jvp and jacfwd (forward mode): the tangent of x, of the values and of the bias."""
+    layer = _layer(kw)
+    dense = layer.weight.to_dense()
+    x = randn(3, 16, gen=gen)
+    _close(jacfwd(layer)(x[0]), dense)
+    params = {name: p.detach() for name, p in layer.named_parameters()}
+    tangents = {name: randn(*p.shape, gen=gen) for name, p in params.items()}
+    _, got = jvp(lambda p: functional_call(layer, p, (x,)), (params,), (tangents,))
+    tangent_weight = layer.weight.with_values(tangents["values"]).to_dense()
+    _close(got, x @ tangent_weight.t() + tangents["bias"])
+
+
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_hessians_forward_over_reverse_and_reverse_over_reverse(kw, gen):
+    """hessian (jacfwd of jacrev) and jacrev of jacrev of a loss in x and in the values match
+    the dense model's."""
+    layer = _layer(kw)
+    dense = layer.weight.to_dense()
+    bias = layer.bias.detach()
+    x = randn(16, gen=gen)
+
+    def loss(row, weight):
+        return torch.tanh(row @ weight.t() + bias).square().sum()
+
+    want = torch.func.hessian(loss)(x, dense)
+    _close(torch.func.hessian(lambda row: torch.tanh(layer(row)).square().sum())(x), want)
+    _close(jacrev(jacrev(lambda row: torch.tanh(layer(row)).square().sum()))(x), want)
+    values = layer.values.detach()
+
+    def by_values(v):
+        return torch.tanh(sk.linear(x, layer.weight.with_values(v), bias)).square().sum()
+
+    W = layer.weight
+    if isinstance(W, sk.CSRMatrix):
+        rows = torch.repeat_interleave(torch.arange(W.shape[0]), W.row_offsets.diff())
+        columns = W.column_indices.long()
+    else:
+        columns = W.column_indices().reshape(-1)
+        rows = torch.arange(W.shape[0]).repeat_interleave(W.values.shape[1])
+    full = torch.func.hessian(lambda w: loss(x, w))(dense)[rows, columns][:, rows, columns]
+    _close(torch.func.hessian(by_values)(values).reshape(full.shape), full)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_forward_mode_through_spmm_activations_sddmm_and_softmax(activation, gen):
+    dense = randn(6, 7, gen=gen) * (torch.rand(6, 7, generator=gen) < 0.5)
+    dense[2] = 0
+    A = sk.CSRMatrix.from_dense(dense)
+    mask = dense != 0
+    B, bias = randn(7, 5, gen=gen), randn(6, gen=gen)
+    act = {"none": lambda t: t, "relu": torch.relu, "gelu": torch.nn.functional.gelu}[activation]
+
+    def sparse(v, b):
+        return sk.spmm(A.with_values(v), b, bias, activation=activation)
+
+    def full(v, b):
+        weight = torch.zeros(6, 7, dtype=torch.float64).masked_scatter(mask, v)
+        return act(weight @ b + bias[:, None])
+
+    primals = (A.values.clone(), B)
+    tangents = (randn(*A.values.shape, gen=gen), randn(7, 5, gen=gen))
+    _close(jvp(sparse, primals, tangents)[1], jvp(full, primals, tangents)[1])
+    X, Y = randn(6, 4, gen=gen), randn(7, 4, gen=gen)
+
+    def attention_like(x):
+        return sk.sparse_softmax(sk.sddmm(x, Y, A), scale=0.5).values
+
+    def reference(x):
+        scores = (0.5 * (x @ Y.t())).masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1)[mask]
+
+    _close(jacfwd(attention_like)(X), jacrev(reference)(X))
 
 
 def test_attention_and_depthwise_refuse_them_by_name(gen):

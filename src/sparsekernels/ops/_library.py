@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .. import reference
-from . import _dispatch
+from . import _dispatch, _forward_mode
 from ._autocast import backward_without_autocast
 from ._layout import csr_row_walk_in_b_order, spmm_out
 
@@ -59,26 +59,39 @@ def _eager_twin(name: str, forward, setup, backward):
     return twin.apply
 
 
-def _func_twin(name: str, op, setup, backward):
+def _func_twin(name: str, op, setup, backward, jvp=None):
     """A new-style autograd.Function around a custom op, for torch.func's transforms (grad,
     vjp, jacrev, vmap, ...): they refuse torch.library's own autograd wrapper, an old-style
     Function (forward taking ctx), and need setup_context apart from forward. vmap's rule is
     generated: it runs forward, setup_context and backward on the unbatched calls, and the op
-    itself under vmap (its batching rule, or torch's loop over the batch)."""
-    twin = type(
-        name,
-        (torch.autograd.Function,),
-        {
-            "forward": staticmethod(lambda *args: op(*args)),
-            "setup_context": staticmethod(setup),
-            "backward": staticmethod(backward),
-            "generate_vmap_rule": True,
-        },
-    )
+    itself under vmap (its batching rule, or torch's loop over the batch). `jvp` (from
+    ops/_forward_mode.py: for jvp, jacfwd, hessian) reads what backward reads."""
+    members = {
+        "forward": staticmethod(lambda *args: op(*args)),
+        "setup_context": staticmethod(setup),
+        "backward": staticmethod(backward),
+        "generate_vmap_rule": True,
+    }
+    if jvp is not None:
+
+        def setup_for_both(ctx, inputs, output):
+            ctx.forward_mode = True  # (_save keeps the tensors for jvp too)
+            setup(ctx, inputs, output)
+
+        members.update(setup_context=staticmethod(setup_for_both), jvp=staticmethod(jvp))
+    twin = type(name, (torch.autograd.Function,), members)
     _FUNC_TWINS[op] = twin.apply
 
 
 _FUNC_TWINS: dict = {}  # custom op -> its _func_twin's apply
+
+
+def _save(ctx, *tensors: Tensor | None) -> None:
+    """save_for_backward, and for a twin with a jvp save_for_forward of the very same tensors:
+    vmap's generated rules keep one record of what was saved, so the two sets must agree."""
+    ctx.save_for_backward(*tensors)
+    if getattr(ctx, "forward_mode", False):
+        ctx.save_for_forward(*tensors)
 
 
 def call(op, *args):
@@ -135,7 +148,7 @@ def _spmm_csr_setup(ctx, inputs, output):
     # (row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm), then these
     *tensors, activation, backend = inputs
     ctx.activation, ctx.backend = activation, backend
-    ctx.save_for_backward(*tensors, _output_for_backward(output, activation))
+    _save(ctx, *tensors, _output_for_backward(output, activation))
 
 
 def _output_for_backward(output: Tensor, activation: str) -> Tensor | None:
@@ -186,7 +199,10 @@ def _spmm_csr_backward(ctx, grad):
 
 
 spmm_csr.register_autograd(_spmm_csr_backward, setup_context=_spmm_csr_setup)
-_func_twin("SpmmCsrFunc", spmm_csr, _spmm_csr_setup, _spmm_csr_backward)
+_func_twin(
+    "SpmmCsrFunc", spmm_csr, _spmm_csr_setup, _spmm_csr_backward,
+    _forward_mode.spmm_csr_jvp,
+)  # fmt: skip
 spmm_csr_eager = _eager_twin(
     "SpmmCsrEager",
     lambda ro, ci, values, b, bias, order, t_ro, t_ci, t_perm, activation, backend: _dispatch.run(
@@ -221,7 +237,7 @@ def _(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, backend):
 def _sddmm_csr_setup(ctx, inputs, output):
     row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, backend = inputs
     ctx.backend = backend
-    ctx.save_for_backward(row_offsets, column_indices, x, y, t_ro, t_ci, t_perm)
+    _save(ctx, row_offsets, column_indices, x, y, t_ro, t_ci, t_perm)
 
 
 @backward_without_autocast
@@ -252,7 +268,10 @@ def _spmm_hint(sddmm_backend: str) -> str | None:
 
 
 sddmm_csr.register_autograd(_sddmm_csr_backward, setup_context=_sddmm_csr_setup)
-_func_twin("SddmmCsrFunc", sddmm_csr, _sddmm_csr_setup, _sddmm_csr_backward)
+_func_twin(
+    "SddmmCsrFunc", sddmm_csr, _sddmm_csr_setup, _sddmm_csr_backward,
+    _forward_mode.sddmm_csr_jvp,
+)  # fmt: skip
 
 
 # ============================================================================ sparse_softmax
@@ -283,7 +302,7 @@ def _(row_offsets, probs, grad, scale, backend):
 def _softmax_setup(ctx, inputs, output):
     row_offsets, values, scale, backend = inputs
     ctx.scale, ctx.backend = scale, backend
-    ctx.save_for_backward(row_offsets, output)
+    _save(ctx, row_offsets, output)
 
 
 @backward_without_autocast
@@ -296,7 +315,10 @@ def _softmax_backward(ctx, grad):
 
 
 sparse_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
-_func_twin("SparseSoftmaxFunc", sparse_softmax, _softmax_setup, _softmax_backward)
+_func_twin(
+    "SparseSoftmaxFunc", sparse_softmax, _softmax_setup, _softmax_backward,
+    _forward_mode.softmax_jvp,
+)  # fmt: skip
 
 
 def _softmax_backward_setup(ctx, inputs, output):
@@ -366,7 +388,7 @@ def _spmm_nm_setup(ctx, inputs, output):
     values, indices, b, bias, activation, n, m, vector, block, transpose, backend = inputs
     ctx.args = (n, m, vector, block)
     ctx.activation, ctx.transpose, ctx.backend = activation, transpose, backend
-    ctx.save_for_backward(values, indices, b, bias, _output_for_backward(output, activation))
+    _save(ctx, values, indices, b, bias, _output_for_backward(output, activation))
 
 
 @backward_without_autocast
@@ -393,7 +415,10 @@ def _spmm_nm_backward(ctx, grad):
 
 
 spmm_nm.register_autograd(_spmm_nm_backward, setup_context=_spmm_nm_setup)
-_func_twin("SpmmNmFunc", spmm_nm, _spmm_nm_setup, _spmm_nm_backward)
+_func_twin(
+    "SpmmNmFunc", spmm_nm, _spmm_nm_setup, _spmm_nm_backward,
+    _forward_mode.spmm_nm_jvp,
+)  # fmt: skip
 spmm_nm_eager = _eager_twin(
     "SpmmNmEager",
     lambda values, indices, b, bias, activation, n, m, vector, block, transpose, backend: (
@@ -423,7 +448,7 @@ def _(indices, x, y, n, m, vector, block, backend):
 def _sddmm_nm_setup(ctx, inputs, output):
     indices, x, y, n, m, vector, block, backend = inputs
     ctx.args, ctx.backend = (n, m, vector, block), backend
-    ctx.save_for_backward(indices, x, y)
+    _save(ctx, indices, x, y)
 
 
 @backward_without_autocast
@@ -443,4 +468,7 @@ def _sddmm_nm_backward(ctx, grad):
 
 
 sddmm_nm.register_autograd(_sddmm_nm_backward, setup_context=_sddmm_nm_setup)
-_func_twin("SddmmNmFunc", sddmm_nm, _sddmm_nm_setup, _sddmm_nm_backward)
+_func_twin(
+    "SddmmNmFunc", sddmm_nm, _sddmm_nm_setup, _sddmm_nm_backward,
+    _forward_mode.sddmm_nm_jvp,
+)  # fmt: skip
