@@ -3,7 +3,7 @@ gradients, ensembles, Jacobians) give what plain autograd and a loop give, in fl
 CSR and N:M weights, and so do forward mode's jvp, jacfwd and hessian. The ops run new-style
 autograd.Functions under them (torch.library's own wrapper is old-style, which they refuse)
 with vmap rules (ops/_vmap_rules.py) and jvp rules (ops/_forward_mode.py); sparse_attention
-and depthwise_conv2d refuse the transforms by name."""
+takes its composed ops under them; depthwise_conv2d refuses them by name."""
 
 import warnings
 
@@ -224,36 +224,43 @@ def test_forward_mode_through_spmm_activations_sddmm_and_softmax(activation, gen
     _close(jacfwd(attention_like)(X), jacrev(reference)(X))
 
 
-def test_attention_and_depthwise_refuse_them_by_name(gen):
-    A = sk.CSRMatrix.from_dense(torch.eye(4, dtype=torch.float64))
+def _attention_reference(q, k, v, mask, scale):
+    empty = ~mask.any(-1, keepdim=True)  # a query with no keys: zeros (and zero tangents)
+    scores = (scale * q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores.masked_fill(empty, 0.0), dim=-1) * ~empty) @ v
+
+
+def test_sparse_attention_under_grad_vmap_and_jacfwd(gen):
+    """The composed path (SDDMM, row softmax, SpMM) under the transforms; the fused kernel has
+    no rules for them, so the transforms take the composed ops on the GPU too."""
+    mask = torch.rand(5, 6, generator=gen) < 0.5
+    mask[1] = False  # a query with no keys
+    pattern = sk.CSRMatrix.from_dense(mask.double())
+    q, k, v = randn(2, 2, 5, 3, gen=gen), randn(2, 2, 6, 3, gen=gen), randn(2, 2, 6, 4, gen=gen)
+
+    def loss(attend, q, k, v):
+        return attend(q, k, v).square().sum()
+
+    def sparse(q, k, v):
+        return sk.sparse_attention(q, k, v, pattern, scale=0.7)
+
+    def dense(q, k, v):
+        return _attention_reference(q, k, v, mask, 0.7)
+
+    got = grad(lambda *t: loss(sparse, *t), argnums=(0, 1, 2))(q, k, v)
+    want = grad(lambda *t: loss(dense, *t), argnums=(0, 1, 2))(q, k, v)
+    for g, w in zip(got, want, strict=True):
+        _close(g, w)
+    stacked = [randn(3, *t.shape, gen=gen) for t in (q, k, v)]
+    _close(vmap(sparse)(*stacked), vmap(dense)(*stacked))
+    _close(jacfwd(sparse)(q[:1], k[:1], v[:1]), jacfwd(dense)(q[:1], k[:1], v[:1]))
+
+
+def test_depthwise_refuses_them_by_name(gen):
     x = randn(4, 4, gen=gen)
-    q = randn(1, 1, 4, 2, gen=gen)
     w = randn(2, 1, 3, 3, gen=gen)
-    calls = {
-        "sparse_attention": lambda t: sk.sparse_attention(q * t.sum(), q, q, A),
-        "depthwise_conv2d": lambda t: depthwise_conv2d(t.sum() * randn(1, 2, 4, 4, gen=gen), w),
-    }
-    for name, call in calls.items():
-        with pytest.raises(NotImplementedError, match=f"sparsekernels.{name} does not support"):
-            grad(lambda t, call=call: call(t).sum())(x)
-
-
-@pytest.mark.parametrize("kw", WEIGHTS)
-def test_what_a_transform_builds_first_serves_plain_calls_after(kw, gen):
-    """A weight's kept forms (its transpose for dX, packed offsets) built first under a
-    transform are plain tensors: a later eager backward uses them."""
-    layer = _layer(kw)
-    dense = layer.weight.to_dense()
-    x = randn(3, 16, gen=gen)
-    _close(grad(lambda t: layer(t).sum())(x), torch.ones(3, 12, dtype=torch.float64) @ dense)
-    if isinstance(layer.weight, sk.CSRMatrix):  # kept, not rebuilt
-        transposed = layer.weight.pattern.transpose()[0]
-        assert not torch._C._functorch.is_functorch_wrapped_tensor(transposed.row_offsets)
-        assert layer.weight.pattern.transpose()[0] is transposed
-    x.requires_grad_(True)
-    layer(x).square().sum().backward()
-    want = 2 * (x.detach() @ dense.t() + layer.bias.detach()) @ dense
-    _close(x.grad, want)
+    with pytest.raises(NotImplementedError, match="sparsekernels.depthwise_conv2d does not"):
+        grad(lambda t: depthwise_conv2d(t.sum() * randn(1, 2, 4, 4, gen=gen), w).sum())(x)
 
 
 @pytest.mark.gpu
@@ -277,3 +284,17 @@ def test_transforms_on_the_gpu_match_autograd(kw, tokens, gen):
     with torch.no_grad():
         rows = torch.stack([layer(row[None])[0] for row in x[:4]])
         torch.testing.assert_close(vmap(layer)(x[:4]), rows, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+def test_sparse_attention_under_grad_on_the_gpu(gen):
+    """Autograd may take the fused kernel; grad takes the composed ops: the same gradients."""
+    pattern = sk.CSRMatrix.from_dense(torch.ones(128, 128).tril()).to("cuda")
+    q, k, v = (randn(2, 4, 128, 64, gen=gen, dtype=torch.float32, device="cuda") for _ in "qkv")
+    got = grad(
+        lambda *t: sk.sparse_attention(*t, pattern).square().sum(), argnums=(0, 1, 2)
+    )(q, k, v)  # fmt: skip
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    want = torch.autograd.grad(sk.sparse_attention(*leaves, pattern).square().sum(), leaves)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)

@@ -47,7 +47,6 @@ def sparse_attention(
         >>> sk.sparse_attention(q, k, v, pattern).shape
         torch.Size([1, 2, 4, 8])
     """
-    _checks.no_function_transform("sparse_attention")
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
     dtype = _autocast.target(q)
@@ -79,6 +78,13 @@ def sparse_attention(
     facts = {"batch": batch * heads, "d": d, "dv": v.shape[3], "pattern": pattern.pattern}
     problem = _dispatch.Problem(q.device, q.dtype, facts)
     name = _dispatch.choose("sparse_attention", problem, backend)
+    if name == "triton_flash" and torch._C._are_functorch_transforms_active():
+        if backend == "triton_flash":
+            raise NotImplementedError(
+                "backend='triton_flash' does not support torch.func transforms (grad, vmap, ...)"
+            )
+        # (the fused op has no rules for them; the composed ops do)
+        name = "triton" if q.device.type == "cuda" else "reference"
     return _dispatch.run("sparse_attention", name, q, k, v, pattern, float(scale), backend)
 
 
