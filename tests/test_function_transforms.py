@@ -3,7 +3,7 @@ gradients, ensembles, Jacobians) give what plain autograd and a loop give, in fl
 CSR and N:M weights, and so do forward mode's jvp, jacfwd and hessian. The ops run new-style
 autograd.Functions under them (torch.library's own wrapper is old-style, which they refuse)
 with vmap rules (ops/_vmap_rules.py) and jvp rules (ops/_forward_mode.py); sparse_attention
-takes its composed ops under them; depthwise_conv2d refuses them by name."""
+takes its composed ops under them."""
 
 import warnings
 
@@ -256,11 +256,29 @@ def test_sparse_attention_under_grad_vmap_and_jacfwd(gen):
     _close(jacfwd(sparse)(q[:1], k[:1], v[:1]), jacfwd(dense)(q[:1], k[:1], v[:1]))
 
 
-def test_depthwise_refuses_them_by_name(gen):
-    x = randn(4, 4, gen=gen)
-    w = randn(2, 1, 3, 3, gen=gen)
-    with pytest.raises(NotImplementedError, match="sparsekernels.depthwise_conv2d does not"):
-        grad(lambda t: depthwise_conv2d(t.sum() * randn(1, 2, 4, 4, gen=gen), w).sum())(x)
+@pytest.mark.parametrize("backend", [None, "reference"])
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+def test_depthwise_conv2d_under_grad_vmap_and_jacfwd(backend, activation, gen):
+    """MobileNet's depthwise 3x3 (stride 2, bias, an activation) against torch's conv2d."""
+    x, w, b = randn(2, 3, 5, 4, gen=gen), randn(3, 1, 3, 3, gen=gen), randn(3, gen=gen)
+    act = {"none": lambda t: t, "relu": torch.relu, "gelu": torch.nn.functional.gelu}[activation]
+
+    def sparse(x, w, b):
+        return depthwise_conv2d(x, w, b, stride=2, activation=activation, backend=backend)
+
+    def dense(x, w, b):
+        return act(torch.nn.functional.conv2d(x, w, b, 2, 1, 1, 3))
+
+    loss = [lambda *t, f=f: f(*t).square().sum() for f in (sparse, dense)]
+    got = grad(loss[0], argnums=(0, 1, 2))(x, w, b)
+    for g, want in zip(got, grad(loss[1], argnums=(0, 1, 2))(x, w, b), strict=True):
+        _close(g, want)
+    images = randn(4, 2, 3, 5, 4, gen=gen)
+    _close(
+        vmap(sparse, in_dims=(0, None, None))(images, w, b),
+        vmap(dense, in_dims=(0, None, None))(images, w, b),
+    )
+    _close(jacfwd(sparse, argnums=1)(x[:1], w, b), jacfwd(dense, argnums=1)(x[:1], w, b))
 
 
 @pytest.mark.gpu
@@ -298,3 +316,30 @@ def test_sparse_attention_under_grad_on_the_gpu(gen):
     want = torch.autograd.grad(sk.sparse_attention(*leaves, pattern).square().sum(), leaves)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_depthwise_conv2d_under_grad_and_vmap_on_the_gpu(gen):
+    x = randn(2, 32, 14, 14, gen=gen, dtype=torch.float32, device="cuda")
+    w = randn(32, 1, 3, 3, gen=gen, dtype=torch.float32, device="cuda")
+    b = randn(32, gen=gen, dtype=torch.float32, device="cuda")
+
+    def sparse(x, w, b):
+        return depthwise_conv2d(x, w, b, stride=1, activation="relu", backend="triton")
+
+    def dense(x, w, b):
+        return torch.relu(torch.nn.functional.conv2d(x, w, b, 1, 1, 1, 32))
+
+    got = grad(lambda *t: sparse(*t).square().sum(), argnums=(0, 1, 2))(x, w, b)
+    want = grad(lambda *t: dense(*t).square().sum(), argnums=(0, 1, 2))(x, w, b)
+    for g, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(g, expected, rtol=1e-4, atol=1e-3)
+    images = (
+        x[None].expand(3, -1, -1, -1, -1)
+        * torch.arange(1, 4, device="cuda")[:, None, None, None, None]
+    )
+    torch.testing.assert_close(
+        vmap(sparse, in_dims=(0, None, None))(images, w, b),
+        vmap(dense, in_dims=(0, None, None))(images, w, b),
+        rtol=1e-4, atol=1e-4,
+    )  # fmt: skip

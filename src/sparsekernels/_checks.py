@@ -17,19 +17,6 @@ INDEX_DTYPES = (torch.int16, torch.int32, torch.int64)
 ACTIVATIONS = ("none", "relu", "gelu")
 
 
-def no_function_transform(op: str) -> None:
-    """torch.func's transforms (grad, vmap, jacrev, ...) need autograd.Functions with a
-    separate setup_context and batching rules, which the depthwise op does not have yet (the
-    others do: ops/_library.call, ops/_vmap_rules.py): say so before torch fails inside with
-    a message about neither."""
-    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
-        raise NotImplementedError(
-            f"sparsekernels.{op} does not support torch.func transforms (grad, vmap, jacrev, "
-            "...) yet; use torch.autograd.grad or .backward() (torch.func.functional_call "
-            "alone works)"
-        )
-
-
 def tensor(name: str, value: object) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")

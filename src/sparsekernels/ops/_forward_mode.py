@@ -2,7 +2,8 @@
 (ops/_library._func_twin), from the tensors their backward saved. An SpMM is linear in the
 weight's values, in B and in the bias, and an SDDMM in each of X and Y, so a tangent is the
 same product of the tangents (through the activation's derivative, as backward applies it);
-the row softmax's is p * (s dv - the row's sum of p * s dv)."""
+the row softmax's is p * (s dv - the row's sum of p * s dv); the depthwise convolution is
+linear in x, its weight and its bias too."""
 
 from __future__ import annotations
 
@@ -96,3 +97,22 @@ def softmax_jvp(ctx, *tangents) -> Tensor:
     acc = reference.accumulate_dtype(probs.dtype)
     p, dv = probs.to(acc), d_values.to(acc) * ctx.scale
     return (p * (dv - reference.row_sums_at_entries(row_offsets, p * dv))).to(probs.dtype)
+
+
+def depthwise_jvp(ctx, *tangents) -> Tensor:
+    from ._library import _activation_grad, call
+    from .depthwise import _depthwise_op
+
+    x, weight, bias, out = ctx.saved_tensors
+    d_x, d_weight, d_bias = tangents[:3]
+
+    def conv(a, w, with_bias=None):
+        return call(_depthwise_op, a, w, with_bias, ctx.stride, "none", ctx.backend)
+
+    terms = [conv(d_x, weight)] if d_x is not None else []
+    if d_weight is not None:
+        terms.append(conv(x, d_weight))
+    if d_bias is not None:
+        terms.append(d_bias[:, None, None].expand(out.shape))
+    total = _sum(terms, lambda: torch.zeros_like(out))
+    return _activation_grad(total, out, lambda: conv(x, weight, bias), ctx.activation)

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from .. import _checks, reference
 from . import _autocast, _dispatch
 from ._autocast import backward_without_autocast
-from ._library import _activation_grad, eager_inference
+from ._forward_mode import depthwise_jvp
+from ._library import _activation_grad, _func_twin, _save, call, eager_inference
 
 Tensor = torch.Tensor
 
@@ -51,7 +52,6 @@ def depthwise_conv2d(
         >>> sk.ops.depthwise_conv2d(x, torch.randn(8, 1, 3, 3), stride=2, activation="relu").shape
         torch.Size([2, 8, 3, 3])
     """
-    _checks.no_function_transform("depthwise_conv2d")
     dtype = _autocast.target(x)
     if dtype is not None:  # as conv2d: in autocast's dtype
         with torch.autocast(x.device.type, enabled=False):
@@ -133,7 +133,7 @@ def depthwise_conv2d_raw(x, weight, bias, stride, activation, hint=None, backend
         return _torch(x, weight, bias, stride, activation)
     if eager_inference(x, weight, bias):  # skip the custom op's dispatch cost
         return _run(x, weight, bias, stride, activation, name)
-    return _depthwise_op(x, weight, bias, stride, activation, name)
+    return call(_depthwise_op, x, weight, bias, stride, activation, name)
 
 
 def _run(x, weight, bias, stride, activation, backend) -> Tensor:
@@ -160,7 +160,7 @@ def _setup(ctx, inputs, output):
     x, weight, bias, stride, activation, backend = inputs
     ctx.stride, ctx.activation, ctx.backend = stride, activation, backend
     ctx.has_bias = bias is not None
-    ctx.save_for_backward(x, weight, bias, output)
+    _save(ctx, x, weight, bias, output)
 
 
 @backward_without_autocast
@@ -172,7 +172,7 @@ def _backward(ctx, grad):
         return torch.zeros_like(x), torch.zeros_like(weight), d_bias, None, None, None
 
     def pre_activation():  # through the op: under torch.compile this backward is traced
-        return _depthwise_op(x, weight, bias, stride, "none", ctx.backend)
+        return call(_depthwise_op, x, weight, bias, stride, "none", ctx.backend)
 
     g = _activation_grad(grad, out, pre_activation, ctx.activation)
     mask = [
@@ -204,6 +204,7 @@ def _backward(ctx, grad):
 
 
 _depthwise_op.register_autograd(_backward, setup_context=_setup)
+_func_twin("DepthwiseConv2dFunc", _depthwise_op, _setup, _backward, depthwise_jvp)
 
 
 # ----------------------------------------------------------------------- backends
