@@ -5,7 +5,9 @@ autograd.Functions under them (torch.library's own wrapper is old-style, which t
 with vmap rules (ops/_vmap_rules.py) and jvp rules (ops/_forward_mode.py); sparse_attention
 takes its composed ops under them."""
 
+import gc
 import warnings
+import weakref
 
 import pytest
 import torch
@@ -118,6 +120,29 @@ def test_an_ensemble_over_stacked_values(kw, gen):
         _close(got, torch.stack([member(x) for member in members]))
 
 
+@pytest.mark.parametrize("kw", WEIGHTS)
+def test_stacked_pattern_buffers_are_refused_with_the_way_out(kw, gen):
+    """torch's ensembling recipe vmaps the buffers too: each member's pattern cannot be."""
+    members = [_layer(kw) for _ in range(2)]
+    params, buffers = stack_module_state(members)
+    x = randn(5, 16, gen=gen)
+    run = vmap(lambda p, b: functional_call(members[0], (p, b), (x,)))
+    with pytest.raises(ValueError, match="must share one pattern; pass the first model's"):
+        run(params, buffers)
+
+
+def test_a_transforms_values_are_not_kept_by_the_layer(gen):
+    """After vmap returns, the layer holds nothing of it (an ensemble's stacked values)."""
+    layer = _layer(dict(sparsity=0.6))
+    stacked = layer.values.detach()[None].repeat(5, 1)
+    alive = weakref.ref(stacked)
+    bias, x = layer.bias.detach(), randn(2, 16, gen=gen)
+    vmap(lambda v: functional_call(layer, {"values": v, "bias": bias}, (x,)))(stacked)
+    del stacked
+    gc.collect()
+    assert alive() is None
+
+
 def test_sddmm_and_sparse_softmax_under_grad_and_vmap(gen):
     dense = randn(6, 7, gen=gen) * (torch.rand(6, 7, generator=gen) < 0.5)
     dense[2] = 0
@@ -137,6 +162,59 @@ def test_sddmm_and_sparse_softmax_under_grad_and_vmap(gen):
     batch = randn(3, 6, 4, gen=gen)
     _close(vmap(attention_like)(batch), torch.stack([reference(x) for x in batch]))
     _close(vmap(grad(attention_like))(batch), torch.stack([grad(reference)(x) for x in batch]))
+
+
+def _count_backend_runs(monkeypatch) -> dict:
+    from sparsekernels.ops import _dispatch
+
+    counts, run = {}, _dispatch.run
+
+    def counted(op, backend, *args):
+        counts[op] = counts.get(op, 0) + 1
+        return run(op, backend, *args)
+
+    monkeypatch.setattr(_dispatch, "run", counted)
+    return counts
+
+
+@pytest.mark.parametrize(
+    "in_dims", [(0, None), (None, 0), (0, 0), (1, 0)], ids=["x", "y", "both", "x-at-1"]
+)
+@pytest.mark.parametrize("heads", [(None, None), (3, 3), (None, 3)], ids=["2-D", "3-D", "Y-3-D"])
+def test_vmap_of_the_csr_ops_is_one_batched_call(in_dims, heads, gen, monkeypatch):
+    """sddmm, the row softmax (and its backward) and spmm with batched values take a vmapped
+    batch as their own batch (merged with one they already have): one call each, the loop's
+    answer."""
+    dense = randn(6, 7, gen=gen) * (torch.rand(6, 7, generator=gen) < 0.5)
+    dense[2] = 0
+    A = sk.CSRMatrix.from_dense(dense)
+    lead_x, lead_y = (() if h is None else (h,) for h in heads)
+    X, Y, V = randn(*lead_x, 6, 4, gen=gen), randn(*lead_y, 7, 4, gen=gen), randn(7, 5, gen=gen)
+    xs = torch.stack([X * (i + 1) for i in range(4)], dim=in_dims[0] or 0)
+    ys = torch.stack([Y - i for i in range(4)], dim=in_dims[1] or 0)
+
+    def chain(x, y):
+        return sk.spmm(sk.sparse_softmax(sk.sddmm(x, y, A), scale=0.5), V)
+
+    args = (xs if in_dims[0] is not None else X, ys if in_dims[1] is not None else Y)
+
+    def entry(i):
+        pairs = zip(args, in_dims, strict=True)
+        return tuple(a.select(d, i) if d is not None else a for a, d in pairs)
+
+    counts = _count_backend_runs(monkeypatch)
+    got = vmap(chain, in_dims=in_dims)(*args)
+    assert counts == {"sddmm_csr": 1, "sparse_softmax": 1, "spmm_csr": 1}
+    with torch.no_grad():
+        _close(got, torch.stack([chain(*entry(i)) for i in range(4)]))
+    counts.clear()
+
+    def loss(x, y):
+        return chain(x, y).sin().sum()
+
+    per_sample = vmap(grad(loss), in_dims=in_dims)(*args)
+    assert counts.get("sparse_softmax_backward") == 1 and counts["sddmm_csr"] <= 2
+    _close(per_sample, torch.stack([grad(loss)(*entry(i)) for i in range(4)]))
 
 
 def test_an_nm_weights_sddmm_gradient_under_grad(gen):

@@ -53,6 +53,12 @@ def _segment_sums(products: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor
     """Sum consecutive runs of products (..., nnz, c) of the given lengths -> (..., runs, c)."""
     if lengths.numel() == 0:  # no rows: segment_reduce rejects an empty reduction
         return products.new_zeros((*products.shape[:-2], 0, products.shape[-1]))
+    if torch._C._are_functorch_transforms_active():  # (vmap has no rule for segment_reduce)
+        runs = torch.repeat_interleave(
+            torch.arange(lengths.numel(), device=lengths.device), lengths
+        )
+        out = products.new_zeros((*products.shape[:-2], lengths.numel(), products.shape[-1]))
+        return out.index_add(-2, runs, products)
     summed = torch.segment_reduce(products.movedim(-2, 0), "sum", lengths=lengths, axis=0)
     return summed.movedim(0, -2)
 

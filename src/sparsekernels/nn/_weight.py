@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .. import _checks
-from .._cache_mode import building
+from .._cache_mode import building, wrapped
 from ..formats import CSRMatrix, NMMatrix
 from ..ops._identity_cache import version
 from ..prune.config import resolve
@@ -150,6 +150,7 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
                     fresh = False
                     break
         if not fresh:
+            _not_vmapped(buffers, _INDEX_BUFFERS[self.format])
             # (its narrowed buffers become this layer's: normal tensors)
             with building(buffers[0]):
                 template = self._build_format(buffers)  # validates the structure
@@ -170,7 +171,8 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         now = (values.shape, values.dtype, values.device)
         if matrix is None or matrix.values is not values or facts != now:
             matrix = template.with_values(values)
-            self._format_cache = (cache_key, template, matrix, now)
+            if not wrapped(values):  # (a transform's values: kept, they would outlive it)
+                self._format_cache = (cache_key, template, matrix, now)
         return matrix
 
     def _build_format(self, buffers: tuple[torch.Tensor, ...]) -> CSRMatrix | NMMatrix:
@@ -331,3 +333,15 @@ def _check_mask_fits(config, weight: torch.Tensor, mask: torch.Tensor) -> None:
             f"mask keeps {kept} of {total} weights ({1 - kept / max(total, 1):.1%} sparse), "
             f"not the {config.sparsity:.1%} that sparsity= asks for: give one of them"
         )
+
+
+def _not_vmapped(buffers: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> None:
+    """vmap over a layer's pattern (torch.func.stack_module_state stacks buffers too) cannot
+    work: each member would need its own kernels' structure. Say so, and what does work."""
+    for name, buffer in zip(names, buffers, strict=True):
+        if torch._C._functorch.is_batchedtensor(buffer):
+            raise ValueError(
+                f"the layer's pattern buffer {name} is batched by torch.func.vmap: models vmapped "
+                "together must share one pattern; pass the first model's buffers unbatched "
+                "(in_dims=None for them) and vmap only the stacked values and biases"
+            )

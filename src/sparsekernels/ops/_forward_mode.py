@@ -99,6 +99,22 @@ def softmax_jvp(ctx, *tangents) -> Tensor:
     return (p * (dv - reference.row_sums_at_entries(row_offsets, p * dv))).to(probs.dtype)
 
 
+def softmax_backward_jvp(ctx, *tangents) -> Tensor:
+    """The row softmax's backward, s p (g - S(p g)) with S the row sums at the entries, is
+    bilinear in p and g: its tangent s (dp (g - S(p g)) + p (dg - S(dp g + p dg)))."""
+    row_offsets, probs, grad = ctx.saved_tensors
+    d_probs, d_grad = tangents[1:3]
+    if d_probs is None and d_grad is None:
+        return torch.zeros_like(probs)
+    acc = reference.accumulate_dtype(probs.dtype)
+    p, g = probs.to(acc), grad.to(acc)
+    dp = torch.zeros_like(p) if d_probs is None else d_probs.to(acc)
+    dg = torch.zeros_like(g) if d_grad is None else d_grad.to(acc)
+    sums = reference.row_sums_at_entries
+    tangent = dp * (g - sums(row_offsets, p * g)) + p * (dg - sums(row_offsets, dp * g + p * dg))
+    return (ctx.scale * tangent).to(probs.dtype)
+
+
 def depthwise_jvp(ctx, *tangents) -> Tensor:
     from ._library import _activation_grad, call
     from .depthwise import _depthwise_op

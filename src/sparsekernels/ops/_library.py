@@ -324,7 +324,7 @@ _func_twin(
 def _softmax_backward_setup(ctx, inputs, output):
     row_offsets, probs, grad, scale, backend = inputs
     ctx.scale, ctx.backend = scale, backend
-    ctx.save_for_backward(row_offsets, probs, grad)
+    _save(ctx, row_offsets, probs, grad)
 
 
 @backward_without_autocast
@@ -354,6 +354,7 @@ _func_twin(
     sparse_softmax_backward,
     _softmax_backward_setup,
     _softmax_backward_backward,
+    _forward_mode.softmax_backward_jvp,
 )
 
 

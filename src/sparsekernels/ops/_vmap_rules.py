@@ -2,9 +2,10 @@
 
 A batch of B's (or of x's in linear) is one wider product: the vmapped dimension folds into
 B's columns, one launch for the batch; a batch of a depthwise convolution's images folds
-into its own batch. A batch of anything else (the weight's values, its
-pattern, the bias, an SDDMM's operands) runs the op once per batch entry and stacks the
-results, as torch's own fallback does, without its warning on every call."""
+into its own batch. The CSR ops' own batch (a weight's batch of values, an SDDMM's X and Y,
+the softmax's values) takes a batch of those. Anything else (a pattern, the bias, an N:M
+SDDMM's operands) runs the op once per batch entry and stacks the results, as torch's own
+fallback does, without its warning on every call."""
 
 from __future__ import annotations
 
@@ -38,6 +39,42 @@ def _folding_b(op, b_index: int):
     return rule
 
 
+def _into_the_ops_batch(op, core: dict[int, int], same_shape: bool = False):
+    """The rule for a CSR op whose arguments at `core`'s positions take one leading batch
+    dimension over their core dimensions (values: 1, B, X, Y: 2), broadcast between them: the
+    vmapped dimension becomes that batch, or is merged with it (copies where an operand lacks
+    one). `same_shape`: the op broadcasts nothing, so every operand gets the whole batch."""
+
+    def rule(info, in_dims, *args):
+        if any(d is not None for i, d in enumerate(in_dims) if i not in core):
+            return _per_entry(op, info, in_dims, args)
+        size, args = info.batch_size, list(args)
+        logical = []
+        for i, ndim in core.items():
+            if args[i] is None:
+                continue
+            if in_dims[i] is not None:
+                args[i] = args[i].movedim(in_dims[i], 0)
+            extra = args[i].dim() - ndim - (in_dims[i] is not None)
+            logical.append(args[i].shape[int(in_dims[i] is not None) :][:extra])
+        batch = tuple(torch.broadcast_shapes(*logical))
+        for i, ndim in core.items():
+            t = args[i]
+            if t is None or (in_dims[i] is None and t.dim() == ndim and not same_shape):
+                continue  # (no batch at all: the op broadcasts it)
+            if in_dims[i] is None:
+                t = t.unsqueeze(0)
+            if t.dim() == ndim + 1 and batch:
+                t = t.unsqueeze(1)
+            core_shape = t.shape[t.dim() - ndim :]
+            t = t.expand(size, *batch, *core_shape)
+            args[i] = t.reshape(size * (batch[0] if batch else 1), *core_shape)
+        out = op(*args)
+        return (out.unflatten(0, (size, batch[0])) if batch else out), 0
+
+    return rule
+
+
 def _folding_batch(op):
     """The rule for an op whose first argument is x (N, ...): a batch of x alone folds into N."""
 
@@ -55,13 +92,28 @@ def _entry_wise(op):
     return lambda info, in_dims, *args: _per_entry(op, info, in_dims, args)
 
 
-torch.library.register_vmap(_library.spmm_csr, _folding_b(_library.spmm_csr, 3))
+_spmm_csr_b = _folding_b(_library.spmm_csr, 3)
+_spmm_csr_batch = _into_the_ops_batch(_library.spmm_csr, {2: 1, 3: 2})
+
+
+def _spmm_csr(info, in_dims, *args):
+    """B alone batched: folded into its columns; the values batched too: the op's batch."""
+    if in_dims[2] is None:
+        return _spmm_csr_b(info, in_dims, *args)
+    return _spmm_csr_batch(info, in_dims, *args)
+
+
+torch.library.register_vmap(_library.spmm_csr, _spmm_csr)
+torch.library.register_vmap(
+    _library.sddmm_csr, _into_the_ops_batch(_library.sddmm_csr, {2: 2, 3: 2})
+)
+torch.library.register_vmap(
+    _library.sparse_softmax, _into_the_ops_batch(_library.sparse_softmax, {1: 1})
+)
+torch.library.register_vmap(
+    _library.sparse_softmax_backward,
+    _into_the_ops_batch(_library.sparse_softmax_backward, {1: 1, 2: 1}, same_shape=True),
+)
 torch.library.register_vmap(_library.spmm_nm, _folding_b(_library.spmm_nm, 2))
 torch.library.register_vmap(_depthwise_op, _folding_batch(_depthwise_op))
-for _op in (
-    _library.sddmm_csr,
-    _library.sddmm_nm,
-    _library.sparse_softmax,
-    _library.sparse_softmax_backward,
-):
-    torch.library.register_vmap(_op, _entry_wise(_op))
+torch.library.register_vmap(_library.sddmm_nm, _entry_wise(_library.sddmm_nm))
