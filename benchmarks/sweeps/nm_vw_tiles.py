@@ -9,6 +9,7 @@ the same run. bf16, linear's layout (B = x^T, copied row-major as the route does
 given the weight's shape (its small tiles).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_vw_tiles.py
     SHAPES=384x1536 PATTERNS=2:8 TOKENS=112 CONFIGS=16x32x32/4/3 ...
+    VECTOR=64 BLOCK=64 PATTERNS=64:128 SHAPES=4096x4096,14336x4096 TOKENS=16 ... (block-wise)
 """
 
 import os
@@ -24,6 +25,7 @@ from sparsekernels.kernels import tuning
 from sparsekernels.ops._layout import rows_contiguous, spmm_out
 
 VECTOR = int(os.environ.get("VECTOR", "64"))
+BLOCK = int(os.environ.get("BLOCK", "1"))  # block-wise patterns (64:128 v=64 b=64 at 16 tokens)
 CONFIGS = os.environ.get(
     "CONFIGS",
     "route,32x32x128/4/3,16x32x128/4/3,16x32x64/4/3,16x32x32/4/3,32x64x64/4/3,16x64x32/4/2",
@@ -45,13 +47,13 @@ def main():
     shapes, patterns, token_counts = env_cases(
         "384x1536,1536x384,384x384,768x3072,3072x768,768x768", "2:8,1:8,2:4", "16,64,128,256,512"
     )
-    print(f"# {torch.cuda.get_device_name()}, bf16, v={VECTOR}, cold L2, us a product")
+    print(f"# {torch.cuda.get_device_name()}, bf16, v={VECTOR}, b={BLOCK}, cold L2, us a product")
     table = []
     for (M, K), (n, m) in [(s, p) for s in shapes for p in patterns]:
         torch.manual_seed(0)
         w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        mask = sk.prune.nm_mask(w.float(), n, m, vector=VECTOR)
-        W = sk.NMMatrix.from_dense(w * mask, n, m, vector=VECTOR, mask=mask)
+        mask = sk.prune.nm_mask(w.float(), n, m, vector=VECTOR, block=BLOCK)
+        W = sk.NMMatrix.from_dense(w * mask, n, m, vector=VECTOR, block=BLOCK, mask=mask)
         dense = W.to_dense()
         copies = max(2, copies_for(dense.nbytes, w.device))
         weights = [(W.values.clone(), W.indices.clone()) for _ in range(copies)]
@@ -68,7 +70,7 @@ def main():
 
                 def run(values, indices, c=c, b=b):
                     kernel.spmm_nm(values=values, indices=indices, b=b, bias=None, out=out, n=n,
-                                   m=m, vector=VECTOR, block=1, activation="none", use_dot=True,
+                                   m=m, vector=VECTOR, block=BLOCK, activation="none", use_dot=True,
                                    block_m=c.block_m, block_s=c.block_s, block_n=c.block_n,
                                    num_warps=c.num_warps, num_stages=c.num_stages)  # fmt: skip
 
