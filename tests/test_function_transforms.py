@@ -45,6 +45,19 @@ def _close(got, want):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+def _count_backend_runs(monkeypatch) -> dict:
+    from sparsekernels.ops import _dispatch
+
+    counts, run = {}, _dispatch.run
+
+    def counted(op, backend, *args):
+        counts[op] = counts.get(op, 0) + 1
+        return run(op, backend, *args)
+
+    monkeypatch.setattr(_dispatch, "run", counted)
+    return counts
+
+
 @pytest.mark.parametrize("kw", WEIGHTS)
 def test_grad_over_parameters_matches_autograd(kw, gen):
     layer = _layer(kw)
@@ -84,9 +97,9 @@ def test_vmap_over_inputs_is_one_product(kw, x_shape, gen):
 
 
 @pytest.mark.parametrize("kw", WEIGHTS)
-def test_per_sample_gradients_match_a_loop(kw, gen):
+def test_per_sample_gradients_match_a_loop(kw, gen, monkeypatch):
     """vmap(grad): each sample's gradient of the kept values and the bias, as in Opacus-style
-    private training."""
+    private training; the values' SDDMM is one batched call (an N:M one as a CSR one)."""
     layer = _layer(kw)
     params = {name: p.detach() for name, p in layer.named_parameters()}
     x, target = randn(4, 16, gen=gen), randn(4, 12, gen=gen)
@@ -94,7 +107,9 @@ def test_per_sample_gradients_match_a_loop(kw, gen):
     def loss(p, sample, t):
         return (functional_call(layer, p, (sample[None],))[0] - t).square().sum()
 
+    counts = _count_backend_runs(monkeypatch)
     got = vmap(grad(loss), in_dims=(None, 0, 0))(params, x, target)
+    assert counts.get("sddmm_csr") == 1 and "sddmm_nm" not in counts, counts
     for i in range(4):
         layer.zero_grad()
         ((layer(x[i : i + 1])[0] - target[i]).square().sum()).backward()
@@ -162,19 +177,6 @@ def test_sddmm_and_sparse_softmax_under_grad_and_vmap(gen):
     batch = randn(3, 6, 4, gen=gen)
     _close(vmap(attention_like)(batch), torch.stack([reference(x) for x in batch]))
     _close(vmap(grad(attention_like))(batch), torch.stack([grad(reference)(x) for x in batch]))
-
-
-def _count_backend_runs(monkeypatch) -> dict:
-    from sparsekernels.ops import _dispatch
-
-    counts, run = {}, _dispatch.run
-
-    def counted(op, backend, *args):
-        counts[op] = counts.get(op, 0) + 1
-        return run(op, backend, *args)
-
-    monkeypatch.setattr(_dispatch, "run", counted)
-    return counts
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@
 A batch of B's (or of x's in linear) is one wider product: the vmapped dimension folds into
 B's columns, one launch for the batch; a batch of a depthwise convolution's images folds
 into its own batch. The CSR ops' own batch (a weight's batch of values, an SDDMM's X and Y,
-the softmax's values) takes a batch of those. Anything else (a pattern, the bias, an N:M
-SDDMM's operands) runs the op once per batch entry and stacks the results, as torch's own
-fallback does, without its warning on every call."""
+the softmax's values, an N:M SDDMM's X and Y as a CSR one's) takes a batch of those.
+Anything else (a pattern, the bias) runs the op once per batch entry and stacks the results,
+as torch's own fallback does, without its warning on every call."""
 
 from __future__ import annotations
 
@@ -88,8 +88,26 @@ def _folding_batch(op):
     return rule
 
 
-def _entry_wise(op):
-    return lambda info, in_dims, *args: _per_entry(op, info, in_dims, args)
+def _sddmm_nm(info, in_dims, indices, x, y, n, m, vector, block, backend):
+    """An N:M SDDMM is a CSR one whose rows hold groups * n entries each: a batch of X and Y
+    goes into the CSR op's own batch, one call (per-sample gradients of N:M weights)."""
+    from ..formats._pattern import column_dtype_for, index_dtype_for
+    from ..formats.nm import nm_columns
+    from .sddmm import sddmm_csr_backend
+
+    if in_dims[0] is not None:
+        return _per_entry(_library.sddmm_nm, info, in_dims, (indices, x, y, n, m, vector, block,
+                                                             backend))  # fmt: skip
+    x = x if in_dims[1] is None else x.movedim(in_dims[1], 0)
+    y = y if in_dims[2] is None else y.movedim(in_dims[2], 0)
+    rows, per_row = x.shape[-2], y.shape[-2] // m * n
+    columns = nm_columns(indices, rows, n, m, vector, block, column_dtype_for(y.shape[-2]))
+    offsets = torch.arange(rows + 1, device=x.device) * per_row
+    offsets = offsets.to(index_dtype_for(rows * per_row))
+    columns = columns.reshape(-1)
+    name = sddmm_csr_backend(offsets, columns, x, y, hint=backend)
+    out = _library.sddmm_csr(offsets, columns, x, y, None, None, None, name)  # (the op: a rule
+    return out.view(info.batch_size, rows, per_row), 0  # runs below the transforms' Functions)
 
 
 _spmm_csr_b = _folding_b(_library.spmm_csr, 3)
@@ -116,4 +134,4 @@ torch.library.register_vmap(
 )
 torch.library.register_vmap(_library.spmm_nm, _folding_b(_library.spmm_nm, 2))
 torch.library.register_vmap(_depthwise_op, _folding_batch(_depthwise_op))
-torch.library.register_vmap(_library.sddmm_nm, _entry_wise(_library.sddmm_nm))
+torch.library.register_vmap(_library.sddmm_nm, _sddmm_nm)

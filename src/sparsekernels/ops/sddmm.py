@@ -59,6 +59,17 @@ def sddmm(
 
 def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None, backend=None):
     """The registered op with its backend chosen; `transposed` is A^T's pattern for backward."""
+    name = sddmm_csr_backend(row_offsets, column_indices, x, y, hint, backend)
+    if _library.eager_inference(x, y):  # no gradient: skip the op's dispatch cost
+        return _dispatch.run("sddmm_csr", name, row_offsets, column_indices, x, y)
+    t_ro, t_ci, t_perm = transposed if transposed is not None else (None, None, None)
+    return _library.call(
+        _library.sddmm_csr, row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name
+    )
+
+
+def sddmm_csr_backend(row_offsets, column_indices, x, y, hint=None, backend=None) -> str:
+    """The backend a CSR SDDMM takes (forced `backend`, else `hint` if it fits)."""
     batch = max(x.shape[0] if x.dim() == 3 else 1, y.shape[0] if y.dim() == 3 else 1)
     rows, cols = row_offsets.numel() - 1, y.shape[-2]
     cells = batch * rows * cols
@@ -67,13 +78,7 @@ def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None,
     if x.is_cuda and x.dtype in _TILE_DTYPES:  # the tensor-core kernel's case (cached per pattern)
         facts["tile_fill"] = _sddmm_plans.tile_fill(row_offsets, column_indices, cols)
     problem = _dispatch.Problem(x.device, x.dtype, facts)
-    name = _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
-    if _library.eager_inference(x, y):  # no gradient: skip the op's dispatch cost
-        return _dispatch.run("sddmm_csr", name, row_offsets, column_indices, x, y)
-    t_ro, t_ci, t_perm = transposed if transposed is not None else (None, None, None)
-    return _library.call(
-        _library.sddmm_csr, row_offsets, column_indices, x, y, t_ro, t_ci, t_perm, name
-    )
+    return _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
 
 
 def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
