@@ -1,14 +1,17 @@
 """Vector-wise N:M at a few tokens: the route before (tuning.MMA_SP_VECTORS off) against the
 sparse-tensor-core kernel's windows (spmm_nm_mma_sp.py, MMA_SP_VECTORS on: the vector's
 choice expanded into per-row metadata; MMA_SP_ALIASES: 1:2 and 1:4 read as 2:4 and 2:8,
-off in the route before) and dense, cold L2, through linear; at one token also
-with every window from one token (mma.sp@1). The nm suite had 2:4 v=64 at 16 tokens at
-0.33x dense (H100, warm L2; 0.81x cold on 14336 x 4096) where element-wise 2:4 ran 1.3x.
+off in the route before) and dense, cold L2, through linear; at one token also with every
+window from one token (mma.sp@1); past 16 tokens also with the wgmma and unpack kernels'
+windows open to vectors (+tiles: WGMMA_VECTORS, UNPACK_VECTORS). The nm suite had 2:4 v=64
+at 16 tokens at 0.33x dense (H100, warm L2; 0.81x cold on 14336 x 4096) where element-wise
+2:4 ran 1.3x.
 
 CUDA-graph medians in us a call over weight copies that overflow L2; each form checked
 against float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_vector_few.py
     SHAPES=4096x4096 PATTERNS=2:4 VECTORS=64 TOKENS=16 ...
+    TOKENS=17,24,32 PATTERNS=2:8,1:8 ... (the +tiles form)
 """
 
 import dataclasses
@@ -22,7 +25,7 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.kernels import nm_mma_sp_tuning
+from sparsekernels.kernels import nm_mma_sp_tuning, nm_unpack_tuning, nm_wgmma_tuning
 
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
@@ -31,7 +34,13 @@ VECTORS = [int(v) for v in os.environ.get("VECTORS", "4,64").split(",")]
 
 
 def linear_cold(
-    W, copies: int, x: torch.Tensor, want: torch.Tensor, vectors: bool, one_token: bool = False
+    W,
+    copies: int,
+    x: torch.Tensor,
+    want: torch.Tensor,
+    vectors: bool,
+    one_token: bool = False,
+    tiles: bool = False,
 ) -> float:
     """Fresh copies per form: a weight's first calls fix its route (eager and launch plans)."""
     n, m, vector = W.n, W.m, W.vector
@@ -42,6 +51,7 @@ def linear_cold(
     routed, aliases = nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES
     nm_mma_sp_tuning.MMA_SP_VECTORS = vectors
     nm_mma_sp_tuning.MMA_SP_ALIASES = aliases if vectors else {}
+    nm_wgmma_tuning.WGMMA_VECTORS = nm_unpack_tuning.UNPACK_VECTORS = tiles
     windows = dict(nm_mma_sp_tuning.MMA_SP_WINDOWS)
     if one_token:  # every window from one token
         for pattern, window in windows.items():
@@ -55,6 +65,7 @@ def linear_cold(
         return do_bench_cudagraph(lambda: [sk.linear(x, W) for W in Ws], rep=30) * 1e3 / len(Ws)
     finally:
         nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES = routed, aliases
+        nm_wgmma_tuning.WGMMA_VECTORS = nm_unpack_tuning.UNPACK_VECTORS = False
         nm_mma_sp_tuning.MMA_SP_WINDOWS.update(windows)
 
 
@@ -74,16 +85,20 @@ def main():
         }
         if tokens == 1:
             timed["mma.sp@1"] = linear_cold(W, copies, x, want, True, one_token=True)
+        if tokens > 16:
+            timed["+tiles"] = linear_cold(W, copies, x, want, True, tiles=True)
         label = f"{M}x{K} {n}:{m} v{vector} t{tokens}"
         print(label, {k: round(v, 1) for k, v in timed.items()}, flush=True)
         table.append((label, timed))
     print(f"\n{torch.cuda.get_device_name()}, {DTYPE}, us a call, cold L2")
-    print(f"{'case':<28} {'dense':>7} {'route':>7} {'mma.sp':>7} {'mma.sp@1':>8} {'x dense':>8}")
+    head = f"{'dense':>7} {'route':>7} {'mma.sp':>7} {'mma.sp@1':>8} {'+tiles':>7} {'x dense':>8}"
+    print(f"{'case':<28} {head}")
     for label, t in table:
         best = min(v for name, v in t.items() if name != "dense")
         print(
             f"{label:<28} {t['dense']:7.1f} {t['route']:7.1f} {t['mma.sp']:7.1f}"
-            f" {t.get('mma.sp@1', float('nan')):8.1f} {t['dense'] / best:8.2f}"
+            f" {t.get('mma.sp@1', float('nan')):8.1f} {t.get('+tiles', float('nan')):7.1f}"
+            f" {t['dense'] / best:8.2f}"
         )
 
 

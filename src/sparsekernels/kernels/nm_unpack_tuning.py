@@ -57,13 +57,20 @@ UNPACK_PROGRAMS = 256  # split-K until the row tiles times the ranges reach this
 UNPACK_MAX_SPLIT = 4
 
 
+# Vector-wise rows in the same windows: the kernel takes them (its tests), never timed yet
+# (benchmarks/sweeps/nm_vector_few.py's "+tiles" form)
+UNPACK_VECTORS = False
+
+
 def spmm_nm_unpack_config(
     n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
 ) -> SpmmNmUnpackConfig | None:
     """The tile where the unpack kernel measured faster than the route (UNPACK_TOKENS), else
     None: element-wise rows with their own choice."""
     window = UNPACK_TOKENS.get((n, m))
-    if window is None or vector != 1 or block != 1 or dtype not in UNPACK_DTYPES:
+    if window is None or (vector != 1 and not UNPACK_VECTORS) or block != 1:
+        return None
+    if dtype not in UNPACK_DTYPES:
         return None
     if not window[0] <= n_cols <= window[1]:
         return None

@@ -81,6 +81,11 @@ def programs_per_sm(n: int, m: int, block_n: int) -> int:
     return 3
 
 
+# Vector-wise rows in the same windows: the kernel takes them (its tests), never timed yet
+# (benchmarks/sweeps/nm_vector_few.py's "+tiles" form at 17-32 tokens)
+WGMMA_VECTORS = False
+
+
 def spmm_nm_wgmma_config(
     n_cols: int,
     n: int,
@@ -95,7 +100,9 @@ def spmm_nm_wgmma_config(
     """The tile where the wgmma kernel measured faster than the route (WGMMA_WINDOWS), else
     None: element-wise rows with their own choice, K of `k`, on a GPU of `sms` SMs."""
     windows = WGMMA_WINDOWS.get((n, m), ())
-    if vector != 1 or block != 1 or dtype not in WGMMA_DTYPES.get((n, m), (torch.bfloat16,)):
+    if (vector != 1 and not WGMMA_VECTORS) or block != 1:
+        return None
+    if dtype not in WGMMA_DTYPES.get((n, m), (torch.bfloat16,)):
         return None
     window = next((w for w in windows if w.fewest <= n_cols <= w.most), None)
     if window is None:
