@@ -207,3 +207,16 @@ def csr_with_neighbours(device):
     dense[2, 40:44] = 3.0
     dense[3:, :150] = 0.5
     return sk.CSRMatrix.from_dense(dense.to(device=device, dtype=torch.bfloat16))
+
+
+def tiny_hf_llama(vocab: int, hidden: int, layers: int, intermediate: int, positions: int):
+    """A randomly initialised Hugging Face LlamaForCausalLM (4 heads, 2 key-value heads), in
+    eval mode, with transformers' logging quieted."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=intermediate, max_position_embeddings=positions,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).eval()

@@ -7,20 +7,15 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import randn
+from _helpers import randn, tiny_hf_llama
 
 transformers = pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("pattern", ["2:4", "4:8", 0.7])
 def test_compiled_llama_step_with_sparse_attention_matches_eager(pattern, gen):
-    transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64,
-    )  # fmt: skip
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = tiny_hf_llama(vocab=128, hidden=64, layers=1, intermediate=128, positions=64)
     sk.sparsify_(model, pattern, filter_fn=lambda module, fqn: "self_attn" in fqn)
     ids = torch.randint(0, 128, (2, 12), generator=gen)
     grads = []

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
+from _helpers import tiny_hf_llama
 
 transformers = pytest.importorskip("transformers")
 
@@ -18,13 +19,8 @@ TOKENS = [pytest.param((1, 4), id="4-tokens"), pytest.param((2, 40), id="80-toke
 @pytest.mark.parametrize("shape", TOKENS)
 @pytest.mark.parametrize("pattern", ["2:4", "4:8", 0.7, 0.9])
 def test_compiled_llama_step_matches_eager_on_gpu(pattern, shape):
-    transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=384, max_position_embeddings=256,
-    )  # fmt: skip
-    model = transformers.LlamaForCausalLM(config).cuda().eval()
+    model = tiny_hf_llama(vocab=256, hidden=128, layers=2, intermediate=384, positions=256).cuda()
     sk.sparsify_(model, pattern, filter_fn=lambda module, fqn: "lm_head" not in fqn)
     ids = torch.randint(0, 256, shape, device="cuda")
     grads, losses = [], []

@@ -24,7 +24,7 @@ from torch.func import (
 )
 
 import sparsekernels as sk
-from _helpers import randn
+from _helpers import randn, random_csr
 from sparsekernels.ops.depthwise import depthwise_conv2d
 
 WEIGHTS = [
@@ -217,6 +217,27 @@ def test_vmap_of_the_csr_ops_is_one_batched_call(in_dims, heads, gen, monkeypatc
     per_sample = vmap(grad(loss), in_dims=in_dims)(*args)
     assert counts.get("sparse_softmax_backward") == 1 and counts["sddmm_csr"] <= 2
     _close(per_sample, torch.stack([grad(loss)(*entry(i)) for i in range(4)]))
+
+
+@pytest.mark.parametrize("b_batch", [None, 0, "logical"], ids=["B", "B-vmapped", "B-3-D"])
+def test_vmap_over_a_batched_csr_weights_values(b_batch, gen, monkeypatch):
+    """A CSR weight holding a batch of values (2-D values), vmapped over more values: the op's
+    own batch takes both, with B unbatched, vmapped too, or batched itself (3-D)."""
+    A = random_csr(6, 7, 0.5, gen)
+    values = torch.stack([A.values * (i + 1) for i in range(3)])  # (3, nnz): a batch of weights
+    stacked = torch.stack([values - i for i in range(4)])  # vmapped: (4, 3, nnz)
+    B = randn(3, 7, 5, gen=gen) if b_batch == "logical" else randn(7, 5, gen=gen)
+    Bs = torch.stack([B * (i + 1) for i in range(4)]) if b_batch == 0 else B
+
+    def product(v, b):
+        return sk.spmm(A.with_values(v), b, activation="relu")
+
+    counts = _count_backend_runs(monkeypatch)
+    got = vmap(product, in_dims=(0, b_batch if b_batch == 0 else None))(stacked, Bs)
+    assert counts == {"spmm_csr": 1}
+    with torch.no_grad():
+        want = torch.stack([product(stacked[i], Bs[i] if b_batch == 0 else B) for i in range(4)])
+    _close(got, want)
 
 
 def test_an_nm_weights_sddmm_gradient_under_grad(gen):
