@@ -155,6 +155,9 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
             with building(buffers[0]):
                 template = self._build_format(buffers)  # validates the structure
             if self.format == "csr":  # one copy of the indices: the format's (narrowest) own
+                # (the row order every product reads, built now: filled by a compiled call,
+                # the pattern's cache would change under the graph's guards, a recompile)
+                template.row_order  # noqa: B018
                 buffers = (template.row_offsets, template.column_indices)
                 for name, narrow in zip(_CSR_BUFFERS, buffers, strict=True):
                     if held[name] is not narrow:  # (a wider buffer: loaded with assign=True)

@@ -37,9 +37,44 @@ class Backend:
 
 _REGISTRY: dict[str, dict[str, Backend]] = {}
 
+# A backend chosen when the op runs rather than when it is called: under torch.compile, or
+# where sizes are symbolic (torch.export with a Dim). Choosing at the call would guard the graph
+# on every size a rule compares (a recompile at each threshold; export refusing a dynamic
+# batch); the op's body chooses from its concrete arguments instead, as an eager call does.
+# (Dynamo shows a symbolic size to the code it traces as an int, so compiling is the test.)
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Deferred:
+    # problem(*the op's run arguments) -> the Problem choose() decides on
+    problem: Callable
+    # backends the op's body cannot run (cuSPARSELt's takes a packed weight beside them)
+    skip: tuple[str, ...] = ()
+
+
+_DEFERRED: dict[str, Deferred] = {}
+
 
 def register(op: str, backend: Backend) -> None:
     _REGISTRY.setdefault(op, {})[backend.name] = backend
+
+
+def defer(op: str, problem: Callable, skip: tuple[str, ...] = ()) -> None:
+    """Let `op` choose its backend when it runs (AUTO) when traced."""
+    _DEFERRED[op] = Deferred(problem, skip)
+
+
+def _deferred(op: str, problem: Problem) -> bool:
+    if op not in _DEFERRED:
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    # (export's and make_fx's tracing run Python as is: their sizes are SymInts)
+    return any(isinstance(value, _SYMBOLIC_TYPES) for value in problem.facts.values())
+
+
+_SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def backends(op: str) -> list[str]:
@@ -47,7 +82,8 @@ def backends(op: str) -> list[str]:
 
 
 def choose(op: str, problem: Problem, backend: str | None = None) -> str:
-    """The name of the backend that runs `problem`; a ValueError says why none can."""
+    """The name of the backend that runs `problem`; a ValueError says why none can. AUTO
+    where the op defers its choice and the sizes are symbolic."""
     table = _REGISTRY[op]
     if backend is not None:
         if not isinstance(backend, str) or backend not in table:
@@ -56,8 +92,16 @@ def choose(op: str, problem: Problem, backend: str | None = None) -> str:
         if reasons:
             raise ValueError(f"backend {backend!r} cannot run {op}: " + "; ".join(reasons))
         return backend
+    if _deferred(op, problem):
+        return AUTO
+    return _first_fitting(op, problem)
+
+
+def _first_fitting(op: str, problem: Problem, skip: tuple[str, ...] = ()) -> str:
     rejected = []
-    for name, candidate in table.items():
+    for name, candidate in _REGISTRY[op].items():
+        if name in skip:
+            continue
         reasons = candidate.reasons(problem, False)
         if not reasons:
             return name
@@ -71,6 +115,9 @@ def explain(op: str, problem: Problem) -> dict[str, list[str]]:
 
 
 def run(op: str, backend: str, *args):
+    if backend == AUTO:  # sizes are concrete now
+        deferred = _DEFERRED[op]
+        backend = _first_fitting(op, deferred.problem(*args), deferred.skip)
     for arg in args:  # (the first tensor's device: every op's operands share one)
         if isinstance(arg, torch.Tensor):
             if arg.is_cuda:
@@ -120,6 +167,8 @@ def triton_batched_reasons(problem: Problem, forced: bool) -> list[str]:
     """triton_device_reasons, plus the grid limits on the batch (grid axis 1 or 2) and on the
     rows (axis 0: one program per row; int32 row order)."""
     reasons = triton_device_reasons(problem, forced)
+    if reasons:  # (sizes unread: a symbolic size compared would guard a compiled graph)
+        return reasons
     if problem.facts.get("batch", 1) > MAX_GRID_YZ:
         reasons.append(f"batch {problem.facts['batch']} exceeds the grid limit {MAX_GRID_YZ}")
     if problem.facts.get("rows", 0) > MAX_GRID_X:
@@ -132,8 +181,9 @@ def always(problem: Problem, forced: bool) -> list[str]:
 
 
 def choose_with_hint(op: str, problem: Problem, backend: str | None, hint: str | None) -> str:
-    """A forced backend, else `hint` (the backend a forward pass used) when it fits, else auto."""
-    if backend is not None:
+    """A forced backend, else `hint` (the backend a forward pass used) when it fits, else
+    automatic (AUTO when traced: a hint fitting some sizes may not fit all)."""
+    if backend is not None or _deferred(op, problem):
         return choose(op, problem, backend)
     table = _REGISTRY[op]
     if hint in table and not table[hint].reasons(problem, True):

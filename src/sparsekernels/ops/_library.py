@@ -11,7 +11,7 @@ import torch
 from .. import reference
 from . import _dispatch, _forward_mode
 from ._autocast import backward_without_autocast
-from ._layout import csr_row_walk_in_b_order, spmm_out
+from ._layout import csr_row_walk_in_b_order, in_b_order, spmm_out
 
 Tensor = torch.Tensor
 
@@ -127,9 +127,12 @@ def spmm_csr(
     backend: str,
 ) -> Tensor:
     """act(A @ b + bias) for CSR A; the t_* tensors (A^T's pattern) are only for backward."""
-    return _dispatch.run(
+    out = _dispatch.run(
         "spmm_csr", backend, row_offsets, column_indices, values, b, bias, row_order, activation
     )
+    if backend == _dispatch.AUTO:  # the layout the fake promised, whichever backend ran
+        return in_b_order(out, b) if out.dim() == 2 else out.contiguous()
+    return out
 
 
 @spmm_csr.register_fake
@@ -137,7 +140,8 @@ def _(
     row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend
 ):
     shape = (*_batch(values.shape[:-1], b.shape[:-2]), row_offsets.shape[0] - 1, b.shape[-1])
-    if backend in ("dense", "torch_sparse", "reference") and len(shape) == 2:  # in b's order
+    in_b_order_backends = ("dense", "torch_sparse", "reference", _dispatch.AUTO)
+    if backend in in_b_order_backends and len(shape) == 2:
         return spmm_out(b, shape[0])
     if backend == "triton" and csr_row_walk_in_b_order(values, b):  # so does the few-token walk
         return spmm_out(b, shape[0])

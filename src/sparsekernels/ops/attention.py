@@ -127,6 +127,8 @@ def _flash_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     from ..kernels.tuning import MAX_GRID_YZ
 
     reasons = _dispatch.triton_device_reasons(problem, forced)
+    if reasons:  # (sizes unread: a symbolic size compared would guard a compiled graph)
+        return reasons
     if problem.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         reasons.append(f"dtype {problem.dtype} (fused kernel: float16, bfloat16, float32)")
     # facts a caller may leave out (sparsekernels info): a small problem, no pattern to judge

@@ -70,6 +70,11 @@ def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None,
 
 def sddmm_csr_backend(row_offsets, column_indices, x, y, hint=None, backend=None) -> str:
     """The backend a CSR SDDMM takes (forced `backend`, else `hint` if it fits)."""
+    problem = _csr_problem(row_offsets, column_indices, x, y)
+    return _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
+
+
+def _csr_problem(row_offsets, column_indices, x, y) -> _dispatch.Problem:
     batch = max(x.shape[0] if x.dim() == 3 else 1, y.shape[0] if y.dim() == 3 else 1)
     rows, cols = row_offsets.numel() - 1, y.shape[-2]
     cells = batch * rows * cols
@@ -77,18 +82,21 @@ def sddmm_csr_backend(row_offsets, column_indices, x, y, hint=None, backend=None
     facts = {"k": x.shape[-1], "batch": batch, "rows": rows, "density": density, "cells": cells}
     if x.is_cuda and x.dtype in _TILE_DTYPES:  # the tensor-core kernel's case (cached per pattern)
         facts["tile_fill"] = _sddmm_plans.tile_fill(row_offsets, column_indices, cols)
-    problem = _dispatch.Problem(x.device, x.dtype, facts)
-    return _dispatch.choose_with_hint("sddmm_csr", problem, backend, hint)
+    return _dispatch.Problem(x.device, x.dtype, facts)
 
 
 def sddmm_nm_raw(indices, x, y, n, m, vector, block, hint=None, backend=None):
-    facts = {"k": x.shape[-1], "pattern": (n, m, vector, block), "density": n / m}
-    facts["cells"] = x.shape[0] * y.shape[0]
-    problem = _dispatch.Problem(x.device, x.dtype, facts)
+    problem = _nm_problem(indices, x, y, n, m, vector, block)
     name = _dispatch.choose_with_hint("sddmm_nm", problem, backend, hint)
     if _library.eager_inference(x, y):
         return _dispatch.run("sddmm_nm", name, indices, x, y, n, m, vector, block)
     return _library.call(_library.sddmm_nm, indices, x, y, n, m, vector, block, name)
+
+
+def _nm_problem(indices, x, y, n, m, vector, block) -> _dispatch.Problem:
+    facts = {"k": x.shape[-1], "pattern": (n, m, vector, block), "density": n / m}
+    facts["cells"] = x.shape[0] * y.shape[0]
+    return _dispatch.Problem(x.device, x.dtype, facts)
 
 
 # ----------------------------------------------------------------------- backends
@@ -169,3 +177,5 @@ _dispatch.register(
 )
 _dispatch.register("sddmm_nm", _dispatch.Backend("dense", _dense.sddmm_nm, _DENSE_REASONS))
 _dispatch.register("sddmm_nm", _dispatch.Backend("reference", reference.sddmm_nm, _dispatch.always))
+_dispatch.defer("sddmm_csr", _csr_problem)
+_dispatch.defer("sddmm_nm", _nm_problem)

@@ -108,3 +108,8 @@ _dispatch.register(
     "sparse_softmax_backward",
     _dispatch.Backend("reference", reference.sparse_softmax_backward, _dispatch.always),
 )
+_dispatch.defer("sparse_softmax", lambda row_offsets, values, scale: _problem(row_offsets, values))
+_dispatch.defer(
+    "sparse_softmax_backward",
+    lambda row_offsets, probs, grad, scale: _problem(row_offsets, probs, grad),
+)

@@ -352,3 +352,11 @@ _dispatch.register(
     "spmm_nm", _dispatch.Backend("torch_sparse", _torch_sparse.spmm_nm, _torch_sparse.reasons)
 )
 _dispatch.register("spmm_nm", _dispatch.Backend("reference", _reference_nm, _dispatch.always))
+_dispatch.defer("spmm_csr", lambda ro, ci, values, b, *rest: csr_problem(ro, ci, values, b))
+_dispatch.defer(
+    "spmm_nm",
+    lambda values, indices, b, bias, activation, n, m, vector, block, transpose: nm_problem(
+        values, b, n, m, vector, block, transpose
+    ),
+    skip=("cusparselt",),  # (its own op: the packed weight is not among these arguments)
+)
