@@ -117,6 +117,21 @@ def test_export_with_a_dynamic_token_count(config, gen, tmp_path):
             torch.testing.assert_close(loaded.module()(x), want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("config", ["70%", "2:8"])
+def test_aot_inductor_package_with_a_dynamic_token_count(config, gen, tmp_path):
+    """AOTInductor compiles the exported program; its package calls the ops (Python custom
+    ops, through its proxy executor) at every token count."""
+    model = _mlp(config, gen)
+    tokens = torch.export.Dim("tokens", min=2)
+    program = torch.export.export(model, (randn(5, 64, gen=gen),), dynamic_shapes=({0: tokens},))
+    path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "m.pt2"))
+    loaded = torch._inductor.aoti_load_package(path)
+    with torch.no_grad():
+        for n in (2, 150):
+            x = randn(n, 64, gen=gen)
+            torch.testing.assert_close(loaded(x), model(x), rtol=1e-12, atol=1e-12)
+
+
 class _Attention(torch.nn.Module):
     def __init__(self, pattern):
         super().__init__()
