@@ -13,7 +13,7 @@ from .formats import (
     save_smtx,
 )
 from .ops import linear, sddmm, sparse_attention, sparse_softmax, spmm
-from .prune import SparsityConfig, sparsify_
+from .prune import SparsityConfig, densify_, sparsify_
 
 __version__ = "0.1.0"
 
@@ -33,4 +33,5 @@ __all__ = [
     "nn",
     "SparsityConfig",
     "sparsify_",
+    "densify_",
 ]

@@ -1,7 +1,8 @@
 """Pruning: magnitude and Wanda masks and SparseGPT (unstructured and N:M), sparsity configs,
-sparsify_, and distill_ to recover quality with the masks fixed."""
+sparsify_ and its inverse densify_, and distill_ to recover quality with the masks fixed."""
 
 from .config import METHODS, SparsityConfig
+from .densify import DensifySummary, densify_
 from .distill import distill_, every_layer, norms_and_biases, sparse_values
 from .masks import magnitude_mask, nm_mask, nm_select, topk_mask
 from .sparsegpt import sparsegpt_prune
@@ -24,4 +25,6 @@ __all__ = [
     "SparsityConfig",
     "SparsifySummary",
     "sparsify_",
+    "DensifySummary",
+    "densify_",
 ]

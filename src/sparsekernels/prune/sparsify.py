@@ -203,6 +203,8 @@ def sparsify_(
             put_back_conv1ds(plan[done:])
             raise
         layer.train(module.training)
+        if fqn in convs:  # (what densify_ puts back)
+            layer.hf_conv1d_type = type(convs[fqn])
         for place in places[id(module)]:
             _set(place, layer)
         summary.swapped.append(fqn)
