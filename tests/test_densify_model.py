@@ -128,3 +128,75 @@ def test_gpt2_gets_its_conv1d_layers_back(gen, tmp_path):
     model.save_pretrained(tmp_path)
     plain = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).double().eval()
     torch.testing.assert_close(plain(input_ids=ids).logits, want, rtol=1e-10, atol=1e-10)
+
+
+# -------------------------------------------------------- a pruned checkpoint, sparse again
+def test_nonzero_keeps_each_layers_own_sparsity(gen):
+    model = _randomized(nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 32)), gen)
+    with torch.no_grad():  # pruned elsewhere, to different sparsities
+        model[0].weight.mul_(sk.prune.magnitude_mask(model[0].weight, 0.5))
+        model[2].weight.mul_(sk.prune.magnitude_mask(model[2].weight, 0.9))
+    dense = [model[0].weight.clone(), model[2].weight.clone()]
+    x = randn(5, 64, gen=gen)
+    want = model(x)
+    summary = sk.sparsify_(model, "nonzero")
+    assert summary.swapped == ["0", "2"] and str(summary.config) == "nonzero"
+    for layer, weight in zip((model[0], model[2]), dense, strict=True):
+        assert layer.format == "csr" and layer.values.numel() == int((weight != 0).sum())
+        assert torch.equal(layer.to_dense(), weight)
+    torch.testing.assert_close(model(x), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("config", ["2:8", "2:8,v=4", "4:8,v=4,b=4", "2:4"])
+def test_nonzero_as_n_m_restores_a_densified_model(config, gen):
+    model = _randomized(nn.Sequential(nn.Linear(64, 48), nn.Linear(48, 32)), gen)
+    sk.sparsify_(model, config)
+    x = randn(5, 64, gen=gen)
+    want, weights = model(x), [m.to_dense() for m in model]
+    sk.densify_(model)
+    with torch.no_grad():
+        model[0].weight[0, :8] = 0  # a group with fewer nonzeros than n still fits
+        weights[0][0, :8] = 0
+        want = model(x)
+    sk.sparsify_(model, f"{config},method=nonzero")
+    for layer, weight in zip(model, weights, strict=True):
+        assert torch.equal(layer.to_dense(), weight)
+    torch.testing.assert_close(model(x), want, rtol=1e-12, atol=1e-12)
+
+
+def test_nonzero_refuses_a_pattern_the_weights_do_not_fit(gen):
+    model = _randomized(nn.Sequential(nn.Linear(16, 8)), gen)
+    sk.sparsify_(model, "2:4")
+    sk.densify_(model)
+    with pytest.raises(ValueError, match=r"do not fit 1:4: the pattern would drop 32 of 64"):
+        sk.sparsify_(model, "1:4,method=nonzero")
+    assert type(model[0]) is nn.Linear  # (nothing swapped)
+
+
+def test_nonzero_config_errors():
+    with pytest.raises(ValueError, match="give no sparsity"):
+        sk.SparsityConfig(sparsity=0.5, method="nonzero")
+    with pytest.raises(ValueError, match="format= only"):
+        sk.SparsityConfig.parse("nonzero,v=4")
+    with pytest.raises(ValueError, match="no calibration"):
+        sk.sparsify_(nn.Sequential(nn.Linear(8, 8)), "nonzero", calibration=lambda m: None)
+    assert sk.SparsityConfig.parse("2:4,method=nonzero").label == "2:4,method=nonzero"
+    assert sk.SparsityConfig.parse("NonZero").density is None
+
+
+def test_a_densified_checkpoint_runs_sparse_again(gen, tmp_path):
+    """Prune, densify_, save_pretrained; plain transformers loads it; sparsify_ with
+    'method=nonzero' gives back the very layers."""
+    transformers = pytest.importorskip("transformers")
+    model = tiny_bert(0).double()
+    keep = lambda module, fqn: "pooler" not in fqn  # noqa: E731
+    sk.sparsify_(model, "2:4", filter_fn=keep)
+    ids = torch.randint(0, 64, (2, 9), generator=gen)
+    want = model(input_ids=ids).last_hidden_state
+    sk.densify_(model)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.BertModel.from_pretrained(tmp_path).double().eval()
+    summary = sk.sparsify_(loaded, "2:4,method=nonzero", filter_fn=keep)
+    assert len(summary.swapped) == 12
+    got = loaded(input_ids=ids).last_hidden_state
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)

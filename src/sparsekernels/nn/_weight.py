@@ -329,6 +329,8 @@ def _check_mask_fits(config, weight: torch.Tensor, mask: torch.Tensor) -> None:
             NMMatrix.from_dense(weight.detach(), config.n, config.m, config.vector, config.block,
                                 mask=mask)  # fmt: skip
         return
+    if config.sparsity is None:  # ("nonzero": the mask says what is kept)
+        return
     kept, total = int(mask.bool().sum()), mask.numel()
     wanted = round((1 - config.sparsity) * total)
     if abs(kept - wanted) > max(1, *weight.shape):

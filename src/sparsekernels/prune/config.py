@@ -4,7 +4,9 @@ Shorthands: "90%" or "0.9" (unstructured, stored as CSR), "2:8" (N:M along in_fe
 "2:8,v=64" (vector-wise: 64 output rows share a choice), "4:8,v=4,b=4" (block-wise),
 ",format=csr" to store an N:M mask as CSR, and ",method=wanda" to score by |W| times the input
 activation norm or ",method=sparsegpt" to prune with SparseGPT's error compensation (both need
-calibration data, see sparsify_) instead of by magnitude, the default.
+calibration data, see sparsify_) instead of by magnitude, the default. "nonzero" keeps a pruned
+checkpoint's nonzeros as they are (each layer's own sparsity, CSR), and "2:4,method=nonzero"
+stores them as N:M, refusing a weight whose nonzeros do not fit the pattern.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from .sparsegpt import sparsegpt_prune
 from .wanda import wanda_mask
 
 FORMATS = ("csr", "nm")
-METHODS = ("magnitude", "wanda", "sparsegpt")  # how weights are chosen (and updated) for pruning
-_EXAMPLES = "e.g. '2:8', '90%', '0.9', '2:8,v=64' or '4:8,v=4,b=4'"
+# how weights are chosen (and updated) for pruning; "nonzero": as they are (pruned already)
+METHODS = ("magnitude", "wanda", "sparsegpt", "nonzero")
+_EXAMPLES = "e.g. '2:8', '90%', '0.9', '2:8,v=64', '4:8,v=4,b=4' or 'nonzero'"
 _KEYS = {
     "v": "vector",
     "vector": "vector",
@@ -43,7 +46,8 @@ class SparsityConfig:
     unstructured), "wanda" (|W| times the input feature's activation norm, compared within
     each output row) or "sparsegpt" (SparseGPT: chosen by OBS saliency column block by column
     block, the kept weights updated to make up for the pruned ones). Wanda and SparseGPT need
-    calibration data, see sparsify_.
+    calibration data, see sparsify_. "nonzero" keeps the weight's nonzeros (a checkpoint pruned
+    elsewhere): unstructured without a sparsity (each weight's own), or N:M where they fit it.
 
     Example:
         >>> SparsityConfig.parse("2:8,v=64")
@@ -61,12 +65,16 @@ class SparsityConfig:
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(
-                f"method must be 'magnitude', 'wanda' or 'sparsegpt', got {self.method!r}"
+                f"method must be 'magnitude', 'wanda', 'sparsegpt' or 'nonzero', "
+                f"got {self.method!r}"
             )
         structured = self.n is not None or self.m is not None
         if structured and self.sparsity is not None:
             raise ValueError("give either sparsity (unstructured) or n and m (N:M), not both")
-        if not structured and self.sparsity is None:
+        nonzero = self.method == "nonzero"
+        if not structured and nonzero and self.sparsity is not None:
+            raise ValueError("method 'nonzero' keeps each weight's own nonzeros: give no sparsity")
+        if not structured and self.sparsity is None and not nonzero:
             raise ValueError("give a sparsity (unstructured) or n and m (N:M)")
         fmt = self.format if self.format is not None else ("nm" if structured else "csr")
         if fmt not in FORMATS:
@@ -77,7 +85,7 @@ class SparsityConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if not structured:
-            s = self.sparsity
+            s = 0.0 if nonzero else self.sparsity
             if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s < 1:
                 raise ValueError(f"sparsity must be a number in [0, 1), got {s!r}")
             if fmt == "nm":
@@ -127,6 +135,11 @@ class SparsityConfig:
                 options[name] = int(value)
             else:
                 raise ValueError(f"{text!r}: {name} must be a positive integer, got {value!r}")
+        if head.lower() == "nonzero":
+            if {"vector", "block", "method"} & set(options):
+                raise ValueError(f"{text!r}: 'nonzero' takes format= only ('2:4,method=nonzero' "
+                                 "for N:M)")  # fmt: skip
+            return cls(method="nonzero", **options)
         if ":" in head:
             n, _, m = head.partition(":")
             if not (re.fullmatch(r"\s*\d+\s*", n) and re.fullmatch(r"\s*\d+\s*", m)):
@@ -156,14 +169,18 @@ class SparsityConfig:
         return self.n is not None
 
     @property
-    def density(self) -> float:
-        """Fraction of weights kept."""
-        return self.n / self.m if self.structured else 1.0 - self.sparsity
+    def density(self) -> float | None:
+        """Fraction of weights kept (None for unstructured "nonzero": each weight's own)."""
+        if self.structured:
+            return self.n / self.m
+        return None if self.sparsity is None else 1.0 - self.sparsity
 
     @property
     def label(self) -> str:
         """The shorthand that parses back to this config."""
         method = "" if self.method == "magnitude" else f",method={self.method}"
+        if not self.structured and self.sparsity is None:
+            return "nonzero"
         if not self.structured:
             percent = f"{self.sparsity * 100:.15g}%"  # (as given, where it parses back exactly)
             exact = _parse_sparsity(percent, percent) == self.sparsity
@@ -181,6 +198,10 @@ class SparsityConfig:
         if self.structured and shape[1] % self.m:
             return f"in_features {shape[1]} is not a multiple of m={self.m}"
         return None
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.method in ("wanda", "sparsegpt")
 
     @property
     def pattern_kwargs(self) -> dict:
@@ -207,10 +228,34 @@ class SparsityConfig:
                 )
             return wanda_mask(weight, input_norm, **self.pattern_kwargs)
         if input_norm is not None:
-            raise ValueError("input_norm is for method 'wanda'; this config prunes by magnitude")
+            how = "keeps the nonzeros" if self.method == "nonzero" else "prunes by magnitude"
+            raise ValueError(f"input_norm is for method 'wanda'; this config {how}")
+        if self.method == "nonzero":
+            return self._nonzero_mask(weight)
         if self.structured:
             return nm_mask(weight, self.n, self.m, vector=self.vector, block=self.block)
         return magnitude_mask(weight, self.sparsity)
+
+    def _nonzero_mask(self, weight: torch.Tensor) -> torch.Tensor:
+        """The nonzeros; for N:M, the pattern's choice by magnitude, which keeps every nonzero
+        where they fit it (up to n a group: zeros fill the rest), else a ValueError."""
+        nonzero = weight.detach() != 0
+        if not self.structured:
+            return nonzero
+        mask = nm_mask(weight, self.n, self.m, vector=self.vector, block=self.block)
+        dropped = int((nonzero & ~mask).sum())
+        if dropped:
+            raise ValueError(
+                f"the weight's nonzeros do not fit {self.n}:{self.m}"
+                + (
+                    f" (vector={self.vector}, block={self.block})"
+                    if self.vector * self.block > 1
+                    else ""
+                )  # fmt: skip
+                + f": the pattern would drop {dropped} of {int(nonzero.sum())}; pick the "
+                "pattern it was pruned to, or 'nonzero' for CSR"
+            )
+        return mask
 
     def prune(
         self,

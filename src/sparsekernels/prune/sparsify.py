@@ -103,9 +103,11 @@ def sparsify_(
     if calibration is not None:
         if not callable(calibration):
             raise TypeError(f"calibration must be callable (model) -> Any, got {calibration!r}")
+        if config.method == "nonzero":
+            raise ValueError("method 'nonzero' keeps the nonzeros as they are: no calibration")
         if config.method == "magnitude":
             config = replace(config, method="wanda")
-    elif config.method != "magnitude":
+    elif config.needs_calibration:
         raise ValueError(
             f"{config.label} prunes by {config.method}, which needs calibration=, e.g. "
             "lambda m: m(**batch) on a few calibration sentences"
