@@ -69,3 +69,22 @@ def test_backends_agree_and_say_why(gen, monkeypatch):
     monkeypatch.setattr(_dispatch, "_INTERPRETER_AT_IMPORT", False)
     with pytest.raises(ValueError, match="set it before the import"):
         sk.sparse_attention(q, k, v, pattern, backend="triton_flash")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_on_the_cpu_is_as_accurate_as_sdpa(dtype, gen):
+    """Large scores (q scaled 12x): scores rounded to 16 bits before the softmax lost twice
+    SDPA's accuracy; kept in fp32, as SDPA's are, the error is SDPA's own (its inputs')."""
+    L = 128
+    keep = torch.ones(L, L, dtype=torch.bool).tril()
+    pattern = sk.CSRMatrix.from_dense(keep.double())
+    q, k, v = (randn(2, 3, L, 32, gen=gen) for _ in range(3))
+    q = q * 12
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    half = [t.to(dtype) for t in (q, k, v)]
+    ours = sk.sparse_attention(*half, pattern)
+    sdpa = torch.nn.functional.scaled_dot_product_attention(*half, attn_mask=keep)
+    assert ours.dtype == dtype
+    ours_err = (ours.double() - want).abs().max()
+    sdpa_err = (sdpa.double() - want).abs().max()
+    assert ours_err <= 1.2 * sdpa_err, (ours_err, sdpa_err)

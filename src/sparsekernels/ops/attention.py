@@ -92,6 +92,11 @@ def _composed(q, k, v, pattern, scale, backend):
     """softmax(scale * sddmm(q, k)) then spmm with v; `backend` forced on each op (or None).
     In 16-bit the scale goes into q first, as torch's math attention does: sddmm's scores are
     in q's dtype, and unscaled ones passed fp16's 65504 (NaN rows) where q k / sqrt(d) fit."""
+    if q.device.type == "cpu" and q.element_size() == 2 and backend != "triton":
+        # The CPU backends compute half precision in fp32 anyway: scores kept in fp32, as
+        # flash's and SDPA's are (rounded to bf16, scores of ~64 lost 2x SDPA's accuracy).
+        out = _composed(q.float(), k.float(), v.float(), pattern, scale, backend)
+        return out.to(q.dtype)
     batch, heads, lq, d = q.shape
     flat = batch * heads  # explicit sizes: a -1 is ambiguous when B, H or D is 0
     lk, dv = k.shape[2], v.shape[3]
