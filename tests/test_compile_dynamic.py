@@ -76,6 +76,61 @@ def test_the_backends_differ_across_the_token_counts(gen, ran):
     assert len(seen) > 1, seen
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_a_first_token_count_equal_to_a_pattern_size_is_not_tied_to_it(config, gen):
+    """Dynamo gave the format's tensors symbolic sizes: a first call with as many tokens as
+    one of them has (a CSR weight's rows + 1 or stored entries, an N:M weight's index
+    columns) tied the token count to it, fixing the graph to that count or recompiling at
+    the next (_cache_mode.fixed_sizes marks them static)."""
+    model = _mlp(config, gen)
+    sizes = set()
+    for layer in model:
+        for name in ("row_offsets", "column_indices", "indices"):
+            tensor = getattr(layer, name, None)
+            if tensor is not None:
+                sizes.update(size for size in tensor.shape if size > 1)
+    assert sizes
+    with torch.no_grad():
+        for first in sorted(sizes):
+            torch._dynamo.reset()
+            compiled = torch.compile(model, dynamic=True, fullgraph=True, backend="eager")
+            compiled(randn(first, 64, gen=gen))
+            with torch.compiler.set_stance("fail_on_recompile"):
+                x = randn(first + 1, 64, gen=gen)
+                torch.testing.assert_close(compiled(x), model(x), rtol=1e-12, atol=1e-12)
+
+
+def test_attention_layer_compiles_whole_with_its_scale(gen):
+    """SparseAttention's scale (1 / sqrt(d) or its own) is a symbolic float under
+    dynamic=True: the finiteness check reads it without a graph break."""
+    for layer in (
+        sk.nn.SparseAttention.local_strided(24, window=4, stride=6),
+        sk.nn.SparseAttention.local_strided(24, window=4, stride=6, scale=0.35),
+    ):
+        torch._dynamo.reset()
+        compiled = torch.compile(layer, dynamic=True, fullgraph=True, backend="aot_eager")
+        for batch in (2, 3):
+            q, k, v = (randn(batch, 3, 24, 8, gen=gen) for _ in range(3))
+            torch.testing.assert_close(compiled(q, k, v), layer(q, k, v))
+        with torch.compiler.set_stance("fail_on_recompile"):  # an eager call in between
+            q, k, v = (randn(4, 3, 24, 8, gen=gen) for _ in range(3))
+            torch.testing.assert_close(compiled(q, k, v), layer(q, k, v))
+    with pytest.raises(ValueError, match="scale must be finite"):
+        sk.sparse_attention(q, k, v, layer.pattern, scale=float("inf"))
+
+
+@pytest.mark.parametrize("config", ["70%", "2:8"])
+def test_compiled_under_autocast_is_one_graph(config, gen):
+    """cast_weight read the values' version (untraceable) before seeing it was traced."""
+    model = _mlp(config, gen, torch.float32)
+    x = randn(5, 64, gen=gen, dtype=torch.float32)
+    compiled = torch.compile(model, dynamic=True, fullgraph=True, backend="eager")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = compiled(x), model(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("config", ["70%", "2:8,v=4"])
 def test_training_step_with_dynamic_shapes_matches_eager(config, gen):
     model = _mlp(config, gen)
@@ -86,11 +141,13 @@ def test_training_step_with_dynamic_shapes_matches_eager(config, gen):
         return loss
 
     compiled = torch.compile(step, dynamic=True)
-    for i, tokens in enumerate([3, 4, *TOKENS]):
+    for i, tokens in enumerate([3, 4, 5, *TOKENS]):
         x = randn(tokens, 64, gen=gen)
         model.zero_grad(set_to_none=True)
-        # (the first step fills the pattern's transpose, which the second's graph reads)
-        stance = "fail_on_recompile" if i > 1 else "default"
+        # (the first steps build the CSR pattern's transpose between graphs, a graph break:
+        # the graphs after it read the entry, then its arrays marked static; settled by the
+        # third step)
+        stance = "fail_on_recompile" if i > 2 else "default"
         with torch.compiler.set_stance(stance):
             got_loss = compiled(x)
         got = [p.grad.clone() for p in model.parameters()]

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable
 
 import torch
+import torch._dynamo  # (mark_static)
 from torch._subclasses.fake_tensor import is_fake
 
 from . import _fill_streams
@@ -134,6 +135,30 @@ def _seen(cache: dict, now: tuple) -> None:
     cache[_SOURCES_SEEN] = now
 
 
+def fixed_sizes(*values: object) -> None:
+    """Mark the tensors of what a pattern holds or derives (tensors, tuples of them, objects
+    holding them) static for torch.compile. Under dynamic=True Dynamo gave such attributes'
+    tensors symbolic sizes, and a first call's token count equal to one of them was tied to
+    it (duck sizing): a graph fixed to that count, or a recompile at the next one. Their sizes
+    are the pattern's, fixed while it lives (torch._dynamo.mark_dynamic still overrides)."""
+    if torch.compiler.is_compiling():
+        return
+    for value in values:
+        _mark_static(value, depth=2)
+
+
+def _mark_static(value: object, depth: int) -> None:
+    if isinstance(value, torch.Tensor):
+        torch._dynamo.mark_static(value)
+    elif depth and isinstance(value, (tuple, list)):
+        for item in value:
+            _mark_static(item, depth - 1)
+    elif depth and hasattr(value, "__dict__") and not isinstance(value, type):
+        for item in vars(value).values():
+            if isinstance(item, (torch.Tensor, tuple, list)):
+                _mark_static(item, depth - 1)
+
+
 def derived(cache: dict, key: str, build: Callable[[], object], *sources: torch.Tensor):
     """cache[key] if it was built from the current versions of `sources`, else build() kept
     there. Each entry carries the versions it was built from and the caller gets its own
@@ -150,6 +175,7 @@ def derived(cache: dict, key: str, build: Callable[[], object], *sources: torch.
         return hit[1]
     with building(sources[-1]):  # (normal tensors under inference_mode too)
         value = build()
+    fixed_sizes(value)
     cache[key] = (now, value)
     return value
 
@@ -160,4 +186,5 @@ def seed(cache: dict, key: str, value: object, *sources: torch.Tensor) -> None:
     if not torch.compiler.is_compiling():
         now = tuple(version(t) for t in sources)
         _seen(cache, now)
+        fixed_sizes(value)
         cache[key] = (now, value)

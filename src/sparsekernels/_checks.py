@@ -79,7 +79,10 @@ def finite_number(name: str, value: object) -> float:
         number = float(value)
     except OverflowError:
         number = math.inf
-    if not math.isfinite(number):
+    # x - x is 0 only for finite x (inf and NaN give NaN). Unlike math.isfinite this also
+    # reads a symbolic float torch.compile traces (dynamic=True: a layer's float attribute,
+    # 1 / sqrt(d)), where x - x is 0 as an expression: no guard, checked when it was concrete.
+    if not number - number == 0:
         raise ValueError(f"{name} must be finite, got {value!r:.40}")
     return number
 

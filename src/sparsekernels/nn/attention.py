@@ -59,7 +59,9 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
     _FORMAT_ATTRIBUTE = "_cache"  # (PreparedFromBuffers)
 
     def _build(self) -> None:  # (PreparedFromBuffers)
-        self.pattern  # noqa: B018 (builds and caches it)
+        # (and the row order the composed ops read: filled by a first eager call after a
+        # compiled one, it changed the pattern's cache under the graph's guards)
+        self.pattern.pattern.row_order()
 
     def _drop(self) -> None:
         self._cache = None

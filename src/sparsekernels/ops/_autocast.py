@@ -71,9 +71,11 @@ def cast_weight(W, dtype: torch.dtype):
     values = W.values
     if values.dtype not in _CASTABLE or values.dtype == dtype:
         return W
-    seen = version(values)
     wants_grad = torch.is_grad_enabled() and values.requires_grad
-    if wants_grad or seen is None or torch.compiler.is_compiling():
+    if wants_grad or torch.compiler.is_compiling():  # (first: version() is not traceable)
+        return W.with_values(values.to(dtype))
+    seen = version(values)
+    if seen is None:  # (an inference tensor: its edits could not be seen)
         return W.with_values(values.to(dtype))
     pattern = _pattern(W)
     pattern_seen = tuple(version(t) for t in pattern)  # (an in-place edit of the pattern too)
