@@ -276,6 +276,59 @@ def test_opcheck_auto_sddmm_softmax_depthwise(gen):
         torch.library.opcheck(_depthwise_op, args)
 
 
+def test_a_users_patterns_of_several_sizes_share_one_graph(gen):
+    """Only the layers' own patterns are marked static: a CSRMatrix made per call (a graph
+    per batch, an attention pattern per length) keeps symbolic sizes, one graph for all."""
+    compiled = torch.compile(sk.spmm, dynamic=True, fullgraph=True, backend="eager")
+    x = randn(64, 8, gen=gen)
+    for i, density in enumerate((0.1, 0.2, 0.3, 0.4)):
+        A = random_csr(64, 64, density, gen)
+        with torch.compiler.set_stance("fail_on_recompile" if i > 1 else "default"):
+            torch.testing.assert_close(compiled(A, x), sk.spmm(A, x), rtol=1e-12, atol=1e-12)
+
+
+def test_forced_backends_reach_a_compiled_backward(gen, ran):
+    """The backward's ops take the forward's forced backend as their hint when traced too
+    ("auto:reference", judged on the sizes they run with)."""
+    A = random_csr(48, 64, 0.5, gen)
+    values = A.values.clone().requires_grad_()
+
+    def step(x):
+        return sk.spmm(A.with_values(values), x, backend="reference").square().sum()
+
+    compiled = torch.compile(step, backend="aot_eager")
+    compiled(randn(64, 300, gen=gen).requires_grad_()).backward()
+    ran.clear()
+    compiled(randn(64, 300, gen=gen).requires_grad_()).backward()
+    assert ran and all(name == "reference" for _, name in ran), ran
+
+
+def test_depthwise_on_the_cpu_is_traced_as_aten_ops(gen):
+    """The CPU's choice ("torch") does not depend on sizes: made when traced, so the graph
+    holds conv2d and the activation (fused by inductor), not the custom op."""
+    depthwise = _Depthwise(randn(6, 1, 3, 3, gen=gen), randn(6, gen=gen))
+    x = randn(2, 6, 9, 7, gen=gen)
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(depthwise, (x,), dynamic_shapes=({0: batch},))
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert "aten.conv2d.default" in targets and not any("sparsekernels" in t for t in targets)
+
+
+def test_the_scatter_backends_fake_promises_bs_order(gen):
+    """The scatter kernel (CUDA) writes linear's product in x^T's column-major order: its fake
+    says so (it promised row-major strides a compiled graph would have asserted)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    A = random_csr(6, 16, 0.4, gen)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        b = mode.from_tensor(randn(5, 16, gen=gen)).t()
+        out = torch.ops.sparsekernels.spmm_csr.default(
+            A.row_offsets, A.column_indices, A.values, b, None, A.row_order,
+            None, None, None, "none", "scatter",
+        )  # fmt: skip
+    assert out.shape == (6, 5) and out.stride() == (1, 6)
+
+
 def test_a_forced_backend_is_kept_when_traced(gen, ran):
     """backend= names what runs, traced or not."""
     W = random_nm(6, 16, 2, 8, gen)

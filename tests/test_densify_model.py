@@ -64,7 +64,7 @@ def test_mode_dtype_and_gradients_are_kept(dtype, gen):
     assert model[0].training and not model[1].training
     assert model[0].weight.dtype == dtype and model[0].bias.dtype == dtype
     assert model[0].weight.requires_grad and model[0].bias.requires_grad
-    assert not model[1].weight.requires_grad and not model[1].bias.requires_grad
+    assert not model[1].weight.requires_grad and model[1].bias.requires_grad  # (each its own)
 
 
 def test_a_layer_under_two_names_becomes_one_dense_layer(gen):

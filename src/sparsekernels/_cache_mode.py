@@ -136,15 +136,20 @@ def _seen(cache: dict, now: tuple) -> None:
 
 
 def fixed_sizes(*values: object) -> None:
-    """Mark the tensors of what a pattern holds or derives (tensors, tuples of them, objects
-    holding them) static for torch.compile. Under dynamic=True Dynamo gave such attributes'
-    tensors symbolic sizes, and a first call's token count equal to one of them was tied to
-    it (duck sizing): a graph fixed to that count, or a recompile at the next one. Their sizes
-    are the pattern's, fixed while it lives (torch._dynamo.mark_dynamic still overrides)."""
+    """Mark the tensors of a layer's pattern (tensors, tuples of them, objects holding them)
+    static for torch.compile; what is derived from them is marked as it is built. Under
+    dynamic=True Dynamo gave such attributes' tensors symbolic sizes, and a first call's token
+    count equal to one of them was tied to it (duck sizing): a graph fixed to that count, or a
+    recompile at the next one. Only the layers' own patterns, fixed while they live: a user's
+    patterns may change size from call to call (one graph for all, not one each)."""
     if torch.compiler.is_compiling():
         return
     for value in values:
         _mark_static(value, depth=2)
+
+
+def _static(sources: tuple[torch.Tensor, ...]) -> bool:
+    return any(hasattr(t, "_dynamo_static_indices") for t in sources)
 
 
 def _mark_static(value: object, depth: int) -> None:
@@ -175,7 +180,8 @@ def derived(cache: dict, key: str, build: Callable[[], object], *sources: torch.
         return hit[1]
     with building(sources[-1]):  # (normal tensors under inference_mode too)
         value = build()
-    fixed_sizes(value)
+    if _static(sources):  # (derived from a layer's pattern: fixed as it is)
+        fixed_sizes(value)
     cache[key] = (now, value)
     return value
 
@@ -186,5 +192,6 @@ def seed(cache: dict, key: str, value: object, *sources: torch.Tensor) -> None:
     if not torch.compiler.is_compiling():
         now = tuple(version(t) for t in sources)
         _seen(cache, now)
-        fixed_sizes(value)
+        if _static(sources):
+            fixed_sizes(value)
         cache[key] = (now, value)

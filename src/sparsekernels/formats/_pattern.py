@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from .._cache_mode import derived, fixed_sizes, seed
+from .._cache_mode import derived, seed
 
 INT16_MAX = 2**15 - 1
 INT32_MAX = 2**31 - 1
@@ -40,7 +40,6 @@ class Pattern:
         self.column_indices = column_indices
         self.shape = shape
         self._cache: dict[str, object] = {}
-        fixed_sizes(row_offsets, column_indices)
 
     def __getstate__(self) -> dict:
         """Pickled without what is derived (a transpose, block layouts): remade on use."""

@@ -20,7 +20,7 @@ import math
 import torch
 
 from .. import _checks
-from .._cache_mode import derived, fixed_sizes
+from .._cache_mode import derived
 from . import _values_state, semi_structured
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
@@ -53,7 +53,6 @@ class NMMatrix:
         self._values = values
         self.indices = indices
         self._cache: dict[str, object] = {}
-        fixed_sizes(indices)
 
     def __getstate__(self) -> dict:
         """Pickled (torch.save of a layer too) without what is derived: it holds a weak

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .. import _checks
-from .._cache_mode import building, wrapped
+from .._cache_mode import building, fixed_sizes, wrapped
 from ..formats import CSRMatrix, NMMatrix
 from ..ops._identity_cache import version
 from ..prune.config import resolve
@@ -154,6 +154,8 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
             # (its narrowed buffers become this layer's: normal tensors)
             with building(buffers[0]):
                 template = self._build_format(buffers)  # validates the structure
+            # (the layer's pattern: sizes fixed for torch.compile, and what derives from it)
+            fixed_sizes(*_pattern_arrays(template))
             if self.format == "csr":  # one copy of the indices: the format's (narrowest) own
                 # (the row order every product reads, built now: filled by a compiled call,
                 # the pattern's cache would change under the graph's guards, a recompile)
@@ -290,6 +292,10 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"format={self.format}, pattern={self.pattern_name}, bias={self.bias is not None}"
         )
+
+
+def _pattern_arrays(W: CSRMatrix | NMMatrix) -> tuple[torch.Tensor, ...]:
+    return (W.row_offsets, W.column_indices) if isinstance(W, CSRMatrix) else (W.indices,)
 
 
 def compress_weight(

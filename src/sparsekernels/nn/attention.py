@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .. import _checks
-from .._cache_mode import building
+from .._cache_mode import building, fixed_sizes
 from ..formats import CSRMatrix
 from ..ops import sparse_attention
 from ..ops._identity_cache import version
@@ -139,6 +139,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
             with building(self.column_indices):
                 values = torch.ones(1, device=self.column_indices.device).expand(nnz)
                 matrix = CSRMatrix(self.row_offsets, self.column_indices, values, self.shape)
+            fixed_sizes(matrix.row_offsets, matrix.column_indices)  # (for torch.compile)
             narrow = {"row_offsets": matrix.row_offsets, "column_indices": matrix.column_indices}
             for name, tensor in narrow.items():  # one copy of the indices: the pattern's
                 if self._buffers[name] is not tensor:  # (a wider buffer: loaded with assign=True)

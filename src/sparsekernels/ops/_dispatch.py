@@ -37,11 +37,12 @@ class Backend:
 
 _REGISTRY: dict[str, dict[str, Backend]] = {}
 
-# A backend chosen when the op runs rather than when it is called: under torch.compile, or
-# where sizes are symbolic (torch.export with a Dim). Choosing at the call would guard the graph
-# on every size a rule compares (a recompile at each threshold; export refusing a dynamic
-# batch); the op's body chooses from its concrete arguments instead, as an eager call does.
-# (Dynamo shows a symbolic size to the code it traces as an int, so compiling is the test.)
+# A backend chosen when the op runs rather than when it is called: under torch.compile and
+# torch.export. Choosing at the call would guard the graph on every size a rule compares (a
+# recompile at each threshold; export refusing a dynamic batch); the op's body chooses from its
+# concrete arguments instead, as an eager call does. (Dynamo shows a symbolic size to the code
+# it traces as an int, so compiling is the test.) "auto:NAME" carries a hint (a backward's: the
+# forward's backend, forced or chosen), taken first where it fits.
 AUTO = "auto"
 
 
@@ -51,6 +52,8 @@ class Deferred:
     problem: Callable
     # backends the op's body cannot run (cuSPARSELt's takes a packed weight beside them)
     skip: tuple[str, ...] = ()
+    # devices where the choice depends on sizes (elsewhere it is made when traced)
+    devices: tuple[str, ...] = ("cuda", "cpu")
 
 
 _DEFERRED: dict[str, Deferred] = {}
@@ -60,21 +63,35 @@ def register(op: str, backend: Backend) -> None:
     _REGISTRY.setdefault(op, {})[backend.name] = backend
 
 
-def defer(op: str, problem: Callable, skip: tuple[str, ...] = ()) -> None:
+def defer(
+    op: str,
+    problem: Callable,
+    skip: tuple[str, ...] = (),
+    devices: tuple[str, ...] = ("cuda", "cpu"),
+) -> None:
     """Let `op` choose its backend when it runs (AUTO) when traced."""
-    _DEFERRED[op] = Deferred(problem, skip)
+    _DEFERRED[op] = Deferred(problem, skip, devices)
 
 
 def _deferred(op: str, problem: Problem) -> bool:
-    if op not in _DEFERRED:
-        return False
-    if torch.compiler.is_compiling():
-        return True
-    # (export's and make_fx's tracing run Python as is: their sizes are SymInts)
-    return any(isinstance(value, _SYMBOLIC_TYPES) for value in problem.facts.values())
+    deferred = _DEFERRED.get(op)
+    return (
+        deferred is not None
+        and torch.compiler.is_compiling()  # (first: eager calls pay only this)
+        and problem.device.type in deferred.devices
+    )
 
 
-_SYMBOLIC_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+def is_auto(backend: str) -> bool:
+    """Whether `backend` is chosen when the op runs (AUTO, with or without a hint)."""
+    return backend.startswith(AUTO) and (len(backend) == len(AUTO) or backend[len(AUTO)] == ":")
+
+
+def hint_name(backend: str | None) -> str | None:
+    """The backend a hint names: NAME from "auto:NAME", None from a bare "auto"."""
+    if backend is not None and is_auto(backend):
+        return backend[len(AUTO) + 1 :] or None
+    return backend
 
 
 def backends(op: str) -> list[str]:
@@ -83,7 +100,7 @@ def backends(op: str) -> list[str]:
 
 def choose(op: str, problem: Problem, backend: str | None = None) -> str:
     """The name of the backend that runs `problem`; a ValueError says why none can. AUTO
-    where the op defers its choice and the sizes are symbolic."""
+    where the op defers its choice and is traced."""
     table = _REGISTRY[op]
     if backend is not None:
         if not isinstance(backend, str) or backend not in table:
@@ -115,9 +132,14 @@ def explain(op: str, problem: Problem) -> dict[str, list[str]]:
 
 
 def run(op: str, backend: str, *args):
-    if backend == AUTO:  # sizes are concrete now
-        deferred = _DEFERRED[op]
-        backend = _first_fitting(op, deferred.problem(*args), deferred.skip)
+    if is_auto(backend):  # sizes are concrete now
+        deferred, hint = _DEFERRED[op], hint_name(backend)
+        problem = deferred.problem(*args)
+        table = _REGISTRY[op]
+        if hint in table and hint not in deferred.skip and not table[hint].reasons(problem, True):
+            backend = hint
+        else:
+            backend = _first_fitting(op, problem, deferred.skip)
     for arg in args:  # (the first tensor's device: every op's operands share one)
         if isinstance(arg, torch.Tensor):
             if arg.is_cuda:
@@ -182,10 +204,12 @@ def always(problem: Problem, forced: bool) -> list[str]:
 
 def choose_with_hint(op: str, problem: Problem, backend: str | None, hint: str | None) -> str:
     """A forced backend, else `hint` (the backend a forward pass used) when it fits, else
-    automatic (AUTO when traced: a hint fitting some sizes may not fit all)."""
-    if backend is not None or _deferred(op, problem):
+    automatic; when traced, "auto:HINT" (the hint judged on the sizes the op runs with)."""
+    if backend is not None:
         return choose(op, problem, backend)
-    table = _REGISTRY[op]
+    hint, table = hint_name(hint), _REGISTRY[op]
+    if _deferred(op, problem):
+        return f"{AUTO}:{hint}" if hint in table else AUTO
     if hint in table and not table[hint].reasons(problem, True):
         return hint
-    return choose(op, problem)
+    return _first_fitting(op, problem)

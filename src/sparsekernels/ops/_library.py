@@ -130,7 +130,7 @@ def spmm_csr(
     out = _dispatch.run(
         "spmm_csr", backend, row_offsets, column_indices, values, b, bias, row_order, activation
     )
-    if backend == _dispatch.AUTO:  # the layout the fake promised, whichever backend ran
+    if _dispatch.is_auto(backend):  # the layout the fake promised, whichever backend ran
         return in_b_order(out, b) if out.dim() == 2 else out.contiguous()
     return out
 
@@ -140,12 +140,16 @@ def _(
     row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, activation, backend
 ):
     shape = (*_batch(values.shape[:-1], b.shape[:-2]), row_offsets.shape[0] - 1, b.shape[-1])
-    in_b_order_backends = ("dense", "torch_sparse", "reference", _dispatch.AUTO)
-    if backend in in_b_order_backends and len(shape) == 2:
+    in_b_order = _dispatch.is_auto(backend) or backend in _CSR_IN_B_ORDER
+    if in_b_order and len(shape) == 2:
         return spmm_out(b, shape[0])
     if backend == "triton" and csr_row_walk_in_b_order(values, b):  # so does the few-token walk
         return spmm_out(b, shape[0])
     return b.new_empty(shape)
+
+
+# backends writing a 2-D CSR product in b's order (spmm_out): column-major for linear's x^T
+_CSR_IN_B_ORDER = ("dense", "torch_sparse", "reference", "scatter")
 
 
 def _spmm_csr_setup(ctx, inputs, output):
@@ -268,7 +272,7 @@ def _spmm_hint(sddmm_backend: str) -> str | None:
     for an SDDMM reads only the stored entries' rows but for an SpMM multiplies structural
     zeros (a NaN in Y would reach rows of dX that no entry connects it to): SpMM then
     chooses for itself."""
-    return None if sddmm_backend == "dense" else sddmm_backend
+    return None if _dispatch.hint_name(sddmm_backend) == "dense" else sddmm_backend
 
 
 sddmm_csr.register_autograd(_sddmm_csr_backward, setup_context=_sddmm_csr_setup)
@@ -287,7 +291,7 @@ def sparse_softmax(row_offsets: Tensor, values: Tensor, scale: float, backend: s
 
 @sparse_softmax.register_fake
 def _(row_offsets, values, scale, backend):
-    return torch.empty_like(values)
+    return torch.empty_like(values, memory_format=torch.contiguous_format)  # (as every backend)
 
 
 @torch.library.custom_op("sparsekernels::sparse_softmax_backward", mutates_args=())

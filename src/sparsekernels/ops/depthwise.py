@@ -280,6 +280,8 @@ def _triton_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     from ..kernels.tuning import MAX_GRID_YZ
 
     reasons = _dispatch.triton_device_reasons(problem, forced)
+    if reasons:  # (sizes unread: a symbolic size compared would guard a compiled graph)
+        return reasons
     facts = problem.facts
     batch, channels = facts.get("batch", 1), facts.get("channels", 1)
     height, width, stride = facts.get("height", 1), facts.get("width", 1), facts.get("stride", 1)
@@ -311,4 +313,8 @@ _dispatch.register(
     "depthwise_conv2d",
     _dispatch.Backend("reference", reference_depthwise_conv2d, _dispatch.always),
 )
-_dispatch.defer("depthwise_conv2d", lambda x, weight, bias, stride, activation: _problem(x, stride))
+_dispatch.defer(  # (on CUDA only: on the CPU "torch" runs, traced as aten ops inductor fuses)
+    "depthwise_conv2d",
+    lambda x, weight, bias, stride, activation: _problem(x, stride),
+    devices=("cuda",),
+)

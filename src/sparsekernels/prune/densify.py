@@ -97,8 +97,9 @@ def _dense_layer(layer: nn.Module) -> nn.Module:
         dense = _conv1d(layer)
     else:
         dense = layer.to_linear()
-    for p in dense.parameters():
-        p.requires_grad_(layer.values.requires_grad)
+    dense.weight.requires_grad_(layer.values.requires_grad)
+    if layer.bias is not None:
+        dense.bias.requires_grad_(layer.bias.requires_grad)
     return dense.train(layer.training)
 
 
