@@ -52,16 +52,22 @@ def test_one_graph_for_every_token_count_running_eagers_backends(config, gen, ra
     compiled = torch.compile(model, dynamic=True, fullgraph=True)
     with torch.no_grad():
         compiled(randn(3, 64, gen=gen, dtype=torch.float32))
-        with torch.compiler.set_stance("fail_on_recompile"):
-            for tokens in TOKENS:
-                x = randn(tokens, 64, gen=gen, dtype=torch.float32)
-                ran.clear()
-                got = compiled(x)
-                chosen = list(ran)
-                ran.clear()
-                want = model(x)
-                assert chosen == ran, (tokens, chosen, ran)
-                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        xs = [randn(tokens, 64, gen=gen, dtype=torch.float32) for tokens in TOKENS]
+        _as_eager_without_recompiling(compiled, model, xs, ran, tolerance=1e-5)
+
+
+def _as_eager_without_recompiling(compiled, model, xs, ran, tolerance: float) -> None:
+    """Each x through the compiled model, with no recompile, on the backends an eager call
+    takes first (recorded by `ran`), giving its product."""
+    with torch.compiler.set_stance("fail_on_recompile"):
+        for x in xs:
+            ran.clear()
+            want = model(x)
+            eager_ran = list(ran)
+            ran.clear()
+            got = compiled(x)
+            assert ran == eager_ran, (x.shape[0], ran, eager_ran)
+            torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
 
 
 def test_the_backends_differ_across_the_token_counts(gen, ran):
@@ -360,13 +366,5 @@ def test_gpu_one_graph_for_every_token_count(config, gen, ran):
     compiled = torch.compile(model, dynamic=True, fullgraph=True)
     with torch.no_grad():
         compiled(torch.randn(3, 512, device="cuda", dtype=torch.bfloat16))
-        with torch.compiler.set_stance("fail_on_recompile"):
-            for tokens in GPU_TOKENS:
-                x = torch.randn(tokens, 512, device="cuda", dtype=torch.bfloat16)
-                ran.clear()
-                want = model(x)
-                eager_ran = list(ran)
-                ran.clear()
-                got = compiled(x)
-                assert ran == eager_ran, (tokens, ran, eager_ran)
-                torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        xs = [torch.randn(t, 512, device="cuda", dtype=torch.bfloat16) for t in GPU_TOKENS]
+        _as_eager_without_recompiling(compiled, model, xs, ran, tolerance=2e-2)
