@@ -24,6 +24,10 @@ def test_fully_shard_trains_as_one_process(config):
                "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
                str(HERE / "_fsdp_worker.py"), config]  # fmt: skip
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if run.returncode != 0 and "terminate called without an active exception" in run.stderr:
+        # (seen once in CI, not in 28 runs here: a rank aborting in gloo's threads; once more)
+        command[command.index("--master_port") + 1] = str(_free_port())
+        run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["got"] == pytest.approx(result["want"], rel=1e-12, abs=1e-15)
