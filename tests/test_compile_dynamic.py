@@ -10,7 +10,7 @@ import torch
 
 import sparsekernels as sk
 from _helpers import randn, random_csr, random_nm
-from sparsekernels.ops import _dispatch
+from sparsekernels.ops import _cusparselt, _dispatch
 from sparsekernels.ops.depthwise import _depthwise_op
 
 # the CPU rule for the dense backend turns at ~100 tokens on these sizes (spmm_cpu_tuning)
@@ -31,10 +31,19 @@ def _mlp(config: str, gen: torch.Generator, dtype=torch.float64) -> torch.nn.Mod
 
 @pytest.fixture
 def ran(monkeypatch):
-    """Every backend that runs, as (op, name), in order."""
+    """Every backend that runs, as (op, name), in order (cuSPARSELt's: its own op eagerly,
+    spmm_nm's body compiled, both through _cusparselt._run)."""
     names = []
+
+    def cusparselt(*args, _run=_cusparselt._run):
+        names.append(("spmm_nm", "cusparselt"))
+        return _run(*args)
+
+    monkeypatch.setattr(_cusparselt, "_run", cusparselt)
     for op in ("spmm_csr", "spmm_nm", "sddmm_csr", "sddmm_nm"):
         for name, backend in list(_dispatch._REGISTRY[op].items()):
+            if name == "cusparselt":
+                continue
 
             def run(*args, _run=backend.run, _key=(op, name)):
                 names.append(_key)
@@ -354,10 +363,10 @@ GPU_TOKENS = [2, 8, 17, 40, 100, 600, 2100]  # across the CUDA routes' windows (
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", ["70%", "90%", "2:8", "1:8", "2:8,v=64"])
+@pytest.mark.parametrize("config", ["70%", "90%", "2:8", "1:8", "2:8,v=64", "2:4"])
 def test_gpu_one_graph_for_every_token_count(config, gen, ran):
     """bf16 on the GPU: one graph, each token count on the backend an eager call took first
-    (2:4 is left out: eager calls may take cuSPARSELt, which the op's body does not)."""
+    (2:4 from 512 tokens: cuSPARSELt, its weight packed once)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)

@@ -282,15 +282,17 @@ def test_a_users_own_weight_follows_fused_steps(kind, gen):
 
 def test_a_layer_pickles_after_cusparselt_packed_its_weight(monkeypatch, tmp_path):
     """torch.save(layer) raised "cannot pickle 'weakref'" once cuSPARSELt's packed weight was
-    kept beside the N:M matrix (every GPU forward through that backend). What is derived is
-    left out of the pickle and remade."""
-    from sparsekernels.formats import semi_structured
+    kept beside the N:M matrix (every GPU forward through that backend). It is kept by the
+    values' identity now (ops/_cusparselt.py), out of the pickle, and remade."""
+    from sparsekernels.ops import _cusparselt
 
     monkeypatch.setattr(torch, "_cslt_compress", lambda dense: dense.clone())  # (CUDA-only)
     layer = SparseLinear.from_dense(nn.Linear(64, 32).half(), pattern="2:4")
-    semi_structured.packed_weight(layer.weight)  # (what ops/_cusparselt.spmm does on a GPU)
+    W = layer.weight
+    _cusparselt._packed(W.values, W.indices, W.shape[1])  # (what a GPU forward does)
     torch.save(layer, tmp_path / "layer.pt")
     back = torch.load(tmp_path / "layer.pt", weights_only=False)
     x = torch.randn(3, 64).half()
     torch.testing.assert_close(back(x), layer(x), rtol=0, atol=0)
-    assert "cusparselt" in layer.weight._cache and "cusparselt" not in back.weight._cache
+    assert _cusparselt._PACKED.get(layer.values) is not None
+    assert _cusparselt._PACKED.get(back.values) is None

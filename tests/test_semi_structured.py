@@ -300,25 +300,91 @@ def test_backend_odd_layouts(fake, gen):
     assert sk.spmm(W, wide[:, :0], backend="cusparselt").shape == (32, 0)
 
 
+def _kept(values):
+    """The packed weight kept for these values (ops/_cusparselt._packed), else None."""
+    entry = _cusparselt._PACKED.get(values)
+    return None if entry is None else entry[3]
+
+
 def test_packed_weight_cache(fake, gen):
     W = random_nm(32, 64, 2, 4, gen, dtype=torch.bfloat16)
     x = randn(4, 64, gen=gen, dtype=torch.bfloat16)
     first = sk.linear(x, W, backend="cusparselt")
-    packed = W._cache["cusparselt"][2]
+    packed = _kept(W.values)
     sk.linear(x, W, backend="cusparselt")
-    assert fake.compressed == 1 and W._cache["cusparselt"][2] is packed
+    assert fake.compressed == 1 and _kept(W.values) is packed
     with torch.no_grad():
         W.values.mul_(2)  # an optimizer step: same tensor, new version
     torch.testing.assert_close(sk.linear(x, W, backend="cusparselt"), 2 * first)
     assert fake.compressed == 2
-    other = W.with_values(W.values.neg())  # shares the cache dict, not the values
+    other = W.with_values(W.values.neg())  # another values tensor: its own copy
     torch.testing.assert_close(sk.linear(x, other, backend="cusparselt"), -2 * first)
     assert fake.compressed == 3
+    torch.testing.assert_close(sk.linear(x, W, backend="cusparselt"), 2 * first)
+    assert fake.compressed == 3  # (W's is still kept)
+    size = len(_cusparselt._PACKED)
+    del other
+    assert len(_cusparselt._PACKED) == size - 1  # dropped with its values
+    with torch.no_grad():
+        W.indices.copy_(W.indices.flip(-1))  # the pattern edited in place: packed again
+    sk.linear(x, W, backend="cusparselt")
+    assert fake.compressed == 4
     with torch.inference_mode():
         frozen = W.with_values(W.values.clone())
         sk.linear(x, frozen, backend="cusparselt")
         sk.linear(x, frozen, backend="cusparselt")
-    assert fake.compressed == 5  # inference tensors carry no version: packed every call
+    assert fake.compressed == 6  # inference tensors carry no version: packed every call
+
+
+def _mlp_2_4(gen) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 96), torch.nn.GELU(), torch.nn.Linear(96, 48)
+    ).bfloat16()
+    sk.sparsify_(model, "2:4")
+    return model
+
+
+def test_a_compiled_graph_takes_it_with_each_weight_packed_once(fake, gen):
+    """Under torch.compile spmm_nm's body chooses cuSPARSELt where an eager call would, and
+    finds the weight packed once by its values (an eager call's copy, shared); an in-place
+    update packs again. Before, a graph never took it (it would have packed every call)."""
+    model = _mlp_2_4(gen)
+    compiled = torch.compile(model, dynamic=True, fullgraph=True)
+    x = randn(600, 64, gen=gen, dtype=torch.bfloat16)  # (bf16 takes cuSPARSELt from 512)
+    with torch.no_grad():
+        want = model(x)
+        assert fake.compressed == 2
+        products = len(fake.layouts)
+        torch.testing.assert_close(compiled(x), want, rtol=2e-2, atol=2e-2)
+    with torch.no_grad(), torch.compiler.set_stance("fail_on_recompile"):
+        compiled(x[:530])
+        assert len(fake.layouts) == products + 4  # both layers, both calls
+        assert fake.compressed == 2  # the eager call's packed weights, found by the values
+        compiled(x[:16])  # (decode sizes take other backends)
+        assert len(fake.layouts) == products + 4
+        model[0].values.mul_(-1)
+        torch.testing.assert_close(compiled(x), model(x), rtol=2e-2, atol=2e-2)
+        assert fake.compressed == 3  # layer 0 packed again, once
+
+
+def test_a_compiled_training_step_through_it(fake, gen):
+    """Gradients of a compiled step whose forward took cuSPARSELt are eager's; the optimizer's
+    steps pack the weights again (they are not replayed stale)."""
+    model = _mlp_2_4(gen)
+    twin = _mlp_2_4(gen)
+    twin.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, dynamic=True)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, twin)]
+    for step in range(3):
+        x = randn(520 + step, 64, gen=gen, dtype=torch.bfloat16)
+        for net, optimizer in zip((compiled, twin), optimizers, strict=True):
+            optimizer.zero_grad()
+            net(x).float().square().mean().backward()
+            optimizer.step()
+        for got, want in zip(model.parameters(), twin.parameters(), strict=True):
+            torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    assert fake.compressed >= 2 * 3 * 2  # each model's two weights, after each step
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -342,7 +408,7 @@ def test_opcheck_and_compile(fake, gen):
     W = random_nm(32, 64, 2, 4, gen, dtype=torch.bfloat16)
     x = randn(5, 64, gen=gen, dtype=torch.bfloat16)
     bias = randn(32, gen=gen, dtype=torch.bfloat16)
-    for packed in (None, semi_structured.packed_weight(W)):
+    for packed in (None, _cusparselt._packed(W.values, W.indices, W.shape[1])):
         args = (W.values.clone().requires_grad_(), W.indices, packed, x.t(), bias, "relu")
         torch.library.opcheck(torch.ops.sparsekernels.spmm_nm_cusparselt.default, args)
     f = torch.compile(lambda x: sk.linear(x, W, bias, backend="cusparselt"), fullgraph=True)
@@ -451,9 +517,9 @@ def test_cusparselt_autograd_and_cache_on_cuda(gen):
     for got, want in zip(grads("cusparselt"), grads("reference"), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
     first = sk.linear(x0, W, backend="cusparselt")
-    packed = W._cache["cusparselt"][2]
+    packed = _kept(W.values)
     sk.linear(x0, W, backend="cusparselt")
-    assert W._cache["cusparselt"][2] is packed
+    assert _kept(W.values) is packed
     with torch.no_grad():
         W.values.mul_(2)
     torch.testing.assert_close(sk.linear(x0, W, backend="cusparselt"), 2 * first)

@@ -1,10 +1,10 @@
 """Compiled against eager linear on the GPU: since the fifty-sixth session a traced op chooses
-its backend in its body when it runs (ops/_dispatch.AUTO), the eager choice except cuSPARSELt
-(whose op takes the weight packed once; in a graph it repacked the weight every call). This
+its backend in its body when it runs (ops/_dispatch.AUTO), the eager choice; since the
+fifty-seventh cuSPARSELt too (the weight packed once, found by the values' identity). This
 times, per weight and token count, bf16, as CUDA graphs (weights of 117 MB: past L2):
-- eager: sk.linear, the eager route (cuSPARSELt with its cached packing for 2:4 from 512);
+- eager: sk.linear, the eager route (cuSPARSELt for 2:4 from 512 tokens);
 - compiled: torch.compile(sk.linear, dynamic=True, fullgraph=True), the op's own choice;
-- compiled/cslt: the same with backend="cusparselt" forced (2:4 only: a pack every call);
+- compiled/cslt: the same with backend="cusparselt" forced (2:4 only);
 - dense: F.linear.
 Each checked against float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/compiled_routes.py

@@ -110,7 +110,7 @@ def main() -> None:
         w = torch.randn(M, K, device="cuda", dtype=DTYPE)
         W = sk.NMMatrix.from_dense(w, 2, 4, mask=sk.prune.nm_mask(w.float(), 2, 4))
         Wd = W.to_dense()
-        packed = semi_structured.packed_weight(W)
+        packed = _cusparselt._packed(W.values, W.indices, K)
         Ws = torch.sparse.to_sparse_semi_structured(Wd)
         for N in TOKENS:
             x = torch.randn(N, K, device="cuda", dtype=DTYPE)

@@ -9,19 +9,16 @@ only a 2:4 weight whose pairs each hold one nonzero converts) and a weight
 whose rows and columns are multiples of 16 (cuSPARSELt) or 32 x 64 (CUTLASS). The dense operand
 of a product needs its columns padded to a multiple of 8, which the cusparselt backend does.
 
-`packed_weight(W)` is what the backend multiplies: `torch._cslt_compress` of W's dense form,
-cached on W (shared with `with_values` copies) and remade when W's values are another tensor or
-were changed in place.
+`compress(values, indices, cols)` is what the backend multiplies: `torch._cslt_compress` of W's
+dense form (kept per values tensor by ops/_cusparselt.py).
 """
 
 from __future__ import annotations
 
 import functools
-import weakref
 
 import torch
 
-from .._cache_mode import building, derived_from, version
 from .._quiet_warnings import ignoring
 
 # What torch's semi-structured subclasses take (their _DTYPE_SHAPE_CONSTRAINTS, torch 2.4-2.13),
@@ -141,28 +138,6 @@ def to_semi_structured(matrix) -> torch.Tensor:
             )
     with ignoring(_PROTOTYPE_WARNING):  # (torch's, once a process)
         return torch.sparse.to_sparse_semi_structured(dense)
-
-
-def packed_weight(matrix) -> torch.Tensor:
-    """cuSPARSELt's compressed form of `matrix` (values and metadata in one buffer), made once.
-
-    The cache entry remembers the values tensor and its version counter, so new values (another
-    tensor, or an in-place update such as an optimizer step) are packed again. Inference tensors
-    have no version counter: they are packed on every call. The caller checked the constraints.
-    """
-    values = matrix.values
-    seen = version(values)
-    if seen is None:  # an inference tensor: in-place changes could not be seen
-        return compress(values, matrix.indices, matrix.shape[1])
-    entry = derived_from(matrix._cache, matrix.indices).get("cusparselt")
-    if entry is not None:
-        ref, seen_version, packed = entry
-        if ref() is values and seen_version == seen:
-            return packed
-    with building(values):
-        packed = compress(values, matrix.indices, matrix.shape[1])
-    matrix._cache["cusparselt"] = (weakref.ref(values), seen, packed)
-    return packed
 
 
 def compress(values: torch.Tensor, indices: torch.Tensor, cols: int) -> torch.Tensor:

@@ -1,11 +1,15 @@
 """The cusparselt backend of spmm/linear: a 2:4 weight through torch's cuSPARSELt matmul.
 
-cuSPARSELt multiplies a weight compressed once (`formats/semi_structured.packed_weight`, cached
-on the NMMatrix), so this backend runs as its own custom op, `sparsekernels::spmm_nm_cusparselt`,
-which takes the packed weight as one more tensor; spmm_nm_raw sends it here once dispatch has
-chosen it. Its backward is the N:M one of the other backends, chosen automatically: dW at the
-kept positions by sddmm_nm, dB = W^T dC by spmm_nm (cuSPARSELt cannot take W^T: its rows are not
-2:4), d(bias) the row sums. Bias goes into cuSPARSELt's epilogue; ReLU/GELU run after it.
+cuSPARSELt multiplies a weight compressed once (`torch._cslt_compress` of its dense form,
+`_packed`), kept while the values live and packed again when they change. Eager calls run this
+backend as its own custom op, `sparsekernels::spmm_nm_cusparselt`, which takes the packed weight
+as one more tensor (spmm_nm_raw sends it here once dispatch has chosen it). Under torch.compile
+spmm_nm's body, choosing when it runs, takes it too (`run`): the packed weight is found by the
+values' identity and version, and Dynamo hands an op the layer's own parameter, so compiled and
+eager calls share one copy. Its backward is the N:M one of the other backends, chosen
+automatically: dW at the kept positions by sddmm_nm, dB = W^T dC by spmm_nm (cuSPARSELt cannot
+take W^T: its rows are not 2:4), d(bias) the row sums. Bias goes into cuSPARSELt's epilogue;
+ReLU/GELU run after it.
 
 Like the dense backend, cuSPARSELt multiplies the two zeros of every group of four too: a NaN or
 Inf in B reaches every output of its column.
@@ -13,19 +17,25 @@ Inf in B reaches every output of its column.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
 from .. import reference
+from .._cache_mode import building
 from .._fill_streams import before_launch
 from ..formats import semi_structured
 from ..kernels import tuning
 from ..kernels.transpose import row_major_copy
 from . import _cusparselt_algs, _dispatch
 from ._autocast import backward_without_autocast
-from ._layout import column_major, spmm_out
+from ._identity_cache import IdentityCache, version
+from ._layout import column_major, in_b_order, spmm_out
 
 Tensor = torch.Tensor
+# values -> ((their version, the indices' version), weak ref to the indices, columns, packed)
+_PACKED = IdentityCache()
 
 
 def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
@@ -98,14 +108,38 @@ def _aligned(t: Tensor) -> Tensor:
 
 
 def _run(values, indices, packed, b, bias, activation) -> Tensor:
-    if packed is None:  # torch.compile traces no cache lookups: pack inside the op
-        packed = semi_structured.compress(values, indices, b.shape[0])
+    if packed is None:  # (no NMMatrix came with the call: under torch.compile, or a raw op call)
+        packed = _packed(values, indices, b.shape[0])
     return matmul(packed, values.shape[0], b, bias, activation)
 
 
+def _packed(values: Tensor, indices: Tensor, cols: int) -> Tensor:
+    """W compressed once for these very tensors at their versions (an optimizer step, or any
+    in-place edit, packs again), kept while the values live. Packed in every call where no
+    change could be seen: inference tensors carry no version, and a CUDA graph captured with
+    a trained weight (its values want a gradient) would replay a kept copy stale after each
+    optimizer step, so such a graph packs as it runs."""
+    seen = (version(values), version(indices))
+    if None in seen or (values.requires_grad and _capturing(values)):
+        return semi_structured.compress(values, indices, cols)
+    entry = _PACKED.get(values)
+    if entry is not None and entry[0] == seen and entry[1]() is indices and entry[2] == cols:
+        return entry[3]
+    with building(values):
+        packed = semi_structured.compress(values, indices, cols)
+    _PACKED[values] = (seen, weakref.ref(indices), cols, packed)
+    return packed
+
+
+def _capturing(t: Tensor) -> bool:
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def run(values, indices, b, bias, activation, n, m, vector, block, transpose) -> Tensor:
-    """The registry's entry (spmm_nm's signature): packs the weight on every call."""
-    return _run(values, indices, None, b, bias, activation)
+    """The registry's entry (spmm_nm's signature), taken by spmm_nm's body when it chooses
+    under torch.compile: the packed weight found by the values (`_packed`), the product in
+    b's order (what spmm_nm's fake promises)."""
+    return in_b_order(_run(values, indices, None, b, bias, activation), b)
 
 
 # ============================================================================ the custom op
@@ -167,5 +201,5 @@ def spmm(values, indices, b, bias, activation, matrix=None) -> Tensor:
     packed = None
     if matrix is not None and not torch.compiler.is_compiling():
         before_launch(values.device)  # (after fills another stream made: not through _dispatch)
-        packed = semi_structured.packed_weight(matrix)
+        packed = _packed(values, indices, matrix.shape[1])
     return spmm_nm_cusparselt(values, indices, packed, b, bias, activation)

@@ -50,8 +50,6 @@ AUTO = "auto"
 class Deferred:
     # problem(*the op's run arguments) -> the Problem choose() decides on
     problem: Callable
-    # backends the op's body cannot run (cuSPARSELt's takes a packed weight beside them)
-    skip: tuple[str, ...] = ()
     # devices where the choice depends on sizes (elsewhere it is made when traced)
     devices: tuple[str, ...] = ("cuda", "cpu")
 
@@ -66,11 +64,10 @@ def register(op: str, backend: Backend) -> None:
 def defer(
     op: str,
     problem: Callable,
-    skip: tuple[str, ...] = (),
     devices: tuple[str, ...] = ("cuda", "cpu"),
 ) -> None:
     """Let `op` choose its backend when it runs (AUTO) when traced."""
-    _DEFERRED[op] = Deferred(problem, skip, devices)
+    _DEFERRED[op] = Deferred(problem, devices)
 
 
 def _deferred(op: str, problem: Problem) -> bool:
@@ -114,11 +111,9 @@ def choose(op: str, problem: Problem, backend: str | None = None) -> str:
     return _first_fitting(op, problem)
 
 
-def _first_fitting(op: str, problem: Problem, skip: tuple[str, ...] = ()) -> str:
+def _first_fitting(op: str, problem: Problem) -> str:
     rejected = []
     for name, candidate in _REGISTRY[op].items():
-        if name in skip:
-            continue
         reasons = candidate.reasons(problem, False)
         if not reasons:
             return name
@@ -136,10 +131,10 @@ def run(op: str, backend: str, *args):
         deferred, hint = _DEFERRED[op], hint_name(backend)
         problem = deferred.problem(*args)
         table = _REGISTRY[op]
-        if hint in table and hint not in deferred.skip and not table[hint].reasons(problem, True):
+        if hint in table and not table[hint].reasons(problem, True):
             backend = hint
         else:
-            backend = _first_fitting(op, problem, deferred.skip)
+            backend = _first_fitting(op, problem)
     for arg in args:  # (the first tensor's device: every op's operands share one)
         if isinstance(arg, torch.Tensor):
             if arg.is_cuda:

@@ -358,5 +358,4 @@ _dispatch.defer(
     lambda values, indices, b, bias, activation, n, m, vector, block, transpose: nm_problem(
         values, b, n, m, vector, block, transpose
     ),
-    skip=("cusparselt",),  # (its own op: the packed weight is not among these arguments)
 )
