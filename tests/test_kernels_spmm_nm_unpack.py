@@ -139,7 +139,8 @@ def test_supports_and_bad_tiles(gen):
 def test_route_takes_the_measured_window(monkeypatch):
     """bf16 element-wise 2:4 from 4 tokens, 2:8 from 8 and 1:8 from 13, to 64; few-row weights
     split (4096 rows: four ranges) on 64-token column tiles past 16 tokens, tall ones do not
-    split and take 32 or 64 tokens a tile; nothing else."""
+    split and take 32 or 64 tokens a tile; vector-wise rows at 17-32 tokens (v >= 16 to 24);
+    nothing else."""
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
 
     bf16 = torch.bfloat16
@@ -152,21 +153,29 @@ def test_route_takes_the_measured_window(monkeypatch):
     assert config(32, 2, 8, 1, 1, bf16, 14336).block_n == 32
     assert config(33, 2, 8, 1, 1, bf16, 14336).block_n == 64
     assert config(64, 1, 8, 1, 1, bf16, 14336).block_n == 64
+    assert config(32, 1, 8, 4, 1, bf16, 14336).block_n == 32  # vectors
+    assert config(24, 1, 8, 64, 1, bf16, 14336).block_n == 32
+    assert config(25, 1, 8, 64, 1, bf16, 14336) is None  # v >= 16: condensed K from 25
+    assert config(33, 2, 8, 4, 1, bf16, 14336) is None
     for args in [
         (3, 2, 4, 1, 1, bf16),
         (65, 2, 4, 1, 1, bf16),
         (7, 2, 8, 1, 1, bf16),
         (12, 1, 8, 1, 1, bf16),
-        (16, 2, 8, 2, 1, bf16),  # vectors
+        (16, 2, 8, 2, 1, bf16),  # vectors below 17 tokens
+        (20, 2, 8, 4, 1, torch.float16),
         (16, 2, 8, 1, 1, torch.float16),  # not timed
         (16, 4, 8, 1, 1, bf16),
     ]:
         assert config(*args, 4096) is None, args
 
 
-@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 9), (2, 4, 4), (1, 8, 16), (2, 4, 40)])
+@pytest.mark.parametrize(
+    ("n", "m", "tokens", "vector"),
+    [(2, 8, 9, 1), (2, 4, 4, 1), (1, 8, 16, 1), (2, 4, 40, 1), (1, 8, 20, 4), (2, 8, 24, 8)],
+)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_linear_routes_through_unpack(n, m, tokens, dtype, gen, monkeypatch):
+def test_linear_routes_through_unpack(n, m, tokens, vector, dtype, gen, monkeypatch):
     """linear takes the kernel in its window (bf16; made to include float16 here too), with
     bias, and gives the product in x's layout. In the interpreter the kernel's dot runs in
     float32 (the interpreter's bfloat16 tl.dot is wrong), the same products."""
@@ -179,7 +188,7 @@ def test_linear_routes_through_unpack(n, m, tokens, dtype, gen, monkeypatch):
     monkeypatch.setattr(
         spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(kw["split"]) or launch(**kw)
     )
-    W = random_nm(40, 96, n, m, gen, 1, 1, dtype)
+    W = random_nm(40, 96, n, m, gen, vector, 1, dtype)
     x = randn(tokens, 96, gen=gen, dtype=dtype)
     bias = randn(40, gen=gen, dtype=dtype)
     got = sk.linear(x, W, bias, backend="triton")

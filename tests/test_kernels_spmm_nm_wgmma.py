@@ -134,7 +134,8 @@ def test_route_takes_the_measured_window():
     """The measured windows (2:8 at 4-32 tokens, 1:8 at 8-32, 2:4 at 4-32; bf16, fp16 for 2:8)
     on the narrowest column tile that holds the tokens, split to fill one wave of programs
     (132 SMs), each range 4 steps at least; 1:8 and 2:4 past their 8-token window only where
-    that splits. Nothing else (1-3 tokens, vectors, other patterns, fp16 past 2:8)."""
+    that splits; vector-wise rows at 17-32 tokens in bf16. Nothing else (1-3 tokens,
+    vectors elsewhere, other patterns, fp16 past 2:8)."""
     from sparsekernels.kernels.nm_wgmma_tuning import spmm_nm_wgmma_config
 
     bf16 = torch.bfloat16
@@ -155,6 +156,8 @@ def test_route_takes_the_measured_window():
     assert tile(24, 1, 8, 4096, 4096) == (64, 32, 32, 4)
     assert tile(8, 2, 8, 4096, 14336, torch.float16) == (64, 32, 8, 6)
     assert tile(3, 2, 8, 64, 8 * 32) is None  # one step: one range
+    assert tile(17, 2, 8, 4096, 14336, bf16, 4) == (64, 32, 32, 4)  # vectors at 17-32
+    assert tile(32, 1, 8, 4096, 4096, bf16, 64) == (64, 32, 32, 4)
     for args in [
         (3, 2, 8, 4096, 14336),
         (33, 2, 8, 4096, 14336),
@@ -162,18 +165,24 @@ def test_route_takes_the_measured_window():
         (16, 2, 4, 14336, 4096),  # one range: the unpack kernel
         (32, 1, 8, 14336, 4096),
         (16, 1, 8, 4096, 14336, torch.float16),  # not timed
-        (16, 2, 8, 4096, 14336, bf16, 2),  # vectors
+        (16, 2, 8, 4096, 14336, bf16, 2),  # vectors below 17 tokens
+        (33, 2, 8, 4096, 14336, bf16, 4),  # past 32
+        (24, 2, 8, 4096, 14336, torch.float16, 4),  # in fp16
+        (24, 1, 8, 14336, 4096, bf16, 64),  # one range: the unpack kernel
         (16, 4, 8, 4096, 14336),
     ]:
         assert tile(*args) is None, args
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n", "m", "tokens"), [(2, 8, 17), (2, 8, 24), (2, 8, 29), (1, 8, 13)])
-def test_linear_routes_through_wgmma(n, m, tokens, gen, monkeypatch):
+@pytest.mark.parametrize(
+    ("n", "m", "tokens", "vector"),
+    [(2, 8, 17, 1), (2, 8, 24, 1), (2, 8, 29, 1), (1, 8, 13, 1), (2, 8, 21, 4), (1, 8, 32, 8)],
+)
+def test_linear_routes_through_wgmma(n, m, tokens, vector, gen, monkeypatch):
     """linear takes the kernel in its window on the H200, with bias, split on a few-row
     weight, and gives the product in x's layout (2:4 in bf16 goes to the sparse tensor
-    cores first: test_kernels_spmm_nm_mma_sp.py)."""
+    cores first: test_kernels_spmm_nm_mma_sp.py); vector-wise rows at 17-32 tokens."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_wgmma
 
@@ -182,7 +191,7 @@ def test_linear_routes_through_wgmma(n, m, tokens, gen, monkeypatch):
     monkeypatch.setattr(
         spmm_nm_wgmma, "spmm_nm_wgmma", lambda **kw: calls.append(kw["split"]) or launch(**kw)
     )
-    W = random_nm(1000, 2048 + 8 * m, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    W = random_nm(1000, 2048 + 8 * m, n, m, gen, vector, 1, torch.bfloat16, "cuda")
     x = randn(tokens, 2048 + 8 * m, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(1000, gen=gen, dtype=torch.bfloat16, device="cuda")
     got = sk.linear(x, W, bias)

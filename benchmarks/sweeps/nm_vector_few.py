@@ -49,6 +49,7 @@ def linear_cold(
         for _ in range(copies)
     ]
     routed, aliases = nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES
+    tiled = nm_wgmma_tuning.WGMMA_VECTORS, nm_unpack_tuning.UNPACK_VECTORS
     nm_mma_sp_tuning.MMA_SP_VECTORS = vectors
     nm_mma_sp_tuning.MMA_SP_ALIASES = aliases if vectors else {}
     nm_wgmma_tuning.WGMMA_VECTORS = nm_unpack_tuning.UNPACK_VECTORS = tiles
@@ -65,7 +66,7 @@ def linear_cold(
         return do_bench_cudagraph(lambda: [sk.linear(x, W) for W in Ws], rep=30) * 1e3 / len(Ws)
     finally:
         nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES = routed, aliases
-        nm_wgmma_tuning.WGMMA_VECTORS = nm_unpack_tuning.UNPACK_VECTORS = False
+        nm_wgmma_tuning.WGMMA_VECTORS, nm_unpack_tuning.UNPACK_VECTORS = tiled
         nm_mma_sp_tuning.MMA_SP_WINDOWS.update(windows)
 
 

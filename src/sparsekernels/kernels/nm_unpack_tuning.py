@@ -27,7 +27,8 @@ tokens, 2:8 from 8 and 1:8 from 13 (at 8 a tie), to 64. At one token it lost eve
 us against the select kernel's 11-22). On 4096-row weights the 64 row tiles leave the GPU idle:
 split 4 took 2:8 at 16 tokens from 66.5 to 29.5 us; on 14336 rows splitting changed little
 (30.4 -> 28.8). The tile's own size sets the time, not the weight's bytes (NOTES, nineteenth
-session). Other patterns, dtypes, vectors and shapes were not timed: they keep their route.
+session). Other patterns, dtypes and shapes were not timed: they keep their route (vectors:
+below).
 """
 
 from __future__ import annotations
@@ -57,9 +58,13 @@ UNPACK_PROGRAMS = 256  # split-K until the row tiles times the ranges reach this
 UNPACK_MAX_SPLIT = 4
 
 
-# Vector-wise rows in the same windows: the kernel takes them (its tests), never timed yet
-# (benchmarks/sweeps/nm_vector_few.py's "+tiles" form)
-UNPACK_VECTORS = False
+# Vector-wise rows at 17-32 tokens where the wgmma kernel does not take them (nm_wgmma_tuning's
+# table: 1:8 on 14336 rows, 23.4-24.1 us against the route's 32.7-71.9 at v=4), but v >= 16
+# only to 24 tokens: at 32 the condensed-K kernel's full 32-token tile won (1:8 v=64 14336 x
+# 4096: 17.7 against 24.0 us). Other token counts were not timed with vectors.
+UNPACK_VECTORS = True
+UNPACK_VECTOR_TOKENS = (17, 32)
+UNPACK_WIDE_VECTOR_MOST = 24  # tokens, for v >= 16
 
 
 def spmm_nm_unpack_config(
@@ -68,7 +73,7 @@ def spmm_nm_unpack_config(
     """The tile where the unpack kernel measured faster than the route (UNPACK_TOKENS), else
     None: element-wise rows with their own choice."""
     window = UNPACK_TOKENS.get((n, m))
-    if window is None or (vector != 1 and not UNPACK_VECTORS) or block != 1:
+    if window is None or block != 1 or (vector != 1 and not _takes_vectors(n_cols, vector)):
         return None
     if dtype not in UNPACK_DTYPES:
         return None
@@ -82,3 +87,9 @@ def spmm_nm_unpack_config(
     else:
         block_n, stages = (32 if n_cols <= 32 else 64), 3
     return SpmmNmUnpackConfig(UNPACK_BLOCK_M, 32, 4, stages, split, block_n)
+
+
+def _takes_vectors(n_cols: int, vector: int) -> bool:
+    fewest, most = UNPACK_VECTOR_TOKENS
+    most = min(most, UNPACK_WIDE_VECTOR_MOST) if vector >= 16 else most
+    return UNPACK_VECTORS and fewest <= n_cols <= most

@@ -81,9 +81,24 @@ def programs_per_sm(n: int, m: int, block_n: int) -> int:
     return 3
 
 
-# Vector-wise rows in the same windows: the kernel takes them (its tests), never timed yet
-# (benchmarks/sweeps/nm_vector_few.py's "+tiles" form at 17-32 tokens)
-WGMMA_VECTORS = False
+# Vector-wise rows (2:8 and 1:8, bf16) at 17-32 tokens, where mma.sp does not take them:
+# benchmarks/sweeps/nm_vector_few.py's "+tiles" form against the route (the decode, gather or
+# condensed-K kernels), cold L2, us, H100 (results/nvidia-h100/2026-12-05/at-d750428/):
+#                      4096 x 4096      14336 x 4096      4096 x 14336    (dense 14 / 44 / 46)
+#   tokens             17   24   32     17    24    32     17    24    32
+#   2:8 v=4  route   32.4 33.2 22.4  108.0 115.1  56.8   99.6 103.1  56.4
+#            +tiles  12.1 12.0 11.9   26.7  27.3  27.8   27.7  28.1  28.3
+#   2:8 v=64 route   42.8 43.2 25.3   44.1  44.5  31.1  148.5 148.7  86.7
+#            +tiles  12.0 11.6 11.9   27.0  27.3  27.6   27.5  27.8  28.0
+#   1:8 v=4  route   22.9 25.1 14.7   63.6  71.9  32.7   62.3  69.3  27.9
+#            +tiles  11.3 11.1 11.2   23.4  23.6  24.1   25.8  26.2  25.8
+#   1:8 v=64 route   23.5 23.6 14.5   24.6  24.8  17.7   76.1  76.1  44.4
+#            +tiles  11.2 10.9 11.1   23.3  23.5  24.0   25.6  26.0  25.6
+# (+tiles: this kernel where its windows take the size, else the unpack kernel's; 1:8 on
+# 14336 rows leaves no room for a split, so the unpack kernel ran those.) Other token counts
+# and dtypes were not timed with vectors: they keep their route.
+WGMMA_VECTORS = True
+WGMMA_VECTOR_TOKENS = (17, 32)
 
 
 def spmm_nm_wgmma_config(
@@ -100,7 +115,7 @@ def spmm_nm_wgmma_config(
     """The tile where the wgmma kernel measured faster than the route (WGMMA_WINDOWS), else
     None: element-wise rows with their own choice, K of `k`, on a GPU of `sms` SMs."""
     windows = WGMMA_WINDOWS.get((n, m), ())
-    if (vector != 1 and not WGMMA_VECTORS) or block != 1:
+    if block != 1 or (vector != 1 and not _takes_vectors(n_cols, dtype)):
         return None
     if dtype not in WGMMA_DTYPES.get((n, m), (torch.bfloat16,)):
         return None
@@ -115,3 +130,8 @@ def spmm_nm_wgmma_config(
     if window.needs_split and split < 2:
         return None
     return SpmmNmWgmmaConfig(WGMMA_BLOCK_M, WGMMA_BLOCK_G, window.block_n, split)
+
+
+def _takes_vectors(n_cols: int, dtype: torch.dtype) -> bool:
+    fewest, most = WGMMA_VECTOR_TOKENS
+    return WGMMA_VECTORS and dtype == torch.bfloat16 and fewest <= n_cols <= most
