@@ -60,13 +60,11 @@ class Pattern:
         return self._cached("row_lengths", lambda: self.row_offsets.diff())
 
     def row_indices(self) -> torch.Tensor:
-        """The row of every stored entry (nnz,), int64: the COO form references gather with."""
-
-        def build():
-            rows = torch.arange(self.shape[0], device=self.device)
-            return torch.repeat_interleave(rows, self.row_lengths().long(), output_size=self.nnz)
-
-        return self._cached("row_indices", build)
+        """The row of every stored entry (nnz,), the COO form: int32 (int64 past 2^31 rows).
+        Made for each call, not kept: 4 bytes an entry held beside a 2-byte value, for what
+        only builders and conversions read once."""
+        rows = torch.arange(self.shape[0], device=self.device, dtype=index_dtype_for(self.shape[0]))
+        return torch.repeat_interleave(rows, self.row_lengths().long(), output_size=self.nnz)
 
     def row_order(self) -> torch.Tensor:
         """Rows sorted by length, longest first (Sputnik's row swizzle), int32."""
@@ -87,13 +85,16 @@ class Pattern:
         return self._cached("cols16", lambda: self.column_indices.to(torch.int16))
 
     def transpose(self) -> tuple[Pattern, torch.Tensor]:
-        """The pattern of A^T and the permutation taking A's values to A^T's order."""
+        """The pattern of A^T and the permutation taking A's values to A^T's order (int32
+        below 2^31 entries: a training step keeps it for every weight)."""
         # A transpose knows its source weakly: a strong reference both ways would keep both
-        # patterns, and all they derived, until a full garbage collection.
+        # patterns, and all they derived, until a full garbage collection. The way back's
+        # permutation (the inverse) is made only if asked for: a backward never does.
         back = self._cached("transposed from", lambda: None)
-        source = None if back is None else back[0]()
-        if source is not None:
-            return source, back[1]
+        source, perm = (None, None) if back is None else (back[0](), back[1]())
+        if source is not None and perm is not None:
+            inverse = self._cached("transposed from: permutation", lambda: _inverse(perm))
+            return source, inverse
 
         def build():
             rows = self.row_indices()
@@ -110,7 +111,8 @@ class Pattern:
                 rows[perm].to(col_dtype),
                 (self.shape[1], self.shape[0]),
             )
-            back = (weakref.ref(self), torch.argsort(perm))
+            perm = perm.to(index_dtype_for(self.nnz))
+            back = (weakref.ref(self), weakref.ref(perm))
             seed(t._cache, "transposed from", back, t.row_offsets, t.column_indices)
             return t, perm
 
@@ -126,3 +128,10 @@ class Pattern:
             )
 
         return self._cached(f"block_layout:{block_m}x{block_n}:{split_fill}", build)
+
+
+def _inverse(perm: torch.Tensor) -> torch.Tensor:
+    """The permutation undoing `perm`, in its dtype."""
+    inverse = torch.empty_like(perm)
+    inverse[perm.long()] = torch.arange(perm.numel(), device=perm.device, dtype=perm.dtype)
+    return inverse

@@ -13,6 +13,7 @@ import torch
 
 from .. import reference
 from .._cache_mode import building
+from ..formats._pattern import index_dtype_for
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major
@@ -73,7 +74,8 @@ def sddmm_csr(row_offsets, column_indices, x, y):
 
 # column indices -> (row offsets, versions, row * cols + column of every stored entry): a
 # pattern's positions in the flattened product, once per pattern (a weight gradient asks every
-# step; computing them costs five launches).
+# step; computing them costs five launches), int32 where they fit (kept beside every trained
+# weight: 4 bytes an entry, not 8).
 _FLAT = IdentityCache()
 
 
@@ -85,7 +87,8 @@ def flat_positions(row_offsets, column_indices, cols: int) -> torch.Tensor:
     if hit is None or hit[0] is not row_offsets or hit[1] != key or None in key:
         with building(column_indices):
             rows = reference.row_indices(row_offsets, column_indices.numel())
-            hit = (row_offsets, key, rows * cols + column_indices.long())
+            flat = rows * cols + column_indices.long()
+            hit = (row_offsets, key, flat.to(index_dtype_for((row_offsets.numel() - 1) * cols)))
         if None not in key:  # (inference tensors': built for the call)
             _FLAT[column_indices] = hit
     return hit[2]

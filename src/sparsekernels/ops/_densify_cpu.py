@@ -20,12 +20,12 @@ CHUNK = 2**18  # entries a step on large weights (2 MB of int64 positions)
 
 def densify_csr(row_offsets, column_indices, values, rows: int, cols: int, kept=None):
     """The dense (*batch, rows, cols) matrix of values (*batch, nnz); exact (a copy). `kept`:
-    the pattern's flat positions (int64, nnz) where a cache already holds them."""
+    the pattern's flat positions (nnz,) where a cache already holds them."""
     weight = values.new_zeros((*values.shape[:-1], rows * cols))
     nnz = column_indices.numel()
     if kept is not None or nnz <= CHUNK:
         flat = kept if kept is not None else _positions(row_offsets, column_indices, 0, rows, cols)
-        weight.index_copy_(-1, flat, values)
+        weight.index_copy_(-1, flat.long(), values)  # (kept ones are int32 where they fit)
         return weight.view(*values.shape[:-1], rows, cols)
     offsets = row_offsets.tolist()
     first = 0
