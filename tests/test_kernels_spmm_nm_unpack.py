@@ -157,6 +157,7 @@ def test_route_takes_the_measured_window(monkeypatch):
     assert config(24, 1, 8, 64, 1, bf16, 14336).block_n == 32
     assert config(25, 1, 8, 64, 1, bf16, 14336) is None  # v >= 16: condensed K from 25
     assert config(33, 2, 8, 4, 1, bf16, 14336) is None
+    assert config(24, 2, 8, 4, 1, bf16, 2048) is None  # (vectors timed from 4096 rows)
     for args in [
         (3, 2, 4, 1, 1, bf16),
         (65, 2, 4, 1, 1, bf16),
@@ -183,6 +184,7 @@ def test_linear_routes_through_unpack(n, m, tokens, vector, dtype, gen, monkeypa
     from sparsekernels.kernels import nm_unpack_tuning, spmm_nm_unpack
 
     monkeypatch.setattr(nm_unpack_tuning, "UNPACK_DTYPES", (torch.bfloat16, torch.float16))
+    monkeypatch.setattr(nm_unpack_tuning.nm_wgmma_tuning, "VECTOR_MIN_ROWS", 1)  # (vectors)
     calls = []
     launch = spmm_nm_unpack.spmm_nm_unpack
     monkeypatch.setattr(

@@ -169,6 +169,7 @@ def test_route_takes_the_measured_window():
         (33, 2, 8, 4096, 14336, bf16, 4),  # past 32
         (24, 2, 8, 4096, 14336, torch.float16, 4),  # in fp16
         (24, 1, 8, 14336, 4096, bf16, 64),  # one range: the unpack kernel
+        (24, 2, 8, 2048, 4096, bf16, 4),  # vectors were timed from 4096 rows
         (16, 4, 8, 4096, 14336),
     ]:
         assert tile(*args) is None, args
@@ -184,8 +185,9 @@ def test_linear_routes_through_wgmma(n, m, tokens, vector, gen, monkeypatch):
     weight, and gives the product in x's layout (2:4 in bf16 goes to the sparse tensor
     cores first: test_kernels_spmm_nm_mma_sp.py); vector-wise rows at 17-32 tokens."""
     import sparsekernels as sk
-    from sparsekernels.kernels import spmm_nm_wgmma
+    from sparsekernels.kernels import nm_wgmma_tuning, spmm_nm_wgmma
 
+    monkeypatch.setattr(nm_wgmma_tuning, "VECTOR_MIN_ROWS", 1000)  # (vector rows on 1000)
     calls = []
     launch = spmm_nm_wgmma.spmm_nm_wgmma
     monkeypatch.setattr(

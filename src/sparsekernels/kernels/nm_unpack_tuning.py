@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import nm_wgmma_tuning
 from ._sizes import cdiv
 
 
@@ -61,7 +62,8 @@ UNPACK_MAX_SPLIT = 4
 # Vector-wise rows at 17-32 tokens where the wgmma kernel does not take them (nm_wgmma_tuning's
 # table: 1:8 on 14336 rows, 23.4-24.1 us against the route's 32.7-71.9 at v=4), but v >= 16
 # only to 24 tokens: at 32 the condensed-K kernel's full 32-token tile won (1:8 v=64 14336 x
-# 4096: 17.7 against 24.0 us). Other token counts were not timed with vectors.
+# 4096: 17.7 against 24.0 us). Other token counts were not timed with vectors, nor weights of
+# fewer than 4096 rows (nm_wgmma_tuning.VECTOR_MIN_ROWS).
 UNPACK_VECTORS = True
 UNPACK_VECTOR_TOKENS = (17, 32)
 UNPACK_WIDE_VECTOR_MOST = 24  # tokens, for v >= 16
@@ -73,7 +75,9 @@ def spmm_nm_unpack_config(
     """The tile where the unpack kernel measured faster than the route (UNPACK_TOKENS), else
     None: element-wise rows with their own choice."""
     window = UNPACK_TOKENS.get((n, m))
-    if window is None or block != 1 or (vector != 1 and not _takes_vectors(n_cols, vector)):
+    if window is None or block != 1:
+        return None
+    if vector != 1 and not _takes_vectors(n_cols, vector, rows):
         return None
     if dtype not in UNPACK_DTYPES:
         return None
@@ -89,7 +93,7 @@ def spmm_nm_unpack_config(
     return SpmmNmUnpackConfig(UNPACK_BLOCK_M, 32, 4, stages, split, block_n)
 
 
-def _takes_vectors(n_cols: int, vector: int) -> bool:
+def _takes_vectors(n_cols: int, vector: int, rows: int) -> bool:
     fewest, most = UNPACK_VECTOR_TOKENS
     most = min(most, UNPACK_WIDE_VECTOR_MOST) if vector >= 16 else most
-    return UNPACK_VECTORS and fewest <= n_cols <= most
+    return UNPACK_VECTORS and rows >= nm_wgmma_tuning.VECTOR_MIN_ROWS and fewest <= n_cols <= most

@@ -96,9 +96,11 @@ def programs_per_sm(n: int, m: int, block_n: int) -> int:
 #            +tiles  11.2 10.9 11.1   23.3  23.5  24.0   25.6  26.0  25.6
 # (+tiles: this kernel where its windows take the size, else the unpack kernel's; 1:8 on
 # 14336 rows leaves no room for a split, so the unpack kernel ran those.) Other token counts
-# and dtypes were not timed with vectors: they keep their route.
+# and dtypes were not timed with vectors, nor weights of fewer rows (the small ones take the
+# condensed-K kernel's small tiles, nm_small_tiles.py): they keep their route.
 WGMMA_VECTORS = True
 WGMMA_VECTOR_TOKENS = (17, 32)
+VECTOR_MIN_ROWS = 4096
 
 
 def spmm_nm_wgmma_config(
@@ -115,7 +117,7 @@ def spmm_nm_wgmma_config(
     """The tile where the wgmma kernel measured faster than the route (WGMMA_WINDOWS), else
     None: element-wise rows with their own choice, K of `k`, on a GPU of `sms` SMs."""
     windows = WGMMA_WINDOWS.get((n, m), ())
-    if block != 1 or (vector != 1 and not _takes_vectors(n_cols, dtype)):
+    if block != 1 or (vector != 1 and not _takes_vectors(n_cols, dtype, rows)):
         return None
     if dtype not in WGMMA_DTYPES.get((n, m), (torch.bfloat16,)):
         return None
@@ -132,6 +134,7 @@ def spmm_nm_wgmma_config(
     return SpmmNmWgmmaConfig(WGMMA_BLOCK_M, WGMMA_BLOCK_G, window.block_n, split)
 
 
-def _takes_vectors(n_cols: int, dtype: torch.dtype) -> bool:
+def _takes_vectors(n_cols: int, dtype: torch.dtype, rows: int) -> bool:
     fewest, most = WGMMA_VECTOR_TOKENS
-    return WGMMA_VECTORS and dtype == torch.bfloat16 and fewest <= n_cols <= most
+    timed = dtype == torch.bfloat16 and rows >= VECTOR_MIN_ROWS
+    return WGMMA_VECTORS and timed and fewest <= n_cols <= most
