@@ -185,7 +185,7 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     With CSR_LINES_VALUES_IN_PLACE it reads the weight's own values."""
     from sparsekernels.kernels import csr_lines_tuning
     from sparsekernels.kernels import spmm_csr_few_lines as kernel
-    from sparsekernels.ops import _launch_plans
+    from sparsekernels.ops import _csr_lines, _launch_plans
 
     skip_interpreter_on_gpu_machine(device)
     monkeypatch.setattr(_launch_plans, "ENABLED", False)  # each call through the route
@@ -211,6 +211,7 @@ def test_linear_takes_it_where_routed(device, gen, monkeypatch):
     bound_c = spmm_bound(x, C.to_dense().t()) + bias.double().abs()
     assert_close(sk.linear(x, C, bias, backend="triton"), want_c, bound_c, torch.bfloat16)
     assert len(calls) == 2  # (64,): refused, the few-token walk ran
+    assert _csr_lines._PACKED.get(C.values) is None  # (and no values packed for the lines)
     monkeypatch.setattr(csr_lines_tuning, "CSR_FEW_LINE_LENGTHS", (64, 16))
     assert_close(sk.linear(x, C, bias, backend="triton"), want_c, bound_c, torch.bfloat16)
     assert len(calls) == 3 and calls[2]["line"] == 16

@@ -15,7 +15,7 @@ from _helpers import (
     skip_interpreter_on_gpu_machine,
     spmm_bound,
 )
-from sparsekernels.kernels.tuning import spmm_nm_config
+from sparsekernels.kernels.tuning import SpmmNmConfig, spmm_nm_config
 
 # (n, m, vector, block): element-wise, vector-wise below and above the tensor-core threshold,
 # block-wise (BW4x4 = vector 4, block 4), odd n.
@@ -109,6 +109,52 @@ def test_small_tensor_core_tiles(device, n, m, N, layout, vector, gen):
     if layout == "x^T":
         B = randn(N, K, gen=gen, dtype=dtype, device=device).t()
     bias = randn(rows, gen=gen, dtype=dtype, device=device)
+    got, took_dot = _launch_poisoned(W, B, bias, "gelu", config)
+    assert took_dot
+    want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    assert_close(got, want, bound, dtype)
+
+
+def test_few_token_tiles_on_large_weights():
+    """16-32 tokens on a weight past the small tiles' sizes, v = 64: 16-row tiles of 128
+    slots (32-row ones at 16 tokens on 8192+ rows), 16 x 32 at 17-32 tokens; the usual
+    64-row tiles past 32 tokens and for vectors not timed (16, 32)."""
+
+    def tile(n_cols, vector, rows, k=4096):
+        c = spmm_nm_config(n_cols, vector, False, rows, k)
+        return c.use_dot, c.block_m, c.block_s, c.block_n, c.num_warps, c.num_stages
+
+    assert tile(16, 64, 4096) == (True, 16, 128, 16, 4, 4)
+    assert tile(16, 128, 4096, 14336) == (True, 16, 128, 16, 4, 4)
+    assert tile(16, 64, 14336) == (True, 32, 128, 16, 4, 3)
+    assert tile(17, 64, 14336) == tile(32, 64, 4096) == (True, 16, 128, 32, 4, 3)
+    assert tile(33, 64, 4096) == (True, 64, 32, 64, 8, 3)
+    assert tile(16, 32, 4096) == (True, 32, 32, 16, 8, 3)
+    assert tile(16, 64, 384, 1536)[1:3] == (16, 64)  # (a small weight: its small tiles)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize(("pattern", "N"), [((4, 8, 64, 1), 16), ((8, 32, 64, 1), 29),
+                                           ((64, 128, 64, 64), 16)])  # fmt: skip
+@pytest.mark.parametrize("rows", [100, 8192 + 64])
+def test_few_token_tiles(device, pattern, N, rows, gen):
+    """The few-token tiles on rows off their height, slots off the 128-slot step and a
+    partial column tile, bias and GELU, against float64."""
+    from sparsekernels.kernels.nm_small_tiles import few_token_tiles
+
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    if device != "cuda" and rows > 1000:
+        rows = 64 + 36  # (the interpreter: the 32-row tiles on a small weight)
+        config = SpmmNmConfig(True, 32, 128, 16, 4, 3)
+    else:
+        config = SpmmNmConfig(True, *few_token_tiles(N, vector, rows))
+    k = 11 * m  # 11 groups a row: the last 128-slot step partial (or the only one)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    W = random_nm(rows, k, n, m, gen, vector, block, dtype, device)
+    B = randn(k, N, gen=gen, dtype=dtype, device=device)
+    bias = randn(W.shape[0], gen=gen, dtype=dtype, device=device)
     got, took_dot = _launch_poisoned(W, B, bias, "gelu", config)
     assert took_dot
     want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])

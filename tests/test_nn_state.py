@@ -137,7 +137,8 @@ def test_release_caches_after_training(gen):
         want = model(x)
     inference = held_bytes(model)
     model(x).sum().backward()
-    assert held_bytes(model) > 1.5 * inference
+    stored = sum(layer.values.numel() for layer in model if isinstance(layer, SparseLinear))
+    assert held_bytes(model) > inference + 4 * stored  # (the transposes' int32 permutations)
     sk.nn.release_caches(model)
     with torch.no_grad():
         torch.testing.assert_close(model(x), want, rtol=0, atol=0)

@@ -1,5 +1,6 @@
 """The vector-wise N:M tensor-core kernel's small tiles (kernels/spmm_nm.py): where a small
-weight gives its usual 64 x 256 tiles few programs (tuning.spmm_nm_config takes them)."""
+weight gives its usual 64 x 256 tiles few programs, and where few tokens do on any weight
+(tuning.spmm_nm_config takes them)."""
 
 from ._sizes import cdiv, next_power_of_2
 
@@ -42,3 +43,36 @@ def small_tiles(n_cols: int, k: int) -> tuple[int, int, int, int, int, bool]:
     if n_cols >= 256:
         return 32, 64, 64, 4, 3, True
     return 16, 64, 32, 4, 2, k <= SMALL_TILES_IN_PLACE_MAX_K
+
+
+# At 16-32 tokens the usual tiles (64 rows) give a weight rows / 64 programs (64 on 4096
+# rows, for 132 SMs) and 32 slots a step: 16- or 32-row tiles of 128 slots a step ran 1.2-3.6x
+# faster (H100, bf16, v = 64, cold L2, us; results/nvidia-h100/2026-12-05/at-9ec3287/
+# nm_vw_tiles_v64.txt, at-d750428/nm_vw_tiles_64_128*.txt; cuBLAS on the dense weight
+# 17 / 43 / 45, densify + cuBLAS, the dense backend, 31 / 111 / 114):
+#                           16 tokens                       32 tokens
+#                    4096^2  14336x4096  4096x14336   4096^2  14336x4096  4096x14336
+#   4:8    usual       46.1     53.7       161.7        46.2     54.8       163.2
+#          16 rows     14.8     30.2        44.4        15.6     31.5        47.6
+#          32 rows     16.4     26.6        53.1        18.6     37.4        61.4
+#   8:32   usual       21.3     27.1        81.7        22.5     27.3        82.4
+#          16 rows      7.4     17.8        23.9         7.9     17.3        25.4
+#          32 rows      7.5     14.7        27.6         8.8     20.1        31.6
+#   64:128 usual       24.7     35.3        84.5        25.0     36.4        86.1
+#   (b=64) 16 rows     10.0     26.0        28.5        11.5     28.3        33.5
+#          32 rows     10.0     23.1        31.2        12.0     35.4        35.7
+# (16:32 as 4:8.) 16 tokens: 16-row tiles (4 stages), 32-row ones (3) on 8192+ rows;
+# 32 tokens: 16 x 32 tiles. Timed at v = 64 only: other vectors keep the usual tiles.
+FEW_TOKEN_TILES_MAX_N = 32
+FEW_TOKEN_TILES_TALL_ROWS = 8192
+
+
+def few_token_tiles(n_cols: int, vector: int, rows: int) -> tuple[int, int, int, int, int] | None:
+    """(block_m, block_s, block_n, num_warps, num_stages) at 16-32 tokens, else None."""
+    if vector % 64 or n_cols > FEW_TOKEN_TILES_MAX_N:
+        return None
+    if n_cols > 16:
+        return 16, 128, 32, 4, 3
+    if rows >= FEW_TOKEN_TILES_TALL_ROWS:
+        return 32, 128, 16, 4, 3
+    return 16, 128, 16, 4, 4

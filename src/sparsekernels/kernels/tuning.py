@@ -18,7 +18,7 @@ from functools import lru_cache
 import torch
 
 from ._sizes import cdiv, next_power_of_2
-from .nm_small_tiles import small_tiles, usual_block_n, vector_wise_small_tiles
+from .nm_small_tiles import few_token_tiles, small_tiles, usual_block_n, vector_wise_small_tiles
 
 _memo = lru_cache(maxsize=4096)
 
@@ -192,7 +192,8 @@ def spmm_nm_config(
     n_cols: int, vector: int, dtype_is_fp64: bool, rows: int | None = None, k: int | None = None
 ) -> SpmmNmConfig:
     """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores (in smaller tiles where
-    `rows` x `k`, when given, make the usual ones few: vector_wise_small_tiles); the rest gather
+    `rows` x `k`, when given, make the usual ones few: vector_wise_small_tiles, and at 16-32
+    tokens: few_token_tiles); the rest gather
     on CUDA cores. Decode sizes (N <= 16) use few rows and long slot runs per program, so even a
     4096-row weight spreads over thousands of programs (H200 sweep, 2026-11-29)."""
     tile_rows = _largest_power_of_two_dividing(vector, 64)
@@ -200,6 +201,9 @@ def spmm_nm_config(
         small = rows is not None and k is not None
         if small and vector_wise_small_tiles(n_cols, vector, rows, k):
             return SpmmNmConfig(True, *small_tiles(n_cols, k))
+        few = few_token_tiles(n_cols, vector, rows) if small else None
+        if few is not None:
+            return SpmmNmConfig(True, *few)
         block_n = usual_block_n(n_cols)
         return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
     block_n = min(16, next_power_of_2(max(n_cols, 1)))

@@ -32,14 +32,15 @@ _FINITE = IdentityCache()
 
 
 def line_form_for(row_offsets, column_indices, values, columns: int, row_order=None,
-                  in_place=False):  # fmt: skip
+                  in_place=False, lines=None):  # fmt: skip
     """(layout, packed values) of the weight, built once per pattern and values, or None where
-    the layout would hold more than csr_lines_tuning.CSR_LINES_MOST_SLOTS slots an entry.
-    With CSR_LINES_BY_SEQUENCE the rows are stored in `row_order`'s sequence (the layout's
-    row_sequence, which a kernel then visits them by). `in_place`: an in-place layout and its
-    pack_rest(values)."""
+    the layout would hold more than csr_lines_tuning.CSR_LINES_MOST_SLOTS slots an entry, or
+    its line length is not among `lines` (when given: nothing is packed for a walk that would
+    not run). With CSR_LINES_BY_SEQUENCE the rows are stored in `row_order`'s sequence (the
+    layout's row_sequence, which a kernel then visits them by). `in_place`: an in-place layout
+    and its pack_rest(values)."""
     layout = layout_for(row_offsets, column_indices, columns, row_order, in_place)
-    if layout is None:
+    if layout is None or (lines is not None and layout.line not in lines):
         return None
     packed = _PACKED.get(values)
     stale = packed is None or packed[0] != version(values) or packed[1] is not layout
@@ -89,13 +90,14 @@ def finite(values: torch.Tensor) -> bool:
     return hit[1]
 
 
-def weight_for(row_offsets, column_indices, values, columns: int, row_order=None):
+def weight_for(row_offsets, column_indices, values, columns: int, row_order=None, lines=None):
     """The line walks' arguments for the weight as csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE
     says: (layout, values, in_place, rest, finite_values), or None where no layout holds the
-    weight in few enough slots."""
+    weight in few enough slots (or in lines of a length among `lines`, when given)."""
     in_place = (csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE and values.is_contiguous()
                 and values.data_ptr() % 16 == 0)  # (aligned: the walks' vectors)  # fmt: skip
-    lined = line_form_for(row_offsets, column_indices, values, columns, row_order, in_place)
+    lined = line_form_for(row_offsets, column_indices, values, columns, row_order, in_place,
+                          lines)  # fmt: skip
     if lined is None:
         return None
     layout, packed = lined
@@ -147,8 +149,9 @@ def run_few(row_offsets, column_indices, values, b, bias, out, row_order, activa
     config = csr_lines_tuning.spmm_csr_few_lines_config(values.numel(), rows, n, values.dtype)
     if config is None or not spmm_csr_few_lines.offsets_fit(b, out):
         return False
-    lined = weight_for(row_offsets, column_indices, values, b.shape[0], row_order)
-    if lined is None or lined[0].line not in csr_lines_tuning.CSR_FEW_LINE_LENGTHS:
+    lined = weight_for(row_offsets, column_indices, values, b.shape[0], row_order,
+                       csr_lines_tuning.CSR_FEW_LINE_LENGTHS)  # fmt: skip
+    if lined is None:  # (nothing packed for lines this walk does not take: 90%'s 16 slots)
         return False
     layout, read, in_place, rest, all_finite = lined
     spmm_csr_few_lines.spmm_csr_few_lines(
