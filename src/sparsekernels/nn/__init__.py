@@ -2,7 +2,7 @@
 SparseAttention; and DepthwiseConv2d (3x3, dense), MobileNet's other layer."""
 
 from .attention import SparseAttention
-from .caches import release_caches
+from .caches import release_caches, set_weight_copies
 from .conv import SparseConv2d
 from .depthwise import DepthwiseConv2d
 from .distributed import index_buffer_names
@@ -15,4 +15,5 @@ __all__ = [
     "DepthwiseConv2d",
     "index_buffer_names",
     "release_caches",
+    "set_weight_copies",
 ]

@@ -18,6 +18,7 @@ from torch import nn
 from .. import _checks
 from .._cache_mode import building, fixed_sizes, wrapped
 from ..formats import CSRMatrix, NMMatrix
+from ..ops import _weight_copies
 from ..ops._identity_cache import version
 from ..prune.config import resolve
 from . import stepped_values
@@ -43,6 +44,9 @@ def _describe(layout) -> str:
 
 class SparseWeightModule(PreparedFromBuffers, nn.Module):
     """Base of the sparse layers: holds the weight (out_features, in_features) and the bias."""
+
+    # which copies of a CSR weight the routes may keep beside it (set_weight_copies)
+    weight_copies = "all"
 
     def _init_sparse_weight(self, weight: CSRMatrix | NMMatrix, bias: torch.Tensor | None) -> None:
         # Normal tensors even under torch.inference_mode (as nn.Linear's): inference tensors
@@ -98,6 +102,17 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         transposed pattern and positions, a decode route's copies): the next call rebuilds
         what it needs. sparsekernels.nn.release_caches(model) does every layer."""
         self._prepare()
+
+    def set_weight_copies(self, which: str) -> None:
+        """Which copies of a CSR weight the routes may keep beside it: "all" (the default: the
+        fastest routes' line layout and tiled copy), "in_place" (line walks reading the values
+        in place; at 70% 1.6 bytes a dense element at most, where "all" reaches 3.4 and dense
+        holds 2) or "none" (the CSR alone, 1.2; slower at 1-64 tokens). What was kept is
+        dropped now (ops/_weight_copies.py). N:M weights keep no such copies: no change."""
+        if which not in _weight_copies.CHOICES:
+            raise ValueError(f"which must be one of {_weight_copies.CHOICES}, got {which!r}")
+        self.weight_copies = which
+        self._prepare()  # (drops the copies; the format, built again, carries the choice)
 
     def _cache_keys(self) -> tuple[torch.Tensor, ...]:
         return self._current_values(), *self._index_buffers()
@@ -161,6 +176,7 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
                 # the pattern's cache would change under the graph's guards, a recompile)
                 template.row_order  # noqa: B018
                 buffers = (template.row_offsets, template.column_indices)
+                _weight_copies.choose(template.column_indices, self.weight_copies)
                 for name, narrow in zip(_CSR_BUFFERS, buffers, strict=True):
                     if held[name] is not narrow:  # (a wider buffer: loaded with assign=True)
                         held[name] = narrow

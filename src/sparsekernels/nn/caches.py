@@ -1,4 +1,5 @@
-"""release_caches(model): what the ops keep beside a model's sparse weights, dropped.
+"""release_caches(model): what the ops keep beside a model's sparse weights, dropped; and
+set_weight_copies(model, which): which of those copies its CSR weights may keep.
 
 The ops derive things once per weight and keep them while the weight lives: a decode route's
 line layout or tiled copy, and after a training step the transposed pattern (dX = W^T dY) and
@@ -23,3 +24,21 @@ def release_caches(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, (SparseWeightModule, SparseAttention)):
             module.release_caches()
+
+
+def set_weight_copies(model: nn.Module, which: str) -> None:
+    """Which copies of its CSR weights the routes may keep beside them, for every sparse layer
+    of `model`: "all" (the default: the fastest decode and small-batch routes, up to 3.4 bytes
+    a dense element at 70% in bf16 where dense holds 2), "in_place" (1.6 at most) or "none"
+    (the CSR alone, 1.2; the plain CSR walks and densify at 1-64 tokens, slower). See
+    SparseLinear.set_weight_copies."""
+    from ..ops._weight_copies import CHOICES
+    from ._weight import SparseWeightModule
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if which not in CHOICES:
+        raise ValueError(f"which must be one of {CHOICES}, got {which!r}")
+    for module in model.modules():
+        if isinstance(module, SparseWeightModule):
+            module.set_weight_copies(which)

@@ -17,7 +17,7 @@ import torch
 from .._cache_mode import building
 from ..formats import _line_layout
 from ..kernels import csr_lines_tuning, spmm_csr_few_lines, spmm_csr_token_lines
-from . import _dispatch
+from . import _dispatch, _weight_copies
 from ._identity_cache import IdentityCache, version
 from ._weight_pdl import weight_pdl
 
@@ -93,9 +93,17 @@ def finite(values: torch.Tensor) -> bool:
 def weight_for(row_offsets, column_indices, values, columns: int, row_order=None, lines=None):
     """The line walks' arguments for the weight as csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE
     says: (layout, values, in_place, rest, finite_values), or None where no layout holds the
-    weight in few enough slots (or in lines of a length among `lines`, when given)."""
-    in_place = (csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE and values.is_contiguous()
+    weight in few enough slots (or in lines of a length among `lines`, when given), or where
+    the layer keeps no copies (ops/_weight_copies.py: "none"; "in_place" reads the values in
+    place or not at all)."""
+    choice = _weight_copies.chosen(column_indices)
+    if choice == "none":
+        return None
+    in_place = ((csr_lines_tuning.CSR_LINES_VALUES_IN_PLACE or choice == "in_place")
+                and values.is_contiguous()
                 and values.data_ptr() % 16 == 0)  # (aligned: the walks' vectors)  # fmt: skip
+    if choice == "in_place" and not in_place:
+        return None
     lined = line_form_for(row_offsets, column_indices, values, columns, row_order, in_place,
                           lines)  # fmt: skip
     if lined is None:

@@ -22,7 +22,7 @@ from .._cache_mode import building
 from ..kernels import csr_scatter_tuning as tuning
 from ..kernels._sizes import cdiv
 from ..kernels.spmm_csr_scatter import BLOCK_K, b_step_fits, spmm_csr_scatter, tiled_entries
-from . import _dispatch
+from . import _dispatch, _weight_copies
 from ._identity_cache import IdentityCache, version
 from ._layout import spmm_out
 
@@ -93,6 +93,8 @@ def prepare(A, B: torch.Tensor) -> None:
     captured (the build waits on the GPU): a graph captures the other kernels unless an
     eager call came first."""
     if not _fits(A.values, B, A.shape[0]) or (A.values.requires_grad and torch.is_grad_enabled()):
+        return
+    if _weight_copies.chosen(A.column_indices) != "all":  # (the layer keeps no tiled copy)
         return
     if not torch.cuda.is_current_stream_capturing():
         cols = A.pattern.column_indices_int16()
