@@ -117,20 +117,23 @@ def test_small_tensor_core_tiles(device, n, m, N, layout, vector, gen):
 
 
 def test_few_token_tiles_on_large_weights():
-    """16-32 tokens on a weight past the small tiles' sizes, v = 64: 16-row tiles of 128
-    slots (32-row ones at 16 tokens on 8192+ rows), 16 x 32 at 17-32 tokens; the usual
-    64-row tiles past 32 tokens and for vectors not timed (16, 32)."""
+    """16-32 tokens on a weight past the small tiles' sizes, v = 64, densities 1/4-1/2:
+    16-row tiles of 128 slots (32-row ones at 16 tokens on 8192+ rows), 16 x 32 at 17-32
+    tokens; the usual 64-row tiles past 32 tokens, for vectors not timed (32, 128) and for
+    sparser patterns (1:8)."""
 
-    def tile(n_cols, vector, rows, k=4096):
-        c = spmm_nm_config(n_cols, vector, False, rows, k)
+    def tile(n_cols, vector, rows, k=4096, density=0.5):
+        c = spmm_nm_config(n_cols, vector, False, rows, k, density)
         return c.use_dot, c.block_m, c.block_s, c.block_n, c.num_warps, c.num_stages
 
     assert tile(16, 64, 4096) == (True, 16, 128, 16, 4, 4)
-    assert tile(16, 128, 4096, 14336) == (True, 16, 128, 16, 4, 4)
+    assert tile(16, 64, 4096, 14336, 0.25) == (True, 16, 128, 16, 4, 4)
     assert tile(16, 64, 14336) == (True, 32, 128, 16, 4, 3)
     assert tile(17, 64, 14336) == tile(32, 64, 4096) == (True, 16, 128, 32, 4, 3)
     assert tile(33, 64, 4096) == (True, 64, 32, 64, 8, 3)
     assert tile(16, 32, 4096) == (True, 32, 32, 16, 8, 3)
+    assert tile(16, 128, 4096) == (True, 64, 32, 16, 8, 3)
+    assert tile(32, 64, 14336, density=1 / 8) == (True, 64, 32, 32, 8, 3)
     assert tile(16, 64, 384, 1536)[1:3] == (16, 64)  # (a small weight: its small tiles)
 
 
@@ -149,7 +152,7 @@ def test_few_token_tiles(device, pattern, N, rows, gen):
         rows = 64 + 36  # (the interpreter: the 32-row tiles on a small weight)
         config = SpmmNmConfig(True, 32, 128, 16, 4, 3)
     else:
-        config = SpmmNmConfig(True, *few_token_tiles(N, vector, rows))
+        config = SpmmNmConfig(True, *few_token_tiles(N, vector, rows, n / m))
     k = 11 * m  # 11 groups a row: the last 128-slot step partial (or the only one)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     W = random_nm(rows, k, n, m, gen, vector, block, dtype, device)

@@ -36,7 +36,8 @@ def main():
         g = torch.randn(TOKENS, out_f, device="cuda", dtype=DTYPE)
         x = torch.randn(TOKENS, in_f, device="cuda", dtype=DTYPE)
         X, Y = g.t(), x.t()  # (out, tokens), (in, tokens): as linear's backward passes them
-        positions = flat_positions(W.row_offsets, W.column_indices, in_f)
+        # (kept int32 where they fit on CUDA; torch.take and gather want int64)
+        positions = flat_positions(W.row_offsets, W.column_indices, in_f).long()
         product = X @ Y.t()
         flat = product.flatten()
         want = sk.sddmm(X, Y, W).values.float()

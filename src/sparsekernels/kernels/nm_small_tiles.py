@@ -62,14 +62,22 @@ def small_tiles(n_cols: int, k: int) -> tuple[int, int, int, int, int, bool]:
 #   (b=64) 16 rows     10.0     26.0        28.5        11.5     28.3        33.5
 #          32 rows     10.0     23.1        31.2        12.0     35.4        35.7
 # (16:32 as 4:8.) 16 tokens: 16-row tiles (4 stages), 32-row ones (3) on 8192+ rows;
-# 32 tokens: 16 x 32 tiles. Timed at v = 64 only: other vectors keep the usual tiles.
+# 32 tokens: 16 x 32 tiles. Timed at v = 64 and densities 1/4-1/2 only: other vectors and
+# sparser patterns (1:8 v=64 at 25-32 tokens on tall weights: the usual tile 17.7 us, fast)
+# keep the usual tiles.
 FEW_TOKEN_TILES_MAX_N = 32
 FEW_TOKEN_TILES_TALL_ROWS = 8192
+FEW_TOKEN_TILES_VECTOR = 64
+FEW_TOKEN_TILES_MIN_DENSITY = 1 / 4
 
 
-def few_token_tiles(n_cols: int, vector: int, rows: int) -> tuple[int, int, int, int, int] | None:
+def few_token_tiles(
+    n_cols: int, vector: int, rows: int, density: float
+) -> tuple[int, int, int, int, int] | None:
     """(block_m, block_s, block_n, num_warps, num_stages) at 16-32 tokens, else None."""
-    if vector % 64 or n_cols > FEW_TOKEN_TILES_MAX_N:
+    if vector != FEW_TOKEN_TILES_VECTOR or n_cols > FEW_TOKEN_TILES_MAX_N:
+        return None
+    if density < FEW_TOKEN_TILES_MIN_DENSITY:
         return None
     if n_cols > 16:
         return 16, 128, 32, 4, 3

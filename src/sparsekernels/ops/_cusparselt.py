@@ -46,6 +46,11 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     )
     if facts.get("transpose"):
         found.append("W^T @ B (the backward of x): W^T's rows are not 2:4")
+    if not forced and facts.get("traced") and not facts.get("packing_kept"):
+        found.append(
+            "in a compiled graph only for values packed before or a Parameter (a tensor made "
+            "in the graph, autocast's cast, would be packed again every call)"
+        )
     if not forced and not found:
         rows, k = facts.get("shape") or (0, facts.get("k", 0))
         if not tuning.spmm_nm_prefers_cusparselt(rows, k, facts["n"], problem.dtype):
@@ -116,19 +121,39 @@ def _run(values, indices, packed, b, bias, activation) -> Tensor:
 def _packed(values: Tensor, indices: Tensor, cols: int) -> Tensor:
     """W compressed once for these very tensors at their versions (an optimizer step, or any
     in-place edit, packs again), kept while the values live. Packed in every call where no
-    change could be seen: inference tensors carry no version, and a CUDA graph captured with
-    a trained weight (its values want a gradient) would replay a kept copy stale after each
-    optimizer step, so such a graph packs as it runs."""
+    change could be seen: inference tensors carry no version, and a CUDA graph captured in a
+    training step (values wanting a gradient, grad mode on) would replay a kept copy stale
+    after each optimizer step, so such a graph packs as it runs. An inference graph reads the
+    kept copy (README: warm each layer up outside the capture; capture again after an
+    in-place update, release_caches or a move)."""
     seen = (version(values), version(indices))
-    if None in seen or (values.requires_grad and _capturing(values)):
+    trained = values.requires_grad and torch.is_grad_enabled()
+    if None in seen or (trained and _capturing(values)):
         return semi_structured.compress(values, indices, cols)
-    entry = _PACKED.get(values)
-    if entry is not None and entry[0] == seen and entry[1]() is indices and entry[2] == cols:
-        return entry[3]
+    found = _kept(values, indices, cols, seen)
+    if found is not None:
+        return found
     with building(values):
         packed = semi_structured.compress(values, indices, cols)
     _PACKED[values] = (seen, weakref.ref(indices), cols, packed)
     return packed
+
+
+def _kept(values: Tensor, indices: Tensor, cols: int, seen: tuple) -> Tensor | None:
+    entry = _PACKED.get(values)
+    if entry is not None and entry[0] == seen and entry[1]() is indices and entry[2] == cols:
+        return entry[3]
+    return None
+
+
+def packing_kept(values: Tensor, indices: Tensor, cols: int) -> bool:
+    """Whether a compiled call's body would find these values packed, or keep their packing
+    for the next call: a Parameter (Dynamo hands the op the layer's own), or values packed
+    before. Not a tensor the graph makes (autocast's cast of the values: new every call)."""
+    seen = (version(values), version(indices))
+    if None in seen:
+        return False
+    return isinstance(values, torch.nn.Parameter) or _kept(values, indices, cols, seen) is not None
 
 
 def _capturing(t: Tensor) -> bool:

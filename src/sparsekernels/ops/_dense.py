@@ -74,8 +74,9 @@ def sddmm_csr(row_offsets, column_indices, x, y):
 
 # column indices -> (row offsets, versions, row * cols + column of every stored entry): a
 # pattern's positions in the flattened product, once per pattern (a weight gradient asks every
-# step; computing them costs five launches), int32 where they fit (kept beside every trained
-# weight: 4 bytes an entry, not 8).
+# step; computing them costs five launches), on CUDA int32 where they fit (kept beside every
+# trained weight: 4 bytes an entry, not 8); int64 on the CPU, whose densify would widen them
+# every call (index_copy_ takes int64 only: 4096 x 4096 at 30% 48-56 -> 75 ms).
 _FLAT = IdentityCache()
 
 
@@ -88,7 +89,9 @@ def flat_positions(row_offsets, column_indices, cols: int) -> torch.Tensor:
         with building(column_indices):
             rows = reference.row_indices(row_offsets, column_indices.numel())
             flat = rows * cols + column_indices.long()
-            hit = (row_offsets, key, flat.to(index_dtype_for((row_offsets.numel() - 1) * cols)))
+            if flat.is_cuda:
+                flat = flat.to(index_dtype_for((row_offsets.numel() - 1) * cols))
+            hit = (row_offsets, key, flat)
         if None not in key:  # (inference tensors': built for the call)
             _FLAT[column_indices] = hit
     return hit[2]

@@ -353,9 +353,15 @@ _dispatch.register(
 )
 _dispatch.register("spmm_nm", _dispatch.Backend("reference", _reference_nm, _dispatch.always))
 _dispatch.defer("spmm_csr", lambda ro, ci, values, b, *rest: csr_problem(ro, ci, values, b))
-_dispatch.defer(
-    "spmm_nm",
-    lambda values, indices, b, bias, activation, n, m, vector, block, transpose: nm_problem(
-        values, b, n, m, vector, block, transpose
-    ),
-)
+
+
+def _traced_nm_problem(values, indices, b, bias, activation, n, m, vector, block, transpose):
+    """spmm_nm's problem in a compiled graph's op body: cuSPARSELt only where its packing is
+    kept across calls (_cusparselt.packing_kept)."""
+    problem = nm_problem(values, b, n, m, vector, block, transpose)
+    kept = not transpose and _cusparselt.packing_kept(values, indices, b.shape[0])
+    problem.facts.update(traced=True, packing_kept=kept)
+    return problem
+
+
+_dispatch.defer("spmm_nm", _traced_nm_problem)
