@@ -12,8 +12,8 @@ per dense element. Each checked against float64 first (NaN where wrong).
 import os
 
 import torch
+from compiled_routes import timed  # (checked against float64, then a CUDA graph's time)
 from torch import nn
-from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.held import held_bytes
@@ -23,16 +23,6 @@ SHAPES = [tuple(int(d) for d in s.split("x")) for s in
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "1,2,4,8,16,32,64").split(",")]
 CHOICES = ("all", "in_place", "none")
-
-
-def timed(call, want: torch.Tensor) -> float:
-    got = call()
-    err = (got.double() - want).abs().max().item()
-    bound = 2e-2 * want.abs().max().item() + 1e-2
-    if not err <= bound:
-        print(f"  wrong: max error {err:.3g} (bound {bound:.3g})", flush=True)
-        return float("nan")
-    return do_bench_cudagraph(call) * 1e3
 
 
 def main() -> None:
