@@ -12,6 +12,8 @@ against float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_vector_few.py
     SHAPES=4096x4096 PATTERNS=2:4 VECTORS=64 TOKENS=16 ...
     TOKENS=17,24,32 PATTERNS=2:8,1:8 ... (the +tiles form)
+    TOKENS=33,48,64 VECTOR_TOKENS=17,64 ... (+tiles with both kernels' vector windows widened,
+    v >= 16 included)
 """
 
 import dataclasses
@@ -31,6 +33,10 @@ DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x4096,14336x4096,4096x14336", "2:4,2:8,1:8", "1,8,16")
 VECTORS = [int(v) for v in os.environ.get("VECTORS", "4,64").split(",")]
+# +tiles' vector windows (fewest, most tokens); unset: the library's own
+WIDENED = os.environ.get("VECTOR_TOKENS") and tuple(
+    map(int, os.environ["VECTOR_TOKENS"].split(","))
+)
 
 
 def linear_cold(
@@ -50,9 +56,12 @@ def linear_cold(
     ]
     routed, aliases = nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES
     tiled = nm_wgmma_tuning.WGMMA_VECTORS, nm_unpack_tuning.UNPACK_VECTORS
+    windows_before = _vector_windows()
     nm_mma_sp_tuning.MMA_SP_VECTORS = vectors
     nm_mma_sp_tuning.MMA_SP_ALIASES = aliases if vectors else {}
     nm_wgmma_tuning.WGMMA_VECTORS = nm_unpack_tuning.UNPACK_VECTORS = tiles
+    if tiles and WIDENED is not None:
+        _set_vector_windows(WIDENED, WIDENED, WIDENED[1])
     windows = dict(nm_mma_sp_tuning.MMA_SP_WINDOWS)
     if one_token:  # every window from one token
         for pattern, window in windows.items():
@@ -68,6 +77,21 @@ def linear_cold(
         nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES = routed, aliases
         nm_wgmma_tuning.WGMMA_VECTORS, nm_unpack_tuning.UNPACK_VECTORS = tiled
         nm_mma_sp_tuning.MMA_SP_WINDOWS.update(windows)
+        _set_vector_windows(*windows_before)
+
+
+def _vector_windows() -> tuple:
+    return (
+        nm_wgmma_tuning.WGMMA_VECTOR_TOKENS,
+        nm_unpack_tuning.UNPACK_VECTOR_TOKENS,
+        nm_unpack_tuning.UNPACK_WIDE_VECTOR_MOST,
+    )
+
+
+def _set_vector_windows(wgmma: tuple, unpack: tuple, wide_most: int) -> None:
+    nm_wgmma_tuning.WGMMA_VECTOR_TOKENS = wgmma
+    nm_unpack_tuning.UNPACK_VECTOR_TOKENS = unpack
+    nm_unpack_tuning.UNPACK_WIDE_VECTOR_MOST = wide_most
 
 
 def main():
