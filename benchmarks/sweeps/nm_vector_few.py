@@ -33,6 +33,7 @@ DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x4096,14336x4096,4096x14336", "2:4,2:8,1:8", "1,8,16")
 VECTORS = [int(v) for v in os.environ.get("VECTORS", "4,64").split(",")]
+BLOCK = int(os.environ.get("BLOCK", "1"))  # block-wise patterns: BLOCK=4 VECTORS=4 PATTERNS=4:16
 # +tiles' vector windows (fewest, most tokens); unset: the library's own
 WIDENED = os.environ.get("VECTOR_TOKENS") and tuple(
     map(int, os.environ["VECTOR_TOKENS"].split(","))
@@ -49,9 +50,9 @@ def linear_cold(
     tiles: bool = False,
 ) -> float:
     """Fresh copies per form: a weight's first calls fix its route (eager and launch plans)."""
-    n, m, vector = W.n, W.m, W.vector
+    n, m, vector, block = W.n, W.m, W.vector, W.block
     Ws = [
-        sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, n, m, vector, check=False)
+        sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, n, m, vector, block, check=False)
         for _ in range(copies)
     ]
     routed, aliases = nm_mma_sp_tuning.MMA_SP_VECTORS, nm_mma_sp_tuning.MMA_SP_ALIASES
@@ -99,7 +100,8 @@ def main():
     for (M, K), (n, m), vector, tokens in itertools.product(SHAPES, PATTERNS, VECTORS, TOKENS):
         torch.manual_seed(0)
         w = torch.randn(M, K, device="cuda", dtype=DTYPE)
-        W = sk.NMMatrix.from_dense(w, n, m, vector, mask=sk.prune.nm_mask(w.float(), n, m, vector))
+        mask = sk.prune.nm_mask(w.float(), n, m, vector, block=BLOCK)
+        W = sk.NMMatrix.from_dense(w, n, m, vector, block=BLOCK, mask=mask)
         x = torch.randn(tokens, K, device="cuda", dtype=DTYPE)
         want = W.to_dense().double() @ x.t().double()
         copies = max(2, copies_for(W.values.nbytes, DEVICE))
@@ -112,7 +114,7 @@ def main():
             timed["mma.sp@1"] = linear_cold(W, copies, x, want, True, one_token=True)
         if tokens > 16:
             timed["+tiles"] = linear_cold(W, copies, x, want, True, tiles=True)
-        label = f"{M}x{K} {n}:{m} v{vector} t{tokens}"
+        label = f"{M}x{K} {n}:{m} v{vector}{f' b{BLOCK}' if BLOCK > 1 else ''} t{tokens}"
         print(label, {k: round(v, 1) for k, v in timed.items()}, flush=True)
         table.append((label, timed))
     print(f"\n{torch.cuda.get_device_name()}, {DTYPE}, us a call, cold L2")
