@@ -139,8 +139,8 @@ def test_supports_and_bad_tiles(gen):
 def test_route_takes_the_measured_window(monkeypatch):
     """bf16 element-wise 2:4 from 4 tokens, 2:8 from 8 and 1:8 from 13, to 64; few-row weights
     split (4096 rows: four ranges) on 64-token column tiles past 16 tokens, tall ones do not
-    split and take 32 or 64 tokens a tile; vector-wise rows at 17-32 tokens (v >= 16 to 24);
-    nothing else."""
+    split and take 32 or 64 tokens a tile; vector-wise rows at 17-64 tokens (v >= 16 to 24,
+    then 33-64 below 8192 rows; 2:8 and 1:8 only past 32); nothing else."""
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
 
     bf16 = torch.bfloat16
@@ -156,8 +156,17 @@ def test_route_takes_the_measured_window(monkeypatch):
     assert config(32, 1, 8, 4, 1, bf16, 14336).block_n == 32  # vectors
     assert config(24, 1, 8, 64, 1, bf16, 14336).block_n == 32
     assert config(25, 1, 8, 64, 1, bf16, 14336) is None  # v >= 16: condensed K from 25
-    assert config(33, 2, 8, 4, 1, bf16, 14336) is None
+    assert config(33, 2, 8, 4, 1, bf16, 14336).block_n == 64  # v < 16 to 64 tokens
+    assert config(64, 1, 8, 4, 1, bf16, 4096).split == 4
+    assert config(33, 2, 8, 64, 1, bf16, 14336) is None  # v >= 16 on tall weights past 32
+    assert config(64, 1, 8, 64, 1, bf16, 8192) is None
+    assert config(33, 1, 8, 64, 1, bf16, 8191).split == 2  # ... and below 8192 rows
+    assert config(64, 2, 8, 64, 1, bf16, 4096).block_n == 64
+    assert config(32, 2, 8, 64, 1, bf16, 4096) is None  # (25-32: the wgmma kernel's)
+    assert config(33, 2, 4, 4, 1, bf16, 4096) is None  # 2:4 vectors not timed past 32
+    assert config(65, 2, 8, 4, 1, bf16, 4096) is None
     assert config(24, 2, 8, 4, 1, bf16, 2048) is None  # (vectors timed from 4096 rows)
+    assert config(48, 2, 8, 4, 1, bf16, 2048) is None
     for args in [
         (3, 2, 4, 1, 1, bf16),
         (65, 2, 4, 1, 1, bf16),
@@ -221,15 +230,18 @@ def test_llm_tiles_on_gpu(n, m, tokens, split, gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("n", "m", "tokens"), [(2, 8, 8), (2, 4, 4), (1, 8, 16), (2, 8, 16), (2, 8, 33), (1, 8, 64)]
-)
+    ("n", "m", "tokens", "vector"),
+    [(2, 8, 8, 1), (2, 4, 4, 1), (1, 8, 16, 1), (2, 8, 16, 1), (2, 8, 33, 1), (1, 8, 64, 1),
+     (2, 8, 40, 4), (1, 8, 64, 64)],
+)  # fmt: skip
 @pytest.mark.parametrize("rows", [4096, 14336 + 3])
-def test_linear_route_on_gpu(n, m, tokens, rows, gen):
+def test_linear_route_on_gpu(n, m, tokens, vector, rows, gen):
     """linear's route through the kernel on a few-row (split, 64-token tiles past 16 tokens)
-    and a tall weight, bf16, with bias."""
+    and a tall weight, bf16, with bias; vector-wise rows past 32 tokens."""
     import sparsekernels as sk
 
-    W = random_nm(rows, 2048, n, m, gen, 1, 1, torch.bfloat16, "cuda")
+    rows = rows - rows % vector
+    W = random_nm(rows, 2048, n, m, gen, vector, 1, torch.bfloat16, "cuda")
     x = randn(tokens, 2048, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
     got = sk.linear(x, W, bias)

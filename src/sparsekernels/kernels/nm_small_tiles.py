@@ -65,22 +65,41 @@ def small_tiles(n_cols: int, k: int) -> tuple[int, int, int, int, int, bool]:
 # 32 tokens: 16 x 32 tiles. Timed at v = 64 and densities 1/4-1/2 only: other vectors and
 # sparser patterns (1:8 v=64 at 25-32 tokens on tall weights: the usual tile 17.7 us, fast)
 # keep the usual tiles.
+# Below 16 tokens these patterns took the decode kernel, which block-wise 64:128 (b = 64)
+# sends to 1.1-2.0 ms at 8 tokens (dense 16-42 us). The 32 x 128 x 16 tile against linear's
+# route before, us (H100, cold L2; the tile plus linear's ~1.8 us copy of x^T from 2 tokens;
+# results/nvidia-h100/2026-12-06/at-8f343d3/nm_vw_tiles_*_few.txt, nm_vector_few_v64_few.txt):
+#                        4096^2           14336 x 4096        4096 x 14336
+#   tokens               1    4    8      1     4     8       1     4     8
+#   4:8    route      18.0 21.7 30.2   31.8  45.6  71.7    31.1  44.1  76.7
+#          32 rows    17.4 24.6 24.6   26.9  37.9  37.3    59.6  90.8  92.9
+#   8:32   route      10.9 13.3 18.0   16.4  27.1  40.7    32.2  36.3  51.1
+#          32 rows     7.4 12.7 12.5   14.6  20.4  20.7    29.0  42.5  45.3
+#   64:128 route      17.8    - 1131   52.2     -  2032       -     -     -
+#   (b=64) 32 rows    14.6 18.8 19.0   23.5  36.1  36.6    46.8  65.8  67.4
+# (16:32 as 4:8.) So the tile from 8192 rows, and for blocks of 64 rows on any weight; on
+# 4096 rows the route stays (4096 x 14336 gives 32-row tiles 128 programs on a long K).
+# Timed at 1, 2, 4 and 8 tokens; 9-15 lie between these and the 16-token rule.
 FEW_TOKEN_TILES_MAX_N = 32
 FEW_TOKEN_TILES_TALL_ROWS = 8192
 FEW_TOKEN_TILES_VECTOR = 64
 FEW_TOKEN_TILES_MIN_DENSITY = 1 / 4
+FEW_TOKEN_TILES_BLOCK = 64  # block-wise patterns whose decode is slow at any height
 
 
 def few_token_tiles(
-    n_cols: int, vector: int, rows: int, density: float
+    n_cols: int, vector: int, rows: int, density: float, block: int = 1
 ) -> tuple[int, int, int, int, int] | None:
-    """(block_m, block_s, block_n, num_warps, num_stages) at 16-32 tokens, else None."""
+    """(block_m, block_s, block_n, num_warps, num_stages) at 1-32 tokens, else None."""
     if vector != FEW_TOKEN_TILES_VECTOR or n_cols > FEW_TOKEN_TILES_MAX_N:
         return None
     if density < FEW_TOKEN_TILES_MIN_DENSITY:
         return None
     if n_cols > 16:
         return 16, 128, 32, 4, 3
+    if n_cols < 16:
+        tall = rows >= FEW_TOKEN_TILES_TALL_ROWS
+        return (32, 128, 16, 4, 3) if tall or block >= FEW_TOKEN_TILES_BLOCK else None
     if rows >= FEW_TOKEN_TILES_TALL_ROWS:
         return 32, 128, 16, 4, 3
     return 16, 128, 16, 4, 4

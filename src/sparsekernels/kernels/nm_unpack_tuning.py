@@ -64,9 +64,26 @@ UNPACK_MAX_SPLIT = 4
 # only to 24 tokens: at 32 the condensed-K kernel's full 32-token tile won (1:8 v=64 14336 x
 # 4096: 17.7 against 24.0 us). Other token counts were not timed with vectors, nor weights of
 # fewer than 4096 rows (nm_wgmma_tuning.VECTOR_MIN_ROWS).
+# At 33-64 tokens (benchmarks/sweeps/nm_vector_few.py VECTOR_TOKENS=17,64, H100, cold L2, us,
+# results/nvidia-h100/2026-12-06/at-8f343d3/nm_vector_few_33_64.txt; dense 44-48):
+#                      14336 x 4096        4096 x 14336
+#   tokens             33     64           33     64
+#   2:8 v=4  route  128.1   61.7        121.2   61.2
+#            unpack  44.6   45.3         38.4   39.2
+#   2:8 v=64 route   45.7   23.9        145.5   53.7
+#            unpack  44.6   45.0         38.7   39.0
+#   1:8 v=4  route   83.8   33.9         81.1   33.0
+#            unpack  27.3   27.0         29.6   30.3
+#   1:8 v=64 route   25.2   14.2         75.1   29.0
+#            unpack  27.2   26.9         29.4   30.3
+# So the window runs to 64 tokens for v < 16, and for v >= 16 from 33 on weights of fewer than
+# 8192 rows (on 14336 rows the condensed-K kernel's 64-row tiles fill the GPU and won). Only
+# 2:8 and 1:8 were timed there (33 and 64 tokens): 2:4 keeps its route past 32.
 UNPACK_VECTORS = True
-UNPACK_VECTOR_TOKENS = (17, 32)
-UNPACK_WIDE_VECTOR_MOST = 24  # tokens, for v >= 16
+UNPACK_VECTOR_TOKENS = (17, 64)
+UNPACK_WIDE_VECTOR_MOST = 24  # tokens, for v >= 16 (at 17-32; from 33 see below)
+UNPACK_WIDER_VECTOR_PATTERNS = ((2, 8), (1, 8))  # past 32 tokens
+UNPACK_WIDE_VECTOR_MAX_ROWS = 8191  # v >= 16 at 33-64 tokens
 
 
 def spmm_nm_unpack_config(
@@ -77,7 +94,7 @@ def spmm_nm_unpack_config(
     window = UNPACK_TOKENS.get((n, m))
     if window is None or block != 1:
         return None
-    if vector != 1 and not _takes_vectors(n_cols, vector, rows):
+    if vector != 1 and not _takes_vectors(n_cols, n, m, vector, rows):
         return None
     if dtype not in UNPACK_DTYPES:
         return None
@@ -93,7 +110,16 @@ def spmm_nm_unpack_config(
     return SpmmNmUnpackConfig(UNPACK_BLOCK_M, 32, 4, stages, split, block_n)
 
 
-def _takes_vectors(n_cols: int, vector: int, rows: int) -> bool:
+def _takes_vectors(n_cols: int, n: int, m: int, vector: int, rows: int) -> bool:
     fewest, most = UNPACK_VECTOR_TOKENS
-    most = min(most, UNPACK_WIDE_VECTOR_MOST) if vector >= 16 else most
-    return UNPACK_VECTORS and rows >= nm_wgmma_tuning.VECTOR_MIN_ROWS and fewest <= n_cols <= most
+    if not (UNPACK_VECTORS and rows >= nm_wgmma_tuning.VECTOR_MIN_ROWS):
+        return False
+    if not fewest <= n_cols <= most:
+        return False
+    if n_cols > 32 and (n, m) not in UNPACK_WIDER_VECTOR_PATTERNS:
+        return False
+    if vector < 16:
+        return True
+    return n_cols <= UNPACK_WIDE_VECTOR_MOST or (
+        n_cols > 32 and rows <= UNPACK_WIDE_VECTOR_MAX_ROWS
+    )

@@ -224,6 +224,10 @@ def spmm_nm(
     num_stages: int,
 ) -> torch.Tensor:
     """Launch over out (M, N); values and indices must have unit stride along their last dim."""
+    if use_dot and vector % block_m:  # (a tile's rows share one vector's choice of columns)
+        raise ValueError(
+            f"block_m must divide vector for the tensor-core tile, got {block_m} and {vector}"
+        )
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
