@@ -378,6 +378,8 @@ def test_gpu_suites_build_without_device_work_and_gate_peers():
     dense_fp32 = next(c for c in suites.build(["sddmm"], ctx) if c.dtype == torch.float32)
     assert "dense_tf32" in {e.provider.name for e in providers_for(dense_fp32)}
     assert len(suites.build(["nm"], suites.Context(torch.device("cuda"), limit=5))) == 5
+    nm_tokens = {c.shape[2] for c in suites.build(["nm"], ctx)}
+    assert nm_tokens == {1, 8, 16, 2048}  # (issue 4's decode sizes: 1, 8 and 16 tokens)
     lin = suites.build(["llm_linear"], ctx)
     assert len(lin) == 3 * 4 * 5 and {c.op for c in lin} == {"linear"}
     nms = suites.build(["nmsparse"], ctx)

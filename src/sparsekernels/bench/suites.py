@@ -178,7 +178,7 @@ def nm(ctx: Context) -> list[Case]:
     for dt in ctx.pick(torch.bfloat16):
         for M, K in LLM_SHAPES[:2]:
             M, K = max(64, M // s), max(256, K // s)
-            for N in (1, 16, 2048 // s):
+            for N in (1, 8, 16, 2048 // s):  # (issue 4: 1, 8 and 16 tokens, and a batch)
                 cases += [weight_case("spmm", M, K, N, dt, d, nm=p) for p in patterns]
     return cases
 
