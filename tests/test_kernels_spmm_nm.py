@@ -122,8 +122,8 @@ def test_few_token_tiles_on_large_weights():
     tokens; the usual 64-row tiles past 32 tokens, for vectors not timed (32, 128) and for
     sparser patterns (1:8)."""
 
-    def tile(n_cols, vector, rows, k=4096, density=0.5, block=1):
-        c = spmm_nm_config(n_cols, vector, False, rows, k, density, block)
+    def tile(n_cols, vector, rows, k=4096, density=0.5, block=1, kept=4):
+        c = spmm_nm_config(n_cols, vector, False, rows, k, density, block, kept)
         return c.use_dot, c.block_m, c.block_s, c.block_n, c.num_warps, c.num_stages
 
     assert tile(16, 64, 4096) == (True, 16, 128, 16, 4, 4)
@@ -135,12 +135,17 @@ def test_few_token_tiles_on_large_weights():
     assert tile(16, 128, 4096) == (True, 64, 32, 16, 8, 3)
     assert tile(32, 64, 14336, density=1 / 8) == (True, 64, 32, 32, 8, 3)
     assert tile(16, 64, 384, 1536)[1:3] == (16, 64)  # (a small weight: its small tiles)
-    # below 16 tokens: 32 x 128 x 16 from 8192 rows, and for 64-row blocks on any weight
+    # below 16 tokens: 32 x 128 x 16 from 8192 rows, and for blocks of 64 columns anywhere,
+    # for patterns keeping 4+ of a group (2:4, 2:8, 1:2, 1:4 keep their route)
     assert tile(1, 64, 8192) == tile(15, 64, 14336, density=0.25) == (True, 32, 128, 16, 4, 3)
-    assert tile(8, 64, 4096, block=64) == tile(1, 64, 100, block=64) == tile(1, 64, 8192)
+    assert tile(8, 64, 4096, block=64, kept=64) == tile(1, 64, 100, block=64, kept=64)
+    assert tile(1, 64, 100, block=64, kept=64) == tile(1, 64, 8192)
     assert not tile(8, 64, 4096)[0] and not tile(8, 64, 8191, block=16)[0]
     assert not tile(8, 64, 14336, density=1 / 8)[0] and not tile(8, 32, 14336)[0]
-    assert not spmm_nm_config(8, 64, False, density=0.5, block=64).use_dot  # (no size given)
+    assert not tile(1, 64, 14336, density=0.25, kept=2)[0]  # 2:8 (and 1:4 as 2:8)
+    assert not tile(4, 64, 14336, kept=2)[0] and not tile(4, 64, 14336, kept=1)[0]  # 2:4, 1:2
+    assert not spmm_nm_config(8, 64, False, density=0.5, block=64, kept=64).use_dot  # (no size)
+    assert not spmm_nm_config(1, 64, True, 8192, 4096, 0.5, 64, 64).use_dot  # (fp64: gather)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -155,13 +160,14 @@ def test_few_token_tiles(device, pattern, N, rows, gen):
 
     skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
-    if N < 16 and block < 64:  # (below 16 tokens such patterns take them from 8192 rows only)
+    if N < 16 and block < 64 and rows < 8192:  # (below 16 tokens: from 8192 rows only)
+        assert few_token_tiles(N, vector, rows, n / m, block, n) is None
         rows = 8192 + 64
     if device != "cuda" and rows > 1000:
         rows = 64 + 36  # (the interpreter: the 32-row tiles on a small weight)
         config = SpmmNmConfig(True, 32, 128, 16, 4, 3)
     else:
-        config = SpmmNmConfig(True, *few_token_tiles(N, vector, rows, n / m, block))
+        config = SpmmNmConfig(True, *few_token_tiles(N, vector, rows, n / m, block, n))
     k = 11 * m  # 11 groups a row: the last 128-slot step partial (or the only one)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     W = random_nm(rows, k, n, m, gen, vector, block, dtype, device)
@@ -190,9 +196,10 @@ def test_tensor_core_tile_within_one_vector(gen):
      ((8, 32, 64, 1), 14336, 12), ((16, 32, 64, 1), 8192 + 64, 1)],
 )  # fmt: skip
 def test_linear_below_16_tokens_takes_the_few_token_tiles(pattern, rows, tokens, gen, monkeypatch):
-    """linear on the GPU, bf16, 1-15 tokens: v = 64 patterns of density 1/4-1/2 on 8192+ rows,
-    and 64-row blocks on any weight, take the tensor-core kernel's 32 x 128 tiles (the decode
-    kernel took 64:128 b=64 to 1.1 ms at 8 tokens), with bias, against float64."""
+    """linear on the GPU, bf16, 1-15 tokens: v = 64 patterns of density 1/4-1/2 keeping 4+ of a
+    group on 8192+ rows, and blocks of 64 columns on any weight, take the tensor-core kernel's
+    32 x 128 tiles (the decode kernel took 64:128 b=64 to 1.1 ms at 8 tokens), with bias,
+    against float64."""
     from sparsekernels.ops import _triton_nm
 
     launch, tiles = _triton_nm.kernel.spmm_nm, []
@@ -202,7 +209,7 @@ def test_linear_below_16_tokens_takes_the_few_token_tiles(pattern, rows, tokens,
         lambda **kw: tiles.append((kw["use_dot"], kw["block_m"], kw["block_s"])) or launch(**kw),
     )
     n, m, vector, block = pattern
-    K = 40 * m + 2 * block  # (a partial 128-slot step)
+    K = 41 * m  # (a partial 128-slot step)
     W = random_nm(rows, K, n, m, gen, vector, block, torch.bfloat16, "cuda")
     x = randn(tokens, K, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")

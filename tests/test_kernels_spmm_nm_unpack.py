@@ -235,15 +235,23 @@ def test_llm_tiles_on_gpu(n, m, tokens, split, gen):
      (2, 8, 40, 4), (1, 8, 64, 64)],
 )  # fmt: skip
 @pytest.mark.parametrize("rows", [4096, 14336 + 3])
-def test_linear_route_on_gpu(n, m, tokens, vector, rows, gen):
+def test_linear_route_on_gpu(n, m, tokens, vector, rows, gen, monkeypatch):
     """linear's route through the kernel on a few-row (split, 64-token tiles past 16 tokens)
-    and a tall weight, bf16, with bias; vector-wise rows past 32 tokens."""
+    and a tall weight, bf16, with bias; vector-wise rows past 32 tokens take it for v < 16,
+    and for v >= 16 below 8192 rows only."""
     import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_unpack
 
-    rows = rows - rows % vector
+    calls, launch = [], spmm_nm_unpack.spmm_nm_unpack
+    monkeypatch.setattr(
+        spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(1) or launch(**kw)
+    )
+    rows += -rows % vector  # (whole vectors; 14340 rows at v = 4: a partial row tile)
     W = random_nm(rows, 2048, n, m, gen, vector, 1, torch.bfloat16, "cuda")
     x = randn(tokens, 2048, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
     got = sk.linear(x, W, bias)
+    if vector > 1:
+        assert calls == ([1] if vector < 16 or rows < 8192 else [])
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.bfloat16)

@@ -61,7 +61,7 @@ def linear_cold(
     nm_mma_sp_tuning.MMA_SP_VECTORS = vectors
     nm_mma_sp_tuning.MMA_SP_ALIASES = aliases if vectors else {}
     nm_wgmma_tuning.WGMMA_VECTORS = nm_unpack_tuning.UNPACK_VECTORS = tiles
-    if tiles and WIDENED is not None:
+    if tiles and WIDENED:
         _set_vector_windows(WIDENED, WIDENED, WIDENED[1])
     windows = dict(nm_mma_sp_tuning.MMA_SP_WINDOWS)
     if one_token:  # every window from one token

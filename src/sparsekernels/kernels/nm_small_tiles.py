@@ -77,20 +77,25 @@ def small_tiles(n_cols: int, k: int) -> tuple[int, int, int, int, int, bool]:
 #          32 rows     7.4 12.7 12.5   14.6  20.4  20.7    29.0  42.5  45.3
 #   64:128 route      17.8    - 1131   52.2     -  2032       -     -     -
 #   (b=64) 32 rows    14.6 18.8 19.0   23.5  36.1  36.6    46.8  65.8  67.4
-# (16:32 as 4:8.) So the tile from 8192 rows, and for blocks of 64 rows on any weight; on
-# 4096 rows the route stays (4096 x 14336 gives 32-row tiles 128 programs on a long K).
-# Timed at 1, 2, 4 and 8 tokens; 9-15 lie between these and the 16-token rule.
+# (16:32 as 4:8; 64:128 at 2 tokens as at 4.) So the tile from 8192 rows, and for blocks of
+# 64 columns on any weight; on 4096 rows the route stays (4096 x 14336 gives 32-row tiles 128
+# programs on a long K; 8:32 on 4096^2 won, not taken). Timed at 1, 4 and 8 tokens; 9-15 lie
+# between these and the 16-token rule. Only patterns keeping 4+ of a group were timed: 2:4,
+# 2:8, 1:2 and 1:4 (the sparse tensor cores' where they measured faster, the decode
+# kernel's at one token on tall weights) keep their route below 16 tokens.
 FEW_TOKEN_TILES_MAX_N = 32
 FEW_TOKEN_TILES_TALL_ROWS = 8192
 FEW_TOKEN_TILES_VECTOR = 64
 FEW_TOKEN_TILES_MIN_DENSITY = 1 / 4
-FEW_TOKEN_TILES_BLOCK = 64  # block-wise patterns whose decode is slow at any height
+FEW_TOKEN_TILES_BLOCK = 64  # block-wise patterns (columns a block) whose decode is slow anywhere
+FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
 
 
 def few_token_tiles(
-    n_cols: int, vector: int, rows: int, density: float, block: int = 1
+    n_cols: int, vector: int, rows: int, density: float, block: int = 1, kept: int = 0
 ) -> tuple[int, int, int, int, int] | None:
-    """(block_m, block_s, block_n, num_warps, num_stages) at 1-32 tokens, else None."""
+    """(block_m, block_s, block_n, num_warps, num_stages) at 1-32 tokens (below 16 for
+    patterns keeping `kept` (n) of a group timed there), else None."""
     if vector != FEW_TOKEN_TILES_VECTOR or n_cols > FEW_TOKEN_TILES_MAX_N:
         return None
     if density < FEW_TOKEN_TILES_MIN_DENSITY:
@@ -98,6 +103,8 @@ def few_token_tiles(
     if n_cols > 16:
         return 16, 128, 32, 4, 3
     if n_cols < 16:
+        if kept < FEW_TOKEN_TILES_MIN_KEPT:
+            return None
         tall = rows >= FEW_TOKEN_TILES_TALL_ROWS
         return (32, 128, 16, 4, 3) if tall or block >= FEW_TOKEN_TILES_BLOCK else None
     if rows >= FEW_TOKEN_TILES_TALL_ROWS:

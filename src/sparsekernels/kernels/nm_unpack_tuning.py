@@ -77,8 +77,9 @@ UNPACK_MAX_SPLIT = 4
 #   1:8 v=64 route   25.2   14.2         75.1   29.0
 #            unpack  27.2   26.9         29.4   30.3
 # So the window runs to 64 tokens for v < 16, and for v >= 16 from 33 on weights of fewer than
-# 8192 rows (on 14336 rows the condensed-K kernel's 64-row tiles fill the GPU and won). Only
-# 2:8 and 1:8 were timed there (33 and 64 tokens): 2:4 keeps its route past 32.
+# 8192 rows (on 14336 rows the condensed-K kernel's 64-row tiles fill the GPU and won; 1:8 v=64
+# at 64 tokens is a near tie, 30.3 against 29.0). Only 2:8 and 1:8 were timed there (33 and
+# 64 tokens): 2:4 keeps its route past 32.
 UNPACK_VECTORS = True
 UNPACK_VECTOR_TOKENS = (17, 64)
 UNPACK_WIDE_VECTOR_MOST = 24  # tokens, for v >= 16 (at 17-32; from 33 see below)

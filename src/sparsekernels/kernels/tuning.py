@@ -196,23 +196,24 @@ def spmm_nm_config(
     k: int | None = None,
     density: float = 1.0,
     block: int = 1,
+    kept: int = 0,
 ) -> SpmmNmConfig:
     """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores (in smaller tiles where
     `rows` x `k`, when given, make the usual ones few: vector_wise_small_tiles, and at 1-32
-    tokens for patterns of `density` (n / m) and `block` timed there: few_token_tiles); the
-    rest gather on CUDA cores. Decode sizes (N <= 16) use few rows and long slot runs per
-    program, so even a 4096-row weight spreads over thousands of programs (H200 sweep,
-    2026-11-29)."""
+    tokens for patterns of `density` (n / m), `block` and `kept` (n) timed there:
+    few_token_tiles); the rest gather on CUDA cores. Decode sizes (N <= 16) use few rows and
+    long slot runs per program, so even a 4096-row weight spreads over thousands of programs
+    (H200 sweep, 2026-11-29)."""
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     sized = rows is not None and k is not None
     if not dtype_is_fp64 and tile_rows >= 16 and sized and 0 < n_cols < 16:
-        few = few_token_tiles(n_cols, vector, rows, density, block)
+        few = few_token_tiles(n_cols, vector, rows, density, block, kept)
         if few is not None:
             return SpmmNmConfig(True, *few)
     if not dtype_is_fp64 and tile_rows >= 16 and n_cols >= 16:
         if sized and vector_wise_small_tiles(n_cols, vector, rows, k):
             return SpmmNmConfig(True, *small_tiles(n_cols, k))
-        few = few_token_tiles(n_cols, vector, rows, density, block) if sized else None
+        few = few_token_tiles(n_cols, vector, rows, density, block, kept) if sized else None
         if few is not None:
             return SpmmNmConfig(True, *few)
         block_n = usual_block_n(n_cols)

@@ -86,8 +86,9 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     half = b.dtype in (torch.float16, torch.bfloat16)
     sized = (values.shape[0], b.shape[0]) if half else (None, None)  # (small tiles: bf16-timed)
     config = tuning.spmm_nm_config(
-        b.shape[1], vector, values.dtype == torch.float64, *sized, density=n / m, block=block
-    )
+        b.shape[1], vector, values.dtype == torch.float64, *sized, density=n / m, block=block,
+        kept=n,
+    )  # fmt: skip
     # (the size only counts where the decode kernel could take the product instead)
     elements = values.shape[0] * b.shape[0] if decode.supports(block) else 0
     takes = tuning.spmm_nm_expand_takes(b.shape[1], n, m, vector, half, elements, block)
