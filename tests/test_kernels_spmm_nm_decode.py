@@ -498,3 +498,32 @@ def test_linear_decodes_with_split(tokens, gen, monkeypatch, request):
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float32)
     assert splits and splits[0] > 1
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize(("pattern", "N"), [((64, 128, 64, 64), 8), ((64, 128, 1, 64), 3),
+                                           ((16, 32, 4, 16), 5)])  # fmt: skip
+def test_linear_decodes_wide_blocks_in_256_slot_words(device, pattern, N, gen, monkeypatch):
+    """Blocks of 16+ columns with 1-bit offsets made one word 512-2048 slots, the decode walk's
+    smallest step (64:128 b=64 spilled to 1.1 ms at 8 tokens): the launcher widens the offsets
+    until a word covers 256 slots, and linear's product stays right (float64, bias)."""
+    from sparsekernels.kernels import nm_decode_tuning, spmm_nm_decode
+
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    assert packed_bits(m, block) == 1
+    assert 32 // nm_decode_tuning.decode_bits(m, block) * block == 256
+    launch, words = spmm_nm_decode.spmm_nm_decode, []
+    monkeypatch.setattr(
+        spmm_nm_decode,
+        "spmm_nm_decode",
+        lambda **kw: words.append(32 // kw["bits"] * block) or launch(**kw),
+    )
+    dtype = torch.float32  # (fp32 keeps the decode kernel below 16 tokens on any weight)
+    W = random_nm(2 * vector + 64, 5 * m, n, m, gen, vector, block, dtype, device)  # (partial)
+    x = randn(N, W.shape[1], gen=gen, dtype=dtype, device=device)
+    bias = randn(W.shape[0], gen=gen, dtype=dtype, device=device)
+    got = sk.linear(x, W, bias, backend="triton")
+    assert words == [256]
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), dtype)

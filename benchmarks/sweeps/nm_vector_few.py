@@ -14,6 +14,8 @@ against float64 first (NaN where wrong).
     TOKENS=17,24,32 PATTERNS=2:8,1:8 ... (the +tiles form)
     TOKENS=33,48,64 VECTOR_TOKENS=17,64 ... (+tiles with both kernels' vector windows widened,
     v >= 16 included)
+    DTYPE=fp32 PATTERNS=64:128 VECTORS=64 BLOCK=64 TOKENS=8 [DECODE_WORD_MAX_SLOTS=65536] ...
+    (block-wise through the decode kernel, with its words capped at 256 slots or not)
 """
 
 import dataclasses
@@ -27,13 +29,24 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.kernels import nm_mma_sp_tuning, nm_unpack_tuning, nm_wgmma_tuning
+from sparsekernels.kernels import (
+    nm_decode_tuning,
+    nm_mma_sp_tuning,
+    nm_unpack_tuning,
+    nm_wgmma_tuning,
+)
 
 DEVICE = torch.device("cuda")
-DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
+DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+    os.environ.get("DTYPE", "bf16")
+]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x4096,14336x4096,4096x14336", "2:4,2:8,1:8", "1,8,16")
 VECTORS = [int(v) for v in os.environ.get("VECTORS", "4,64").split(",")]
 BLOCK = int(os.environ.get("BLOCK", "1"))  # block-wise patterns: BLOCK=4 VECTORS=4 PATTERNS=4:16
+# the decode kernel's word span for the whole run (65536: a word as its offsets' bits give it,
+# the walk before the fifty-eighth session); unset: the library's
+if "DECODE_WORD_MAX_SLOTS" in os.environ:
+    nm_decode_tuning.DECODE_WORD_MAX_SLOTS = int(os.environ["DECODE_WORD_MAX_SLOTS"])
 # +tiles' vector windows (fewest, most tokens); unset: the library's own
 WIDENED = os.environ.get("VECTOR_TOKENS") and tuple(
     map(int, os.environ["VECTOR_TOKENS"].split(","))

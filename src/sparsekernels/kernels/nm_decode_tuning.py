@@ -10,7 +10,7 @@ from functools import lru_cache
 import torch
 
 from ._sizes import cdiv, next_power_of_2
-from .spmm_nm_decode import span_gather_fits
+from .spmm_nm_decode import packed_bits, span_gather_fits
 
 _memo = lru_cache(maxsize=4096)
 
@@ -24,6 +24,25 @@ class SpmmNmDecodeConfig:
     split_programs: int = 0  # > 0: split-K toward this many programs (spmm_nm_decode_split)
     prefetch: bool = False  # own-row walk: the next step's loads before this step's gather
     gather_shared: bool = False  # one token: x's span of a step gathered from shared memory
+
+
+# The most slots one packed word may cover. The walk steps by whole words, and a step's
+# (rows, slots, tokens) products sit in registers: 1-bit offsets of 64-column blocks (64:128,
+# b = 64) made a word 2048 slots, 8x the tiled step, and at 8 tokens the kernel spilled 27 KB a
+# thread (sm_90 compile, Triton 3.6: 38.5 KB of spill stores a warp's step) and ran 1131 us on
+# 4096 x 4096 (H100, results/nvidia-h100/2026-12-06/at-8f343d3/route_probe.txt). Wider offsets
+# (8 bits there) give the 256-slot step the tiles were tuned for, the loop of 4:8 v=64 at 8
+# tokens (no spill beyond its 320 B; 30.2 us there): not yet timed on a GPU for blocks.
+DECODE_WORD_MAX_SLOTS = 256
+
+
+def decode_bits(m: int, block: int) -> int:
+    """Bits a packed offset takes for the decode kernel: spmm_nm_decode.packed_bits, widened
+    (to 16 at most) until a word covers at most DECODE_WORD_MAX_SLOTS slots."""
+    bits = packed_bits(m, block)
+    while 32 // bits * block > DECODE_WORD_MAX_SLOTS and bits < 16:
+        bits *= 2
+    return bits
 
 
 # Few-row weights at one token: 4 rows a program leave 4096 x 14336 with 1024 one-warp programs,

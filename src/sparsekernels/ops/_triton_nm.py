@@ -204,7 +204,7 @@ def _ring_config(values, b, n, m, vector, block) -> dict | None:
 
 
 def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
-    bits = decode.packed_bits(m, block)
+    bits = nm_decode_tuning.decode_bits(m, block)  # (select and ring: block 1, packed_bits')
     words = packed_words(indices, bits)
     ring = _ring_config(values, b, n, m, vector, block)
     if ring is not None and select_ring.supports(values, words, n, m, bits):
