@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest compiledroutes weightcopies sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -408,6 +408,13 @@ for step in $steps; do
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 \
         attention_backward.py >"$out/attention_backward.txt" 2>&1)
       echo "attnbwd rc=$?" ;;
+    nmdecodeblocks)  # the decode kernel on block-wise patterns: bits and tiles (nm_decode_blocks.py)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 150 python3 nm_decode_blocks.py \
+        >"$out/nm_decode_blocks.txt" 2>&1
+       PYTHONPATH=$PWD/../../src SHAPES=4096x4096,14336x4096 PATTERNS=4:8,4:16 VECTOR=4 BLOCK=4 \
+        TOKENS=8,16 FORMS=route,4r,4r128 timeout 120 python3 nm_decode_blocks.py \
+        >"$out/nm_decode_blocks_4.txt" 2>&1)
+      echo "nmdecodeblocks rc=$?" ;;
     routekernels)  # the kernels linear launches against its mma.sp kernel alone (route_kernels.py)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 120 python3 route_kernels.py \
         >"$out/route_kernels.txt" 2>&1)
