@@ -198,26 +198,20 @@ def spmm_nm_config(
     block: int = 1,
     kept: int = 0,
 ) -> SpmmNmConfig:
-    """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores (in smaller tiles where
-    `rows` x `k`, when given, make the usual ones few: vector_wise_small_tiles, and at 1-32
-    tokens for patterns of `density` (n / m), `block` and `kept` (n) timed there:
-    few_token_tiles); the rest gather on CUDA cores. Decode sizes (N <= 16) use few rows and
-    long slot runs per program, so even a 4096-row weight spreads over thousands of programs
-    (H200 sweep, 2026-11-29)."""
+    """Vector-wise patterns with v >= 16 and N >= 16 go to tensor cores (smaller tiles where
+    `rows` x `k`, when given, make the usual ones few: vector_wise_small_tiles; at 1-32 tokens
+    few_token_tiles' by `density` (n / m), `block` and `kept` (n)); the rest gather on CUDA
+    cores, at N <= 16 in few rows and long slot runs a program (H200 sweep, 2026-11-29)."""
     tile_rows = _largest_power_of_two_dividing(vector, 64)
     sized = rows is not None and k is not None
-    if not dtype_is_fp64 and tile_rows >= 16 and sized and 0 < n_cols < 16:
-        few = few_token_tiles(n_cols, vector, rows, density, block, kept)
-        if few is not None:
-            return SpmmNmConfig(True, *few)
-    if not dtype_is_fp64 and tile_rows >= 16 and n_cols >= 16:
-        if sized and vector_wise_small_tiles(n_cols, vector, rows, k):
+    if not dtype_is_fp64 and tile_rows >= 16 and n_cols > 0:
+        if sized and n_cols >= 16 and vector_wise_small_tiles(n_cols, vector, rows, k):
             return SpmmNmConfig(True, *small_tiles(n_cols, k))
         few = few_token_tiles(n_cols, vector, rows, density, block, kept) if sized else None
         if few is not None:
             return SpmmNmConfig(True, *few)
-        block_n = usual_block_n(n_cols)
-        return SpmmNmConfig(True, tile_rows, 32, block_n, num_warps=8, num_stages=3)
+        if n_cols >= 16:
+            return SpmmNmConfig(True, tile_rows, 32, usual_block_n(n_cols), 8, 3)
     block_n = min(16, next_power_of_2(max(n_cols, 1)))
     if n_cols <= 16:
         return SpmmNmConfig(False, 2, min(512, 8192 // (2 * block_n)), block_n, 2, 2)
