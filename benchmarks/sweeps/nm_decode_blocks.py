@@ -35,13 +35,6 @@ BLOCK = int(os.environ.get("BLOCK", "64"))
 FORMS = os.environ.get("FORMS", "before,route,128,4r,4r128").split(",")
 
 
-def _bits(m: int, block: int, slots: int) -> int:
-    bits = decode.packed_bits(m, block)
-    while 32 // bits * block > slots and bits < 16:
-        bits *= 2
-    return bits
-
-
 def launch_options(form: str, n: int, m: int, tokens: int, rows: int, slots_row: int):
     """The decode kernel's options for `form` (None where it does not apply) and its step."""
     config = nm_decode_tuning.spmm_nm_decode_config(
@@ -59,7 +52,8 @@ def launch_options(form: str, n: int, m: int, tokens: int, rows: int, slots_row:
             if VECTOR % 4:
                 return None
             block_m = 4
-        bits = _bits(m, BLOCK, min(block_slots, nm_decode_tuning.DECODE_WORD_MAX_SLOTS))
+        most = min(block_slots, nm_decode_tuning.DECODE_WORD_MAX_SLOTS)
+        bits = nm_decode_tuning.decode_bits(m, BLOCK, most)
     slots_a_word = 32 // bits * BLOCK
     block_w = max(1, block_slots // slots_a_word)
     steps = -(-slots_row // (block_w * slots_a_word))

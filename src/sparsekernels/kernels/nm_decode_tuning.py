@@ -36,11 +36,12 @@ class SpmmNmDecodeConfig:
 DECODE_WORD_MAX_SLOTS = 256
 
 
-def decode_bits(m: int, block: int) -> int:
+def decode_bits(m: int, block: int, most: int | None = None) -> int:
     """Bits a packed offset takes for the decode kernel: spmm_nm_decode.packed_bits, widened
-    (to 16 at most) until a word covers at most DECODE_WORD_MAX_SLOTS slots."""
+    (to 16 at most) until a word covers at most `most` slots (DECODE_WORD_MAX_SLOTS)."""
+    most = DECODE_WORD_MAX_SLOTS if most is None else most
     bits = packed_bits(m, block)
-    while 32 // bits * block > DECODE_WORD_MAX_SLOTS and bits < 16:
+    while 32 // bits * block > most and bits < 16:
         bits *= 2
     return bits
 
