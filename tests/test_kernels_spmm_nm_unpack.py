@@ -37,7 +37,7 @@ PATTERNS = [
 def _launch_poisoned(
     W, B, block_g=8, bias=None, activation="none", split=1, block_m=16, fused=True
 ):
-    bits = packed_bits(W.m, 1)
+    bits = packed_bits(W.m, W.block)
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
     spmm_nm_unpack(
         values=W.values,
@@ -57,6 +57,7 @@ def _launch_poisoned(
         num_stages=2,
         split=split,
         fused=fused,
+        block=W.block,
     )
     return out
 
@@ -79,6 +80,55 @@ def test_every_element_written(device, pattern, tokens, gen):
             assert_close(
                 got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype
             )
+
+
+# (n, m, vector, block): block-wise, a kept run of `block` columns per offset: one offset of 1
+# bit a group (4:8 b=4, eight groups a byte), of 2 bits (4:16 b=4), two offsets a group
+# (8:16 b=4, 16:32 b=8), a 3-bit offset in 4 bits (4:32 b=4), 2-column runs (2:4 b=2, one
+# value a slot pair), rows sharing a choice and not (vectors of 4 and 3 rows).
+BLOCK_PATTERNS = [
+    (4, 8, 4, 4),
+    (4, 16, 4, 4),
+    (8, 16, 1, 4),
+    (16, 32, 3, 8),
+    (4, 32, 4, 4),
+    (2, 4, 1, 2),
+    (4, 8, 1, 2),
+]
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("pattern", BLOCK_PATTERNS)
+@pytest.mark.parametrize("tokens", [1, 17])
+def test_block_wise_every_element_written(device, pattern, tokens, gen):
+    """Block-wise weights: each offset names a run of `block` columns whose values are
+    consecutive slots. A partial last row tile, a partial last step (masked), x^T as linear
+    passes it and a row-major B, two column tiles at 17 tokens."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    block_g = 16 if m // block == 2 else 8  # (1-bit offsets: two bytes a step at 16 groups)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    groups = 2 * block_g + 5
+    W = random_nm(2 * vector + 19, groups * m, n, m, gen, vector, block, dtype, device)
+    x = randn(tokens, groups * m, gen=gen, dtype=dtype, device=device)
+    for B in (x.t(), x.t().contiguous()):
+        got = _launch_poisoned(W, B, block_g)
+        want = W.to_dense().double() @ B.double()
+        assert_close(got, want, spmm_bound(W.to_dense(), B), dtype)
+
+
+def test_block_wise_a_moved_block_is_caught(gen):
+    """The tolerance would see one block misplaced: row 5's values moved one block over in
+    every group change that row only, and the kernel's product is not that."""
+    W = random_nm(20, 128, 4, 16, gen, 1, 4, torch.float16)
+    x = randn(128, 4, gen=gen, dtype=torch.float16)
+    got = _launch_poisoned(W, x)
+    wrong = W.to_dense().double().clone()
+    wrong[5] = wrong[5].roll(4)
+    with pytest.raises(AssertionError):
+        assert_close(got, wrong @ x.double(), spmm_bound(W.to_dense(), x), torch.float16)
+    assert_close(got, W.to_dense().double() @ x.double(), spmm_bound(W.to_dense(), x),
+                 torch.float16)  # fmt: skip
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -119,7 +169,9 @@ def test_a_bad_row_is_caught(gen):
 
 def test_supports_and_bad_tiles(gen):
     assert supports(2, 8, 1, torch.bfloat16, 4096) and supports(16, 32, 1, torch.float16, 64)
-    assert not supports(2, 8, 2, torch.bfloat16, 4096)  # block-wise
+    assert supports(4, 8, 4, torch.bfloat16, 4096) and supports(2, 8, 2, torch.bfloat16, 64)
+    assert not supports(64, 128, 64, torch.bfloat16, 4096)  # m past 32
+    assert not supports(2, 8, 4, torch.bfloat16, 4096)  # (not a pattern: block past n)
     assert not supports(3, 8, 1, torch.bfloat16, 4096)  # n not a power of two
     assert not supports(1, 64, 1, torch.bfloat16, 4096)  # m past 32
     assert not supports(2, 8, 1, torch.float32, 4096) and not supports(
@@ -134,6 +186,11 @@ def test_supports_and_bad_tiles(gen):
     W = random_nm(16, 64, 1, 2, gen, 1, 1, torch.float16)
     with pytest.raises(ValueError, match="two at least"):
         _launch_poisoned(W, x, block_g=8)  # 1:2: one byte a step
+    W = random_nm(16, 64, 4, 8, gen, 4, 4, torch.float16)
+    with pytest.raises(ValueError, match="block 4"):
+        _launch_poisoned(W, x, block_g=8)  # 4:8 b=4: 1 bit a group, one byte a step
+    with pytest.raises(ValueError, match="does not take"):
+        _launch_poisoned(W, x.float(), block_g=16)
 
 
 def test_route_takes_the_measured_window(monkeypatch):

@@ -14,14 +14,17 @@ from sparsekernels.ops._triton_nm import packed_words
 
 
 def nm_case(
-    M: int, K: int, n: int, m: int, tokens: int, dtype: torch.dtype = torch.bfloat16
-) -> dict:
-    """w (dense), W, x, want = W x^T in float64, B, bits and words (packed offsets)."""
+    M: int, K: int, n: int, m: int, tokens: int, dtype: torch.dtype = torch.bfloat16,
+    vector: int = 1, block: int = 1,
+) -> dict:  # fmt: skip
+    """w (dense, its pattern's), W, x, want = W x^T in float64, B, bits and words (packed
+    offsets)."""
     torch.manual_seed(0)
     w = torch.randn(M, K, device="cuda", dtype=dtype)
-    W = sk.NMMatrix.from_dense(w, n, m, mask=sk.prune.nm_mask(w.float(), n, m))
+    mask = sk.prune.nm_mask(w.float(), n, m, vector, block=block)
+    W = sk.NMMatrix.from_dense(w, n, m, vector, block=block, mask=mask)
     x = torch.randn(tokens, K, device="cuda", dtype=dtype)
-    bits = packed_bits(m, 1)
+    bits = packed_bits(m, block)
     return {
         "w": w,
         "W": W,

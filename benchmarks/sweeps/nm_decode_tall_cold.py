@@ -61,7 +61,9 @@ def linear_cold(case: dict, copies: int, n: int, m: int) -> float:
     """The library's own route (linear, column-major output) over rotated weight copies."""
     W, x, want = case["W"], case["x"], case["want"]
     Ws = [
-        sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, n, m, check=False)
+        sk.NMMatrix(
+            W.values.clone(), W.indices.clone(), W.shape, n, m, W.vector, W.block, check=False
+        )
         for _ in range(copies)
     ]
     got = [sk.linear(x, Wc) for Wc in Ws][0]  # packs each copy's offsets before the capture

@@ -7,6 +7,8 @@ copies that overflow L2 twice; CUDA-graph medians in us a call, each configurati
 against float64 first.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_unpack_cold.py
     SHAPES=4096x14336 PATTERNS=2:8 TOKENS=8,16 CONFIGS=64x32/4w/s2,64x32/4w/s2/k4 ...
+Vector- and block-wise weights with VECTOR and BLOCK (PATTERNS=4:8,4:16 VECTOR=4 BLOCK=4: the
+block-wise windows the decode kernel takes at 0.38-0.79x dense, benchmarks/NOTES.md).
 """
 
 import itertools
@@ -22,6 +24,8 @@ from sparsekernels.kernels.spmm_nm_unpack import spmm_nm_unpack
 DEVICE = torch.device("cuda")
 DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", "bf16")]
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096", "2:8,1:8,2:4", "1,4,8,16")
+VECTOR = int(os.environ.get("VECTOR", "1"))
+BLOCK = int(os.environ.get("BLOCK", "1"))
 # "RxG/Ww/sS[/kK][/nN][/two]": R rows and G groups a step, W warps, S stages, K split-K
 # ranges (summed by the last of a tile, or with /two by a second kernel), N tokens a column
 # tile (16 unless given)
@@ -50,7 +54,7 @@ def parse(name: str) -> dict:
 def main():
     table = []
     for (M, K), (n, m), tokens in itertools.product(SHAPES, PATTERNS, TOKENS):
-        case = nm_case(M, K, n, m, tokens, DTYPE)
+        case = nm_case(M, K, n, m, tokens, DTYPE, VECTOR, BLOCK)
         W, want, bits, words = (case[k] for k in ("W", "want", "bits", "words"))
         b = case["x"].t()  # (K, tokens), unit stride along K: as linear passes x^T
         copies = max(2, copies_for(W.values.nbytes + words.nbytes, DEVICE))
@@ -63,11 +67,13 @@ def main():
             def run(values, words, config=config):
                 spmm_nm_unpack(
                     values=values, words=words, bits=bits, b=b, bias=None, out=out, n=n, m=m,
-                    vector=1, activation="none", **config,
+                    vector=VECTOR, activation="none", block=BLOCK, **config,
                 )  # fmt: skip
 
             timed[name] = checked_cold_us(name, run, weights, out, want)
-        label = f"{M}x{K} {n}:{m} t{tokens}"
+        label = f"{M}x{K} {n}:{m}{f' v{VECTOR}' if VECTOR > 1 else ''}" + (
+            f"{f' b{BLOCK}' if BLOCK > 1 else ''} t{tokens}"
+        )
         print(label, f"copies {copies}", {k: round(v, 1) for k, v in timed.items()}, flush=True)
         table.append((label, timed))
     names = list(table[0][1])

@@ -71,14 +71,15 @@ def _slot_values(values, rows, g0, groups_total, stride_vm, N_KEEP: tl.constexpr
 
 @triton.jit
 def _group_offsets(units, index_rows, g0, groups_total, stride_um, J: tl.constexpr,
-                   N_KEEP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
+                   N_OFFS: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_G: tl.constexpr, MASKED: tl.constexpr):  # fmt: skip
-    """Slot J's offset in each group, (rows, groups). `units` are the packed words viewed as the
-    integers that hold one group's offsets (n * BITS of 8, 16 or 32 bits), or bytes holding
+    """Offset J of each group, (rows, groups), of its N_OFFS (n, or n / block block-wise).
+    `units` are the packed words viewed as the
+    integers that hold one group's offsets (N_OFFS * BITS of 8, 16 or 32 bits), or bytes holding
     several groups (fewer bits: unpacked in-thread by joins), or int32 words where a group
     needs several. Reads are contiguous across groups, with no division in their index (it
     would hide that from the compiler and keep the loads scalar)."""
-    GROUP_BITS: tl.constexpr = N_KEEP * BITS
+    GROUP_BITS: tl.constexpr = N_OFFS * BITS
     PER_BYTE: tl.constexpr = 8 // GROUP_BITS if GROUP_BITS < 8 else 1
     if GROUP_BITS > 32:
         idx = (g0 + tl.arange(0, BLOCK_G)) * (GROUP_BITS // 32) + (J * BITS) // 32
@@ -98,11 +99,13 @@ def _group_offsets(units, index_rows, g0, groups_total, stride_um, J: tl.constex
 
 
 @triton.jit
-def _position(vals, offs, P: tl.constexpr, N_KEEP: tl.constexpr):
-    """Position P of each group: the value of the slot whose offset is P, else 0."""
-    d = tl.where(offs[0] == P, vals[0], 0)
-    for j in tl.static_range(1, N_KEEP):
-        d = tl.where(offs[j] == P, vals[j], d)
+def _position(vals, offs, P: tl.constexpr, N_BLOCKS: tl.constexpr, BLOCK: tl.constexpr):
+    """Position P of each group: the value of the slot whose offset is P, else 0. Block-wise
+    (BLOCK > 1), offset j names the group's block P // BLOCK, whose value P % BLOCK is slot
+    j * BLOCK + P % BLOCK."""
+    d = tl.where(offs[0] == P // BLOCK, vals[P % BLOCK], 0)
+    for j in tl.static_range(1, N_BLOCKS):
+        d = tl.where(offs[j] == P // BLOCK, vals[j * BLOCK + P % BLOCK], d)
     return d
 
 
@@ -173,19 +176,22 @@ def _dense_tile(
     values, units, rows, index_rows, g0, groups_total, stride_vm, stride_um,
     N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr, MASKED: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_G * m) dense tile of groups g0 .. g0 + BLOCK_G of `rows`, 16 bits
-    each: every position of a group is a compare-select over the group's slots, on (rows,
-    groups) tiles, and the positions are joined in-thread (a thread holds whole groups)."""
+    each: every position of a group is a compare-select over the group's kept blocks (of
+    BLOCK columns; slots element-wise), on (rows, groups) tiles, and the positions are joined
+    in-thread (a thread holds whole groups)."""
     g0 = tl.multiple_of(g0, BLOCK_G)  # (vector loads)
     vals = _slot_values(
         values, rows, g0, groups_total, stride_vm, N_KEEP, LOG_N, BLOCK_M, BLOCK_G, MASKED
     )
+    N_BLOCKS: tl.constexpr = N_KEEP // BLOCK  # offsets a group
     offs = ()
-    for j in tl.static_range(N_KEEP):
+    for j in tl.static_range(N_BLOCKS):
         offs = offs + (
             _group_offsets(
-                units, index_rows, g0, groups_total, stride_um, j, N_KEEP, BITS, BLOCK_M,
+                units, index_rows, g0, groups_total, stride_um, j, N_BLOCKS, BITS, BLOCK_M,
                 BLOCK_G, MASKED,
             ),
         )  # fmt: skip
@@ -193,7 +199,7 @@ def _dense_tile(
     # slowest new dimension), the last pairs neighbours, so the trailing dimensions flatten to p
     tiles = ()
     for p in tl.static_range(M_GROUP):
-        tiles = tiles + (_position(vals, offs, p, N_KEEP),)
+        tiles = tiles + (_position(vals, offs, p, N_BLOCKS, BLOCK),)
     for level in tl.static_range(LOG_M):
         joined = ()
         for i in tl.static_range(M_GROUP >> (level + 1)):
@@ -208,7 +214,7 @@ def _step(
     acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm, stride_um,
     stride_bk, N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr,
-    MASKED: tl.constexpr, PERMUTE: tl.constexpr, ASM: tl.constexpr,
+    MASKED: tl.constexpr, PERMUTE: tl.constexpr, ASM: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """acc + (the dense tile of groups g0 .. g0 + BLOCK_G) @ (B's rows under them); MASKED: the
     last step, groups from `end` on are not there."""
@@ -220,7 +226,7 @@ def _step(
     else:
         a = _dense_tile(
             values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
-            BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED,
+            BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED, BLOCK,
         )  # fmt: skip
     ks = tl.multiple_of(g0 * M_GROUP, BLOCK_G * M_GROUP) + tl.arange(0, BLOCK_G * M_GROUP)
     b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + b_cols
@@ -258,6 +264,7 @@ def _nm_unpack_kernel(
     M_GROUP: tl.constexpr,
     BITS: tl.constexpr,
     VECTOR: tl.constexpr,
+    BLOCK: tl.constexpr,  # block-wise: kept runs of BLOCK columns, one offset each
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -286,13 +293,13 @@ def _nm_unpack_kernel(
         acc = _step(
             acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, False,
-            PERMUTE, ASM,
+            PERMUTE, ASM, BLOCK,
         )  # fmt: skip
     if full < end:
         acc = _step(
             acc, values, units, b, rows, index_rows, b_cols, mask_n, full, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, True,
-            PERMUTE, ASM,
+            PERMUTE, ASM, BLOCK,
         )  # fmt: skip
     split_k.end_piece(
         acc, offs_m, offs_n, mask_m, mask_n, bias, out, partials, counters, N, SPLIT_STRIDE,
@@ -301,11 +308,11 @@ def _nm_unpack_kernel(
 
 
 def supports(n: int, m: int, block: int, dtype: torch.dtype, k: int) -> bool:
-    """Element-wise patterns in 16 bits, n and m powers of two (m <= 32: a group's offsets
-    split into whole bytes or int32 words), K < 2^31."""
+    """Element-wise and block-wise patterns in 16 bits, n and m powers of two (m <= 32: a
+    group's offsets split into whole bytes or int32 words), K < 2^31."""
     powers = n & (n - 1) == 0 and m & (m - 1) == 0
     half = dtype in (torch.float16, torch.bfloat16)
-    return block == 1 and half and powers and 1 <= n < m <= 32 and k < 2**31
+    return half and powers and 1 <= n < m <= 32 and n % block == 0 and k < 2**31
 
 
 def spmm_nm_unpack(
@@ -327,8 +334,10 @@ def spmm_nm_unpack(
     num_stages: int,
     split: int = 1,
     fused: bool = True,
+    block: int = 1,
 ) -> torch.Tensor:
-    """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words
+    """Launch over out (M, N) for B (K, N) (any strides), W of pattern n:m with `vector` rows
+    sharing a choice and kept runs of `block` columns (`supports`). values (M, S) and words
     (`NMMatrix.packed_indices(bits)`) need unit stride along their last dim; block_m and
     block_n powers of two of at least 16 (tl.dot's smallest tile); block_g a power of two
     holding whole bytes of offsets, block_g * m at least 16. `split` > 1 cuts the groups into
@@ -340,21 +349,26 @@ def spmm_nm_unpack(
     if min(block_m, block_n, block_g * m) < 16:
         raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_g * m}, {block_n}")
     k = b.shape[0]
-    # a group's offsets read as the narrowest integer that holds them (a byte for 2:8)
-    unit = min(32, max(8, n * bits))
+    if not supports(n, m, block, b.dtype, k):
+        raise ValueError(f"the unpack kernel does not take {n}:{m} block {block} in {b.dtype}")
+    # a group's offsets (n / block of them) read as the narrowest integer that holds them (a
+    # byte for 2:8)
+    group_bits = n // block * bits
+    unit = min(32, max(8, group_bits))
     units = words.view({8: torch.uint8, 16: torch.int16, 32: torch.int32}[unit])
     # a step reads whole bytes of offsets, and at least two: a one-byte step (1:2 with 8
     # groups) compiled to wrong products on the H200 (Triton 3.6), right in the interpreter
-    if unit == 8 and n * bits < 8 and ((block_g * n * bits) % 8 or block_g * n * bits < 16):
+    if unit == 8 and group_bits < 8 and ((block_g * group_bits) % 8 or block_g * group_bits < 16):
         raise ValueError(
             f"block_g must hold whole bytes of offsets, two at least, got {block_g} for {n}:{m}"
+            f"{f' block {block}' if block > 1 else ''}"
         )
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
     grid = (cdiv(rows, block_m), cdiv(cols, block_n), splits)
-    permute = (
-        n <= 2 and m <= 8 and (n == 1 or (values.stride(0) % 2 == 0 and values.data_ptr() % 4 == 0))
-    )
+    pairs_aligned = values.stride(0) % 2 == 0 and values.data_ptr() % 4 == 0
+    # (element-wise only: its selectors place one value an offset)
+    permute = block == 1 and n <= 2 and m <= 8 and (n == 1 or pairs_aligned)
     fused = fused and splits > 1
     counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else words
     _nm_unpack_kernel[grid](
@@ -380,6 +394,7 @@ def spmm_nm_unpack(
         M_GROUP=m,
         BITS=bits,
         VECTOR=vector,
+        BLOCK=block,
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         BLOCK_M=block_m,
