@@ -81,7 +81,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     if unpacking is not None and unpack.supports(n, m, block, values.dtype, b.shape[0]):
         launch = unpack.spmm_nm_unpack
         return _dense_tile(
-            launch, values, indices, b, bias, out, activation, n, m, vector, unpacking
+            launch, values, indices, b, bias, out, activation, n, m, vector, unpacking, block
         )
     half = b.dtype in (torch.float16, torch.bfloat16)
     sized = (values.shape[0], b.shape[0]) if half else (None, None)  # (small tiles: bf16-timed)
@@ -175,10 +175,12 @@ def _sm_count_of(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector, config):
-    """A dense-tile kernel (the wgmma or the unpack kernel: element-wise, bit-packed offsets)
-    with its tuned tile (a config dataclass whose fields are the launch's tile arguments)."""
-    bits = decode.packed_bits(m, 1)
+def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector, config, block=1):
+    """A dense-tile kernel (the wgmma kernel: element-wise; the unpack kernel: also block-wise)
+    on bit-packed offsets with its tuned tile (a config dataclass whose fields are the launch's
+    tile arguments)."""
+    bits = decode.packed_bits(m, block)
+    blocks = {"block": block} if block > 1 else {}  # (the wgmma launch takes no block)
     return launch(
         values=values.contiguous(),
         words=packed_words(indices, bits),
@@ -191,6 +193,7 @@ def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector,
         vector=vector,
         activation=activation,
         **vars(config),
+        **blocks,
     )
 
 
