@@ -35,7 +35,7 @@ PATTERNS = [
 
 
 def _launch_poisoned(
-    W, B, block_g=8, bias=None, activation="none", split=1, block_m=16, fused=True
+    W, B, block_g=8, bias=None, activation="none", split=1, block_m=16, fused=True, pairs=None
 ):
     bits = packed_bits(W.m, W.block)
     out = torch.full((W.shape[0], B.shape[1]), float("nan"), dtype=B.dtype, device=B.device)
@@ -58,6 +58,7 @@ def _launch_poisoned(
         split=split,
         fused=fused,
         block=W.block,
+        pairs=pairs,
     )
     return out
 
@@ -100,9 +101,11 @@ BLOCK_PATTERNS = [
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("pattern", BLOCK_PATTERNS)
 @pytest.mark.parametrize("tokens", [1, 17])
-def test_block_wise_every_element_written(device, pattern, tokens, gen):
+@pytest.mark.parametrize("pairs", [None, False])
+def test_block_wise_every_element_written(device, pattern, tokens, pairs, gen):
     """Block-wise weights: each offset names a run of `block` columns whose values are
-    consecutive slots. A partial last row tile, a partial last step (masked), x^T as linear
+    consecutive slots, the tile built from int32 pairs of values (by default, even blocks) or
+    from 16-bit values. A partial last row tile, a partial last step (masked), x^T as linear
     passes it and a row-major B, two column tiles at 17 tokens."""
     skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
@@ -112,9 +115,28 @@ def test_block_wise_every_element_written(device, pattern, tokens, gen):
     W = random_nm(2 * vector + 19, groups * m, n, m, gen, vector, block, dtype, device)
     x = randn(tokens, groups * m, gen=gen, dtype=dtype, device=device)
     for B in (x.t(), x.t().contiguous()):
-        got = _launch_poisoned(W, B, block_g)
+        got = _launch_poisoned(W, B, block_g, pairs=pairs)
         want = W.to_dense().double() @ B.double()
         assert_close(got, want, spmm_bound(W.to_dense(), B), dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_block_wise_values_off_4_byte_alignment(device, gen):
+    """Values whose rows start off a 4-byte boundary (a view one element in) cannot be read
+    as pairs: by default the kernel reads them 16 bits at a time, and asking for pairs is a
+    ValueError."""
+    skip_interpreter_on_gpu_machine(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    W = random_nm(21, 16 * 8, 4, 8, gen, 4, 4, dtype, device)
+    shifted = torch.empty(W.values.numel() + 1, dtype=dtype, device=device)[1:]
+    shifted.copy_(W.values.reshape(-1))
+    W.values = shifted.view(W.values.shape)
+    x = randn(5, 16 * 8, gen=gen, dtype=dtype, device=device)
+    got = _launch_poisoned(W, x.t(), 16)
+    assert_close(got, W.to_dense().double() @ x.t().double(), spmm_bound(W.to_dense(), x.t()),
+                 dtype)  # fmt: skip
+    with pytest.raises(ValueError, match="pairs need"):
+        _launch_poisoned(W, x.t(), 16, pairs=True)
 
 
 def test_block_wise_a_moved_block_is_caught(gen):

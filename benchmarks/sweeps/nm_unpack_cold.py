@@ -26,9 +26,9 @@ DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}[os.environ.get("DTYPE", 
 SHAPES, PATTERNS, TOKENS = env_cases("4096x14336,14336x4096", "2:8,1:8,2:4", "1,4,8,16")
 VECTOR = int(os.environ.get("VECTOR", "1"))
 BLOCK = int(os.environ.get("BLOCK", "1"))
-# "RxG/Ww/sS[/kK][/nN][/two]": R rows and G groups a step, W warps, S stages, K split-K
+# "RxG/Ww/sS[/kK][/nN][/two][/h]": R rows and G groups a step, W warps, S stages, K split-K
 # ranges (summed by the last of a tile, or with /two by a second kernel), N tokens a column
-# tile (16 unless given)
+# tile (16 unless given); /h: block-wise tiles from 16-bit values, not int32 pairs
 CONFIGS = os.environ.get(
     "CONFIGS",
     "64x32/4w/s1,64x32/4w/s3,64x64/4w/s2,128x32/8w/s2,64x32/4w/s2/k2,64x32/4w/s2/k4,32x64/4w/s2",
@@ -48,6 +48,7 @@ def parse(name: str) -> dict:
         num_stages=int(stages.lstrip("s")),
         split=split,
         fused="two" not in flags,
+        pairs=False if "h" in flags else None,
     )
 
 

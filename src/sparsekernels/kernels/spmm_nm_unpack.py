@@ -43,17 +43,20 @@ from ._sizes import cdiv
 @triton.jit
 def _slot_values(values, rows, g0, groups_total, stride_vm, N_KEEP: tl.constexpr,
                  LOG_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr,
-                 MASKED: tl.constexpr):  # fmt: skip
+                 MASKED: tl.constexpr, WIDE: tl.constexpr):  # fmt: skip
     """The step's values as n (rows, groups) tiles of their 16 bits (in int32), slot order:
     one contiguous (rows, groups * n) read (vector loads), split in halves by the slot's bits
-    (each level's even tiles first, so the order stays the slots')."""
+    (each level's even tiles first, so the order stays the slots'). WIDE: `values` are int32
+    pairs of 16-bit values, n of them a group, kept whole."""
     slots = g0 * N_KEEP + tl.arange(0, BLOCK_G * N_KEEP)
     ptrs = values + rows[:, None] * stride_vm + slots[None, :]
     if MASKED:
-        vals = tl.load(ptrs, mask=(slots < groups_total * N_KEEP)[None, :], other=0.0)
+        vals = tl.load(ptrs, mask=(slots < groups_total * N_KEEP)[None, :], other=0)
     else:
         vals = tl.load(ptrs)
-    tiles = (tl.reshape(vals.to(tl.uint16, bitcast=True).to(tl.int32), (BLOCK_M, BLOCK_G, N_KEEP)),)
+    if not WIDE:
+        vals = vals.to(tl.uint16, bitcast=True).to(tl.int32)
+    tiles = (tl.reshape(vals, (BLOCK_M, BLOCK_G, N_KEEP)),)
     for level in tl.static_range(LOG_N):
         evens = ()
         odds = ()
@@ -183,10 +186,10 @@ def _dense_tile(
     BLOCK columns; slots element-wise), on (rows, groups) tiles, and the positions are joined
     in-thread (a thread holds whole groups)."""
     g0 = tl.multiple_of(g0, BLOCK_G)  # (vector loads)
-    vals = _slot_values(
-        values, rows, g0, groups_total, stride_vm, N_KEEP, LOG_N, BLOCK_M, BLOCK_G, MASKED
-    )
     N_BLOCKS: tl.constexpr = N_KEEP // BLOCK  # offsets a group
+    vals = _slot_values(
+        values, rows, g0, groups_total, stride_vm, N_KEEP, LOG_N, BLOCK_M, BLOCK_G, MASKED, False
+    )
     offs = ()
     for j in tl.static_range(N_BLOCKS):
         offs = offs + (
@@ -210,11 +213,51 @@ def _dense_tile(
 
 
 @triton.jit
+def _paired_tile(
+    values, units, rows, index_rows, g0, groups_total, stride_vm, stride_um,
+    N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr, MASKED: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    """_dense_tile's tile for even blocks, on `values` as int32 pairs: positions two at a time
+    (m / 2 pairs a group), a block's neighbours being a pair of slots, each a compare-select
+    over the kept blocks, joined as _dense_tile's, then split into 16-bit halves (the low half
+    the even position). Half the selects and no 16-bit repacking (sm_90 compile: ~16 build
+    instructions a 4:8 b=4 group in _dense_tile, ~5 expected here)."""
+    g0 = tl.multiple_of(g0, BLOCK_G)  # (vector loads)
+    N_BLOCKS: tl.constexpr = N_KEEP // BLOCK  # offsets a group
+    vals = _slot_values(
+        values, rows, g0, groups_total, stride_vm, N_KEEP // 2, LOG_N - 1, BLOCK_M, BLOCK_G,
+        MASKED, True,
+    )  # fmt: skip
+    offs = ()
+    for j in tl.static_range(N_BLOCKS):
+        offs = offs + (
+            _group_offsets(
+                units, index_rows, g0, groups_total, stride_um, j, N_BLOCKS, BITS, BLOCK_M,
+                BLOCK_G, MASKED,
+            ),
+        )  # fmt: skip
+    tiles = ()
+    for p in tl.static_range(M_GROUP // 2):
+        tiles = tiles + (_position(vals, offs, p, N_BLOCKS, BLOCK // 2),)
+    for level in tl.static_range(LOG_M - 1):
+        joined = ()
+        for i in tl.static_range(M_GROUP >> (level + 2)):
+            joined = joined + (tl.join(tiles[i], tiles[i + (M_GROUP >> (level + 2))]),)
+        tiles = joined
+    dense = tl.reshape(tiles[0], (BLOCK_M, BLOCK_G * M_GROUP // 2))
+    dense = tl.join(dense & 0xFFFF, (dense >> 16) & 0xFFFF)
+    return tl.reshape(dense, (BLOCK_M, BLOCK_G * M_GROUP)).to(tl.uint16)
+
+
+@triton.jit
 def _step(
     acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm, stride_um,
     stride_bk, N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr,
     MASKED: tl.constexpr, PERMUTE: tl.constexpr, ASM: tl.constexpr, BLOCK: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):  # fmt: skip
     """acc + (the dense tile of groups g0 .. g0 + BLOCK_G) @ (B's rows under them); MASKED: the
     last step, groups from `end` on are not there."""
@@ -222,6 +265,11 @@ def _step(
         a = _permuted_tile(
             values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
             BITS, BLOCK_M, BLOCK_G, LOG_M, MASKED, ASM,
+        )  # fmt: skip
+    elif PAIRS:
+        a = _paired_tile(
+            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
+            BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED, BLOCK,
         )  # fmt: skip
     else:
         a = _dense_tile(
@@ -275,6 +323,7 @@ def _nm_unpack_kernel(
     LOG_N: tl.constexpr,  # n a power of two
     LOG_M: tl.constexpr,  # m a power of two
     PERMUTE: tl.constexpr,  # n <= 2, m <= 8: the tile by byte permutes (_permuted_tile)
+    PAIRS: tl.constexpr,  # even blocks: the tile from int32 pairs of values (_paired_tile)
     ASM: tl.constexpr,  # compiled, not the interpreter: prmt as inline assembly, 16-bit dots
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -293,13 +342,13 @@ def _nm_unpack_kernel(
         acc = _step(
             acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, False,
-            PERMUTE, ASM, BLOCK,
+            PERMUTE, ASM, BLOCK, PAIRS,
         )  # fmt: skip
     if full < end:
         acc = _step(
             acc, values, units, b, rows, index_rows, b_cols, mask_n, full, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, True,
-            PERMUTE, ASM, BLOCK,
+            PERMUTE, ASM, BLOCK, PAIRS,
         )  # fmt: skip
     split_k.end_piece(
         acc, offs_m, offs_n, mask_m, mask_n, bias, out, partials, counters, N, SPLIT_STRIDE,
@@ -335,6 +384,7 @@ def spmm_nm_unpack(
     split: int = 1,
     fused: bool = True,
     block: int = 1,
+    pairs: bool | None = None,
 ) -> torch.Tensor:
     """Launch over out (M, N) for B (K, N) (any strides), W of pattern n:m with `vector` rows
     sharing a choice and kept runs of `block` columns (`supports`). values (M, S) and words
@@ -342,7 +392,9 @@ def spmm_nm_unpack(
     block_n powers of two of at least 16 (tl.dot's smallest tile); block_g a power of two
     holding whole bytes of offsets, block_g * m at least 16. `split` > 1 cuts the groups into
     that many ranges (fewer where one would be empty), summed in plane order by the last of
-    a tile's ranges to finish (`fused`) or by a second kernel."""
+    a tile's ranges to finish (`fused`) or by a second kernel. `pairs` (even blocks, values
+    4-byte aligned; by default where they allow it) builds block-wise tiles from int32 pairs
+    of values."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
@@ -369,10 +421,18 @@ def spmm_nm_unpack(
     pairs_aligned = values.stride(0) % 2 == 0 and values.data_ptr() % 4 == 0
     # (element-wise only: its selectors place one value an offset)
     permute = block == 1 and n <= 2 and m <= 8 and (n == 1 or pairs_aligned)
+    if pairs is None:
+        pairs = block % 2 == 0 and pairs_aligned
+    if pairs and not (block % 2 == 0 and pairs_aligned):
+        raise ValueError(
+            f"pairs need an even block and values 4-byte aligned rows, got block {block}, "
+            f"row stride {values.stride(0)}"
+        )
+    as_words = (permute and n == 2) or pairs  # values read as int32 pairs
     fused = fused and splits > 1
     counters = split_k.tile_counters(out.device, grid[0] * grid[1]) if fused else words
     _nm_unpack_kernel[grid](
-        values.view(torch.int32) if permute and n == 2 else values,
+        values.view(torch.int32) if as_words else values,
         units,
         b,
         bias if bias is not None else values,
@@ -384,7 +444,7 @@ def spmm_nm_unpack(
         k,
         steps_per_split * block_g,
         rows * cols,
-        values.stride(0) // 2 if permute and n == 2 else values.stride(0),
+        values.stride(0) // 2 if as_words else values.stride(0),
         words.stride(0) * (32 // unit),
         b.stride(0),
         b.stride(1),
@@ -404,6 +464,7 @@ def spmm_nm_unpack(
         FUSED=fused,
         LOG_M=m.bit_length() - 1,
         PERMUTE=permute,
+        PAIRS=pairs,
         ASM=os.environ.get("TRITON_INTERPRET") != "1",
         LOG_N=n.bit_length() - 1,
         num_warps=num_warps,
