@@ -274,7 +274,7 @@ for step in $steps; do
     nmunpackblocks)  # block-wise 4:8 and 4:16 (v = b = 4) on the unpack kernel against the route
       PYTHONPATH=$PWD/src SHAPES=4096x4096,14336x4096,4096x14336 PATTERNS=4:8,4:16 VECTOR=4 \
         BLOCK=4 TOKENS=4,8,16,32,64 CONFIGS=64x32/4w/s3,64x32/4w/s3/h,64x16/4w/s3,64x16/4w/s3/k2,64x16/4w/s3/k4,64x16/4w/s2/n64 \
-        timeout 200 python3 benchmarks/sweeps/nm_unpack_cold.py >"$out/nm_unpack_blocks.txt" 2>&1
+        timeout 260 python3 benchmarks/sweeps/nm_unpack_cold.py >"$out/nm_unpack_blocks.txt" 2>&1
       echo "nmunpackblocks rc=$? $(tail -1 "$out/nm_unpack_blocks.txt")" ;;
     nmunpackmore)  # the unpack kernel where it is not routed yet: fp16, 1:4 and 4:8 (bf16), 4-64 tokens
       for dt in bf16 fp16; do
