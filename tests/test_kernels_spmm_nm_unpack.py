@@ -246,7 +246,24 @@ def test_route_takes_the_measured_window(monkeypatch):
     assert config(65, 2, 8, 4, 1, bf16, 4096) is None
     assert config(24, 2, 8, 4, 1, bf16, 2048) is None  # (vectors timed from 4096 rows)
     assert config(48, 2, 8, 4, 1, bf16, 2048) is None
+    # block-wise 4:8 and 4:16, v = b = 4, at 4-64 tokens: 16 groups a step, 16-token column
+    # tiles split to 256 programs, or past 16 tokens on 8192+ rows one 64-token tile
+    c = config(4, 4, 8, 4, 4, bf16, 4096)
+    assert (c.block_g, c.split, c.block_n, c.num_stages) == (16, 4, 16, 3)
+    assert config(32, 4, 16, 4, 4, bf16, 4096).split == 2
+    assert config(64, 4, 8, 4, 4, bf16, 4096).split == 1
+    c = config(16, 4, 16, 4, 4, bf16, 14336)
+    assert (c.split, c.block_n) == (1, 16)
+    c = config(17, 4, 8, 4, 4, bf16, 14336)
+    assert (c.block_g, c.split, c.block_n, c.num_stages) == (16, 1, 64, 2)
     for args in [
+        (3, 4, 8, 4, 4, bf16),  # (1-3 tokens: the decode kernel's, not timed against)
+        (65, 4, 8, 4, 4, bf16),
+        (16, 4, 8, 4, 4, torch.float16),
+        (16, 4, 8, 8, 4, bf16),  # other vectors, blocks and patterns not timed
+        (16, 4, 8, 1, 4, bf16),
+        (16, 4, 8, 4, 2, bf16),
+        (16, 8, 16, 4, 4, bf16),
         (3, 2, 4, 1, 1, bf16),
         (65, 2, 4, 1, 1, bf16),
         (7, 2, 8, 1, 1, bf16),
@@ -285,6 +302,32 @@ def test_linear_routes_through_unpack(n, m, tokens, vector, dtype, gen, monkeypa
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert calls == [4] and got.is_contiguous()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), dtype)
+
+
+@pytest.mark.parametrize(("n", "m", "tokens"), [(4, 8, 4), (4, 16, 16), (4, 8, 40)])
+def test_linear_routes_block_wise_through_unpack(n, m, tokens, gen, monkeypatch):
+    """linear takes the kernel for block-wise v = b = 4 (made to include float16 here), with
+    bias: a 64-token column tile past 16 tokens on tall weights, 16-token tiles split on
+    others."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import nm_unpack_tuning, spmm_nm_unpack
+
+    monkeypatch.setattr(nm_unpack_tuning, "UNPACK_DTYPES", (torch.float16,))
+    monkeypatch.setattr(nm_unpack_tuning, "UNPACK_BLOCK_WIDE_MIN_ROWS", 64)  # (a small weight)
+    calls = []
+    launch = spmm_nm_unpack.spmm_nm_unpack
+    monkeypatch.setattr(
+        spmm_nm_unpack,
+        "spmm_nm_unpack",
+        lambda **kw: calls.append((kw["block"], kw["block_n"])) or launch(**kw),
+    )
+    W = random_nm(72, 256, n, m, gen, 4, 4, torch.float16)
+    x = randn(tokens, 256, gen=gen, dtype=torch.float16)
+    bias = randn(72, gen=gen, dtype=torch.float16)
+    got = sk.linear(x, W, bias, backend="triton")
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert calls == [(4, 64 if tokens > 16 else 16)] and got.is_contiguous()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float16)
 
 
 @pytest.mark.gpu
@@ -332,5 +375,28 @@ def test_linear_route_on_gpu(n, m, tokens, vector, rows, gen, monkeypatch):
     got = sk.linear(x, W, bias)
     if vector > 1:
         assert calls == ([1] if vector < 16 or rows < 8192 else [])
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m"), [(4, 8), (4, 16)])
+@pytest.mark.parametrize("tokens", [4, 16, 40])
+@pytest.mark.parametrize("rows", [4096, 14336 + 4])
+def test_linear_route_block_wise_on_gpu(n, m, tokens, rows, gen, monkeypatch):
+    """Block-wise v = b = 4 through linear on a few-row (split) and a tall weight (64-token
+    tiles past 16 tokens; a partial row tile), bf16, with bias."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_unpack
+
+    calls, launch = [], spmm_nm_unpack.spmm_nm_unpack
+    monkeypatch.setattr(
+        spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(1) or launch(**kw)
+    )
+    W = random_nm(rows, 2048 + m, n, m, gen, 4, 4, torch.bfloat16, "cuda")
+    x = randn(tokens, 2048 + m, gen=gen, dtype=torch.bfloat16, device="cuda")
+    bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, bias)
+    assert calls == [1]
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.bfloat16)

@@ -87,13 +87,35 @@ UNPACK_WIDER_VECTOR_PATTERNS = ((2, 8), (1, 8))  # past 32 tokens
 UNPACK_WIDE_VECTOR_MAX_ROWS = 8191  # v >= 16 at 33-64 tokens
 
 
+# Block-wise 4:8 and 4:16 with 4-row vectors and 4-column blocks (v = b = 4) at 4-64 tokens
+# (benchmarks/sweeps/nm_unpack_cold.py VECTOR=4 BLOCK=4, H100, cold L2, us, bf16,
+# results/nvidia-h100/2026-12-06/at-35a24db/nm_unpack_blocks.txt; the route before: the decode
+# kernel to 16 tokens, then the CUDA-core gather kernel):
+#                        4096 x 4096             14336 x 4096            4096 x 14336
+#   tokens           4    16    32    64      4    16    32    64      4    16    32    64
+#   4:8   dense    15.7  16.9  14.7  15.1   43.4  43.9  44.8  44.4   44.9  45.7  46.1  47.4
+#         route    17.1  37.3  29.7  30.2   43.1 113.5 112.7 112.5   46.1 118.7 115.7 116.3
+#         unpack   12.7  12.8  18.5  27.8   30.8  30.8  46.9  47.7   31.1  31.9  51.0  90.4
+#   4:16  route    11.9  21.6  26.3  26.5   25.7  61.1 103.8 103.5   29.1  61.9 106.3 107.4
+#         unpack   10.8  11.3  15.1  21.6   23.3  23.0  32.4  33.8   23.8  24.1  40.4  68.6
+# (unpack: the best of its tiles, which the rule below picks: 64 rows x 16 groups, 16 tokens a
+# column tile split until 256 programs, or 64 tokens a tile unsplit on 8192+ rows past 16.)
+# Other block-wise patterns, vectors, dtypes and 1-3 tokens were not timed: they keep their route.
+UNPACK_BLOCK_PATTERNS = ((4, 8, 4, 4), (4, 16, 4, 4))  # (n, m, vector, block)
+UNPACK_BLOCK_TOKENS = (4, 64)
+UNPACK_BLOCK_GROUPS = 16  # 32 spilled at 4:16 (sm_90 compile) and ran 1.1-1.6x slower
+UNPACK_BLOCK_WIDE_MIN_ROWS = 8192  # past 16 tokens: one 64-token column tile, no split
+
+
 def spmm_nm_unpack_config(
     n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
 ) -> SpmmNmUnpackConfig | None:
-    """The tile where the unpack kernel measured faster than the route (UNPACK_TOKENS), else
-    None: element-wise rows with their own choice."""
+    """The tile where the unpack kernel measured faster than the route (UNPACK_TOKENS;
+    vector-wise rows by _takes_vectors, block-wise by UNPACK_BLOCK_PATTERNS), else None."""
+    if block != 1:
+        return _block_config(n_cols, n, m, vector, block, dtype, rows)
     window = UNPACK_TOKENS.get((n, m))
-    if window is None or block != 1:
+    if window is None:
         return None
     if vector != 1 and not _takes_vectors(n_cols, n, m, vector, rows):
         return None
@@ -124,3 +146,17 @@ def _takes_vectors(n_cols: int, n: int, m: int, vector: int, rows: int) -> bool:
     return n_cols <= UNPACK_WIDE_VECTOR_MOST or (
         n_cols > 32 and rows <= UNPACK_WIDE_VECTOR_MAX_ROWS
     )
+
+
+def _block_config(
+    n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
+) -> SpmmNmUnpackConfig | None:
+    fewest, most = UNPACK_BLOCK_TOKENS
+    timed = (n, m, vector, block) in UNPACK_BLOCK_PATTERNS and dtype in UNPACK_DTYPES
+    if not (timed and fewest <= n_cols <= most):
+        return None
+    if n_cols > 16 and rows >= UNPACK_BLOCK_WIDE_MIN_ROWS:
+        return SpmmNmUnpackConfig(UNPACK_BLOCK_M, UNPACK_BLOCK_GROUPS, 4, 2, 1, 64)
+    tiles = cdiv(rows, UNPACK_BLOCK_M) * cdiv(n_cols, 16)
+    split = max(1, min(UNPACK_MAX_SPLIT, UNPACK_PROGRAMS // tiles))
+    return SpmmNmUnpackConfig(UNPACK_BLOCK_M, UNPACK_BLOCK_GROUPS, 4, 3, split, 16)
