@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest nmunpackblocks compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -276,6 +276,10 @@ for step in $steps; do
         BLOCK=4 TOKENS=4,8,16,32,64 CONFIGS=64x32/4w/s3,64x32/4w/s3/h,64x16/4w/s3,64x16/4w/s3/k2,64x16/4w/s3/k4,64x16/4w/s2/n64 \
         timeout 260 python3 benchmarks/sweeps/nm_unpack_cold.py >"$out/nm_unpack_blocks.txt" 2>&1
       echo "nmunpackblocks rc=$? $(tail -1 "$out/nm_unpack_blocks.txt")" ;;
+    nmfp32few)  # strict fp32 vector-wise at 1-16 tokens: the decode route against the few-token tiles
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 nm_fp32_few.py \
+        >"$out/nm_fp32_few.txt" 2>&1)
+      echo "nmfp32few rc=$? $(tail -1 "$out/nm_fp32_few.txt")" ;;
     nmunpackmore)  # the unpack kernel where it is not routed yet: fp16, 1:4 and 4:8 (bf16), 4-64 tokens
       for dt in bf16 fp16; do
         pats=$([ $dt = bf16 ] && echo 1:4,4:8 || echo 2:8,1:8,2:4)

@@ -212,16 +212,24 @@ def _cases() -> dict:
         pointers = [f"*{data}", "*i32", f"*{data}", f"*{data}", f"*{data}", "*fp32", "*i32"]
         name = f"nm select {n}:{m} {block_m} x {block_g} {data}" + " permuted" * permute
         cases[name] = (_nm_select_kernel, pointers, constants, 1 if block_g == 128 else 2)
-    for n, m, bits, permute, splits in ((2, 8, 4, True, 4), (1, 4, 2, True, 2),
-                                        (4, 8, 4, False, 1)):  # fmt: skip
-        constants = dict(N_KEEP=n, M_GROUP=m, BITS=bits, VECTOR=1, HAS_BIAS=True, ACTIVATION=1,
-                         BLOCK_M=64, BLOCK_G=32, BLOCK_N=16, SPLITS=splits, FUSED=splits == 4,
-                         LOG_N=n.bit_length() - 1, LOG_M=m.bit_length() - 1, PERMUTE=permute,
-                         ASM=True)  # fmt: skip
-        values = "*i32" if permute and n == 2 else "*bf16"
-        units = {8: "*u8", 2: "*u8", 16: "*i16"}[n * bits]
+    for n, m, bits, permute, splits, block, pairs in (
+        (2, 8, 4, True, 4, 1, False),
+        (1, 4, 2, True, 2, 1, False),
+        (4, 8, 4, False, 1, 1, False),
+        (4, 8, 1, False, 4, 4, True),
+        (4, 16, 2, False, 1, 4, True),
+        (4, 8, 1, False, 1, 4, False),
+    ):  # element-wise, then the routed block-wise tiles (v = b = 4) from pairs and 16-bit values
+        constants = dict(N_KEEP=n, M_GROUP=m, BITS=bits, VECTOR=4 if block > 1 else 1,
+                         BLOCK=block, HAS_BIAS=True, ACTIVATION=1, BLOCK_M=64,
+                         BLOCK_G=16 if block > 1 else 32, BLOCK_N=16, SPLITS=splits,
+                         FUSED=splits == 4, LOG_N=n.bit_length() - 1, LOG_M=m.bit_length() - 1,
+                         PERMUTE=permute, PAIRS=pairs, ASM=True)  # fmt: skip
+        values = "*i32" if (permute and n == 2) or pairs else "*bf16"
+        units = {8: "*u8", 2: "*u8", 1: "*u8", 16: "*i16"}[n // block * bits]
         pointers = [values, units, "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
-        cases[f"nm unpack {n}:{m}"] = (_nm_unpack_kernel, pointers, constants, 4)
+        name = f"nm unpack {n}:{m}" + (f" b{block}" + " pairs" * pairs if block > 1 else "")
+        cases[name] = (_nm_unpack_kernel, pointers, constants, 4)
     for n, m, splits, fused, k_contiguous in ((2, 8, 4, True, True), (1, 8, 1, False, True),
                                               (2, 4, 2, False, False)):  # fmt: skip
         constants = dict(N_KEEP=n, M_GROUP=m, BITS=m // 2, VECTOR=1, HAS_BIAS=splits != 2,
@@ -401,6 +409,9 @@ CASE_NAMES = [
     "nm unpack 2:8",
     "nm unpack 1:4",
     "nm unpack 4:8",
+    "nm unpack 4:8 b4 pairs",
+    "nm unpack 4:16 b4 pairs",
+    "nm unpack 4:8 b4",
     "nm wgmma 2:8",
     "nm wgmma 1:8",
     "nm wgmma 2:4",

@@ -330,6 +330,25 @@ def test_linear_routes_block_wise_through_unpack(n, m, tokens, gen, monkeypatch)
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float16)
 
 
+def test_block_wise_window_is_not_densified():
+    """Past 16 tokens the dense backend (densify, then cuBLAS) took block-wise v = b = 4
+    ahead of the Triton route: where the unpack kernel's window runs (112.7 against 46.9 us
+    at 32 tokens) it leaves the product to Triton; outside it (65 tokens, fp16, W^T @ B)
+    it densifies as before."""
+    from sparsekernels.ops import _dispatch
+    from sparsekernels.ops._dense import nm_prefers_dense
+
+    def dense(tokens, pattern=(4, 8, 4, 4), dtype=torch.bfloat16, rows=14336, transpose=False):
+        facts = dict(n=tokens, pattern=pattern, transpose=transpose, shape=(rows, 4096))
+        return nm_prefers_dense(_dispatch.Problem(torch.device("cuda"), dtype, facts))
+
+    for tokens in (17, 32, 64):
+        assert not dense(tokens) and not dense(tokens, rows=4096)
+        assert not dense(tokens, pattern=(4, 16, 4, 4))
+    assert dense(65) and dense(32, dtype=torch.float16) and dense(32, transpose=True)
+    assert dense(32, pattern=(4, 8, 8, 4))  # (v = 8 not timed)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("n", "m"), [(2, 8), (1, 8), (2, 4), (4, 8)])
 @pytest.mark.parametrize("tokens", [1, 8, 16])

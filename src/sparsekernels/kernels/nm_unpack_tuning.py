@@ -90,7 +90,8 @@ UNPACK_WIDE_VECTOR_MAX_ROWS = 8191  # v >= 16 at 33-64 tokens
 # Block-wise 4:8 and 4:16 with 4-row vectors and 4-column blocks (v = b = 4) at 4-64 tokens
 # (benchmarks/sweeps/nm_unpack_cold.py VECTOR=4 BLOCK=4, H100, cold L2, us, bf16,
 # results/nvidia-h100/2026-12-06/at-35a24db/nm_unpack_blocks.txt; the route before: the decode
-# kernel to 16 tokens, then the CUDA-core gather kernel):
+# kernel to 16 tokens, then the dense backend: the weight densified a call, then cuBLAS; the
+# dense preference leaves this window to Triton now, ops/_dense.nm_prefers_dense):
 #                        4096 x 4096             14336 x 4096            4096 x 14336
 #   tokens           4    16    32    64      4    16    32    64      4    16    32    64
 #   4:8   dense    15.7  16.9  14.7  15.1   43.4  43.9  44.8  44.4   44.9  45.7  46.1  47.4

@@ -268,6 +268,7 @@ def sddmm_prefers_dense_on_cpu(problem: _dispatch.Problem) -> bool:
 
 
 def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
+    from ..kernels.nm_unpack_tuning import spmm_nm_unpack_config
     from ..kernels.tuning import spmm_nm_prefers_dense
 
     n, m, vector, block = problem.facts["pattern"]
@@ -275,4 +276,9 @@ def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
     transpose = problem.facts.get("transpose", False)
     rows, k = problem.facts.get("shape", (None, None))
     n_cols = problem.facts["n"]
+    # where the unpack kernel measured faster than densifying (block-wise v = b = 4 at 17-64
+    # tokens: 46.9 against 112.7 us, nm_unpack_tuning), the Triton route keeps the product
+    unpacks = not transpose and rows is not None
+    if unpacks and spmm_nm_unpack_config(n_cols, n, m, vector, block, problem.dtype, rows):
+        return False
     return spmm_nm_prefers_dense(n_cols, (n, m), vector, half, transpose, rows, k, block)

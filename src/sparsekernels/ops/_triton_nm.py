@@ -84,7 +84,8 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
             launch, values, indices, b, bias, out, activation, n, m, vector, unpacking, block
         )
     half = b.dtype in (torch.float16, torch.bfloat16)
-    sized = (values.shape[0], b.shape[0]) if half else (None, None)  # (small tiles: bf16-timed)
+    # (the size-picked tiles were timed in these; fp32's few-token candidate: NOTES, 59th)
+    sized = (values.shape[0], b.shape[0]) if b.dtype in SIZED_TILE_DTYPES else (None, None)
     config = tuning.spmm_nm_config(
         b.shape[1], vector, values.dtype == torch.float64, *sized, density=n / m, block=block,
         kept=n,
@@ -276,6 +277,11 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
 
 # indices tensor -> (its version, bits, packed words): packing costs a few passes over the
 # offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
+# Where spmm_nm_config is given the weight's size (its small and few-token tiles). fp32 is not:
+# its vector-wise few-token products take the decode kernel, whose 8 x 256-slot one-warp step
+# spills 2.4 KB a thread in fp32 (sm_90 compile), 0.20-0.26x dense at 8 tokens on 64:128
+# b=64 (H100); the few-token tiles compile without spills there, not yet timed.
+SIZED_TILE_DTYPES = (torch.float16, torch.bfloat16)
 _PACKED = IdentityCache()
 
 
