@@ -95,6 +95,8 @@ BLOCK_PATTERNS = [
     (4, 32, 4, 4),
     (2, 4, 1, 2),
     (4, 8, 1, 2),
+    (8, 16, 1, 2),  # 16-bit offsets a group
+    (16, 32, 2, 2),  # 32-bit
 ]
 
 
@@ -151,6 +153,23 @@ def test_block_wise_a_moved_block_is_caught(gen):
         assert_close(got, wrong @ x.double(), spmm_bound(W.to_dense(), x), torch.float16)
     assert_close(got, W.to_dense().double() @ x.double(), spmm_bound(W.to_dense(), x),
                  torch.float16)  # fmt: skip
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("fused", [True, False])
+def test_block_wise_split(device, fused, gen):
+    """Block-wise (4:16 b=4, pairs) in 3 ranges of groups with bias and GELU, summed by the last
+    range of a tile or a second kernel: the same bits either way, against float64."""
+    skip_interpreter_on_gpu_machine(device)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    W = random_nm(37, 7 * 8 * 16, 4, 16, gen, 4, 4, dtype, device)
+    B = randn(7 * 8 * 16, 5, gen=gen, dtype=dtype, device=device)
+    bias = randn(37, gen=gen, dtype=dtype, device=device)
+    want = torch.nn.functional.gelu(W.to_dense().double() @ B.double() + bias.double()[:, None])
+    bound = spmm_bound(W.to_dense(), B) + bias.double().abs()[:, None]
+    got = _launch_poisoned(W, B, 8, bias, "gelu", 3, fused=fused)
+    assert_close(got, want, bound, dtype)
+    assert torch.equal(got, _launch_poisoned(W, B, 8, bias, "gelu", 3, fused=not fused))
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -264,6 +283,10 @@ def test_route_takes_the_measured_window(monkeypatch):
         (16, 4, 8, 1, 4, bf16),
         (16, 4, 8, 4, 2, bf16),
         (16, 8, 16, 4, 4, bf16),
+    ]:
+        assert config(*args, 4096) is None, args
+    assert config(16, 4, 8, 4, 4, bf16, 4095) is None  # (timed from 4096 rows)
+    for args in [
         (3, 2, 4, 1, 1, bf16),
         (65, 2, 4, 1, 1, bf16),
         (7, 2, 8, 1, 1, bf16),
@@ -314,6 +337,7 @@ def test_linear_routes_block_wise_through_unpack(n, m, tokens, gen, monkeypatch)
 
     monkeypatch.setattr(nm_unpack_tuning, "UNPACK_DTYPES", (torch.float16,))
     monkeypatch.setattr(nm_unpack_tuning, "UNPACK_BLOCK_WIDE_MIN_ROWS", 64)  # (a small weight)
+    monkeypatch.setattr(nm_unpack_tuning, "UNPACK_BLOCK_MIN_ROWS", 64)
     calls = []
     launch = spmm_nm_unpack.spmm_nm_unpack
     monkeypatch.setattr(

@@ -106,6 +106,7 @@ UNPACK_BLOCK_PATTERNS = ((4, 8, 4, 4), (4, 16, 4, 4))  # (n, m, vector, block)
 UNPACK_BLOCK_TOKENS = (4, 64)
 UNPACK_BLOCK_GROUPS = 16  # 32 spilled at 4:16 (sm_90 compile) and ran 1.1-1.6x slower
 UNPACK_BLOCK_WIDE_MIN_ROWS = 8192  # past 16 tokens: one 64-token column tile, no split
+UNPACK_BLOCK_MIN_ROWS = 4096  # (timed from 4096 rows; smaller weights keep their route)
 
 
 def spmm_nm_unpack_config(
@@ -154,7 +155,7 @@ def _block_config(
 ) -> SpmmNmUnpackConfig | None:
     fewest, most = UNPACK_BLOCK_TOKENS
     timed = (n, m, vector, block) in UNPACK_BLOCK_PATTERNS and dtype in UNPACK_DTYPES
-    if not (timed and fewest <= n_cols <= most):
+    if not (timed and fewest <= n_cols <= most and rows >= UNPACK_BLOCK_MIN_ROWS):
         return None
     if n_cols > 16 and rows >= UNPACK_BLOCK_WIDE_MIN_ROWS:
         return SpmmNmUnpackConfig(UNPACK_BLOCK_M, UNPACK_BLOCK_GROUPS, 4, 2, 1, 64)
