@@ -24,8 +24,8 @@ as much as dense does (benchmarks/NOTES.md).
 Element-wise and block-wise patterns (rows may share their choice in vectors), n and m powers
 of two (m <= 32), 16-bit values, K a multiple of m. Block-wise, an offset names a kept run of
 `block` columns whose values are consecutive slots; even blocks build the tile from int32 pairs
-of values (_paired_tile). 4:8 and 4:16 with v = b = 4 at 4-16 tokens: 1.1-3.7x faster than the
-decode kernel, 1.2-1.9x cuBLAS on the dense weight (H100, nm_unpack_tuning.py). Split-K
+of values (_dense_tile's PAIRS). 4:8 and 4:16 with v = b = 4 at 4-16 tokens: 1.1-3.7x faster
+than the decode kernel, 1.2-1.9x cuBLAS on the dense weight (H100, nm_unpack_tuning.py). Split-K
 (`split`) for weights with few rows, summed in plane order by the last range of each tile to
 finish (split_k.store_last_sums): deterministic; an atomic counter only orders the ranges.
 """
@@ -182,56 +182,21 @@ def _dense_tile(
     values, units, rows, index_rows, g0, groups_total, stride_vm, stride_um,
     N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr, MASKED: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, PAIRS: tl.constexpr,
 ):  # fmt: skip
     """The (BLOCK_M, BLOCK_G * m) dense tile of groups g0 .. g0 + BLOCK_G of `rows`, 16 bits
     each: every position of a group is a compare-select over the group's kept blocks (of
     BLOCK columns; slots element-wise), on (rows, groups) tiles, and the positions are joined
-    in-thread (a thread holds whole groups)."""
+    in-thread (a thread holds whole groups). PAIRS (even blocks, `values` as int32 pairs):
+    positions two at a time, a block's neighbours being a pair of slots, split into 16-bit
+    halves at the end (the low half the even position): half the selects and no 16-bit
+    repacking (sm_90 compile: ~16 build instructions a 4:8 b=4 group without, ~5 with)."""
     g0 = tl.multiple_of(g0, BLOCK_G)  # (vector loads)
+    LOG_W: tl.constexpr = 1 if PAIRS else 0  # 16-bit values a unit: 2 ** LOG_W
     N_BLOCKS: tl.constexpr = N_KEEP // BLOCK  # offsets a group
     vals = _slot_values(
-        values, rows, g0, groups_total, stride_vm, N_KEEP, LOG_N, BLOCK_M, BLOCK_G, MASKED, False
-    )
-    offs = ()
-    for j in tl.static_range(N_BLOCKS):
-        offs = offs + (
-            _group_offsets(
-                units, index_rows, g0, groups_total, stride_um, j, N_BLOCKS, BITS, BLOCK_M,
-                BLOCK_G, MASKED,
-            ),
-        )  # fmt: skip
-    # the m positions, joined pairwise in-thread: the first joins pair p with p + m / 2 (the
-    # slowest new dimension), the last pairs neighbours, so the trailing dimensions flatten to p
-    tiles = ()
-    for p in tl.static_range(M_GROUP):
-        tiles = tiles + (_position(vals, offs, p, N_BLOCKS, BLOCK),)
-    for level in tl.static_range(LOG_M):
-        joined = ()
-        for i in tl.static_range(M_GROUP >> (level + 1)):
-            joined = joined + (tl.join(tiles[i], tiles[i + (M_GROUP >> (level + 1))]),)
-        tiles = joined
-    dense = tiles[0]
-    return tl.reshape(dense, (BLOCK_M, BLOCK_G * M_GROUP)).to(tl.uint16)
-
-
-@triton.jit
-def _paired_tile(
-    values, units, rows, index_rows, g0, groups_total, stride_vm, stride_um,
-    N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr, MASKED: tl.constexpr,
-    BLOCK: tl.constexpr,
-):  # fmt: skip
-    """_dense_tile's tile for even blocks, on `values` as int32 pairs: positions two at a time
-    (m / 2 pairs a group), a block's neighbours being a pair of slots, each a compare-select
-    over the kept blocks, joined as _dense_tile's, then split into 16-bit halves (the low half
-    the even position). Half the selects and no 16-bit repacking (sm_90 compile: ~16 build
-    instructions a 4:8 b=4 group in _dense_tile, ~5 expected here)."""
-    g0 = tl.multiple_of(g0, BLOCK_G)  # (vector loads)
-    N_BLOCKS: tl.constexpr = N_KEEP // BLOCK  # offsets a group
-    vals = _slot_values(
-        values, rows, g0, groups_total, stride_vm, N_KEEP // 2, LOG_N - 1, BLOCK_M, BLOCK_G,
-        MASKED, True,
+        values, rows, g0, groups_total, stride_vm, N_KEEP >> LOG_W, LOG_N - LOG_W, BLOCK_M,
+        BLOCK_G, MASKED, PAIRS,
     )  # fmt: skip
     offs = ()
     for j in tl.static_range(N_BLOCKS):
@@ -241,16 +206,21 @@ def _paired_tile(
                 BLOCK_G, MASKED,
             ),
         )  # fmt: skip
+    # the m positions (units), joined pairwise in-thread: the first joins pair p with p + m / 2
+    # (the slowest new dimension), the last pairs neighbours, so the trailing dimensions
+    # flatten to p
+    UNITS: tl.constexpr = M_GROUP >> LOG_W
     tiles = ()
-    for p in tl.static_range(M_GROUP // 2):
-        tiles = tiles + (_position(vals, offs, p, N_BLOCKS, BLOCK // 2),)
-    for level in tl.static_range(LOG_M - 1):
+    for p in tl.static_range(UNITS):
+        tiles = tiles + (_position(vals, offs, p, N_BLOCKS, BLOCK >> LOG_W),)
+    for level in tl.static_range(LOG_M - LOG_W):
         joined = ()
-        for i in tl.static_range(M_GROUP >> (level + 2)):
-            joined = joined + (tl.join(tiles[i], tiles[i + (M_GROUP >> (level + 2))]),)
+        for i in tl.static_range(UNITS >> (level + 1)):
+            joined = joined + (tl.join(tiles[i], tiles[i + (UNITS >> (level + 1))]),)
         tiles = joined
-    dense = tl.reshape(tiles[0], (BLOCK_M, BLOCK_G * M_GROUP // 2))
-    dense = tl.join(dense & 0xFFFF, (dense >> 16) & 0xFFFF)
+    dense = tl.reshape(tiles[0], (BLOCK_M, BLOCK_G * UNITS))
+    if PAIRS:
+        dense = tl.join(dense & 0xFFFF, (dense >> 16) & 0xFFFF)
     return tl.reshape(dense, (BLOCK_M, BLOCK_G * M_GROUP)).to(tl.uint16)
 
 
@@ -269,15 +239,10 @@ def _step(
             values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
             BITS, BLOCK_M, BLOCK_G, LOG_M, MASKED, ASM,
         )  # fmt: skip
-    elif PAIRS:
-        a = _paired_tile(
-            values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
-            BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED, BLOCK,
-        )  # fmt: skip
     else:
         a = _dense_tile(
             values, units, rows, index_rows, g0, end, stride_vm, stride_um, N_KEEP, M_GROUP,
-            BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED, BLOCK,
+            BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, MASKED, BLOCK, PAIRS,
         )  # fmt: skip
     ks = tl.multiple_of(g0 * M_GROUP, BLOCK_G * M_GROUP) + tl.arange(0, BLOCK_G * M_GROUP)
     b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + b_cols
@@ -326,7 +291,7 @@ def _nm_unpack_kernel(
     LOG_N: tl.constexpr,  # n a power of two
     LOG_M: tl.constexpr,  # m a power of two
     PERMUTE: tl.constexpr,  # n <= 2, m <= 8: the tile by byte permutes (_permuted_tile)
-    PAIRS: tl.constexpr,  # even blocks: the tile from int32 pairs of values (_paired_tile)
+    PAIRS: tl.constexpr,  # even blocks: the tile from int32 pairs of values (_dense_tile)
     ASM: tl.constexpr,  # compiled, not the interpreter: prmt as inline assembly, 16-bit dots
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
