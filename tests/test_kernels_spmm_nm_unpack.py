@@ -371,6 +371,7 @@ def test_block_wise_window_is_not_densified():
         assert not dense(tokens, pattern=(4, 16, 4, 4))
     assert dense(65) and dense(32, dtype=torch.float16) and dense(32, transpose=True)
     assert dense(32, pattern=(4, 8, 8, 4))  # (v = 8 not timed)
+    assert dense(32, rows=4095)  # (timed from 4096 rows)
 
 
 @pytest.mark.gpu

@@ -275,13 +275,14 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     return out
 
 
-# indices tensor -> (its version, bits, packed words): packing costs a few passes over the
-# offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
 # Where spmm_nm_config is given the weight's size (its small and few-token tiles). fp32 is not:
 # its vector-wise few-token products take the decode kernel, whose 8 x 256-slot one-warp step
 # spills 2.4 KB a thread in fp32 (sm_90 compile), 0.20-0.26x dense at 8 tokens on 64:128
 # b=64 (H100); the few-token tiles compile without spills there, not yet timed.
 SIZED_TILE_DTYPES = (torch.float16, torch.bfloat16)
+
+# indices tensor -> (its version, bits, packed words): packing costs a few passes over the
+# offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).
 _PACKED = IdentityCache()
 
 
