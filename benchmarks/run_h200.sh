@@ -279,6 +279,9 @@ for step in $steps; do
     nmfp32few)  # strict fp32 vector-wise at 1-16 tokens: the decode route against the few-token tiles
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 nm_fp32_few.py \
         >"$out/nm_fp32_few.txt" 2>&1)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src DTYPE=fp32 SHAPES=4096x4096,14336x4096 \
+        TOKENS=1,8,16 FORMS=route,4r,4r4w timeout 120 python3 nm_decode_blocks.py \
+        >"$out/nm_decode_blocks_fp32.txt" 2>&1)
       echo "nmfp32few rc=$? $(tail -1 "$out/nm_fp32_few.txt")" ;;
     nmunpackmore)  # the unpack kernel where it is not routed yet: fp16, 1:4 and 4:8 (bf16), 4-64 tokens
       for dt in bf16 fp16; do
