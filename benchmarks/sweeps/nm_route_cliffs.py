@@ -1,0 +1,144 @@
+"""Cliffs in linear's N:M route at few tokens: the automatic route on vector- and block-wise
+patterns at 2-24 tokens against cuBLAS, and beside it the forms that could replace the decode
+kernel where its step (8 rows x 256 slots on one warp for v % 8 == 0) holds too many products
+(block-wise v=8 b=4 at 16 tokens ran 1.1-2.2 ms on an H100, dense 41-44 us: at-100f813/
+nm_unpack_v8.txt). Forms, each through linear on fresh weight copies (the route is fixed at a
+weight's first call), NaN where not applicable or wrong against float64:
+  route   the library's choice now
+  4r4w    the decode kernel's tiles replaced by 4 rows a program on 4 warps (v % 4 == 0, 2+ tokens)
+  unpack  the unpack kernel forced (16-bit, n and m powers of two; 16 groups a step for
+          blocks, 32 else; 16-token column tiles, split toward 256 programs)
+  sized   fp32 given the size-picked tensor-core tiles (_triton_nm.SIZED_TILE_DTYPES)
+Cold L2 (rotated weight copies), CUDA-graph medians, us a call; TF32 off for fp32's peer.
+    PYTHONPATH=src python3 benchmarks/sweeps/nm_route_cliffs.py
+    SHAPES=4096x4096 CASES=bf16/4:8/8/4 TOKENS=8,12,16 FORMS=route,unpack ...
+"""
+
+import contextlib
+import itertools
+import os
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+import sparsekernels as sk
+from sparsekernels.bench.harness import copies_for
+from sparsekernels.kernels import nm_decode_tuning, nm_unpack_tuning
+from sparsekernels.kernels import spmm_nm_unpack as unpack
+from sparsekernels.kernels._sizes import cdiv
+from sparsekernels.ops import _triton_nm
+
+DEVICE = torch.device("cuda")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SHAPES = [tuple(int(d) for d in s.split("x")) for s in os.environ.get(
+    "SHAPES", "4096x4096,14336x4096").split(",")]  # fmt: skip
+# "dtype/n:m/vector/block"
+CASES = [
+    (DTYPES[c.split("/")[0]], *(int(d) for d in c.split("/", 1)[1].replace(":", "/").split("/")))
+    for c in os.environ.get(
+        "CASES",
+        "bf16/4:8/8/4,bf16/4:16/8/4,bf16/4:8/8/1,bf16/2:8/8/1,bf16/4:8/16/1,bf16/2:8/16/1,"
+        "bf16/4:8/64/1,bf16/2:8/64/1,bf16/4:8/16/4,fp32/4:8/64/1,fp32/8:32/64/1,fp32/2:8/8/1",
+    ).split(",")
+]
+TOKENS = [int(t) for t in os.environ.get("TOKENS", "2,8,12,16,24").split(",")]
+FORMS = os.environ.get("FORMS", "route,4r4w,unpack,sized").split(",")
+
+
+@contextlib.contextmanager
+def form_patch(form: str, dtype: torch.dtype):
+    """The library's tuning with `form`'s change; None where the form does not apply."""
+    decode_config = nm_decode_tuning.spmm_nm_decode_config
+    unpack_config = nm_unpack_tuning.spmm_nm_unpack_config
+    sized = _triton_nm.SIZED_TILE_DTYPES
+
+    def four_rows(n_cols, vector, *args, **kwargs):
+        if n_cols > 1 and vector % 4 == 0:
+            return nm_decode_tuning.SpmmNmDecodeConfig(4, 256, 4)
+        return decode_config(n_cols, vector, *args, **kwargs)
+
+    def forced_unpack(n_cols, n, m, vector, block, dt, rows):
+        if not 2 <= n_cols <= 64:
+            return None
+        split = max(1, min(4, 256 // (cdiv(rows, 64) * cdiv(n_cols, 16))))
+        groups = 16 if block > 1 else 32
+        return nm_unpack_tuning.SpmmNmUnpackConfig(64, groups, 4, 3, split, 16)
+
+    if form == "4r4w":
+        nm_decode_tuning.spmm_nm_decode_config = four_rows
+    elif form == "unpack":
+        nm_unpack_tuning.spmm_nm_unpack_config = forced_unpack
+    elif form == "sized":
+        _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
+    try:
+        yield
+    finally:
+        nm_decode_tuning.spmm_nm_decode_config = decode_config
+        nm_unpack_tuning.spmm_nm_unpack_config = unpack_config
+        _triton_nm.SIZED_TILE_DTYPES = sized
+
+
+def applies(form: str, dtype: torch.dtype, n: int, m: int, vector: int, block: int, k: int):
+    if form == "4r4w":
+        return vector % 4 == 0
+    if form == "unpack":
+        return unpack.supports(n, m, block, dtype, k)
+    if form == "sized":
+        return dtype == torch.float32
+    return True
+
+
+def linear_cold(W, copies: int, x: torch.Tensor, want: torch.Tensor, form: str) -> float:
+    Ws = [
+        sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, W.n, W.m, W.vector, W.block,
+                    check=False)
+        for _ in range(copies)
+    ]  # fmt: skip
+    with form_patch(form, x.dtype):
+        try:
+            got = [sk.linear(x, Wc) for Wc in Ws][0]
+        except Exception as e:  # a tile the compiler refuses: say so
+            print(form, type(e).__name__, str(e)[:200], flush=True)
+            return float("nan")
+        tolerance = 1e-4 if x.dtype == torch.float32 else 1e-2
+        if not ((got.t().double() - want).norm() / want.norm()).item() < tolerance:
+            print(form, "wrong", flush=True)
+            return float("nan")
+        return do_bench_cudagraph(lambda: [sk.linear(x, Wc) for Wc in Ws], rep=30) * 1e3 / copies
+
+
+def dense_cold(w: torch.Tensor, x: torch.Tensor) -> float:
+    ws = [w.clone() for _ in range(max(2, copies_for(w.nbytes, DEVICE)))]
+    return do_bench_cudagraph(lambda: [x @ c.t() for c in ws], rep=30) * 1e3 / len(ws)
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    table = []
+    for (rows, k), (dtype, n, m, vector, block) in itertools.product(SHAPES, CASES):
+        torch.manual_seed(0)
+        w = torch.randn(rows, k, device=DEVICE, dtype=dtype)
+        mask = sk.prune.nm_mask(w.float(), n, m, vector, block=block)
+        W = sk.NMMatrix.from_dense(w, n, m, vector, block=block, mask=mask)
+        dense_w = W.to_dense()
+        copies = max(2, copies_for(W.values.nbytes, DEVICE))
+        for tokens in TOKENS:
+            x = torch.randn(tokens, k, device=DEVICE, dtype=dtype)
+            want = dense_w.double() @ x.t().double()
+            timed = {"dense": dense_cold(dense_w, x)}
+            for form in FORMS:
+                ok = applies(form, dtype, n, m, vector, block, k)
+                timed[form] = linear_cold(W, copies, x, want, form) if ok else float("nan")
+            name = str(dtype).replace("torch.", "")
+            label = f"{rows}x{k} {name} {n}:{m} v{vector} b{block} t{tokens}"
+            print(label, {f: round(t, 1) for f, t in timed.items()}, flush=True)
+            table.append((label, timed))
+    print(f"\n# {torch.cuda.get_device_name()}, us a call, cold L2; x dense = dense / route")
+    print(f"{'case':<40}" + "".join(f"{f:>8}" for f in ["dense", *FORMS]) + f"{'x dense':>8}")
+    for label, t in table:
+        cells = "".join(f"{t[f]:8.1f}" for f in ["dense", *FORMS])
+        print(f"{label:<40}{cells}{t['dense'] / t['route']:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
