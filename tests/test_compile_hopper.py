@@ -118,6 +118,16 @@ def _cases() -> dict:
         pointers = ["*bf16", "*i32", "*bf16", "*bf16", "*bf16"]
         name = f"decode shared gather prefetch={prefetch}"
         cases[name] = (_nm_decode_kernel, pointers, constants, 2)
+    for data in ("*bf16", "*fp32"):  # vector-wise rows past 8 tokens: 4 rows on four warps
+        constants = dict(N_KEEP=4, M_GROUP=8, VECTOR=8, BLOCK=1, BITS=4, SHARED=True,
+                         WIDE=False, PADDED_B=True, HAS_BIAS=True, ACTIVATION=0,
+                         B_INDEX=tl.int32, ACC_DTYPE=tl.float32, BLOCK_M=4, BLOCK_W=32,
+                         BLOCK_N=16, PARTIAL=False, KEEP_SUMS=False, PREFETCH=False,
+                         STREAM_CACHE="", GATHER_EVICTION="", GATHER_SHARED=False)  # fmt: skip
+        pointers = [data, "*i32", data, data, data]
+        cases[f"decode vectors 4 rows 4 warps N=16 {data}"] = (
+            _nm_decode_kernel, pointers, constants, 4
+        )  # fmt: skip
     for sums in ("*fp32", "*fp64"):
         constants = dict(HAS_BIAS=True, ACTIVATION=2, BLOCK_M=64, BLOCK_N=16)
         cases[f"sum partials {sums}"] = (
@@ -340,6 +350,8 @@ CASE_NAMES = [
     "decode cache hints N=8",
     "decode shared gather prefetch=False",
     "decode shared gather prefetch=True",
+    "decode vectors 4 rows 4 warps N=16 *bf16",
+    "decode vectors 4 rows 4 warps N=16 *fp32",
     "sum partials *fp32",
     "sum partials *fp64",
     *(

@@ -387,6 +387,50 @@ def test_decode_config_rule():
         assert config not in (half_dense, shared)
 
 
+def test_decode_vector_tile_rule():
+    """Vector-wise rows (v % 8 == 0) take 8-row one-warp tiles to 8 padded columns of B in 16
+    bits and to 2 in fp32; past them, where the 8-row step spilled (614-2161 us at 12 tokens),
+    4 rows on four warps. v = 4 keeps its 2-row tiles."""
+    from sparsekernels.kernels.nm_decode_tuning import (
+        DECODE_FOUR_WARPS,
+        SpmmNmDecodeConfig,
+        spmm_nm_decode_config,
+    )
+
+    eight = SpmmNmDecodeConfig(8, 256, 1)
+    for vector in (8, 16, 64):
+
+        def config(tokens, itemsize=2, vector=vector):
+            return spmm_nm_decode_config(tokens, vector, 4096, 2048, 4, 8, itemsize=itemsize)
+
+        assert [config(t) for t in (1, 2, 5, 8)] == [eight] * 4
+        assert [config(t) for t in (9, 12, 16)] == [DECODE_FOUR_WARPS] * 3
+        assert [config(t, 4) for t in (1, 2, 3, 8, 16)] == [eight] * 2 + [DECODE_FOUR_WARPS] * 3
+    assert (DECODE_FOUR_WARPS.block_m, DECODE_FOUR_WARPS.num_warps) == (4, 4)
+    assert spmm_nm_decode_config(12, 4, 4096, 2048, 4, 8) == SpmmNmDecodeConfig(2, 256, 1)
+
+
+@pytest.mark.parametrize(("dtype", "n", "m", "vector"), [(torch.float32, 2, 8, 8),
+                                                        (torch.float16, 3, 8, 16)])  # fmt: skip
+def test_linear_decodes_vectors_on_four_warps(dtype, n, m, vector, gen, monkeypatch):
+    """At 12 tokens vector-wise rows take the decode kernel's 4-row tile on four warps through
+    linear (two programs a vector; a partial last step; bias), each element against float64."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches = []
+    launch = spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(5 * vector, 33 * m, n, m, gen, vector, 1, dtype)
+    x = randn(12, 33 * m, gen=gen, dtype=dtype)
+    bias = randn(5 * vector, gen=gen, dtype=dtype)
+    got = sk.linear(x, W, bias, backend="triton")
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), dtype)
+    assert [(k["block_m"], k["num_warps"]) for k in launches] == [(4, 4)]
+
+
 def test_decode_tall_tile_rule():
     """Tall tiles at 5-8 tokens into a column-major output for element-wise weights of 75%
     sparsity and more with rows of 8192 columns or more; not into a row-major output, not at 4
@@ -501,7 +545,7 @@ def test_linear_decodes_with_split(tokens, gen, monkeypatch, request):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-@pytest.mark.parametrize(("pattern", "N"), [((64, 128, 64, 64), 8), ((64, 128, 1, 64), 3),
+@pytest.mark.parametrize(("pattern", "N"), [((64, 128, 64, 64), 4), ((64, 128, 1, 64), 3),
                                            ((16, 32, 4, 16), 5)])  # fmt: skip
 def test_linear_decodes_wide_blocks_in_256_slot_words(device, pattern, N, gen, monkeypatch):
     """Blocks of 16+ columns with 1-bit offsets made one word 512-2048 slots, the decode walk's
@@ -519,7 +563,7 @@ def test_linear_decodes_wide_blocks_in_256_slot_words(device, pattern, N, gen, m
         "spmm_nm_decode",
         lambda **kw: words.append(32 // kw["bits"] * block) or launch(**kw),
     )
-    dtype = torch.float32  # (fp32 keeps the decode kernel below 16 tokens on any weight)
+    dtype = torch.float32  # (fp32 keeps the decode kernel below 8 tokens on any weight)
     W = random_nm(2 * vector + 64, 5 * m, n, m, gen, vector, block, dtype, device)  # (partial)
     x = randn(N, W.shape[1], gen=gen, dtype=dtype, device=device)
     bias = randn(W.shape[0], gen=gen, dtype=dtype, device=device)

@@ -279,7 +279,8 @@ def test_route_takes_the_measured_window(monkeypatch):
         (3, 4, 8, 4, 4, bf16),  # (1-3 tokens: the decode kernel's, not timed against)
         (65, 4, 8, 4, 4, bf16),
         (16, 4, 8, 4, 4, torch.float16),
-        (16, 4, 8, 8, 4, bf16),  # other vectors, blocks and patterns not timed
+        (17, 4, 8, 8, 4, bf16),  # other vectors, blocks, patterns and tokens not timed
+        (16, 4, 8, 32, 4, bf16),
         (16, 4, 8, 1, 4, bf16),
         (16, 4, 8, 4, 2, bf16),
         (16, 8, 16, 4, 4, bf16),
@@ -299,10 +300,41 @@ def test_route_takes_the_measured_window(monkeypatch):
         assert config(*args, 4096) is None, args
 
 
+def test_route_takes_few_token_vectors():
+    """4:8 in vectors of 8+ rows at 8-16 tokens on 4096+ rows (not where v = 64 takes the
+    few-token tensor-core tiles: 8192+ rows, or 16 tokens); block-wise 4:8 and 4:16 in 8-row
+    vectors (b = 4) at 4-16 tokens, 4:8 in 16-row ones at 8-16; bf16 only."""
+    from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
+
+    bf16 = torch.bfloat16
+    for vector in (8, 16, 32, 64):
+        c = config(12, 4, 8, vector, 1, bf16, 4096)
+        assert (c.block_g, c.block_n, c.split, c.num_stages) == (32, 16, 4, 3)
+        assert config(8, 4, 8, vector, 1, bf16, 4096) is not None
+        for tokens in (4, 7, 17):
+            assert config(tokens, 4, 8, vector, 1, bf16, 4096) is None, (vector, tokens)
+        assert config(12, 4, 8, vector, 1, bf16, 2048) is None  # (untimed below 4096 rows)
+        assert config(12, 4, 8, vector, 1, torch.float16, 4096) is None
+    assert config(16, 4, 8, 16, 1, bf16, 14336).split == 1
+    assert config(16, 4, 8, 64, 1, bf16, 4096) is None  # the few-token tensor-core tiles
+    assert config(12, 4, 8, 64, 1, bf16, 14336) is None  # (tall: theirs)
+    assert config(12, 4, 8, 4, 1, bf16, 4096) is None  # v = 4 keeps its route
+    assert config(12, 4, 16, 8, 1, bf16, 4096) is None  # 4:16 element-wise: untimed
+    for n, m, vector, fewest in ((4, 8, 8, 4), (4, 16, 8, 4), (4, 8, 16, 8)):
+        c = config(fewest, n, m, vector, 4, bf16, 14336)
+        assert (c.block_g, c.block_n, c.split) == (16, 16, 1)
+        assert config(16, n, m, vector, 4, bf16, 4096).split == 4
+        assert config(fewest - 1, n, m, vector, 4, bf16, 4096) is None
+        assert config(17, n, m, vector, 4, bf16, 4096) is None  # (untimed past 16)
+    assert config(8, 4, 16, 16, 4, bf16, 4096) is None
+    assert config(40, 4, 8, 4, 4, bf16, 14336).block_n == 64  # v = b = 4 as before
+
+
 @pytest.mark.parametrize(
     ("n", "m", "tokens", "vector"),
-    [(2, 8, 9, 1), (2, 4, 4, 1), (1, 8, 16, 1), (2, 4, 40, 1), (1, 8, 20, 4), (2, 8, 24, 8)],
-)
+    [(2, 8, 9, 1), (2, 4, 4, 1), (1, 8, 16, 1), (2, 4, 40, 1), (1, 8, 20, 4), (2, 8, 24, 8),
+     (4, 8, 12, 8)],
+)  # fmt: skip
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_linear_routes_through_unpack(n, m, tokens, vector, dtype, gen, monkeypatch):
     """linear takes the kernel in its window (bf16; made to include float16 here too), with
@@ -313,6 +345,7 @@ def test_linear_routes_through_unpack(n, m, tokens, vector, dtype, gen, monkeypa
 
     monkeypatch.setattr(nm_unpack_tuning, "UNPACK_DTYPES", (torch.bfloat16, torch.float16))
     monkeypatch.setattr(nm_unpack_tuning.nm_wgmma_tuning, "VECTOR_MIN_ROWS", 1)  # (vectors)
+    monkeypatch.setattr(nm_unpack_tuning, "UNPACK_FEW_VECTOR_MIN_ROWS", 1)
     calls = []
     launch = spmm_nm_unpack.spmm_nm_unpack
     monkeypatch.setattr(
@@ -327,11 +360,14 @@ def test_linear_routes_through_unpack(n, m, tokens, vector, dtype, gen, monkeypa
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), dtype)
 
 
-@pytest.mark.parametrize(("n", "m", "tokens"), [(4, 8, 4), (4, 16, 16), (4, 8, 40)])
-def test_linear_routes_block_wise_through_unpack(n, m, tokens, gen, monkeypatch):
-    """linear takes the kernel for block-wise v = b = 4 (made to include float16 here), with
-    bias: a 64-token column tile past 16 tokens on tall weights, 16-token tiles split on
-    others."""
+@pytest.mark.parametrize(
+    ("n", "m", "tokens", "vector"),
+    [(4, 8, 4, 4), (4, 16, 16, 4), (4, 8, 40, 4), (4, 8, 12, 8), (4, 16, 4, 8), (4, 8, 9, 16)],
+)
+def test_linear_routes_block_wise_through_unpack(n, m, tokens, vector, gen, monkeypatch):
+    """linear takes the kernel for block-wise b = 4 in 4-, 8- and 16-row vectors (made to
+    include float16 here), with bias: a 64-token column tile past 16 tokens on tall weights,
+    16-token tiles split on others."""
     import sparsekernels as sk
     from sparsekernels.kernels import nm_unpack_tuning, spmm_nm_unpack
 
@@ -345,9 +381,9 @@ def test_linear_routes_block_wise_through_unpack(n, m, tokens, gen, monkeypatch)
         "spmm_nm_unpack",
         lambda **kw: calls.append((kw["block"], kw["block_n"])) or launch(**kw),
     )
-    W = random_nm(72, 256, n, m, gen, 4, 4, torch.float16)
+    W = random_nm(80, 256, n, m, gen, vector, 4, torch.float16)  # (a partial row tile)
     x = randn(tokens, 256, gen=gen, dtype=torch.float16)
-    bias = randn(72, gen=gen, dtype=torch.float16)
+    bias = randn(80, gen=gen, dtype=torch.float16)
     got = sk.linear(x, W, bias, backend="triton")
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert calls == [(4, 64 if tokens > 16 else 16)] and got.is_contiguous()

@@ -42,8 +42,9 @@ DTYPE = {"bf16": torch.bfloat16, "fp32": torch.float32}[os.environ.get("DTYPE", 
 def launch_options(form: str, n: int, m: int, tokens: int, rows: int, slots_row: int):
     """The decode kernel's options for `form` (None where it does not apply) and its step."""
     config = nm_decode_tuning.spmm_nm_decode_config(
-        tokens, VECTOR, rows, slots_row, n, m, BLOCK, column_major_out=False
-    )
+        tokens, VECTOR, rows, slots_row, n, m, BLOCK, column_major_out=False,
+        itemsize=DTYPE.itemsize,
+    )  # fmt: skip
     block_m, block_slots, warps = config.block_m, config.block_slots, config.num_warps
     if form == "before":
         bits = decode.packed_bits(m, BLOCK)

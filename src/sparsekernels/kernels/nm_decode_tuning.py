@@ -106,6 +106,26 @@ DECODE_HALF_DENSE = SpmmNmDecodeConfig(4, 512, 1)
 # routes' tiles beyond noise, taller tiles split toward 2048 programs included
 # (at-da81bec/nm_cold_shared_tall.txt: 2:8 4096 x 14336 18.4 -> 20.4 at best).
 DECODE_HALF_DENSE_SHARED = SpmmNmDecodeConfig(8, 512, 4, gather_shared=True)
+# Vector-wise rows (v % 8 == 0) share a step's gathers 8 rows at a time on one warp, but the
+# step's products (8 rows x 256 slots x B's padded width) outgrow its registers from 16 columns
+# in 16 bits and from 4 in fp32 (2.4 KB of spill a thread at 8 tokens, sm_90 compile): 4:8 v=64
+# at 12 tokens ran 614 us on 4096^2 and 4:8 v=8 b=4 2161 us on 14336 x 4096 (dense 17 / 42).
+# 4 rows a program on four warps instead, through linear, H100, cold L2, us, 8 rows -> 4 x 4
+# (benchmarks/sweeps/nm_route_cliffs.py, results/nvidia-h100/2026-12-06/at-98f9b2a/):
+#                      4096^2                     14336 x 4096             dense
+#   bf16 4:8 v=64  t12 614.4 -> 40.3                                       17
+#   bf16 4:8 v=16  t12 616.7 -> 40.7             2154.9 -> 127.9           17 / 41
+#   bf16 4:8 v=8 b=4  t12, t16  621 -> 38        2160 -> 120               17 / 42
+#   fp32 4:8 v=64  t4, t8, t12  27.5, 170.8, 468.0 -> 21.8, 34.8, 58.6     33-50
+#   fp32 2:8 v=8   t4, t8, t16  16.7, 91.1, 249.5 -> 13.7, 21.2, 33.2      34-50
+#                  on 14336 x 4096              43.3, 364.1, 820.1 -> 36.3, 60.2, 102.5
+# At 2 tokens in fp32 the two tie (14336 x 4096 53.1 against 55.4; 4096^2 22.6 against 19.7);
+# in bf16 at 4-8 tokens the 8-row tile won on tall and long weights (14336 x 4096 v=16 at 4:
+# 46.3 against 51.5), so it stays there. Where the unpack kernel takes these (nm_unpack_tuning's
+# few-token vector windows) it is faster still; this is the rest's tile (fp16, fp32, 2:16...).
+DECODE_FOUR_WARPS = SpmmNmDecodeConfig(4, 256, 4)
+# B's padded columns at most for the 8-row tile: 16-bit values, wider (fp32; fp64 untimed)
+DECODE_EIGHT_ROWS_MAX_WIDTH = (8, 2)
 
 
 @dataclass(frozen=True)
@@ -255,6 +275,7 @@ def spmm_nm_decode_config(
     m: int = 0,
     block: int = 1,
     column_major_out: bool = False,
+    itemsize: int = 2,
 ) -> SpmmNmDecodeConfig:
     """Decode kernel (N <= 16), from the H200 sweeps of 2026-11-29 (benchmarks/sweeps/
     nm_decode_configs.py; results/nvidia-h200/2026-11-29-c): one warp and 256 slots a step.
@@ -265,8 +286,11 @@ def spmm_nm_decode_config(
     long rows (DECODE_TALL, above), else prefetching 2-row tiles (DECODE_SHORT_ROWS); half-dense
     element-wise weights at one token DECODE_HALF_DENSE(_SHARED). `rows`
     and `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown;
-    `block` the pattern's block along K."""
+    `block` the pattern's block along K; `itemsize` the values' bytes. Vector-wise rows past
+    DECODE_EIGHT_ROWS_MAX_WIDTH take 4 rows on four warps (DECODE_FOUR_WARPS)."""
     if vector % 8 == 0:
+        if next_power_of_2(n_cols) > DECODE_EIGHT_ROWS_MAX_WIDTH[itemsize > 2]:
+            return DECODE_FOUR_WARPS
         return SpmmNmDecodeConfig(8, 256, 1)
     sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
     long_rows = n > 0 and row_slots * m // n >= DECODE_TALL_MIN_K

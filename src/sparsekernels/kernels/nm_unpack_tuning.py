@@ -39,6 +39,7 @@ import torch
 
 from . import nm_wgmma_tuning
 from ._sizes import cdiv
+from .nm_small_tiles import few_token_tiles
 
 
 @dataclass(frozen=True)
@@ -101,30 +102,69 @@ UNPACK_WIDE_VECTOR_MAX_ROWS = 8191  # v >= 16 at 33-64 tokens
 #         unpack   10.8  11.3  15.1  21.6   23.3  23.0  32.4  33.8   23.8  24.1  40.4  68.6
 # (unpack: the best of its tiles, which the rule below picks: 64 rows x 16 groups, 16 tokens a
 # column tile split until 256 programs, or 64 tokens a tile unsplit on 8192+ rows past 16.)
+# Blocks of 4 columns in 8- and 16-row vectors: the route was the decode kernel's 8-row tile to
+# 16 tokens, its step spilling from 9 (nm_decode_tuning.DECODE_FOUR_WARPS); linear, H100, cold,
+# the route -> the unpack kernel (benchmarks/sweeps/nm_route_cliffs.py, results/nvidia-h100/
+# 2026-12-06/at-98f9b2a/; 4:16 at-100f813/nm_unpack_v8.txt), us, dense 15-44, all b = 4:
+#                    4096^2                  14336 x 4096             4096 x 14336
+#   tokens        4     8    12    16      4     8    12    16      4     8    12    16
+#   4:8 v=8    19.2  29.5   621   621   41.7  71.2  2161  2160   41.2  75.4  2101  2086
+#              12.9  12.9  13.1  12.9   30.7  30.5  30.9  30.9   31.5  31.7  31.8  31.9
+#   4:8 v=16      -  28.7   618  30.4      -  70.8  2161  74.2      -     -     -     -
+#                 -  12.9  13.1  12.9      -  31.4  31.4  31.8      -     -     -     -
+#   4:16 v=8      -  17.2   336   336   24.6  39.3  1083  1083   32.0     -     -  1101
+#                 -  10.9  10.9  10.8   23.7  23.2  23.1  23.1   23.7     -     -  24.5
+# (At 2 tokens the route won on 14336 x 4096: 4:8 v=8 27.6 against 30.5, 4:16 17.2 against
+# 23.7.) Past 16 tokens these vectors were not timed; nor 4:16 v=16.
 # Other block-wise patterns, vectors, dtypes and 1-3 tokens were not timed: they keep their route.
-UNPACK_BLOCK_PATTERNS = ((4, 8, 4, 4), (4, 16, 4, 4))  # (n, m, vector, block)
-UNPACK_BLOCK_TOKENS = (4, 64)
+# (n, m, vector, block) -> (fewest, most) tokens
+UNPACK_BLOCK_WINDOWS = {
+    (4, 8, 4, 4): (4, 64),
+    (4, 16, 4, 4): (4, 64),
+    (4, 8, 8, 4): (4, 16),
+    (4, 16, 8, 4): (4, 16),
+    (4, 8, 16, 4): (8, 16),
+}
 UNPACK_BLOCK_GROUPS = 16  # 32 spilled at 4:16 (sm_90 compile) and ran 1.1-1.6x slower
 UNPACK_BLOCK_WIDE_MIN_ROWS = 8192  # past 16 tokens: one 64-token column tile, no split
 UNPACK_BLOCK_MIN_ROWS = 4096  # (timed from 4096 rows; smaller weights keep their route)
+
+
+# Element-wise 4:8 in vectors of 8+ rows at 8-16 tokens: the route was the decode kernel's
+# 8-row tile (spilling from 9 tokens), the grouped expand kernel at 13-16 for v = 8, the
+# tensor-core kernel's usual tiles at 16 for v = 16. Same sweep, route -> unpack, us:
+#                      4096^2              14336 x 4096            4096 x 14336
+#   tokens            8     12    16       8     12     16        8     12     16
+#   4:8 v=8        30.7    616  27.1    73.0   2158   81.4        -      -      -
+#                  21.2   21.3  21.0    63.0   63.1   63.3        -      -      -
+#   4:8 v=16       30.7    617  41.8    72.6   2155   95.0     76.2   2123  134.5
+#                  21.1   21.4  20.9    63.9   64.0   64.3     59.8   59.5   57.5
+#   4:8 v=64       30.3    614  16.6   (35.3   35.7   28.7)    75.9   2125   46.6
+#                  21.0   21.4  21.2    63.8   64.0   64.1     58.5   58.9   57.9
+# v = 64 keeps the few-token tensor-core tiles where they apply (the bracketed route, and 16
+# tokens: nm_small_tiles.few_token_tiles); at 4 tokens the route won on the tall weights
+# (4:8 v=16 14336 x 4096 46.3 against 62.6). v = 32 lies between the timed vectors, untimed.
+# The tiles as the element-wise window's at 16 tokens (32 groups a step, split to 256 programs).
+UNPACK_FEW_VECTOR_WINDOWS = {(4, 8): (8, 16)}  # (n, m) -> tokens, for v % 8 == 0
+UNPACK_FEW_VECTOR_MIN_ROWS = 4096
 
 
 def spmm_nm_unpack_config(
     n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
 ) -> SpmmNmUnpackConfig | None:
     """The tile where the unpack kernel measured faster than the route (UNPACK_TOKENS;
-    vector-wise rows by _takes_vectors, block-wise by UNPACK_BLOCK_PATTERNS), else None."""
+    vector-wise rows by _takes_vectors and UNPACK_FEW_VECTOR_WINDOWS, block-wise by
+    UNPACK_BLOCK_WINDOWS), else None."""
     if block != 1:
         return _block_config(n_cols, n, m, vector, block, dtype, rows)
-    window = UNPACK_TOKENS.get((n, m))
-    if window is None:
-        return None
-    if vector != 1 and not _takes_vectors(n_cols, n, m, vector, rows):
-        return None
     if dtype not in UNPACK_DTYPES:
         return None
-    if not window[0] <= n_cols <= window[1]:
-        return None
+    if not _takes_few_vector_tokens(n_cols, n, m, vector, rows):
+        window = UNPACK_TOKENS.get((n, m))
+        if window is None or not window[0] <= n_cols <= window[1]:
+            return None
+        if vector != 1 and not _takes_vectors(n_cols, n, m, vector, rows):
+            return None
     split = max(1, min(UNPACK_MAX_SPLIT, UNPACK_PROGRAMS // cdiv(rows, UNPACK_BLOCK_M)))
     if n_cols <= 16:
         block_n, stages = 16, 3
@@ -150,12 +190,21 @@ def _takes_vectors(n_cols: int, n: int, m: int, vector: int, rows: int) -> bool:
     )
 
 
+def _takes_few_vector_tokens(n_cols: int, n: int, m: int, vector: int, rows: int) -> bool:
+    window = UNPACK_FEW_VECTOR_WINDOWS.get((n, m))
+    if window is None or vector % 8 or rows < UNPACK_FEW_VECTOR_MIN_ROWS:
+        return False
+    if not window[0] <= n_cols <= window[1]:
+        return False
+    return few_token_tiles(n_cols, vector, rows, n / m, 1, n) is None
+
+
 def _block_config(
     n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
 ) -> SpmmNmUnpackConfig | None:
-    fewest, most = UNPACK_BLOCK_TOKENS
-    timed = (n, m, vector, block) in UNPACK_BLOCK_PATTERNS and dtype in UNPACK_DTYPES
-    if not (timed and fewest <= n_cols <= most and rows >= UNPACK_BLOCK_MIN_ROWS):
+    fewest, most = UNPACK_BLOCK_WINDOWS.get((n, m, vector, block), (1, 0))
+    timed = dtype in UNPACK_DTYPES and rows >= UNPACK_BLOCK_MIN_ROWS
+    if not (timed and fewest <= n_cols <= most):
         return None
     if n_cols > 16 and rows >= UNPACK_BLOCK_WIDE_MIN_ROWS:
         return SpmmNmUnpackConfig(UNPACK_BLOCK_M, UNPACK_BLOCK_GROUPS, 4, 2, 1, 64)

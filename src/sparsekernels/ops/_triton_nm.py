@@ -28,6 +28,7 @@ from ..kernels import spmm_nm_select_ring as select_ring
 from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
 from ..kernels._pdl import hopper
+from ..kernels.nm_small_tiles import vector_wise_small_tiles
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major, padded_rows, rows_contiguous, spmm_out
@@ -84,8 +85,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
             launch, values, indices, b, bias, out, activation, n, m, vector, unpacking, block
         )
     half = b.dtype in (torch.float16, torch.bfloat16)
-    # (the size-picked tiles were timed in these; fp32's few-token candidate: NOTES, 59th)
-    sized = (values.shape[0], b.shape[0]) if b.dtype in SIZED_TILE_DTYPES else (None, None)
+    sized = _size_for_tiles(values.shape[0], b.shape[0], b.shape[1], vector, b.dtype)
     config = tuning.spmm_nm_config(
         b.shape[1], vector, values.dtype == torch.float64, *sized, density=n / m, block=block,
         kept=n,
@@ -245,6 +245,7 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
         m,
         block,
         column_major_out=column_major(out),
+        itemsize=values.element_size(),
     )
     slots_per_word = 32 // bits * block
     block_w = max(1, config.block_slots // slots_per_word)
@@ -275,11 +276,35 @@ def _decode(values, indices, b, bias, out, activation, n, m, vector, block):
     return out
 
 
-# Where spmm_nm_config is given the weight's size (its small and few-token tiles). fp32 is not:
-# its vector-wise few-token products take the decode kernel, whose 8 x 256-slot one-warp step
-# spills 2.4 KB a thread in fp32 (sm_90 compile), 0.20-0.26x dense at 8 tokens on 64:128
-# b=64 (H100); the few-token tiles compile without spills there, not yet timed.
+# Where spmm_nm_config is given the weight's size (its small and few-token tiles): 16-bit
+# values, and fp32 at 8-16 tokens. There fp32's few-token tensor-core tiles (ieee dots) beat the
+# decode kernel (v = 64, densities 1/4-1/2 on 8192+ rows or 64-column blocks, and at 16 tokens
+# on any rows) and the usual tiles at 16; through linear, H100, cold L2, TF32 off, us, the
+# route -> these (benchmarks/sweeps/nm_fp32_few.py and nm_route_cliffs.py, results/
+# nvidia-h100/2026-12-06/at-100f813/nm_fp32_few.txt and at-98f9b2a/):
+#                         8 tokens     12 tokens    16 tokens    dense at 8 / 16
+#   14336 x 4096  4:8     687 -> 90    1625 -> 91    111 -> 81   137 / 153
+#                 8:32    362 -> 50     821 -> 50     59 -> 45   137 / 150
+#   4096^2        4:8       (decode)      (decode)     81 -> 34    47 / 50
+#   4096 x 14336  4:8       (decode)      (decode)    278 -> 103  164 / 133
+#   64:128 b=64   4096^2 174 -> 32, 14336 x 4096 687 -> 89, 4096 x 14336 729 -> 101 (8 tokens)
+# The decode kernel's 4 x 4-warp tile (nm_decode_tuning.DECODE_FOUR_WARPS) ran 107, 189 and 111
+# us on 14336 x 4096 4:8 (29 against 32 on 64:128 b=64 4096^2). At 1-4 tokens these tiles lost
+# (14336 x 4096 4:8 at 1: 310 against 41; at 4: 90 against 83, and 64 with 4 x 4 warps). The
+# small weights' tiles (K <= 1536, nm_small_tiles) were not timed in fp32: not given there.
 SIZED_TILE_DTYPES = (torch.float16, torch.bfloat16)
+FP32_SIZED_TOKENS = (8, 16)
+
+
+def _size_for_tiles(rows: int, k: int, n_cols: int, vector: int, dtype: torch.dtype) -> tuple:
+    """(rows, k) where spmm_nm_config may pick tiles by the weight's size, else (None, None)."""
+    if dtype in SIZED_TILE_DTYPES:
+        return rows, k
+    fewest, most = FP32_SIZED_TOKENS
+    few = dtype == torch.float32 and fewest <= n_cols <= most
+    small = vector_wise_small_tiles(n_cols, vector, rows, k)
+    return (rows, k) if few and not small else (None, None)
+
 
 # indices tensor -> (its version, bits, packed words): packing costs a few passes over the
 # offsets, so it happens once per weight (keyed by identity; an in-place edit bumps the version).

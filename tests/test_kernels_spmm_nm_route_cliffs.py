@@ -1,0 +1,89 @@
+"""linear's few-token N:M routes where the decode kernel's 8-row step spilled (0.02-0.6x dense,
+benchmarks/sweeps/nm_route_cliffs.py): each case through linear compiled on the GPU, the kernel
+it takes and its product against float64; and the fp32 size rule."""
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _helpers import assert_close, randn, random_nm, spmm_bound
+
+BF16 = torch.bfloat16
+
+
+def _linear_checked(W, tokens, dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = randn(tokens, W.shape[1], gen=gen, dtype=dtype, device="cuda")
+    bias = randn(W.shape[0], gen=gen, dtype=dtype, device="cuda")
+    got = sk.linear(x, W, bias)
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("n", "m", "vector", "block", "tokens"),
+    [(4, 8, 8, 4, 12), (4, 16, 8, 4, 16), (4, 8, 16, 4, 9), (4, 8, 8, 4, 4), (4, 8, 8, 1, 12),
+     (4, 8, 16, 1, 16), (4, 8, 64, 1, 8)],
+)  # fmt: skip
+def test_few_token_vectors_unpack_on_gpu(n, m, vector, block, tokens, gen, monkeypatch):
+    """bf16 vector- and block-wise 4:8 / 4:16 at 4-16 tokens take the unpack kernel (4096 rows
+    and a vector more: a partial row tile, split-K in 3 ranges)."""
+    from sparsekernels.kernels import spmm_nm_unpack
+
+    calls, launch = [], spmm_nm_unpack.spmm_nm_unpack
+    monkeypatch.setattr(
+        spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(kw["split"]) or launch(**kw)
+    )
+    rows = 4096 + 64 if vector == 64 else 4096 + 16
+    W = random_nm(rows, 2048 + m, n, m, gen, vector, block, BF16, "cuda")
+    _linear_checked(W, tokens, BF16)
+    assert calls == [3]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dtype", "n", "m", "vector", "tokens"),
+    [(torch.float32, 2, 8, 8, 12), (torch.float32, 4, 8, 64, 4), (torch.float16, 4, 8, 16, 12),
+     (BF16, 3, 8, 8, 12)],
+)  # fmt: skip
+def test_vectors_decode_on_four_warps_on_gpu(dtype, n, m, vector, tokens, gen, monkeypatch):
+    """Where no faster kernel takes them, vector-wise rows past 8 tokens (16-bit) or 2 (fp32)
+    take the decode kernel's 4-row tile on four warps, compiled."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches, launch = [], spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(4096, 2048 + m, n, m, gen, vector, 1, dtype, "cuda")
+    _linear_checked(W, tokens, dtype)
+    assert [(k["block_m"], k["num_warps"]) for k in launches] == [(4, 4)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "tokens"), [(8192, 8), (8192, 12), (4096, 16)])
+def test_fp32_few_token_tiles_on_gpu(rows, tokens, gen, monkeypatch):
+    """fp32 4:8 v = 64 at 8-16 tokens takes the tensor-core kernel's few-token tiles (tall
+    weights below 16 tokens, any at 16), ieee dots, against float64."""
+    from sparsekernels.kernels import spmm_nm
+
+    launches, launch = [], spmm_nm.spmm_nm
+    monkeypatch.setattr(spmm_nm, "spmm_nm", lambda **kw: launches.append(kw) or launch(**kw))
+    W = random_nm(rows, 2048 + 8, 4, 8, gen, 64, 1, torch.float32, "cuda")
+    _linear_checked(W, tokens, torch.float32)
+    assert [(k["use_dot"], k["block_n"]) for k in launches] == [(True, 16)]
+
+
+def test_fp32_sizes_only_at_8_to_16_tokens():
+    """fp32 gives spmm_nm_config the weight's size at 8-16 tokens only (its few-token tiles
+    lost at 1-4 tokens), and not where the small weights' tiles (untimed in fp32) would take
+    the product; 16-bit values always."""
+    from sparsekernels.ops._triton_nm import _size_for_tiles
+
+    fp32 = torch.float32
+    assert [_size_for_tiles(8192, 4096, t, 64, fp32) for t in (1, 4, 7, 17)] == [(None, None)] * 4
+    assert [_size_for_tiles(8192, 4096, t, 64, fp32) for t in (8, 12, 16)] == [(8192, 4096)] * 3
+    assert _size_for_tiles(384, 1536, 16, 64, fp32) == (None, None)  # the small weights' tiles
+    assert _size_for_tiles(384, 1536, 16, 64, BF16) == (384, 1536)
+    assert _size_for_tiles(8192, 4096, 12, 64, torch.float64) == (None, None)
