@@ -135,11 +135,14 @@ def test_few_token_tiles_on_large_weights():
     assert tile(16, 128, 4096) == (True, 64, 32, 16, 8, 3)
     assert tile(32, 64, 14336, density=1 / 8) == (True, 64, 32, 32, 8, 3)
     assert tile(16, 64, 384, 1536)[1:3] == (16, 64)  # (a small weight: its small tiles)
-    # below 16 tokens: 32 x 128 x 16 from 8192 rows, and for blocks of 64 columns anywhere,
-    # for patterns keeping 4+ of a group (2:4, 2:8, 1:2, 1:4 keep their route)
+    # below 16 tokens: 32 x 128 x 16 from 8192 rows, and for blocks of 64 columns on fewer
+    # rows from 9 tokens (1-8: the decode kernel's 4-row tile), for patterns keeping 4+ of a
+    # group (2:4, 2:8, 1:2, 1:4 keep their route)
     assert tile(1, 64, 8192) == tile(15, 64, 14336, density=0.25) == (True, 32, 128, 16, 4, 3)
-    assert tile(8, 64, 4096, block=64, kept=64) == tile(1, 64, 100, block=64, kept=64)
-    assert tile(1, 64, 100, block=64, kept=64) == tile(1, 64, 8192)
+    assert tile(9, 64, 4096, block=64, kept=64) == tile(15, 64, 100, block=64, kept=64)
+    assert tile(9, 64, 100, block=64, kept=64) == tile(1, 64, 8192, block=64, kept=64)
+    assert tile(1, 64, 8192, block=64, kept=64) == tile(1, 64, 8192)
+    assert not tile(8, 64, 4096, block=64, kept=64)[0] and not tile(1, 64, 100, block=64)[0]
     assert not tile(8, 64, 4096)[0] and not tile(8, 64, 8191, block=16)[0]
     assert not tile(8, 64, 14336, density=1 / 8)[0] and not tile(8, 32, 14336)[0]
     assert not tile(1, 64, 14336, density=0.25, kept=2)[0]  # 2:8 (and 1:4 as 2:8)
@@ -160,7 +163,7 @@ def test_few_token_tiles(device, pattern, N, rows, gen):
 
     skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
-    if N < 16 and block < 64 and rows < 8192:  # (below 16 tokens: from 8192 rows only)
+    if N < 16 and rows < 8192 and (block < 64 or N <= 8):  # (below 16 tokens: 8192+ rows)
         assert few_token_tiles(N, vector, rows, n / m, block, n) is None
         rows = 8192 + 64
     if device != "cuda" and rows > 1000:
@@ -192,12 +195,12 @@ def test_tensor_core_tile_within_one_vector(gen):
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("pattern", "rows", "tokens"),
-    [((64, 128, 64, 64), 4096, 1), ((64, 128, 64, 64), 1088, 8), ((4, 8, 64, 1), 8192, 4),
+    [((64, 128, 64, 64), 4096, 9), ((64, 128, 64, 64), 1088, 15), ((4, 8, 64, 1), 8192, 4),
      ((8, 32, 64, 1), 14336, 12), ((16, 32, 64, 1), 8192 + 64, 1)],
 )  # fmt: skip
 def test_linear_below_16_tokens_takes_the_few_token_tiles(pattern, rows, tokens, gen, monkeypatch):
     """linear on the GPU, bf16, 1-15 tokens: v = 64 patterns of density 1/4-1/2 keeping 4+ of a
-    group on 8192+ rows, and blocks of 64 columns on any weight, take the tensor-core kernel's
+    group on 8192+ rows, and blocks of 64 columns on any weight from 9, take the tensor-core's
     32 x 128 tiles (the decode kernel took 64:128 b=64 to 1.1 ms at 8 tokens), with bias,
     against float64."""
     from sparsekernels.ops import _triton_nm

@@ -407,6 +407,9 @@ def test_decode_vector_tile_rule():
         assert [config(t) for t in (9, 12, 16)] == [DECODE_FOUR_WARPS] * 3
         assert [config(t, 4) for t in (1, 2, 3, 8, 16)] == [eight] * 2 + [DECODE_FOUR_WARPS] * 3
     assert (DECODE_FOUR_WARPS.block_m, DECODE_FOUR_WARPS.num_warps) == (4, 4)
+    # blocks of 64 columns: 4 rows on one warp to 8 columns (the tensor-core tiles from 9)
+    wide = [spmm_nm_decode_config(t, 64, 4096, 2048, 64, 128, 64) for t in (1, 8, 9)]
+    assert wide == [SpmmNmDecodeConfig(4, 256, 1)] * 2 + [DECODE_FOUR_WARPS]
     assert spmm_nm_decode_config(12, 4, 4096, 2048, 4, 8) == SpmmNmDecodeConfig(2, 256, 1)
 
 

@@ -62,6 +62,22 @@ def test_vectors_decode_on_four_warps_on_gpu(dtype, n, m, vector, tokens, gen, m
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "tokens"), [(4096, 1), (4096 + 64, 8), (1088, 4)])
+def test_wide_blocks_decode_on_four_rows_on_gpu(rows, tokens, gen, monkeypatch):
+    """bf16 64:128 with blocks of 64 columns at 1-8 tokens on fewer than 8192 rows takes the
+    decode kernel's 4-row one-warp tile, compiled, against float64."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches, launch = [], spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(rows, 2048 + 128, 64, 128, gen, 64, 64, BF16, "cuda")
+    _linear_checked(W, tokens, BF16)
+    assert [(k["block_m"], k["num_warps"]) for k in launches] == [(4, 1)]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize(("rows", "tokens"), [(8192, 8), (8192, 12), (4096, 16)])
 def test_fp32_few_token_tiles_on_gpu(rows, tokens, gen, monkeypatch):
     """fp32 4:8 v = 64 at 8-16 tokens takes the tensor-core kernel's few-token tiles (tall

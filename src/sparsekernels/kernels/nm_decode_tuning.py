@@ -124,6 +124,11 @@ DECODE_HALF_DENSE_SHARED = SpmmNmDecodeConfig(8, 512, 4, gather_shared=True)
 # 46.3 against 51.5), so it stays there. Where the unpack kernel takes these (nm_unpack_tuning's
 # few-token vector windows) it is faster still; this is the rest's tile (fp16, fp32, 2:16...).
 DECODE_FOUR_WARPS = SpmmNmDecodeConfig(4, 256, 4)
+# Blocks of 64 columns in vectors: 4 rows on one warp, 1-8 tokens (the 8-row tile: 13.5 / 27.3
+# us at one token on 4096^2 / 4096 x 14336, 30.0 / 71.5 at 8; this 12.0 / 24.8 and 16.8 /
+# 55.4; nm_small_tiles' table, where the tensor-core tiles take tall weights and 9+ tokens).
+DECODE_WIDE_BLOCKS = SpmmNmDecodeConfig(4, 256, 1)
+DECODE_WIDE_BLOCK = 64  # columns a block
 # B's padded columns at most for the 8-row tile: 16-bit values, wider (fp32; fp64 untimed)
 DECODE_EIGHT_ROWS_MAX_WIDTH = (8, 2)
 
@@ -287,10 +292,13 @@ def spmm_nm_decode_config(
     element-wise weights at one token DECODE_HALF_DENSE(_SHARED). `rows`
     and `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown;
     `block` the pattern's block along K; `itemsize` the values' bytes. Vector-wise rows past
-    DECODE_EIGHT_ROWS_MAX_WIDTH take 4 rows on four warps (DECODE_FOUR_WARPS)."""
+    DECODE_EIGHT_ROWS_MAX_WIDTH take 4 rows on four warps (DECODE_FOUR_WARPS), blocks of 64
+    columns 4 rows on one warp below it (DECODE_WIDE_BLOCKS)."""
     if vector % 8 == 0:
         if next_power_of_2(n_cols) > DECODE_EIGHT_ROWS_MAX_WIDTH[itemsize > 2]:
             return DECODE_FOUR_WARPS
+        if block >= DECODE_WIDE_BLOCK:
+            return DECODE_WIDE_BLOCKS
         return SpmmNmDecodeConfig(8, 256, 1)
     sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
     long_rows = n > 0 and row_slots * m // n >= DECODE_TALL_MIN_K

@@ -78,7 +78,7 @@ def small_tiles(n_cols: int, k: int) -> tuple[int, int, int, int, int, bool]:
 #   64:128 route      17.8    - 1131   52.2     -  2032       -     -     -
 #   (b=64) 32 rows    14.6 18.8 19.0   23.5  36.1  36.6    46.8  65.8  67.4
 # (16:32 as 4:8; 64:128 at 2 tokens as at 4.) So the tile from 8192 rows, and for blocks of
-# 64 columns on any weight; on 4096 rows the route stays (4096 x 14336 gives 32-row tiles 128
+# 64 columns on any weight (from 9 tokens since: below); on 4096 rows the route stays (4096 x 14336 gives 32-row tiles 128
 # programs on a long K; 8:32 on 4096^2 won, not taken). Timed at 1, 4 and 8 tokens; 9-15 lie
 # between these and the 16-token rule. Only patterns keeping 4+ of a group were timed: 2:4,
 # 2:8, 1:2 and 1:4 (the sparse tensor cores' where they measured faster, the decode
@@ -87,7 +87,19 @@ FEW_TOKEN_TILES_MAX_N = 32
 FEW_TOKEN_TILES_TALL_ROWS = 8192
 FEW_TOKEN_TILES_VECTOR = 64
 FEW_TOKEN_TILES_MIN_DENSITY = 1 / 4
-FEW_TOKEN_TILES_BLOCK = 64  # block-wise patterns (columns a block) whose decode is slow anywhere
+# Blocks of 64 columns on weights of fewer rows took these tiles at 1-15 tokens, for the decode
+# kernel's 2048-slot words. With 256-slot words (nm_decode_tuning.DECODE_WORD_MAX_SLOTS) its
+# 4-row tile (DECODE_WIDE_BLOCKS) ran faster to 8 tokens, bf16 64:128 b=64, H100, cold, us, the
+# decode kernel alone against these tiles through linear (results/nvidia-h100/2026-12-06/
+# at-100f813/nm_decode_blocks.txt, nm_vector_few_64.txt; linear adds ~1.8 us copying x^T):
+#                   4096^2                    4096 x 14336              14336 x 4096
+#   tokens        1     4     8    15       1     4     8    15       1     4     8    15
+#   decode 4r  12.0  14.7  16.8  52.0    24.8  35.7  55.4   174    27.5  33.6  55.2   181
+#   tiles      14.6  20.9  20.8  20.7    46.7  64.5  64.2  65.5    23.0  37.1  37.0  37.2
+#   dense      15.4  16.5  16.4  16.6    43.1  43.2  43.2  43.7    40.0  40.2  40.7  41.0
+# So blocks of 64 on fewer than 8192 rows take the tiles from 9 tokens (tall weights from 1).
+FEW_TOKEN_TILES_BLOCK = 64  # block-wise patterns (columns a block) whose decode is slow past 8
+FEW_TOKEN_TILES_BLOCK_FEWEST = 9  # tokens, on weights of fewer than 8192 rows
 FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
 
 
@@ -106,7 +118,8 @@ def few_token_tiles(
         if kept < FEW_TOKEN_TILES_MIN_KEPT:
             return None
         tall = rows >= FEW_TOKEN_TILES_TALL_ROWS
-        return (32, 128, 16, 4, 3) if tall or block >= FEW_TOKEN_TILES_BLOCK else None
+        wide_blocks = block >= FEW_TOKEN_TILES_BLOCK and n_cols >= FEW_TOKEN_TILES_BLOCK_FEWEST
+        return (32, 128, 16, 4, 3) if tall or wide_blocks else None
     if rows >= FEW_TOKEN_TILES_TALL_ROWS:
         return 32, 128, 16, 4, 3
     return 16, 128, 16, 4, 4
