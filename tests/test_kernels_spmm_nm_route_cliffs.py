@@ -22,13 +22,14 @@ def _linear_checked(W, tokens, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("n", "m", "vector", "block", "tokens"),
-    [(4, 8, 8, 4, 12), (4, 16, 8, 4, 16), (4, 8, 16, 4, 9), (4, 8, 8, 4, 4), (4, 8, 8, 1, 12),
-     (4, 8, 16, 1, 16), (4, 8, 64, 1, 8)],
+    ("n", "m", "vector", "block", "tokens", "dtype"),
+    [(4, 8, 8, 4, 12, BF16), (4, 16, 8, 4, 16, BF16), (4, 8, 16, 4, 9, BF16),
+     (4, 8, 8, 4, 4, BF16), (4, 8, 8, 1, 12, BF16), (4, 8, 16, 1, 16, BF16),
+     (4, 8, 64, 1, 8, BF16), (4, 8, 16, 1, 12, torch.float16), (4, 8, 8, 4, 8, torch.float16)],
 )  # fmt: skip
-def test_few_token_vectors_unpack_on_gpu(n, m, vector, block, tokens, gen, monkeypatch):
-    """bf16 vector- and block-wise 4:8 / 4:16 at 4-16 tokens take the unpack kernel (4096 rows
-    and a vector more: a partial row tile, split-K in 3 ranges)."""
+def test_few_token_vectors_unpack_on_gpu(n, m, vector, block, tokens, dtype, gen, monkeypatch):
+    """Vector- and block-wise 4:8 / 4:16 at 4-16 tokens in bf16 and fp16 take the unpack
+    kernel (4096 rows and a vector more: a partial row tile, split-K in 3 ranges)."""
     from sparsekernels.kernels import spmm_nm_unpack
 
     calls, launch = [], spmm_nm_unpack.spmm_nm_unpack
@@ -36,15 +37,15 @@ def test_few_token_vectors_unpack_on_gpu(n, m, vector, block, tokens, gen, monke
         spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(kw["split"]) or launch(**kw)
     )
     rows = 4096 + 64 if vector == 64 else 4096 + 16
-    W = random_nm(rows, 2048 + m, n, m, gen, vector, block, BF16, "cuda")
-    _linear_checked(W, tokens, BF16)
+    W = random_nm(rows, 2048 + m, n, m, gen, vector, block, dtype, "cuda")
+    _linear_checked(W, tokens, dtype)
     assert calls == [3]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("dtype", "n", "m", "vector", "tokens"),
-    [(torch.float32, 2, 8, 8, 12), (torch.float32, 4, 8, 64, 4), (torch.float16, 4, 8, 16, 12),
+    [(torch.float32, 2, 8, 8, 12), (torch.float32, 4, 8, 64, 4), (torch.float16, 3, 8, 16, 12),
      (BF16, 3, 8, 8, 12)],
 )  # fmt: skip
 def test_vectors_decode_on_four_warps_on_gpu(dtype, n, m, vector, tokens, gen, monkeypatch):

@@ -303,7 +303,7 @@ def test_route_takes_the_measured_window(monkeypatch):
 def test_route_takes_few_token_vectors():
     """4:8 in vectors of 8+ rows at 8-16 tokens on 4096+ rows (not where v = 64 takes the
     few-token tensor-core tiles: 8192+ rows, or 16 tokens); block-wise 4:8 and 4:16 in 8-row
-    vectors (b = 4) at 4-16 tokens, 4:8 in 16-row ones at 8-16; bf16 only."""
+    vectors (b = 4) at 4-16 tokens, 4:8 in 16-row ones at 8-16; bf16 and fp16."""
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
 
     bf16 = torch.bfloat16
@@ -314,7 +314,8 @@ def test_route_takes_few_token_vectors():
         for tokens in (4, 7, 17):
             assert config(tokens, 4, 8, vector, 1, bf16, 4096) is None, (vector, tokens)
         assert config(12, 4, 8, vector, 1, bf16, 2048) is None  # (untimed below 4096 rows)
-        assert config(12, 4, 8, vector, 1, torch.float16, 4096) is None
+        assert config(12, 4, 8, vector, 1, torch.float16, 4096) == c  # (fp16 timed there too)
+        assert config(12, 4, 8, vector, 1, torch.float32, 4096) is None
     assert config(16, 4, 8, 16, 1, bf16, 14336).split == 1
     assert config(16, 4, 8, 64, 1, bf16, 4096) is None  # the few-token tensor-core tiles
     assert config(12, 4, 8, 64, 1, bf16, 14336) is None  # (tall: theirs)
@@ -327,6 +328,8 @@ def test_route_takes_few_token_vectors():
         assert config(fewest - 1, n, m, vector, 4, bf16, 4096) is None
         assert config(17, n, m, vector, 4, bf16, 4096) is None  # (untimed past 16)
     assert config(8, 4, 16, 16, 4, bf16, 4096) is None
+    assert config(8, 4, 8, 8, 4, torch.float16, 4096) == config(8, 4, 8, 8, 4, bf16, 4096)
+    assert config(8, 4, 8, 4, 4, torch.float16, 4096) is None  # (v = 4: bf16-timed only)
     assert config(40, 4, 8, 4, 4, bf16, 14336).block_n == 64  # v = b = 4 as before
 
 

@@ -77,11 +77,11 @@ def small_tiles(n_cols: int, k: int) -> tuple[int, int, int, int, int, bool]:
 #          32 rows     7.4 12.7 12.5   14.6  20.4  20.7    29.0  42.5  45.3
 #   64:128 route      17.8    - 1131   52.2     -  2032       -     -     -
 #   (b=64) 32 rows    14.6 18.8 19.0   23.5  36.1  36.6    46.8  65.8  67.4
-# (16:32 as 4:8; 64:128 at 2 tokens as at 4.) So the tile from 8192 rows, and for blocks of
-# 64 columns on any weight (from 9 tokens since: below); on 4096 rows the route stays (4096 x 14336 gives 32-row tiles 128
-# programs on a long K; 8:32 on 4096^2 won, not taken). Timed at 1, 4 and 8 tokens; 9-15 lie
-# between these and the 16-token rule. Only patterns keeping 4+ of a group were timed: 2:4,
-# 2:8, 1:2 and 1:4 (the sparse tensor cores' where they measured faster, the decode
+# (16:32 as 4:8; 64:128 at 2 tokens as at 4.) So the tile from 8192 rows, and for blocks of 64
+# columns on any weight (from 9 tokens since: below); on 4096 rows the route stays (4096 x 14336
+# gives 32-row tiles 128 programs on a long K; 8:32 on 4096^2 won, not taken). Timed at 1, 4 and 8
+# tokens; 9-15 lie between these and the 16-token rule. Only patterns keeping 4+ of a group were
+# timed: 2:4, 2:8, 1:2 and 1:4 (the sparse tensor cores' where they measured faster, the decode
 # kernel's at one token on tall weights) keep their route below 16 tokens.
 FEW_TOKEN_TILES_MAX_N = 32
 FEW_TOKEN_TILES_TALL_ROWS = 8192

@@ -147,6 +147,12 @@ UNPACK_BLOCK_MIN_ROWS = 4096  # (timed from 4096 rows; smaller weights keep thei
 # The tiles as the element-wise window's at 16 tokens (32 groups a step, split to 256 programs).
 UNPACK_FEW_VECTOR_WINDOWS = {(4, 8): (8, 16)}  # (n, m) -> tokens, for v % 8 == 0
 UNPACK_FEW_VECTOR_MIN_ROWS = 4096
+# fp16 too in these windows and the block-wise ones of 8+ rows: forced on fp16 (4:8 v = 16 and
+# v = 8 b = 4 at 8 and 12 tokens) the kernel ran as in bf16, 21.4-21.6 / 63.0-63.2 us and
+# 13.0-13.1 / 30.7-30.8 on 4096^2 / 14336 x 4096, where the 4-warp decode took 30.1-37.6 /
+# 69.9-116.7 and 28.7-35.7 / 68.0-109.4 (results/nvidia-h100/2026-12-06/at-8f59f6b/
+# nm_route_cliffs_fp16.txt; dense 14-17 / 41). 4:16 in fp16 untimed (the same 16-bit tile).
+UNPACK_FEW_VECTOR_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def spmm_nm_unpack_config(
@@ -157,9 +163,9 @@ def spmm_nm_unpack_config(
     UNPACK_BLOCK_WINDOWS), else None."""
     if block != 1:
         return _block_config(n_cols, n, m, vector, block, dtype, rows)
-    if dtype not in UNPACK_DTYPES:
-        return None
-    if not _takes_few_vector_tokens(n_cols, n, m, vector, rows):
+    if not _takes_few_vector_tokens(n_cols, n, m, vector, dtype, rows):
+        if dtype not in UNPACK_DTYPES:
+            return None
         window = UNPACK_TOKENS.get((n, m))
         if window is None or not window[0] <= n_cols <= window[1]:
             return None
@@ -190,9 +196,13 @@ def _takes_vectors(n_cols: int, n: int, m: int, vector: int, rows: int) -> bool:
     )
 
 
-def _takes_few_vector_tokens(n_cols: int, n: int, m: int, vector: int, rows: int) -> bool:
+def _takes_few_vector_tokens(
+    n_cols: int, n: int, m: int, vector: int, dtype: torch.dtype, rows: int
+) -> bool:
     window = UNPACK_FEW_VECTOR_WINDOWS.get((n, m))
     if window is None or vector % 8 or rows < UNPACK_FEW_VECTOR_MIN_ROWS:
+        return False
+    if dtype not in UNPACK_FEW_VECTOR_DTYPES:
         return False
     if not window[0] <= n_cols <= window[1]:
         return False
@@ -203,7 +213,8 @@ def _block_config(
     n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype, rows: int
 ) -> SpmmNmUnpackConfig | None:
     fewest, most = UNPACK_BLOCK_WINDOWS.get((n, m, vector, block), (1, 0))
-    timed = dtype in UNPACK_DTYPES and rows >= UNPACK_BLOCK_MIN_ROWS
+    dtypes = UNPACK_FEW_VECTOR_DTYPES if vector >= 8 else UNPACK_DTYPES
+    timed = dtype in dtypes and rows >= UNPACK_BLOCK_MIN_ROWS
     if not (timed and fewest <= n_cols <= most):
         return None
     if n_cols > 16 and rows >= UNPACK_BLOCK_WIDE_MIN_ROWS:
