@@ -9,12 +9,15 @@ weight's first call), NaN where not applicable or wrong against float64:
   unpack  the unpack kernel forced (16-bit, n and m powers of two; 16 groups a step for
           blocks, 32 else; 16-token column tiles, split toward 256 programs)
   sized   fp32 given the size-picked tensor-core tiles (_triton_nm.SIZED_TILE_DTYPES)
+  w2, w4  the decode kernel's routed tile on 2 or 4 warps (2+ tokens): where its step spills
+          (fp32 element-wise and v = 4 at 9-32 tokens, sm_90 compiles: NOTES, sixtieth)
 Cold L2 (rotated weight copies), CUDA-graph medians, us a call; TF32 off for fp32's peer.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_route_cliffs.py
     SHAPES=4096x4096 CASES=bf16/4:8/8/4 TOKENS=8,12,16 FORMS=route,unpack ...
 """
 
 import contextlib
+import dataclasses
 import itertools
 import os
 
@@ -64,8 +67,14 @@ def form_patch(form: str, dtype: torch.dtype):
         groups = 16 if block > 1 else 32
         return nm_unpack_tuning.SpmmNmUnpackConfig(64, groups, 4, 3, split, 16)
 
+    def more_warps(n_cols, vector, *args, **kwargs):
+        config = decode_config(n_cols, vector, *args, **kwargs)
+        return dataclasses.replace(config, num_warps=int(form[1:])) if n_cols > 1 else config
+
     if form == "4r4w":
         nm_decode_tuning.spmm_nm_decode_config = four_rows
+    elif form in ("w2", "w4"):
+        nm_decode_tuning.spmm_nm_decode_config = more_warps
     elif form == "unpack":
         nm_unpack_tuning.spmm_nm_unpack_config = forced_unpack
     elif form == "sized":
