@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest nmcliffs nmcliffsfp32 nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -283,6 +283,17 @@ for step in $steps; do
         TOKENS=1,8,16 FORMS=route,4r,4r4w timeout 120 python3 nm_decode_blocks.py \
         >"$out/nm_decode_blocks_fp32.txt" 2>&1)
       echo "nmfp32few rc=$? $(tail -1 "$out/nm_fp32_few.txt")" ;;
+    nmcliffs|nmcliffsfp32)  # the few-token routes against dense (nm_route_cliffs.py, ~150 s);
+      # nmcliffsfp32: the spill audit's fp32 element-wise / v = 4 cases on 2 and 4 warps
+      if [ "$step" = nmcliffs ]; then
+        env_cases=(SHAPES=4096x4096,14336x4096,4096x14336 TOKENS=4,8,12,16 FORMS=route)
+      else
+        env_cases=(SHAPES=4096x4096,14336x4096 TOKENS=12,16,24,32 FORMS=route,w2,w4
+          CASES=fp32/1:8/1/1,fp32/1:8/4/1,fp32/2:16/4/1,fp32/4:8/4/1,fp32/2:8/1/1,fp32/1:8/8/1)
+      fi
+      (cd benchmarks/sweeps && env PYTHONPATH="$PWD/../../src" "${env_cases[@]}" timeout 280 \
+        python3 nm_route_cliffs.py >"$out/nm_route_$step.txt" 2>&1)
+      echo "$step rc=$? $(grep -c . "$out/nm_route_$step.txt") lines" ;;
     nmunpackmore)  # the unpack kernel where it is not routed yet: fp16, 1:4 and 4:8 (bf16), 4-64 tokens
       for dt in bf16 fp16; do
         pats=$([ $dt = bf16 ] && echo 1:4,4:8 || echo 2:8,1:8,2:4)
