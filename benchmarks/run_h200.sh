@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest nmcliffs nmcliffsfp32 nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest nmcliffs nmcliffsfp32 nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -479,6 +479,7 @@ for step in $steps; do
     llm_linear) bench llm_linear 200 --suite llm_linear --no-plots ;;
     llm_linear_fp16) bench llm_linear_fp16 200 --suite llm_linear --dtype fp16 --no-plots ;;
     nm) bench nm 150 --suite nm --limit 50 --no-plots ;;
+    nmfew) bench nmfew 560 --suite nmfew --limit 120 --no-plots ;;
     nmsparse) bench nmsparse 560 --suite nmsparse --dtype bf16 --limit 100 --no-plots ;;
     nmsparse32) bench nmsparse32 400 --suite nmsparse --dtype fp32 --no-plots ;;
     e2e) bench e2e 420 --suite e2e --no-plots ;;

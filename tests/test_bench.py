@@ -365,7 +365,8 @@ def test_gpu_suites_build_without_device_work_and_gate_peers():
     ctx = suites.Context(torch.device("cuda"))
     from sparsekernels.bench.providers import providers_for
 
-    for name in ("quick", "llm", "llm_linear", "nm", "nmsparse", "sddmm", "softmax", "attention"):
+    names = ("quick", "llm", "llm_linear", "nm", "nmfew", "nmsparse", "sddmm", "softmax")
+    for name in (*names, "attention"):
         assert suites.build([name], ctx), name
     llm = suites.build(["llm"], ctx)
     assert len(llm) == 3 * 7 * 6 and {c.shape[2] for c in llm} == {1, 4, 8, 16, 32, 64, 2048}
@@ -380,6 +381,9 @@ def test_gpu_suites_build_without_device_work_and_gate_peers():
     assert len(suites.build(["nm"], suites.Context(torch.device("cuda"), limit=5))) == 5
     nm_tokens = {c.shape[2] for c in suites.build(["nm"], ctx)}
     assert nm_tokens == {1, 8, 16, 2048}  # (issue 4's decode sizes: 1, 8 and 16 tokens)
+    few = suites.build(["nmfew"], ctx)
+    assert len(few) == 3 * 6 * (8 * 2 + 5) and {c.op for c in few} == {"linear"}
+    assert {c.shape[2] for c in few} == {2, 4, 8, 12, 16, 24}  # (around the routes' edges)
     lin = suites.build(["llm_linear"], ctx)
     assert len(lin) == 3 * 4 * 5 and {c.op for c in lin} == {"linear"}
     nms = suites.build(["nmsparse"], ctx)

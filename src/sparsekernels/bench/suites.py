@@ -41,6 +41,14 @@ NMSPARSE_HALF = [(2, 4, 1, 1), (2, 8, 1, 1), (1, 8, 1, 1), (2, 4, 64, 1), (2, 8,
                  (1, 8, 64, 1), (16, 32, 64, 1)]  # fmt: skip
 NMSPARSE_FP32 = [(2, 8, 1, 1), (1, 8, 1, 1), (8, 32, 32, 1), (4, 32, 32, 1)]
 NMSPARSE_FP32_BATCH = (1, 4096)
+# Few-token N:M where the decode kernel's 8-row step spilled (336-2161 us at 9-16 tokens,
+# benchmarks/NOTES.md, sixtieth session): vector-wise rows of 8+ (4:8, 16:32, 2:16), blocks of
+# 4 columns in 8-row vectors and of 64 in 64-row ones, at the tokens around the routes' edges
+# (the nm suite samples 1, 8 and 16 only).
+NM_FEW_PATTERNS = [(4, 8, 8, 1), (4, 8, 16, 1), (4, 8, 64, 1), (16, 32, 64, 1), (2, 16, 8, 1),
+                   (4, 8, 8, 4), (4, 16, 8, 4), (64, 128, 64, 64)]  # fmt: skip
+NM_FEW_FP32 = [(2, 8, 8, 1), (4, 8, 64, 1), (8, 32, 64, 1), (1, 8, 4, 1), (2, 8, 1, 1)]
+NM_FEW_TOKENS = (2, 4, 8, 12, 16, 24)
 
 
 @dataclass(frozen=True)
@@ -180,6 +188,21 @@ def nm(ctx: Context) -> list[Case]:
             M, K = max(64, M // s), max(256, K // s)
             for N in (1, 8, 16, 2048 // s):  # (issue 4: 1, 8 and 16 tokens, and a batch)
                 cases += [weight_case("spmm", M, K, N, dt, d, nm=p) for p in patterns]
+    return cases
+
+
+@suite("nmfew")
+def nm_few(ctx: Context) -> list[Case]:
+    """linear at 2-24 tokens on the LLM shapes with the patterns whose few-token routes spilled
+    (NM_FEW_PATTERNS in bf16 and fp16, NM_FEW_FP32 in strict fp32)."""
+    d, s = ctx.device, (16 if ctx.cpu else 1)
+    cases = []
+    for dt in ctx.pick(torch.bfloat16, torch.float16, torch.float32):
+        patterns = NM_FEW_FP32 if dt == torch.float32 else NM_FEW_PATTERNS
+        for M, K in LLM_SHAPES:
+            M, K = max(64, M // s), max(256, K // s)
+            for N in NM_FEW_TOKENS:
+                cases += [weight_case("linear", M, K, N, dt, d, nm=p) for p in patterns]
     return cases
 
 
