@@ -413,6 +413,50 @@ def test_decode_vector_tile_rule():
     assert spmm_nm_decode_config(12, 4, 4096, 2048, 4, 8) == SpmmNmDecodeConfig(2, 256, 1)
 
 
+def test_decode_wide_warps_rule():
+    """fp32 element-wise and v = 4 rows past 8 tokens, where the 2-row one-warp step spilled
+    (3-9x slower at 24 tokens): two warps to 16 padded columns, four to 32; one warp at 2-8
+    tokens and in 16 bits."""
+    from sparsekernels.kernels.nm_decode_tuning import SpmmNmDecodeConfig, spmm_nm_decode_config
+
+    for vector in (1, 4):
+
+        def warps(tokens, itemsize, vector=vector):
+            config = spmm_nm_decode_config(tokens, vector, 4096, 512, 1, 8, itemsize=itemsize)
+            assert (config.block_m, config.block_slots) == (2, 256)
+            return config.num_warps
+
+        assert [warps(t, 4) for t in (2, 5, 8, 9, 12, 16, 17, 24, 32)] == [1] * 3 + [2] * 3 + [
+            4
+        ] * 3
+        assert [warps(t, 8) for t in (8, 16, 32)] == [1, 2, 4]  # fp64 as fp32 (untimed)
+        assert [warps(t, 2) for t in (9, 16, 24, 32)] == [1] * 4
+    assert spmm_nm_decode_config(24, 8, 4096, 512, 1, 8, itemsize=4) != SpmmNmDecodeConfig(
+        2, 256, 4
+    )
+
+
+@pytest.mark.parametrize("tokens", [12, 24])
+def test_linear_decodes_fp32_on_more_warps(tokens, gen, monkeypatch):
+    """fp32 1:8 through linear at 12 and 24 tokens takes the decode kernel's 2-row tile on two
+    and four warps (an odd row count; a partial last step; bias), each element against
+    float64."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches = []
+    launch = spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(37, 41 * 8, 1, 8, gen, 1, 1, torch.float32)
+    x = randn(tokens, 41 * 8, gen=gen, dtype=torch.float32)
+    bias = randn(37, gen=gen, dtype=torch.float32)
+    got = sk.linear(x, W, bias, backend="triton")
+    want = x.double() @ W.to_dense().double().t() + bias.double()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float32)
+    assert [(k["block_m"], k["num_warps"]) for k in launches] == [(2, 2 if tokens < 17 else 4)]
+
+
 @pytest.mark.parametrize(("dtype", "n", "m", "vector"), [(torch.float32, 2, 8, 8),
                                                         (torch.float16, 3, 8, 16)])  # fmt: skip
 def test_linear_decodes_vectors_on_four_warps(dtype, n, m, vector, gen, monkeypatch):

@@ -11,6 +11,8 @@ weight's first call), NaN where not applicable or wrong against float64:
   sized   fp32 given the size-picked tensor-core tiles (_triton_nm.SIZED_TILE_DTYPES)
   w2, w4  the decode kernel's routed tile on 2 or 4 warps (2+ tokens): where its step spills
           (fp32 element-wise and v = 4 at 9-32 tokens, sm_90 compiles: NOTES, sixtieth)
+  wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
+          widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
 Cold L2 (rotated weight copies), CUDA-graph medians, us a call; TF32 off for fp32's peer.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_route_cliffs.py
     SHAPES=4096x4096 CASES=bf16/4:8/8/4 TOKENS=8,12,16 FORMS=route,unpack ...
@@ -54,6 +56,8 @@ def form_patch(form: str, dtype: torch.dtype):
     decode_config = nm_decode_tuning.spmm_nm_decode_config
     unpack_config = nm_unpack_tuning.spmm_nm_unpack_config
     sized = _triton_nm.SIZED_TILE_DTYPES
+    blocks = nm_unpack_tuning.UNPACK_BLOCK_WINDOWS
+    few_vectors = nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS
 
     def four_rows(n_cols, vector, *args, **kwargs):
         if n_cols > 1 and vector % 4 == 0:
@@ -77,6 +81,11 @@ def form_patch(form: str, dtype: torch.dtype):
         nm_decode_tuning.spmm_nm_decode_config = more_warps
     elif form == "unpack":
         nm_unpack_tuning.spmm_nm_unpack_config = forced_unpack
+    elif form == "wide":
+        nm_unpack_tuning.UNPACK_BLOCK_WINDOWS = {
+            key: (fewest, 64) for key, (fewest, _) in blocks.items()
+        }
+        nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = {key: (8, 64) for key in few_vectors}
     elif form == "sized":
         _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
     try:
@@ -85,12 +94,14 @@ def form_patch(form: str, dtype: torch.dtype):
         nm_decode_tuning.spmm_nm_decode_config = decode_config
         nm_unpack_tuning.spmm_nm_unpack_config = unpack_config
         _triton_nm.SIZED_TILE_DTYPES = sized
+        nm_unpack_tuning.UNPACK_BLOCK_WINDOWS = blocks
+        nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = few_vectors
 
 
 def applies(form: str, dtype: torch.dtype, n: int, m: int, vector: int, block: int, k: int):
     if form == "4r4w":
         return vector % 4 == 0
-    if form == "unpack":
+    if form in ("unpack", "wide"):
         return unpack.supports(n, m, block, dtype, k)
     if form == "sized":
         return dtype == torch.float32

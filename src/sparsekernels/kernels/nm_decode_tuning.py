@@ -131,6 +131,21 @@ DECODE_WIDE_BLOCKS = SpmmNmDecodeConfig(4, 256, 1)
 DECODE_WIDE_BLOCK = 64  # columns a block
 # B's padded columns at most for the 8-row tile: 16-bit values, wider (fp32; fp64 untimed)
 DECODE_EIGHT_ROWS_MAX_WIDTH = (8, 2)
+# fp32 element-wise and v < 8 rows past 8 tokens: the 2-row step on one warp spilled (180 B to
+# 3.4 KB a thread, sm_90 compile) and at 17-32 tokens (1:8 and sparser) ran 3-9x slower than on
+# more warps. Through linear, H100, cold L2, us, the route (one warp) -> two / four warps
+# (benchmarks/sweeps/nm_route_cliffs.py, results/nvidia-h100/2026-12-06/at-7fbbb42/
+# nm_route_nmcliffsfp32.txt; dense 47-50 / 150-194):
+#                   4096^2                               14336 x 4096
+#   tokens      12                  24                  12                  24
+#   1:8       24.1 -> 20.2/21.2  147.7 -> 35.9/35.3   69.5 -> 56.6/60.3   473 -> 110/108
+#   1:8 v=4   34.8 -> 22.7/22.8  301.5 -> 409/40.2   102.8 -> 68.8/68.4  1090 -> 1479/128
+#   2:16 v=4  35.1 -> 22.1/22.8  301.2 -> 409/40.1   103.8 -> 66.7/68.1  1091 -> 1478/127
+#   4:8 v=4  104.4 -> 72.1/74.6          -           329.0 -> 238/247           -
+#   2:8       39.2 -> 33.5/37.2          -           122.0 -> 104/116           -
+# 16 and 32 tokens alike (4:8 and 2:8 leave the kernel past 16). Two warps to 16 columns, four
+# to 32; 2-8 tokens keep one (no spill there); fp64 takes fp32's (untimed).
+DECODE_WIDE_WARPS = {16: 2, 32: 4}  # B's padded columns -> warps, values wider than 16 bits
 
 
 @dataclass(frozen=True)
@@ -293,7 +308,8 @@ def spmm_nm_decode_config(
     and `row_slots` (compressed slots a row), `n` and `m` (the pattern) 0 when unknown;
     `block` the pattern's block along K; `itemsize` the values' bytes. Vector-wise rows past
     DECODE_EIGHT_ROWS_MAX_WIDTH take 4 rows on four warps (DECODE_FOUR_WARPS), blocks of 64
-    columns 4 rows on one warp below it (DECODE_WIDE_BLOCKS)."""
+    columns 4 rows on one warp below it (DECODE_WIDE_BLOCKS); fp32's 2-row tiles past 8 tokens
+    more warps (DECODE_WIDE_WARPS)."""
     if vector % 8 == 0:
         if next_power_of_2(n_cols) > DECODE_EIGHT_ROWS_MAX_WIDTH[itemsize > 2]:
             return DECODE_FOUR_WARPS
@@ -316,7 +332,8 @@ def spmm_nm_decode_config(
             slots = min(DECODE_WIDE_SLOTS, max(256, next_power_of_2(row_slots)))
             return SpmmNmDecodeConfig(4, slots, 2 if slots >= DECODE_WIDE_SLOTS else 1)
         return SpmmNmDecodeConfig(4, 256, 1)
-    return SpmmNmDecodeConfig(2, 256, 1)
+    warps = DECODE_WIDE_WARPS.get(next_power_of_2(n_cols), 1) if itemsize > 2 else 1
+    return SpmmNmDecodeConfig(2, 256, warps)
 
 
 # Split-K for the decode kernel (spmm_nm_decode.py): rows of at least DECODE_SPLIT_MIN_STEPS
