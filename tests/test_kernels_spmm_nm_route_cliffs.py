@@ -44,6 +44,26 @@ def test_few_token_vectors_unpack_on_gpu(n, m, vector, block, tokens, dtype, gen
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
+    ("n", "m", "vector", "block", "tokens", "dtype"),
+    [(4, 8, 8, 4, 24, torch.float16), (4, 16, 8, 4, 33, BF16), (4, 8, 16, 4, 64, BF16),
+     (4, 8, 8, 1, 17, BF16), (4, 8, 16, 1, 40, torch.float16)],
+)  # fmt: skip
+def test_wider_vectors_unpack_on_gpu(n, m, vector, block, tokens, dtype, gen, monkeypatch):
+    """Past 16 tokens the same vectors take the unpack kernel to 64 (the dense backend or the
+    vector-wise tensor-core kernel ran them 1.3-3.2x slower), compiled, against float64."""
+    from sparsekernels.kernels import spmm_nm_unpack
+
+    calls, launch = [], spmm_nm_unpack.spmm_nm_unpack
+    monkeypatch.setattr(
+        spmm_nm_unpack, "spmm_nm_unpack", lambda **kw: calls.append(kw["block_n"]) or launch(**kw)
+    )
+    W = random_nm(4096 + 16, 2048 + m, n, m, gen, vector, block, dtype, "cuda")
+    _linear_checked(W, tokens, dtype)
+    assert len(calls) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
     ("dtype", "n", "m", "vector", "tokens"),
     [(torch.float32, 2, 8, 8, 12), (torch.float32, 4, 8, 64, 4), (torch.float16, 3, 8, 16, 12),
      (BF16, 3, 8, 8, 12)],

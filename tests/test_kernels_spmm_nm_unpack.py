@@ -279,7 +279,7 @@ def test_route_takes_the_measured_window(monkeypatch):
         (3, 4, 8, 4, 4, bf16),  # (1-3 tokens: the decode kernel's, not timed against)
         (65, 4, 8, 4, 4, bf16),
         (16, 4, 8, 4, 4, torch.float16),
-        (17, 4, 8, 8, 4, bf16),  # other vectors, blocks, patterns and tokens not timed
+        (65, 4, 8, 8, 4, bf16),  # other vectors, blocks, patterns and tokens not timed
         (16, 4, 8, 32, 4, bf16),
         (16, 4, 8, 1, 4, bf16),
         (16, 4, 8, 4, 2, bf16),
@@ -302,8 +302,9 @@ def test_route_takes_the_measured_window(monkeypatch):
 
 def test_route_takes_few_token_vectors():
     """4:8 in vectors of 8+ rows at 8-16 tokens on 4096+ rows (not where v = 64 takes the
-    few-token tensor-core tiles: 8192+ rows, or 16 tokens); block-wise 4:8 and 4:16 in 8-row
-    vectors (b = 4) at 4-16 tokens, 4:8 in 16-row ones at 8-16; bf16 and fp16."""
+    few-token tensor-core tiles: 8192+ rows, or 16 tokens), v = 8 and 16 to 64 tokens;
+    block-wise 4:8 and 4:16 in 8-row vectors (b = 4) at 4-64 tokens, 4:8 in 16-row ones at
+    8-64; bf16 and fp16."""
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
 
     bf16 = torch.bfloat16
@@ -311,12 +312,17 @@ def test_route_takes_few_token_vectors():
         c = config(12, 4, 8, vector, 1, bf16, 4096)
         assert (c.block_g, c.block_n, c.split, c.num_stages) == (32, 16, 4, 3)
         assert config(8, 4, 8, vector, 1, bf16, 4096) is not None
-        for tokens in (4, 7, 17):
+        for tokens in (4, 7, 65):
             assert config(tokens, 4, 8, vector, 1, bf16, 4096) is None, (vector, tokens)
+        wide = config(17, 4, 8, vector, 1, bf16, 4096)
+        assert (wide is not None) == (vector < 32), vector  # (v >= 32 past 16: untimed)
         assert config(12, 4, 8, vector, 1, bf16, 2048) is None  # (untimed below 4096 rows)
         assert config(12, 4, 8, vector, 1, torch.float16, 4096) == c  # (fp16 timed there too)
         assert config(12, 4, 8, vector, 1, torch.float32, 4096) is None
     assert config(16, 4, 8, 16, 1, bf16, 14336).split == 1
+    c = config(24, 4, 8, 16, 1, bf16, 14336)
+    assert (c.block_g, c.block_n, c.split) == (32, 32, 1)
+    assert config(64, 4, 8, 8, 1, torch.float16, 4096).block_n == 64
     assert config(16, 4, 8, 64, 1, bf16, 4096) is None  # the few-token tensor-core tiles
     assert config(12, 4, 8, 64, 1, bf16, 14336) is None  # (tall: theirs)
     assert config(12, 4, 8, 4, 1, bf16, 4096) is None  # v = 4 keeps its route
@@ -326,7 +332,10 @@ def test_route_takes_few_token_vectors():
         assert (c.block_g, c.block_n, c.split) == (16, 16, 1)
         assert config(16, n, m, vector, 4, bf16, 4096).split == 4
         assert config(fewest - 1, n, m, vector, 4, bf16, 4096) is None
-        assert config(17, n, m, vector, 4, bf16, 4096) is None  # (untimed past 16)
+        c = config(17, n, m, vector, 4, bf16, 14336)
+        assert (c.block_g, c.block_n, c.split) == (16, 64, 1)
+        assert config(64, n, m, vector, 4, torch.float16, 4096).block_n == 16  # (4 tiles)
+        assert config(65, n, m, vector, 4, bf16, 4096) is None  # (untimed past 64)
     assert config(8, 4, 16, 16, 4, bf16, 4096) is None
     assert config(8, 4, 8, 8, 4, torch.float16, 4096) == config(8, 4, 8, 8, 4, bf16, 4096)
     assert config(8, 4, 8, 4, 4, torch.float16, 4096) is None  # (v = 4: bf16-timed only)
@@ -396,8 +405,8 @@ def test_linear_routes_block_wise_through_unpack(n, m, tokens, vector, gen, monk
 def test_block_wise_window_is_not_densified():
     """Past 16 tokens the dense backend (densify, then cuBLAS) took block-wise v = b = 4
     ahead of the Triton route: where the unpack kernel's window runs (112.7 against 46.9 us
-    at 32 tokens) it leaves the product to Triton; outside it (65 tokens, fp16, W^T @ B)
-    it densifies as before."""
+    at 32 tokens; v = 8: 109.7 against 46.7) it leaves the product to Triton; outside it (65
+    tokens, fp16 for v = 4, W^T @ B) it densifies as before."""
     from sparsekernels.ops import _dispatch
     from sparsekernels.ops._dense import nm_prefers_dense
 
@@ -409,7 +418,8 @@ def test_block_wise_window_is_not_densified():
         assert not dense(tokens) and not dense(tokens, rows=4096)
         assert not dense(tokens, pattern=(4, 16, 4, 4))
     assert dense(65) and dense(32, dtype=torch.float16) and dense(32, transpose=True)
-    assert dense(32, pattern=(4, 8, 8, 4))  # (v = 8 not timed)
+    assert not dense(32, pattern=(4, 8, 8, 4)) and not dense(24, (4, 16, 8, 4), torch.float16)
+    assert dense(65, pattern=(4, 8, 8, 4))  # (past 64 tokens)
     assert dense(32, rows=4095)  # (timed from 4096 rows)
 
 

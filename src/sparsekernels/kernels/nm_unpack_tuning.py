@@ -115,15 +115,30 @@ UNPACK_WIDE_VECTOR_MAX_ROWS = 8191  # v >= 16 at 33-64 tokens
 #   4:16 v=8      -  17.2   336   336   24.6  39.3  1083  1083   32.0     -     -  1101
 #                 -  10.9  10.9  10.8   23.7  23.2  23.1  23.1   23.7     -     -  24.5
 # (At 2 tokens the route won on 14336 x 4096: 4:8 v=8 27.6 against 30.5, 4:16 17.2 against
-# 23.7.) Past 16 tokens these vectors were not timed; nor 4:16 v=16.
-# Other block-wise patterns, vectors, dtypes and 1-3 tokens were not timed: they keep their route.
+# 23.7.) At 17-64 tokens the route was the dense backend for v = 8 (the weight densified a
+# call; Triton alone: its gather kernel, 933 us for fp16 4:8 on 4096 x 14336 at 24 tokens in
+# the nmfew suite) and the vector-wise tensor-core kernel for v = 16. The route -> the unpack
+# kernel's windows widened to 64 tokens, its own tiles (nm_route_cliffs.py FORMS=route,wide,
+# H100, cold L2, us, results/nvidia-h100/2026-12-06/at-5c48776/nm_route_wide.txt):
+#                      4096^2                    14336 x 4096              4096 x 14336
+#   tokens          17     32     64          17     32     64          17     32     64
+#   4:8 v=8 b=4  30.1   29.9   29.9       109.5  109.7  110.1       113.4  113.7  114.7
+#                19.0   18.6   28.6        45.6   46.7   47.5        52.5   51.5   93.8
+#   4:16 v=8     26.5   26.0   26.5       100.6  100.6  101.4       104.6  105.0  104.1
+#                14.1   15.3   21.8        32.3   32.7   34.4        40.6   41.0   68.1
+#   4:8 v=16     50.4   34.4   34.3       121.5   77.9   78.2       166.5  109.0  108.5
+#                19.1   18.8   28.7        45.8   46.5   47.9        52.3   51.1   93.3
+# fp16 as bf16 (4:8 v=8: 19.1, 18.8, 28.7 / 45.8, 46.9, 47.7 / 52.3, 51.5, 93.2); dense
+# 14-15 / 42-43 / 44-46, so these still lose to dense, by 1.3-2x instead of 2.1-3.8x. 24 and
+# 48 tokens alike. 4:16 v = 16 and other block-wise patterns, vectors, dtypes and 1-3 tokens
+# were not timed: they keep their route.
 # (n, m, vector, block) -> (fewest, most) tokens
 UNPACK_BLOCK_WINDOWS = {
     (4, 8, 4, 4): (4, 64),
     (4, 16, 4, 4): (4, 64),
-    (4, 8, 8, 4): (4, 16),
-    (4, 16, 8, 4): (4, 16),
-    (4, 8, 16, 4): (8, 16),
+    (4, 8, 8, 4): (4, 64),
+    (4, 16, 8, 4): (4, 64),
+    (4, 8, 16, 4): (8, 64),
 }
 UNPACK_BLOCK_GROUPS = 16  # 32 spilled at 4:16 (sm_90 compile) and ran 1.1-1.6x slower
 UNPACK_BLOCK_WIDE_MIN_ROWS = 8192  # past 16 tokens: one 64-token column tile, no split
@@ -145,7 +160,18 @@ UNPACK_BLOCK_MIN_ROWS = 4096  # (timed from 4096 rows; smaller weights keep thei
 # tokens: nm_small_tiles.few_token_tiles); at 4 tokens the route won on the tall weights
 # (4:8 v=16 14336 x 4096 46.3 against 62.6). v = 32 lies between the timed vectors, untimed.
 # The tiles as the element-wise window's at 16 tokens (32 groups a step, split to 256 programs).
-UNPACK_FEW_VECTOR_WINDOWS = {(4, 8): (8, 16)}  # (n, m) -> tokens, for v % 8 == 0
+# At 17-64 tokens (the route: the grouped expand kernel for v = 8, the vector-wise tensor-core
+# kernel for v = 16), same sweep as the block-wise table above, route -> unpack, us:
+#                      4096^2                    14336 x 4096              4096 x 14336
+#   tokens          17     32     64          17     32     64          17     32     64
+#   4:8 v=8      40.3   31.1   32.4       131.1   84.2   84.6       123.5   79.3   83.5
+#                25.9   25.5   26.2        64.3   64.2   83.3        71.0   69.5   71.4
+#   4:8 v=16     64.9   41.7   42.0       138.4   93.0   92.2       210.7  134.2  135.6
+#                25.6   25.2   25.9        63.6   64.4   84.5        71.3   69.7   71.4
+# (48 tokens: 34.1 -> 25.8, 87.0 -> 84.8, 85.3 -> 70.4 for v = 8; near ties on 14336 rows.)
+UNPACK_FEW_VECTOR_WINDOWS = {(4, 8): (8, 64)}  # (n, m) -> tokens, for v % 8 == 0
+# v >= 32 past 16 tokens untimed (the condensed-K tiles won 2:8 v=64 at 64 tokens, above)
+UNPACK_FEW_WIDE_VECTOR_MOST = 16
 UNPACK_FEW_VECTOR_MIN_ROWS = 4096
 # fp16 too in these windows and the block-wise ones of 8+ rows: forced on fp16 (4:8 v = 16 and
 # v = 8 b = 4 at 8 and 12 tokens) the kernel ran as in bf16, 21.4-21.6 / 63.0-63.2 us and
@@ -205,6 +231,8 @@ def _takes_few_vector_tokens(
     if dtype not in UNPACK_FEW_VECTOR_DTYPES:
         return False
     if not window[0] <= n_cols <= window[1]:
+        return False
+    if vector >= 32 and n_cols > UNPACK_FEW_WIDE_VECTOR_MOST:
         return False
     return few_token_tiles(n_cols, vector, rows, n / m, 1, n) is None
 
