@@ -128,6 +128,16 @@ def _cases() -> dict:
         cases[f"decode vectors 4 rows 4 warps N=16 {data}"] = (
             _nm_decode_kernel, pointers, constants, 4
         )  # fmt: skip
+    for block_n, warps in itertools.product((16, 32), (1, 2, 4)):  # fp32 2-row tiles, 9-32
+        constants = dict(N_KEEP=1, M_GROUP=8, VECTOR=1, BLOCK=1, BITS=4, SHARED=False,
+                         WIDE=False, PADDED_B=True, HAS_BIAS=True, ACTIVATION=0,
+                         B_INDEX=tl.int32, ACC_DTYPE=tl.float32, BLOCK_M=2, BLOCK_W=32,
+                         BLOCK_N=block_n, PARTIAL=False, KEEP_SUMS=False, PREFETCH=False,
+                         STREAM_CACHE="", GATHER_EVICTION="", GATHER_SHARED=False)  # fmt: skip
+        pointers = ["*fp32", "*i32", "*fp32", "*fp32", "*fp32"]
+        cases[f"decode fp32 2 rows N={block_n} {warps} warps"] = (
+            _nm_decode_kernel, pointers, constants, warps
+        )  # fmt: skip
     for sums in ("*fp32", "*fp64"):
         constants = dict(HAS_BIAS=True, ACTIVATION=2, BLOCK_M=64, BLOCK_N=16)
         cases[f"sum partials {sums}"] = (
@@ -352,6 +362,8 @@ CASE_NAMES = [
     "decode shared gather prefetch=True",
     "decode vectors 4 rows 4 warps N=16 *bf16",
     "decode vectors 4 rows 4 warps N=16 *fp32",
+    "decode fp32 2 rows N=16 2 warps",
+    "decode fp32 2 rows N=32 4 warps",
     "sum partials *fp32",
     "sum partials *fp64",
     *(

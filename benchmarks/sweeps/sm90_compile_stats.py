@@ -45,6 +45,7 @@ def stats(ptx: str, dump: Path | None = None) -> str:
         text=True,
     )
     registers = ",".join(re.findall(r"Used (\d+) registers", run.stderr))
+    spilled = sum(int(b) for b in re.findall(r"(\d+) bytes spill stores", run.stderr))
     cuobjdump = os.path.join(os.path.dirname(ptxas), "cuobjdump")
     sass = subprocess.run(
         [cuobjdump, "-sass", f"{folder}/k.cubin"], capture_output=True, text=True
@@ -57,7 +58,8 @@ def stats(ptx: str, dump: Path | None = None) -> str:
     mma = sum(("HMMA" in line) or ("HGMMA" in line) for line in lines)
     global_ops = Counter(re.findall(r"\b((?:STG|LDG)\.E[.\w]*)", sass))
     return (
-        f"registers {registers} instructions {len(lines)} (longest loop {longest_loop(lines)}) "
+        f"registers {registers} spill {spilled} B instructions {len(lines)} "
+        f"(longest loop {longest_loop(lines)}) "
         f"STS {len(stores)} ({wide} x 16 B) MMA {mma} {dict(sorted(global_ops.items()))}"
     )
 
