@@ -129,8 +129,8 @@ UNPACK_WIDE_VECTOR_MAX_ROWS = 8191  # v >= 16 at 33-64 tokens
 #   4:8 v=16     50.4   34.4   34.3       121.5   77.9   78.2       166.5  109.0  108.5
 #                19.1   18.8   28.7        45.8   46.5   47.9        52.3   51.1   93.3
 # fp16 as bf16 (4:8 v=8: 19.1, 18.8, 28.7 / 45.8, 46.9, 47.7 / 52.3, 51.5, 93.2); dense
-# 14-15 / 42-43 / 44-46, so these still lose to dense, by 1.3-2x instead of 2.1-3.8x. 24 and
-# 48 tokens alike. 4:16 v = 16 and other block-wise patterns, vectors, dtypes and 1-3 tokens
+# 14-15 / 42-43 / 44-46: 0.48-1.29x dense now (4:16 ahead of it on the larger weights to 32
+# tokens), the route 0.21-0.55x. 24 and 48 tokens alike. 4:16 v = 16 and other block-wise patterns, vectors, dtypes and 1-3 tokens
 # were not timed: they keep their route.
 # (n, m, vector, block) -> (fewest, most) tokens
 UNPACK_BLOCK_WINDOWS = {
