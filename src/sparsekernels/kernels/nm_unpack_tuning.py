@@ -130,8 +130,8 @@ UNPACK_WIDE_VECTOR_MAX_ROWS = 8191  # v >= 16 at 33-64 tokens
 #                19.1   18.8   28.7        45.8   46.5   47.9        52.3   51.1   93.3
 # fp16 as bf16 (4:8 v=8: 19.1, 18.8, 28.7 / 45.8, 46.9, 47.7 / 52.3, 51.5, 93.2); dense
 # 14-15 / 42-43 / 44-46: 0.48-1.29x dense now (4:16 ahead of it on the larger weights to 32
-# tokens), the route 0.21-0.55x. 24 and 48 tokens alike. 4:16 v = 16 and other block-wise patterns, vectors, dtypes and 1-3 tokens
-# were not timed: they keep their route.
+# tokens), the route 0.21-0.55x. 24 and 48 tokens alike. 4:16 v = 16 and other block-wise
+# patterns, vectors, dtypes and 1-3 tokens were not timed: they keep their route.
 # (n, m, vector, block) -> (fewest, most) tokens
 UNPACK_BLOCK_WINDOWS = {
     (4, 8, 4, 4): (4, 64),
