@@ -239,14 +239,16 @@ def _cases() -> dict:
         (4, 8, 1, False, 4, 4, True),
         (4, 16, 2, False, 1, 4, True),
         (4, 8, 1, False, 1, 4, False),
-    ):  # element-wise, then the routed block-wise tiles (v = b = 4) from pairs and 16-bit values
+        (8, 32, 8, False, 1, 1, False),
+    ):  # element-wise, then the routed block-wise tiles (v = b = 4) from pairs and 16-bit values,
+        # then several-word groups (8:32: two int32 words a group)
         constants = dict(N_KEEP=n, M_GROUP=m, BITS=bits, VECTOR=4 if block > 1 else 1,
                          BLOCK=block, HAS_BIAS=True, ACTIVATION=1, BLOCK_M=64,
-                         BLOCK_G=16 if block > 1 else 32, BLOCK_N=16, SPLITS=splits,
+                         BLOCK_G=16 if block > 1 else min(32, 256 // m), BLOCK_N=16, SPLITS=splits,
                          FUSED=splits == 4, LOG_N=n.bit_length() - 1, LOG_M=m.bit_length() - 1,
                          PERMUTE=permute, PAIRS=pairs, ASM=True)  # fmt: skip
         values = "*i32" if (permute and n == 2) or pairs else "*bf16"
-        units = {8: "*u8", 2: "*u8", 1: "*u8", 16: "*i16"}[n // block * bits]
+        units = {8: "*u8", 2: "*u8", 1: "*u8", 16: "*i16", 64: "*i32"}[n // block * bits]
         pointers = [values, units, "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
         name = f"nm unpack {n}:{m}" + (f" b{block}" + " pairs" * pairs if block > 1 else "")
         cases[name] = (_nm_unpack_kernel, pointers, constants, 4)
@@ -436,6 +438,7 @@ CASE_NAMES = [
     "nm unpack 4:8 b4 pairs",
     "nm unpack 4:16 b4 pairs",
     "nm unpack 4:8 b4",
+    "nm unpack 8:32",
     "nm wgmma 2:8",
     "nm wgmma 1:8",
     "nm wgmma 2:4",

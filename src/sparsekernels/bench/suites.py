@@ -42,9 +42,9 @@ NMSPARSE_HALF = [(2, 4, 1, 1), (2, 8, 1, 1), (1, 8, 1, 1), (2, 4, 64, 1), (2, 8,
 NMSPARSE_FP32 = [(2, 8, 1, 1), (1, 8, 1, 1), (8, 32, 32, 1), (4, 32, 32, 1)]
 NMSPARSE_FP32_BATCH = (1, 4096)
 # Few-token N:M where the decode kernel's 8-row step spilled (336-2161 us at 9-16 tokens,
-# benchmarks/NOTES.md, sixtieth session): vector-wise rows of 8+ (4:8, 16:32, 2:16), blocks of
-# 4 columns in 8-row vectors and of 64 in 64-row ones, at the tokens around the routes' edges
-# (the nm suite samples 1, 8 and 16 only).
+# benchmarks/NOTES_FIFTYSIXTH_TO_SIXTIETH.md, sixtieth session): vector-wise rows of 8+ (4:8,
+# 16:32, 2:16), blocks of 4 columns in 8-row vectors and of 64 in 64-row ones, at the tokens
+# around the routes' edges (the nm suite samples 1, 8 and 16 only).
 NM_FEW_PATTERNS = [(4, 8, 8, 1), (4, 8, 16, 1), (4, 8, 64, 1), (16, 32, 64, 1), (2, 16, 8, 1),
                    (4, 8, 8, 4), (4, 16, 8, 4), (64, 128, 64, 64)]  # fmt: skip
 NM_FEW_FP32 = [(2, 8, 8, 1), (4, 8, 64, 1), (8, 32, 64, 1), (1, 8, 4, 1), (2, 8, 1, 1)]

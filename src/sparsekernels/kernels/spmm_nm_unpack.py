@@ -96,12 +96,16 @@ def _group_offsets(units, index_rows, g0, groups_total, stride_um, J: tl.constex
     ptrs = units + index_rows[:, None] * stride_um + idx[None, :]
     unit = tl.load(ptrs, mask=in_range[None, :], other=0) if MASKED else tl.load(ptrs)
     unit = unit.to(tl.int32)
+    # (if / else, no early return: the compiler traced the shift after one, J * BITS up to 56
+    # on an int32 for 8:32, and warned of undefined behaviour)
     if GROUP_BITS > 32:
-        return (unit >> ((J * BITS) % 32)) & ((1 << BITS) - 1)
-    LEVELS: tl.constexpr = (PER_BYTE >= 2) + (PER_BYTE >= 4) + (PER_BYTE >= 8)
-    for level in tl.static_range(LEVELS):  # a byte's groups in order: low bits first
-        unit = tl.reshape(tl.join(unit, unit >> (4 >> level)), (BLOCK_M, unit.shape[1] * 2))
-    return (unit >> (J * BITS)) & ((1 << BITS) - 1)
+        offset = (unit >> ((J * BITS) % 32)) & ((1 << BITS) - 1)
+    else:
+        LEVELS: tl.constexpr = (PER_BYTE >= 2) + (PER_BYTE >= 4) + (PER_BYTE >= 8)
+        for level in tl.static_range(LEVELS):  # a byte's groups in order: low bits first
+            unit = tl.reshape(tl.join(unit, unit >> (4 >> level)), (BLOCK_M, unit.shape[1] * 2))
+        offset = (unit >> (J * BITS)) & ((1 << BITS) - 1)
+    return offset
 
 
 @triton.jit
