@@ -13,6 +13,10 @@ weight's first call), NaN where not applicable or wrong against float64:
           (fp32 element-wise and v = 4 at 9-32 tokens, sm_90 compiles: NOTES, sixtieth)
   wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
+  narrow  the library's unpack route with NARROW_GROUPS (16) groups a step and 16-token column
+          tiles split toward 256 programs wherever it takes a product: its 32-group and
+          32-/64-token steps spill (4:8 v=8 344-1720 B, 2:8 at 64 tokens 708 B; sm_90
+          compiles, NOTES, sixty-first session)
 Cold L2 (rotated weight copies), CUDA-graph medians, us a call; TF32 off for fp32's peer.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_route_cliffs.py
     SHAPES=4096x4096 CASES=bf16/4:8/8/4 TOKENS=8,12,16 FORMS=route,unpack ...
@@ -48,6 +52,7 @@ CASES = [
 ]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "2,8,12,16,24").split(",")]
 FORMS = os.environ.get("FORMS", "route,4r4w,unpack,sized").split(",")
+NARROW_GROUPS = int(os.environ.get("NARROW_GROUPS", "16"))
 
 
 @contextlib.contextmanager
@@ -75,6 +80,12 @@ def form_patch(form: str, dtype: torch.dtype):
         config = decode_config(n_cols, vector, *args, **kwargs)
         return dataclasses.replace(config, num_warps=int(form[1:])) if n_cols > 1 else config
 
+    def narrow(n_cols, n, m, vector, block, dt, rows):
+        if unpack_config(n_cols, n, m, vector, block, dt, rows) is None:
+            return None
+        split = max(1, min(4, 256 // (cdiv(rows, 64) * cdiv(n_cols, 16))))
+        return nm_unpack_tuning.SpmmNmUnpackConfig(64, NARROW_GROUPS, 4, 3, split, 16)
+
     if form == "4r4w":
         nm_decode_tuning.spmm_nm_decode_config = four_rows
     elif form in ("w2", "w4"):
@@ -86,6 +97,8 @@ def form_patch(form: str, dtype: torch.dtype):
             key: (fewest, 64) for key, (fewest, _) in blocks.items()
         }
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = {key: (8, 64) for key in few_vectors}
+    elif form == "narrow":
+        nm_unpack_tuning.spmm_nm_unpack_config = narrow
     elif form == "sized":
         _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
     try:
@@ -101,7 +114,7 @@ def form_patch(form: str, dtype: torch.dtype):
 def applies(form: str, dtype: torch.dtype, n: int, m: int, vector: int, block: int, k: int):
     if form == "4r4w":
         return vector % 4 == 0
-    if form in ("unpack", "wide"):
+    if form in ("unpack", "wide", "narrow"):
         return unpack.supports(n, m, block, dtype, k)
     if form == "sized":
         return dtype == torch.float32
