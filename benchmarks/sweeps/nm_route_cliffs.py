@@ -7,7 +7,10 @@ weight's first call), NaN where not applicable or wrong against float64:
   route   the library's choice now
   4r4w    the decode kernel's tiles replaced by 4 rows a program on 4 warps (v % 4 == 0, 2+ tokens)
   unpack  the unpack kernel forced (16-bit, n and m powers of two; 16 groups a step for
-          blocks, 32 else; 16-token column tiles, split toward 256 programs)
+          blocks, else a 256-column step: 32 groups of 8, 16 of 16, 8 of 32, which compile
+          without spill on sm_90 but 4:32's 40 B (32 groups spilled 620 B at 2:16 and 1.2-4.6
+          KB at m = 32: the sixty-first session's runs before this used them); 16-token
+          column tiles, split toward 256 programs)
   sized   fp32 given the size-picked tensor-core tiles (_triton_nm.SIZED_TILE_DTYPES)
   w2, w4  the decode kernel's routed tile on 2 or 4 warps (2+ tokens): where its step spills
           (fp32 element-wise and v = 4 at 9-32 tokens, sm_90 compiles: NOTES, sixtieth)
@@ -73,7 +76,7 @@ def form_patch(form: str, dtype: torch.dtype):
         if not 2 <= n_cols <= 64:
             return None
         split = max(1, min(4, 256 // (cdiv(rows, 64) * cdiv(n_cols, 16))))
-        groups = 16 if block > 1 else 32
+        groups = 16 if block > 1 else max(8, min(32, 256 // m))
         return nm_unpack_tuning.SpmmNmUnpackConfig(64, groups, 4, 3, split, 16)
 
     def more_warps(n_cols, vector, *args, **kwargs):
