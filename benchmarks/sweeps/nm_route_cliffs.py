@@ -8,18 +8,15 @@ weight's first call), NaN where not applicable or wrong against float64:
   4r4w    the decode kernel's tiles replaced by 4 rows a program on 4 warps (v % 4 == 0, 2+ tokens)
   unpack  the unpack kernel forced (16-bit, n and m powers of two; 16 groups a step for
           blocks, else a 256-column step: 32 groups of 8, 16 of 16, 8 of 32, which compile
-          without spill on sm_90 but 4:32's 40 B (32 groups spilled 620 B at 2:16 and 1.2-4.6
-          KB at m = 32: the sixty-first session's runs before this used them); 16-token
-          column tiles, split toward 256 programs)
+          without spill on sm_90 as launched (32 groups spilled 180 B at 2:16 and 0.5-4.5 KB
+          at m = 32: the sixty-first session's runs before this used them); 16-token column
+          tiles, split toward 256 programs)
   sized   fp32 given the size-picked tensor-core tiles (_triton_nm.SIZED_TILE_DTYPES)
-  w2, w4  the decode kernel's routed tile on 2 or 4 warps (2+ tokens): where its step spills
-          (fp32 element-wise and v = 4 at 9-32 tokens, sm_90 compiles: NOTES, sixtieth)
+  w2, w4, w8  the decode kernel's routed tile on 2, 4 or 8 warps (2+ tokens): where its step
+          spills (fp32 element-wise and v = 4 at 9-32 tokens, NOTES, sixtieth; 16-bit v % 8
+          == 0 at 5-8 tokens and fp32 v = 8 at 17-32, NOTES, sixty-first)
   wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
-  narrow  the library's unpack route with NARROW_GROUPS (16) groups a step and 16-token column
-          tiles split toward 256 programs wherever it takes a product: its 32-group and
-          32-/64-token steps spill (4:8 v=8 344-1720 B, 2:8 at 64 tokens 708 B; sm_90
-          compiles, NOTES, sixty-first session)
 Cold L2 (rotated weight copies), CUDA-graph medians, us a call; TF32 off for fp32's peer.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_route_cliffs.py
     SHAPES=4096x4096 CASES=bf16/4:8/8/4 TOKENS=8,12,16 FORMS=route,unpack ...
@@ -55,7 +52,6 @@ CASES = [
 ]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "2,8,12,16,24").split(",")]
 FORMS = os.environ.get("FORMS", "route,4r4w,unpack,sized").split(",")
-NARROW_GROUPS = int(os.environ.get("NARROW_GROUPS", "16"))
 
 
 @contextlib.contextmanager
@@ -83,15 +79,9 @@ def form_patch(form: str, dtype: torch.dtype):
         config = decode_config(n_cols, vector, *args, **kwargs)
         return dataclasses.replace(config, num_warps=int(form[1:])) if n_cols > 1 else config
 
-    def narrow(n_cols, n, m, vector, block, dt, rows):
-        if unpack_config(n_cols, n, m, vector, block, dt, rows) is None:
-            return None
-        split = max(1, min(4, 256 // (cdiv(rows, 64) * cdiv(n_cols, 16))))
-        return nm_unpack_tuning.SpmmNmUnpackConfig(64, NARROW_GROUPS, 4, 3, split, 16)
-
     if form == "4r4w":
         nm_decode_tuning.spmm_nm_decode_config = four_rows
-    elif form in ("w2", "w4"):
+    elif form in ("w2", "w4", "w8"):
         nm_decode_tuning.spmm_nm_decode_config = more_warps
     elif form == "unpack":
         nm_unpack_tuning.spmm_nm_unpack_config = forced_unpack
@@ -100,8 +90,6 @@ def form_patch(form: str, dtype: torch.dtype):
             key: (fewest, 64) for key, (fewest, _) in blocks.items()
         }
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = {key: (8, 64) for key in few_vectors}
-    elif form == "narrow":
-        nm_unpack_tuning.spmm_nm_unpack_config = narrow
     elif form == "sized":
         _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
     try:
@@ -117,7 +105,7 @@ def form_patch(form: str, dtype: torch.dtype):
 def applies(form: str, dtype: torch.dtype, n: int, m: int, vector: int, block: int, k: int):
     if form == "4r4w":
         return vector % 4 == 0
-    if form in ("unpack", "wide", "narrow"):
+    if form in ("unpack", "wide"):
         return unpack.supports(n, m, block, dtype, k)
     if form == "sized":
         return dtype == torch.float32

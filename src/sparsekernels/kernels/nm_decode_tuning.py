@@ -131,10 +131,10 @@ DECODE_WIDE_BLOCKS = SpmmNmDecodeConfig(4, 256, 1)
 DECODE_WIDE_BLOCK = 64  # columns a block
 # B's padded columns at most for the 8-row tile: 16-bit values, wider (fp32; fp64 untimed)
 DECODE_EIGHT_ROWS_MAX_WIDTH = (8, 2)
-# fp32 element-wise and v < 8 rows past 8 tokens: the 2-row step on one warp spilled (180 B to
-# 3.4 KB a thread, sm_90 compile) and at 17-32 tokens (1:8 and sparser) ran 3-9x slower than on
-# more warps. Through linear, H100, cold L2, us, the route (one warp) -> two / four warps
-# (benchmarks/sweeps/nm_route_cliffs.py, results/nvidia-h100/2026-12-06/at-7fbbb42/
+# fp32 element-wise and v < 8 rows past 8 tokens: the 2-row step on one warp spilled (292 B at
+# 16 padded columns, 1600 B at 32, sm_90) and at 17-32 tokens (1:8 and sparser) ran 3-9x
+# slower than on more warps. Through linear, H100, cold L2, us, the route (one warp) -> two /
+# four warps (benchmarks/sweeps/nm_route_cliffs.py, results/nvidia-h100/2026-12-06/at-7fbbb42/
 # nm_route_nmcliffsfp32.txt; dense 47-50 / 150-194):
 #                   4096^2                               14336 x 4096
 #   tokens      12                  24                  12                  24
