@@ -17,6 +17,9 @@ weight's first call), NaN where not applicable or wrong against float64:
           == 0 at 5-8 tokens and fp32 v = 8 at 17-32, NOTES, sixty-first)
   wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
+  alias   1:4 and 1:2 weights routed as the same weight read as 2:8 and 2:4 (ops/_nm_alias.py,
+          which only the sparse tensor cores use, to 16-32 tokens: past them 1:4 and 1:2 v < 16
+          densify where 2:8 and 2:4 take the wgmma, unpack or expand kernels)
 Cold L2 (rotated weight copies), CUDA-graph medians, us a call; TF32 off for fp32's peer.
     PYTHONPATH=src python3 benchmarks/sweeps/nm_route_cliffs.py
     SHAPES=4096x4096 CASES=bf16/4:8/8/4 TOKENS=8,12,16 FORMS=route,unpack ...
@@ -36,6 +39,7 @@ from sparsekernels.kernels import nm_decode_tuning, nm_unpack_tuning
 from sparsekernels.kernels import spmm_nm_unpack as unpack
 from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.ops import _triton_nm
+from sparsekernels.ops._nm_alias import aliased_indices
 
 DEVICE = torch.device("cuda")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -109,12 +113,17 @@ def applies(form: str, dtype: torch.dtype, n: int, m: int, vector: int, block: i
         return unpack.supports(n, m, block, dtype, k)
     if form == "sized":
         return dtype == torch.float32
+    if form == "alias":
+        return n == 1 and m in (2, 4) and block == 1 and k % (2 * m) == 0
     return True
 
 
 def linear_cold(W, copies: int, x: torch.Tensor, want: torch.Tensor, form: str) -> float:
+    n, m, indices = W.n, W.m, W.indices
+    if form == "alias":  # the same weight as 2:2m: the same values, every odd group's offset + m
+        n, m, indices = 2, 2 * W.m, aliased_indices(W.indices, W.m)
     Ws = [
-        sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, W.n, W.m, W.vector, W.block,
+        sk.NMMatrix(W.values.clone(), indices.clone(), W.shape, n, m, W.vector, W.block,
                     check=False)
         for _ in range(copies)
     ]  # fmt: skip
