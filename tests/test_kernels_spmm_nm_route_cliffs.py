@@ -112,6 +112,24 @@ def test_fp32_few_token_tiles_on_gpu(rows, tokens, gen, monkeypatch):
     assert [(k["use_dot"], k["block_n"]) for k in launches] == [(True, 16)]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("vector", "tokens", "warps"), [(1, 12, 2), (4, 24, 4), (1, 32, 4)])
+def test_fp32_decode_on_more_warps_on_gpu(vector, tokens, warps, gen, monkeypatch):
+    """fp32 1:8 at 9-32 tokens takes the decode kernel's 2-row tile on two warps to 16 padded
+    columns and four to 32 (one warp spilled and ran 3-9x slower), compiled, against float64
+    (an odd row count, a partial last step)."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches, launch = [], spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(4096 + 4 * vector + (vector == 1), 2048 + 8, 1, 8, gen, vector, 1,
+                  torch.float32, "cuda")  # fmt: skip
+    _linear_checked(W, tokens, torch.float32)
+    assert [(k["block_m"], k["num_warps"]) for k in launches] == [(2, warps)]
+
+
 def test_fp32_sizes_only_at_8_to_16_tokens():
     """fp32 gives spmm_nm_config the weight's size at 8-16 tokens only (its few-token tiles
     lost at 1-4 tokens), and not where the small weights' tiles (untimed in fp32) would take
