@@ -388,9 +388,10 @@ def test_decode_config_rule():
 
 
 def test_decode_vector_tile_rule():
-    """Vector-wise rows (v % 8 == 0) take 8-row one-warp tiles to 8 padded columns of B in 16
-    bits and to 2 in fp32; past them, where the 8-row step spilled (614-2161 us at 12 tokens),
-    4 rows on four warps. v = 4 keeps its 2-row tiles."""
+    """Vector-wise rows (v % 8 == 0) take 8-row tiles to 8 padded columns of B in 16 bits (one
+    warp to 4 tokens, two at 5-8, where one spilled) and to 2 in fp32 (one warp); past them,
+    where the 8-row step spilled (614-2161 us at 12 tokens), 4 rows on four warps. v = 4 keeps
+    its 2-row tiles."""
     from sparsekernels.kernels.nm_decode_tuning import (
         DECODE_FOUR_WARPS,
         SpmmNmDecodeConfig,
@@ -403,7 +404,8 @@ def test_decode_vector_tile_rule():
         def config(tokens, itemsize=2, vector=vector):
             return spmm_nm_decode_config(tokens, vector, 4096, 2048, 4, 8, itemsize=itemsize)
 
-        assert [config(t) for t in (1, 2, 5, 8)] == [eight] * 4
+        eight_on_two = SpmmNmDecodeConfig(8, 256, 2)
+        assert [config(t) for t in (1, 2, 4, 5, 8)] == [eight] * 3 + [eight_on_two] * 2
         assert [config(t) for t in (9, 12, 16)] == [DECODE_FOUR_WARPS] * 3
         assert [config(t, 4) for t in (1, 2, 3, 8, 16)] == [eight] * 2 + [DECODE_FOUR_WARPS] * 3
     assert (DECODE_FOUR_WARPS.block_m, DECODE_FOUR_WARPS.num_warps) == (4, 4)

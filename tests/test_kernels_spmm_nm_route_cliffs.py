@@ -130,6 +130,28 @@ def test_fp32_decode_on_more_warps_on_gpu(vector, tokens, warps, gen, monkeypatc
     assert [(k["block_m"], k["num_warps"]) for k in launches] == [(2, warps)]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("n", "m", "vector", "tokens", "dtype", "warps"),
+    [(2, 16, 8, 5, BF16, 2), (1, 32, 8, 8, BF16, 2), (8, 32, 64, 7, torch.float16, 2),
+     (2, 16, 8, 4, BF16, 1)],
+)  # fmt: skip
+def test_vectors_decode_eight_rows_on_two_warps_on_gpu(n, m, vector, tokens, dtype, warps, gen,
+                                                       monkeypatch):  # fmt: skip
+    """16-bit vector-wise rows at 5-8 tokens take the decode kernel's 8-row tile on two warps
+    (one spilled and ran up to 1.5x slower), to 4 tokens on one, compiled, against float64
+    (a partial last row tile and step)."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches, launch = [], spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(4096 + vector, 2048 + m, n, m, gen, vector, 1, dtype, "cuda")
+    _linear_checked(W, tokens, dtype)
+    assert [(k["block_m"], k["num_warps"]) for k in launches] == [(8, warps)]
+
+
 def test_fp32_sizes_only_at_8_to_16_tokens():
     """fp32 gives spmm_nm_config the weight's size at 8-16 tokens only (its few-token tiles
     lost at 1-4 tokens), and not where the small weights' tiles (untimed in fp32) would take

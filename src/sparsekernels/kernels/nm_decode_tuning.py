@@ -146,6 +146,20 @@ DECODE_EIGHT_ROWS_MAX_WIDTH = (8, 2)
 # 16 and 32 tokens alike (4:8 and 2:8 leave the kernel past 16). Two warps to 16 columns, four
 # to 32; 2-8 tokens keep one (no spill there); fp64 takes fp32's (untimed).
 DECODE_WIDE_WARPS = {16: 2, 32: 4}  # B's padded columns -> warps, values wider than 16 bits
+# The 8-row tile in 16 bits at 5-8 tokens: its one-warp step spilled 292-428 B (sm_90, the
+# sixty-first session's audit). Through linear, H200, cold L2, us, one warp -> two
+# (benchmarks/sweeps/nm_route_cliffs.py FORMS=route,w2,4r4w at 5 and 8 tokens alike, results/
+# nvidia-h200/2026-12-06/at-6286a4d/nm_route_nmwarps.txt; dense 13-14 / 30 / 32):
+#                   4096^2          14336 x 4096      4096 x 14336
+#   2:16 v=8     12.2 -> 9.5      24.1 -> 22.9      30.4 -> 21.6
+#   4:16 v=8     18.4 -> 13.8     40.4 -> 39.1      53.2 -> 37.6
+#   1:32 v=8      7.6 -> 6.3      13.7 -> 11.5      12.8 -> 9.7
+#   8:16 v=16    29.4 -> 22.8     68.9 -> 69.9      73.7 -> 69.0
+#   16:32 v=64   29.8 -> 21.7          -            74.8 -> 66.8
+#   fp16 8:32 v=64  17.5 -> 12.4       -            50.1 -> 32.4
+# (- : the tensor-core tiles take it; 4 rows on four warps lost to both.) 1-4 tokens keep one
+# warp (no spill; untimed on two).
+DECODE_EIGHT_ROWS_WARPS = {8: 2}  # B's padded columns -> warps, 16-bit values
 
 
 @dataclass(frozen=True)
@@ -309,13 +323,13 @@ def spmm_nm_decode_config(
     `block` the pattern's block along K; `itemsize` the values' bytes. Vector-wise rows past
     DECODE_EIGHT_ROWS_MAX_WIDTH take 4 rows on four warps (DECODE_FOUR_WARPS), blocks of 64
     columns 4 rows on one warp below it (DECODE_WIDE_BLOCKS); fp32's 2-row tiles past 8 tokens
-    more warps (DECODE_WIDE_WARPS)."""
+    more warps (DECODE_WIDE_WARPS), the 8-row tile at 5-8 tokens two (DECODE_EIGHT_ROWS_WARPS)."""
     if vector % 8 == 0:
         if next_power_of_2(n_cols) > DECODE_EIGHT_ROWS_MAX_WIDTH[itemsize > 2]:
             return DECODE_FOUR_WARPS
         if block >= DECODE_WIDE_BLOCK:
             return DECODE_WIDE_BLOCKS
-        return SpmmNmDecodeConfig(8, 256, 1)
+        return SpmmNmDecodeConfig(8, 256, DECODE_EIGHT_ROWS_WARPS.get(next_power_of_2(n_cols), 1))
     sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
     long_rows = n > 0 and row_slots * m // n >= DECODE_TALL_MIN_K
     element_wise = vector == 1 and block == 1
