@@ -8,7 +8,8 @@ where they are (so the vector widths, and the spills, are the device's for shape
 multiples of 16: without it the unpack kernel's 4:8 step showed 344 B of spill that its
 launches do not have). DUMP=folder writes each case's TTGIR and SASS there (<name>.ttgir,
 <name>.sass). ONES=arg,... compiles those integer arguments as 1 (a launch specializes unit
-strides); MAXNREG=N caps the registers.
+strides); MAXNREG=N caps the registers; UNALIGNED=arg,... leaves those out of ALIGNED's marks
+(a launch at 24 tokens: N and B's row stride divisible by 8, not 16).
     TRITON_INTERPRET= .venv/bin/python benchmarks/sweeps/sm90_compile_stats.py "mma.sp"
 """
 
@@ -96,7 +97,8 @@ def main():
             for arg in kernel.arg_names
         }
         names = list(kernel.arg_names)
-        aligned = [name for name in names if signature[name] != "constexpr"]
+        unaligned = os.environ.get("UNALIGNED", "").split(",")
+        aligned = [n for n in names if signature[n] != "constexpr" and n not in unaligned]
         attrs = {(names.index(name),): [["tt.divisibility", 16]] for name in aligned}
         source_type = GluonASTSource if isinstance(kernel, GluonJITFunction) else ASTSource
         source = source_type(
