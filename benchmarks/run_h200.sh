@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest densifylarge expandpad nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -448,6 +448,17 @@ for step in $steps; do
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 \
         attention_backward.py >"$out/attention_backward.txt" 2>&1)
       echo "attnbwd rc=$?" ;;
+    densifylarge)  # the densify kernel's select form on n = 4-16 of a group against its scatter
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src CSR=0 VECTORS=1 TOKENS=24 \
+        PATTERNS=2:8,4:16,8:16,16:32,8:32 SHAPES=4096x4096,14336x4096 timeout 200 python3 \
+        densify_sweep.py >"$out/densify_large_n.txt" 2>&1)
+      echo "densifylarge rc=$?" ;;
+    expandpad)  # the expand kernel's B padded to 16 columns (the route) against unpadded
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src SHAPES=4096x4096,14336x4096 \
+        CASES=bf16/2:16/8/1,bf16/2:16/1/1,bf16/1:16/8/1,bf16/4:32/8/1,fp16/1:8/1/1 \
+        TOKENS=13,17,24,31,32,40 FORMS=route,unpad timeout 250 python3 nm_route_cliffs.py \
+        >"$out/nm_route_expandpad.txt" 2>&1)
+      echo "expandpad rc=$?" ;;
     nmdecodeblocks)  # the decode kernel on block-wise patterns: bits and tiles (nm_decode_blocks.py)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 150 python3 nm_decode_blocks.py \
         >"$out/nm_decode_blocks.txt" 2>&1

@@ -112,6 +112,40 @@ def test_split_slots(device, pattern, split, gen):
         assert torch.equal(got, again)  # a fixed sum order
 
 
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("split", [1, 3])
+def test_padded_b_columns_are_read_never_stored(device, split, gen):
+    """B may be wider than the product (ops/_layout.rows_padded_to_16's copies): its columns
+    past N are read, which keeps the loads wide, and never reach the output, whatever they
+    hold (here random values; the copies hold zeros). 24 tokens in a 32-wide B."""
+    skip_interpreter_on_gpu_machine(device)
+    W = random_nm(37, 10 * 8, 2, 8, gen, 1, 1, torch.float32, device)
+    B = randn(80, 24, gen=gen, dtype=torch.float32, device=device)
+    wide = torch.cat([B, randn(80, 8, gen=gen, dtype=torch.float32, device=device)], dim=1)
+    want = W.to_dense().double() @ B.double()
+    for grouped in (False, True):
+        out = torch.full((37, 24), float("nan"), dtype=torch.float32, device=device)
+        spmm_nm_expand(values=W.values, indices=W.indices, b=wide, bias=None, out=out, n=2,
+                       m=8, vector=1, block=1, activation="none", block_m=16, block_s=16,
+                       block_n=16, num_warps=4, num_stages=2, grouped=grouped,
+                       split=split)  # fmt: skip
+        assert_close(out, want, spmm_bound(W.to_dense(), B), torch.float32)
+
+
+def test_rows_padded_to_16_only_where_a_copy_is_made(gen):
+    """linear's x^T (column-major) is copied row-major to a width of a multiple of 16 with
+    zero columns past N; a B whose rows are contiguous already is kept as it is."""
+    from sparsekernels.ops._layout import rows_padded_to_16
+
+    x = randn(24, 40, gen=gen)
+    padded = rows_padded_to_16(x.t())
+    assert padded.shape == (40, 32) and padded.is_contiguous()
+    assert torch.equal(padded[:, :24], x.t()) and not padded[:, 24:].any()
+    assert rows_padded_to_16(randn(40, 32, gen=gen).t()).shape == (32, 48)
+    row_major = x.t().contiguous()
+    assert rows_padded_to_16(row_major) is row_major
+
+
 def test_supports_and_tile_floor(gen):
     assert supports(4096, torch.bfloat16) and supports(4096, torch.float32)
     assert not supports(2**31, torch.bfloat16) and not supports(64, torch.float64)
@@ -123,6 +157,11 @@ def test_supports_and_tile_floor(gen):
         _launch_poisoned(W, randn(24, 4, gen=gen, dtype=torch.float32), grouped=True)
     with pytest.raises(ValueError, match="split"):
         _launch_poisoned(W, randn(24, 4, gen=gen, dtype=torch.float32), split=0)
+    out = torch.empty(16, 5)
+    with pytest.raises(ValueError, match="b needs at least out's 5 columns, got 4"):
+        spmm_nm_expand(values=W.values, indices=W.indices, b=randn(24, 4, gen=gen), bias=None,
+                       out=out, n=3, m=8, vector=1, block=1, activation="none", block_m=16,
+                       block_s=16, block_n=16, num_warps=4, num_stages=2)  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -256,6 +295,31 @@ def test_expand_config_splits_few_rows():
     assert not config(16, 2, 8, 4096, 3584, 2).grouped  # the slot form at 16 tokens
     assert config(16, 1, 8, 4096, 64, 2).split == 1  # one step: nothing to split
     assert config(16, 1, 8, 100, 10**6, 2).split == 64  # 128 programs: capped by the grid
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "m", "vector", "tokens"), [(2, 16, 8, 24), (1, 16, 1, 17),
+                                                        (4, 32, 8, 31), (2, 16, 1, 40)])  # fmt: skip
+def test_linear_pads_b_for_the_expand_kernel_on_gpu(n, m, vector, tokens, gen, monkeypatch):
+    """Past 16 tokens linear hands this kernel x^T copied 16-column aligned (a 24-token B
+    masked on N loaded 2 bytes a thread, unpipelined, and ran 1.7-2x slower than at 32),
+    compiled, against float64."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import spmm_nm_expand
+
+    widths, launch = [], spmm_nm_expand.spmm_nm_expand
+    monkeypatch.setattr(
+        spmm_nm_expand,
+        "spmm_nm_expand",
+        lambda **kw: widths.append((kw["b"].shape[1], kw["b"].stride(0))) or launch(**kw),
+    )
+    W = random_nm(4096 + vector, 2048 + m, n, m, gen, vector, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, W.shape[1], gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W)
+    width = -(-tokens // 16) * 16
+    assert widths == [(width, width)]
+    want = x.double() @ W.to_dense().double().t()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)
 
 
 @pytest.mark.gpu

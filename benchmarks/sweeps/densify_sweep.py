@@ -2,12 +2,14 @@
 Triton kernels (kernels/densify.py) in a few configurations and, for CSR, the densify through
 shared memory (kernels/densify_shared.py, "shared"), then the dense backend end to end.
 
-For 4096 x 4096, 14336 x 4096 and 4096 x 14336 bf16 weights (SHAPES, TOKENS: environment), CSR at 50/70/90% and N:M 2:4, 2:8, 1:8 with
-v = 1 and v = 64: CUDA-graph medians of each densify (checked bitwise against torch indexing
+For 4096 x 4096, 14336 x 4096 and 4096 x 14336 bf16 weights (SHAPES, TOKENS: environment),
+CSR at 50/70/90% (CSR=0: none) and N:M 2:4, 2:8, 1:8 (PATTERNS) with v = 1 and v = 64
+(VECTORS): CUDA-graph medians of each densify (checked bitwise against torch indexing
 first), GB/s over the bytes it must move (the dense output once, the format read once) next
 to a plain memset of the output, and sk.linear(x, W, backend="dense") at 2048 tokens with the
 old and the new densify against F.linear on the dense weight. A table closes the output.
-Run from the repository root on the GPU machine: `PYTHONPATH=src python3 FILE` (~60-90 s).
+Run from the repository root on the GPU machine: `PYTHONPATH=src python3 FILE` (~60-90 s);
+    CSR=0 PATTERNS=4:16,8:16,16:32,8:32 VECTORS=1 TOKENS=24 ... (the large-n select form)
 """
 
 import os
@@ -44,6 +46,13 @@ TOKENS = int(os.environ.get("TOKENS", "2048"))
 SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x4096,14336x4096,4096x14336").split(",")]  # fmt: skip
 DTYPE = torch.bfloat16
+# N:M patterns and vectors (the dense backend's 17-64-token cases densify 4:16, 8:16, 16:32
+# and 8:32 too: the select form loads a group's n offsets and values in turn), CSR=0 skips CSR
+PATTERNS = [
+    tuple(map(int, p.split(":"))) for p in os.environ.get("PATTERNS", "2:4,2:8,1:8").split(",")
+]
+VECTORS = [int(v) for v in os.environ.get("VECTORS", "1,64").split(",")]
+CSR = os.environ.get("CSR", "1") == "1"
 
 
 def bench_us(fn):
@@ -199,12 +208,12 @@ for M, K in SHAPES:
         flush=True,
     )
     cases = []
-    for sparsity in (0.5, 0.7, 0.9):
+    for sparsity in (0.5, 0.7, 0.9) if CSR else ():
         A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), sparsity))
         cols = A.pattern.column_indices_int16()
         cases.append((f"csr {int(sparsity * 100)}%", A, cols))
-    for vector in (1, 64):
-        for n, m in ((2, 4), (2, 8), (1, 8)):
+    for vector in VECTORS:
+        for n, m in PATTERNS:
             mask = sk.prune.nm_mask(w.float(), n, m, vector=vector)
             W = sk.NMMatrix.from_dense(w, n, m, vector, mask=mask)
             cases.append((f"{n}:{m} v={vector}", W, None))

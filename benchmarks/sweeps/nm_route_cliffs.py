@@ -17,6 +17,9 @@ weight's first call), NaN where not applicable or wrong against float64:
           == 0 at 5-8 tokens and fp32 v = 8 at 17-32, NOTES, sixty-first)
   wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
+  unpad   the expand kernel given x^T copied to N columns, not padded to a multiple of 16
+          (its B loads masked on N: 2 bytes a thread, unpipelined, at 17-31 tokens and the
+          like; the route before the sixty-second session)
   alias   1:4 and 1:2 weights routed as the same weight read as 2:8 and 2:4 (ops/_nm_alias.py,
           which only the sparse tensor cores use, to 16-32 tokens: past them 1:4 and 1:2 v < 16
           densify where 2:8 and 2:4 take the wgmma, unpack or expand kernels)
@@ -64,6 +67,7 @@ def form_patch(form: str, dtype: torch.dtype):
     decode_config = nm_decode_tuning.spmm_nm_decode_config
     unpack_config = nm_unpack_tuning.spmm_nm_unpack_config
     sized = _triton_nm.SIZED_TILE_DTYPES
+    padded = _triton_nm.rows_padded_to_16
     blocks = nm_unpack_tuning.UNPACK_BLOCK_WINDOWS
     few_vectors = nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS
 
@@ -96,12 +100,15 @@ def form_patch(form: str, dtype: torch.dtype):
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = {key: (8, 64) for key in few_vectors}
     elif form == "sized":
         _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
+    elif form == "unpad":
+        _triton_nm.rows_padded_to_16 = _triton_nm.rows_contiguous
     try:
         yield
     finally:
         nm_decode_tuning.spmm_nm_decode_config = decode_config
         nm_unpack_tuning.spmm_nm_unpack_config = unpack_config
         _triton_nm.SIZED_TILE_DTYPES = sized
+        _triton_nm.rows_padded_to_16 = padded
         nm_unpack_tuning.UNPACK_BLOCK_WINDOWS = blocks
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = few_vectors
 

@@ -51,6 +51,7 @@ def _nm_expand_dot_kernel(
     out,  # (M, N): strides stride_om, stride_on
     M,
     N,
+    B_COLS,  # B's columns, read past N (never stored): a multiple of 16 keeps B's loads wide
     SLOTS,  # S
     SLOTS_PER_SPLIT,  # a multiple of BLOCK_S: program_id(2) takes its range of slots
     SPLIT_STRIDE,  # M * N: PARTIAL writes out[program_id(2)] of the (splits, M, N) workspace
@@ -78,6 +79,9 @@ def _nm_expand_dot_kernel(
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
+    # B's loads mask on its own width: with N itself (24 tokens) its tiles load 2 bytes a
+    # thread, unpipelined; with 16 | B_COLS as 8-byte async copies (sm_90 SASS)
+    mask_bn = offs_n < B_COLS
     rows = offs_m.to(tl.int64)
     index_rows = tl.where(mask_m, rows // VECTOR, 0)
     b_cols = offs_n[None, :].to(tl.int64) * stride_bn
@@ -103,7 +107,7 @@ def _nm_expand_dot_kernel(
             vals = tl.reshape(vals, (BLOCK_M, GROUPS_A_STEP, N_KEEP))
             column = tl.reshape(column, (BLOCK_M, GROUPS_A_STEP, N_KEEP))
             b_rows = groups.to(tl.int64) * M_GROUP
-            b_mask = (groups < SLOTS // N_KEEP)[:, None] & mask_n[None, :]
+            b_mask = (groups < SLOTS // N_KEEP)[:, None] & mask_bn[None, :]
             zeros = tl.zeros_like(vals)
             for p in tl.static_range(M_GROUP):
                 a = tl.sum(tl.where(column == p, vals, zeros), axis=2)
@@ -114,7 +118,7 @@ def _nm_expand_dot_kernel(
         else:
             # one slot a row of the dot: a group may straddle two steps, so any n works
             b_rows = (slots // N_KEEP).to(tl.int64) * M_GROUP
-            b_mask = mask_s[:, None] & mask_n[None, :]
+            b_mask = mask_s[:, None] & mask_bn[None, :]
             zeros = tl.zeros_like(vals)
             for p in tl.static_range(M_GROUP):
                 a = tl.where(column == p, vals, zeros)
@@ -172,10 +176,13 @@ def spmm_nm_expand(
     (tl.dot's smallest tile). `grouped` (n a power of two) folds each group's n slots into one
     row of the dot; block_s then grows to 16 groups if it holds fewer. `split` > 1 cuts the
     slots into that many ranges (fewer where a range would be empty), summed by a second
-    kernel."""
+    kernel. b (K, at least N columns) may carry zero columns past N (ops/_layout.py's padded
+    copies): they are read, which keeps its loads wide, and never stored."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
+    if b.shape[1] < cols:
+        raise ValueError(f"b needs at least out's {cols} columns, got {b.shape[1]}")
     if min(block_m, block_n, block_s) < 16:
         raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_s}, {block_n}")
     if grouped:
@@ -196,6 +203,7 @@ def spmm_nm_expand(
         partials,
         rows,
         cols,
+        b.shape[1],
         slots,
         slots_per_split,
         rows * cols,

@@ -63,6 +63,20 @@ def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
     return b.contiguous()
 
 
+def rows_padded_to_16(b: torch.Tensor) -> torch.Tensor:
+    """B row-major with its width rounded up to a multiple of 16, zero columns past N, where a
+    copy is made anyway (linear's x^T): a kernel masking B's loads on that width keeps them
+    wide at any token count (the expand kernel's B_COLS). B itself when its rows are already
+    contiguous (no copy for the padding alone) or it repeats one row."""
+    cols = b.shape[1]
+    if cols <= 1 or b.stride(1) == 1 or b.stride(0) == 0:
+        return rows_contiguous(b)
+    width = -(-cols // 16) * 16
+    if b.device.type == "cuda":
+        return row_major_copy(src=b, width=width)
+    return torch.nn.functional.pad(b, (0, width - cols)).contiguous()
+
+
 def padded_rows(b: torch.Tensor) -> torch.Tensor:
     """B for the decode-size kernels (N:M decode, CSR at N <= 16): (K, next_power_of_2(N))
     row-major with zero columns past N, so a gathered row is one aligned vector load; B itself
