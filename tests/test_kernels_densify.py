@@ -141,6 +141,7 @@ PATTERNS = [
     (3, 32, 16, 1),
     (3, 6, 2, 3),
     (1, 2, 64, 1),
+    (16, 32, 1, 1),  # many kept slots of a wide group: the default scatters
 ]
 
 
@@ -174,6 +175,19 @@ def _nm_configs(W):
         "select": DensifyNmConfig(True, True, 2, 16, 16, 2 * W.m, 2),
         "prezeroed": DensifyNmConfig(False, False, 8, 16, 16, 3 * W.m, 1),
     }
+
+
+def test_nm_config_scatters_many_kept_slots_of_wide_groups():
+    """Select for power-of-two m, but m >= 32 keeping more than 4 slots (of `block` columns) a
+    group scatters (the select form loads each kept slot in turn: ~121 us for 16:32 on 4096^2
+    where scatter costs what 2:4's did, 32); other m scatter."""
+    select = {
+        pattern: densify_nm_config(4096, 4096, *pattern).select
+        for pattern in [(2, 4), (1, 8), (8, 16), (4, 32), (8, 32), (16, 32), (3, 6)]
+    }
+    assert [p for p, s in select.items() if s] == [(2, 4), (1, 8), (8, 16), (4, 32)]
+    assert densify_nm_config(4096, 4096, 64, 128, 64).select  # one kept block a group
+    assert not densify_nm_config(4096, 4096, 64, 128, 8).select
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -254,7 +268,7 @@ def test_gpu_csr_llm_size(sparsity):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pattern", [(2, 4, 1), (2, 8, 1), (1, 8, 64)])
+@pytest.mark.parametrize("pattern", [(2, 4, 1), (2, 8, 1), (1, 8, 64), (16, 32, 1), (8, 32, 8)])
 def test_gpu_nm_llm_size(pattern):
     n, m, vector = pattern
     torch.manual_seed(0)

@@ -135,7 +135,8 @@ def run_csr(A, cols, config):
 
 def nm_configs(W):
     return {
-        "default": densify_nm_config(*W.shape, W.n, W.m),
+        "default": densify_nm_config(*W.shape, W.n, W.m, W.block),
+        "select-m2-k1024-w4": DensifyNmConfig(True, True, 2, 1024, 16, 2048, 4),
         "select-m4-k512-w4": DensifyNmConfig(True, True, 4, 512, 16, 2048, 4),
         "scatter-m4-s256": DensifyNmConfig(False, True, 4, 1024, 256, 2048, 4),
     }

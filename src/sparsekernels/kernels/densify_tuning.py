@@ -46,14 +46,29 @@ class DensifyNmConfig:
     num_warps: int
 
 
+# The select form loads a group's kept offsets and values one slot at a time (n / block loads
+# of each an element): at 2:4-1:8 it ran 2.9-3.8 TB/s (densify_sweep.py, 2026-12-04/
+# at-040829e), but through linear at 17 tokens on the H200 (the route: densify + cuBLAS) 16:32
+# took 135 us on 4096^2 and 414 on 14336 x 4096, 8:32 81 and 256, against cuBLAS's 14 and 31
+# on the dense weight (2026-12-06/at-6286a4d/nm_route_nmdensified.txt): a densify of ~121 /
+# ~383 us (16:32) and ~67 / ~225 (8:32). The scatter form's cost is set by the kept entries,
+# not n: at the same densities (2:4, 2:8) it ran 32.0 / 100.3 and 24.0 / 83.2 us. So m >= 32
+# with 8+ kept slots a group scatters. Estimated from those two runs, not yet timed on these
+# patterns (densify_sweep.py PATTERNS=...: run_h200.sh step densifylarge); 8:16 (~21 against
+# 2:4's 32) and 4:16 (~14 against 24) keep select.
+SELECT_MOST_KEPT_WIDE = 4  # kept slots a group (n / block) the select form takes at m >= 32
+
+
 @_memo
-def densify_nm_config(rows: int, cols: int, n: int, m: int) -> DensifyNmConfig:
+def densify_nm_config(rows: int, cols: int, n: int, m: int, block: int = 1) -> DensifyNmConfig:
     """Select for power-of-two m: 2 rows x 1024 columns a step, each thread holding whole groups
     (16-byte stores for m >= 8 in bf16, no shared memory, two loads per kept slot); programs
-    of 2048 columns. Other m: zeros then scatter, 4 rows x 256 slots a step."""
+    of 2048 columns. Other m, and m >= 32 keeping more than SELECT_MOST_KEPT_WIDE slots of
+    `block` columns a group: zeros then scatter, 4 rows x 256 slots a step."""
     block_k = min(1024, max(16, next_power_of_2(cols)))
     block_s = max(16, min(256, next_power_of_2(max(cols // m * n, 1))))
-    if m & (m - 1) == 0:
+    many_kept = m >= 32 and n // block > SELECT_MOST_KEPT_WIDE
+    if m & (m - 1) == 0 and not many_kept:
         return DensifyNmConfig(True, True, 2, max(block_k, m), block_s, 2048, num_warps=4)
     return DensifyNmConfig(False, True, 4, block_k, block_s, 2048, num_warps=4)
 

@@ -173,7 +173,7 @@ def densify_nm(values, indices, n: int, m: int, vector: int, block: int) -> torc
     from ..kernels import densify as kernel
     from ..kernels.densify_tuning import densify_nm_config
 
-    config = densify_nm_config(rows, cols, n, m)
+    config = densify_nm_config(rows, cols, n, m, block)
     zeroed = config.write_zeros or config.select
     weight = values.new_empty((rows, cols)) if zeroed else values.new_zeros((rows, cols))
     return kernel.densify_nm(
