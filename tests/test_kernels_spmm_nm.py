@@ -192,6 +192,56 @@ def test_tensor_core_tile_within_one_vector(gen):
         _launch_poisoned(W, B, config=SpmmNmConfig(True, 16, 32, 16, 4, 2))
 
 
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+def test_tensor_core_tile_reads_padded_b_columns_never_stores_them(device, gen):
+    """B may be wider than the product (ops/_layout.rows_padded_to_16's copies): the tensor-core
+    tile reads its columns past N, which keeps the loads wide, and never stores them, whatever
+    they hold (random here; zeros in the copies). 24 tokens in a 32-wide B; a short B fails."""
+    skip_interpreter_on_gpu_machine(device)
+    W = random_nm(40, 24 * 8, 2, 8, gen, 16, 1, torch.float32, device)
+    B = randn(W.shape[1], 24, gen=gen, dtype=torch.float32, device=device)
+    wide = torch.cat([B, randn(W.shape[1], 8, gen=gen, dtype=torch.float32, device=device)], 1)
+    from sparsekernels.kernels import spmm_nm as kernel
+
+    def launch(b):
+        out = torch.full((40, 24), float("nan"), dtype=torch.float32, device=device)
+        kernel.spmm_nm(values=W.values, indices=W.indices, b=b, bias=None, out=out, n=2, m=8,
+                       vector=16, block=1, activation="none", use_dot=True, block_m=16,
+                       block_s=32, block_n=16, num_warps=4, num_stages=2)  # fmt: skip
+        return out
+
+    want = W.to_dense().double() @ B.double()
+    assert_close(launch(wide), want, spmm_bound(W.to_dense(), B), torch.float32)
+    with pytest.raises(ValueError, match="b needs at least out's 24 columns, got 20"):
+        launch(B[:, :20])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("pattern", "tokens"), [((2, 8), 33), ((4, 8), 40), ((8, 32), 23)])
+def test_linear_pads_b_for_the_tensor_core_tile_on_gpu(pattern, tokens, gen, monkeypatch):
+    """linear on 14336 rows, v = 64, at token counts that are not multiples of 16: the
+    condensed-K tile reads x^T copied 16-column aligned (masked on N its B loads were 2 bytes a
+    thread, unpipelined), compiled, against float64."""
+    from sparsekernels.ops import _triton_nm
+
+    launch, seen = _triton_nm.kernel.spmm_nm, []
+    monkeypatch.setattr(
+        _triton_nm.kernel,
+        "spmm_nm",
+        lambda **kw: (
+            seen.append((kw["use_dot"], kw["b"].shape[1], kw["b"].stride(0))) or launch(**kw)
+        ),
+    )
+    n, m = pattern
+    W = random_nm(14336, 2048 + m, n, m, gen, 64, 1, torch.bfloat16, "cuda")
+    x = randn(tokens, W.shape[1], gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = sk.linear(x, W, backend="triton")
+    width = -(-tokens // 16) * 16
+    assert seen == [(True, width, width)]
+    want = x.double() @ W.to_dense().double().t()
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("pattern", "rows", "tokens"),

@@ -102,10 +102,16 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     decodes = b.shape[1] <= tuning.decode_max_n(n / m) and decode.supports(block)
     if not config.use_dot and decodes:
         return _decode(values, indices, b, bias, out, activation, n, m, vector, block)
+    if config.b_in_place:
+        b_read = b
+    elif config.use_dot:  # (x^T copied 16-column aligned: the tile's B loads stay wide)
+        b_read = padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b)
+    else:
+        b_read = rows_contiguous(b)
     kernel.spmm_nm(
         values=values.contiguous(),
         indices=indices.contiguous(),
-        b=b if config.b_in_place else rows_contiguous(b),
+        b=b_read,
         bias=bias.contiguous() if bias is not None else None,
         out=out,
         n=n,
