@@ -453,10 +453,11 @@ for step in $steps; do
         PATTERNS=2:8,4:16,8:16,16:32,8:32 SHAPES=4096x4096,14336x4096 timeout 200 python3 \
         densify_sweep.py >"$out/densify_large_n.txt" 2>&1)
       echo "densifylarge rc=$?" ;;
-    expandpad)  # the expand kernel's B padded to 16 columns (the route) against unpadded
+    expandpad)  # linear's x^T padded to 16 columns for the expand and condensed-K kernels (the
+      # route) against unpadded (their B loads masked on N)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src SHAPES=4096x4096,14336x4096 \
-        CASES=bf16/2:16/8/1,bf16/2:16/1/1,bf16/1:16/8/1,bf16/4:32/8/1,fp16/1:8/1/1 \
-        TOKENS=13,17,24,31,32,40 FORMS=route,unpad timeout 250 python3 nm_route_cliffs.py \
+        CASES=bf16/2:16/8/1,bf16/2:16/1/1,bf16/1:16/8/1,bf16/4:32/8/1,bf16/2:8/64/1,bf16/16:32/64/1 \
+        TOKENS=17,24,31,32,33,40,48 FORMS=route,unpad timeout 280 python3 nm_route_cliffs.py \
         >"$out/nm_route_expandpad.txt" 2>&1)
       echo "expandpad rc=$?" ;;
     nmdecodeblocks)  # the decode kernel on block-wise patterns: bits and tiles (nm_decode_blocks.py)

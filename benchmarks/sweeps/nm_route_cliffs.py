@@ -17,9 +17,10 @@ weight's first call), NaN where not applicable or wrong against float64:
           == 0 at 5-8 tokens and fp32 v = 8 at 17-32, NOTES, sixty-first)
   wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
-  unpad   the expand kernel given x^T copied to N columns, not padded to a multiple of 16
-          (its B loads masked on N: 2 bytes a thread, unpipelined, at 17-31 tokens and the
-          like; the route before the sixty-second session)
+  unpad   the expand and condensed-K kernels given x^T copied to N columns past 16 tokens,
+          not padded to a multiple of 16 (their B loads masked on N: 2 bytes a thread,
+          unpipelined, at 17-31 tokens and the like; the route before the sixty-second
+          session; at 9-16 tokens the condensed-K tile keeps its 16-column copy)
   alias   1:4 and 1:2 weights routed as the same weight read as 2:8 and 2:4 (ops/_nm_alias.py,
           which only the sparse tensor cores use, to 16-32 tokens: past them 1:4 and 1:2 v < 16
           densify where 2:8 and 2:4 take the wgmma, unpack or expand kernels)
