@@ -4,9 +4,11 @@ programs (at-9aa671a/small_layer_routes.txt: 2:8 v=64 on 384 x 1536 7.6-9.9 us a
 tokens against densify + cuBLAS's 6.4-6.8). Each configuration (block_m x block_s x block_n /
 warps / stages; "route" is tuning.spmm_nm_config's) checked against float64, then timed as
 a CUDA graph over weight copies past L2; densify + cuBLAS and cuBLAS on the dense weight in
-the same run. bf16, linear's layout (B = x^T, copied row-major as the route does; a trailing
-"/t" reads x^T in place, strided, and "copy" is that copy's own time). "sized" is the route
-given the weight's shape (its small tiles).
+the same run. bf16, linear's layout (B = x^T, copied row-major and 16-column aligned as the
+route does since the sixty-second session, the product column-major; a trailing "/t" reads
+x^T in place, strided, "/u" copies it unpadded as the route did before (its B loads masked on
+N: 2-byte, unpipelined, where the tokens are not a multiple of 16), and "copy" is the padded
+copy's own time). "sized" is the route given the weight's shape (its small tiles).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_vw_tiles.py
     SHAPES=384x1536 PATTERNS=2:8 TOKENS=112 CONFIGS=16x32x32/4/3 ...
     VECTOR=64 BLOCK=64 PATTERNS=64:128 SHAPES=4096x4096,14336x4096 TOKENS=16 ... (block-wise)
@@ -22,7 +24,7 @@ import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels import spmm_nm as kernel
 from sparsekernels.kernels import tuning
-from sparsekernels.ops._layout import rows_contiguous, spmm_out
+from sparsekernels.ops._layout import padded_rows, rows_contiguous, rows_padded_to_16, spmm_out
 
 VECTOR = int(os.environ.get("VECTOR", "64"))
 BLOCK = int(os.environ.get("BLOCK", "1"))  # block-wise patterns (64:128 v=64 b=64 at 16 tokens)
@@ -32,8 +34,13 @@ CONFIGS = os.environ.get(
 ).split(",")
 
 
+def aligned_copy(b):
+    """x^T as the route copies it for the tensor-core tile: 16-column aligned."""
+    return padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b)
+
+
 def config(name: str, tokens: int, rows: int, k: int) -> tuning.SpmmNmConfig:
-    name = name.removesuffix("/t")
+    name = name.removesuffix("/t").removesuffix("/u")
     if name == "route":
         return tuning.spmm_nm_config(tokens, VECTOR, False)
     if name == "sized":
@@ -60,13 +67,14 @@ def main():
         dense_copies = [(dense.clone(),) for _ in range(copies)]
         for tokens in token_counts:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
-            b_copied = rows_contiguous(x.t())
-            want = dense.double() @ b_copied.double()
-            out = spmm_out(b_copied, M)
+            b_copied = aligned_copy(x.t())
+            want = dense.double() @ x.t().double()
+            out = spmm_out(x.t(), M)
             timed = {}
             for name in CONFIGS:
                 c = config(name, tokens, M, K)
-                b = x.t() if name.endswith("/t") else b_copied
+                forms = {"/t": x.t(), "/u": rows_contiguous(x.t())}
+                b = forms.get(name[-2:], b_copied)
 
                 def run(values, indices, c=c, b=b):
                     kernel.spmm_nm(values=values, indices=indices, b=b, bias=None, out=out, n=n,
@@ -83,7 +91,7 @@ def main():
                 * 1e3
                 / copies
             )  # (one weight: its densified copy is made each call anyway)
-            timed["copy"] = do_bench_cudagraph(lambda: rows_contiguous(x.t()), rep=30) * 1e3
+            timed["copy"] = do_bench_cudagraph(lambda: aligned_copy(x.t()), rep=30) * 1e3
             timed["cublas"] = (
                 do_bench_cudagraph(lambda: [x @ d.t() for (d,) in dense_copies], rep=30)
                 * 1e3
