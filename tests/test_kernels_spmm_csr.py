@@ -127,6 +127,22 @@ def test_every_element_written(device, dtype, wide, gen, monkeypatch):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_padded_b_columns_are_read_never_stored(device, dtype, gen):
+    """A B wider than the product (a copy padded to 16 columns: ResNet-50's N = 49 as 64) is
+    read past N, which keeps its rows' loads wide, and never stored, whatever it holds there
+    (random here); a B narrower than the product is refused."""
+    skip_interpreter_on_gpu_machine(device)
+    A = random_csr(19, 40, 0.2, gen, dtype, device)
+    B = randn(40, 49, gen=gen, dtype=dtype, device=device)
+    wide = torch.cat([B, randn(40, 15, gen=gen, dtype=dtype, device=device)], dim=1)
+    got = _launch_poisoned(A, wide, cols=49)
+    assert_close(got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype)
+    with pytest.raises(ValueError, match="b needs at least out's 64 columns, got 49"):
+        _launch_poisoned(A, B, cols=64)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("N", [2, 5, 8, 16])
 def test_decode_sizes_in_every_b_layout(device, N, gen):
     """x^T (linear's column-major B), row-major B, and B padded to an aligned power-of-two

@@ -11,8 +11,11 @@ N(0, 1) values) and B rotated through copies that together overflow L2 twice; CU
 medians in us a call, each checked against float64 first. Narrow column tiles with many rows
 (e.g. 16x16x32) keep a program's slice of B (K x 32) in L1 across its rows: at N = 2048 every
 entry re-reads its B row, and from L2 that caps the kernel near 8 TFLOP/s in fp32. Prints a
-table last.
+table last. A trailing "/p" ("library/p") gives the kernel B copied to a multiple of 16
+columns, zero past N: masked on N (ResNet-50's 49 and 196) B's rows load 2-4 bytes a thread
+(sm_90 SASS), on the padded width as 16-byte vectors; "pad" is that copy's own time.
     PYTHONPATH=src python3 benchmarks/sweeps/csr_dlmc_configs.py   # DLMC=.dlmc (extracted)
+    MODELS=rn50 CONFIGS=library/p DTYPES=fp32,bf16 ...
     DTYPES=fp32 CONFIGS=1x32x64/2w,2x32x128/4w BUDGET_S=60 ...
 """
 
@@ -45,7 +48,7 @@ DENSITIES = (0.5, 0.2, 0.05)  # per DLMC layer shape, the matrix nearest each
 
 
 def parse(name: str) -> tuple[int, int, int, int]:
-    tile, warps = name.split("/")
+    tile, warps = name.removesuffix("/p").split("/")
     rows, nnz, cols = (int(d) for d in tile.split("x"))
     return rows, nnz, cols, int(warps.rstrip("w"))
 
@@ -55,8 +58,9 @@ def chosen_matrices() -> list[tuple[dlmc.Matrix, int]]:
     Transformer layers at N = 256 and 2048, ResNet-50 layers at their own N."""
     matrices, sizes = dlmc.find(Path(os.environ.get("DLMC", ".dlmc")))
     shapes: dict[tuple, list] = {}
+    models = os.environ.get("MODELS", "transformer,rn50").split(",")
     for m in matrices:
-        if m.model == "rn50" and m.name not in sizes:
+        if m.model not in models or (m.model == "rn50" and m.name not in sizes):
             continue
         shapes.setdefault((m.model, m.rows, m.cols), []).append(m)
     picked = []
@@ -68,6 +72,11 @@ def chosen_matrices() -> list[tuple[dlmc.Matrix, int]]:
             for n in (256, 2048) if model == "transformer" else (sizes[m.name],):
                 picked.append((m, n))
     return picked
+
+
+def padded_columns(b: torch.Tensor) -> torch.Tensor:
+    """b (K, N) copied to a multiple of 16 columns, zero past N."""
+    return torch.nn.functional.pad(b, (0, -b.shape[1] % 16)).contiguous()
 
 
 def rotated(fn, copies: list) -> float:
@@ -92,12 +101,16 @@ def main():
             copies = [
                 (A.values.clone(), b.clone()) for _ in range(max(2, copies_for(case_bytes, DEVICE)))
             ]
+            copies[0] = (A.values, b)  # (checked first: want is b's product)
             lib = tuning.spmm_csr_config(n, A.shape[0], A.values.element_size())
-            configs = {"library": (lib.block_rows, lib.block_nnz, lib.block_n, lib.num_warps)}
-            configs.update({c: parse(c) for c in CONFIGS})
+            library = (lib.block_rows, lib.block_nnz, lib.block_n, lib.num_warps)
+            configs = {"library": library}
+            configs.update({c: library if c == "library/p" else parse(c) for c in CONFIGS})
+            padded = [(v, padded_columns(bc)) for v, bc in copies]
             timed = {}
             for label, (rows, nnz, width, warps) in configs.items():
                 width = min(width, next_power_of_2(n))
+                tried = padded if label.endswith("/p") else copies
 
                 def run(c, rows=rows, nnz=nnz, width=width, warps=warps):
                     spmm_csr.spmm_csr(
@@ -107,16 +120,17 @@ def main():
                     )  # fmt: skip
 
                 out.fill_(float("nan"))
-                run((A.values, b))
+                run(tried[0])
                 err = ((out[0].double() - want).norm() / want.norm()).item()
-                timed[label] = rotated(run, copies) if err < 1e-2 else float("nan")
+                timed[label] = rotated(run, tried) if err < 1e-2 else float("nan")
+            timed["pad"] = rotated(lambda c: padded_columns(c[1]), copies)
             density = A.nnz / (A.shape[0] * A.shape[1])
             case = f"{dname} {A.shape[0]}x{A.shape[1]}x{n} d={density:.2f}"
             best = min((t, c) for c, t in timed.items() if t == t)
             print(case, matrix.label, {k: round(v, 1) for k, v in timed.items()}, "best", best,
                   flush=True)  # fmt: skip
             table.append((case, timed))
-    names = ["library", *CONFIGS]
+    names = ["library", *CONFIGS, "pad"]
     print(f"\n{'case':<28} " + " ".join(f"{c:>12}" for c in names))
     for case, timed in table:
         print(f"{case:<28} " + " ".join(f"{timed.get(c, float('nan')):12.1f}" for c in names))

@@ -41,6 +41,7 @@ def _spmm_csr_kernel(
     stride_ob,
     stride_om,
     stride_on,
+    B_COLS,  # B's columns, read past N (never stored): with 16 | B_COLS B's rows load wide
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # 0 none, 1 relu, 2 gelu
     ACC_DTYPE: tl.constexpr,
@@ -63,6 +64,9 @@ def _spmm_csr_kernel(
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # < 65535 * BLOCK_N (grid): fits int32
     mask_n = offs_n < N
+    # masked on N (ResNet-50's 49 or 196) a row-major B's rows load 2-4 bytes a thread (sm_90
+    # SASS, the sixty-second session's audit); on a padded width as 16-byte vectors
+    mask_bn = offs_n < B_COLS
     # Column offsets times a stride can pass 2^31 (stride_bn = K for x^T): INDEX, once.
     b_cols = offs_n.to(INDEX) * stride_bn
     out_cols = offs_n.to(INDEX) * stride_on
@@ -83,7 +87,7 @@ def _spmm_csr_kernel(
         else:
             tile = tl.load(
                 b + cols[:, :, None] * stride_bk + b_cols[None, None, :],
-                mask=mask[:, :, None] & mask_n[None, None, :],
+                mask=mask[:, :, None] & mask_bn[None, None, :],
                 other=0.0,
             ).to(ACC_DTYPE)
         acc += tl.sum(vals[:, :, None] * tile, axis=1)
@@ -121,10 +125,13 @@ def spmm_csr(
     num_warps: int,
 ) -> torch.Tensor:
     """Launch over out (batch, M, N); values/b may be unbatched (their batch stride is 0). A 2-D
-    b padded to block_n columns (transpose.padded_b) takes the fastest load."""
+    b padded to block_n columns (transpose.padded_b) takes the fastest load; b may carry
+    columns past N (a padded copy: read, never stored)."""
     batch, rows, n = out.shape
     if rows == 0 or n == 0 or batch == 0:
         return out
+    if b.shape[-1] < n:
+        raise ValueError(f"b needs at least out's {n} columns, got {b.shape[-1]}")
     grid = (cdiv(rows, block_rows), cdiv(n, block_n), batch)
     acc = tl.float64 if out.dtype == torch.float64 else tl.float32
     _spmm_csr_kernel[grid](
@@ -144,6 +151,7 @@ def spmm_csr(
         out.stride(0),
         out.stride(1),
         out.stride(2),
+        b.shape[-1],
         HAS_BIAS=bias is not None,
         ACTIVATION=ACTIVATION_CODES[activation],
         ACC_DTYPE=acc,
