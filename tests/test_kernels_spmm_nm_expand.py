@@ -298,8 +298,9 @@ def test_expand_config_splits_few_rows():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n", "m", "vector", "tokens"), [(2, 16, 8, 24), (1, 16, 1, 17),
-                                                        (4, 32, 8, 31), (2, 16, 1, 40)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "m", "vector", "tokens"), [(2, 16, 8, 24), (1, 16, 1, 17), (4, 32, 8, 31), (2, 16, 1, 40)]
+)
 def test_linear_pads_b_for_the_expand_kernel_on_gpu(n, m, vector, tokens, gen, monkeypatch):
     """Past 16 tokens linear hands this kernel x^T copied 16-column aligned (a 24-token B
     masked on N loaded 2 bytes a thread, unpipelined, and ran 1.7-2x slower than at 32),

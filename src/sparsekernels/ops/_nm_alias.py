@@ -3,14 +3,14 @@ whose second choice lies in its upper half. The values are already in that order
 offsets change (the second of each pair moves up by m). 1:4 so runs as 2:8 and 1:2 as 2:4 on
 the sparse tensor cores, which have no 1:4 or 1:2 form (nm_mma_sp_tuning.MMA_SP_ALIASES), and
 past their tokens takes 2:8's and 2:4's whole route where 1:m would densify a call
-(tuning.nm_routes_as_alias)."""
+(nm_alias_tuning.nm_routes_as_alias)."""
 
 from __future__ import annotations
 
 import torch
 
 from .._cache_mode import building
-from ..kernels import nm_mma_sp_tuning, tuning
+from ..kernels import nm_alias_tuning, nm_mma_sp_tuning
 from ._identity_cache import IdentityCache, version
 
 # indices tensor -> (its version, the 2:2m offsets), built once per weight like the packed words
@@ -31,7 +31,7 @@ def routed_pattern(
     """The pattern linear's route (the dense preference and the Triton backend alike) reads an
     n:m weight of row length k as at n_cols tokens: 2:2m where the alias measured faster."""
     alias = sparse_core_pattern(n, m, block, k)
-    if alias != (n, m) and tuning.nm_routes_as_alias(n_cols, n, m, vector, dtype):
+    if alias != (n, m) and nm_alias_tuning.nm_routes_as_alias(n_cols, n, m, vector, dtype):
         return alias
     return n, m
 

@@ -1,0 +1,31 @@
+"""Where linear reads a 1:m weight as 2:2m (ops/_nm_alias.py) for its whole route, past the
+sparse tensor cores' tokens (which alias it already: nm_mma_sp_tuning.MMA_SP_ALIASES)."""
+
+from __future__ import annotations
+
+import torch
+
+# 1:4 and 1:2 (v <= 8) at 17-64 tokens densified a call (no kernel of ours takes 1:m there);
+# read as 2:8 and 2:4 (ops/_nm_alias.py: the same values and bytes) they take those patterns'
+# routes (the wgmma, unpack or expand kernels). Through linear, H200, cold L2, us, the route ->
+# the alias (benchmarks/sweeps/nm_route_cliffs.py FORMS=route,alias, results/nvidia-h200/
+# 2026-12-06/at-6286a4d/nm_route_nmalias.txt; v = 4 and 8 as v = 1 within 5%):
+#                    4096^2                 14336 x 4096             4096 x 14336
+#   tokens        17-32        64          17-32        64          17-32        64
+#   bf16 1:4   24.1->12.3  22.4->16.0   79.4->29.6  81.0->46.3   81.1->29.1  84.0->39.9
+#   bf16 1:2   28.1->15.4  26.3->18.3   88.4->35.2  90.1->40.3   90.2->33.7  93.4->49.0
+#   fp16 1:4   24.3->12.5  22.5->26.4   79.4->29.5  80.0->64.9   81.3->28.9  84.5->64.0
+#   dense         13-14       12            31         32-33         33          36
+# (48 tokens as 64.) fp16 at 48-64 on 4096^2 the one loss (2:8 has no unpack window in fp16);
+# 1:2 in fp16, v >= 16, fp32 and other token counts untimed: they keep their route.
+NM_ALIAS_ROUTE_TOKENS = (17, 64)
+NM_ALIAS_ROUTE_DTYPES = {(1, 4): (torch.bfloat16, torch.float16), (1, 2): (torch.bfloat16,)}
+NM_ALIAS_ROUTE_MAX_VECTOR = 8
+
+
+def nm_routes_as_alias(n_cols: int, n: int, m: int, vector: int, dtype: torch.dtype) -> bool:
+    """Whether linear routes a 1:m weight (no blocks, K a multiple of 2m) as 2:2m at `n_cols`
+    tokens (the table above)."""
+    fewest, most = NM_ALIAS_ROUTE_TOKENS
+    timed = dtype in NM_ALIAS_ROUTE_DTYPES.get((n, m), ())
+    return timed and vector <= NM_ALIAS_ROUTE_MAX_VECTOR and fewest <= n_cols <= most
