@@ -143,6 +143,33 @@ def test_padded_b_columns_are_read_never_stored(device, dtype, gen):
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("tokens", [17, 49])
+def test_linear_copies_x_row_major_past_16_tokens(device, tokens, gen, monkeypatch):
+    """linear's x^T reaches the general kernel row-major and 16-column aligned (read strided, a
+    gathered row of B was N loads K apart), with bias, against float64; spmm's row-major B is
+    not copied."""
+    from sparsekernels.kernels import spmm_csr as kernel
+
+    skip_interpreter_on_gpu_machine(device)
+    launch, seen = kernel.spmm_csr, []
+    monkeypatch.setattr(
+        kernel, "spmm_csr", lambda **kw: seen.append(kw["b"].stride()) or launch(**kw)
+    )
+    A = random_csr(37, 50, 0.1, gen, torch.float32, device)
+    x = randn(tokens, 50, gen=gen, dtype=torch.float32, device=device)
+    bias = randn(37, gen=gen, dtype=torch.float32, device=device)
+    got = sk.linear(x, A, bias, backend="triton")
+    width = -(-tokens // 16) * 16
+    want = x.double() @ A.to_dense().double().t() + bias.double()
+    bound = spmm_bound(x, A.to_dense().t()) + bias.double().abs()
+    assert_close(got, want, bound, torch.float32)
+    B = x.t().contiguous()
+    assert_close(sk.spmm(A, B, backend="triton"), A.to_dense().double() @ B.double(),
+                 spmm_bound(A.to_dense(), B), torch.float32)  # fmt: skip
+    assert seen == [(width, 1), (tokens, 1)]
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("N", [2, 5, 8, 16])
 def test_decode_sizes_in_every_b_layout(device, N, gen):
     """x^T (linear's column-major B), row-major B, and B padded to an aligned power-of-two

@@ -22,7 +22,14 @@ from . import (
     _torch_sparse,
     _triton_nm,
 )
-from ._layout import csr_row_walk_in_b_order, in_b_order, padded_rows, spmm_out
+from ._layout import (
+    column_major,
+    csr_row_walk_in_b_order,
+    in_b_order,
+    padded_rows,
+    rows_padded_to_16,
+    spmm_out,
+)
 from ._weight_pdl import weight_pdl
 
 
@@ -295,6 +302,8 @@ def _triton_csr(row_offsets, column_indices, values, b, bias, row_order, activat
     config = tuning.spmm_csr_config(b.shape[-1], programs_rows, values.element_size())
     if b.dim() == 2 and 1 < b.shape[1] <= 16:  # decode sizes: rows as aligned vectors
         b = padded_rows(b)
+    elif b.dim() == 2 and column_major(b):  # linear's x^T: a gathered row was N loads K apart
+        b = rows_padded_to_16(b)  # (row-major, 16-column aligned: wide loads at any N)
     spmm_csr_kernel.spmm_csr(
         row_offsets=row_offsets,
         column_indices=column_indices,
