@@ -299,10 +299,11 @@ for step in $steps; do
       # tokens (the 4 x 4 step spilling) on 8 warps; nmalias: 1:4 and 1:2 at 17-64 tokens
       # (densified) read as 2:8 and 2:4; nmdensified: the other patterns densified at 17-64
       # tokens (v < 16) against the unpack kernel forced; nmhalfdense: the half-dense
-      # vector-wise patterns at 2-12 tokens (0.36-0.7x dense) on more warps and the unpack kernel
+      # vector-wise patterns at 1-12 tokens (0.36-0.7x dense): four warps, wider steps on four
+      # warps (results/cpu/2026-12-06-halfdense-decode-analysis), the unpack kernel
       if [ "$step" = nmhalfdense ]; then
-        env_cases=(SHAPES=4096x4096,14336x4096 TOKENS=2,4,8,12 FORMS=route,w2,w4,unpack
-          CASES=bf16/4:8/8/1,bf16/4:8/16/1,bf16/4:8/64/1,bf16/16:32/64/1,fp16/4:8/64/1,bf16/64:128/64/64)
+        env_cases=(SHAPES=4096x4096,14336x4096 TOKENS=1,2,4,8,12 FORMS=route,w4,s512w4,s1024w4,unpack
+          CASES=bf16/4:8/8/1,bf16/4:8/64/1,bf16/16:32/64/1,bf16/64:128/64/64)
       elif [ "$step" = nmdensified ]; then
         env_cases=(SHAPES=4096x4096,14336x4096,4096x14336 TOKENS=17,24,32,48,64 FORMS=route,unpack
           CASES=bf16/4:16/1/1,bf16/8:16/1/1,bf16/16:32/1/1,bf16/8:32/1/1,bf16/4:16/8/1,bf16/8:16/4/1,bf16/4:8/1/4,fp16/8:16/1/1)

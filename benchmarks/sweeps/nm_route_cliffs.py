@@ -15,6 +15,10 @@ weight's first call), NaN where not applicable or wrong against float64:
   w2, w4, w8  the decode kernel's routed tile on 2, 4 or 8 warps (2+ tokens): where its step
           spills (fp32 element-wise and v = 4 at 9-32 tokens, NOTES, sixtieth; 16-bit v % 8
           == 0 at 5-8 tokens and fp32 v = 8 at 17-32, NOTES, sixty-first)
+  s512w4, s1024w4  the decode kernel's 8-row tile stepping over 512 / 1024 slots on four warps
+          (a helper's compile analysis, results/cpu/2026-12-06-halfdense-decode-analysis: on
+          4096 rows the 512 one-warp programs leave a scheduler one warp, each step a
+          dependent chain; 4x the warps, each chain 3.2-3.8x shorter, no spill)
   wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
   unpad   the expand and condensed-K kernels given x^T copied to N columns past 16 tokens,
@@ -88,8 +92,17 @@ def form_patch(form: str, dtype: torch.dtype):
         config = decode_config(n_cols, vector, *args, **kwargs)
         return dataclasses.replace(config, num_warps=int(form[1:])) if n_cols > 1 else config
 
+    def wide_steps(n_cols, vector, *args, **kwargs):
+        config = decode_config(n_cols, vector, *args, **kwargs)
+        if config.block_m != 8 or vector % 8:
+            return config
+        slots, warps = (int(d) for d in form[1:].split("w"))
+        return dataclasses.replace(config, block_slots=slots, num_warps=warps)
+
     if form == "4r4w":
         nm_decode_tuning.spmm_nm_decode_config = four_rows
+    elif form in ("s512w4", "s1024w4"):
+        nm_decode_tuning.spmm_nm_decode_config = wide_steps
     elif form in ("w2", "w4", "w8"):
         nm_decode_tuning.spmm_nm_decode_config = more_warps
     elif form == "unpack":
