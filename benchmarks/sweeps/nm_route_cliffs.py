@@ -72,7 +72,7 @@ def form_patch(form: str, dtype: torch.dtype):
     decode_config = nm_decode_tuning.spmm_nm_decode_config
     unpack_config = nm_unpack_tuning.spmm_nm_unpack_config
     sized = _triton_nm.SIZED_TILE_DTYPES
-    padded = _triton_nm.rows_padded_to_16
+    aligned = _triton_nm.aligned_rows
     blocks = nm_unpack_tuning.UNPACK_BLOCK_WINDOWS
     few_vectors = nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS
 
@@ -115,14 +115,16 @@ def form_patch(form: str, dtype: torch.dtype):
     elif form == "sized":
         _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
     elif form == "unpad":
-        _triton_nm.rows_padded_to_16 = _triton_nm.rows_contiguous
+        _triton_nm.aligned_rows = lambda b: (
+            _triton_nm.padded_rows(b) if b.shape[1] <= 16 else _triton_nm.rows_contiguous(b)
+        )
     try:
         yield
     finally:
         nm_decode_tuning.spmm_nm_decode_config = decode_config
         nm_unpack_tuning.spmm_nm_unpack_config = unpack_config
         _triton_nm.SIZED_TILE_DTYPES = sized
-        _triton_nm.rows_padded_to_16 = padded
+        _triton_nm.aligned_rows = aligned
         nm_unpack_tuning.UNPACK_BLOCK_WINDOWS = blocks
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = few_vectors
 

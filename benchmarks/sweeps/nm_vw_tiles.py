@@ -24,7 +24,7 @@ import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
 from sparsekernels.kernels import spmm_nm as kernel
 from sparsekernels.kernels import tuning
-from sparsekernels.ops._layout import padded_rows, rows_contiguous, rows_padded_to_16, spmm_out
+from sparsekernels.ops._layout import aligned_rows, rows_contiguous, spmm_out
 
 VECTOR = int(os.environ.get("VECTOR", "64"))
 BLOCK = int(os.environ.get("BLOCK", "1"))  # block-wise patterns (64:128 v=64 b=64 at 16 tokens)
@@ -32,11 +32,6 @@ CONFIGS = os.environ.get(
     "CONFIGS",
     "route,32x32x128/4/3,16x32x128/4/3,16x32x64/4/3,16x32x32/4/3,32x64x64/4/3,16x64x32/4/2",
 ).split(",")
-
-
-def aligned_copy(b):
-    """x^T as the route copies it for the tensor-core tile: 16-column aligned."""
-    return padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b)
 
 
 def config(name: str, tokens: int, rows: int, k: int) -> tuning.SpmmNmConfig:
@@ -67,7 +62,7 @@ def main():
         dense_copies = [(dense.clone(),) for _ in range(copies)]
         for tokens in token_counts:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
-            b_copied = aligned_copy(x.t())
+            b_copied = aligned_rows(x.t())
             want = dense.double() @ x.t().double()
             out = spmm_out(x.t(), M)
             timed = {}
@@ -91,7 +86,7 @@ def main():
                 * 1e3
                 / copies
             )  # (one weight: its densified copy is made each call anyway)
-            timed["copy"] = do_bench_cudagraph(lambda: aligned_copy(x.t()), rep=30) * 1e3
+            timed["copy"] = do_bench_cudagraph(lambda: aligned_rows(x.t()), rep=30) * 1e3
             timed["cublas"] = (
                 do_bench_cudagraph(lambda: [x @ d.t() for (d,) in dense_copies], rep=30)
                 * 1e3

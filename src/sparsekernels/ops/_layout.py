@@ -77,6 +77,12 @@ def rows_padded_to_16(b: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(b, (0, width - cols)).contiguous()
 
 
+def aligned_rows(b: torch.Tensor) -> torch.Tensor:
+    """B for the tensor-core N:M tiles that mask B's loads on its width: padded_rows at decode
+    sizes, rows_padded_to_16 past them."""
+    return padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b)
+
+
 def padded_rows(b: torch.Tensor) -> torch.Tensor:
     """B for the decode-size kernels (N:M decode, CSR at N <= 16): (K, next_power_of_2(N))
     row-major with zero columns past N, so a gathered row is one aligned vector load; B itself

@@ -31,7 +31,7 @@ from ..kernels._pdl import hopper
 from ..kernels.nm_small_tiles import vector_wise_small_tiles
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
-from ._layout import column_major, padded_rows, rows_contiguous, rows_padded_to_16, spmm_out
+from ._layout import aligned_rows, column_major, padded_rows, rows_contiguous, spmm_out
 from ._nm_alias import aliased_indices, routed_pattern, sparse_core_pattern
 from ._nm_transpose import transposed_pattern
 from ._weight_pdl import weight_pdl
@@ -105,7 +105,7 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     if config.b_in_place:
         b_read = b
     elif config.use_dot:  # (x^T copied 16-column aligned: the tile's B loads stay wide)
-        b_read = padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b)
+        b_read = aligned_rows(b)
     else:
         b_read = rows_contiguous(b)
     kernel.spmm_nm(
@@ -156,7 +156,7 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
     expand.spmm_nm_expand(
         values=values.contiguous(),
         indices=indices.contiguous(),
-        b=padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b),
+        b=aligned_rows(b),
         bias=bias.contiguous() if bias is not None else None,
         out=out,
         n=n,
