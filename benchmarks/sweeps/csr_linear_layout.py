@@ -10,6 +10,7 @@ float64 first (NaN where wrong).
     SHAPES=4096x4096 SPARSITIES=0.9 TOKENS=24,49 DTYPES=fp32 ...
 """
 
+import importlib
 import os
 
 import torch
@@ -17,8 +18,9 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.ops import spmm as spmm_ops
 
+# the module, not the function sparsekernels.ops exports under the same name
+spmm_ops = importlib.import_module("sparsekernels.ops.spmm")
 DEVICE = torch.device("cuda")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 DTYPES = [DTYPES[d] for d in os.environ.get("DTYPES", "fp32,bf16").split(",")]
