@@ -56,6 +56,10 @@ def test_config_rule():
     assert spmm_csr_config(784, 128, 4) == llm  # fp32 keeps it
     assert spmm_csr_config(2048, 512, 2) == llm  # 2048 programs: enough
     assert spmm_csr_config(256, 4096, 2) == llm  # LLM weights
+    # below 256 columns LLM weights take one tile up to 128 columns wide: one pass a row
+    assert spmm_csr_config(49, 4096, 4) == SpmmCsrConfig(4, 32, 64, 4)
+    assert spmm_csr_config(128, 14336, 2) == SpmmCsrConfig(4, 32, 128, 4)
+    assert spmm_csr_config(24, 4096, 4) == SpmmCsrConfig(4, 32, 32, 4)
     assert spmm_csr_config(256) == llm  # rows unknown
     assert spmm_csr_config(8) == SpmmCsrConfig(4, 128, 8, 2)
 
@@ -124,6 +128,32 @@ def test_every_element_written(device, dtype, wide, gen, monkeypatch):
     B = randn(40, 37, gen=gen, dtype=dtype, device=device)
     got = _launch_poisoned(A, B)
     assert_close(got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("N", [49, 130])
+def test_wide_tile_below_256_columns(device, dtype, N, gen, monkeypatch):
+    """Below 256 columns, weights of many rows take one tile up to 128 columns wide (one pass
+    over a row's entries; forced here on a small weight): a partial tile (49 of 64), two tiles
+    with a partial one (130), empty rows; spmm's B as given and linear's aligned x^T."""
+    from sparsekernels.kernels import tuning
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(tuning, "CSR_WIDE_MIN_PROGRAMS", 0)
+    tuning.spmm_csr_config.cache_clear()  # (memoized under the rule's constant)
+    try:
+        assert tuning.spmm_csr_config(N, 19, 4).block_n == (64 if N == 49 else 128)
+        A = random_csr(19, 40, 0.2, gen, dtype, device)
+        B = randn(40, N, gen=gen, dtype=dtype, device=device)
+        got = _launch_poisoned(A, B)
+        assert_close(got, A.to_dense().double() @ B.double(), spmm_bound(A.to_dense(), B), dtype)
+        x = randn(N, 40, gen=gen, dtype=dtype, device=device)
+        got = sk.linear(x, A, backend="triton")
+        want = x.double() @ A.to_dense().double().t()
+        assert_close(got, want, spmm_bound(x, A.to_dense().t()), dtype)
+    finally:
+        tuning.spmm_csr_config.cache_clear()
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -130,7 +130,11 @@ def test_few_token_tiles_on_large_weights():
     assert tile(16, 64, 4096, 14336, 0.25) == (True, 16, 128, 16, 4, 4)
     assert tile(16, 64, 14336) == (True, 32, 128, 16, 4, 3)
     assert tile(17, 64, 14336) == tile(32, 64, 4096) == (True, 16, 128, 32, 4, 3)
-    assert tile(33, 64, 4096) == (True, 64, 32, 64, 8, 3)
+    # 33-64 tokens: 16 x 128 x 64 where the usual tiles give at most 64 programs, any density
+    assert tile(33, 64, 4096) == tile(64, 64, 4096, 14336, 1 / 8) == (True, 16, 128, 64, 4, 3)
+    assert tile(33, 64, 4096 + 64) == (True, 64, 32, 64, 8, 3)
+    assert tile(65, 64, 4096) == (True, 64, 32, 128, 8, 3)
+    assert tile(48, 64, 14336, density=1 / 4) == (True, 64, 32, 64, 8, 3)
     assert tile(16, 32, 4096) == (True, 32, 32, 16, 8, 3)
     assert tile(16, 128, 4096) == (True, 64, 32, 16, 8, 3)
     assert tile(32, 64, 14336, density=1 / 8) == (True, 64, 32, 32, 8, 3)
@@ -154,7 +158,7 @@ def test_few_token_tiles_on_large_weights():
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize(("pattern", "N"), [((4, 8, 64, 1), 16), ((8, 32, 64, 1), 29),
                                            ((64, 128, 64, 64), 16), ((64, 128, 64, 64), 3),
-                                           ((4, 8, 64, 1), 1)])  # fmt: skip
+                                           ((4, 8, 64, 1), 1), ((2, 8, 64, 1), 40)])  # fmt: skip
 @pytest.mark.parametrize("rows", [100, 8192 + 64])
 def test_few_token_tiles(device, pattern, N, rows, gen):
     """The few-token tiles on rows off their height, slots off the 128-slot step and a
@@ -163,7 +167,9 @@ def test_few_token_tiles(device, pattern, N, rows, gen):
 
     skip_interpreter_on_gpu_machine(device)
     n, m, vector, block = pattern
-    if N < 16 and rows < 8192 and (block < 64 or N <= 8):  # (below 16 tokens: 8192+ rows)
+    if N > 32:  # (33-64 tokens: only where the usual tiles give few programs)
+        rows = 4096 - 64 if device == "cuda" else 100
+    elif N < 16 and rows < 8192 and (block < 64 or N <= 8):  # (below 16 tokens: 8192+ rows)
         assert few_token_tiles(N, vector, rows, n / m, block, n) is None
         rows = 8192 + 64
     if device != "cuda" and rows > 1000:

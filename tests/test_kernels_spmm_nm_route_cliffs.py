@@ -152,6 +152,42 @@ def test_vectors_decode_eight_rows_on_two_warps_on_gpu(n, m, vector, tokens, dty
     assert [(k["block_m"], k["num_warps"]) for k in launches] == [(8, warps)]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("n", "m", "vector", "tokens", "dtype", "slots"),
+    [(4, 8, 8, 1, BF16, 1024), (16, 32, 64, 2, torch.float16, 1024), (4, 8, 64, 3, BF16, 512),
+     (4, 8, 8, 4, BF16, 512)],
+)  # fmt: skip
+def test_half_dense_few_rows_decode_wide_steps_on_gpu(n, m, vector, tokens, dtype, slots, gen,
+                                                      monkeypatch):  # fmt: skip
+    """16-bit half-dense vector-wise rows on at most 4096 rows at 1-4 tokens take the 8-row
+    tile over 1024 / 512 slots a step on four warps, compiled, against float64 (a partial last
+    row tile and step)."""
+    from sparsekernels.kernels import spmm_nm_decode
+
+    launches, launch = [], spmm_nm_decode.spmm_nm_decode
+    monkeypatch.setattr(
+        spmm_nm_decode, "spmm_nm_decode", lambda **kw: launches.append(kw) or launch(**kw)
+    )
+    W = random_nm(4096 - vector, 2048 + m, n, m, gen, vector, 1, dtype, "cuda")
+    _linear_checked(W, tokens, dtype)
+    got = [(k["block_m"], k["num_warps"]) for k in launches]
+    assert got == [(8, 4)]
+
+
+def test_half_dense_few_rows_wide_steps_rule():
+    """The wide steps only for half-dense 16-bit weights on at most 4096 rows at 1-4 tokens."""
+    from sparsekernels.kernels.nm_decode_tuning import spmm_nm_decode_config as config
+
+    assert config(1, 8, 4096, 1024, 4, 8) == (wide := config(2, 64, 4096, 1024, 16, 32))
+    assert (wide.block_m, wide.block_slots, wide.num_warps) == (8, 1024, 4)
+    assert config(4, 8, 64, 1024, 4, 8).block_slots == 512
+    assert config(8, 8, 4096, 1024, 4, 8).block_slots == 256  # 8 tokens
+    assert config(1, 8, 14336, 1024, 4, 8).block_slots == 256  # many rows
+    assert config(1, 8, 4096, 512, 2, 8).block_slots == 256  # 2:8
+    assert config(1, 8, 4096, 1024, 4, 8, itemsize=4).block_slots == 256  # fp32
+
+
 def test_fp32_sizes_only_at_8_to_16_tokens():
     """fp32 gives spmm_nm_config the weight's size at 8-16 tokens only (its few-token tiles
     lost at 1-4 tokens), and not where the small weights' tiles (untimed in fp32) would take

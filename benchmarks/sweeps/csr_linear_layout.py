@@ -7,7 +7,7 @@ and in half precision only for small products; the dense backend elsewhere.
 Cold L2 (rotated weight copies), CUDA-graph medians, us a call; each form checked against
 float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/csr_linear_layout.py
-    SHAPES=4096x4096 SPARSITIES=0.9 TOKENS=24,49 DTYPES=fp32 ...
+    SHAPES=4096x4096 SPARSITIES=0.9 TOKENS=24,49 DTYPES=fp32 FORMS=route,b32,b64,b128 ...
 """
 
 import importlib
@@ -18,6 +18,7 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
+from sparsekernels.kernels import tuning
 
 # the module, not the function sparsekernels.ops exports under the same name
 spmm_ops = importlib.import_module("sparsekernels.ops.spmm")
@@ -28,13 +29,21 @@ SHAPES = [tuple(int(d) for d in s.split("x")) for s in os.environ.get(
     "SHAPES", "4096x4096,14336x4096").split(",")]  # fmt: skip
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.9,0.95").split(",")]
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "17,24,49,64,128,256").split(",")]
-FORMS = ("route", "strided")
+# "route", "strided", and "bN": the route's x^T with the kernel's tile forced to N columns
+# (4 rows, 32 entries a step, 4 warps: the tile below 256 tokens is b32 on few rows)
+FORMS = os.environ.get("FORMS", "route,strided").split(",")
 
 
 def linear_cold(As, x: torch.Tensor, want: torch.Tensor, form: str) -> float:
     padded = spmm_ops.rows_padded_to_16
+    config = tuning.spmm_csr_config
     if form == "strided":
         spmm_ops.rows_padded_to_16 = lambda b: b
+    elif form.startswith("b"):
+        forced = tuning.SpmmCsrConfig(
+            block_rows=4, block_nnz=32, block_n=int(form[1:]), num_warps=4
+        )
+        tuning.spmm_csr_config = lambda n, rows=0, itemsize=4: forced
     try:
         got = sk.linear(x, As[0], backend="triton")
         tolerance = 1e-4 if x.dtype == torch.float32 else 1e-2
@@ -45,6 +54,7 @@ def linear_cold(As, x: torch.Tensor, want: torch.Tensor, form: str) -> float:
         return do_bench_cudagraph(calls, rep=30) * 1e3 / len(As)
     finally:
         spmm_ops.rows_padded_to_16 = padded
+        tuning.spmm_csr_config = config
 
 
 def main():

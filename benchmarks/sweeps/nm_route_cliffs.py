@@ -15,7 +15,8 @@ weight's first call), NaN where not applicable or wrong against float64:
   w2, w4, w8  the decode kernel's routed tile on 2, 4 or 8 warps (2+ tokens): where its step
           spills (fp32 element-wise and v = 4 at 9-32 tokens, NOTES, sixtieth; 16-bit v % 8
           == 0 at 5-8 tokens and fp32 v = 8 at 17-32, NOTES, sixty-first)
-  s512w4, s1024w4  the decode kernel's 8-row tile stepping over 512 / 1024 slots on four warps
+  sSwW    the decode kernel's 8-row tile stepping over S slots on W warps (s512w4, s1024w4;
+          s256w1 the route before the sixty-third session's wide steps on few rows)
           (a helper's compile analysis, results/cpu/2026-12-06-halfdense-decode-analysis: on
           4096 rows the 512 one-warp programs leave a scheduler one warp, each step a
           dependent chain; 4x the warps, each chain 3.2-3.8x shorter, no spill)
@@ -37,6 +38,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import re
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -101,7 +103,7 @@ def form_patch(form: str, dtype: torch.dtype):
 
     if form == "4r4w":
         nm_decode_tuning.spmm_nm_decode_config = four_rows
-    elif form in ("s512w4", "s1024w4"):
+    elif re.fullmatch(r"s\d+w\d+", form):
         nm_decode_tuning.spmm_nm_decode_config = wide_steps
     elif form in ("w2", "w4", "w8"):
         nm_decode_tuning.spmm_nm_decode_config = more_warps

@@ -161,6 +161,32 @@ DECODE_WIDE_WARPS = {16: 2, 32: 4}  # B's padded columns -> warps, values wider 
 # warp (no spill; untimed on two).
 DECODE_EIGHT_ROWS_WARPS = {8: 2}  # B's padded columns -> warps, 16-bit values
 
+# Half-dense vector-wise weights (n / m >= 1/2) on few rows in 16 bits at 1-4 tokens: 4096 rows
+# give the 8-row tile 512 one-warp programs, one warp a scheduler, and each 256-slot step is a
+# dependent chain of loads (results/cpu/2026-12-06-halfdense-decode-analysis/report.md). Four
+# warps over 1024 slots at 1-2 tokens, 512 at 4. Through linear, H100, cold L2, bf16, us, the
+# route -> 512 / 1024 slots on four warps (benchmarks/sweeps/nm_route_cliffs.py, results/
+# nvidia-h100/2026-12-06/at-53e510e/nm_route_nmhalfdense.txt; dense 15.6-16.8):
+#                       1 token            2 tokens           4 tokens
+#   4096^2 4:8 v=8    18.8 -> 15.7/15.0  20.5 -> 14.1/13.3  22.9 -> 16.7/19.4
+#   4096^2 4:8 v=64   17.9 -> 15.0/14.5  19.7 -> 14.1/13.2  21.6 -> 16.0/18.1
+#   4096^2 16:32 v=64 19.6 -> 14.8/14.5  19.6 -> 14.2/13.5  21.9 -> 16.2/18.4
+# At 8 tokens they tied or lost (16:32 v=64 22.0 -> 26.4/30.7), and on 14336 x 4096 (1792
+# programs) they tied or lost at 1-2 tokens (4:8 v=8 31.5 -> 35.8/33.4).
+DECODE_FEW_ROWS_WIDE_STEPS = {1: 1024, 2: 1024, 4: 512}  # B's padded columns -> slots a step
+DECODE_FEW_ROWS_WIDE_PROGRAMS = 512  # 8-row programs at most (4096 rows)
+DECODE_FEW_ROWS_WIDE_WARPS = 4
+
+
+def _few_rows_wide_steps(n_cols: int, rows: int, n: int, m: int, itemsize: int) -> int:
+    """Slots a step of the 8-row tile on four warps for half-dense weights on few rows at
+    1-4 tokens in 16 bits (the table above), else 0."""
+    if itemsize != 2 or n <= 0 or 2 * n < m:
+        return 0
+    if not 0 < cdiv(rows, 8) <= DECODE_FEW_ROWS_WIDE_PROGRAMS:
+        return 0
+    return DECODE_FEW_ROWS_WIDE_STEPS.get(next_power_of_2(n_cols), 0)
+
 
 @dataclass(frozen=True)
 class SpmmNmSelectConfig:
@@ -323,12 +349,16 @@ def spmm_nm_decode_config(
     `block` the pattern's block along K; `itemsize` the values' bytes. Vector-wise rows past
     DECODE_EIGHT_ROWS_MAX_WIDTH take 4 rows on four warps (DECODE_FOUR_WARPS), blocks of 64
     columns 4 rows on one warp below it (DECODE_WIDE_BLOCKS); fp32's 2-row tiles past 8 tokens
-    more warps (DECODE_WIDE_WARPS), the 8-row tile at 5-8 tokens two (DECODE_EIGHT_ROWS_WARPS)."""
+    more warps (DECODE_WIDE_WARPS), the 8-row tile at 5-8 tokens two (DECODE_EIGHT_ROWS_WARPS),
+    and on few rows of half-dense weights wider steps on four (DECODE_FEW_ROWS_WIDE_STEPS)."""
     if vector % 8 == 0:
         if next_power_of_2(n_cols) > DECODE_EIGHT_ROWS_MAX_WIDTH[itemsize > 2]:
             return DECODE_FOUR_WARPS
         if block >= DECODE_WIDE_BLOCK:
             return DECODE_WIDE_BLOCKS
+        wide = _few_rows_wide_steps(n_cols, rows, n, m, itemsize)
+        if wide:
+            return SpmmNmDecodeConfig(8, wide, DECODE_FEW_ROWS_WIDE_WARPS)
         return SpmmNmDecodeConfig(8, 256, DECODE_EIGHT_ROWS_WARPS.get(next_power_of_2(n_cols), 1))
     sparse = 0 < n <= DECODE_TALL_MAX_DENSITY * m
     long_rows = n > 0 and row_slots * m // n >= DECODE_TALL_MIN_K

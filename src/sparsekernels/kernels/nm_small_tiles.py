@@ -1,6 +1,6 @@
 """The vector-wise N:M tensor-core kernel's small tiles (kernels/spmm_nm.py): where a small
-weight gives its usual 64 x 256 tiles few programs, and where few tokens do on any weight
-(tuning.spmm_nm_config takes them)."""
+weight gives its usual 64 x 256 tiles few programs, and where few tokens (up to 64) do on any
+weight (tuning.spmm_nm_config takes them)."""
 
 from ._sizes import cdiv, next_power_of_2
 
@@ -103,13 +103,30 @@ FEW_TOKEN_TILES_BLOCK_FEWEST = 9  # tokens, on weights of fewer than 8192 rows
 FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
 
 
+# At 33-64 tokens the usual tiles (64 rows x 64 tokens) give 4096 rows 64 programs: 16-row
+# tiles of 128 slots a step won on 4096 x 14336 and lost on 14336 x 4096 (224 programs), any
+# density. bf16, v = 64, H100, cold L2, us, the usual tile -> 16 x 128 x 64 (benchmarks/sweeps/
+# nm_vw_tiles.py, results/nvidia-h100/2026-12-06/at-53e510e/nm_vw_tiles_14336.txt; cuBLAS
+# 44.8 / 42.5):
+#                   4096 x 14336 at 33 / 48       14336 x 4096 at 33
+#   2:8            50.8 / 51.2 -> 36.6 / 36.5       21.0 -> 29.2
+#   1:8            17.1 / 18.6 -> 14.9 / 15.2        7.5 -> 16.2
+#   2:4           103.6 / 103.8 -> 70.0 / 70.1      42.4 -> 53.7
+FEW_TOKEN_TILES_MIDDLE_MAX_N = 64
+FEW_TOKEN_TILES_MIDDLE_MAX_PROGRAMS = 64  # the usual tiles' programs at most
+
+
 def few_token_tiles(
     n_cols: int, vector: int, rows: int, density: float, block: int = 1, kept: int = 0
 ) -> tuple[int, int, int, int, int] | None:
     """(block_m, block_s, block_n, num_warps, num_stages) at 1-32 tokens (below 16 for
-    patterns keeping `kept` (n) of a group timed there), else None."""
-    if vector != FEW_TOKEN_TILES_VECTOR or n_cols > FEW_TOKEN_TILES_MAX_N:
+    patterns keeping `kept` (n) of a group timed there) and at 33-64 where the usual tiles
+    give few programs, else None."""
+    if vector != FEW_TOKEN_TILES_VECTOR or n_cols > FEW_TOKEN_TILES_MIDDLE_MAX_N:
         return None
+    if n_cols > FEW_TOKEN_TILES_MAX_N:
+        programs = cdiv(rows, 64) * cdiv(n_cols, usual_block_n(n_cols))
+        return (16, 128, 64, 4, 3) if programs <= FEW_TOKEN_TILES_MIDDLE_MAX_PROGRAMS else None
     if density < FEW_TOKEN_TILES_MIN_DENSITY:
         return None
     if n_cols > 16:

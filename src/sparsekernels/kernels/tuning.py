@@ -46,6 +46,13 @@ class SpmmCsrConfig:
 #   fp32 from N = 256: the LLM tile was best or within 4% of the best in 22 of 24.
 CSR_NARROW_BELOW_N = 256
 CSR_FEW_PROGRAMS = 2048
+# The 32-column tile reads each row's stored entries once per 32 columns: through linear on
+# LLM weights it ran in proportion to those passes (H100, fp32 90%, 14336 x 4096, cold L2, us:
+# 49 tokens 330, 128 tokens 649, 256 tokens with 128-column tiles 516; results/nvidia-h100/
+# 2026-12-06/at-53e510e/csr_linear_layout.txt). Where the row tiles alone are this many
+# (4096+ rows; DLMC's ResNet-50 layers have at most 2304), columns take one tile up to 128
+# wide.
+CSR_WIDE_MIN_PROGRAMS = 1024
 
 
 @_memo
@@ -59,9 +66,11 @@ def spmm_csr_config(n: int, rows: int = 0, itemsize: int = 4) -> SpmmCsrConfig:
     if n <= 16:
         block_n = next_power_of_2(n)
         return SpmmCsrConfig(block_rows=4, block_nnz=128, block_n=block_n, num_warps=2)
-    if n < CSR_NARROW_BELOW_N:
-        return SpmmCsrConfig(block_rows=4, block_nnz=32, block_n=32, num_warps=4)
     block_n = min(128, next_power_of_2(n))
+    if n < CSR_NARROW_BELOW_N:
+        if cdiv(rows, 4) < CSR_WIDE_MIN_PROGRAMS:
+            block_n = 32
+        return SpmmCsrConfig(block_rows=4, block_nnz=32, block_n=block_n, num_warps=4)
     if itemsize <= 2 and 0 < cdiv(rows, 4) * cdiv(n, block_n) < CSR_FEW_PROGRAMS:
         return SpmmCsrConfig(block_rows=1, block_nnz=32, block_n=64, num_warps=2)
     return SpmmCsrConfig(block_rows=4, block_nnz=32, block_n=block_n, num_warps=4)
