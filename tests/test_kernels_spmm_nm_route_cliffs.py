@@ -176,7 +176,8 @@ def test_half_dense_few_rows_decode_wide_steps_on_gpu(n, m, vector, tokens, dtyp
 
 
 def test_half_dense_few_rows_wide_steps_rule():
-    """The wide steps only for half-dense 16-bit weights on at most 4096 rows at 1-4 tokens."""
+    """The wide steps only for half-dense 16-bit weights on at most 4096 rows of fewer than 24
+    steps of 256 slots at 1-4 tokens."""
     from sparsekernels.kernels.nm_decode_tuning import spmm_nm_decode_config as config
 
     assert config(1, 8, 4096, 1024, 4, 8) == (wide := config(2, 64, 4096, 1024, 16, 32))
@@ -184,6 +185,7 @@ def test_half_dense_few_rows_wide_steps_rule():
     assert config(4, 8, 64, 1024, 4, 8).block_slots == 512
     assert config(8, 8, 4096, 1024, 4, 8).block_slots == 256  # 8 tokens
     assert config(1, 8, 14336, 1024, 4, 8).block_slots == 256  # many rows
+    assert config(1, 8, 4096, 7168, 4, 8).block_slots == 256  # long rows (split-K's)
     assert config(1, 8, 4096, 512, 2, 8).block_slots == 256  # 2:8
     assert config(1, 8, 4096, 1024, 4, 8, itemsize=4).block_slots == 256  # fp32
 

@@ -172,18 +172,25 @@ DECODE_EIGHT_ROWS_WARPS = {8: 2}  # B's padded columns -> warps, 16-bit values
 #   4096^2 4:8 v=64   17.9 -> 15.0/14.5  19.7 -> 14.1/13.2  21.6 -> 16.0/18.1
 #   4096^2 16:32 v=64 19.6 -> 14.8/14.5  19.6 -> 14.2/13.5  21.9 -> 16.2/18.4
 # At 8 tokens they tied or lost (16:32 v=64 22.0 -> 26.4/30.7), and on 14336 x 4096 (1792
-# programs) they tied or lost at 1-2 tokens (4:8 v=8 31.5 -> 35.8/33.4).
+# programs) they tied or lost at 1-2 tokens (4:8 v=8 31.5 -> 35.8/33.4). Taken (caa0a3e) and
+# timed against the walk before (s256w1, at-1825123/nm_route_halfdense_wide.txt): on 4096^2
+# 1.2-1.5x faster at 1-4 tokens, bf16 and fp16; on 4096 x 14336, whose 28 steps of 256 slots
+# split-K takes (DECODE_SPLIT_MIN_STEPS), 4:8 v=8 at one token 31.9 -> 42.0: long rows keep it.
 DECODE_FEW_ROWS_WIDE_STEPS = {1: 1024, 2: 1024, 4: 512}  # B's padded columns -> slots a step
 DECODE_FEW_ROWS_WIDE_PROGRAMS = 512  # 8-row programs at most (4096 rows)
 DECODE_FEW_ROWS_WIDE_WARPS = 4
 
 
-def _few_rows_wide_steps(n_cols: int, rows: int, n: int, m: int, itemsize: int) -> int:
-    """Slots a step of the 8-row tile on four warps for half-dense weights on few rows at
-    1-4 tokens in 16 bits (the table above), else 0."""
+def _few_rows_wide_steps(
+    n_cols: int, rows: int, row_slots: int, n: int, m: int, itemsize: int
+) -> int:
+    """Slots a step of the 8-row tile on four warps for half-dense weights on few rows of
+    fewer than 24 steps of 256 slots at 1-4 tokens in 16 bits (the table above), else 0."""
     if itemsize != 2 or n <= 0 or 2 * n < m:
         return 0
     if not 0 < cdiv(rows, 8) <= DECODE_FEW_ROWS_WIDE_PROGRAMS:
+        return 0
+    if cdiv(row_slots, 256) >= DECODE_SPLIT_MIN_STEPS:  # (the usual 256-slot walk splits them)
         return 0
     return DECODE_FEW_ROWS_WIDE_STEPS.get(next_power_of_2(n_cols), 0)
 
@@ -356,7 +363,7 @@ def spmm_nm_decode_config(
             return DECODE_FOUR_WARPS
         if block >= DECODE_WIDE_BLOCK:
             return DECODE_WIDE_BLOCKS
-        wide = _few_rows_wide_steps(n_cols, rows, n, m, itemsize)
+        wide = _few_rows_wide_steps(n_cols, rows, row_slots, n, m, itemsize)
         if wide:
             return SpmmNmDecodeConfig(8, wide, DECODE_FEW_ROWS_WIDE_WARPS)
         return SpmmNmDecodeConfig(8, 256, DECODE_EIGHT_ROWS_WARPS.get(next_power_of_2(n_cols), 1))

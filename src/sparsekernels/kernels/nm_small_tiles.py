@@ -112,6 +112,8 @@ FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
 #   2:8            50.8 / 51.2 -> 36.6 / 36.5       21.0 -> 29.2
 #   1:8            17.1 / 18.6 -> 14.9 / 15.2        7.5 -> 16.2
 #   2:4           103.6 / 103.8 -> 70.0 / 70.1      42.4 -> 53.7
+# Taken, on 4096^2 at 33-64 tokens 2:8 13.9-14.9 -> 11.0-11.7 (cuBLAS 14.7-15.1), 2:4 29.6 ->
+# 21.8, 1:8 equal; 8192 rows (128 programs) lost at 2:8 and 1:8 (at-1825123/nm_vw_tiles_middle).
 FEW_TOKEN_TILES_MIDDLE_MAX_N = 64
 FEW_TOKEN_TILES_MIDDLE_MAX_PROGRAMS = 64  # the usual tiles' programs at most
 
