@@ -26,6 +26,10 @@ weight's first call), NaN where not applicable or wrong against float64:
           not padded to a multiple of 16 (their B loads masked on N: 2 bytes a thread,
           unpipelined, at 17-31 tokens and the like; the route before the sixty-second
           session; at 9-16 tokens the condensed-K tile keeps its 16-column copy)
+  asN:M   the weight's entries stored as N:M and routed so (as2:8 on 2:16, as1:8 on 1:16:
+          at most N of any M kept; the slots with no entry hold zeros, so twice the value
+          bytes), where the expand kernel runs m dots a step (2:16 v=8 0.57-0.79x dense at
+          17-48 tokens, sixty-third session); NaN where N:M cannot hold them
   alias   1:4 and 1:2 weights routed as the same weight read as 2:8 and 2:4 (ops/_nm_alias.py,
           which only the sparse tensor cores use, to 16-32 tokens: past them 1:4 and 1:2 v < 16
           densify where 2:8 and 2:4 take the wgmma, unpack or expand kernels)
@@ -140,10 +144,29 @@ def applies(form: str, dtype: torch.dtype, n: int, m: int, vector: int, block: i
         return dtype == torch.float32
     if form == "alias":
         return n == 1 and m in (2, 4) and block == 1 and k % (2 * m) == 0
+    if form.startswith("as"):
+        to_n, to_m = (int(d) for d in form[2:].split(":"))
+        return to_m < m and m % to_m == 0 and to_n <= to_m and k % to_m == 0
     return True
 
 
+def stored_as(W, n: int, m: int):
+    """W as an n:m weight holding the same entries (2:16 as 2:8: at most 2 of any 8 kept, the
+    slots with no entry zeros), or None where n:m cannot hold them."""
+    dense = W.to_dense()
+    try:
+        wider = sk.NMMatrix.from_dense(dense, n, m, W.vector, block=W.block)
+    except ValueError:  # (more than n of some m kept)
+        return None
+    return wider if torch.equal(wider.to_dense(), dense) else None
+
+
 def linear_cold(W, copies: int, x: torch.Tensor, want: torch.Tensor, form: str) -> float:
+    if form.startswith("as"):  # the same entries stored as another pattern (twice the slots)
+        W = stored_as(W, *(int(d) for d in form[2:].split(":")))
+        if W is None:
+            return float("nan")
+        copies = max(2, copies_for(W.values.nbytes, DEVICE))
     n, m, indices = W.n, W.m, W.indices
     if form == "alias":  # the same weight as 2:2m: the same values, every odd group's offset + m
         n, m, indices = 2, 2 * W.m, aliased_indices(W.indices, W.m)
