@@ -1,5 +1,6 @@
 """Where linear reads a 1:m weight as 2:2m (ops/_nm_alias.py) for its whole route, past the
-sparse tensor cores' tokens (which alias it already: nm_mma_sp_tuning.MMA_SP_ALIASES)."""
+sparse tensor cores' tokens (which alias it already: nm_mma_sp_tuning.MMA_SP_ALIASES); and
+where it runs an n:m weight through a copy stored as n:(m/2) (ops/_nm_stored_as.py)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,33 @@ def nm_routes_as_alias(n_cols: int, n: int, m: int, vector: int, dtype: torch.dt
     fewest, most = NM_ALIAS_ROUTE_TOKENS
     timed = dtype in NM_ALIAS_ROUTE_DTYPES.get((n, m), ())
     return timed and vector <= NM_ALIAS_ROUTE_MAX_VECTOR and fewest <= n_cols <= most
+
+
+# 2:16 keeps at most 2 of any 8, so it is a 2:8 weight whose slots with no entry hold zeros
+# (ops/_nm_stored_as.py: twice 2:16's value bytes, 1/4 of dense). At 17-32 tokens 2:16 took
+# the expand kernel (m dots a step) at 0.57-0.82x dense; stored as 2:8 it takes 2:8's route.
+# Through linear, H100, cold L2, bf16, us, the route -> as 2:8 (benchmarks/sweeps/
+# nm_route_cliffs.py FORMS=route,as2:8, results/nvidia-h100/2026-12-06/at-f7803e6/
+# nm_route_storedas.txt):
+#                     4096^2                 14336 x 4096
+#   tokens          24          33          24          33
+#   2:16 v=8   20.5 -> 12.0  24.8 -> 16.8  53.6 -> 26.4  74.1 -> 44.2
+#   2:16 v=1   19.5 -> 12.5  25.0 -> 16.7  54.7 -> 28.1  74.4 -> 44.1
+#   dense         14.4        14.6         43.7        44.2
+# Past 32 tokens it ties dense at best: to 32. 4:32 as 4:16 (27.7 / 104.6 at 24) stayed below
+# dense: not taken. fp16, 1:16 and other vectors untimed: they keep their route.
+NM_STORED_AS = {(2, 16): (2, 8)}
+NM_STORED_AS_TOKENS = (17, 32)
+NM_STORED_AS_DTYPES = (torch.bfloat16,)
+NM_STORED_AS_VECTORS = (1, 8)
+
+
+def nm_stored_as(
+    n_cols: int, n: int, m: int, vector: int, block: int, dtype: torch.dtype
+) -> tuple[int, int] | None:
+    """The pattern linear runs an n:m weight (no blocks) through a copy of at `n_cols` tokens
+    (the table above), else None."""
+    fewest, most = NM_STORED_AS_TOKENS
+    if block != 1 or vector not in NM_STORED_AS_VECTORS or dtype not in NM_STORED_AS_DTYPES:
+        return None
+    return NM_STORED_AS.get((n, m)) if fewest <= n_cols <= most else None

@@ -108,7 +108,8 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         fastest routes' line layout and tiled copy), "in_place" (line walks reading the values
         in place; at 70% 1.6 bytes a dense element at most, where "all" reaches 3.4 and dense
         holds 2) or "none" (the CSR alone, 1.2; slower at 1-64 tokens). What was kept is
-        dropped now (ops/_weight_copies.py). N:M weights keep no such copies: no change."""
+        dropped now (ops/_weight_copies.py). No change for N:M weights: what their routes
+        keep (cuSPARSELt's packing, 2:16's copy as 2:8 at 17-32 tokens) is not chosen here."""
         if which not in _weight_copies.CHOICES:
             raise ValueError(f"which must be one of {_weight_copies.CHOICES}, got {which!r}")
         self.weight_copies = which

@@ -271,6 +271,7 @@ def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
     from ..kernels.nm_unpack_tuning import spmm_nm_unpack_config
     from ..kernels.tuning import spmm_nm_prefers_dense
     from ._nm_alias import routed_pattern
+    from ._nm_stored_as import stored_pattern
 
     n, m, vector, block = problem.facts["pattern"]
     half = problem.dtype in (torch.float16, torch.bfloat16)
@@ -279,6 +280,8 @@ def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
     n_cols = problem.facts["n"]
     if not transpose and k is not None:  # 1:m read as 2:2m where that route measured faster
         n, m = routed_pattern(n, m, vector, block, k, n_cols, problem.dtype)
+    if not transpose:  # 2:16 through a copy stored as 2:8 where that measured faster
+        n, m = stored_pattern(n, m, vector, block, n_cols, problem.dtype) or (n, m)
     # where the unpack kernel measured faster than densifying (block-wise v = b = 4 at 17-64
     # tokens: 46.9 against 112.7 us, nm_unpack_tuning), the Triton route keeps the product
     unpacks = not transpose and rows is not None

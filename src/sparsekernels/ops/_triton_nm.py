@@ -33,6 +33,7 @@ from . import _dispatch
 from ._identity_cache import IdentityCache, version
 from ._layout import aligned_rows, column_major, padded_rows, rows_contiguous, spmm_out
 from ._nm_alias import aliased_indices, routed_pattern, sparse_core_pattern
+from ._nm_stored_as import stored_as, stored_pattern
 from ._nm_transpose import transposed_pattern
 from ._weight_pdl import weight_pdl
 
@@ -46,6 +47,9 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     routed = routed_pattern(n, m, vector, block, b.shape[0], b.shape[1], values.dtype)
     if routed != (n, m):  # 1:m as 2:2m past the sparse tensor cores' tokens (_nm_alias)
         n, m, indices = *routed, aliased_indices(indices, m)
+    stored = stored_pattern(n, m, vector, block, b.shape[1], values.dtype)
+    if stored is not None:  # 2:16 through its copy stored as 2:8 (_nm_stored_as)
+        (values, indices), (n, m) = stored_as(values, indices, n, m, vector, stored), stored
     if _ring_config(values, b, n, m, vector, block) is not None:  # before mma.sp: faster there
         return _decode(values, indices, b, bias, out, activation, n, m, vector, block)
     core_n, core_m = sparse_core_pattern(n, m, block, b.shape[0])  # (1:4 as 2:8)
