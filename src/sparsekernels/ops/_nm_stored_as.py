@@ -12,7 +12,6 @@ import weakref
 import torch
 
 from .._cache_mode import building
-from ..formats.nm import NMMatrix
 from ..kernels import nm_alias_tuning
 from ._identity_cache import IdentityCache, version
 
@@ -48,10 +47,23 @@ def stored_as(
 
 
 def _converted(values, indices, n, m, vector, to) -> tuple[torch.Tensor, torch.Tensor]:
-    """Through the dense weight: its entries are the only nonzeros, and from_dense keeps the
-    largest of each group, so every entry (a kept zero may trade places with a slot's zero)."""
-    with torch.no_grad():
-        shape = (values.shape[0], values.shape[1] // n * m)
-        weight = NMMatrix(values.detach(), indices, shape, n, m, vector, 1, check=False)
-        wider = NMMatrix.from_dense(weight.to_dense(), *to, vector)
-    return wider.values, wider.indices
+    """Each group's kept slots moved to the part of it they lie in (n:m -> n:(m/r): no part can
+    hold more than the whole group's n), the rest of a part's n slots zeros at its lowest free
+    offsets, offsets ascending as from_dense stores them. Tensor ops only, no host sync (a
+    CUDA graph may capture it)."""
+    to_n, to_m = to
+    parts, rows = m // to_m, values.shape[0]
+    offsets = indices.long().view(indices.shape[0], -1, n)  # (row vectors, groups, n)
+    groups = offsets.shape[1]
+    slot = torch.arange(n, device=indices.device).expand_as(offsets)
+    source = torch.full((*offsets.shape[:2], m), -1, dtype=torch.int16, device=indices.device)
+    source.scatter_(2, offsets, slot.to(torch.int16))
+    source = source.view(*offsets.shape[:2], parts, to_m)  # a part's offset -> its slot, or -1
+    free_first_low = to_m - 1 - torch.arange(to_m, device=indices.device, dtype=torch.int16)
+    score = (source >= 0).to(torch.int16) * to_m + free_first_low
+    picked = score.topk(to_n, dim=-1).indices.sort(dim=-1).values  # (.., parts, to_n)
+    taken = source.gather(-1, picked).repeat_interleave(vector, dim=0)[:rows].long()
+    grouped = values.detach().view(rows, groups, 1, n).expand(rows, groups, parts, n)
+    kept = torch.where(taken >= 0, grouped.gather(-1, taken.clamp_min(0)), 0)  # (inf * 0: NaN)
+    new_indices = picked.to(indices.dtype).reshape(indices.shape[0], -1)
+    return kept.reshape(rows, -1).contiguous(), new_indices
