@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -467,6 +467,14 @@ for step in $steps; do
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 \
         attention_backward.py >"$out/attention_backward.txt" 2>&1)
       echo "attnbwd rc=$?" ;;
+    nmpairs)  # the condensed-K kernel for 8-row vectors (spmm_nm_pairs.py): GPU tests, then
+      # against the route and cuBLAS at m = 16 / 32 (nm_pairs.py; ~400 s)
+      timeout 120 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider \
+        tests/test_kernels_spmm_nm_pairs.py >"$out/gpu_nmpairs.log" 2>&1
+      echo "nmpairs tests rc=$? $(tail -1 "$out/gpu_nmpairs.log")"
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=2:16,4:32,1:32,4:16 \
+        TOKENS=24,40 timeout 300 python3 nm_pairs.py >"$out/nm_pairs.txt" 2>&1)
+      echo "nmpairs rc=$?" ;;
     densifylarge)  # the densify kernel's select form on n = 4-16 of a group against its scatter
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src CSR=0 VECTORS=1 TOKENS=24 \
         PATTERNS=2:8,4:16,8:16,16:32,8:32 SHAPES=4096x4096,14336x4096 timeout 200 python3 \
