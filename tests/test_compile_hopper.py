@@ -22,7 +22,8 @@ split 4 summed by its last piece, 1:8 with bias and activation, 2:4 with a row-m
 split plane); the N:M mma.sp kernel (2:4, 2:8 and 1:8: B permuted in the kernel, split 4
 summed by its last piece; fp16 with B permuted before, bias and activation); the block-sparse
 attention forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows
-and keys), and its backward's dK/dV and dQ kernels.
+and keys), and its backward's dK/dV and dQ kernels; the condensed-K N:M kernel for 8-row
+vectors (2:16 with bias and GELU, and into the split plane).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -72,6 +73,7 @@ def _cases() -> dict:
         _mma_sp_asm,
         _nm_mma_sp_kernel,
     )
+    from sparsekernels.kernels.spmm_nm_pairs import _nm_pairs_kernel
     from sparsekernels.kernels.spmm_nm_select import _nm_select_kernel
     from sparsekernels.kernels.spmm_nm_unpack import _nm_unpack_kernel
     from sparsekernels.kernels.spmm_nm_wgmma import _nm_wgmma_kernel, layouts
@@ -344,6 +346,12 @@ def _cases() -> dict:
                          stride_om=1, **{unit: 1})  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
+    for partial in (False, True):  # the condensed-K kernel for 8-row vectors, 2:16
+        constants = dict(N_KEEP=2, M_GROUP=16, VECTOR=8, HAS_BIAS=True, ACTIVATION=2,
+                         PRECISION="tf32", PAIRS=4, BLOCK_S=32, BLOCK_N=32, PARTIAL=partial,
+                         UPCAST=False)  # fmt: skip
+        pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*fp32" if partial else "*bf16"]
+        cases[f"nm pairs partial={partial}"] = (_nm_pairs_kernel, pointers, constants, 4)
     cases.update(ring_cases(), **densify_cases())
     return cases
 
@@ -351,6 +359,8 @@ def _cases() -> dict:
 CASE_NAMES = [
     "nm vector-wise 16 x 32 B rows",
     "nm vector-wise 16 x 32 B in place",
+    "nm pairs partial=False",
+    "nm pairs partial=True",
     *(f"one-hot n={n} partial={p}" for n in (1, 2) for p in (False, True)),
     *(
         f"decode shared={s} partial={p} fp64={w}"
