@@ -148,6 +148,9 @@ def test_few_token_tiles_on_large_weights():
     assert tile(1, 64, 8192, block=64, kept=64) == tile(1, 64, 8192)
     assert not tile(8, 64, 4096, block=64, kept=64)[0] and not tile(1, 64, 100, block=64)[0]
     assert not tile(8, 64, 4096)[0] and not tile(8, 64, 8191, block=16)[0]
+    # 9-15 tokens on fewer rows: the 16-token tile (the same work as at 16)
+    assert tile(9, 64, 4096) == tile(15, 64, 4096, 14336, 0.25, kept=8) == tile(16, 64, 4096)
+    assert not tile(12, 64, 4096, kept=2)[0] and not tile(12, 64, 4096, density=1 / 8)[0]
     assert not tile(8, 64, 14336, density=1 / 8)[0] and not tile(8, 32, 14336)[0]
     assert not tile(1, 64, 14336, density=0.25, kept=2)[0]  # 2:8 (and 1:4 as 2:8)
     assert not tile(4, 64, 14336, kept=2)[0] and not tile(4, 64, 14336, kept=1)[0]  # 2:4, 1:2
@@ -252,13 +255,14 @@ def test_linear_pads_b_for_the_tensor_core_tile_on_gpu(pattern, tokens, gen, mon
 @pytest.mark.parametrize(
     ("pattern", "rows", "tokens"),
     [((64, 128, 64, 64), 4096, 9), ((64, 128, 64, 64), 1088, 15), ((4, 8, 64, 1), 8192, 4),
-     ((8, 32, 64, 1), 14336, 12), ((16, 32, 64, 1), 8192 + 64, 1)],
+     ((8, 32, 64, 1), 14336, 12), ((16, 32, 64, 1), 8192 + 64, 1), ((16, 32, 64, 1), 4096, 12),
+     ((4, 8, 64, 1), 4096 - 64, 9)],
 )  # fmt: skip
 def test_linear_below_16_tokens_takes_the_few_token_tiles(pattern, rows, tokens, gen, monkeypatch):
     """linear on the GPU, bf16, 1-15 tokens: v = 64 patterns of density 1/4-1/2 keeping 4+ of a
     group on 8192+ rows, and blocks of 64 columns on any weight from 9, take the tensor-core's
-    32 x 128 tiles (the decode kernel took 64:128 b=64 to 1.1 ms at 8 tokens), with bias,
-    against float64."""
+    32 x 128 tiles (the decode kernel took 64:128 b=64 to 1.1 ms at 8 tokens); at 9-15 tokens
+    on fewer rows the 16-token tile (16 x 128); with bias, against float64."""
     from sparsekernels.ops import _triton_nm
 
     launch, tiles = _triton_nm.kernel.spmm_nm, []
@@ -273,7 +277,8 @@ def test_linear_below_16_tokens_takes_the_few_token_tiles(pattern, rows, tokens,
     x = randn(tokens, K, gen=gen, dtype=torch.bfloat16, device="cuda")
     bias = randn(rows, gen=gen, dtype=torch.bfloat16, device="cuda")
     got = sk.linear(x, W, bias, backend="triton")
-    assert tiles == [(True, 32, 128)]
+    sixteen = rows < 8192 and block == 1 and tokens >= 9
+    assert tiles == [(True, 16 if sixteen else 32, 128)]
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.bfloat16)
 

@@ -101,6 +101,13 @@ FEW_TOKEN_TILES_MIN_DENSITY = 1 / 4
 FEW_TOKEN_TILES_BLOCK = 64  # block-wise patterns (columns a block) whose decode is slow past 8
 FEW_TOKEN_TILES_BLOCK_FEWEST = 9  # tokens, on weights of fewer than 8192 rows
 FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
+# At 9-15 tokens on fewer than 8192 rows these patterns took the decode kernel's 4-row tile
+# on four warps or the unpack kernel: 16:32 v=64 on 4096^2 at 12 tokens 40.4 us, 4:8 21.2
+# (dense 16.7; H100, results/nvidia-h100/2026-12-06/at-53e510e/nm_route_nmhalfdense.txt),
+# where the 16-token tile (16 rows, B padded to 16 columns as at 9-15) ran 14.8 on 4:8. It
+# does the same work at 9-15 tokens as at 16, so it takes them: from that timing, not yet
+# timed at 9-15 (benchmarks/NOTES.md, next session's first step).
+FEW_TOKEN_TILES_SIXTEEN_FEWEST = 9  # tokens, on weights of fewer than 8192 rows
 
 
 # At 33-64 tokens the usual tiles (64 rows x 64 tokens) give 4096 rows 64 programs: 16-row
@@ -122,8 +129,9 @@ def few_token_tiles(
     n_cols: int, vector: int, rows: int, density: float, block: int = 1, kept: int = 0
 ) -> tuple[int, int, int, int, int] | None:
     """(block_m, block_s, block_n, num_warps, num_stages) at 1-32 tokens (below 16 for
-    patterns keeping `kept` (n) of a group timed there) and at 33-64 where the usual tiles
-    give few programs, else None."""
+    patterns keeping `kept` (n) of a group: tall weights and 64-column blocks, and from 9
+    tokens the 16-token tile) and at 33-64 where the usual tiles give few programs, else
+    None."""
     if vector != FEW_TOKEN_TILES_VECTOR or n_cols > FEW_TOKEN_TILES_MIDDLE_MAX_N:
         return None
     if n_cols > FEW_TOKEN_TILES_MAX_N:
@@ -138,7 +146,10 @@ def few_token_tiles(
             return None
         tall = rows >= FEW_TOKEN_TILES_TALL_ROWS
         wide_blocks = block >= FEW_TOKEN_TILES_BLOCK and n_cols >= FEW_TOKEN_TILES_BLOCK_FEWEST
-        return (32, 128, 16, 4, 3) if tall or wide_blocks else None
+        if tall or wide_blocks:
+            return 32, 128, 16, 4, 3
+        if n_cols < FEW_TOKEN_TILES_SIXTEEN_FEWEST:
+            return None
     if rows >= FEW_TOKEN_TILES_TALL_ROWS:
         return 32, 128, 16, 4, 3
     return 16, 128, 16, 4, 4

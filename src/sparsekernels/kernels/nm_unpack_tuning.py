@@ -157,7 +157,8 @@ UNPACK_BLOCK_MIN_ROWS = 4096  # (timed from 4096 rows; smaller weights keep thei
 #   4:8 v=64       30.3    614  16.6   (35.3   35.7   28.7)    75.9   2125   46.6
 #                  21.0   21.4  21.2    63.8   64.0   64.1     58.5   58.9   57.9
 # v = 64 keeps the few-token tensor-core tiles where they apply (the bracketed route, and 16
-# tokens: nm_small_tiles.few_token_tiles); at 4 tokens the route won on the tall weights
+# tokens: nm_small_tiles.few_token_tiles; since the sixty-third session 9-15 tokens too, the
+# 16-token tile's work); at 4 tokens the route won on the tall weights
 # (4:8 v=16 14336 x 4096 46.3 against 62.6). v = 32 lies between the timed vectors, untimed.
 # The tiles as the element-wise window's at 16 tokens (32 groups a step, split to 256 programs).
 # At 17-64 tokens (the route: the grouped expand kernel for v = 8, the vector-wise tensor-core
