@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -292,7 +292,7 @@ for step in $steps; do
         TOKENS=1,8,16 FORMS=route,4r,4r4w timeout 120 python3 nm_decode_blocks.py \
         >"$out/nm_decode_blocks_fp32.txt" 2>&1)
       echo "nmfp32few rc=$? $(tail -1 "$out/nm_fp32_few.txt")" ;;
-    nmcliffs|nmcliffsfp32|nmwarps|nmwarpsfp32|nmalias|nmdensified|nmhalfdense|nmstoredas)  # routes
+    nmcliffs|nmcliffsfp32|nmwarps|nmwarpsfp32|nmalias|nmdensified|nmhalfdense|nmstoredas|nmsixteen)
       # (nm_route_cliffs.py, ~150 s); nmcliffsfp32: the spill audit's fp32 element-wise / v = 4
       # cases on 2 and 4 warps; nmwarps: the sixty-first audit's 16-bit 8-row decode step at
       # 5-8 tokens (spilling on one warp) on 2 warps and 4 x 4; nmwarpsfp32: fp32 v = 8 at 17-32
@@ -303,7 +303,12 @@ for step in $steps; do
       # warps (results/cpu/2026-12-06-halfdense-decode-analysis), the unpack kernel;
       # nmstoredas: m = 16 / 32 at 17-48 tokens (the expand kernel's m dots a step) stored as
       # 2:8, 1:8 or 4:16 (twice the slots) and routed so
-      if [ "$step" = nmstoredas ]; then
+      # nmsixteen: v = 64 at 9-15 tokens on 4096 rows, the 16-token tile (acda5fb) against
+      # the route before it (from16)
+      if [ "$step" = nmsixteen ]; then
+        env_cases=(SHAPES=4096x4096,4096x14336 TOKENS=8,9,12,15,16 FORMS=route,from16
+          CASES=bf16/16:32/64/1,bf16/4:8/64/1,bf16/8:32/64/1,fp16/4:8/64/1,fp32/4:8/64/1)
+      elif [ "$step" = nmstoredas ]; then
         env_cases=(SHAPES=4096x4096,14336x4096,4096x14336 TOKENS=17,24,33,48
           FORMS=route,as2:8,as1:8,as4:16 CASES=bf16/2:16/8/1,bf16/2:16/1/1,bf16/1:16/8/1,bf16/4:32/8/1)
       elif [ "$step" = nmhalfdense ]; then

@@ -22,6 +22,8 @@ weight's first call), NaN where not applicable or wrong against float64:
           dependent chain; 4x the warps, each chain 3.2-3.8x shorter, no spill)
   wide    the library's unpack windows for vectors of 8+ rows (block-wise, and 4:8 element-wise)
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
+  from16  v = 64 at 9-15 tokens on fewer than 8192 rows without the 16-token tensor-core tile
+          (the route before acda5fb: the decode kernel's 4 x 4 tile or the unpack kernel)
   unpad   the expand and condensed-K kernels given x^T copied to N columns past 16 tokens,
           not padded to a multiple of 16 (their B loads masked on N: 2 bytes a thread,
           unpipelined, at 17-31 tokens and the like; the route before the sixty-second
@@ -49,7 +51,7 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.harness import copies_for
-from sparsekernels.kernels import nm_decode_tuning, nm_unpack_tuning
+from sparsekernels.kernels import nm_decode_tuning, nm_small_tiles, nm_unpack_tuning, tuning
 from sparsekernels.kernels import spmm_nm_unpack as unpack
 from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.ops import _triton_nm
@@ -81,6 +83,7 @@ def form_patch(form: str, dtype: torch.dtype):
     aligned = _triton_nm.aligned_rows
     blocks = nm_unpack_tuning.UNPACK_BLOCK_WINDOWS
     few_vectors = nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS
+    sixteen_fewest = nm_small_tiles.FEW_TOKEN_TILES_SIXTEEN_FEWEST
 
     def four_rows(n_cols, vector, *args, **kwargs):
         if n_cols > 1 and vector % 4 == 0:
@@ -120,6 +123,9 @@ def form_patch(form: str, dtype: torch.dtype):
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = {key: (8, 64) for key in few_vectors}
     elif form == "sized":
         _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
+    elif form == "from16":  # the few-token tiles below 16 tokens only on 8192+ rows, as before
+        nm_small_tiles.FEW_TOKEN_TILES_SIXTEEN_FEWEST = 16
+        tuning.spmm_nm_config.cache_clear()  # (memoized under the rule's constant)
     elif form == "unpad":
         _triton_nm.aligned_rows = lambda b: (
             _triton_nm.padded_rows(b) if b.shape[1] <= 16 else _triton_nm.rows_contiguous(b)
@@ -133,6 +139,9 @@ def form_patch(form: str, dtype: torch.dtype):
         _triton_nm.aligned_rows = aligned
         nm_unpack_tuning.UNPACK_BLOCK_WINDOWS = blocks
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = few_vectors
+        if sixteen_fewest != nm_small_tiles.FEW_TOKEN_TILES_SIXTEEN_FEWEST:
+            nm_small_tiles.FEW_TOKEN_TILES_SIXTEEN_FEWEST = sixteen_fewest
+            tuning.spmm_nm_config.cache_clear()
 
 
 def applies(form: str, dtype: torch.dtype, n: int, m: int, vector: int, block: int, k: int):
