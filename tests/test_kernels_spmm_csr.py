@@ -137,13 +137,13 @@ def test_wide_tile_below_256_columns(device, dtype, N, gen, monkeypatch):
     """Below 256 columns, weights of many rows take one tile up to 128 columns wide (one pass
     over a row's entries; forced here on a small weight): a partial tile (49 of 64), two tiles
     with a partial one (130), empty rows; spmm's B as given and linear's aligned x^T."""
-    from sparsekernels.kernels import tuning
+    from sparsekernels.kernels import csr_tile_tuning as tiles
 
     skip_interpreter_on_gpu_machine(device)
-    monkeypatch.setattr(tuning, "CSR_WIDE_MIN_PROGRAMS", 0)
-    tuning.spmm_csr_config.cache_clear()  # (memoized under the rule's constant)
+    monkeypatch.setattr(tiles, "CSR_WIDE_MIN_PROGRAMS", 0)
+    tiles.spmm_csr_config.cache_clear()  # (memoized under the rule's constant)
     try:
-        assert tuning.spmm_csr_config(N, 19, 4).block_n == (64 if N == 49 else 128)
+        assert tiles.spmm_csr_config(N, 19, 4).block_n == (64 if N == 49 else 128)
         A = random_csr(19, 40, 0.2, gen, dtype, device)
         B = randn(40, N, gen=gen, dtype=dtype, device=device)
         got = _launch_poisoned(A, B)
@@ -153,7 +153,7 @@ def test_wide_tile_below_256_columns(device, dtype, N, gen, monkeypatch):
         want = x.double() @ A.to_dense().double().t()
         assert_close(got, want, spmm_bound(x, A.to_dense().t()), dtype)
     finally:
-        tuning.spmm_csr_config.cache_clear()
+        tiles.spmm_csr_config.cache_clear()
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
