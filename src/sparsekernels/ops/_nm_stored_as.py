@@ -1,7 +1,7 @@
 """An n:m weight stored as another pattern that holds the same entries: 2:16 keeps at most 2
 of any 8, so it is a 2:8 weight whose slots with no entry hold zeros (twice the value bytes,
 1/4 of dense). linear runs 2:16 at 17-32 tokens through that copy, where 2:8's route beat
-2:16's 1.6-2x (kernels/nm_alias_tuning.nm_stored_as). The copy is built once for these very
+2:16's 1.5-2x (kernels/nm_alias_tuning.nm_stored_as). The copy is built once for these very
 tensors at their versions (an optimizer step or any in-place edit builds it again) and kept
 while the values live, as cuSPARSELt's packing is (ops/_cusparselt._packed)."""
 
@@ -53,7 +53,7 @@ def _converted(values, indices, n, m, vector, to) -> tuple[torch.Tensor, torch.T
     CUDA graph may capture it)."""
     to_n, to_m = to
     parts, rows = m // to_m, values.shape[0]
-    offsets = indices.long().view(indices.shape[0], -1, n)  # (row vectors, groups, n)
+    offsets = indices.long().reshape(indices.shape[0], -1, n)  # (row vectors, groups, n)
     groups = offsets.shape[1]
     slot = torch.arange(n, device=indices.device).expand_as(offsets)
     source = torch.full((*offsets.shape[:2], m), -1, dtype=torch.int16, device=indices.device)
@@ -63,7 +63,7 @@ def _converted(values, indices, n, m, vector, to) -> tuple[torch.Tensor, torch.T
     score = (source >= 0).to(torch.int16) * to_m + free_first_low
     picked = score.topk(to_n, dim=-1).indices.sort(dim=-1).values  # (.., parts, to_n)
     taken = source.gather(-1, picked).repeat_interleave(vector, dim=0)[:rows].long()
-    grouped = values.detach().view(rows, groups, 1, n).expand(rows, groups, parts, n)
+    grouped = values.detach().reshape(rows, groups, 1, n).expand(rows, groups, parts, n)
     kept = torch.where(taken >= 0, grouped.gather(-1, taken.clamp_min(0)), 0)  # (inf * 0: NaN)
     new_indices = picked.to(indices.dtype).reshape(indices.shape[0], -1)
     return kept.reshape(rows, -1).contiguous(), new_indices
