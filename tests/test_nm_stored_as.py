@@ -1,6 +1,6 @@
 """2:16 weights run through a copy stored as 2:8 (ops/_nm_stored_as.py): the copy holds the
 very same weight, is built once per weight at its versions, and linear's route takes it at
-17-32 tokens in bf16 (kernels/nm_alias_tuning.nm_stored_as)."""
+17-48 tokens in bf16 (kernels/nm_alias_tuning.nm_stored_as)."""
 
 import pytest
 import torch
@@ -40,8 +40,8 @@ def test_stored_copy_is_kept_until_an_edit(gen):
 
 
 def test_stored_pattern_rule():
-    """2:16 (v = 1 or 8, no blocks) in bf16 at 17-32 tokens; nothing else."""
-    assert [stored_pattern(2, 16, 1, 1, t, BF16) for t in (16, 17, 32, 33)] == [
+    """2:16 (v = 1 or 8, no blocks) in bf16 at 17-48 tokens; nothing else."""
+    assert [stored_pattern(2, 16, 1, 1, t, BF16) for t in (16, 17, 48, 49)] == [
         None,
         (2, 8),
         (2, 8),
@@ -69,9 +69,9 @@ def test_dense_preference_reads_2_16_as_2_8():
     assert prefers(24, 2, 16) == prefers(24, 2, 8)
 
 
-@pytest.mark.parametrize(("vector", "tokens"), [(1, 17), (8, 32)])
+@pytest.mark.parametrize(("vector", "tokens"), [(1, 17), (8, 45)])
 def test_triton_route_takes_the_stored_copy(vector, tokens, gen, monkeypatch):
-    """The Triton backend runs 2:16 at 17-32 tokens on the 2:8 copy, against float64 (a
+    """The Triton backend runs 2:16 at 17-48 tokens on the 2:8 copy, against float64 (a
     partial vector and row tile); at 16 tokens on 2:16 itself."""
     from sparsekernels.ops import _triton_nm
 
@@ -87,9 +87,9 @@ def test_triton_route_takes_the_stored_copy(vector, tokens, gen, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("vector", "tokens"), [(1, 17), (8, 24), (1, 32), (8, 31)])
+@pytest.mark.parametrize(("vector", "tokens"), [(1, 17), (8, 24), (1, 48), (8, 41)])
 def test_linear_runs_2_16_as_2_8_on_gpu(vector, tokens, gen, monkeypatch):
-    """2:16 through linear's whole route at 17-32 tokens on the GPU: the 2:8 copy, compiled,
+    """2:16 through linear's whole route at 17-48 tokens on the GPU: the 2:8 copy, compiled,
     against float64; the gradients of x and the kept values as the masked dense product's."""
     from sparsekernels.ops import _triton_nm
 

@@ -1,7 +1,8 @@
-"""The condensed-K kernel for 8-row vectors (kernels/spmm_nm_pairs.py, not routed yet) against
-linear's route and cuBLAS on the dense weight, bf16, cold L2, CUDA-graph medians, us a call.
+"""The condensed-K kernel for 8-row vectors (kernels/spmm_nm_pairs.py) against linear's route
+(which takes it where nm_pairs_tuning says) and cuBLAS on the dense weight, bf16 (DTYPE=float16
+for fp16), cold L2, CUDA-graph medians, us a call.
 
-At m = 16 / 32 and 17-48 tokens the route takes the one-hot kernel (m dots a step, 0.26-0.82x
+At m = 16 / 32 and 17-48 tokens the route took the one-hot kernel (m dots a step, 0.26-0.82x
 dense on the H100) or, for 2:16 at 17-32, its copy stored as 2:8. Each kernel call here
 includes linear's x^T copy (16-column aligned, ops/_layout.aligned_rows) and writes linear's
 (tokens, rows) output; each form is checked against float64 first (NaN where wrong).
@@ -25,6 +26,7 @@ from sparsekernels.ops._layout import aligned_rows
 
 DEVICE = torch.device("cuda")
 VECTOR = int(os.environ.get("VECTOR", "8"))
+DTYPE = getattr(torch, os.environ.get("DTYPE", "bfloat16"))
 FORMS = os.environ.get("FORMS", "p1s32,p2s32,p4s32,p2s64,p1s32/k2,p4s32/w8").split(",")
 
 
@@ -59,7 +61,7 @@ def main():
     table = []
     for (M, K), (n, m) in itertools.product(shapes, patterns):
         torch.manual_seed(0)
-        w = torch.randn(M, K, device=DEVICE, dtype=torch.bfloat16)
+        w = torch.randn(M, K, device=DEVICE, dtype=DTYPE)
         mask = sk.prune.nm_mask(w.float(), n, m, VECTOR, block=1)
         W = sk.NMMatrix.from_dense(w, n, m, VECTOR, block=1, mask=mask)
         dense = W.to_dense()
@@ -67,7 +69,7 @@ def main():
         Ws = [W.with_values(W.values.clone()) for _ in range(copies)]
         dense_copies = [dense.clone() for _ in range(max(2, copies_for(dense.nbytes, DEVICE)))]
         for tokens in token_counts:
-            x = torch.randn(tokens, K, device=DEVICE, dtype=torch.bfloat16)
+            x = torch.randn(tokens, K, device=DEVICE, dtype=DTYPE)
             want = x.double() @ dense.double().t()
             timed = {
                 "dense": cold(lambda d: x @ d.t(), dense_copies),
@@ -84,7 +86,9 @@ def main():
             print(label, {f: round(t, 1) for f, t in timed.items()}, flush=True)
             table.append((label, timed))
     names = ["dense", "route", *FORMS]
-    print(f"\n# {torch.cuda.get_device_name()}, bf16, us a call, cold L2; x dense = dense / best")
+    print(
+        f"\n# {torch.cuda.get_device_name()}, {DTYPE}, us a call, cold L2; x dense = dense / best"
+    )
     print(f"{'case':<28}" + "".join(f"{f:>11}" for f in names) + f"{'x dense':>8}")
     for label, t in table:
         best = min(t[f] for f in FORMS if t[f] == t[f]) if any(t[f] == t[f] for f in FORMS) else 0

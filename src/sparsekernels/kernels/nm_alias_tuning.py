@@ -43,10 +43,14 @@ def nm_routes_as_alias(n_cols: int, n: int, m: int, vector: int, dtype: torch.dt
 #   2:16 v=8   20.5 -> 12.0  24.8 -> 16.8  53.6 -> 26.4  74.1 -> 44.2
 #   2:16 v=1   19.5 -> 12.5  25.0 -> 16.7  54.7 -> 28.1  74.4 -> 44.1
 #   dense         14.4        14.6         43.7        44.2
-# Past 32 tokens it ties dense at best: to 32. 4:32 as 4:16 (27.7 / 104.6 at 24) stayed below
-# dense: not taken. fp16, 1:16 and other vectors untimed: they keep their route.
+# At 33-48 tokens (H100, at-e857cf5/nm_route_nmstoredas.txt, the route -> as 2:8): v = 8
+# 24.7 -> 17.0 and 26.3 -> 15.4 on 4096^2, 74.0 -> 44.7 / 73.9 -> 46.0 on 14336 x 4096, 60.9 ->
+# 38.7 / 62.5 -> 37.8 on 4096 x 14336; v = 1 alike: to 48 (0.6-1.0x dense). On 8192 rows or
+# more v = 8 takes the pairs kernel first (nm_pairs_tuning). 4:32 as 4:16 (27.7 / 104.6 at 24)
+# stayed below dense: not taken (the pairs kernel takes it). 1:16 as 1:8 won too (v = 8), but
+# the pairs kernel more. fp16 and other vectors untimed: they keep their route.
 NM_STORED_AS = {(2, 16): (2, 8)}
-NM_STORED_AS_TOKENS = (17, 32)
+NM_STORED_AS_TOKENS = (17, 48)
 NM_STORED_AS_DTYPES = (torch.bfloat16,)
 NM_STORED_AS_VECTORS = (1, 8)
 

@@ -278,6 +278,11 @@ def nm_prefers_dense(problem: _dispatch.Problem) -> bool:
     transpose = problem.facts.get("transpose", False)
     rows, k = problem.facts.get("shape", (None, None))
     n_cols = problem.facts["n"]
+    if not transpose and None not in (rows, k):  # 8-row vectors at m = 16 / 32: pairs kernel
+        from ..kernels.nm_pairs_tuning import spmm_nm_pairs_config
+
+        if spmm_nm_pairs_config(n_cols, n, m, vector, block, problem.dtype, rows, k):
+            return False
     if not transpose and k is not None:  # 1:m read as 2:2m where that route measured faster
         n, m = routed_pattern(n, m, vector, block, k, n_cols, problem.dtype)
     if not transpose:  # 2:16 through a copy stored as 2:8 where that measured faster

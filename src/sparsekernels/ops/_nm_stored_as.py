@@ -1,6 +1,6 @@
 """An n:m weight stored as another pattern that holds the same entries: 2:16 keeps at most 2
 of any 8, so it is a 2:8 weight whose slots with no entry hold zeros (twice the value bytes,
-1/4 of dense). linear runs 2:16 at 17-32 tokens through that copy, where 2:8's route beat
+1/4 of dense). linear runs 2:16 at 17-48 tokens through that copy, where 2:8's route beat
 2:16's 1.5-2x (kernels/nm_alias_tuning.nm_stored_as). The copy is built once for these very
 tensors at their versions (an optimizer step or any in-place edit builds it again) and kept
 while the values live, as cuSPARSELt's packing is (ops/_cusparselt._packed)."""

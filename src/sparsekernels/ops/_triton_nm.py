@@ -3,7 +3,8 @@ kernel for 2:4, 2:8 and 1:8 (1:2 and 1:4 read as 2:4 and 2:8; vector-wise too) a
 tokens (nm_mma_sp_tuning), on Hopper the wgmma kernel where it
 measured faster at 4-32 tokens (nm_wgmma_tuning), the unpack kernel where it measured faster
 at 4-64 tokens (nm_unpack_tuning), the decode kernel at 1-16 tokens (to 32
-at 1:8 and sparser in fp32), the one-hot tensor-core kernel in half precision at 13-128
+at 1:8 and sparser in fp32), the condensed-K pairs kernel for 8-row vectors at m = 16 / 32
+and 17-48 tokens (nm_pairs_tuning), the one-hot tensor-core kernel in half precision at 13-128
 tokens for 1:8 and sparser and at 13-64 for 2:4, 2:8 and 4:8 (tuning.spmm_nm_expand_takes;
 from 17 on element-wise weights of up to 4096 x 4096 at 1:4 and sparser; split-K on few-row
 weights), the vector-wise tensor-core kernel, else the gather kernel
@@ -17,12 +18,20 @@ import functools
 import torch
 
 from .._cache_mode import building
-from ..kernels import nm_decode_tuning, nm_mma_sp_tuning, nm_unpack_tuning, nm_wgmma_tuning, tuning
+from ..kernels import (
+    nm_decode_tuning,
+    nm_mma_sp_tuning,
+    nm_pairs_tuning,
+    nm_unpack_tuning,
+    nm_wgmma_tuning,
+    tuning,
+)
 from ..kernels import nm_mma_sp_operands as mma_sp_operands
 from ..kernels import spmm_nm as kernel
 from ..kernels import spmm_nm_decode as decode
 from ..kernels import spmm_nm_expand as expand
 from ..kernels import spmm_nm_mma_sp as mma_sp
+from ..kernels import spmm_nm_pairs as pairs
 from ..kernels import spmm_nm_select as select
 from ..kernels import spmm_nm_select_ring as select_ring
 from ..kernels import spmm_nm_unpack as unpack
@@ -44,6 +53,11 @@ def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose
     out = spmm_out(b, values.shape[0])
     if out.numel() == 0:  # (no rows or no tokens: the tile rules divide by the programs)
         return out
+    paired = nm_pairs_tuning.spmm_nm_pairs_config(
+        b.shape[1], n, m, vector, block, values.dtype, values.shape[0], b.shape[0]
+    )
+    if paired is not None and pairs.supports(vector, block, b.shape[0], values.dtype):
+        return _pairs(values, indices, b, bias, out, activation, n, m, vector, paired)
     routed = routed_pattern(n, m, vector, block, b.shape[0], b.shape[1], values.dtype)
     if routed != (n, m):  # 1:m as 2:2m past the sparse tensor cores' tokens (_nm_alias)
         n, m, indices = *routed, aliased_indices(indices, m)
@@ -176,6 +190,16 @@ def _expand(values, indices, b, bias, out, activation, n, m, vector, block):
         grouped=config.grouped,
         split=config.split,
     )
+    return out
+
+
+def _pairs(values, indices, b, bias, out, activation, n, m, vector, config):
+    """8-row vectors at m = 16 / 32 through the condensed-K pairs kernel (nm_pairs_tuning)."""
+    pairs.spmm_nm_pairs(
+        values=values.contiguous(), indices=indices.contiguous(), b=aligned_rows(b),
+        bias=bias.contiguous() if bias is not None else None, out=out, n=n, m=m,
+        vector=vector, activation=activation, **vars(config),
+    )  # fmt: skip
     return out
 
 
