@@ -24,6 +24,8 @@ weight's first call), NaN where not applicable or wrong against float64:
           widened to 64 tokens, its own tiles (at 24 tokens the dense backend took v=8 b=4)
   from16  v = 64 at 9-15 tokens on fewer than 8192 rows without the 16-token tensor-core tile
           (the route before acda5fb: the decode kernel's 4 x 4 tile or the unpack kernel)
+  fromT   that tile from T tokens (from5: at 5-8 too, where the route ran 1.3x slower at 8
+          than the tile at 9, at-e857cf5)
   unpad   the expand and condensed-K kernels given x^T copied to N columns past 16 tokens,
           not padded to a multiple of 16 (their B loads masked on N: 2 bytes a thread,
           unpipelined, at 17-31 tokens and the like; the route before the sixty-second
@@ -123,8 +125,8 @@ def form_patch(form: str, dtype: torch.dtype):
         nm_unpack_tuning.UNPACK_FEW_VECTOR_WINDOWS = {key: (8, 64) for key in few_vectors}
     elif form == "sized":
         _triton_nm.SIZED_TILE_DTYPES = sized + (torch.float32,)
-    elif form == "from16":  # the few-token tiles below 16 tokens only on 8192+ rows, as before
-        nm_small_tiles.FEW_TOKEN_TILES_SIXTEEN_FEWEST = 16
+    elif form.startswith("from") and form[4:].isdigit():  # the 16-token tile from T tokens
+        nm_small_tiles.FEW_TOKEN_TILES_SIXTEEN_FEWEST = int(form[4:])
         tuning.spmm_nm_config.cache_clear()  # (memoized under the rule's constant)
     elif form == "unpad":
         _triton_nm.aligned_rows = lambda b: (

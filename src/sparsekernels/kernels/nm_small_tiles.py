@@ -105,8 +105,14 @@ FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
 # on four warps or the unpack kernel: 16:32 v=64 on 4096^2 at 12 tokens 40.4 us, 4:8 21.2
 # (dense 16.7; H100, results/nvidia-h100/2026-12-06/at-53e510e/nm_route_nmhalfdense.txt),
 # where the 16-token tile (16 rows, B padded to 16 columns as at 9-15) ran 14.8 on 4:8. It
-# does the same work at 9-15 tokens as at 16, so it takes them: from that timing, not yet
-# timed at 9-15 (benchmarks/NOTES.md, next session's first step).
+# does the same work at 9-15 tokens as at 16, so it takes them. Timed after (H100, cold, us,
+# the route before -> this; at-e857cf5/nm_route_nmsixteen.txt, 9-15 tokens alike):
+#                  4096^2 at 12    4096 x 14336 at 12
+#   bf16 16:32       39.8 -> 16.4     129.5 -> 46.4
+#   bf16 4:8         21.0 -> 16.2      58.1 -> 46.8
+#   bf16 8:32        22.1 -> 10.5      67.1 -> 25.5
+#   fp32 4:8         58.0 -> 32.9     194.5 -> 102.4
+#   dense            16.6             43.8 (bf16)
 FEW_TOKEN_TILES_SIXTEEN_FEWEST = 9  # tokens, on weights of fewer than 8192 rows
 
 
