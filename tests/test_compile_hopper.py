@@ -23,7 +23,7 @@ split plane); the N:M mma.sp kernel (2:4, 2:8 and 1:8: B permuted in the kernel,
 summed by its last piece; fp16 with B permuted before, bias and activation); the block-sparse
 attention forward's last merged pass, reading its fp32 scratch and storing bf16 (permuted rows
 and keys), and its backward's dK/dV and dQ kernels; the condensed-K N:M kernel for 8-row
-vectors (2:16 with bias and GELU, and into the split plane).
+vectors (2:16 with bias and GELU, and into the split plane; its blocked step too).
 
 The suite runs Triton in its interpreter on CPU machines (conftest.py), where @triton.jit makes
 interpreted functions that cannot compile: one fresh Python without it compiles every case
@@ -346,12 +346,13 @@ def _cases() -> dict:
                          stride_om=1, **{unit: 1})  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         cases[f"nm vector-wise 16 x 32 B {layout}"] = (_spmm_nm_dot_kernel, pointers, constants, 4)
-    for partial in (False, True):  # the condensed-K kernel for 8-row vectors, 2:16
+    for partial, blocked in itertools.product((False, True), ("", " blocked")):
+        # the condensed-K kernel for 8-row vectors, 2:16; its blocked step (offsets as words)
         constants = dict(N_KEEP=2, M_GROUP=16, VECTOR=8, HAS_BIAS=True, ACTIVATION=2,
                          PRECISION="tf32", PAIRS=4, BLOCK_S=32, BLOCK_N=32, PARTIAL=partial,
-                         UPCAST=False)  # fmt: skip
+                         UPCAST=False, BLOCKED=bool(blocked), WORDS=bool(blocked))  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*fp32" if partial else "*bf16"]
-        cases[f"nm pairs partial={partial}"] = (_nm_pairs_kernel, pointers, constants, 4)
+        cases[f"nm pairs{blocked} partial={partial}"] = (_nm_pairs_kernel, pointers, constants, 4)
     cases.update(ring_cases(), **densify_cases())
     return cases
 
@@ -361,6 +362,8 @@ CASE_NAMES = [
     "nm vector-wise 16 x 32 B in place",
     "nm pairs partial=False",
     "nm pairs partial=True",
+    "nm pairs blocked partial=False",
+    "nm pairs blocked partial=True",
     *(f"one-hot n={n} partial={p}" for n in (1, 2) for p in (False, True)),
     *(
         f"decode shared={s} partial={p} fp64={w}"

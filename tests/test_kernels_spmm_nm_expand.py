@@ -146,6 +146,24 @@ def test_rows_padded_to_16_only_where_a_copy_is_made(gen):
     assert rows_padded_to_16(row_major) is row_major
 
 
+def test_aligned_rows_are_16_wide_at_decode_sizes(gen):
+    """The tensor-core tiles' B at 2-16 tokens: 16 columns, zero past N (at 2-8 a width of
+    next_power_of_2(N) left their loads unaligned), from linear's x^T or a row-major B; one
+    column kept as it is; 16 row-major columns kept too."""
+    from sparsekernels.ops._layout import aligned_rows
+
+    for tokens in (2, 5, 8, 13):
+        x = randn(tokens, 40, gen=gen)
+        for b in (x.t(), x.t().contiguous()):
+            padded = aligned_rows(b)
+            assert padded.shape == (40, 16) and padded.is_contiguous()
+            assert torch.equal(padded[:, :tokens], b) and not padded[:, tokens:].any()
+    one = randn(1, 40, gen=gen).t()
+    assert aligned_rows(one) is one
+    sixteen = randn(40, 16, gen=gen)
+    assert aligned_rows(sixteen) is sixteen
+
+
 def test_supports_and_tile_floor(gen):
     assert supports(4096, torch.bfloat16) and supports(4096, torch.float32)
     assert not supports(2**31, torch.bfloat16) and not supports(64, torch.float64)

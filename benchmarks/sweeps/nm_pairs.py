@@ -8,8 +8,9 @@ includes linear's x^T copy (16-column aligned, ops/_layout.aligned_rows) and wri
 (tokens, rows) output; each form is checked against float64 first (NaN where wrong).
     PYTHONPATH=src python3 benchmarks/sweeps/nm_pairs.py
     SHAPES=14336x4096 PATTERNS=2:16,4:32 TOKENS=24,40 VECTOR=8 FORMS=p2s32,p4s32/k2 ...
-A form "pPsS[/kK][/wW][/tT]": P pairs (16 rows) a program, S slots a step, split K into K
-ranges, W warps (4), T stages (3); the column tile is 32 tokens to 32, else 64.
+A form "pPsS[/kK][/wW][/tT][/b]": P pairs (16 rows) a program, S slots a step, split K into K
+ranges, W warps (4), T stages (3; 5 with b), b the blocked step (spmm_nm_pairs._blocked_step,
+a helper's sm_90 analysis: loop 1.6-2.2x shorter); the column tile is 32 tokens to 32, else 64.
 """
 
 import itertools
@@ -33,9 +34,11 @@ FORMS = os.environ.get("FORMS", "p1s32,p2s32,p4s32,p2s64,p1s32/k2,p4s32/w8").spl
 def parse(form: str) -> dict:
     tile, *flags = form.split("/")
     pairs, block_s = (int(d) for d in tile[1:].split("s"))
-    flag = {f[0]: int(f[1:]) for f in flags}
+    blocked = "b" in flags
+    flag = {f[0]: int(f[1:]) for f in flags if f != "b"}
     return dict(pairs=pairs, block_s=block_s, split=flag.get("k", 1),
-                num_warps=flag.get("w", 4), num_stages=flag.get("t", 3))  # fmt: skip
+                num_warps=flag.get("w", 4), num_stages=flag.get("t", 5 if blocked else 3),
+                blocked=blocked)  # fmt: skip
 
 
 def pairs_linear(W, x: torch.Tensor, tile: dict) -> torch.Tensor:

@@ -26,6 +26,8 @@ weight's first call), NaN where not applicable or wrong against float64:
           (the route before acda5fb: the decode kernel's 4 x 4 tile or the unpack kernel)
   fromT   that tile from T tokens (from5: at 5-8 too, where the route ran 1.3x slower at 8
           than the tile at 9, at-e857cf5)
+  pad8    the tensor-core tiles given B padded to next_power_of_2(N) at 2-8 tokens, not 16
+          (the route before the sixty-fourth session: their B loads unaligned there)
   unpad   the expand and condensed-K kernels given x^T copied to N columns past 16 tokens,
           not padded to a multiple of 16 (their B loads masked on N: 2 bytes a thread,
           unpipelined, at 17-31 tokens and the like; the route before the sixty-second
@@ -57,6 +59,7 @@ from sparsekernels.kernels import nm_decode_tuning, nm_small_tiles, nm_unpack_tu
 from sparsekernels.kernels import spmm_nm_unpack as unpack
 from sparsekernels.kernels._sizes import cdiv
 from sparsekernels.ops import _triton_nm
+from sparsekernels.ops._layout import rows_padded_to_16
 from sparsekernels.ops._nm_alias import aliased_indices
 
 DEVICE = torch.device("cuda")
@@ -128,6 +131,10 @@ def form_patch(form: str, dtype: torch.dtype):
     elif form.startswith("from") and form[4:].isdigit():  # the 16-token tile from T tokens
         nm_small_tiles.FEW_TOKEN_TILES_SIXTEEN_FEWEST = int(form[4:])
         tuning.spmm_nm_config.cache_clear()  # (memoized under the rule's constant)
+    elif form == "pad8":
+        _triton_nm.aligned_rows = lambda b: (
+            _triton_nm.padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b)
+        )
     elif form == "unpad":
         _triton_nm.aligned_rows = lambda b: (
             _triton_nm.padded_rows(b) if b.shape[1] <= 16 else _triton_nm.rows_contiguous(b)

@@ -8,7 +8,8 @@ where they are (so the vector widths, and the spills, are the device's for shape
 multiples of 16: without it the unpack kernel's 4:8 step showed 344 B of spill that its
 launches do not have). DUMP=folder writes each case's TTGIR and SASS there (<name>.ttgir,
 <name>.sass). ONES=arg,... compiles those integer arguments as 1 (a launch specializes unit
-strides); MAXNREG=N caps the registers; UNALIGNED=arg,... leaves those out of ALIGNED's marks
+strides); MAXNREG=N caps the registers; STAGES=N sets num_stages; UNALIGNED=arg,... leaves
+those out of ALIGNED's marks
 (a launch at 24 tokens: N and B's row stride divisible by 8, not 16).
     TRITON_INTERPRET= .venv/bin/python benchmarks/sweeps/sm90_compile_stats.py "mma.sp"
 """
@@ -84,6 +85,11 @@ def _maxnreg() -> dict:
     return {"maxnreg": int(os.environ["MAXNREG"])} if os.environ.get("MAXNREG") else {}
 
 
+def _stages() -> dict:
+    """STAGES=N pipelines loops N deep, as a launch's num_stages does (Triton's default 3)."""
+    return {"num_stages": int(os.environ["STAGES"])} if os.environ.get("STAGES") else {}
+
+
 def main():
     wanted = sys.argv[1:]
     for name, (kernel, pointers, constants, warps) in test_compile_hopper._cases().items():
@@ -108,7 +114,9 @@ def main():
             attrs=attrs if os.environ.get("ALIGNED") == "1" else None,
         )
         compiled = triton.compile(
-            source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **_maxnreg()}
+            source,
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": warps, **_maxnreg(), **_stages()},
         )
         dump = None
         if os.environ.get("DUMP"):

@@ -47,6 +47,7 @@ class SpmmNmPairsConfig:
     num_warps: int
     num_stages: int
     split: int
+    blocked: bool = False  # the blocked step (spmm_nm_pairs._blocked_step): not yet timed
 
 
 def spmm_nm_pairs_config(

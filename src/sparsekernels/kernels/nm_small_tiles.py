@@ -113,7 +113,12 @@ FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
 #   bf16 8:32        22.1 -> 10.5      67.1 -> 25.5
 #   fp32 4:8         58.0 -> 32.9     194.5 -> 102.4
 #   dense            16.6             43.8 (bf16)
-FEW_TOKEN_TILES_SIXTEEN_FEWEST = 9  # tokens, on weights of fewer than 8192 rows
+# At 5-8 tokens the route (the decode kernel's 8-row step) ran 21.9 / 21.3 / 13.1 / 34.7 and
+# 66.6 / 58.7 / 34.8 / 110.4 (at-e03a8a3/nm_route_from5.txt); the tile forced there 25.7 on
+# 4096^2 16:32, its B padded to 8 columns (unaligned loads, ops/_layout.aligned_rows). B now
+# padded to 16 at 2-16 tokens, the tile at 5-8 does its 9-15 work: from 5 (not yet timed so;
+# at 1-4 the half-dense wide decode steps ran 13-16 us, nm_decode_tuning).
+FEW_TOKEN_TILES_SIXTEEN_FEWEST = 5  # tokens, on weights of fewer than 8192 rows
 
 
 # At 33-64 tokens the usual tiles (64 rows x 64 tokens) give 4096 rows 64 programs: 16-row

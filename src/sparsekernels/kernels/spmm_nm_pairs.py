@@ -57,6 +57,8 @@ def _nm_pairs_kernel(
     BLOCK_N: tl.constexpr,
     PARTIAL: tl.constexpr,
     UPCAST: tl.constexpr,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
+    BLOCKED: tl.constexpr = False,  # A as two S-wide blocks, B's offsets narrow (below)
+    WORDS: tl.constexpr = False,  # (with BLOCKED) the offsets read 4 to an int32 word
 ):
     pair = tl.program_id(0) * PAIRS + tl.arange(0, PAIRS)
     rows = pair[:, None] * 16 + tl.arange(0, 16)[None, :]  # (PAIRS, 16)
@@ -69,35 +71,43 @@ def _nm_pairs_kernel(
     mask_bn = offs_n < B_COLS
     acc = tl.zeros((PAIRS, 16, BLOCK_N), dtype=tl.float32)
     first = tl.program_id(2) * SLOTS_PER_SPLIT
+    ks = tl.arange(0, 2 * BLOCK_S)
     for s0 in range(first, tl.minimum(first + SLOTS_PER_SPLIT, SLOTS), BLOCK_S):
         slots = s0 + tl.arange(0, BLOCK_S)
         mask_s = slots < SLOTS
-        vals = tl.load(
-            values + rows[:, :, None].to(tl.int64) * stride_vm + slots[None, None, :],
-            mask=mask_rows[:, :, None] & mask_s[None, None, :],
-            other=0.0,
-        )
-        zeros = tl.zeros_like(vals)
-        # (PAIRS, 16, 2 x BLOCK_S): column 2s + h holds slot s of vector h, zero in the other's
-        a = tl.reshape(
-            tl.join(tl.where(upper, zeros, vals), tl.where(upper, vals, zeros)),
-            (PAIRS, 16, 2 * BLOCK_S),
-        )
-        offsets = tl.load(
-            indices + index_rows[:, None, :].to(tl.int64) * stride_im + slots[None, :, None],
-            mask=mask_index[:, None, :] & mask_s[None, :, None],
-            other=0,
-        ).to(tl.int32)  # (PAIRS, BLOCK_S, 2)
-        columns = (slots // N_KEEP)[None, :, None] * M_GROUP + offsets
-        columns = tl.reshape(columns, (PAIRS, 2 * BLOCK_S))
-        live = tl.reshape(
-            tl.broadcast_to(mask_s[None, :, None], (PAIRS, BLOCK_S, 2)), (PAIRS, 2 * BLOCK_S)
-        )
-        gathered = tl.load(
-            b + columns[:, :, None].to(tl.int64) * stride_bk + offs_n[None, None, :],
-            mask=live[:, :, None] & mask_bn[None, None, :],
-            other=0.0,
-        )  # (PAIRS, 2 x BLOCK_S, BLOCK_N)
+        if BLOCKED:
+            a, gathered = _blocked_step(
+                values, indices, b, rows, mask_rows, index_rows, mask_index, offs_n, mask_bn,
+                ks, s0, SLOTS, stride_vm, stride_im, stride_bk, N_KEEP, M_GROUP, PAIRS,
+                BLOCK_S, WORDS,
+            )  # fmt: skip
+        else:
+            vals = tl.load(
+                values + rows[:, :, None].to(tl.int64) * stride_vm + slots[None, None, :],
+                mask=mask_rows[:, :, None] & mask_s[None, None, :],
+                other=0.0,
+            )
+            zeros = tl.zeros_like(vals)
+            # (PAIRS, 16, 2 x BLOCK_S): column 2s + h holds slot s of vector h, zero in the other's
+            a = tl.reshape(
+                tl.join(tl.where(upper, zeros, vals), tl.where(upper, vals, zeros)),
+                (PAIRS, 16, 2 * BLOCK_S),
+            )
+            offsets = tl.load(
+                indices + index_rows[:, None, :].to(tl.int64) * stride_im + slots[None, :, None],
+                mask=mask_index[:, None, :] & mask_s[None, :, None],
+                other=0,
+            ).to(tl.int32)  # (PAIRS, BLOCK_S, 2)
+            columns = (slots // N_KEEP)[None, :, None] * M_GROUP + offsets
+            columns = tl.reshape(columns, (PAIRS, 2 * BLOCK_S))
+            live = tl.reshape(
+                tl.broadcast_to(mask_s[None, :, None], (PAIRS, BLOCK_S, 2)), (PAIRS, 2 * BLOCK_S)
+            )
+            gathered = tl.load(
+                b + columns[:, :, None].to(tl.int64) * stride_bk + offs_n[None, None, :],
+                mask=live[:, :, None] & mask_bn[None, None, :],
+                other=0.0,
+            )  # (PAIRS, 2 x BLOCK_S, BLOCK_N)
         if UPCAST:
             a = a.to(tl.float32)
             gathered = gathered.to(tl.float32)
@@ -123,6 +133,70 @@ def _nm_pairs_kernel(
     )
 
 
+@triton.jit
+def _blocked_step(
+    values, indices, b, rows, mask_rows, index_rows, mask_index, offs_n, mask_bn, ks, s0,
+    SLOTS, stride_vm, stride_im, stride_bk, N_KEEP: tl.constexpr, M_GROUP: tl.constexpr,
+    PAIRS: tl.constexpr, BLOCK_S: tl.constexpr, WORDS: tl.constexpr,
+):  # fmt: skip
+    """A step's (A, gathered B) with A = [values_a 0; 0 values_b] as two S-wide column blocks
+    (k = h x S + s) read by one masked load, so the pipeliner stages it in shared memory as it
+    is (the joined form went through registers and shared memory again); B's rows in the
+    same order, their offsets in int32 from the step's base; with WORDS the offsets come 4
+    to an int32 word, a load wide enough to be pipelined (2 bytes a thread was a plain load
+    waited on each step). sm_90 compiles: the loop 1.6-2.2x shorter on every routed tile
+    (benchmarks/results/cpu/2026-12-06-pairs-analysis/report.md)."""
+    in_block = (ks // BLOCK_S)[None, None, :] == (tl.arange(0, 16) // 8)[None, :, None]
+    slot_k = s0 + ks % BLOCK_S
+    a = tl.load(
+        values + rows[:, :, None].to(tl.int64) * stride_vm + slot_k[None, None, :],
+        mask=mask_rows[:, :, None] & in_block & (slot_k < SLOTS)[None, None, :],
+        other=0.0,
+    )  # (PAIRS, 16, 2 x BLOCK_S)
+    if WORDS:  # (SLOTS, stride_im and s0 multiples of 4: the launch checks)
+        word = s0 // 4 + tl.arange(0, BLOCK_S // 4)
+        packed = tl.load(
+            indices.to(tl.pointer_type(tl.int32))
+            + index_rows[:, :, None] * (stride_im // 4)
+            + word[None, None, :],
+            mask=mask_index[:, :, None] & (word * 4 < SLOTS)[None, None, :],
+            other=0,
+        )  # (PAIRS, 2, BLOCK_S / 4), little-endian
+        shifts = tl.arange(0, 4) * 8
+        offsets = tl.reshape(
+            (packed[:, :, :, None] >> shifts[None, None, None, :]) & 0xFF, (PAIRS, 2, BLOCK_S)
+        )
+    else:
+        slots = s0 + tl.arange(0, BLOCK_S)
+        offsets = tl.load(
+            indices + index_rows[:, :, None].to(tl.int64) * stride_im + slots[None, None, :],
+            mask=mask_index[:, :, None] & (slots < SLOTS)[None, None, :],
+            other=0,
+        ).to(tl.int32)  # (PAIRS, 2, BLOCK_S)
+    live = tl.reshape(
+        tl.broadcast_to((s0 + tl.arange(0, BLOCK_S) < SLOTS)[None, None, :], (PAIRS, 2, BLOCK_S)),
+        (PAIRS, 2 * BLOCK_S),
+    )
+    if BLOCK_S % N_KEEP == 0:  # each step starts a group: offsets from the step's first column
+        within = offsets + ((tl.arange(0, BLOCK_S) // N_KEEP) * M_GROUP)[None, None, :]
+        step_b = b + (tl.full((), 0, tl.int64) + (s0 // N_KEEP) * M_GROUP) * stride_bk
+        gathered = tl.load(
+            step_b + tl.reshape(within, (PAIRS, 2 * BLOCK_S))[:, :, None] * stride_bk
+            + offs_n[None, None, :],
+            mask=live[:, :, None] & mask_bn[None, None, :],
+            other=0.0,
+        )  # fmt: skip
+    else:
+        columns = offsets + (((s0 + tl.arange(0, BLOCK_S)) // N_KEEP) * M_GROUP)[None, None, :]
+        gathered = tl.load(
+            b + tl.reshape(columns, (PAIRS, 2 * BLOCK_S))[:, :, None].to(tl.int64) * stride_bk
+            + offs_n[None, None, :],
+            mask=live[:, :, None] & mask_bn[None, None, :],
+            other=0.0,
+        )  # fmt: skip
+    return a, gathered
+
+
 def supports(vector: int, block: int, k: int, dtype: torch.dtype) -> bool:
     """Vectors of a multiple of 8 rows, no blocks, half precision or float32, K < 2^31."""
     half_or_single = dtype in (torch.float16, torch.bfloat16, torch.float32)
@@ -146,12 +220,14 @@ def spmm_nm_pairs(
     num_warps: int,
     num_stages: int,
     split: int = 1,
+    blocked: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N), pairs x 16 rows a program. values (M, S) and indices
     (NMMatrix.indices, uint8) need unit stride along their last dim, b (K, at least N columns)
     along its rows; pairs, block_s (>= 8) and block_n (>= 16) powers of two. `split` > 1 cuts
     the slots into that many ranges (fewer where one would be empty), summed by a second
-    kernel. b's columns past N are read (wide loads) and never stored."""
+    kernel. b's columns past N are read (wide loads) and never stored. `blocked` takes the
+    blocked step (_blocked_step: not yet timed; 5 stages keep its gather double-buffered)."""
     if vector % 8:
         raise ValueError(f"vector must be a multiple of 8, got {vector}")
     rows, cols = out.shape
@@ -199,9 +275,18 @@ def spmm_nm_pairs(
         BLOCK_N=block_n,
         PARTIAL=splits > 1,
         UPCAST=upcast,
+        BLOCKED=blocked,
+        WORDS=blocked and _words_aligned(indices, slots),
         num_warps=num_warps,
         num_stages=num_stages,
     )
     if splits > 1:
         split_k.sum_partials(partials, bias, out, activation)
     return out
+
+
+def _words_aligned(indices: torch.Tensor, slots: int) -> bool:
+    """Whether each index row reads as whole int32 words: 4-byte aligned rows of a multiple of
+    4 slots."""
+    rows_aligned = indices.shape[0] <= 1 or indices.stride(0) % 4 == 0
+    return slots % 4 == 0 and rows_aligned and indices.data_ptr() % 4 == 0

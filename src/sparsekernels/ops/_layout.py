@@ -78,22 +78,27 @@ def rows_padded_to_16(b: torch.Tensor) -> torch.Tensor:
 
 
 def aligned_rows(b: torch.Tensor) -> torch.Tensor:
-    """B for the tensor-core N:M tiles that mask B's loads on its width: padded_rows at decode
-    sizes, rows_padded_to_16 past them."""
-    return padded_rows(b) if b.shape[1] <= 16 else rows_padded_to_16(b)
+    """B for the tensor-core N:M tiles that mask B's loads on its width: at 2-16 columns
+    padded_rows to 16 (the tiles' least width), past them rows_padded_to_16. Padded to 2-8 at
+    2-8 tokens, B's width and row stride were no multiple of 16 and its loads 2-byte and
+    unpipelined (the condensed-K tile's loop 406 SASS instructions against 126, sm_90): that
+    tile ran 34.3-35.0 us at 2-8 tokens and 28.6 at 12 on 14336 x 4096 (4:8 v = 64; 64:128
+    b = 64 37.2 against 24.8; H100, results/nvidia-h100/2026-12-06/at-53e510e/
+    nm_route_nmhalfdense.txt)."""
+    return padded_rows(b, least=16) if b.shape[1] <= 16 else rows_padded_to_16(b)
 
 
-def padded_rows(b: torch.Tensor) -> torch.Tensor:
+def padded_rows(b: torch.Tensor, least: int = 1) -> torch.Tensor:
     """B for the decode-size kernels (N:M decode, CSR at N <= 16): (K, next_power_of_2(N))
-    row-major with zero columns past N, so a gathered row is one aligned vector load; B itself
-    when it is laid out so already, has one column or repeats one row. linear's x^T needs a
-    copy anyway."""
+    row-major (at least `least` wide) with zero columns past N, so a gathered row is one
+    aligned vector load; B itself when it is laid out so already, has one column or repeats
+    one row. linear's x^T needs a copy anyway."""
     cols = b.shape[1]
-    if cols <= 1 or padded_b(b, cols):
+    width = max(least, next_power_of_2(cols))
+    if cols <= 1 or (cols == width and padded_b(b, cols)):
         return b
     if b.stride(0) == 0:  # an expanded B (one row for all K) is never copied out: it may be huge
         return rows_contiguous(b)
-    width = next_power_of_2(cols)
     if b.device.type == "cuda":
         return row_major_copy(src=b, width=width)
     return torch.nn.functional.pad(b, (0, width - cols)).contiguous()
