@@ -141,15 +141,16 @@ def test_few_token_tiles_on_large_weights():
     assert tile(16, 64, 384, 1536)[1:3] == (16, 64)  # (a small weight: its small tiles)
     # below 16 tokens: 32 x 128 x 16 from 8192 rows, and for blocks of 64 columns on fewer
     # rows from 9 tokens (1-8: the decode kernel's 4-row tile), for patterns keeping 4+ of a
-    # group (2:4, 2:8, 1:2, 1:4 keep their route)
+    # group (2:4, 2:8, 1:2, 1:4 keep their route); 16 x 128 x 16 from 5 tokens on fewer rows
+    # (1-4: the decode kernel's wide steps)
     assert tile(1, 64, 8192) == tile(15, 64, 14336, density=0.25) == (True, 32, 128, 16, 4, 3)
     assert tile(9, 64, 4096, block=64, kept=64) == tile(15, 64, 100, block=64, kept=64)
     assert tile(9, 64, 100, block=64, kept=64) == tile(1, 64, 8192, block=64, kept=64)
     assert tile(1, 64, 8192, block=64, kept=64) == tile(1, 64, 8192)
     assert not tile(8, 64, 4096, block=64, kept=64)[0] and not tile(1, 64, 100, block=64)[0]
-    assert not tile(8, 64, 4096)[0] and not tile(8, 64, 8191, block=16)[0]
-    # 9-15 tokens on fewer rows: the 16-token tile (the same work as at 16)
-    assert tile(9, 64, 4096) == tile(15, 64, 4096, 14336, 0.25, kept=8) == tile(16, 64, 4096)
+    assert not tile(4, 64, 4096)[0] and not tile(8, 64, 8191, block=16)[0]
+    # 5-15 tokens on fewer rows: the 16-token tile (the same work as at 16, B 16 wide)
+    assert tile(5, 64, 4096) == tile(15, 64, 4096, 14336, 0.25, kept=8) == tile(16, 64, 4096)
     assert not tile(12, 64, 4096, kept=2)[0] and not tile(12, 64, 4096, density=1 / 8)[0]
     assert not tile(8, 64, 14336, density=1 / 8)[0] and not tile(8, 32, 14336)[0]
     assert not tile(1, 64, 14336, density=0.25, kept=2)[0]  # 2:8 (and 1:4 as 2:8)

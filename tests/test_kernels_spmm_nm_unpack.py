@@ -302,7 +302,7 @@ def test_route_takes_the_measured_window(monkeypatch):
 
 def test_route_takes_few_token_vectors():
     """4:8 in vectors of 8+ rows at 8-16 tokens on 4096+ rows (not where v = 64 takes the
-    few-token tensor-core tiles: 8192+ rows, or 9-16 tokens), v = 8 and 16 to 64 tokens;
+    few-token tensor-core tiles: 8192+ rows, or 5-16 tokens), v = 8 and 16 to 64 tokens;
     block-wise 4:8 and 4:16 in 8-row vectors (b = 4) at 4-64 tokens, 4:8 in 16-row ones at
     8-64; bf16 and fp16."""
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config as config
@@ -324,8 +324,8 @@ def test_route_takes_few_token_vectors():
     assert (c.block_g, c.block_n, c.split) == (32, 32, 1)
     assert config(64, 4, 8, 8, 1, torch.float16, 4096).block_n == 64
     assert config(16, 4, 8, 64, 1, bf16, 4096) is None  # the few-token tensor-core tiles
-    assert config(9, 4, 8, 64, 1, bf16, 4096) is None  # (theirs from 9 tokens)
-    assert config(8, 4, 8, 64, 1, bf16, 4096) == config(8, 4, 8, 8, 1, bf16, 4096)
+    assert config(8, 4, 8, 64, 1, bf16, 4096) is None  # (theirs from 5 tokens)
+    assert config(8, 4, 8, 32, 1, bf16, 4096) == config(8, 4, 8, 8, 1, bf16, 4096)
     assert config(12, 4, 8, 64, 1, bf16, 14336) is None  # (tall: theirs)
     assert config(12, 4, 8, 4, 1, bf16, 4096) is None  # v = 4 keeps its route
     assert config(12, 4, 16, 8, 1, bf16, 4096) is None  # 4:16 element-wise: untimed

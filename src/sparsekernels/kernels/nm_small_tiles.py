@@ -117,7 +117,8 @@ FEW_TOKEN_TILES_MIN_KEPT = 4  # n of n:m, below 16 tokens
 # 66.6 / 58.7 / 34.8 / 110.4 (at-e03a8a3/nm_route_from5.txt); the tile forced there 25.7 on
 # 4096^2 16:32, its B padded to 8 columns (unaligned loads, ops/_layout.aligned_rows). B now
 # padded to 16 at 2-16 tokens, the tile at 5-8 does its 9-15 work: from 5 (not yet timed so;
-# at 1-4 the half-dense wide decode steps ran 13-16 us, nm_decode_tuning).
+# at 1-4 the half-dense wide decode steps ran 13-16 us, nm_decode_tuning). Block-wise
+# patterns keep the decode kernel below 9 (64 columns: its 4-row tile, the table before).
 FEW_TOKEN_TILES_SIXTEEN_FEWEST = 5  # tokens, on weights of fewer than 8192 rows
 
 
@@ -159,8 +160,9 @@ def few_token_tiles(
         wide_blocks = block >= FEW_TOKEN_TILES_BLOCK and n_cols >= FEW_TOKEN_TILES_BLOCK_FEWEST
         if tall or wide_blocks:
             return 32, 128, 16, 4, 3
-        if n_cols < FEW_TOKEN_TILES_SIXTEEN_FEWEST:
-            return None
+        below_nine = n_cols < FEW_TOKEN_TILES_BLOCK_FEWEST
+        if n_cols < FEW_TOKEN_TILES_SIXTEEN_FEWEST or (block > 1 and below_nine):
+            return None  # (block-wise at 5-8 untimed there: the decode kernel, as before)
     if rows >= FEW_TOKEN_TILES_TALL_ROWS:
         return 32, 128, 16, 4, 3
     return 16, 128, 16, 4, 4
