@@ -11,7 +11,7 @@ slot: at m = 16 / 32 about 1.8 / 3.4 warp instructions a stored element where th
 ~0.5 (sm_90, Triton 3.6; a helper's analysis, benchmarks/results/cpu/2026-12-06-m16-analysis/
 report.md: 2:16 v=8 at 24 tokens ran 20.5 us on 4096^2 against dense 14.4, 4:32 34.6).
 
-linear takes it for 8-row vectors at m = 16 / 32 and 17-48 tokens, 1.2-5x faster than the
+linear takes it for 8-row vectors at m = 16 / 32 and 17-48 tokens, 1.2-6x faster than the
 one-hot kernel or densifying there (H100; nm_pairs_tuning).
 `split` cuts the slots into ranges for weights of few rows; a second kernel adds them.
 """
