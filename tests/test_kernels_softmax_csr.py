@@ -28,7 +28,7 @@ def _config(S, block):
     return block or config.block, config.num_warps
 
 
-def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None, align=0):
+def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None, align=0, levels=0):
     from sparsekernels.kernels import softmax_csr as kernel
 
     block, num_warps = _config(S, block)
@@ -43,6 +43,7 @@ def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None,
         heads=heads,
         tail=tail,
         align=align,
+        levels=levels,
     )
     return out
 
@@ -208,6 +209,40 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
         S, values, 0.7, block=16, heads=heads, tail=tail, warps=warps, align=align
     )
     _check_forward(got, _dense_softmax(S, values, 0.7), dtype)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on -inf rows
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("levels", [1, 2])
+@pytest.mark.parametrize(("heads", "warps", "tail"), [(1, 1, 0), (2, 2, 0), (1, 2, 8)])
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_forward_levels(device, dtype, levels, heads, warps, tail, wide, gen, monkeypatch):
+    """Rows past the block read once on 2 or 4 blocks' lanes (block 16): rows on each side of
+    every width's edge (16, 17, 32, 33, 64, 65), rows past the widest (the walk), empty rows
+    and one entry; a row of -inf (NaN) and a NaN entry in a wide row; 3 heads, the last
+    program partly past the batch; with and without the tail below the block's edge."""
+    from sparsekernels.kernels import softmax_csr
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(softmax_csr, "INT32_LIMIT", 0 if wide else 2**31)
+    monkeypatch.setattr(softmax_csr, "INT32_ONLY_FOR_WALKS", False)
+    lengths = [0, 1, 16, 17, 24, 25, 32, 33, 50, 64, 65, 90, 0, 7, 31]
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    cols = torch.cat([torch.randperm(96, generator=gen)[:k].sort().values for k in lengths])
+    S = sk.CSRMatrix(offsets.to(device), cols.to(torch.int32).to(device),
+                     torch.zeros(cols.numel(), dtype=dtype, device=device),
+                     (len(lengths), 96))  # fmt: skip
+    values = (randn(3, S.nnz, gen=gen, device=device) * 3).to(dtype)
+    values[0, 58:83] = float("-inf")  # row 5 (25 entries) all -inf: NaN, as dense softmax
+    values[1, 200] = float("nan")  # row 9 (64 entries, from 198): its row NaN
+    values[2, 115:148] = -1e4  # row 7 (33 entries): the max among tiny values
+    got = _forward_poisoned(
+        S, values, 0.7, block=16, heads=heads, tail=tail, warps=warps, levels=levels
+    )
+    _check_forward(got, _dense_softmax(S, values, 0.7), dtype)
+    with pytest.raises(ValueError, match="levels"):
+        _forward_poisoned(S, values, 0.7, block=16, levels=3)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

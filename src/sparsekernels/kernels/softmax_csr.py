@@ -5,7 +5,9 @@ Forward: probs = softmax(scale * values) over the row's stored entries. A row of
 entries (the block is sized to an average row) is read once and its probabilities written from
 registers. A longer row is walked BLOCK entries at a time keeping a running max and a running
 sum of exponentials per lane (online softmax, fp32; fp64 for fp64), the lanes combined, then
-walked again to write exp(z - max) / sum. Exponentials are taken in base 2 (log2(e) folded into
+walked again to write exp(z - max) / sum; or, with LEVELS, read once too on 2 or 4 blocks'
+lanes, whichever is the fewest that hold it (a causal pattern's rows grow one entry a row, so
+neighbouring programs take the same branch). Exponentials are taken in base 2 (log2(e) folded into
 the scale) and each row's sum inverted once: the kernel is bound by instructions issued, and
 compiled for sm_90 its single-read branch then issues 13% fewer (27-31% fewer in the walks).
 Rows read once may also load whole 16-byte groups from the one holding their start (ALIGN):
@@ -110,6 +112,7 @@ def _softmax_csr_kernel(
     BLOCK_H: tl.constexpr,
     TAIL: tl.constexpr,  # > 0: rows up to BLOCK + TAIL entries are read once, as two pieces
     ALIGN: tl.constexpr,  # > 1: rows read once load whole groups of ALIGN entries (_read_once)
+    LEVELS: tl.constexpr,  # rows up to BLOCK * 2^LEVELS (<= 2) read once on 2 or 4 BLOCK lanes
 ):
     row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -136,6 +139,18 @@ def _softmax_csr_kernel(
         _read_once(
             values, out, start, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
             ACC_DTYPE, INDEX, BLOCK, TAIL, 1,
+        )  # fmt: skip
+    elif (LEVELS >= 1) & (end - start <= 2 * BLOCK):  # a longer row still read once, on twice
+        lanes_2 = tl.arange(0, 2 * BLOCK).to(INDEX)  # the lanes: no second read, no rescaling
+        _read_once(
+            values, out, start, start, end, lanes_2, mask_h, scale, stride_ve, stride_oe,
+            ACC_DTYPE, INDEX, 2 * BLOCK, 0, 1,
+        )  # fmt: skip
+    elif (LEVELS >= 2) & (end - start <= 4 * BLOCK):
+        lanes_4 = tl.arange(0, 4 * BLOCK).to(INDEX)
+        _read_once(
+            values, out, start, start, end, lanes_4, mask_h, scale, stride_ve, stride_oe,
+            ACC_DTYPE, INDEX, 4 * BLOCK, 0, 1,
         )  # fmt: skip
     else:
         # Pass 1: per-lane running max m and sum s of exp(z - m); a max of -inf shifts by 0.
@@ -232,11 +247,14 @@ INT32_LIMIT = 2**31  # entry offsets within a matrix below it may be computed in
 INT32_ONLY_FOR_WALKS = True
 
 
-def _index(nnz: int, rows: int, block: int, *strides: int, int32: bool = False) -> tl.dtype:
-    """int32 when every entry offset the kernels form within one matrix fits and (with
-    INT32_ONLY_FOR_WALKS, unless `int32` asks for it) the average row walks past one block;
-    else int64."""
-    reach = max(rows + 1, *((nnz + block) * max(abs(s), 1) for s in strides))
+def _index(
+    nnz: int, rows: int, block: int, *strides: int, int32: bool = False, widest: int = 0
+) -> tl.dtype:
+    """int32 when every entry offset the kernels form within one matrix fits (lanes reach
+    max(block, widest) past a row's start) and (with INT32_ONLY_FOR_WALKS, unless `int32` asks
+    for it) the average row passes one block; else int64."""
+    lanes = max(block, widest)
+    reach = max(rows + 1, *((nnz + lanes) * max(abs(s), 1) for s in strides))
     if reach >= INT32_LIMIT:
         return tl.int64
     if INT32_ONLY_FOR_WALKS and not int32 and nnz <= rows * block:
@@ -275,13 +293,18 @@ def sparse_softmax(
     tail: int = 0,
     int32: bool = False,
     align: int = 0,
+    levels: int = 0,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), `heads` matrices of a row per program; values may be
     unbatched (nnz,) (its batch stride is 0). `tail` (0 or a power of two): rows of up to
     block + tail entries are read once, the last ones on `tail` lanes. `int32`: int32 offsets
     wherever they fit, rows read once included (_index). `align` (0, or the entries in 16
     bytes): rows read once load whole 16-byte groups from the one holding their start
-    (vector loads where the arrays are 16-byte aligned), when the groups fit block + tail."""
+    (vector loads where the arrays are 16-byte aligned), when the groups fit block + tail.
+    `levels` (0-2): rows of up to block * 2^levels entries are read once too, on the fewest of
+    2 or 4 blocks' lanes that hold them; longer rows are walked twice, block by block."""
+    if levels not in (0, 1, 2):
+        raise ValueError(f"levels must be 0, 1 or 2, got {levels!r}")
     batch, nnz = out.shape
     rows = row_offsets.numel() - 1
     if rows == 0 or nnz == 0 or batch == 0:
@@ -302,11 +325,20 @@ def sparse_softmax(
         out.stride(0),
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
-        INDEX=_index(nnz, rows, block + tail, values.stride(-1), out.stride(1), int32=int32),
+        INDEX=_index(
+            nnz,
+            rows,
+            block + tail,
+            values.stride(-1),
+            out.stride(1),
+            int32=int32,
+            widest=block << levels,
+        ),
         BLOCK=block,
         BLOCK_H=heads,
         TAIL=tail,
         ALIGN=align if align > 1 else 0,
+        LEVELS=levels,
         num_warps=num_warps,
     )
     return out

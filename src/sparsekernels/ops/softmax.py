@@ -66,6 +66,7 @@ def _triton_softmax(row_offsets, values, scale):
         tail=config.tail,
         int32=config.int32,
         align=config.align,
+        levels=config.levels,
     )
     return out
 
