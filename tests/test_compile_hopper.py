@@ -161,17 +161,21 @@ def _cases() -> dict:
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
-        forward = dict(constants, TAIL=0, ALIGN=0, LEVELS=0)
+        forward = dict(constants, TAIL=0, ALIGN=0, LEVELS=0, WALK_PER=1)
         cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], forward, 4)
         pointers = ["*i32", data, data, data]
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)
     tail = dict(ACC_DTYPE=tl.float32, INDEX=tl.int64, BLOCK=128, BLOCK_H=2, TAIL=32, ALIGN=0,
-                LEVELS=0)  # fmt: skip
+                LEVELS=0, WALK_PER=1)  # fmt: skip
     cases["softmax tail"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], tail, 1)
     for warps in (4, 8):  # causal rows read once on 1024, 2048 or 4096 lanes (levels)
         levels = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, LEVELS=2)
         name = f"softmax levels 1024 x 4 {warps} warps"
         cases[name] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], levels, warps)
+    for per in (1, 8):  # causal rows walked (the route at 1024 lanes), the max per lane or thread
+        walk = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, WALK_PER=per)
+        name = f"softmax walk 1024 / {per}"
+        cases[name] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], walk, 4)
     for block, tail_lanes in ((256, 8), (128, 32)):  # whole 16-byte groups (an early return)
         aligned = dict(tail, INDEX=tl.int32, BLOCK=block, TAIL=tail_lanes, ALIGN=8)
         cases[f"softmax aligned {block}+{tail_lanes}"] = (
@@ -394,6 +398,8 @@ CASE_NAMES = [
     "softmax tail",
     "softmax levels 1024 x 4 4 warps",
     "softmax levels 1024 x 4 8 warps",
+    "softmax walk 1024 / 1",
+    "softmax walk 1024 / 8",
     "softmax aligned 256+8",
     "softmax aligned 128+32",
     "csr token *bf16",

@@ -28,7 +28,9 @@ def _config(S, block):
     return block or config.block, config.num_warps
 
 
-def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None, align=0, levels=0):
+def _forward_poisoned(
+    S, values, scale, block=None, heads=1, tail=0, warps=None, align=0, levels=0, walk_per=1
+):
     from sparsekernels.kernels import softmax_csr as kernel
 
     block, num_warps = _config(S, block)
@@ -44,6 +46,7 @@ def _forward_poisoned(S, values, scale, block=None, heads=1, tail=0, warps=None,
         tail=tail,
         align=align,
         levels=levels,
+        walk_per=walk_per,
     )
     return out
 
@@ -243,6 +246,39 @@ def test_forward_levels(device, dtype, levels, heads, warps, tail, wide, gen, mo
     _check_forward(got, _dense_softmax(S, values, 0.7), dtype)
     with pytest.raises(ValueError, match="levels"):
         _forward_poisoned(S, values, 0.7, block=16, levels=3)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on -inf rows
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("walk_per", "heads", "warps"), [(2, 1, 1), (4, 2, 1), (16, 1, 1)])
+@pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
+def test_forward_walk_per_thread(device, dtype, walk_per, heads, warps, wide, gen, monkeypatch):
+    """The walk's max taken per thread (block 16, 2-16 entries a thread): rows walked over 2-6
+    blocks ending anywhere in a step, a row whose max is its last entry alone, a row of -inf
+    (NaN), a NaN and a +inf entry; rows within a block (read once), empty rows; 3 heads, the
+    last program partly past the batch."""
+    from sparsekernels.kernels import softmax_csr
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(softmax_csr, "INT32_LIMIT", 0 if wide else 2**31)
+    monkeypatch.setattr(softmax_csr, "INT32_ONLY_FOR_WALKS", False)
+    lengths = [0, 17, 33, 40, 64, 90, 5, 0, 47, 31, 16, 81]
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    cols = torch.cat([torch.randperm(96, generator=gen)[:k].sort().values for k in lengths])
+    S = sk.CSRMatrix(offsets.to(device), cols.to(torch.int32).to(device),
+                     torch.zeros(cols.numel(), dtype=dtype, device=device),
+                     (len(lengths), 96))  # fmt: skip
+    values = (randn(3, S.nnz, gen=gen, device=device) * 3).to(dtype)
+    values[0, 0:17] = float("-inf")  # row 1 (17 entries) all -inf: NaN
+    values[1, 17:49] = -1e4  # row 2 (33 entries): its max the last entry alone
+    values[2, 60] = float("nan")  # row 3 (40, from 50): NaN
+    values[2, 120] = float("inf")  # row 4 (64, from 90): +inf makes it NaN too
+    values[0, 250] = 50.0  # row 8 (47, from 249): one entry far above the rest
+    got = _forward_poisoned(S, values, 0.7, block=16, heads=heads, warps=warps, walk_per=walk_per)
+    _check_forward(got, _dense_softmax(S, values, 0.7), dtype)
+    with pytest.raises(ValueError, match="walk_per"):
+        _forward_poisoned(S, values, 0.7, block=16, walk_per=3)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -15,6 +15,7 @@ lanes: 183 against 230 instructions a warp; patterns without a saving run as bef
 for whole 16-byte groups as SOFTMAX_ALIGN routes them (vector loads; in bf16 24-35% fewer
 instructions compiled for sm_90), "/lN" for rows up to 2^N blocks read once on the fewest of
 2 or 4 blocks' lanes that hold them (softmax_csr's LEVELS; causal rows now walked twice);
+"/cN" for the walk's max taken per thread over N entries a step (softmax_csr's WALK_PER);
 "default" is the library's choice.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
     KINDS=local:256 DTYPES=bf16 FORMS=2/1/i32,4/2/i32 BUDGET_S=60 ...
@@ -75,17 +76,18 @@ for kind in KINDS:
         times = {}
         for form in FORMS:
             block, tail, library_int32, align, flags = config.block, 0, False, 0, []
-            levels = 0
+            levels, walk_per = 0, 1
             if form == "default":  # the library's forward route, its tail and offsets included
                 chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH, dtype.itemsize)
                 heads, warps, int32 = chosen.heads, chosen.num_warps, None
                 tail, library_int32, align = chosen.tail, chosen.int32, chosen.align
-                levels = chosen.levels
+                levels, walk_per = chosen.levels, chosen.walk_per
                 block = chosen.block // 2 if tail else chosen.block
             else:
                 h, w, offsets, *flags = form.split("/")
                 heads, warps, int32 = int(h), int(w) or config.num_warps * int(h), offsets == "i32"
             levels = next((int(f[1:]) for f in flags if f.startswith("l")), levels)
+            walk_per = next((int(f[1:]) for f in flags if f.startswith("c")), walk_per)
             if "a" in flags:  # whole 16-byte groups, as SOFTMAX_ALIGN routes them
                 align = 16 // dtype.itemsize
             if "t" in flags:  # the library's tail, as SOFTMAX_TAIL routes it
@@ -96,11 +98,12 @@ for kind in KINDS:
                 block = config.block // 2 if tail else config.block
 
             def run(heads=heads, warps=warps, block=block, tail=tail, i32=library_int32,
-                    align=align, levels=levels, only=None):  # fmt: skip
+                    align=align, levels=levels, walk_per=walk_per, only=None):  # fmt: skip
                 for v in values if only is None else [only]:  # each copy once: cold in L2
                     sparse_softmax(row_offsets=P.row_offsets, values=v, out=out, scale=0.5,
                                    block=block, num_warps=warps, heads=heads, tail=tail,
-                                   int32=i32, align=align, levels=levels)  # fmt: skip
+                                   int32=i32, align=align, levels=levels,
+                                   walk_per=walk_per)  # fmt: skip
 
             if int32 is not None:  # int32 wherever offsets fit, or int64 everywhere
                 softmax_csr.INT32_ONLY_FOR_WALKS = False
@@ -113,6 +116,7 @@ for kind in KINDS:
         default = f"{chosen.heads}/{chosen.num_warps}" + ("/t" if chosen.tail else "")
         default += "/a" if chosen.align else ""
         default += f"/l{chosen.levels}" if chosen.levels else ""
+        default += f"/c{chosen.walk_per}" if chosen.walk_per > 1 else ""
         case = f"{kind} {name} block={config.block}"
         print(case, {f: round(t, 1) for f, t in times.items()}, f"default {default}", flush=True)
         table.append((case, moved, times, default))

@@ -53,6 +53,7 @@ class SoftmaxCsrConfig:
     int32: bool = False  # the forward's offsets in int32 wherever they fit (its tail's rows)
     align: int = 0  # > 1: the forward reads rows in whole 16-byte groups of this many entries
     levels: int = 0  # the forward reads rows up to block * 2^levels once too (softmax_csr)
+    walk_per: int = 1  # > 1: the forward's walk takes a step's max per thread first
 
 
 # Heads per program: a row of up to 256 entries is one warp's work, and one-warp programs meet

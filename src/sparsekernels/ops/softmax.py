@@ -67,6 +67,7 @@ def _triton_softmax(row_offsets, values, scale):
         int32=config.int32,
         align=config.align,
         levels=config.levels,
+        walk_per=config.walk_per,
     )
     return out
 
