@@ -164,7 +164,8 @@ def _cases() -> dict:
         forward = dict(constants, TAIL=0, ALIGN=0, LEVELS=0, WALK_PER=1)
         cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], forward, 4)
         pointers = ["*i32", data, data, data]
-        cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, constants, 4)
+        backward = dict(constants, LEVELS=0)
+        cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, backward, 4)
     tail = dict(ACC_DTYPE=tl.float32, INDEX=tl.int64, BLOCK=128, BLOCK_H=2, TAIL=32, ALIGN=0,
                 LEVELS=0, WALK_PER=1)  # fmt: skip
     cases["softmax tail"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], tail, 1)
@@ -172,6 +173,13 @@ def _cases() -> dict:
         levels = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, LEVELS=2)
         name = f"softmax levels 1024 x 4 {warps} warps"
         cases[name] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], levels, warps)
+    levels = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, LEVELS=2)
+    cases["softmax backward levels 1024 x 4 8 warps"] = (
+        _softmax_csr_backward_kernel,
+        ["*i32", "*bf16", "*bf16", "*bf16"],
+        levels,
+        8,
+    )
     for per in (1, 8):  # causal rows walked (the route at 1024 lanes), the max per lane or thread
         walk = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, WALK_PER=per)
         name = f"softmax walk 1024 / {per}"
@@ -399,6 +407,7 @@ CASE_NAMES = [
     "softmax levels 1024 x 4 4 warps",
     "softmax levels 1024 x 4 8 warps",
     "softmax walk 1024 / 1",
+    "softmax backward levels 1024 x 4 8 warps",
     "softmax walk 1024 / 8",
     "softmax aligned 256+8",
     "softmax aligned 128+32",

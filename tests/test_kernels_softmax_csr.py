@@ -51,7 +51,7 @@ def _forward_poisoned(
     return out
 
 
-def _backward_poisoned(S, probs, grad, scale, block=None, heads=1):
+def _backward_poisoned(S, probs, grad, scale, block=None, heads=1, levels=0, warps=None):
     from sparsekernels.kernels import softmax_csr as kernel
 
     block, num_warps = _config(S, block)
@@ -64,8 +64,9 @@ def _backward_poisoned(S, probs, grad, scale, block=None, heads=1):
         out=out.view(-1, S.nnz),
         scale=scale,
         block=block,
-        num_warps=num_warps * heads,
+        num_warps=warps or num_warps * heads,
         heads=heads,
+        levels=levels,
     )
     return out
 
@@ -224,7 +225,8 @@ def test_forward_levels(device, dtype, levels, heads, warps, tail, wide, gen, mo
     """Rows past the block read once on 2 or 4 blocks' lanes (block 16): rows on each side of
     every width's edge (16, 17, 32, 33, 64, 65), rows past the widest (the walk), empty rows
     and one entry; a row of -inf (NaN) and a NaN entry in a wide row; 3 heads, the last
-    program partly past the batch; with and without the tail below the block's edge."""
+    program partly past the batch; with and without the tail below the block's edge. The
+    backward's rows alike (p and g read once), in float64."""
     from sparsekernels.kernels import softmax_csr
 
     skip_interpreter_on_gpu_machine(device)
@@ -246,6 +248,15 @@ def test_forward_levels(device, dtype, levels, heads, warps, tail, wide, gen, mo
     _check_forward(got, _dense_softmax(S, values, 0.7), dtype)
     with pytest.raises(ValueError, match="levels"):
         _forward_poisoned(S, values, 0.7, block=16, levels=3)
+    if tail:
+        return
+    probs = _dense_softmax(S, values, 0.7).nan_to_num(0.5).to(device)  # finite p: each row's d
+    grad = randn(3, S.nnz, gen=gen, device=device)
+    got = _backward_poisoned(S, probs, grad, 0.7, block=16, heads=heads, levels=levels, warps=warps)
+    want, bound = _backward_want_and_bound(S, probs, grad, 0.7)
+    assert_close(got, want, bound, torch.float64)
+    with pytest.raises(ValueError, match="levels"):
+        _backward_poisoned(S, probs, grad, 0.7, block=16, levels=3)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on -inf rows

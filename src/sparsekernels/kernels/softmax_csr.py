@@ -232,6 +232,20 @@ def _softmax_csr_kernel(
 
 
 @triton.jit
+def _backward_once(
+    probs, grad, out, start, end, lanes, mask_h, scale, stride_pe, stride_ge, stride_oe,
+    ACC_DTYPE: tl.constexpr,
+):  # fmt: skip
+    """A row within the lanes in registers: one read of p and g, one write."""
+    offs = (start + lanes)[None, :]
+    mask = mask_h[:, None] & (offs < end)
+    p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
+    g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
+    d = scale * p * (g - tl.sum(p * g, axis=1)[:, None])
+    tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _softmax_csr_backward_kernel(
     row_offsets,  # (M + 1,) int32/int64
     probs,  # (nnz,) or (batch, nnz): strides stride_pb (0 when unbatched), stride_pe
@@ -250,6 +264,7 @@ def _softmax_csr_backward_kernel(
     INDEX: tl.constexpr,  # int32 when every entry offset within a matrix fits, else int64
     BLOCK: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    LEVELS: tl.constexpr,  # rows up to BLOCK * 2^LEVELS (<= 2) read once on 2 or 4 BLOCK lanes
 ):
     row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -263,12 +278,22 @@ def _softmax_csr_backward_kernel(
     lanes = tl.arange(0, BLOCK).to(INDEX)
 
     if end - start <= BLOCK:  # the whole row in registers: one read of p and g
-        offs = (start + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        p = tl.load(probs + offs * stride_pe, mask=mask, other=0.0).to(ACC_DTYPE)
-        g = tl.load(grad + offs * stride_ge, mask=mask, other=0.0).to(ACC_DTYPE)
-        d = scale * p * (g - tl.sum(p * g, axis=1)[:, None])
-        tl.store(out + offs * stride_oe, d.to(out.dtype.element_ty), mask=mask)
+        _backward_once(
+            probs, grad, out, start, end, lanes, mask_h, scale, stride_pe, stride_ge, stride_oe,
+            ACC_DTYPE,
+        )  # fmt: skip
+    elif (LEVELS >= 1) & (end - start <= 2 * BLOCK):  # still one read, on twice the lanes
+        lanes_2 = tl.arange(0, 2 * BLOCK).to(INDEX)
+        _backward_once(
+            probs, grad, out, start, end, lanes_2, mask_h, scale, stride_pe, stride_ge,
+            stride_oe, ACC_DTYPE,
+        )  # fmt: skip
+    elif (LEVELS >= 2) & (end - start <= 4 * BLOCK):
+        lanes_4 = tl.arange(0, 4 * BLOCK).to(INDEX)
+        _backward_once(
+            probs, grad, out, start, end, lanes_4, mask_h, scale, stride_pe, stride_ge,
+            stride_oe, ACC_DTYPE,
+        )  # fmt: skip
     else:
         acc = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
         for e in range(start, end, BLOCK):
@@ -409,9 +434,13 @@ def sparse_softmax_backward(
     block: int,
     num_warps: int,
     heads: int = 1,
+    levels: int = 0,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), `heads` matrices of a row per program; probs and grad may
-    be unbatched (nnz,) (batch stride 0)."""
+    be unbatched (nnz,) (batch stride 0). `levels` (0-2) as the forward's: rows up to
+    block * 2^levels read once (p and g once instead of twice)."""
+    if levels not in (0, 1, 2):
+        raise ValueError(f"levels must be 0, 1 or 2, got {levels!r}")
     batch, nnz = out.shape
     rows = row_offsets.numel() - 1
     if rows == 0 or nnz == 0 or batch == 0:
@@ -433,9 +462,18 @@ def sparse_softmax_backward(
         out.stride(0),
         out.stride(1),
         ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
-        INDEX=_index(nnz, rows, block, probs.stride(-1), grad.stride(-1), out.stride(1)),
+        INDEX=_index(
+            nnz,
+            rows,
+            block,
+            probs.stride(-1),
+            grad.stride(-1),
+            out.stride(1),
+            widest=block << levels,
+        ),
         BLOCK=block,
         BLOCK_H=heads,
+        LEVELS=levels,
         num_warps=num_warps,
     )
     return out.mul_(scale) if applied_after else out
