@@ -161,13 +161,13 @@ def _cases() -> dict:
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
-        forward = dict(constants, TAIL=0, ALIGN=0, LEVELS=0, WALK_PER=1)
+        forward = dict(constants, TAIL=0, ALIGN=0, EDGE=16, LEVELS=0, WALK_PER=1)
         cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], forward, 4)
         pointers = ["*i32", data, data, data]
         backward = dict(constants, LEVELS=0)
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, backward, 4)
     tail = dict(ACC_DTYPE=tl.float32, INDEX=tl.int64, BLOCK=128, BLOCK_H=2, TAIL=32, ALIGN=0,
-                LEVELS=0, WALK_PER=1)  # fmt: skip
+                EDGE=16, LEVELS=0, WALK_PER=1)  # fmt: skip
     cases["softmax tail"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], tail, 1)
     for warps in (4, 8):  # causal rows read once on 1024, 2048 or 4096 lanes (levels)
         levels = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, LEVELS=2)
@@ -184,13 +184,20 @@ def _cases() -> dict:
         walk = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, WALK_PER=per)
         name = f"softmax walk 1024 / {per}"
         cases[name] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], walk, 4)
-    for block, tail_lanes in ((256, 8), (128, 32)):  # whole 16-byte groups (an early return)
-        aligned = dict(tail, INDEX=tl.int32, BLOCK=block, TAIL=tail_lanes, ALIGN=8)
-        cases[f"softmax aligned {block}+{tail_lanes}"] = (
+    grouped = (  # whole 16-byte groups as routed: local:256, strided:128:128, random:0.1
+        ("256", tl.int64, 256, 0, 2, 2),
+        ("128+32", tl.int32, 128, 32, 4, 2),
+        ("512", tl.int32, 512, 0, 2, 2),
+    )
+    for name, index, block, tail_lanes, heads, warps in grouped:
+        edge = max(16, 32 * warps // heads)
+        aligned = dict(tail, INDEX=index, BLOCK=block, BLOCK_H=heads, TAIL=tail_lanes, ALIGN=8,
+                       EDGE=edge)  # fmt: skip
+        cases[f"softmax grouped {name}"] = (
             _softmax_csr_kernel,
             ["*i32", "*bf16", "*bf16"],
             aligned,
-            2,
+            warps,
         )
     cases.update(csr_token_cases())
     for index in ("int32", "int64"):  # the general CSR kernel, padded B, both offset widths
@@ -409,8 +416,9 @@ CASE_NAMES = [
     "softmax walk 1024 / 1",
     "softmax backward levels 1024 x 4 8 warps",
     "softmax walk 1024 / 8",
-    "softmax aligned 256+8",
-    "softmax aligned 128+32",
+    "softmax grouped 256",
+    "softmax grouped 128+32",
+    "softmax grouped 512",
     "csr token *bf16",
     "csr token *fp64",
     "csr token *bf16 lane-major",

@@ -180,24 +180,32 @@ def test_forward_tail(device, dtype, heads, warps, wide, gen, monkeypatch):
     assert sk.sparse_softmax(none, backend="triton").values.shape == (0,)
 
 
+def _padded(batch, nnz, dtype, device, fill):
+    """A (batch, nnz) view of a (batch, nnz rounded up to 16) array filled with `fill`: each
+    matrix 16-byte aligned, as grouped reads need."""
+    return torch.full((batch, -(-nnz // 16) * 16), fill, dtype=dtype, device=device)[:, :nnz]
+
+
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("tail", [0, 8])
 @pytest.mark.parametrize(("heads", "warps"), [(1, 1), (4, 2)])
 @pytest.mark.parametrize("whole", [False, True], ids=["ragged-end", "whole-groups"])
 @pytest.mark.parametrize("wide", [False, True], ids=["int32", "int64"])
 def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, monkeypatch):
-    """Rows read once as whole 16-byte groups (align: 8 entries in bf16, 4 in fp32), block 16:
-    rows starting at every offset within a group, rows whose groups overflow the lanes (read
-    entry by entry instead), longer rows (the walk), empty rows and a single entry; the last
+    """Rows read once in whole 16-byte groups (align: 8 entries in 16 bits, 4 in fp32), block
+    16, values and out padded to 16 entries a matrix: rows of whole groups, rows starting at
+    every offset within a group, rows whose groups overflow the lanes (read entry by entry),
+    rows reaching the tail, longer rows (the walk), empty rows and a single entry; the last
     row ending mid-group at the array's end (entry by entry: its group would pass the array)
-    or on a group's end; 5 heads, a NaN entry and a row of -inf."""
+    or on a group's end; 5 heads, a NaN entry and a row of -inf. The padding is never
+    written; unpadded arrays take the entry-by-entry read (grouped_access)."""
     from sparsekernels.kernels import softmax_csr
 
     skip_interpreter_on_gpu_machine(device)
     monkeypatch.setattr(softmax_csr, "INT32_LIMIT", 0 if wide else 2**31)
     align = 16 // dtype.itemsize
-    lengths = [0, 3, 5, 16, 17, 9, 13, 24, 40, 1, 7, 23, 11, 15, 2]
+    lengths = [0, 3, 5, 16, 17, 9, 13, 24, 40, 1, 8, 16, 23, 11, 15, 2, 7, 5]
     if whole:  # the matrix ends on a group: its last row is read as groups too
         lengths.append(-sum(lengths) % 16 or 16)
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
@@ -206,13 +214,28 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
                      torch.zeros(cols.numel(), dtype=dtype, device=device),
                      (len(lengths), 48))  # fmt: skip
     assert (S.nnz % 16 == 0) == whole
-    values = randn(5, S.nnz, gen=gen, device=device).to(dtype)
+    values = _padded(5, S.nnz, dtype, device, float("nan"))  # padding read: NaN rows
+    values.copy_(randn(5, S.nnz, gen=gen, device=device))
     values[1, 8:24] = float("-inf")  # row 3 (16 entries) all -inf: NaN, as dense softmax
     values[3, 45] = float("nan")  # a NaN in row 5
-    got = _forward_poisoned(
-        S, values, 0.7, block=16, heads=heads, tail=tail, warps=warps, align=align
-    )
-    _check_forward(got, _dense_softmax(S, values, 0.7), dtype)
+    values[4, 128:152] *= 40  # rows 10 and 11 (8 and 16 entries): whole groups, wide spread
+    out = _padded(5, S.nnz, dtype, device, float("nan"))
+    padding = out.as_strided((5, out.stride(0) - S.nnz), out.stride(), S.nnz)
+    assert softmax_csr.grouped_access(values, out, align)
+    softmax_csr.sparse_softmax(
+        row_offsets=S.row_offsets, values=values, out=out, scale=0.7, block=16,
+        num_warps=warps, heads=heads, tail=tail, align=align,
+    )  # fmt: skip
+    want = _dense_softmax(S, values, 0.7)
+    _check_forward(out, want, dtype)
+    assert padding.isnan().all()  # never written
+    unpadded = values.contiguous()
+    assert softmax_csr.grouped_access(unpadded, out, align) == whole
+    got = _forward_poisoned(S, unpadded, 0.7, block=16, heads=heads, tail=tail, warps=warps,
+                            align=align)  # fmt: skip
+    _check_forward(got, want, dtype)
+    with pytest.raises(ValueError, match="align"):
+        _forward_poisoned(S, unpadded, 0.7, block=16, tail=4, align=8)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on -inf rows
@@ -408,8 +431,9 @@ def test_forward_align_rule(monkeypatch, request):
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_op_aligned(device, dtype, gen, monkeypatch, request):
-    """The op with SOFTMAX_ALIGN on, 16-bit values: 3 heads over rows of every length and
-    start, empty rows; forward against float64 dense softmax."""
+    """The op with SOFTMAX_ALIGN on, 16-bit values padded to 16 entries a matrix: 3 heads over
+    rows of every length and start, empty rows; its output padded alike; one matrix too;
+    forward against float64 dense softmax."""
     from sparsekernels.kernels import sddmm_tuning
 
     skip_interpreter_on_gpu_machine(device)
@@ -417,10 +441,15 @@ def test_op_aligned(device, dtype, gen, monkeypatch, request):
     sddmm_tuning.softmax_forward_config.cache_clear()
     request.addfinalizer(sddmm_tuning.softmax_forward_config.cache_clear)
     S = random_csr(37, 70, 0.4, gen, dtype, device)  # ~28 a row: block 32, rows past it walk
+    assert S.nnz % 16
     assert sddmm_tuning.softmax_forward_config(S.nnz, 37, 3, dtype.itemsize).align == 8
-    values = randn(3, S.nnz, gen=gen, device=device).to(dtype)
+    values = _padded(3, S.nnz, dtype, device, float("nan"))
+    values.copy_(randn(3, S.nnz, gen=gen, device=device))
     probs = sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values
+    assert probs.stride(0) % 16 == 0  # padded as values: the next softmax reads groups too
     _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
+    one = sk.sparse_softmax(S.with_values(values[0]), 0.6, backend="triton").values  # unbatched
+    _check_forward(one, _dense_softmax(S, values[0], 0.6), dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

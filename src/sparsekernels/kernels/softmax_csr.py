@@ -10,10 +10,10 @@ lanes, whichever is the fewest that hold it (a causal pattern's rows grow one en
 neighbouring programs take the same branch). Exponentials are taken in base 2 (log2(e) folded into
 the scale) and each row's sum inverted once: the kernel is bound by instructions issued, and
 compiled for sm_90 its single-read branch then issues 13% fewer (27-31% fewer in the walks).
-Rows read once may also load whole 16-byte groups from the one holding their start (ALIGN):
-the masks are then the same across a group, so the loads become vector loads (a row's
-start is otherwise any entry, and each entry a load); rows whose groups would not fit the
-lanes, or would pass the array's end, are read entry by entry.
+Rows read once may also be read and written in whole 16-byte groups from the one holding
+their start (ALIGN, kernels/softmax_csr_groups.py: vector loads and stores where each matrix's
+values start 16-byte aligned); rows whose groups would not fit the lanes, or would pass the
+array's end, are read entry by entry.
 As the reference does, a row whose max is -inf is
 shifted by 0 instead, so a row of all -inf gives 0 / 0 = NaN like dense softmax; a NaN or +inf
 makes its row NaN; empty rows are not touched.
@@ -44,40 +44,28 @@ import torch
 import triton
 import triton.language as tl
 
+from ._sizes import next_power_of_2
+from .softmax_csr_groups import read_in_groups, read_whole_groups
+
 LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
 def _read_once(
-    values, out, first, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
     ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
-    GROUP: tl.constexpr,
 ):  # fmt: skip
-    """A row of at most BLOCK + TAIL entries from `first` on, in registers: one read, one
-    write. GROUP > 1: `first` is the row's start rounded down to GROUP entries (16 bytes) and
-    the loads take whole groups (one mask a group: vector loads), the neighbours' entries
-    masked out after the load; the stores stay entry by entry (a neighbour's program writes
-    them). GROUP = 1: `first` is the start."""
-    offs = (first + lanes)[None, :]
-    if GROUP > 1:  # start <= offs < end as one unsigned compare
-        width = tl.cast(end - start, tl.uint32 if INDEX == tl.int32 else tl.uint64)  # noqa: SIM300
-        live = mask_h[:, None] & (tl.cast(offs - start, width.dtype) < width)
-        load_mask = mask_h[:, None] & ((first + lanes // GROUP * GROUP)[None, :] < end)
-    else:
-        live = mask_h[:, None] & (offs < end)
-        load_mask = live
-    z = tl.load(values + offs * stride_ve, mask=load_mask, other=float("-inf")).to(ACC_DTYPE)
+    """A row of at most BLOCK + TAIL entries in registers: one read, one write."""
+    offs = (start + lanes)[None, :]
+    live = mask_h[:, None] & (offs < end)
+    z = tl.load(values + offs * stride_ve, mask=live, other=float("-inf")).to(ACC_DTYPE)
     z = tl.where(live, z * scale, float("-inf"))
     row_max = tl.max(z, axis=1)
     if TAIL > 0:  # the entries past BLOCK, on TAIL lanes instead of another BLOCK
         tail_lanes = tl.arange(0, TAIL).to(INDEX)
-        tail_offs = (first + BLOCK + tail_lanes)[None, :]  # past the start: first + BLOCK > start
+        tail_offs = (start + BLOCK + tail_lanes)[None, :]
         tail_live = mask_h[:, None] & (tail_offs < end)
-        tail_load = tail_live
-        if GROUP > 1:
-            tail_groups = (first + BLOCK + tail_lanes // GROUP * GROUP)[None, :]
-            tail_load = mask_h[:, None] & (tail_groups < end)
-        zt = tl.load(values + tail_offs * stride_ve, mask=tail_load, other=float("-inf"))
+        zt = tl.load(values + tail_offs * stride_ve, mask=tail_live, other=float("-inf"))
         zt = tl.where(tail_live, zt.to(ACC_DTYPE) * scale, float("-inf"))
         row_max = tl.maximum(row_max, tl.max(zt, axis=1))
     row_shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
@@ -165,7 +153,8 @@ def _softmax_csr_kernel(
     BLOCK: tl.constexpr,
     BLOCK_H: tl.constexpr,
     TAIL: tl.constexpr,  # > 0: rows up to BLOCK + TAIL entries are read once, as two pieces
-    ALIGN: tl.constexpr,  # > 1: rows read once load whole groups of ALIGN entries (_read_once)
+    ALIGN: tl.constexpr,  # > 1: rows read once in whole groups of ALIGN entries (16 bytes)
+    EDGE: tl.constexpr,  # with ALIGN: lanes for a row's partial edge groups (softmax_csr_groups)
     LEVELS: tl.constexpr,  # rows up to BLOCK * 2^LEVELS (<= 2) read once on 2 or 4 BLOCK lanes
     WALK_PER: tl.constexpr,  # > 1: a walk's max taken per thread over this many entries a step
 ):
@@ -182,30 +171,36 @@ def _softmax_csr_kernel(
     scale = (tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)) * LOG2_E
     lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
-    if ALIGN > 1:  # rows whose 16-byte groups fit the lanes and end within the array
-        first = tl.multiple_of(start // ALIGN * ALIGN, ALIGN)
+    if ALIGN > 1:  # rows read once in whole 16-byte groups: vector loads and stores
+        if (start % ALIGN == 0) & (end % ALIGN == 0) & (end - start <= BLOCK):
+            read_whole_groups(
+                values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
+                ALIGN,
+            )  # fmt: skip
+            return
+        first = start // ALIGN * ALIGN
         if (end - first <= BLOCK + TAIL) & ((end + ALIGN - 1) // ALIGN * ALIGN <= nnz):
-            _read_once(
-                values, out, first, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
-                ACC_DTYPE, INDEX, BLOCK, TAIL, ALIGN,
+            read_in_groups(
+                values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
+                INDEX, BLOCK, TAIL, ALIGN, EDGE,
             )  # fmt: skip
             return
     if end - start <= BLOCK + TAIL:  # the whole row in registers: one read (empty: no store)
         _read_once(
-            values, out, start, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
-            ACC_DTYPE, INDEX, BLOCK, TAIL, 1,
+            values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
+            INDEX, BLOCK, TAIL,
         )  # fmt: skip
     elif (LEVELS >= 1) & (end - start <= 2 * BLOCK):  # a longer row still read once, on twice
         lanes_2 = tl.arange(0, 2 * BLOCK).to(INDEX)  # the lanes: no second read, no rescaling
         _read_once(
-            values, out, start, start, end, lanes_2, mask_h, scale, stride_ve, stride_oe,
-            ACC_DTYPE, INDEX, 2 * BLOCK, 0, 1,
+            values, out, start, end, lanes_2, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
+            INDEX, 2 * BLOCK, 0,
         )  # fmt: skip
     elif (LEVELS >= 2) & (end - start <= 4 * BLOCK):
         lanes_4 = tl.arange(0, 4 * BLOCK).to(INDEX)
         _read_once(
-            values, out, start, start, end, lanes_4, mask_h, scale, stride_ve, stride_oe,
-            ACC_DTYPE, INDEX, 4 * BLOCK, 0, 1,
+            values, out, start, end, lanes_4, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
+            INDEX, 4 * BLOCK, 0,
         )  # fmt: skip
     else:
         # Pass 1: the row's max and the inverse of its sum of exponentials.
@@ -352,7 +347,19 @@ def _splits(scale: float, dtype: torch.dtype) -> bool:
 
 
 def _batch_stride(t: torch.Tensor) -> int:
-    return t.stride(0) if t.dim() == 2 else 0
+    """0 for one matrix (unbatched, or a batch of one: its stride never counts, and 0 keeps
+    Triton's divisibility hint)."""
+    return t.stride(0) if t.dim() == 2 and t.shape[0] > 1 else 0
+
+
+def grouped_access(values: torch.Tensor, out: torch.Tensor, group: int) -> bool:
+    """Whether whole groups of `group` entries are 16-byte vectors in both arrays: unit entry
+    strides, batch strides a multiple of 16 entries (Triton's divisibility hint; a matrix of
+    nnz entries padded to 16 has them) and 16-byte aligned starts."""
+    return group * out.element_size() == 16 and all(
+        t.stride(-1) == 1 and _batch_stride(t) % 16 == 0 and t.data_ptr() % 16 == 0
+        for t in (values, out)
+    )
 
 
 def sparse_softmax(
@@ -369,17 +376,22 @@ def sparse_softmax(
     align: int = 0,
     levels: int = 0,
     walk_per: int = 1,
+    max_registers: int | None = None,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), `heads` matrices of a row per program; values may be
     unbatched (nnz,) (its batch stride is 0). `tail` (0 or a power of two): rows of up to
     block + tail entries are read once, the last ones on `tail` lanes. `int32`: int32 offsets
     wherever they fit, rows read once included (_index). `align` (0, or the entries in 16
-    bytes): rows read once load whole 16-byte groups from the one holding their start
-    (vector loads where the arrays are 16-byte aligned), when the groups fit block + tail.
+    bytes, dividing block and tail): rows read once in whole 16-byte groups from the one holding
+    their start (softmax_csr_groups), where the groups fit block + tail; taken only where it
+    gives vector loads and stores (grouped_access), else as 0.
     `levels` (0-2): rows of up to block * 2^levels entries are read once too, on the fewest of
     2 or 4 blocks' lanes that hold them; longer rows are walked twice, block by block.
     `walk_per` (a power of two dividing block): the walk's first pass takes each step's max
-    over this many entries a thread before rescaling (_walk_per_thread; 1: per lane)."""
+    over this many entries a thread before rescaling (_walk_per_thread; 1: per lane).
+    `max_registers`: Triton's maxnreg (more programs an SM)."""
+    if align > 1 and (block % align or tail % align):
+        raise ValueError(f"align {align} must divide block {block} and tail {tail}")
     if levels not in (0, 1, 2):
         raise ValueError(f"levels must be 0, 1 or 2, got {levels!r}")
     if walk_per < 1 or walk_per & (walk_per - 1) or block % walk_per:
@@ -391,6 +403,8 @@ def sparse_softmax(
     if not _splits(scale, out.dtype):
         values, scale = values * scale, 1.0
     hi, lo = _split_scale(scale)
+    align = align if align > 1 and grouped_access(values, out, align) else 0
+    launch = {"maxnreg": max_registers} if max_registers else {}
     _softmax_csr_kernel[(rows, -(-batch // heads))](
         row_offsets,
         values,
@@ -416,10 +430,12 @@ def sparse_softmax(
         BLOCK=block,
         BLOCK_H=heads,
         TAIL=tail,
-        ALIGN=align if align > 1 else 0,
+        ALIGN=align,
+        EDGE=next_power_of_2(max(2 * align, 32 * num_warps // heads)),
         LEVELS=levels,
         WALK_PER=walk_per,
         num_warps=num_warps,
+        **launch,
     )
     return out
 

@@ -48,13 +48,16 @@ def _triton_softmax(row_offsets, values, scale):
     from ..kernels import softmax_csr as kernel
     from ..kernels.sddmm_tuning import softmax_forward_config
 
-    out = torch.empty_like(values, memory_format=torch.contiguous_format)
+    nnz = values.shape[-1]
+    batch = values.numel() // nnz if nnz else 0
+    config = softmax_forward_config(nnz, row_offsets.numel() - 1, batch, values.element_size())
+    if config.align and values.dim() > 1:  # each matrix 16-byte aligned: grouped reads, writes
+        out = values.new_empty((*values.shape[:-1], -(-nnz // 16) * 16))[..., :nnz]
+    else:
+        out = torch.empty_like(values, memory_format=torch.contiguous_format)
     if out.numel() == 0:
         return out
-    flat = out.view(-1, values.shape[-1])
-    config = softmax_forward_config(
-        values.shape[-1], row_offsets.numel() - 1, flat.shape[0], values.element_size()
-    )
+    flat = out.view(-1, nnz)
     kernel.sparse_softmax(
         row_offsets=row_offsets,
         values=values,

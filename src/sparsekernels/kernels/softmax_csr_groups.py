@@ -1,0 +1,106 @@
+"""The row softmax's rows read once in whole 16-byte groups (softmax_csr's ALIGN): vector loads
+and stores where each matrix's values start 16-byte aligned (the batch stride a multiple of 16
+entries: ops/softmax pads its output so, and a producer may pad its values alike).
+
+Each entry of a row read once is otherwise one 2-byte load and one 2-byte store, and in bf16
+the kernel is bound by instructions issued (1.04-1.33 warp-instructions an entry compiled for
+sm_90 on the softmax suite's patterns; 47-61% of copy bandwidth on the H200). Here the lanes
+start at the group holding the row's start, the loads take whole groups (one mask a group: a
+vector load), and the stores take the groups wholly inside the row (a vector store); the row's
+first and last groups, where partial, are stored entry by entry from a small tensor reloaded
+(an L1 hit) and recomputed with the row's shift and inverse. A row of whole groups (start and
+end on group edges: local:256's rows past the first 256) needs no per-entry mask at all.
+A helper's sm_90 compile (benchmarks/results/cpu/2026-12-06-softmax-lean-analysis): local:256
+1.105 -> 0.735 warp-instructions an entry, strided:128:128 1.330 -> 1.083, random:0.1 1.042 ->
+0.961 (and 72 -> 40 registers with maxnreg 40).
+
+Two things Triton does that shape this code: a tensor with fewer entries than the program has
+threads is copied into every thread (EDGE lanes: at least one an thread), and a second tensor
+feeding the row's max and sum makes Triton convert the main tensor's layout through shared
+memory (the edge tensor only stores; the TAIL lanes, when routed, pay it).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def read_whole_groups(
+    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+    ACC_DTYPE: tl.constexpr, GROUP: tl.constexpr,
+):  # fmt: skip
+    """A row of whole groups (start and end multiples of GROUP) within the lanes: group masks
+    only, one vector load and store a group."""
+    first = tl.multiple_of(start, GROUP)
+    offs = (first + lanes)[None, :]
+    whole = mask_h[:, None] & ((first + lanes // GROUP * GROUP)[None, :] < end)
+    z = tl.load(values + offs * stride_ve, mask=whole, other=float("-inf"))
+    z = tl.where(whole, z.to(ACC_DTYPE) * scale, float("-inf"))
+    row_max = tl.max(z, axis=1)
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+    p = tl.exp2(z - shift)
+    inverse = (1.0 / tl.sum(p, axis=1))[:, None]
+    tl.store(out + offs * stride_oe, (p * inverse).to(out.dtype.element_ty), mask=whole)
+
+
+@triton.jit
+def read_in_groups(
+    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
+    GROUP: tl.constexpr, EDGE: tl.constexpr,
+):  # fmt: skip
+    """A row within BLOCK + TAIL lanes from the group holding its start, its groups' ends
+    within the array: whole groups loaded, the groups inside the row stored whole, the partial
+    first and last groups stored entry by entry from EDGE lanes (>= 2 GROUP, >= the threads a
+    head)."""
+    UNSIGNED: tl.constexpr = tl.uint32 if tl.int32 == INDEX else tl.uint64
+    first = tl.multiple_of(start // GROUP * GROUP, GROUP)
+    width = tl.cast(end - start, UNSIGNED)
+    offs = (first + lanes)[None, :]
+    groups = (first + lanes // GROUP * GROUP)[None, :]
+    inside = mask_h[:, None] & (groups >= start) & (groups + GROUP <= end)
+    live = mask_h[:, None] & (tl.cast(offs - start, UNSIGNED) < width)  # start <= offs < end
+    z = tl.load(
+        values + offs * stride_ve, mask=mask_h[:, None] & (groups < end), other=float("-inf")
+    )
+    z = tl.where(live, z.to(ACC_DTYPE) * scale, float("-inf"))
+    row_max = tl.max(z, axis=1)
+    if TAIL > 0:  # entries past BLOCK on TAIL lanes (whole groups: TAIL >= GROUP)
+        tail_lanes = tl.arange(0, TAIL).to(INDEX)
+        tail_offs = (first + BLOCK + tail_lanes)[None, :]
+        tail_groups = (first + BLOCK + tail_lanes // GROUP * GROUP)[None, :]
+        tail_live = mask_h[:, None] & (tail_offs < end)  # past the start already
+        zt = tl.load(
+            values + tail_offs * stride_ve,
+            mask=mask_h[:, None] & (tail_groups < end),
+            other=float("-inf"),
+        )
+        zt = tl.where(tail_live, zt.to(ACC_DTYPE) * scale, float("-inf"))
+        row_max = tl.maximum(row_max, tl.max(zt, axis=1))
+    # the edge: the first group on lanes 0..GROUP-1, the one holding end - 1 on the next GROUP
+    last = tl.multiple_of((end - 1) // GROUP * GROUP, GROUP)
+    e = tl.arange(0, EDGE).to(INDEX)
+    edge_group = tl.where(e < GROUP, first, last)[None, :]
+    edge_offs = edge_group + (e % GROUP)[None, :]
+    edge_live = mask_h[:, None] & (edge_offs >= start) & (edge_offs < end)
+    edge_live &= (e < tl.where(last > first, 2 * GROUP, GROUP))[None, :]  # one group: once
+    partial = (edge_group < start) | (edge_group + GROUP > end)
+    edge_store = edge_live & partial
+    ze = tl.load(values + edge_offs * stride_ve, mask=edge_store, other=float("-inf"))
+    ze = tl.where(edge_store, ze.to(ACC_DTYPE) * scale, float("-inf"))
+
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+    p = tl.exp2(z - shift)
+    row_sum = tl.sum(p, axis=1)
+    if TAIL > 0:
+        pt = tl.exp2(zt - shift)
+        row_sum += tl.sum(pt, axis=1)
+    inverse = (1.0 / row_sum)[:, None]
+    tl.store(out + offs * stride_oe, (p * inverse).to(out.dtype.element_ty), mask=inside)
+    if TAIL > 0:
+        tail_inside = mask_h[:, None] & (tail_groups + GROUP <= end)
+        tl.store(
+            out + tail_offs * stride_oe, (pt * inverse).to(out.dtype.element_ty), mask=tail_inside
+        )
+    pe = tl.exp2(ze - shift) * inverse
+    tl.store(out + edge_offs * stride_oe, pe.to(out.dtype.element_ty), mask=edge_store)
