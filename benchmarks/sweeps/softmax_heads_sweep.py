@@ -12,10 +12,12 @@ SM 79%, DRAM 37% on local:256 bf16). Compiled for sm_90, the single-read branch 
 "heads/warps/offsets", then "/t" for half the block and a tail as
 sddmm_tuning.softmax_tail routes them with SOFTMAX_TAIL on (strided:128:128's rows on 128 + 32
 lanes: 183 against 230 instructions a warp; patterns without a saving run as before), "/a"
-for whole 16-byte groups as SOFTMAX_ALIGN routes them (vector loads; in bf16 24-35% fewer
-instructions compiled for sm_90), "/lN" for rows up to 2^N blocks read once on the fewest of
+for whole 16-byte groups as SOFTMAX_ALIGN routes them (softmax_csr_groups: vector loads and
+stores), "/lN" for rows up to 2^N blocks read once on the fewest of
 2 or 4 blocks' lanes that hold them (softmax_csr's LEVELS; causal rows now walked twice);
-"/cN" for the walk's max taken per thread over N entries a step (softmax_csr's WALK_PER);
+"/cN" for the walk's max taken per thread over N entries a step (softmax_csr's WALK_PER),
+"/rN" for Triton's maxnreg N; "/a" forms read values padded to 16 entries a matrix and write
+an output padded alike (softmax_csr.grouped_access: 16-byte loads and stores);
 "default" is the library's choice.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
     KINDS=local:256 DTYPES=bf16 FORMS=2/1/i32,4/2/i32 BUDGET_S=60 ...
@@ -68,6 +70,14 @@ for kind in KINDS:
         copies = max(2, -(-(200 << 20) // (BATCH * P.nnz * dtype.itemsize)))  # > L2 in all
         values = [torch.randn(BATCH, P.nnz, device="cuda", dtype=dtype) for _ in range(copies)]
         out = torch.empty_like(values[0])
+        padded_values, padded_out = values, out  # "/a": each matrix padded to 16 entries
+        if any("a" in form.split("/")[3:] for form in FORMS):
+            width = -(-P.nnz // 16) * 16
+            padded_values = [torch.empty(BATCH, width, device="cuda", dtype=dtype)[:, : P.nnz]
+                             for _ in range(copies)]  # fmt: skip
+            for padded, v in zip(padded_values, values, strict=True):
+                padded.copy_(v)
+            padded_out = torch.empty(BATCH, width, device="cuda", dtype=dtype)[:, : P.nnz]
         want = torch.empty(BATCH, P.nnz, device="cuda", dtype=torch.float64)
         config = sddmm_tuning.softmax_csr_config(P.nnz, L, 1)  # one head a program: the block
         sparse_softmax(row_offsets=P.row_offsets, values=values[0].double(), out=want, scale=0.5,
@@ -97,19 +107,23 @@ for kind in KINDS:
                 sddmm_tuning.SOFTMAX_TAIL = tail_was
                 block = config.block // 2 if tail else config.block
 
+            registers = next((int(f[1:]) for f in flags if f.startswith("r")), None)
+            inputs, output = (padded_values, padded_out) if align else (values, out)
+
             def run(heads=heads, warps=warps, block=block, tail=tail, i32=library_int32,
-                    align=align, levels=levels, walk_per=walk_per, only=None):  # fmt: skip
-                for v in values if only is None else [only]:  # each copy once: cold in L2
-                    sparse_softmax(row_offsets=P.row_offsets, values=v, out=out, scale=0.5,
+                    align=align, levels=levels, walk_per=walk_per, registers=registers,
+                    inputs=inputs, output=output, only=None):  # fmt: skip
+                for v in inputs if only is None else [inputs[0]]:  # each copy once: cold in L2
+                    sparse_softmax(row_offsets=P.row_offsets, values=v, out=output, scale=0.5,
                                    block=block, num_warps=warps, heads=heads, tail=tail,
                                    int32=i32, align=align, levels=levels,
-                                   walk_per=walk_per)  # fmt: skip
+                                   walk_per=walk_per, max_registers=registers)  # fmt: skip
 
             if int32 is not None:  # int32 wherever offsets fit, or int64 everywhere
                 softmax_csr.INT32_ONLY_FOR_WALKS = False
                 softmax_csr.INT32_LIMIT = 2**31 if int32 else 0
-            run(only=values[0])
-            err = (out.double() - want).abs().max().item()
+            run(only=True)
+            err = (output.double() - want).abs().max().item()
             times[form] = bench(run) / copies if err < 1e-2 else float("nan")
             softmax_csr.INT32_ONLY_FOR_WALKS, softmax_csr.INT32_LIMIT = default_walks, 2**31
         chosen = sddmm_tuning.softmax_forward_config(P.nnz, L, BATCH, dtype.itemsize)
