@@ -2,7 +2,8 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# Steps: tests tests_nm tests_rest tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# nmpairsfp16 nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -472,6 +473,44 @@ for step in $steps; do
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 \
         attention_backward.py >"$out/attention_backward.txt" 2>&1)
       echo "attnbwd rc=$?" ;;
+    tests65)  # the GPU tests of the sixty-fourth's untimed changes and the softmax's new forms
+      timeout 200 python3 -m pytest -q -m "gpu and not slow" -n 12 -p no:cacheprovider \
+        tests/test_kernels_spmm_nm_pairs.py tests/test_kernels_spmm_nm.py \
+        tests/test_kernels_spmm_nm_route_cliffs.py tests/test_kernels_spmm_nm_expand.py \
+        tests/test_kernels_softmax_csr.py tests/test_softmax.py >"$out/gpu_tests65.log" 2>&1
+      echo "tests65 rc=$? $(tail -1 "$out/gpu_tests65.log")" ;;
+    softmaxlevels)  # causal rows read once on 2 or 4 blocks' lanes (/lN), the walk's max per
+      # thread (/cN), 8 warps; forward (softmax_heads_sweep.py) and backward, L = 4096 and 8192
+      for L in 4096 8192; do
+        (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src L=$L KINDS=causal BUDGET_S=60 \
+          FORMS=default,1/8/i32,1/4/i32/c8,1/4/i32/l2,1/8/i32/l1,1/8/i32/l2,1/8/i64/l2,1/8/i32/l2/c4 \
+          timeout 75 python3 softmax_heads_sweep.py >"$out/softmax_levels_L$L.txt" 2>&1)
+        (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src L=$L KINDS=causal \
+          FORMS=default,8/l0,4/l2,8/l1,8/l2 timeout 60 python3 softmax_backward_levels.py \
+          >"$out/softmax_backward_L$L.txt" 2>&1)
+      done
+      echo "softmaxlevels rc=$?" ;;
+    softmaxgrouped)  # rows read once in whole 16-byte groups, padded arrays (/a), maxnreg (/r40)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src KINDS=local:256,strided:128:128,random:0.1 \
+        DTYPES=bf16 FORMS=default,2/2/i64/a,2/2/i64/a/r40,2/2/i32/a/r40,2/2/i32/r40,4/2/i32/t/a \
+        BUDGET_S=80 timeout 100 python3 softmax_heads_sweep.py >"$out/softmax_grouped.txt" 2>&1)
+      echo "softmaxgrouped rc=$?" ;;
+    nmpairsblocked)  # the pairs kernel's blocked step (/b) and tiles against the route
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src PATTERNS=4:32,1:32,1:16,4:16,2:16 \
+        TOKENS=24,40 FORMS=p2s64,p2s64/b,p2s128,p2s128/b,p4s64,p4s64/b,p4s32/b,p2s64/k2,p2s64/k2/b,p2s64/w2/b,p4s64/k2/b \
+        timeout "${LIMIT:-300}" python3 nm_pairs.py >"$out/nm_pairs_blocked.txt" 2>&1)
+      echo "nmpairsblocked rc=$?" ;;
+    nmpad8)  # B padded to 16 columns at 2-8 tokens (route) against 8 (pad8); the 16-token tile
+      # from 5 tokens (route) against from 9
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src SHAPES=4096x4096,4096x14336,14336x4096 \
+        TOKENS=2,5,8 FORMS=route,pad8,from9 CASES=bf16/16:32/64/1,bf16/4:8/64/1,bf16/8:32/64/1,fp16/4:8/64/1,fp32/4:8/64/1,bf16/64:128/64/64 \
+        timeout 300 python3 nm_route_cliffs.py >"$out/nm_route_pad8.txt" 2>&1)
+      echo "nmpad8 rc=$?" ;;
+    nmpairsfp16)  # the pairs kernel in fp16 against the route
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src DTYPE=float16 PATTERNS=4:32,1:16,4:16,2:16 \
+        TOKENS=24,40 FORMS=p2s64,p4s64,p2s128,p2s64/k2 timeout "${LIMIT:-250}" python3 nm_pairs.py \
+        >"$out/nm_pairs_fp16.txt" 2>&1)
+      echo "nmpairsfp16 rc=$?" ;;
     nmpairs)  # the condensed-K kernel for 8-row vectors (spmm_nm_pairs.py): GPU tests, then
       # against the route and cuBLAS at m = 16 / 32 (nm_pairs.py; ~400 s)
       timeout 120 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider \
