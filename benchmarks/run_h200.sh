@@ -3,7 +3,7 @@
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
 # Steps: tests tests_nm tests_rest tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
-# nmpairsfp16 nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
+# nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
 # bitmap: the bitmap tensor-core prototype for unstructured weights (bitmap_sweep.py);
@@ -511,6 +511,14 @@ for step in $steps; do
         TOKENS=24,40 FORMS=p2s64,p4s64,p2s128,p2s64/k2 timeout "${LIMIT:-250}" python3 nm_pairs.py \
         >"$out/nm_pairs_fp16.txt" 2>&1)
       echo "nmpairsfp16 rc=$?" ;;
+    csrslices)  # the CSR scatter kernel with warp-private K slices (not routed): GPU tests,
+      # then a first timing against the scatter kernel at 16 tokens (csr_scatter_slices.py)
+      timeout 150 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider \
+        tests/test_kernels_spmm_csr_scatter_slices.py >"$out/gpu_csrslices.log" 2>&1
+      echo "csrslices tests rc=$? $(tail -1 "$out/gpu_csrslices.log")"
+      PYTHONPATH=src:tests timeout 150 python3 benchmarks/sweeps/csr_scatter_slices.py \
+        >"$out/csr_scatter_slices.txt" 2>&1
+      echo "csrslices rc=$?" ;;
     nmpairs)  # the condensed-K kernel for 8-row vectors (spmm_nm_pairs.py): GPU tests, then
       # against the route and cuBLAS at m = 16 / 32 (nm_pairs.py; ~400 s)
       timeout 120 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider \

@@ -362,6 +362,25 @@ def _cases() -> dict:
         # tile offsets, entries, b, bias, out, partials, counters
         pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
         cases[f"csr scatter {name}"] = (_csr_scatter_kernel, pointers, constants, warps)
+    from sparsekernels.kernels import spmm_csr_scatter_slices as slices
+
+    for name, (block_n, splits, fused, chunk, data) in {  # warp-private K slices (not routed)
+        "16 tokens split 4": (16, 4, True, 512, "*bf16"),
+        "8 tokens bias": (8, 1, False, 128, "*fp16"),
+        "32 tokens partial planes": (32, 2, False, 256, "*bf16"),
+    }.items():
+        constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
+                         SPLITS=splits, FUSED=fused, BLOCK_N=block_n, CHUNK=chunk,
+                         BUFFER_SLABS=slices.buffer_slabs(block_n),
+                         DTYPE=tl.bfloat16 if data == "*bf16" else tl.float16,
+                         **slices.layouts(block_n))  # fmt: skip
+        pointers = ["*i32", "*i32", data, data, data, "*fp32", "*i32"]
+        cases[f"csr scatter slices {name}"] = (
+            slices._csr_scatter_slices_kernel,
+            pointers,
+            constants,
+            slices.WARPS,
+        )
     for layout in ("rows", "in place"):  # the vector-wise small tiles into linear's column-major
         # out, B copied row-major or linear's x^T read in place (a launch specializes unit strides)
         unit = "stride_bn" if layout == "rows" else "stride_bk"
@@ -516,6 +535,9 @@ CASE_NAMES = [
     "csr scatter swizzled 128 columns 16 tokens",
     "csr scatter swizzled 128 rows on 4 warps 16 tokens",
     "csr scatter swizzled two ahead 16 tokens",
+    "csr scatter slices 16 tokens split 4",
+    "csr scatter slices 8 tokens bias",
+    "csr scatter slices 32 tokens partial planes",
     "csr scatter swizzled 128 rows 16 tokens",
     *DENSIFY_CASE_NAMES,
 ]

@@ -31,6 +31,9 @@ def check_buffer_alone(compiled, want: int, what: str) -> None:
 
 # the CTA barrier (Gluon renamed it after Triton 3.6, the H200's)
 cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+# a shared buffer seen as another type and shape: `reinterpret` in later Tritons (the H200's
+# Triton 3.6 names it `_reinterpret`)
+REINTERPRET_PUBLIC: gl.constexpr = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
 
 @gluon.constexpr_function
