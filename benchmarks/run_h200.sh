@@ -481,7 +481,7 @@ for step in $steps; do
       echo "tests65 rc=$? $(tail -1 "$out/gpu_tests65.log")" ;;
     softmaxlevels)  # causal rows read once on 2 or 4 blocks' lanes (/lN), the walk's max per
       # thread (/cN), 8 warps; forward (softmax_heads_sweep.py) and backward, L = 4096 and 8192
-      for L in 4096 8192; do
+      for L in ${LS:-4096 8192}; do
         (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src L=$L KINDS=causal BUDGET_S=60 \
           FORMS=default,1/8/i32,1/4/i32/c8,1/4/i32/l2,1/8/i32/l1,1/8/i32/l2,1/8/i64/l2,1/8/i32/l2/c4 \
           timeout 75 python3 softmax_heads_sweep.py >"$out/softmax_levels_L$L.txt" 2>&1)
