@@ -396,6 +396,14 @@ def _cases() -> dict:
                          UPCAST=False, BLOCKED=bool(blocked), WORDS=bool(blocked))  # fmt: skip
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*fp32" if partial else "*bf16"]
         cases[f"nm pairs{blocked} partial={partial}"] = (_nm_pairs_kernel, pointers, constants, 4)
+    # the route's blocked tiles: 2 pairs x 64 slots on 2 warps; 4:16, 2 pairs x 128 on 4
+    for n_keep, pairs, block_s, warps in ((4, 2, 64, 2), (4, 2, 128, 4)):
+        constants = dict(N_KEEP=n_keep, M_GROUP=16, VECTOR=8, HAS_BIAS=False, ACTIVATION=0,
+                         PRECISION="tf32", PAIRS=pairs, BLOCK_S=block_s, BLOCK_N=32,
+                         PARTIAL=False, UPCAST=False, BLOCKED=True, WORDS=True)  # fmt: skip
+        pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
+        name = f"nm pairs blocked {pairs} x {block_s} {warps} warps"
+        cases[name] = (_nm_pairs_kernel, pointers, constants, warps)
     cases.update(ring_cases(), **densify_cases())
     return cases
 
@@ -407,6 +415,8 @@ CASE_NAMES = [
     "nm pairs partial=True",
     "nm pairs blocked partial=False",
     "nm pairs blocked partial=True",
+    "nm pairs blocked 2 x 64 2 warps",
+    "nm pairs blocked 2 x 128 4 warps",
     *(f"one-hot n={n} partial={p}" for n in (1, 2) for p in (False, True)),
     *(
         f"decode shared={s} partial={p} fp64={w}"

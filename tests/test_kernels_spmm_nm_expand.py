@@ -317,12 +317,15 @@ def test_expand_config_splits_few_rows():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("n", "m", "vector", "tokens"), [(2, 16, 8, 24), (1, 16, 1, 17), (4, 32, 8, 31), (2, 16, 1, 40)]
-)
-def test_linear_pads_b_for_the_expand_kernel_on_gpu(n, m, vector, tokens, gen, monkeypatch):
+    ("n", "m", "vector", "tokens", "dtype"),
+    [(2, 16, 8, 24, torch.float16), (1, 16, 1, 17, torch.bfloat16),
+     (4, 32, 8, 31, torch.float16), (2, 16, 1, 40, torch.float16)],
+)  # fmt: skip
+def test_linear_pads_b_for_the_expand_kernel_on_gpu(n, m, vector, tokens, dtype, gen,
+                                                    monkeypatch):  # fmt: skip
     """Past 16 tokens linear hands this kernel x^T copied 16-column aligned (a 24-token B
     masked on N loaded 2 bytes a thread, unpipelined, and ran 1.7-2x slower than at 32),
-    compiled, against float64."""
+    compiled, against float64. (fp16 where bf16 takes the pairs kernel or a 2:8 copy.)"""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_expand
 
@@ -332,13 +335,13 @@ def test_linear_pads_b_for_the_expand_kernel_on_gpu(n, m, vector, tokens, gen, m
         "spmm_nm_expand",
         lambda **kw: widths.append((kw["b"].shape[1], kw["b"].stride(0))) or launch(**kw),
     )
-    W = random_nm(4096 + vector, 2048 + m, n, m, gen, vector, 1, torch.bfloat16, "cuda")
-    x = randn(tokens, W.shape[1], gen=gen, dtype=torch.bfloat16, device="cuda")
+    W = random_nm(4096 + vector, 2048 + m, n, m, gen, vector, 1, dtype, "cuda")
+    x = randn(tokens, W.shape[1], gen=gen, dtype=dtype, device="cuda")
     got = sk.linear(x, W)
     width = -(-tokens // 16) * 16
     assert widths == [(width, width)]
     want = x.double() @ W.to_dense().double().t()
-    assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)
+    assert_close(got, want, spmm_bound(x, W.to_dense().t()), dtype)
 
 
 @pytest.mark.gpu
@@ -350,9 +353,10 @@ def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
     """linear's automatic route through this kernel in bf16: few-row weights (split-K), m = 16
     at 64 tokens (which once asked for more shared memory than the H200 has), and n = 2 (the
     grouped form). At 13 tokens the small 1:8 and 1:16 weights go to the decode kernel instead
-    (tuning.EXPAND_SMALL_WEIGHT); at 17 they come back."""
+    (tuning.EXPAND_SMALL_WEIGHT); at 17 they come back; 2:16 at 17-48 takes its 2:8 copy."""
     import sparsekernels as sk
     from sparsekernels.kernels import spmm_nm_expand, tuning
+    from sparsekernels.kernels.nm_alias_tuning import nm_stored_as
     from sparsekernels.kernels.nm_mma_sp_tuning import spmm_nm_mma_sp_config
     from sparsekernels.kernels.nm_unpack_tuning import spmm_nm_unpack_config
 
@@ -372,6 +376,8 @@ def test_linear_route_on_gpu(rows, pattern, tokens, gen, monkeypatch):
     want_kernel = want_kernel and not unpacks  # 2:4 to 16 tokens: the unpack kernel
     sparse_cores = spmm_nm_mma_sp_config(tokens, *pattern, 1, 1, torch.bfloat16, rows, 2048, 132)
     want_kernel = want_kernel and sparse_cores is None  # 2:4 to 32 tokens: mma.sp
+    stored = nm_stored_as(tokens, *pattern, 1, 1, torch.bfloat16)
+    want_kernel = want_kernel and stored is None  # 2:16 at 17-48 tokens: its 2:8 copy
     assert bool(calls) == want_kernel, "the route missed the kernel or took a small weight"
     want = x.double() @ W.to_dense().double().t()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()), torch.bfloat16)

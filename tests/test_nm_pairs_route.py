@@ -8,7 +8,6 @@ import torch
 
 import sparsekernels as sk
 from _helpers import assert_close, randn, random_nm, spmm_bound
-from sparsekernels.kernels import nm_pairs_tuning
 from sparsekernels.kernels.nm_pairs_tuning import spmm_nm_pairs_config
 
 BF16 = torch.bfloat16
@@ -20,33 +19,39 @@ def _tile(tokens, n, m, rows, k, vector=8, dtype=BF16, block=1):
 
 
 def test_pairs_rule():
-    """The patterns, tokens, dtype and vectors timed, and the tile by rows and slots."""
+    """The patterns, tokens, dtype and vectors timed; the blocked step everywhere, its tile by
+    slots and tokens."""
     assert [_tile(t, 4, 32, 14336, 4096) for t in (16, 17, 48, 49)] == [
         None,
-        (4, 64, 1),
-        (4, 64, 1),
+        (2, 64, 1),
+        (2, 64, 1),
         None,
     ]
     assert _tile(24, 1, 32, 4096, 4096) == (2, 64, 1)
-    assert _tile(40, 1, 32, 4096, 4096) == (2, 128, 1)  # past 32 tokens
-    assert _tile(24, 4, 16, 4096, 4096) == (2, 128, 1)  # 1024 slots
-    assert _tile(24, 4, 32, 4096, 14336) == (2, 64, 2)  # 1792 slots: K split in two
+    assert _tile(40, 1, 32, 4096, 4096) == (2, 64, 1)
+    assert _tile(24, 4, 16, 4096, 4096) == (2, 64, 1)  # 1024 slots
+    assert _tile(40, 4, 16, 4096, 4096) == (2, 64, 1)  # faster than densifying now
+    assert _tile(24, 4, 32, 4096, 14336) == (2, 128, 1)  # 1792 slots, to 32 tokens
+    assert _tile(40, 4, 32, 4096, 14336) == (4, 64, 2)  # past 32 tokens: K split in two
     assert _tile(24, 1, 16, 4096, 14336) == (2, 64, 1)  # 896 slots
-    assert _tile(40, 4, 16, 4096, 4096) is None  # densifying won there
-    assert _tile(40, 4, 16, 4096, 14336) == (2, 64, 2)
-    assert _tile(24, 2, 16, 4096, 4096) is None  # its 2:8 copy
-    assert _tile(24, 2, 16, 14336, 4096) == (4, 64, 1)
+    assert _tile(40, 4, 16, 4096, 14336) == (4, 64, 2)
+    assert _tile(24, 2, 16, 4096, 4096) == (2, 64, 1)  # faster than its 2:8 copy now
+    assert _tile(24, 2, 16, 14336, 4096) == (2, 64, 1)
     assert _tile(24, 4, 32, 14336, 4096, vector=16) is None  # untimed
     assert _tile(24, 4, 32, 14336, 4096, vector=1) is None
     assert _tile(24, 4, 32, 14336, 4096, dtype=torch.float16) is None
     assert _tile(24, 4, 32, 14336, 4096, block=2) is None
     assert _tile(24, 2, 8, 14336, 4096) is None
-    assert spmm_nm_pairs_config(24, 4, 32, 8, 1, BF16, 14336, 4096).block_n == 32
+    config = spmm_nm_pairs_config(24, 4, 32, 8, 1, BF16, 14336, 4096)
+    assert (config.block_n, config.num_warps, config.num_stages, config.blocked) == (32, 2, 5, True)
+    wide = spmm_nm_pairs_config(24, 4, 32, 8, 1, BF16, 4096, 14336)
+    assert (wide.num_warps, wide.blocked) == (4, True)
     assert spmm_nm_pairs_config(33, 4, 32, 8, 1, BF16, 14336, 4096).block_n == 64
 
 
 def test_dense_preference_leaves_the_pairs_kernel_its_products():
-    """4:16 densified at 17-48 tokens; where the pairs kernel measured faster it stays sparse."""
+    """4:16 densified at 17-48 tokens; where the pairs kernel measured faster (8-row vectors)
+    it stays sparse."""
     from sparsekernels.ops._dense import nm_prefers_dense
     from sparsekernels.ops.spmm import nm_problem
 
@@ -56,7 +61,8 @@ def test_dense_preference_leaves_the_pairs_kernel_its_products():
         return nm_prefers_dense(nm_problem(values, b, 4, 16, vector, 1, False))
 
     assert not prefers(24, 14336, 4096, 8)
-    assert prefers(40, 4096, 4096, 8) == prefers(40, 4096, 4096, 1)
+    assert not prefers(40, 4096, 4096, 8)
+    assert prefers(40, 4096, 4096, 1)
 
 
 def _spy_on_pairs(monkeypatch):
@@ -71,10 +77,8 @@ def _spy_on_pairs(monkeypatch):
 
 @pytest.mark.parametrize(("n", "m", "tokens"), [(4, 32, 17), (1, 16, 40)])
 def test_triton_route_takes_the_pairs_kernel(n, m, tokens, gen, monkeypatch):
-    """The Triton backend on a small weight with the rule's rows lowered to it: a partial
-    vector pair, bias and GELU in the epilogue, against float64; at 16 tokens the route
-    before."""
-    monkeypatch.setattr(nm_pairs_tuning, "MANY_ROWS", 64)
+    """The Triton backend on a small weight: a partial vector pair, bias and GELU in the
+    epilogue, the blocked step, against float64; at 16 tokens the route before."""
     seen = _spy_on_pairs(monkeypatch)
     W = random_nm(72 + 8, m * 5, n, m, gen, 8, 1, BF16)
     bias = randn(W.shape[0], gen=gen, dtype=BF16)
@@ -85,17 +89,18 @@ def test_triton_route_takes_the_pairs_kernel(n, m, tokens, gen, monkeypatch):
         want = torch.nn.functional.gelu(dense @ x.double().t() + bias.double()[:, None])
         bound = spmm_bound(W.to_dense(), x.t()) + bias.double().abs()[:, None]
         assert_close(got, want, bound, BF16)
-    assert seen == [4]
+    assert seen == [2]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("n", "m", "rows", "k", "tokens"),
     [(4, 32, 8200, 1024, 24), (1, 32, 4104, 2048, 40), (4, 16, 4104, 6144, 17),
-     (2, 16, 8200, 1024, 48)],
+     (2, 16, 8200, 1024, 48), (4, 16, 4104, 6144, 40), (2, 16, 4104, 2048, 24)],
 )  # fmt: skip
 def test_linear_takes_the_pairs_kernel_on_gpu(n, m, rows, k, tokens, gen, monkeypatch):
-    """Through linear's whole route on the GPU (each tile: 4 pairs, 2 pairs, K split in two),
+    """Through linear's whole route on the GPU (each tile: 2 pairs on 2 warps, 2 pairs x 128
+    slots, 4 pairs with K split in two; 2:16 on a 4096-row weight),
     compiled, against float64; the gradients of x and the kept values as the masked dense
     product's."""
     seen = _spy_on_pairs(monkeypatch)

@@ -45,14 +45,15 @@ def nm_routes_as_alias(n_cols: int, n: int, m: int, vector: int, dtype: torch.dt
 #   dense         14.4        14.6         43.7        44.2
 # At 33-48 tokens (H100, at-e857cf5/nm_route_nmstoredas.txt, the route -> as 2:8): v = 8
 # 24.7 -> 17.0 and 26.3 -> 15.4 on 4096^2, 74.0 -> 44.7 / 73.9 -> 46.0 on 14336 x 4096, 60.9 ->
-# 38.7 / 62.5 -> 37.8 on 4096 x 14336; v = 1 alike: to 48 (0.6-1.0x dense). On 8192 rows or
-# more v = 8 takes the pairs kernel first (nm_pairs_tuning). 4:32 as 4:16 (27.7 / 104.6 at 24)
-# stayed below dense: not taken (the pairs kernel takes it). 1:16 as 1:8 won too (v = 8), but
-# the pairs kernel more. fp16 and other vectors untimed: they keep their route.
+# 38.7 / 62.5 -> 37.8 on 4096 x 14336; v = 1 alike: to 48 (0.6-1.0x dense). v = 8 takes the
+# pairs kernel's blocked step first, faster on every shape (nm_pairs_tuning: 4096^2 at 24
+# tokens 12.2 -> 8.7, at 40 17.4 -> 11.2), so only v = 1 comes here. 4:32 as 4:16 (27.7 /
+# 104.6 at 24) stayed below dense: not taken (the pairs kernel takes it). 1:16 as 1:8 won too
+# (v = 8), but the pairs kernel more. fp16 and other vectors untimed: they keep their route.
 NM_STORED_AS = {(2, 16): (2, 8)}
 NM_STORED_AS_TOKENS = (17, 48)
 NM_STORED_AS_DTYPES = (torch.bfloat16,)
-NM_STORED_AS_VECTORS = (1, 8)
+NM_STORED_AS_VECTORS = (1,)
 
 
 def nm_stored_as(

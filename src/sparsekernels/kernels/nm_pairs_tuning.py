@@ -16,11 +16,24 @@ nm_pairs_forms.txt):
   dense       14.3       14.5       42.0       42.5       44.3       44.9
 (2:16's route: its copy stored as 2:8, at 40 tokens the copy's 33 and 48 from
 nm_route_nmstoredas.txt of the same run; 1:16 as 1:8 ran 11.3-29.9, slower than this.)
-So every one of these patterns on 14336 rows; 2:16 on fewer rows keeps its 2:8 copy, and
-4:16 past 32 tokens on a 4096^2 weight keeps densifying. The tiles: 4 pairs (64 rows) and 64
-slots a step on 8192 rows or more; else 2 pairs, 64 slots a step (128 past 32 tokens or from
-1024 slots), and K split in two from 1536 slots (K = 14336 at n / m = 1/8 and up). fp16, other
-vectors and token counts are untimed: they keep their route.
+The blocked step (spmm_nm_pairs._blocked_step: A as two S-wide blocks by one masked load, the
+offsets four to an int32 word, 5 stages) then beat every unblocked tile (results/nvidia-h100/
+2026-12-06/at-5b1e44a/nm_pairs_blocked.txt, the same cases), route -> the rule's tile:
+                     4096^2              14336 x 4096          4096 x 14336
+  tokens           24        40         24        40         24         40
+  4:32        13.0  8.5  17.0 10.8   23.2 17.5   33.5 23.6   28.6 17.8   44.7 24.2
+  1:32         6.6  5.6   8.0  6.3    9.7  9.1   12.6 11.1   11.2  8.4   16.3 10.3
+  1:16         8.3  6.7  11.1  7.9   14.2 11.8   19.1 15.4   18.0 12.1   26.3 15.6
+  4:16        19.2 13.3  28.1 16.6   41.4 30.5   61.2 41.4   52.2 32.0   82.4 41.5
+  2:16        12.2  8.7  17.4 11.2   22.7 17.7   34.4 24.0   26.9 18.1   39.1 24.3
+  dense       14.2       14.4       41.9       42.5       44.3       44.1
+(2:16's route on 4096 rows: its 2:8 copy; 4:16 on 4096^2 past 32 tokens: densifying.) So every
+one of these patterns, on every shape, takes the blocked step: 2 pairs, 64 slots a step, 2
+warps (the helper's compile found warps 2-3 of a 2-pair tile repeating 0-1's work); from
+1536 slots (K = 14336 at n / m = 1/8 and up) 2 pairs x 128 slots on 4 warps to 32 tokens,
+past it 4 pairs x 64 slots with K split in two. 4:16 on 4096^2 past 32 tokens still runs
+0.87x dense (16.6 against 14.4), but 1.7x faster than densifying. fp16, other vectors and
+token counts are untimed: they keep their route.
 """
 
 from __future__ import annotations
@@ -33,9 +46,6 @@ PAIRS_ROUTE_TOKENS = (17, 48)
 PAIRS_ROUTE_DTYPES = (torch.bfloat16,)
 PAIRS_ROUTE_VECTORS = (8,)
 PAIRS_ROUTE_PATTERNS = {(4, 32), (1, 32), (2, 16), (1, 16), (4, 16)}
-MANY_ROWS = 8192
-SMALL_WEIGHT = 1 << 24  # elements: 4096 x 4096
-WIDE_STEP_SLOTS = 1024
 SPLIT_SLOTS = 1536
 
 
@@ -47,7 +57,7 @@ class SpmmNmPairsConfig:
     num_warps: int
     num_stages: int
     split: int
-    blocked: bool = False  # the blocked step (spmm_nm_pairs._blocked_step): not yet timed
+    blocked: bool = False  # the blocked step (spmm_nm_pairs._blocked_step)
 
 
 def spmm_nm_pairs_config(
@@ -59,16 +69,9 @@ def spmm_nm_pairs_config(
     timed = dtype in PAIRS_ROUTE_DTYPES and vector in PAIRS_ROUTE_VECTORS and block == 1
     if not timed or (n, m) not in PAIRS_ROUTE_PATTERNS or not fewest <= n_cols <= most:
         return None
-    many_rows = rows >= MANY_ROWS
-    if (n, m) == (2, 16) and not many_rows:
-        return None  # (its 2:8 copy: ops/_nm_stored_as.py)
-    if (n, m) == (4, 16) and n_cols > 32 and rows * k <= SMALL_WEIGHT:
-        return None
     block_n = 32 if n_cols <= 32 else 64
-    slots = k // m * n
-    if many_rows:
-        return SpmmNmPairsConfig(4, 64, block_n, 4, 3, 1)
-    if slots >= SPLIT_SLOTS:
-        return SpmmNmPairsConfig(2, 64, block_n, 4, 3, 2)
-    wide = n_cols > 32 or slots >= WIDE_STEP_SLOTS
-    return SpmmNmPairsConfig(2, 128 if wide else 64, block_n, 4, 3, 1)
+    if k // m * n >= SPLIT_SLOTS:
+        if n_cols <= 32:
+            return SpmmNmPairsConfig(2, 128, block_n, 4, 5, 1, blocked=True)
+        return SpmmNmPairsConfig(4, 64, block_n, 4, 5, 2, blocked=True)
+    return SpmmNmPairsConfig(2, 64, block_n, 2, 5, 1, blocked=True)
