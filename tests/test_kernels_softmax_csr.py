@@ -393,7 +393,7 @@ def test_tail_rule(monkeypatch, request):
 def test_forward_tiles_rule():
     """The forward's heads and warps (the H200 sweep in sddmm_tuning): a tail's rows of up to
     256 lanes four heads on two warps in int32; blocks of 512 one warp a head; else the
-    backward's."""
+    backward's, with blocks of 1024 walking long rows a step's max per thread."""
     from sparsekernels.kernels.sddmm_tuning import softmax_csr_config, softmax_forward_config
 
     tail = softmax_forward_config(4096 * 141, 4096, 16)  # 128 + 32 lanes
@@ -405,10 +405,11 @@ def test_forward_tiles_rule():
     rows_512 = softmax_forward_config(4096 * 410, 4096, 16)  # two heads of 512
     assert (rows_512.heads, rows_512.num_warps, rows_512.int32) == (2, 2, True)
     assert softmax_csr_config(4096 * 410, 4096, 16).num_warps == 4
-    for average in (256, 2048):  # no tail, not 512: the backward's
-        assert softmax_forward_config(4096 * average, 4096, 16) == softmax_csr_config(
-            4096 * average, 4096, 16
-        )
+    local = 4096 * 256  # no tail, not 512: the backward's
+    assert softmax_forward_config(local, 4096, 16) == softmax_csr_config(local, 4096, 16)
+    causal = softmax_forward_config(4096 * 2048, 4096, 16)  # walked: the max per thread
+    assert (causal.block, causal.num_warps, causal.heads, causal.walk_per) == (1024, 4, 1, 8)
+    assert softmax_csr_config(4096 * 2048, 4096, 16).walk_per == 1  # the backward's: no walk_per
 
 
 def test_forward_align_rule(monkeypatch, request):
@@ -450,6 +451,30 @@ def test_op_aligned(device, dtype, gen, monkeypatch, request):
     _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
     one = sk.sparse_softmax(S.with_values(values[0]), 0.6, backend="triton").values  # unbatched
     _check_forward(one, _dense_softmax(S, values[0], 0.6), dtype)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on -inf rows
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_op_walks_with_the_max_per_thread(device, dtype, gen, monkeypatch, request):
+    """The op with the per-thread walk lowered to a small block (128 on one warp: 4 entries a
+    thread): one matrix of rows around 150 entries (walked past the block), a row of -inf,
+    empty rows; against float64 dense softmax."""
+    from sparsekernels.kernels import sddmm_tuning
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_WALK_PER_THREAD_BLOCK", 64)
+    sddmm_tuning.softmax_forward_config.cache_clear()
+    request.addfinalizer(sddmm_tuning.softmax_forward_config.cache_clear)
+    S = random_csr(20, 300, 0.5, gen, dtype, device)
+    config = sddmm_tuning.softmax_forward_config(S.nnz, 20, 1, dtype.itemsize)
+    assert (config.walk_per, config.heads) == (config.block // 32, 1) and config.walk_per > 1
+    assert S.row_offsets.diff().max() > config.block + config.tail  # some rows walk
+    values = randn(S.nnz, gen=gen, device=device).to(dtype)
+    row = S.row_offsets[3:5].tolist()
+    values[row[0] : row[1]] = float("-inf")  # row 3 all -inf: NaN
+    probs = sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values
+    _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

@@ -91,6 +91,13 @@ SOFTMAX_TAIL_MAX_LANES = 256
 # results/nvidia-h200/2026-11-30/at-54e4fc2/softmax_align.txt): local:256 25.5 -> 34.8 us,
 # strided's tail form 16.7 -> 17.4, random:0.1 41.8 -> 43.0. Fewer instructions, more time: off.
 SOFTMAX_ALIGN = False
+# A walked row's first pass takes each step's max per thread (softmax_csr._walk_per_thread: one
+# rescaling exp2 per thread a step, not per entry) on the walk's one-head blocks of 1024: H100,
+# cold, 16 heads of a causal L = 4096 pattern (benchmarks/sweeps/softmax_heads_sweep.py,
+# results/nvidia-h100/2026-12-06/at-5b1e44a/softmax_levels_L4096.txt), us: bf16 275.5 ->
+# 249.8 (64% -> 71% of copy), fp32 410.0 -> 398.8. Reading those rows once on 2-4 blocks'
+# lanes instead (LEVELS) lost: 289.6-307.1 in bf16, and the backward's 314.7 -> 337.9.
+SOFTMAX_WALK_PER_THREAD_BLOCK = 1024
 
 
 def softmax_tail(nnz: int, rows: int, block: int) -> int:
@@ -124,7 +131,8 @@ def softmax_forward_config(
     """The forward's: softmax_csr_config with the tail (softmax_tail); a tail's rows up to
     SOFTMAX_TAIL_MAX_LANES lanes on SOFTMAX_TAIL_HEADS heads a program, two a warp, int32
     offsets; blocks of 512 one warp a head (the sweep above); with SOFTMAX_ALIGN, 16-bit
-    values (`itemsize` bytes an entry) read in 16-byte groups."""
+    values (`itemsize` bytes an entry) read in 16-byte groups; blocks of 1024 (one head) walk
+    long rows taking a step's max per thread."""
     base = softmax_csr_config(nnz, rows, batch)
     tail = softmax_tail(nnz, rows, base.block)
     align = 16 // itemsize if SOFTMAX_ALIGN and itemsize == 2 else 0
@@ -133,7 +141,10 @@ def softmax_forward_config(
         return SoftmaxCsrConfig(base.block, max(1, heads // 2), heads, tail, True, align)
     if base.block == 512:  # int32 too: with int64 offsets one warp a head ran 59.9 us
         return replace(base, num_warps=base.heads, tail=tail, int32=True, align=align)
-    return replace(base, tail=tail, align=align)
+    walk_per = 1
+    if base.heads == 1 and base.block >= SOFTMAX_WALK_PER_THREAD_BLOCK:
+        walk_per = base.block // (32 * base.num_warps)  # a thread's entries a step
+    return replace(base, tail=tail, align=align, walk_per=walk_per)
 
 
 # ------------------------------------------------------------------ routes
