@@ -508,7 +508,7 @@ for step in $steps; do
       echo "nmpad8 rc=$?" ;;
     nmpairsfp16)  # the pairs kernel in fp16 against the route
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src DTYPE=float16 PATTERNS=4:32,1:16,4:16,2:16 \
-        TOKENS=24,40 FORMS=p2s64,p4s64,p2s128,p2s64/k2 timeout "${LIMIT:-250}" python3 nm_pairs.py \
+        TOKENS=24,40 FORMS=p2s64/w2/b,p2s128/b,p4s64/k2/b,p2s64 timeout "${LIMIT:-250}" python3 nm_pairs.py \
         >"$out/nm_pairs_fp16.txt" 2>&1)
       echo "nmpairsfp16 rc=$?" ;;
     csrslices)  # the CSR scatter kernel with warp-private K slices (not routed): GPU tests,
