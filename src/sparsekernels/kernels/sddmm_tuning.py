@@ -83,13 +83,15 @@ SOFTMAX_TAIL = True
 # bf16 45.6 -> 41.9, fp32 58.4 -> 56.2). The backward keeps softmax_csr_config's.
 SOFTMAX_TAIL_HEADS = 4
 SOFTMAX_TAIL_MAX_LANES = 256
-# Rows read once may load whole 16-byte groups from the one holding their start (vector loads,
-# the neighbours' entries masked out; softmax_csr._read_once). Compiled for sm_90, in bf16 the
-# single read then issues 24-35% fewer instructions (local:256's 2 heads on 2 warps 313 -> 205
-# a thread, strided's tail form 403 -> 301); in fp32 about as many (+3% to -19%): 16-bit
-# values only. Timed cold it lost everywhere in bf16 (softmax_heads_sweep.py, forms with "/a";
-# results/nvidia-h200/2026-11-30/at-54e4fc2/softmax_align.txt): local:256 25.5 -> 34.8 us,
-# strided's tail form 16.7 -> 17.4, random:0.1 41.8 -> 43.0. Fewer instructions, more time: off.
+# Rows read once may be read and written in whole 16-byte groups (softmax_csr_groups: vector
+# loads and stores where each matrix's values start 16-byte aligned, the op's output then
+# padded alike). An earlier form loading groups only lost cold in bf16 on the H200 (at-54e4fc2/
+# softmax_align.txt: its loads never vectorized on patterns whose nnz % 8 != 0). The loads-
+# and-stores form on arrays padded to 16 entries a matrix, H100, cold, bf16, 16 heads at
+# L = 4096 (results/nvidia-h100/2026-12-06/at-5b1e44a/softmax_grouped.txt), us: local:256
+# 26.5 -> 25.7 (int32, maxnreg 40), strided:128:128 17.7 -> 15.8 (its tail), random:0.1
+# 44.7 -> 39.7 (int32, maxnreg 40). Off: users' values come unpadded (no vector loads), and
+# spmm copies a padded probs (`values.contiguous()`); to route it once SDDMM pads its output.
 SOFTMAX_ALIGN = False
 # A walked row's first pass takes each step's max per thread (softmax_csr._walk_per_thread: one
 # rescaling exp2 per thread a step, not per entry) on the walk's one-head blocks of 1024: H100,
