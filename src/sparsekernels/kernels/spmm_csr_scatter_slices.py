@@ -260,7 +260,10 @@ def layouts(block_n: int) -> dict:
             version=[2, 0], warps_per_cta=[4, 1, 1], instr_shape=[1, 16, 8]
         ),  # fmt: skip
         "SLABS": gl.SwizzledSharedLayout(8, 4, 2, [2, 1, 0]),
-        "SUMS": gl.SwizzledSharedLayout(1, 1, 1, [1, 2, 0]),
+        # the partials' rows swizzled in 8-word chunks by (n >> 1) & 3: an accumulator
+        # register's four n-lanes were 64 words apart, one bank (a helper's count: ~640
+        # wavefronts a CTA, ~10%; results/cpu/2026-12-06-csr-slices-analysis; untimed)
+        "SUMS": gl.SwizzledSharedLayout(8, 2, 4, [1, 2, 0]),
         "SUM_LOAD": gl.BlockedLayout([4, 1, block_n // 2], [1, 32, 1], [1, 2, 2], [1, 2, 0]),
     }
 
