@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests tests_nm tests_rest tests66 nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -500,6 +500,16 @@ for step in $steps; do
         TOKENS=24,40 FORMS=p2s64,p2s64/b,p2s128,p2s128/b,p4s64,p4s64/b,p4s32/b,p2s64/k2,p2s64/k2/b,p2s64/w2/b,p4s64/k2/b \
         timeout "${LIMIT:-300}" python3 nm_pairs.py >"$out/nm_pairs_blocked.txt" 2>&1)
       echo "nmpairsblocked rc=$?" ;;
+    tests66)  # the sixty-sixth session's GPU tests: B_COLS in the unpack and wgmma kernels
+      timeout 200 python3 -m pytest -q -m "gpu and not slow" -n 12 -p no:cacheprovider \
+        tests/test_kernels_spmm_nm_unpack.py tests/test_kernels_spmm_nm_wgmma.py \
+        tests/test_kernels_spmm_nm_expand.py >"$out/gpu_tests66.log" 2>&1
+      echo "tests66 rc=$? $(tail -1 "$out/gpu_tests66.log")" ;;
+    nmrowmajorb)  # spmm with a row-major B of N % 16 != 0: in place against copied aligned
+      # (_layout.ALIGN_ROW_MAJOR_B; nm_row_major_b.py)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout "${LIMIT:-300}" \
+        python3 nm_row_major_b.py >"$out/nm_row_major_b.txt" 2>&1)
+      echo "nmrowmajorb rc=$?" ;;
     nmpad8)  # B padded to 16 columns at 2-8 tokens (route) against 8 (pad8); the 16-token tile
       # from 5 tokens (route) against from 9
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src SHAPES=4096x4096,4096x14336,14336x4096 \

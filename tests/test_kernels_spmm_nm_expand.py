@@ -132,18 +132,34 @@ def test_padded_b_columns_are_read_never_stored(device, split, gen):
         assert_close(out, want, spmm_bound(W.to_dense(), B), torch.float32)
 
 
-def test_rows_padded_to_16_only_where_a_copy_is_made(gen):
+@pytest.mark.parametrize("align_row_major", [False, True])
+def test_rows_padded_to_16_where_a_copy_is_made(align_row_major, gen, monkeypatch):
     """linear's x^T (column-major) is copied row-major to a width of a multiple of 16 with
-    zero columns past N; a B whose rows are contiguous already is kept as it is."""
+    zero columns past N. A row-major B is kept as it is; with ALIGN_ROW_MAJOR_B only where its
+    width, row stride and address are 16-aligned (else copied as x^T is)."""
+    from sparsekernels.ops import _layout
     from sparsekernels.ops._layout import rows_padded_to_16
 
+    monkeypatch.setattr(_layout, "ALIGN_ROW_MAJOR_B", align_row_major)
     x = randn(24, 40, gen=gen)
     padded = rows_padded_to_16(x.t())
     assert padded.shape == (40, 32) and padded.is_contiguous()
     assert torch.equal(padded[:, :24], x.t()) and not padded[:, 24:].any()
     assert rows_padded_to_16(randn(40, 32, gen=gen).t()).shape == (32, 48)
     row_major = x.t().contiguous()
-    assert rows_padded_to_16(row_major) is row_major
+    if align_row_major:
+        copied = rows_padded_to_16(row_major)
+        assert copied.shape == (40, 32) and copied.is_contiguous()
+        assert torch.equal(copied[:, :24], row_major) and not copied[:, 24:].any()
+    else:
+        assert rows_padded_to_16(row_major) is row_major
+    aligned = randn(40, 32, gen=gen)
+    assert rows_padded_to_16(aligned) is aligned
+    strided = randn(40, 48, gen=gen)[:, :32]  # (row stride 48: aligned too)
+    assert rows_padded_to_16(strided) is strided
+    shifted = randn(40, 33, gen=gen)[:, 1:]  # (4 bytes off: its rows' vectors would straddle)
+    assert (rows_padded_to_16(shifted) is shifted) is not align_row_major
+    assert torch.equal(rows_padded_to_16(shifted)[:, :32], shifted)
 
 
 def test_aligned_rows_are_16_wide_at_decode_sizes(gen):

@@ -194,6 +194,33 @@ def test_bias_activation_and_split(device, pattern, split, fused, gen):
     assert torch.equal(got, _launch_poisoned(W, B, 8, bias, "gelu", split, fused=not fused))
 
 
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize(("pattern", "split"), [((2, 8, 1, 1), 1), ((4, 8, 4, 4), 3)])
+def test_padded_b_columns_are_read_never_stored(device, pattern, split, gen):
+    """B may be wider than the product (ops/_layout.aligned_rows' copies of a row-major B):
+    its columns past N are read, which keeps the loads wide, and never reach the output,
+    whatever they hold (here random values; the copies hold zeros). 24 tokens in a 32-wide B,
+    element-wise and block-wise, one K range and three summed."""
+    skip_interpreter_on_gpu_machine(device)
+    n, m, vector, block = pattern
+    dtype = torch.bfloat16 if device == "cuda" else torch.float16
+    W = random_nm(37, 21 * m, n, m, gen, vector, block, dtype, device)
+    B = randn(21 * m, 24, gen=gen, dtype=dtype, device=device)
+    wide = torch.cat([B, randn(21 * m, 8, gen=gen, dtype=dtype, device=device)], dim=1)
+    bits = packed_bits(m, block)
+    out = torch.full((37, 24), float("nan"), dtype=dtype, device=device)
+    spmm_nm_unpack(values=W.values, words=packed_words(W.indices, bits), bits=bits, b=wide,
+                   bias=None, out=out, n=n, m=m, vector=vector, activation="none", block_m=16,
+                   block_g=16, block_n=16, num_warps=4, num_stages=2, split=split,
+                   block=block)  # fmt: skip
+    assert_close(out, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B), dtype)
+    with pytest.raises(ValueError, match="at least out's 24 columns"):
+        spmm_nm_unpack(values=W.values, words=packed_words(W.indices, bits), bits=bits,
+                       b=B[:, :20], bias=None, out=out, n=n, m=m, vector=vector,
+                       activation="none", block_m=16, block_g=16, block_n=16, num_warps=4,
+                       num_stages=2, block=block)  # fmt: skip
+
+
 def test_a_bad_row_is_caught(gen):
     """The tolerance would see one row of the product wrong: a value moved to another
     position in its group changes that row only."""
@@ -402,6 +429,34 @@ def test_linear_routes_block_wise_through_unpack(n, m, tokens, vector, gen, monk
     want = x.double() @ W.to_dense().double().t() + bias.double()
     assert calls == [(4, 64 if tokens > 16 else 16)] and got.is_contiguous()
     assert_close(got, want, spmm_bound(x, W.to_dense().t()) + bias.double().abs(), torch.float16)
+
+
+@pytest.mark.parametrize("tokens", [9, 24, 33])
+@pytest.mark.parametrize("align_row_major", [False, True])
+def test_spmm_reads_a_row_major_b_16_column_aligned(tokens, align_row_major, gen, monkeypatch):
+    """spmm with a row-major B (a user's, or SparseConv2d's pixels) of a width that is no
+    multiple of 16 hands the kernel B as it is, or with _layout.ALIGN_ROW_MAJOR_B copied to a
+    multiple of 16 (its loads stay wide); the product is N wide, in B's order."""
+    import sparsekernels as sk
+    from sparsekernels.kernels import nm_unpack_tuning, spmm_nm_unpack
+    from sparsekernels.ops import _layout
+
+    monkeypatch.setattr(_layout, "ALIGN_ROW_MAJOR_B", align_row_major)
+    monkeypatch.setattr(nm_unpack_tuning, "UNPACK_DTYPES", (torch.bfloat16, torch.float16))
+    widths = []
+    launch = spmm_nm_unpack.spmm_nm_unpack
+    monkeypatch.setattr(
+        spmm_nm_unpack,
+        "spmm_nm_unpack",
+        lambda **kw: widths.append((kw["b"].shape[1], kw["b"].stride())) or launch(**kw),
+    )
+    W = random_nm(40, 96, 2, 8, gen, 1, 1, torch.float16)
+    B = randn(96, tokens, gen=gen, dtype=torch.float16)
+    got = sk.spmm(W, B, backend="triton")
+    width = -(-tokens // 16) * 16 if align_row_major else tokens
+    assert widths == [(width, (width, 1))] and got.shape == (40, tokens) and got.is_contiguous()
+    assert_close(got, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B),
+                 torch.float16)  # fmt: skip
 
 
 def test_block_wise_window_is_not_densified():

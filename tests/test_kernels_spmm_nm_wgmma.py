@@ -48,6 +48,24 @@ def test_every_element_written(pattern, tokens, dtype, gen):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 3])
+def test_padded_b_columns_are_read_never_stored(split, gen):
+    """B may be wider than the product (ops/_layout.aligned_rows' copies of a row-major B):
+    its columns past N are read and never reach the output, whatever they hold (here random
+    values; the copies hold zeros). 24 tokens in a 32-wide B."""
+    W = random_nm(70, 40 * 8, 2, 8, gen, 1, 1, torch.bfloat16, "cuda")
+    B = randn(40 * 8, 24, gen=gen, dtype=torch.bfloat16, device="cuda")
+    wide = torch.cat([B, randn(40 * 8, 8, gen=gen, dtype=torch.bfloat16, device="cuda")], 1)
+    bits = packed_bits(8, 1)
+    out = torch.full((70, 24), float("nan"), dtype=torch.bfloat16, device="cuda")
+    spmm_nm_wgmma(values=W.values, words=packed_words(W.indices, bits), bits=bits, b=wide,
+                  bias=None, out=out, n=2, m=8, vector=1, activation="none", block_m=64,
+                  block_g=16, block_n=16, split=split)  # fmt: skip
+    assert_close(out, W.to_dense().double() @ B.double(), spmm_bound(W.to_dense(), B),
+                 torch.bfloat16)  # fmt: skip
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize(("block_m", "block_n"), [(64, 8), (128, 16), (64, 32), (128, 64)])
 def test_tiles(block_m, block_n, gen):
     """Both warpgroup row tiles, wide column tiles and one of 8 tokens (wgmma's narrowest)."""
@@ -128,6 +146,12 @@ def test_supports_and_bad_tiles(gen):
         _launch_poisoned(W, x, 32, block_n=12)
     with pytest.raises(ValueError, match="32 or 64 bits of offsets"):
         _launch_poisoned(W, x, 8)  # 2:8: 16 bits a lane
+    bits = packed_bits(8, 1)
+    out = torch.empty(16, 3, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="at least out's 3 columns"):
+        spmm_nm_wgmma(values=W.values, words=packed_words(W.indices, bits), bits=bits, b=x,
+                      bias=None, out=out, n=2, m=8, vector=1, activation="none", block_m=64,
+                      block_g=32, block_n=16)  # fmt: skip
 
 
 def test_route_takes_the_measured_window():

@@ -230,7 +230,7 @@ def _dense_tile(
 
 @triton.jit
 def _step(
-    acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm, stride_um,
+    acc, values, units, b, rows, index_rows, b_cols, mask_bn, g0, end, K, stride_vm, stride_um,
     stride_bk, N_KEEP: tl.constexpr, M_GROUP: tl.constexpr, BITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, LOG_N: tl.constexpr, LOG_M: tl.constexpr,
     MASKED: tl.constexpr, PERMUTE: tl.constexpr, ASM: tl.constexpr, BLOCK: tl.constexpr,
@@ -251,9 +251,9 @@ def _step(
     ks = tl.multiple_of(g0 * M_GROUP, BLOCK_G * M_GROUP) + tl.arange(0, BLOCK_G * M_GROUP)
     b_ptrs = b + ks[:, None].to(tl.int64) * stride_bk + b_cols
     if MASKED:
-        b_tile = tl.load(b_ptrs, mask=(ks < K)[:, None] & mask_n[None, :], other=0.0)
+        b_tile = tl.load(b_ptrs, mask=(ks < K)[:, None] & mask_bn[None, :], other=0.0)
     else:
-        b_tile = tl.load(b_ptrs, mask=mask_n[None, :], other=0.0)
+        b_tile = tl.load(b_ptrs, mask=mask_bn[None, :], other=0.0)
     a = a.to(b.dtype.element_ty, bitcast=True)
     if not ASM:  # the interpreter's bfloat16 tl.dot is wrong: float32 holds the same products
         return tl.dot(a.to(tl.float32), b_tile.to(tl.float32), acc)
@@ -264,13 +264,14 @@ def _step(
 def _nm_unpack_kernel(
     values,  # (M, S) compressed 16-bit values, S = groups * n, unit stride along S
     units,  # (ceil(M / VECTOR), ...) the packed offsets as 8, 16 or 32-bit integers, unit stride
-    b,  # (K, N): strides stride_bk, stride_bn
+    b,  # (K, B_COLS): strides stride_bk, stride_bn
     bias,
     out,  # (M, N)
     partials,  # with SPLITS > 1 the (SPLITS, M, N) float32 workspace
     counters,  # with FUSED an int32 a tile, zero (split_k.tile_counters)
     M,
     N,
+    B_COLS,  # B's columns, read past N (never stored): a multiple of 16 keeps B's loads wide
     K,
     GROUPS_PER_SPLIT,  # a multiple of BLOCK_G: program_id(2) takes its range of groups
     SPLIT_STRIDE,  # M * N
@@ -302,6 +303,10 @@ def _nm_unpack_kernel(
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < N
+    # (a row-major B of N % 16 != 0 columns, masked on N, loaded 2 bytes at a time: the loop
+    # 324 -> 392 SASS instructions at 4:8 b4, 628 -> 740 at 2:8, sm_90; 16 | B_COLS and B's
+    # row stride keep the aligned code)
+    mask_bn = offs_n < B_COLS
     rows = tl.minimum(offs_m, M - 1).to(tl.int64)  # rows past M repeat the last, not stored
     index_rows = rows // VECTOR
     b_cols = offs_n[None, :].to(tl.int64) * stride_bn
@@ -312,13 +317,13 @@ def _nm_unpack_kernel(
     full = first + (end - first) // BLOCK_G * BLOCK_G
     for g0 in range(first, full, BLOCK_G):
         acc = _step(
-            acc, values, units, b, rows, index_rows, b_cols, mask_n, g0, end, K, stride_vm,
+            acc, values, units, b, rows, index_rows, b_cols, mask_bn, g0, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, False,
             PERMUTE, ASM, BLOCK, PAIRS,
         )  # fmt: skip
     if full < end:
         acc = _step(
-            acc, values, units, b, rows, index_rows, b_cols, mask_n, full, end, K, stride_vm,
+            acc, values, units, b, rows, index_rows, b_cols, mask_bn, full, end, K, stride_vm,
             stride_um, stride_bk, N_KEEP, M_GROUP, BITS, BLOCK_M, BLOCK_G, LOG_N, LOG_M, True,
             PERMUTE, ASM, BLOCK, PAIRS,
         )  # fmt: skip
@@ -358,20 +363,22 @@ def spmm_nm_unpack(
     block: int = 1,
     pairs: bool | None = None,
 ) -> torch.Tensor:
-    """Launch over out (M, N) for B (K, N) (any strides), W of pattern n:m with `vector` rows
-    sharing a choice and kept runs of `block` columns (`supports`). values (M, S) and words
-    (`NMMatrix.packed_indices(bits)`) need unit stride along their last dim; block_m and
-    block_n powers of two of at least 16 (tl.dot's smallest tile); block_g a power of two
+    """Launch over out (M, N) for B (K, N') (any strides, N' >= N columns: those past N are
+    read, never stored; row-major with 16 | N' keeps B's loads wide), W of pattern n:m with
+    `vector` rows sharing a choice and kept runs of `block` columns (`supports`). values (M, S)
+    and words (`NMMatrix.packed_indices(bits)`) need unit stride along their last dim; block_m
+    and block_n powers of two of at least 16 (tl.dot's smallest tile); block_g a power of two
     holding whole bytes of offsets, block_g * m at least 16. `split` > 1 cuts the groups into
-    that many ranges (fewer where one would be empty), summed in plane order by the last of
-    a tile's ranges to finish (`fused`) or by a second kernel. `pairs` (even blocks, values
-    4-byte aligned; by default where they allow it) builds block-wise tiles from int32 pairs
-    of values."""
+    that many ranges (fewer where one would be empty), summed in plane order by the last of a
+    tile's ranges to finish (`fused`) or by a second kernel. `pairs` (even blocks, values 4-byte
+    aligned; by default where they allow it) builds block-wise tiles from int32 pairs of values."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
         return out
     if min(block_m, block_n, block_g * m) < 16:
         raise ValueError(f"tiles must be at least 16 wide, got {block_m}, {block_g * m}, {block_n}")
+    if b.shape[1] < cols:
+        raise ValueError(f"b needs at least out's {cols} columns, got {b.shape[1]}")
     k = b.shape[0]
     if not supports(n, m, block, b.dtype, k):
         raise ValueError(f"the unpack kernel does not take {n}:{m} block {block} in {b.dtype}")
@@ -413,6 +420,7 @@ def spmm_nm_unpack(
         counters,
         rows,
         cols,
+        b.shape[1],
         k,
         steps_per_split * block_g,
         rows * cols,

@@ -157,13 +157,14 @@ def _mma_step(acc, loaded, b_shared, N_KEEP: gl.constexpr, M_GROUP: gl.constexpr
 def _nm_wgmma_kernel(
     values,  # (M, S) compressed 16-bit values (int32 pairs for n = 2), unit stride along S
     units,  # (ceil(M / VECTOR), ...) the packed offsets as int32 words, unit stride
-    b,  # (K, N): strides stride_bk, stride_bn
+    b,  # (K, B_COLS): strides stride_bk, stride_bn
     bias,
     out,  # (M, N)
     partials,  # with SPLITS > 1 the (SPLITS, M, N) float32 workspace
     counters,  # with FUSED an int32 a tile, zero (split_k.tile_counters)
     M,
     N,
+    B_COLS,  # B's columns, read past N (never stored): a multiple of 16 keeps B's loads wide
     K,
     GROUPS_PER_SPLIT,  # a multiple of BLOCK_G: program_id(2) takes its range of groups
     SPLIT_STRIDE,  # M * N
@@ -197,7 +198,9 @@ def _nm_wgmma_kernel(
     rows = gl.minimum(offs_m, M - 1).to(gl.int64)  # rows past M repeat the last, not stored
     index_rows = rows // VECTOR
     offs_bn = gl.program_id(1) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, B_LOAD))
-    mask_bn = offs_bn < N
+    # (a row-major B of N % 16 != 0 columns, masked on N, loaded 2 bytes at a time: the loop
+    # 286 -> 342 SASS instructions at 2:4, sm_90; 16 | B_COLS and B's row stride keep 16)
+    mask_bn = offs_bn < B_COLS
     dtype: gl.constexpr = b.dtype.element_ty
     b_shared = gl.allocate_shared_memory(dtype, [BLOCK_K, BLOCK_N], B_SHARED)
     acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, ACC_LAYOUT)
@@ -298,11 +301,12 @@ def spmm_nm_wgmma(
     fused: bool = True,
     max_registers: int | None = None,
 ) -> torch.Tensor:
-    """Launch over out (M, N) for B (K, N) (any strides). values (M, S) and words (int32,
-    `NMMatrix.packed_indices(bits)`) need unit stride along their last dim. block_m 64 or 128
-    (one warpgroup), block_n a multiple of 8 up to 256, block_g a multiple of 4 whose quarter
-    holds 32 or 64 bits of offsets (2:8: 16 or 32 groups). `split` > 1 cuts the groups into
-    that many ranges (fewer where one would be empty), summed by a second kernel.
+    """Launch over out (M, N) for B (K, N') (any strides, N' >= N columns: those past N are
+    read, never stored; row-major with 16 | N' keeps B's loads wide). values (M, S) and words
+    (int32, `NMMatrix.packed_indices(bits)`) need unit stride along their last dim. block_m 64
+    or 128 (one warpgroup), block_n a multiple of 8 up to 256, block_g a multiple of 4 whose
+    quarter holds 32 or 64 bits of offsets (2:8: 16 or 32 groups). `split` > 1 cuts the groups
+    into that many ranges (fewer where one would be empty), summed by a second kernel.
     `max_registers` caps the registers a thread (more programs an SM, or spills)."""
     rows, cols = out.shape
     if rows == 0 or cols == 0:
@@ -318,6 +322,8 @@ def spmm_nm_wgmma(
         )
     if n == 2 and (values.stride(0) % 2 or values.data_ptr() % 4):
         values = values.clone(memory_format=torch.contiguous_format)  # (read as int32 pairs)
+    if b.shape[1] < cols:
+        raise ValueError(f"b needs at least out's {cols} columns, got {b.shape[1]}")
     k = b.shape[0]
     steps_per_split, splits = split_k.ranges(cdiv(k // m, block_g), split)
     partials = split_k.workspace(out, splits, torch.float32)
@@ -334,6 +340,7 @@ def spmm_nm_wgmma(
         counters,
         rows,
         cols,
+        b.shape[1],
         k,
         steps_per_split * block_g,
         rows * cols,

@@ -63,18 +63,38 @@ def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
     return b.contiguous()
 
 
+# A row-major B (spmm's own, SparseConv2d's pixels) whose width is no multiple of 16 keeps
+# its row stride N on the N:M tensor-core tiles, so their B loads are 2-byte: the sm_90 loop
+# 126 -> 410 SASS instructions on the condensed-K tile, 324 -> 392 on the unpack kernel's 4:8
+# b4, 286 -> 342 on the wgmma kernel's 2:4 (results/cpu/2026-12-06-unaligned-n-audit and the
+# sixty-sixth session). With ALIGN_ROW_MAJOR_B those tiles read it copied 16-column aligned
+# (rows_padded_to_16) instead. Off until timed (benchmarks/sweeps/nm_row_major_b.py): the copy
+# is a launch and B's bytes twice, and B padded to 16 columns made the general CSR kernel
+# slower at N = 49 and 196 (csrpadb, NOTES' sixty-second session).
+ALIGN_ROW_MAJOR_B = False
+
+
 def rows_padded_to_16(b: torch.Tensor) -> torch.Tensor:
     """B row-major with its width rounded up to a multiple of 16, zero columns past N, where a
     copy is made anyway (linear's x^T): a kernel masking B's loads on that width keeps them
-    wide at any token count (the expand kernel's B_COLS). B itself when its rows are already
-    contiguous (no copy for the padding alone) or it repeats one row."""
+    wide at any token count (the N:M tiles' B_COLS). B itself when its rows are already
+    contiguous (no copy for the padding alone; with ALIGN_ROW_MAJOR_B only where its width,
+    row stride and address are 16-aligned already) or it repeats one row."""
     cols = b.shape[1]
-    if cols <= 1 or b.stride(1) == 1 or b.stride(0) == 0:
+    if cols <= 1 or b.stride(0) == 0:
         return rows_contiguous(b)
+    if b.stride(1) == 1 and (not ALIGN_ROW_MAJOR_B or _aligned_16(b, cols)):
+        return b
     width = -(-cols // 16) * 16
     if b.device.type == "cuda":
         return row_major_copy(src=b, width=width)
     return torch.nn.functional.pad(b, (0, width - cols)).contiguous()
+
+
+def _aligned_16(b: torch.Tensor, cols: int) -> bool:
+    """B's width and row stride are multiples of 16 and its address of 16 bytes (Triton's
+    divisibility hints: its rows then load as vectors)."""
+    return cols % 16 == 0 and b.stride(0) % 16 == 0 and b.data_ptr() % 16 == 0
 
 
 def aligned_rows(b: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ from ..kernels import spmm_nm_unpack as unpack
 from ..kernels import spmm_nm_wgmma as wgmma
 from ..kernels._pdl import hopper
 from ..kernels.nm_small_tiles import vector_wise_small_tiles
-from . import _dispatch
+from . import _dispatch, _layout
 from ._identity_cache import IdentityCache, version
 from ._layout import aligned_rows, column_major, padded_rows, rows_contiguous, spmm_out
 from ._nm_alias import aliased_indices, routed_pattern, sparse_core_pattern
@@ -216,14 +216,15 @@ def _sm_count_of(index: int) -> int:
 def _dense_tile(launch, values, indices, b, bias, out, activation, n, m, vector, config, block=1):
     """A dense-tile kernel (the wgmma kernel: element-wise; the unpack kernel: also block-wise)
     on bit-packed offsets with its tuned tile (a config dataclass whose fields are the launch's
-    tile arguments)."""
+    tile arguments). linear's x^T is read in place (masked along tokens, its loads stay
+    wide); with _layout.ALIGN_ROW_MAJOR_B any other B as aligned_rows."""
     bits = decode.packed_bits(m, block)
     blocks = {"block": block} if block > 1 else {}  # (the wgmma launch takes no block)
     return launch(
         values=values.contiguous(),
         words=packed_words(indices, bits),
         bits=bits,
-        b=b,
+        b=aligned_rows(b) if _layout.ALIGN_ROW_MAJOR_B and not column_major(b) else b,
         bias=bias.contiguous() if bias is not None else None,
         out=out,
         n=n,
