@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest tests66 nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests tests_nm tests_rest tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -505,6 +505,14 @@ for step in $steps; do
         tests/test_kernels_spmm_nm_unpack.py tests/test_kernels_spmm_nm_wgmma.py \
         tests/test_kernels_spmm_nm_expand.py >"$out/gpu_tests66.log" 2>&1
       echo "tests66 rc=$? $(tail -1 "$out/gpu_tests66.log")" ;;
+    csrbanks)  # the scatter kernel's runs placed store by store (greedy, the default since the
+      # sixty-sixth) against dealt in bank order (/sp): GPU tests, then the routed tiles
+      timeout 240 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_scatter.py \
+        tests/test_csr_scatter_route.py -n 8 >"$out/gpu_tests_csr_banks.log" 2>&1
+      echo "csrbanks tests rc=$? $(tail -1 "$out/gpu_tests_csr_banks.log")"
+      PYTHONPATH=$PWD/src TOKENS=16,32 CONFIGS=n16/w8,n16/w8/sp,n32/w4,n32/w4/sp,n16/w4/m128/g4,n16/w4/m128/g4/sp \
+        timeout 300 python3 benchmarks/sweeps/csr_scatter_cold.py >"$out/csr_scatter_banks.txt" 2>&1
+      echo "csrbanks sweep rc=$?" ;;
     nmrowmajorb)  # spmm with a row-major B of N % 16 != 0: in place against copied aligned
       # (_layout.ALIGN_ROW_MAJOR_B; nm_row_major_b.py)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout "${LIMIT:-300}" \

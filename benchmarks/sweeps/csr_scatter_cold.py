@@ -25,8 +25,9 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,16,32,64").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/rc][/eE][/kK][/aA][/mM][/gG]": N-token column tiles, a split for W programs
-# an SM, a plain tile, runs in row and column order (not spread over the banks), E entries a
+# "nN/wW[/plain][/rc][/sp][/eE][/kK][/aA][/mM][/gG]": N-token column tiles, a split for W
+# programs an SM, a plain tile, runs in row and column order or dealt in bank order (the
+# default places them store by store: csr_scatter_banks), E entries a
 # thread loaded ahead (default: the launcher's), K columns a step (64), A steps loaded ahead
 # (1; 2: in pairs), M rows a program (64; 128 on 8 warps), G warps (M / 16, or 4 at M 128).
 # Routed: n16/w8 to 16 tokens (w4 where rows <= K), n32/w4 past; m128/g4 with w4 on weights of
@@ -55,16 +56,16 @@ def main():
         w = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         A = sk.CSRMatrix.from_dense(w, mask=sk.prune.magnitude_mask(w.float(), sparsity))
         dense_A = A.to_dense()
-        forms = {}  # (swizzle, block_k, block_m, spread) -> tiled entries, as configurations ask
+        forms = {}  # (swizzle, block_k, block_m, banks) -> tiled entries, as configurations ask
 
         def form(*key, A=A, K=K, forms=forms):
             if key not in forms:
-                swizzle, block_k, block_m, spread = key
+                swizzle, block_k, block_m, banks = key
                 forms[key] = tiled_entries(A.row_offsets, A.column_indices, A.values, K, swizzle,
-                                           block_k, block_m, spread)  # fmt: skip
+                                           block_k, block_m, banks)  # fmt: skip
             return forms[key]
 
-        weight_bytes = form(True, 64, 64, True)[1].nbytes
+        weight_bytes = form(True, 64, 64, "greedy")[1].nbytes
         n_copies = max(2, copies_for(weight_bytes, torch.device("cuda")))
         for tokens in TOKENS:
             x = torch.randn(tokens, K, device="cuda", dtype=torch.bfloat16)
@@ -90,7 +91,9 @@ def main():
                 ahead = _option(name, "a", 1)
                 block_m = _option(name, "m", 64)
                 warps = _option(name, "g", None)
-                offsets, entries = form(swizzle, block_k, block_m, "rc" not in name.split("/"))
+                flags = name.split("/")
+                banks = "plain" if "rc" in flags else "spread" if "sp" in flags else "greedy"
+                offsets, entries = form(swizzle, block_k, block_m, banks)
                 tiles = -(-M // block_m) * -(-tokens // block_n)
                 split = max(1, min(wave * sms // tiles, -(-K // block_k)))
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)

@@ -19,12 +19,13 @@ warps or on 4 with two m16 tiles a warp), BLOCK_N tokens and a range of column s
 or 128 as an experiment: half the steps' fixed work an entry, a 32 KB buffer). The weight comes
 as `tiled_entries`, built once per weight from CSR: each (BM, BK) tile's entries together, each
 one int32 (its place in the shared tile, 2 bytes, above its value's 16 bits), a tile's run
-padded to a multiple of 4 entries (a 16-byte load a thread takes 4) and dealt over the shared
-banks (a warp's store writes entries about n / 32 apart in bank order: 1.8 words a bank where
-row-and-column order wrote 3.2; 5-10% faster at 70%, at-5bed061). Each step: zero the tile and
-store B's (BLOCK_N, BK) tile (16-byte loads), scatter the tile's entries (padding entries'
-place is 0xFFFF: not stored), load the next step's run (up to a chunk) and B's tile, then
-ldmatrix both and mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels
+padded to a multiple of 4 entries (a 16-byte load a thread takes 4) and placed for the shared
+banks (kernels/csr_scatter_banks.py: dealt in bank order, 1.8 words a bank a store where
+row-and-column order wrote 3.2, was 5-10% faster at 70%, at-5bed061; store by store, each
+taking a word from the banks with most words left, 1.03 at 70%: untimed). Each step: zero the
+tile and store B's (BLOCK_N, BK) tile (16-byte loads), scatter the tile's entries (padding
+entries' place is 0xFFFF: not stored), load the next step's run (up to a chunk) and B's tile,
+then ldmatrix both and mma.sync (Gluon's mma_v2). Split-K as the other tensor-core kernels
 (split_k.end_piece).
 
 What holds it (Nsight Compute, at-35aed1b: 90% on 14336 x 4096 at 16 tokens, 26 us where its
@@ -60,12 +61,14 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import check_buffer_alone
 from ._sizes import cdiv
+from .csr_scatter_banks import greedy_bank_places, spread_bank_order
 from .spmm_csr_scatter_walks import one_ahead, two_ahead
 
 BLOCK_M = 64  # rows a program by default; 128 (8 warps) shares B's tile (an experiment)
 BLOCK_MS = (64, 128)
 BLOCK_K = 64  # columns a step by default; 128 halves the steps (an experiment)
 BLOCK_KS = (64, 128)
+BANK_ORDERS = ("greedy", "spread", "plain")  # tiled_entries' entries in a run
 WARPS = 4  # at BLOCK_M rows: a warp's mma rows are 16
 
 
@@ -164,17 +167,19 @@ def tiled_entries(
     swizzle: bool = True,
     block_k: int = BLOCK_K,
     block_m: int = BLOCK_M,
-    spread_banks: bool = True,
+    banks: str = "greedy",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tile_offsets, entries) of a CSR weight (M, k) of 16-bit values: each (64, 64) tile's
     entries together, row tiles outer, column steps inner, each an int32 whose high 16 bits
     are the entry's byte place in the kernel's shared tile (swizzled or plain) and whose low
     16 bits are its value's; each tile's run padded with -1 (place 0xFFFF: skipped) to a
     multiple of 4. tile_offsets (row tiles * column steps + 1,) int32 marks the runs. Within a
-    run the entries are ordered for the scatter's banks (`_bank_spread_order`), or by row and
-    column with spread_banks=False."""
+    run the entries are placed for the scatter's banks (kernels/csr_scatter_banks.py: `banks`
+    "greedy", or "spread"), or by row and column ("plain")."""
     if values.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"values must be fp16 or bf16, got {values.dtype}")
+    if banks not in BANK_ORDERS:
+        raise ValueError(f"banks must be one of {BANK_ORDERS}, got {banks!r}")
     rows = row_offsets.numel() - 1
     if block_k not in BLOCK_KS:
         raise ValueError(f"block_k must be one of {BLOCK_KS}, got {block_k}")
@@ -201,43 +206,27 @@ def tiled_entries(
     # places are under 32768 (2^15): shifted by 16 they stay positive int32
     packed = (place << 16) | (values.reshape(-1).view(torch.int16).to(i32) & 0xFFFF)
     counts = torch.bincount(tile_of, minlength=row_tiles * k_tiles)
-    if spread_banks:
-        order = _bank_spread_order(tile_of, (place >> 2) & 31, counts)
-    else:
-        order = torch.argsort(tile_of, stable=True)
-    del place
     padded = (counts + 3) // 4 * 4
     offsets = torch.zeros(row_tiles * k_tiles + 1, dtype=torch.long, device=device)
     offsets[1:] = padded.cumsum(0)
     total = int(offsets[-1])
     if total >= 2**31:
         raise ValueError(f"the weight must hold under 2^31 entries, got {nnz}")
+    entries = torch.full((total,), -1, dtype=i32, device=device)
+    if banks == "greedy":
+        in_run = greedy_bank_places(tile_of, place >> 2, counts)
+        entries[offsets[:-1][tile_of.long()] + in_run] = packed
+        return offsets.to(i32), entries
+    if banks == "spread":
+        order = spread_bank_order(tile_of, (place >> 2) & 31, counts)
+    else:
+        order = torch.argsort(tile_of, stable=True)
+    del place
     firsts = counts.cumsum(0) - counts
     shift = offsets[:-1] - firsts  # a tile's padded start less its packed one
     places = torch.arange(nnz, device=device) + shift[tile_of[order].long()]
-    entries = torch.full((total,), -1, dtype=i32, device=device)
     entries[places] = packed[order]
     return offsets.to(i32), entries
-
-
-def _bank_spread_order(tile_of, bank, counts) -> torch.Tensor:
-    """The entries' order in the runs (each tile's run together) that puts the entries one
-    store instruction of a warp writes into different banks where it can. A warp's store
-    writes run places 128 b + 4 lane + j (b, j fixed: the kernel's 16-byte loads, 4 entries a
-    lane); a tile's entries sorted by bank are dealt lane by lane (lane 0 takes the first
-    c_0 of them, one for each (b, j) of its places, then lane 1...), so one store's lanes
-    hold entries about n / 32 apart in bank order: different banks unless a bank holds more
-    than its share. Sorted by row and column instead, a store at 70% hit 3.2 words a bank
-    (at-35aed1b's ncu)."""
-    by_bank = torch.argsort(tile_of.long() * 32 + bank, stable=True)
-    tile_sorted = tile_of[by_bank].long()
-    firsts = (counts.cumsum(0) - counts)[tile_sorted]
-    place = torch.arange(tile_of.numel(), device=tile_of.device) - firsts  # in its run
-    n = counts[tile_sorted]
-    lane, k = place % 128 // 4, place // 128 * 4 + place % 4
-    # lane l's places come after those of lanes 0..l-1: 4 (n // 128) l + min(n % 128, 4 l)
-    rank = n // 128 * 4 * lane + torch.minimum(n % 128, 4 * lane) + k
-    return by_bank[firsts + rank]
 
 
 def b_step_fits(b: torch.Tensor, block_n: int, block_k: int = BLOCK_K) -> bool:

@@ -28,8 +28,9 @@ four sub-runs are padded (-1: place 0xFFFF, not stored) to one length, the longe
 rounded up to 4 (a 16-byte load a thread takes 4): a warp finds its sub-run from the tile's
 first offset and that length alone (one offset loaded a step, no per-warp bounds), and a run
 longer than a warp's chunk is walked in the same number of chunks by every warp. Within a
-sub-run the entries are dealt over the banks as spmm_csr_scatter.py's (`_bank_spread_order`: a
-warp's store writes places 128 b + 4 lane + j of its sub-run, as there).
+sub-run the entries are dealt over the banks as spmm_csr_scatter.py's "spread" order
+(`csr_scatter_banks.spread_bank_order`: a warp's store writes places 128 b + 4 lane + j of its
+sub-run, as there).
 
 A slab's rows are 32 bytes: ldmatrix reads 8 rows at one 16-byte chunk, and rows r and r + 4
 share banks, so chunk j of row r lies at chunk j ^ ((r >> 2) & 1) (Triton's
@@ -50,7 +51,8 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import REINTERPRET_PUBLIC, check_buffer_alone
 from ._sizes import cdiv
-from .spmm_csr_scatter import _bank_spread_order, b_step_fits
+from .csr_scatter_banks import spread_bank_order
+from .spmm_csr_scatter import b_step_fits
 
 BLOCK_M = 64  # rows a program: a warp's mma covers all of them (4 m16 tiles)
 BLOCK_K = 64  # columns a step
@@ -298,8 +300,8 @@ def tiled_entries_slices(
     (64, 16) slab (`slab_place`) and whose low 16 bits are its value's. A tile's four sub-runs
     are padded with -1 (place 0xFFFF: skipped) to one length, the longest rounded up to 4;
     slab_offsets (row tiles * column steps * 4 + 1,) int32 marks them. Within a sub-run the
-    entries are dealt over the banks (`_bank_spread_order`), or by row and column with
-    spread_banks=False."""
+    entries are dealt over the banks (`csr_scatter_banks.spread_bank_order`), or by row and
+    column with spread_banks=False."""
     if values.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"values must be fp16 or bf16, got {values.dtype}")
     rows = row_offsets.numel() - 1
@@ -319,7 +321,7 @@ def tiled_entries_slices(
     packed = (place << 16) | (values.reshape(-1).view(torch.int16).to(i32) & 0xFFFF)
     counts = torch.bincount(slab_of, minlength=tiles * WARPS)
     if spread_banks:
-        order = _bank_spread_order(slab_of, (place >> 2) & 31, counts)
+        order = spread_bank_order(slab_of, (place >> 2) & 31, counts)
     else:
         order = torch.argsort(slab_of, stable=True)
     del place
