@@ -506,11 +506,12 @@ for step in $steps; do
         tests/test_kernels_spmm_nm_expand.py >"$out/gpu_tests66.log" 2>&1
       echo "tests66 rc=$? $(tail -1 "$out/gpu_tests66.log")" ;;
     csrbanks)  # the scatter kernel's runs placed store by store (greedy, the default since the
-      # sixty-sixth) against dealt in bank order (/sp): GPU tests, then the routed tiles
+      # sixty-sixth) against dealt in bank order (/sp), and zeros at the places only (/u):
+      # GPU tests, then the routed tiles
       timeout 240 python3 -m pytest -q -m gpu tests/test_kernels_spmm_csr_scatter.py \
         tests/test_csr_scatter_route.py -n 8 >"$out/gpu_tests_csr_banks.log" 2>&1
       echo "csrbanks tests rc=$? $(tail -1 "$out/gpu_tests_csr_banks.log")"
-      PYTHONPATH=$PWD/src TOKENS=16,32 CONFIGS=n16/w8,n16/w8/sp,n32/w4,n32/w4/sp,n16/w4/m128/g4,n16/w4/m128/g4/sp \
+      PYTHONPATH=$PWD/src TOKENS=16,32 CONFIGS=n16/w8,n16/w8/sp,n16/w8/u,n32/w4,n32/w4/sp,n32/w4/u,n16/w4/m128/g4,n16/w4/m128/g4/sp \
         timeout 300 python3 benchmarks/sweeps/csr_scatter_cold.py >"$out/csr_scatter_banks.txt" 2>&1
       echo "csrbanks sweep rc=$?" ;;
     nmrowmajorb)  # spmm with a row-major B of N % 16 != 0: in place against copied aligned

@@ -350,6 +350,8 @@ def _cases() -> dict:
         "swizzled two ahead 16 tokens": (16, True, 4, True, 512),
         "swizzled 128 rows 16 tokens": (16, True, 4, True, 1024),
         "swizzled 128 rows on 4 warps 16 tokens": (16, True, 4, True, 512),
+        "swizzled unscatter 16 tokens split 4": (16, True, 4, True, 2048),
+        "swizzled unscatter 90% 16 tokens": (16, True, 1, False, 512),
     }.items():
         block_k = 128 if "128 columns" in name else 64
         block_m = 128 if "128 rows" in name else 64
@@ -357,7 +359,7 @@ def _cases() -> dict:
         constants = dict(HAS_BIAS=splits == 1, ACTIVATION=2 if splits == 1 else 0,
                          SPLITS=splits, FUSED=fused, BLOCK_N=block_n, BM=block_m, BK=block_k,
                          CHUNK=chunk,
-                         AHEAD=2 if "two ahead" in name else 1,
+                         AHEAD=2 if "two ahead" in name else 1, UNSCATTER="unscatter" in name,
                          DTYPE=tl.bfloat16, **scatter_layouts(swizzle, warps))  # fmt: skip
         # tile offsets, entries, b, bias, out, partials, counters
         pointers = ["*i32", "*i32", "*bf16", "*bf16", "*bf16", "*fp32", "*i32"]
@@ -549,6 +551,8 @@ CASE_NAMES = [
     "csr scatter slices 8 tokens bias",
     "csr scatter slices 32 tokens partial planes",
     "csr scatter swizzled 128 rows 16 tokens",
+    "csr scatter swizzled unscatter 16 tokens split 4",
+    "csr scatter swizzled unscatter 90% 16 tokens",
     *DENSIFY_CASE_NAMES,
 ]
 

@@ -188,33 +188,41 @@ def test_128_row_tiles(block_k, tokens, block_n, warps, gen):
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 
 
+# (steps_ahead, unscatter): the walks, and zeroing only the step before's places
+WALKS = [(1, False), (2, False), (1, True)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("steps_ahead", [1, 2])
+@pytest.mark.parametrize(("steps_ahead", "unscatter"), WALKS)
 @pytest.mark.parametrize("block_k", [64, 128])
 @pytest.mark.parametrize("entries_per_thread", [4, 8, 16])
-def test_runs_longer_and_shorter_than_a_chunk(entries_per_thread, block_k, steps_ahead, gen):
+def test_runs_longer_and_shorter_than_a_chunk(
+    entries_per_thread, block_k, steps_ahead, unscatter, gen
+):
     """A step's run loaded a step ahead up to a chunk (4-16 entries a thread, 512-2048 a
     program), the rest in its step: dense tiles take 2-8 chunks, sparse ones part of one, and
     each split's first and last steps prefetch nothing outside their range (one or two steps
-    ahead: ranges of 1-5 steps)."""
+    ahead: ranges of 1-5 steps); unscattered, a long run's places past its first chunk are
+    zeroed too."""
     for rows, k, density, split in ((64, 64, 0.97, 1), (130, 300, 0.6, 3), (200, 1000, 0.02, 4)):
         W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
         x = randn(16, k, gen=gen, dtype=torch.bfloat16, device="cuda")
         got = _run(W, x.t(), entries_per_thread=entries_per_thread, split=split, fused=False,
-                   block_k=block_k, steps_ahead=steps_ahead)  # fmt: skip
+                   block_k=block_k, steps_ahead=steps_ahead, unscatter=unscatter)  # fmt: skip
         want = W.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(W.to_dense(), x.t()), torch.bfloat16)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("steps_ahead", [1, 2])
+@pytest.mark.parametrize(("steps_ahead", "unscatter"), WALKS)
 @pytest.mark.parametrize("split", [1, 2, 5])
 @pytest.mark.parametrize("entries_per_thread", [4, 16])
-def test_runs_cut_to_their_tile(steps_ahead, split, entries_per_thread, gen):
+def test_runs_cut_to_their_tile(steps_ahead, unscatter, split, entries_per_thread, gen):
     """Tile boundaries (two steps ahead loads each run to the range's end and cuts it when
     scattering): a sparse tile before a dense one (the over-read is the next tile's entries),
     empty tiles, runs longer than a chunk, split ranges (the over-read stops at the range's
-    end), K off the step."""
+    end), K off the step; unscattered, a full tile's values gone before the sparse and
+    empty steps after it."""
     W = random_csr(130, 900, 0.05, gen, torch.bfloat16, "cuda")
     dense = W.to_dense()
     dense[:, 64:128] = randn(130, 64, gen=gen, dtype=torch.bfloat16, device="cuda")  # full
@@ -222,7 +230,7 @@ def test_runs_cut_to_their_tile(steps_ahead, split, entries_per_thread, gen):
     for weight in (W, sk.CSRMatrix.from_dense(dense)):
         x = randn(16, 900, gen=gen, dtype=torch.bfloat16, device="cuda")
         got = _run(weight, x.t(), steps_ahead=steps_ahead, split=split,
-                   entries_per_thread=entries_per_thread)  # fmt: skip
+                   entries_per_thread=entries_per_thread, unscatter=unscatter)  # fmt: skip
         want = weight.to_dense().double() @ x.t().double()
         assert_close(got, want, spmm_bound(weight.to_dense(), x.t()), torch.bfloat16)
 
@@ -272,6 +280,8 @@ def test_bad_arguments_are_said(gen):
         spmm_csr_scatter(**args, block_k=96)
     with pytest.raises(ValueError, match="steps_ahead"):
         spmm_csr_scatter(**args, steps_ahead=3)
+    with pytest.raises(ValueError, match="unscatter walks one step ahead"):
+        spmm_csr_scatter(**args, steps_ahead=2, unscatter=True)
     with pytest.raises(ValueError, match="block_m"):
         spmm_csr_scatter(**args, block_m=32)
     with pytest.raises(ValueError, match="warps"):

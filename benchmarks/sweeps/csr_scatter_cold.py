@@ -25,9 +25,10 @@ SHAPES = [tuple(map(int, s.split("x"))) for s in os.environ.get(
     "SHAPES", "4096x14336,14336x4096,4096x4096").split(",")]  # fmt: skip
 TOKENS = [int(t) for t in os.environ.get("TOKENS", "8,16,32,64").split(",")]
 SPARSITIES = [float(s) for s in os.environ.get("SPARSITIES", "0.7,0.9").split(",")]
-# "nN/wW[/plain][/rc][/sp][/eE][/kK][/aA][/mM][/gG]": N-token column tiles, a split for W
+# "nN/wW[/plain][/rc][/sp][/u][/eE][/kK][/aA][/mM][/gG]": N-token column tiles, a split for W
 # programs an SM, a plain tile, runs in row and column order or dealt in bank order (the
-# default places them store by store: csr_scatter_banks), E entries a
+# default places them store by store: csr_scatter_banks), zeros only at the step before's
+# places (u: unscatter), E entries a
 # thread loaded ahead (default: the launcher's), K columns a step (64), A steps loaded ahead
 # (1; 2: in pairs), M rows a program (64; 128 on 8 warps), G warps (M / 16, or 4 at M 128).
 # Routed: n16/w8 to 16 tokens (w4 where rows <= K), n32/w4 past; m128/g4 with w4 on weights of
@@ -99,14 +100,16 @@ def main():
                 out = torch.empty(M, tokens, device="cuda", dtype=torch.bfloat16)
                 b = x.t()
 
+                unscatter = "u" in name.split("/")
+
                 def run(offsets, entries, out=out, b=b, block_n=block_n, split=split,
                         swizzle=swizzle, ept=ept, block_k=block_k, ahead=ahead,
-                        block_m=block_m, warps=warps):  # fmt: skip
+                        block_m=block_m, warps=warps, unscatter=unscatter):  # fmt: skip
                     spmm_csr_scatter(
                         tile_offsets=offsets, entries=entries, b=b, bias=None, out=out,
                         activation="none", block_n=block_n, split=split, swizzle=swizzle,
                         entries_per_thread=ept, block_k=block_k, steps_ahead=ahead,
-                        block_m=block_m, warps=warps,
+                        block_m=block_m, warps=warps, unscatter=unscatter,
                     )  # fmt: skip
 
                 key = name

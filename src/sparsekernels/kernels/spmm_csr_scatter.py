@@ -100,6 +100,7 @@ def _csr_scatter_kernel(
     BK: gl.constexpr,  # columns a step: 64 or 128 (tiled_entries' block_k)
     CHUNK: gl.constexpr,  # entries a program loads at once: 4, 8 or 16 a thread
     AHEAD: gl.constexpr,  # steps whose run and B are loaded ahead: 1, or 2 (an experiment)
+    UNSCATTER: gl.constexpr,  # (AHEAD 1) zeros only where the step before stored (walks)
     DTYPE: gl.constexpr,  # the values' type
     SCATTER: gl.constexpr,  # layouts()
     ZEROS: gl.constexpr,
@@ -129,7 +130,7 @@ def _csr_scatter_kernel(
     if AHEAD == 1:
         acc = one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk,
                         lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, a_layout,
-                        b_layout)  # fmt: skip
+                        b_layout, UNSCATTER)  # fmt: skip
     else:
         acc = two_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk,
                         lane, first, end, K, K_TILES, stride_bk, BK, CHUNK, a_layout,
@@ -262,6 +263,7 @@ def spmm_csr_scatter(
     steps_ahead: int = 1,
     block_m: int = BLOCK_M,
     warps: int | None = None,
+    unscatter: bool = False,
 ) -> torch.Tensor:
     """Launch over out (M, N) = act(A @ B + bias) for a weight A (M, K) given as `tiled_entries`
     (built with the same `swizzle`) and B (K, N) in any strides, of the values' 16-bit dtype
@@ -273,13 +275,17 @@ def spmm_csr_scatter(
     steps in pairs, each step's run (to the range's end, cut when scattered) and B loaded two
     steps ahead (an experiment, no faster: 64 registers at 16 tokens, not 48).
     `warps`: block_m / 16 (a warp's 16 rows), or 4 at block_m 128 (an experiment: a warp's
-    two m16 tiles share its read of B's tile, half the ldmatrix of B an entry)."""
+    two m16 tiles share its read of B's tile, half the ldmatrix of B an entry). `unscatter`
+    (one step ahead) zeros the tile once and then, after each step, only the places its run
+    wrote instead of the whole tile (an experiment, not routed; untimed)."""
     rows, cols = out.shape
     k = b.shape[0]
     if block_k not in BLOCK_KS:
         raise ValueError(f"block_k must be one of {BLOCK_KS}, got {block_k}")
     if steps_ahead not in (1, 2):
         raise ValueError(f"steps_ahead must be 1 or 2, got {steps_ahead}")
+    if unscatter and steps_ahead != 1:
+        raise ValueError("unscatter walks one step ahead: steps_ahead must be 1")
     if block_m not in BLOCK_MS:
         raise ValueError(f"block_m must be one of {BLOCK_MS}, got {block_m}")
     if warps is None:
@@ -326,7 +332,8 @@ def spmm_csr_scatter(
         DTYPE=gl.bfloat16 if b.dtype == torch.bfloat16 else gl.float16, num_warps=warps,
     )  # fmt: skip
     compiled = _csr_scatter_kernel[grid](
-        *args, BM=block_m, BK=block_k, AHEAD=steps_ahead, **constants, **layouts(swizzle, warps),
+        *args, BM=block_m, BK=block_k, AHEAD=steps_ahead, UNSCATTER=unscatter, **constants,
+        **layouts(swizzle, warps),
     )  # fmt: skip
     check_buffer_alone(compiled, buffer_bytes(block_k, block_m), "spmm_csr_scatter")
     if splits > 1 and not fused:

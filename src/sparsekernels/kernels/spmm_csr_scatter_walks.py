@@ -29,14 +29,16 @@ def store_entry(entry):
 
 
 @gluon.jit
-def scatter_run(run, start, stop, entries, lane, CHUNK: gl.constexpr):
+def scatter_run(run, start, stop, entries, lane, CHUNK: gl.constexpr, ZERO: gl.constexpr = False):
     """Store a step's run [start, stop) into the tile: `run` holds its first chunk (entries
     past stop, the next tile's where loaded to the range's end, are cut), a longer run's
-    rest is loaded here."""
-    store_entry(gl.where(start + lane < stop, run, -1))
+    rest is loaded here. ZERO stores zeros at the run's places instead (the values' bits
+    cleared; padding's place stays 0xFFFF: skipped)."""
+    keep: gl.constexpr = -65536 if ZERO else -1  # (0xFFFF0000: the place alone)
+    store_entry(gl.where(start + lane < stop, run & keep, -1))
     for e0 in range(start + CHUNK, stop, CHUNK):
         at = e0 + lane
-        store_entry(gl.load(entries + at, mask=at < stop, other=-1))
+        store_entry(gl.load(entries + at, mask=at < stop, other=-1) & keep)
 
 
 @gluon.jit
@@ -54,9 +56,14 @@ def product(tile, b_tile, acc, a_layout: gl.constexpr, b_layout: gl.constexpr):
 @gluon.jit
 def one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs_bk, lane, first,
               end, K, K_TILES, stride_bk, BK: gl.constexpr, CHUNK: gl.constexpr,
-              a_layout: gl.constexpr, b_layout: gl.constexpr):  # fmt: skip
+              a_layout: gl.constexpr, b_layout: gl.constexpr,
+              UNSCATTER: gl.constexpr = False):  # fmt: skip
     """The steps [first, end), each step's run and B's tile loaded during the step before.
-    Bounds of step kt: [start, stop); `after` ends step kt + 1's run."""
+    Bounds of step kt: [start, stop); `after` ends step kt + 1's run. UNSCATTER zeros the
+    tile once, then after each step's product only the places its run wrote (its first
+    chunk kept in registers, a longer run's rest reloaded): at 90% a 64 x 64 step's zeros
+    take 64 shared wavefronts, its run's places ~20 (results/cpu/
+    2026-12-06-csr-scatter-analysis, variant 4)."""
     start = gl.multiple_of(gl.load(tiles + first), 4)
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
     after = gl.multiple_of(gl.load(tiles + gl.minimum(first + 2, K_TILES)), 4)
@@ -64,11 +71,17 @@ def one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs
     b_step = b + first.to(gl.int64) * BK * stride_bk
     bt = gl.load(b_step + b_offs, mask=mask_bn & gl.expand_dims(offs_bk < K - first * BK, 0),
                  other=0.0)  # fmt: skip
+    if UNSCATTER:
+        tile.store(zeros)  # (ordered before the first scatter by the loop's first barrier)
     for kt in range(first, end):
-        tile.store(zeros)
+        if not UNSCATTER:
+            tile.store(zeros)
         b_tile.store(bt)
         _cta_barrier()
         scatter_run(run, start, stop, entries, lane, CHUNK)
+        placed = run
+        placed_start = start
+        placed_stop = stop
         more = kt + 1 < end
         run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
         b_step += BK * stride_bk
@@ -79,6 +92,12 @@ def one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs
         stop = after
         after = gl.multiple_of(gl.load(tiles + gl.minimum(kt + 3, K_TILES)), 4)
         acc = product(tile, b_tile, acc, a_layout, b_layout)
+        if UNSCATTER:  # noqa: SIM102 (a compile-time branch around a run-time one)
+            if more:  # after the product's last barrier: every warp has read the tile; the
+                # next step's barrier orders these zeros before its scatter (after the last
+                # step none: the epilogue's scratch reuses the buffer, and the compiler's
+                # barriers do not see these stores)
+                scatter_run(placed, placed_start, placed_stop, entries, lane, CHUNK, True)
     return acc
 
 
