@@ -29,13 +29,49 @@ def store_entry(entry):
 
 
 @gluon.jit
-def scatter_run(run, start, stop, entries, lane, CHUNK: gl.constexpr, ZERO: gl.constexpr = False):
+def store_entry_at(entry):
+    """store_entry, giving the shared address it stored at (-1 where skipped): the places a
+    step's zeros go back to (one_ahead's UNSCATTER)."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b16 v, at; .reg .u32 a; mov.b32 {v, at}, $1; "
+        "setp.ne.u16 p, at, 0xFFFF; cvt.u32.u16 a, at; mov.u32 $0, global_smem; "
+        "add.u32 a, a, $0; @p st.shared.b16 [a], v; selp.b32 $0, a, -1, p; }",
+        "=r,r",
+        [entry],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
+def zero_at(address):
+    """A 16-bit zero stored at each shared address that is not -1 (store_entry_at's)."""
+    return gl.inline_asm_elementwise(
+        "{ .reg .pred p; .reg .b16 z; setp.ne.s32 p, $1, -1; mov.b16 z, 0; "
+        "@p st.shared.b16 [$1], z; mov.u32 $0, 0; }",
+        "=r,r",
+        [address],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
+def scatter_run(run, start, stop, entries, lane, CHUNK: gl.constexpr):
     """Store a step's run [start, stop) into the tile: `run` holds its first chunk (entries
     past stop, the next tile's where loaded to the range's end, are cut), a longer run's
-    rest is loaded here. ZERO stores zeros at the run's places instead (the values' bits
-    cleared; padding's place stays 0xFFFF: skipped)."""
+    rest is loaded here."""
+    store_entry(gl.where(start + lane < stop, run, -1))
+    scatter_rest(start, stop, entries, lane, CHUNK)
+
+
+@gluon.jit
+def scatter_rest(start, stop, entries, lane, CHUNK: gl.constexpr, ZERO: gl.constexpr = False):
+    """A run's entries past its first chunk, loaded and stored (ZERO: zeros at their places,
+    the values' bits cleared; padding's place stays 0xFFFF, skipped)."""
     keep: gl.constexpr = -65536 if ZERO else -1  # (0xFFFF0000: the place alone)
-    store_entry(gl.where(start + lane < stop, run & keep, -1))
     for e0 in range(start + CHUNK, stop, CHUNK):
         at = e0 + lane
         store_entry(gl.load(entries + at, mask=at < stop, other=-1) & keep)
@@ -61,8 +97,8 @@ def one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs
     """The steps [first, end), each step's run and B's tile loaded during the step before.
     Bounds of step kt: [start, stop); `after` ends step kt + 1's run. UNSCATTER zeros the
     tile once, then after each step's product only the places its run wrote (its first
-    chunk kept in registers, a longer run's rest reloaded): at 90% a 64 x 64 step's zeros
-    take 64 shared wavefronts, its run's places ~20 (results/cpu/
+    chunk's addresses kept in registers, a longer run's rest reloaded): at 90% a 64 x 64
+    step's zeros take 64 shared wavefronts, its run's places ~20 (results/cpu/
     2026-12-06-csr-scatter-analysis, variant 4)."""
     start = gl.multiple_of(gl.load(tiles + first), 4)
     stop = gl.multiple_of(gl.load(tiles + gl.minimum(first + 1, K_TILES)), 4)
@@ -78,10 +114,13 @@ def one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs
             tile.store(zeros)
         b_tile.store(bt)
         _cta_barrier()
-        scatter_run(run, start, stop, entries, lane, CHUNK)
-        placed = run
-        placed_start = start
-        placed_stop = stop
+        if UNSCATTER:  # (the first chunk's addresses kept: two instructions a zero)
+            placed = store_entry_at(gl.where(start + lane < stop, run, -1))
+            scatter_rest(start, stop, entries, lane, CHUNK)
+            placed_start = start
+            placed_stop = stop
+        else:
+            scatter_run(run, start, stop, entries, lane, CHUNK)
         more = kt + 1 < end
         run = gl.load(entries + stop + lane, mask=(stop + lane < after) & more, other=-1)
         b_step += BK * stride_bk
@@ -97,7 +136,8 @@ def one_ahead(tile, b_tile, zeros, acc, tiles, entries, b, b_offs, mask_bn, offs
                 # next step's barrier orders these zeros before its scatter (after the last
                 # step none: the epilogue's scratch reuses the buffer, and the compiler's
                 # barriers do not see these stores)
-                scatter_run(placed, placed_start, placed_stop, entries, lane, CHUNK, True)
+                zero_at(placed)
+                scatter_rest(placed_start, placed_stop, entries, lane, CHUNK, True)
     return acc
 
 
