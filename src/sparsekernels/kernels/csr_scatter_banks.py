@@ -66,9 +66,10 @@ def greedy_bank_places(tile_of: torch.Tensor, word: torch.Tensor, counts: torch.
     words_to_end = new_word.flip(0).cumsum(0).flip(0)  # word starts from position i on
     ends = starts + sizes
     taken = torch.zeros(tiles * 32, dtype=torch.long, device=device)
+    # each store marks where its share of a (tile, bank)'s sorted entries begins
+    first_of_store = torch.full((nnz,), -1, dtype=torch.int32, device=device)
     n = counts.long()
     stores = int((n.max() + 127) // 128 * 4) if nnz else 0
-    take = torch.zeros(tiles, stores, 32, dtype=torch.uint8, device=device)
     for s in range(stores):
         lanes = ((n - 128 * (s // 4) - s % 4 + 3) // 4).clamp(0, 32)  # store (s // 4, s % 4)
         at = (starts + taken).clamp(max=nnz)
@@ -88,14 +89,15 @@ def greedy_bank_places(tile_of: torch.Tensor, word: torch.Tensor, counts: torch.
             single = free & (free.cumsum(1) <= left[:, None])
             got.scatter_add_(1, by_key, single.long())
             left -= single.sum(1)
-        taken += got.view(-1)
-        take[:, s] = got.to(torch.uint8)
+        got = got.view(-1)
+        first_of_store[at[got > 0]] = s
+        taken += got
     del sorted_word, sorted_group, new_word, pair_next, words_to_end  # (nnz each: free them)
-    # a (tile, bank)'s entries, in word order, fill its stores in store order
-    per_group = take.permute(0, 2, 1).reshape(-1).long()
-    store_ids = torch.arange(stores, device=device).repeat(tiles * 32)
+    # a sorted entry's store: the mark at or before it (a group's first entry is always marked)
+    marked = torch.where(first_of_store >= 0, torch.arange(nnz, device=device), -1)
     store = torch.empty_like(t)
-    store[order] = torch.repeat_interleave(store_ids, per_group, output_size=nnz)
+    store[order] = first_of_store[marked.cummax(0).values].long()
+    del marked, first_of_store
     # lanes: a store's entries in (bank, word) order
     slot = t * stores + store
     by_store = torch.argsort((slot * 32 + w % 32) * (1 << 14) + w, stable=True)
