@@ -94,6 +94,11 @@ def version(tensor: torch.Tensor) -> tuple[int, int] | None:
         return None
 
 
+def untraced_version(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """version(tensor), or None while torch.compile traces (Dynamo would trace the reads)."""
+    return None if torch.compiler.is_compiling() else version(tensor)
+
+
 def wrapped(tensor: torch.Tensor) -> bool:
     """Whether torch.func's transforms (grad, vmap, ...) wrap `tensor`: it has no storage."""
     return torch._C._are_functorch_transforms_active() and (

@@ -71,6 +71,20 @@ def positive_int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+SCALE_MOST = 2.0**126  # a softmax scale times log2(e) stays finite in float32
+
+
+def softmax_scale(name: str, value: object) -> float:
+    """finite_number, at most SCALE_MOST in magnitude: the kernels scale in float32 (a finite
+    Python float past float32's range made every probability NaN)."""
+    number = finite_number(name, value)
+    if isinstance(number, float) and abs(number) > SCALE_MOST:
+        raise ValueError(
+            f"{name} must be at most 2^126 in magnitude (applied in float32), got {value!r:.40}"
+        )
+    return number
+
+
 def finite_number(name: str, value: object) -> float:
     """value as a float: a real number (not a bool) that float() takes and keeps finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

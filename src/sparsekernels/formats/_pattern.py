@@ -12,7 +12,7 @@ import weakref
 
 import torch
 
-from .._cache_mode import derived, seed
+from .._cache_mode import derived, seed, untraced_version
 
 INT16_MAX = 2**15 - 1
 INT32_MAX = 2**31 - 1
@@ -40,10 +40,14 @@ class Pattern:
         self.column_indices = column_indices
         self.shape = shape
         self._cache: dict[str, object] = {}
+        # the arrays' versions when made valid: an in-place edit since is checked again
+        # (formats.csr.check_current)
+        self.checked_at = (untraced_version(row_offsets), untraced_version(column_indices))
 
     def __getstate__(self) -> dict:
-        """Pickled without what is derived (a transpose, block layouts): remade on use."""
-        return {**self.__dict__, "_cache": {}}
+        """Pickled without what is derived (a transpose, block layouts): remade on use; its
+        arrays are checked again at their first use (checked_at None)."""
+        return {**self.__dict__, "_cache": {}, "checked_at": None}
 
     @property
     def nnz(self) -> int:

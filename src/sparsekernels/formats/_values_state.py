@@ -1,11 +1,13 @@
-"""Unpickling CSRMatrix and NMMatrix: `values` became a checked property held as `_values`;
-objects pickled before keep it under its old name."""
+"""Unpickling CSRMatrix and NMMatrix: `values` (and NMMatrix's `indices`) became checked
+properties held as `_values` (`_indices`); objects pickled before keep them under their old
+names."""
 
 from __future__ import annotations
 
 
 def set_state(matrix, state: dict) -> None:
     """A format's __setstate__."""
-    if "values" in state:
-        state["_values"] = state.pop("values")
+    for name in ("values", "indices"):
+        if name in state:
+            state[f"_{name}"] = state.pop(name)
     matrix.__dict__.update(state)

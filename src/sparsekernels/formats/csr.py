@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
+from .._cache_mode import version
 from . import _values_state
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
@@ -263,6 +264,30 @@ class CSRMatrix:
 
     def cpu(self) -> CSRMatrix:
         return self.to(device="cpu")
+
+
+def check_current(A: CSRMatrix, name: str = "A", values: bool = True) -> None:
+    """Raise a ValueError naming `name` where A no longer holds what was validated when it was
+    built: values of another size set behind the `values` setter (`.data`, `resize_`; not
+    looked at with values=False, for a pattern whose values are ignored), or its index arrays
+    edited in place since (they may be the caller's own tensors: checked again, once an edit).
+    The kernels would read past the arrays' ends, or past B's rows."""
+    pattern = A._pattern
+    if values and (A._values.dim() not in (1, 2) or A._values.shape[-1] != pattern.nnz):
+        raise ValueError(
+            f"{name}.values must have nnz = {pattern.nnz} entries in its last dimension, got "
+            f"shape {tuple(A._values.shape)} (set behind the values setter?)"
+        )
+    if torch.compiler.is_compiling():
+        return
+    now = (version(pattern.row_offsets), version(pattern.column_indices))
+    if None in now or now == getattr(pattern, "checked_at", None):
+        return
+    try:
+        _validate_structure(pattern.row_offsets, pattern.column_indices, pattern.shape)
+    except ValueError as error:
+        raise ValueError(f"{name}'s arrays changed after it was built: {error}") from None
+    pattern.checked_at = now
 
 
 def _checks_sparse_torch(t: object) -> None:

@@ -20,7 +20,7 @@ import math
 import torch
 
 from .. import _checks
-from .._cache_mode import derived
+from .._cache_mode import derived, untraced_version, version
 from . import _values_state, semi_structured
 from ._pattern import Pattern, column_dtype_for, index_dtype_for
 
@@ -51,13 +51,15 @@ class NMMatrix:
         if check:
             _validate(values, indices, shape, n, m, vector, block)
         self._values = values
-        self.indices = indices
+        self._indices = indices
+        self._indices_at = untraced_version(indices)  # (an in-place edit since: checked again)
         self._cache: dict[str, object] = {}
 
     def __getstate__(self) -> dict:
         """Pickled (torch.save of a layer too) without what is derived: it holds a weak
-        reference (cuSPARSELt's packed weight), and is remade on use."""
-        return {**self.__dict__, "_cache": {}}
+        reference (cuSPARSELt's packed weight), and is remade on use; its indices are checked
+        again at their first use."""
+        return {**self.__dict__, "_cache": {}, "_indices_at": None}
 
     __setstate__ = _values_state.set_state
 
@@ -75,6 +77,20 @@ class NMMatrix:
                 f"values must be on the indices' device {self.indices.device}, got {values.device}"
             )
         self._values = values
+
+    @property
+    def indices(self) -> torch.Tensor:
+        """(ceil(rows / vector), groups * n / block) uint8: each kept value's (or block's)
+        offset in its group. Assigning checks the new tensor as the constructor does: an
+        offset past its group would be read past B's rows."""
+        return self._indices
+
+    @indices.setter
+    def indices(self, indices: torch.Tensor) -> None:
+        _check_indices(indices, self.shape, self.n, self.m, self.vector, self.block,
+                       self._values.device)  # fmt: skip
+        self._indices = indices
+        self._indices_at = untraced_version(indices)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -342,8 +358,35 @@ def _check_values(values, shape, n, m) -> None:
         )
 
 
+def check_current(W: NMMatrix, name: str = "W") -> None:
+    """Raise a ValueError naming `name` where W no longer holds what was validated when it was
+    built: values of another shape set behind the `values` setter (`.data`, `resize_`), or its
+    indices edited in place since (they may be the caller's own tensor: checked again, once an
+    edit). The kernels would read past the values' rows, or past B's."""
+    want = (W.shape[0], W.shape[1] // W.m * W.n)
+    if tuple(W._values.shape) != want:
+        raise ValueError(
+            f"{name}.values must have shape {want} for {W.n}:{W.m} and shape {W.shape}, got "
+            f"{tuple(W._values.shape)} (set behind the values setter?)"
+        )
+    if torch.compiler.is_compiling():
+        return
+    now = version(W._indices)
+    if now is None or now == getattr(W, "_indices_at", None):
+        return
+    try:
+        _check_indices(W._indices, W.shape, W.n, W.m, W.vector, W.block, W._values.device)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{name}'s indices changed after it was built: {error}") from None
+    W._indices_at = now
+
+
 def _validate(values, indices, shape, n, m, vector, block) -> None:
     _check_values(values, shape, n, m)
+    _check_indices(indices, shape, n, m, vector, block, values.device)
+
+
+def _check_indices(indices, shape, n, m, vector, block, device) -> None:
     _checks.tensor("indices", indices)
     if indices.dtype != torch.uint8:
         raise TypeError(f"indices must be uint8, got {indices.dtype}")
@@ -351,8 +394,8 @@ def _validate(values, indices, shape, n, m, vector, block) -> None:
     want = (-(-shape[0] // vector), shape[1] // m * kept)
     if tuple(indices.shape) != want:
         raise ValueError(f"indices must have shape {want}, got {tuple(indices.shape)}")
-    if indices.device != values.device:
-        raise ValueError(f"indices must be on values' device {values.device}, got {indices.device}")
+    if indices.device != device:
+        raise ValueError(f"indices must be on values' device {device}, got {indices.device}")
     _checks.has_data("indices", indices)
     if indices.numel():
         grouped = indices.long().view(want[0], -1, kept)

@@ -48,7 +48,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         if pattern.batch is not None:
             raise ValueError("pattern must be a single matrix, not a batch")
         if scale is not None:
-            scale = _checks.finite_number("scale", scale)
+            scale = _checks.softmax_scale("scale", scale)
         self.shape = pattern.shape
         self.scale = scale
         self.register_buffer("row_offsets", pattern.row_offsets.clone())

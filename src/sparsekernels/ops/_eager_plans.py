@@ -65,9 +65,12 @@ def _indices(W) -> tuple:
 
 
 def _facts(W) -> tuple:
+    """What a plan was checked for: the weight's shape and pattern, and its index arrays'
+    versions (an in-place edit takes the whole path again, whose checks see it)."""
+    arrays = tuple(version(t) for t in _indices(W))
     if type(W) is CSRMatrix:
-        return W.shape
-    return W.shape, W.n, W.m, W.vector, W.block
+        return W.shape, arrays
+    return W.shape, W.n, W.m, W.vector, W.block, arrays
 
 
 def _signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:

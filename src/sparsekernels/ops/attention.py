@@ -19,7 +19,7 @@ import math
 import torch
 
 from .. import _checks
-from ..formats import CSRMatrix
+from ..formats import CSRMatrix, check_current
 from ..formats._pattern import Pattern
 from . import _attention_library, _autocast, _dispatch
 from ._library import eager, eager_inference
@@ -49,6 +49,7 @@ def sparse_attention(
     """
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
+    check_current(pattern, "pattern", values=False)
     dtype = _autocast.target(q)
     if dtype is not None:  # as scaled_dot_product_attention: in autocast's dtype
         with torch.autocast(q.device.type, enabled=False):
@@ -74,7 +75,7 @@ def sparse_attention(
         raise ValueError(f"pattern must have shape ({lq}, {k.shape[2]}), got {pattern.shape}")
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0
-    scale = _checks.finite_number("scale", scale)
+    scale = _checks.softmax_scale("scale", scale)
     facts = {"batch": batch * heads, "d": d, "dv": v.shape[3], "pattern": pattern.pattern}
     problem = _dispatch.Problem(q.device, q.dtype, facts)
     name = _dispatch.choose("sparse_attention", problem, backend)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from .. import _checks
-from ..formats import CSRMatrix, NMMatrix
+from ..formats import CSRMatrix, NMMatrix, check_current
 from . import _autocast, _eager_plans
 from .spmm import spmm
 
@@ -41,6 +41,7 @@ def linear(
         raise TypeError(f"W must be a CSRMatrix or NMMatrix, got {type(W).__name__}")
     if isinstance(W, CSRMatrix) and W.batch is not None:
         raise ValueError("W must be a single matrix, not a batch of values")
+    check_current(W, "W")
     _checks.tensor("x", x)
     _checks.float_dtype("x", x)
     if bias is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks, reference
-from ..formats import CSRMatrix
+from ..formats import CSRMatrix, check_current
 from . import _autocast, _dense, _dispatch, _library, _sddmm_plans
 
 
@@ -24,6 +24,7 @@ def sddmm(
     """
     if not isinstance(pattern, CSRMatrix):
         raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
+    check_current(pattern, "pattern", values=False)
     dtype = _autocast.target(X)
     if dtype is not None:  # as matmul: both operands in autocast's dtype, the op run without it
         with torch.autocast(X.device.type, enabled=False):

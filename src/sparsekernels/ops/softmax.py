@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks, reference
-from ..formats import CSRMatrix
+from ..formats import CSRMatrix, check_current
 from . import _dispatch, _library
 
 
@@ -21,7 +21,8 @@ def sparse_softmax(S: CSRMatrix, scale: float = 1.0, *, backend: str | None = No
     """
     if not isinstance(S, CSRMatrix):
         raise TypeError(f"S must be a CSRMatrix, got {type(S).__name__}")
-    scale = _checks.finite_number("scale", scale)
+    check_current(S, "S")
+    scale = _checks.softmax_scale("scale", scale)
     problem = _problem(S.row_offsets, S.values)
     name = _dispatch.choose("sparse_softmax", problem, backend)
     if _library.eager_inference(S.values):  # no gradient: skip the op's dispatch cost

@@ -7,7 +7,7 @@ import math
 import torch
 
 from .. import _checks, reference
-from ..formats import CSRMatrix, NMMatrix
+from ..formats import CSRMatrix, NMMatrix, check_current
 from ..formats._pattern import Pattern
 from ..kernels import spmm_csr as spmm_csr_kernel
 from ..kernels import spmm_csr_few, spmm_csr_token, spmm_csr_token_stream, tuning
@@ -61,6 +61,7 @@ def spmm(
     activation = _checks.activation(activation)
     if isinstance(A, CSRMatrix):
         _check_operands(A, B, bias, allow_batch=True)
+        check_current(A, "A")
         if A.batch is not None and B.dim() == 3 and B.shape[0] != A.batch:
             raise ValueError(f"B's batch {B.shape[0]} must match A's batch {A.batch}")
         t_ro = t_ci = t_perm = None
@@ -86,6 +87,7 @@ def spmm(
         )
     if isinstance(A, NMMatrix):
         _check_operands(A, B, bias, allow_batch=False)
+        check_current(A, "A")
         return spmm_nm_raw(
             A.values,
             A.indices,
