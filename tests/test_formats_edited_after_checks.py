@@ -160,3 +160,37 @@ def test_softmax_scales_past_float32_are_refused():
         sk.sparse_attention(q, q, q, sk.CSRMatrix.from_dense(torch.ones(1, 1)), 1e39)
     probs = sk.sparse_softmax(S, 2.0**126, backend="reference").values
     assert torch.equal(probs, torch.tensor([0.0, 1.0]))
+
+
+def test_inconsistent_torch_tensors_are_named(tmp_path):
+    """Arguments the sixty-sixth session's audit found refused with errors from deep inside
+    torch (IndexError, RuntimeError), or taken: each now a ValueError / TypeError naming it."""
+    crow_short = torch.sparse_csr_tensor(
+        torch.tensor([0, 1]), torch.tensor([1]), torch.tensor([1.0]), (2, 2),
+        check_invariants=False,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="crow_indices must have rows \\+ 1 = 3 entries"):
+        sk.CSRMatrix.from_torch(crow_short)
+    few_values = torch.sparse_csr_tensor(
+        torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.tensor([1.0]), (2, 2),
+        check_invariants=False,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="t's values must have one entry a column index"):
+        sk.CSRMatrix.from_torch(few_values)
+    with pytest.raises(TypeError, match="scores must be real"):
+        sk.prune.topk_mask(torch.randn(2, 4, dtype=torch.complex64), 0.5)
+    with pytest.raises(TypeError, match="scores must be real"):
+        sk.prune.nm_select(torch.randn(2, 4, dtype=torch.complex64), 2, 4)
+    meta = torch.empty(2, 4, device="meta")
+    with pytest.raises(ValueError, match="w is on the meta device"):
+        sk.prune.wanda_mask(meta, torch.ones(4, device="meta"), sparsity=0.5)
+    with pytest.raises(ValueError, match="cannot be read"):
+        sk.load_smtx(tmp_path / "missing.smtx")
+    with pytest.raises(ValueError, match="cannot be read"):
+        sk.load_smtx(tmp_path)  # a folder
+    with pytest.raises(TypeError, match="seed must be an int"):
+        sk.load_smtx(tmp_path / "missing.smtx", seed="a")
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        sk.nn.SparseAttention.local_strided(8, 2, 2, causal="no")
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        sk.nn.SparseAttention.block(8, 2, causal=1)

@@ -164,7 +164,18 @@ class CSRMatrix:
         if t.layout == torch.sparse_coo:
             t = t.coalesce().to_sparse_csr()
         crow, col, val = t.crow_indices(), t.col_indices(), t.values()
-        # torch does not check its invariants by default: the offsets must be sound to sort by.
+        # torch does not check its invariants by default (check_invariants=False): the arrays'
+        # lengths and the offsets must be sound to sort by.
+        if crow.numel() != t.shape[0] + 1:
+            raise ValueError(
+                f"t's crow_indices must have rows + 1 = {t.shape[0] + 1} entries, got "
+                f"{crow.numel()}"
+            )
+        if val.numel() != col.numel():
+            raise ValueError(
+                f"t's values must have one entry a column index ({col.numel()}), got "
+                f"{val.numel()}"
+            )
         _check_row_offsets(crow, col.numel())
         # torch allows unsorted columns within a row; sort them so the pattern is canonical.
         rows = torch.repeat_interleave(torch.arange(t.shape[0], device=t.device), crow.diff())

@@ -32,12 +32,17 @@ def load_smtx(
     if values is not None:
         _checks.tensor("values", values)
         _checks.float_dtype("values", values)
+        _checks.has_data("values", values)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     device = torch.device(device)
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not an .smtx text file (not UTF-8 text)") from None
+    except OSError as error:  # (missing, a folder, unreadable: as load_safetensors says it)
+        raise ValueError(f"path {str(path)!r} cannot be read: {error.strerror or error}") from None
     if len(lines) < 2:
         raise ValueError(
             f"{path}: an .smtx file needs a header and row offsets, found {len(lines)} line(s)"

@@ -88,6 +88,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         """The Sparse Transformer's strided pattern: query i sees keys j with |i - j| < window
         and keys with (i - j) % stride == 0; with `causal`, only j <= i."""
         _positive(seq_len=seq_len, window=window, stride=stride)
+        _flag("causal", causal)
 
         def rows(i, j):
             near = (i - j).abs() < window
@@ -108,6 +109,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
     ) -> SparseAttention:
         """Block-diagonal: query i sees the keys of its own block of `block` positions."""
         _positive(seq_len=seq_len, block=block)
+        _flag("causal", causal)
 
         def rows(i, j):
             keep = (i // block) == (j // block)
@@ -183,6 +185,12 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
             f"shape={self.shape}, nnz={self.column_indices.numel()}, "
             f"density={self.density:.4f}{scale}"
         )
+
+
+def _flag(name: str, value: object) -> None:
+    """A bool: any other truthy value ("no") would have been taken as True."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def _positive(**values: int) -> None:

@@ -23,6 +23,7 @@ def topk_mask(scores: torch.Tensor, sparsity: float, per_row: bool = False) -> t
                 [ True, False]])
     """
     _checks.tensor("scores", scores)
+    _real_scores(scores)
     _check_sparsity(sparsity)
     if scores.dtype == torch.bool:  # (topk takes no bool)
         scores = scores.to(torch.uint8)
@@ -51,6 +52,7 @@ def nm_select(
     """
     _checks.tensor("scores", scores)
     _checks.ndim("scores", scores, [2])
+    _real_scores(scores)
     check_pattern_args(tuple(scores.shape), n, m, vector, block)
     rows, cols = scores.shape
     row_groups, blocks_per_group = -(-rows // vector), m // block
@@ -61,6 +63,13 @@ def nm_select(
     keep = torch.zeros_like(blocks, dtype=torch.bool).scatter_(-1, chosen, True)
     mask = keep[:, None, :, :, None].expand(row_groups, vector, cols // m, blocks_per_group, block)
     return mask.reshape(row_groups * vector, cols)[:rows].contiguous()
+
+
+def _real_scores(scores: torch.Tensor) -> None:
+    """Scores must order: real numbers (or bools), not complex ones (torch's topk refuses them
+    with an error that names no argument)."""
+    if scores.is_complex():
+        raise TypeError(f"scores must be real (ordered), got {scores.dtype}")
 
 
 def magnitude_mask(w: torch.Tensor, sparsity: float, per_row: bool = False) -> torch.Tensor:

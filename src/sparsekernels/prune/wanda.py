@@ -30,6 +30,8 @@ def wanda_scores(w: torch.Tensor, input_norm: torch.Tensor) -> torch.Tensor:
         raise TypeError(f"input_norm must be a floating-point tensor, got {input_norm.dtype}")
     if input_norm.device != w.device:
         raise ValueError(f"input_norm must be on w's device {w.device}, got {input_norm.device}")
+    _checks.has_data("w", w)
+    _checks.has_data("input_norm", input_norm)
     if not torch.isfinite(input_norm).all():
         raise ValueError("input_norm must be finite (no NaN or Inf)")
     if (input_norm < 0).any():
