@@ -194,3 +194,12 @@ def test_inconsistent_torch_tensors_are_named(tmp_path):
         sk.nn.SparseAttention.local_strided(8, 2, 2, causal="no")
     with pytest.raises(TypeError, match="causal must be a bool"):
         sk.nn.SparseAttention.block(8, 2, causal=1)
+
+
+def test_sparsegpt_refuses_an_asymmetric_hessian(gen):
+    w = torch.randn(4, 8, generator=gen)
+    x = torch.randn(32, 8, generator=gen)
+    hessian = x.t() @ x
+    sk.prune.sparsegpt_prune(w, hessian, n=2, m=4)  # symmetric: taken
+    with pytest.raises(ValueError, match="hessian must be symmetric"):
+        sk.prune.sparsegpt_prune(w, torch.triu(hessian), n=2, m=4)

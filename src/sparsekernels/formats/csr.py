@@ -173,8 +173,7 @@ class CSRMatrix:
             )
         if val.numel() != col.numel():
             raise ValueError(
-                f"t's values must have one entry a column index ({col.numel()}), got "
-                f"{val.numel()}"
+                f"t's values must have one entry a column index ({col.numel()}), got {val.numel()}"
             )
         _check_row_offsets(crow, col.numel())
         # torch allows unsorted columns within a row; sort them so the pattern is canonical.

@@ -167,6 +167,14 @@ def _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, d
         raise ValueError("w must be finite (no NaN or Inf): SparseGPT's update would spread it")
     if not torch.isfinite(hessian).all():
         raise ValueError("hessian must be finite (no NaN or Inf)")
+    # (X^T X is symmetric; the Cholesky factorisation reads one triangle and would silently
+    # drop the other's differences)
+    asymmetry = (hessian - hessian.t()).abs().amax() if cols else hessian.new_zeros(())
+    if float(asymmetry) > 1e-4 * float(hessian.abs().amax() if cols else 0) + 1e-30:
+        raise ValueError(
+            f"hessian must be symmetric (X^T X of the layer's inputs); it differs from its "
+            f"transpose by up to {float(asymmetry):.3g}"
+        )
     _checks.positive_int("blocksize", blocksize)
     if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not 0 <= damp < 1e3:
         raise ValueError(f"damp must be a number in [0, 1000), got {damp!r}")
