@@ -70,6 +70,34 @@ def test_tiled_entries_hold_the_weight(shape, swizzle, block_k, block_m, banks, 
         assert int((entries != -1).sum()) == W.values.numel()
 
 
+@pytest.mark.parametrize("swizzle", [True, False])
+def test_structured_patterns_hold_the_weight_in_every_order(swizzle, gen):
+    """Patterns that pile entries into few banks or few words (one full column, one full row,
+    the diagonal, every other column, a full tile beside empty ones, two entries to a word):
+    each order's runs decode to the weight (the greedy order's single-entry rounds run out
+    of banks there)."""
+    rows, k = 130, 200
+    masks = {
+        "column": torch.zeros(rows, k, dtype=torch.bool).index_fill_(1, torch.tensor([7]), True),
+        "row": torch.zeros(rows, k, dtype=torch.bool).index_fill_(0, torch.tensor([5]), True),
+        "diagonal": torch.eye(rows, k, dtype=torch.bool),
+        "every other column": (torch.arange(k) % 2 == 0).expand(rows, k).clone(),
+        "pairs": (torch.arange(k) // 2 % 3 == 0).expand(rows, k).clone(),
+    }
+    full = torch.zeros(rows, k, dtype=torch.bool)
+    full[:64, 64:128] = True
+    masks["a full tile"] = full
+    for name, mask in masks.items():
+        dense = torch.where(mask, randn(rows, k, gen=gen), 0.0).to(torch.bfloat16)
+        W = sk.CSRMatrix.from_dense(dense)
+        for banks in BANK_ORDERS:
+            offsets, entries = tiled_entries(
+                W.row_offsets, W.column_indices, W.values, k, swizzle, banks=banks
+            )
+            got = _decode(offsets, entries, rows, k, swizzle, torch.bfloat16, 64, 64)
+            assert torch.equal(got, W.to_dense()), (name, banks)
+
+
 def _words_a_bank(tile_offsets, entries) -> float:
     """Mean over a warp's scatter stores of the most 4-byte words one bank receives (the
     store's shared-memory wavefronts): a store writes a run's places 128 b + 4 lane + j.
