@@ -197,6 +197,8 @@ def test_inconsistent_torch_tensors_are_named(tmp_path):
         sk.nn.SparseAttention.local_strided(8, 2, 2, causal="no")
     with pytest.raises(TypeError, match="causal must be a bool"):
         sk.nn.SparseAttention.block(8, 2, causal=1)
+    with pytest.raises(ValueError, match="column_indices is on the meta device"):
+        sk.CSRMatrix.from_dense(torch.eye(3)).to("meta").t()
 
 
 def test_sparsegpt_refuses_an_asymmetric_hessian(gen):

@@ -247,6 +247,7 @@ class CSRMatrix:
 
     def t(self) -> CSRMatrix:
         """The transpose as a CSRMatrix; its pattern is cached, its values follow this one's."""
+        _checks.has_data("the matrix's column_indices", self.column_indices)  # (a sort by them)
         pattern, perm = self._pattern.transpose()
         return CSRMatrix._from_pattern(pattern, self.values[..., perm], check=False)
 
