@@ -44,19 +44,17 @@ def _decode(slab_offsets, entries, rows, k, dtype):
     return dense[:rows, :k]
 
 
-@pytest.mark.parametrize("spread_banks", [True, False])
+@pytest.mark.parametrize("banks", ["greedy", "spread", "plain"])
 @pytest.mark.parametrize("density", [0.3, 0.1])
 @pytest.mark.parametrize("shape", [(70, 150), (1, 64), (64, 1), (130, 64), (65, 300), (3, 17)])
-def test_sub_runs_hold_the_weight(shape, density, spread_banks, gen):
+def test_sub_runs_hold_the_weight(shape, density, banks, gen):
     """Every stored value once, at its row and column, in its tile's sub-run of its 16-column
     slice; a tile's sub-runs one length, a multiple of 4, padded with skipped places; rows
     and columns off the tiles; empty rows; runs in either order."""
     rows, k = shape
     for dtype in (torch.bfloat16, torch.float16):
         W = random_csr(rows, k, density, gen, dtype)
-        offsets, entries = tiled_entries_slices(
-            W.row_offsets, W.column_indices, W.values, k, spread_banks
-        )
+        offsets, entries = tiled_entries_slices(W.row_offsets, W.column_indices, W.values, k, banks)
         assert offsets.dtype == entries.dtype == torch.int32
         assert offsets.shape == (-(-rows // 64) * -(-k // 64) * 4 + 1,)
         assert torch.equal(_decode(offsets, entries, rows, k, dtype), W.to_dense())
@@ -100,12 +98,17 @@ def _words_a_bank(slab_offsets, entries) -> float:
     return total / stores
 
 
-def test_spread_sub_runs_store_into_fewer_words_a_bank(gen):
+def test_sub_runs_store_into_fewer_words_a_bank(gen):
+    """Greedy (the default) below spread below plain (row and column order)."""
     W = random_csr(128, 256, 0.3, gen, torch.bfloat16)
     args = (W.row_offsets, W.column_indices, W.values, 256)
-    spread = _words_a_bank(*tiled_entries_slices(*args, spread_banks=True))
-    plain = _words_a_bank(*tiled_entries_slices(*args, spread_banks=False))
-    assert spread < plain, (plain, spread)
+    greedy, spread, plain = (
+        _words_a_bank(*tiled_entries_slices(*args, banks))
+        for banks in ("greedy", "spread", "plain")
+    )
+    assert greedy < spread < plain, (plain, spread, greedy)
+    with pytest.raises(ValueError, match="banks must be"):
+        tiled_entries_slices(*args, "random")
 
 
 def test_tiled_entries_slices_reject_wide_values(gen):

@@ -51,7 +51,7 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import REINTERPRET_PUBLIC, check_buffer_alone
 from ._sizes import cdiv
-from .csr_scatter_banks import spread_bank_order
+from .csr_scatter_banks import greedy_bank_places, spread_bank_order
 from .spmm_csr_scatter import b_step_fits
 
 BLOCK_M = 64  # rows a program: a warp's mma covers all of them (4 m16 tiles)
@@ -292,7 +292,7 @@ def tiled_entries_slices(
     column_indices: torch.Tensor,
     values: torch.Tensor,
     k: int,
-    spread_banks: bool = True,
+    banks: str = "greedy",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(slab_offsets, entries) of a CSR weight (M, k) of 16-bit values: each (64, 64) tile's
     entries in four sub-runs, one a 16-column slice (c // 16), row tiles outer, column steps
@@ -300,10 +300,12 @@ def tiled_entries_slices(
     (64, 16) slab (`slab_place`) and whose low 16 bits are its value's. A tile's four sub-runs
     are padded with -1 (place 0xFFFF: skipped) to one length, the longest rounded up to 4;
     slab_offsets (row tiles * column steps * 4 + 1,) int32 marks them. Within a sub-run the
-    entries are dealt over the banks (`csr_scatter_banks.spread_bank_order`), or by row and
-    column with spread_banks=False."""
+    entries are placed for the banks as tiled_entries' (kernels/csr_scatter_banks.py: `banks`
+    "greedy" or "spread"), or by row and column ("plain")."""
     if values.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"values must be fp16 or bf16, got {values.dtype}")
+    if banks not in ("greedy", "spread", "plain"):
+        raise ValueError(f"banks must be 'greedy', 'spread' or 'plain', got {banks!r}")
     rows = row_offsets.numel() - 1
     row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
     tiles, nnz = row_tiles * k_tiles, column_indices.numel()
@@ -320,11 +322,6 @@ def tiled_entries_slices(
     # places are under 2048: shifted by 16 they stay positive int32
     packed = (place << 16) | (values.reshape(-1).view(torch.int16).to(i32) & 0xFFFF)
     counts = torch.bincount(slab_of, minlength=tiles * WARPS)
-    if spread_banks:
-        order = spread_bank_order(slab_of, (place >> 2) & 31, counts)
-    else:
-        order = torch.argsort(slab_of, stable=True)
-    del place
     # a tile's sub-runs one length: the kernel finds warp w's at start + w * length
     longest = (counts.view(tiles, WARPS).amax(1) + 3) // 4 * 4
     offsets = torch.zeros(tiles * WARPS + 1, dtype=torch.long, device=device)
@@ -332,6 +329,16 @@ def tiled_entries_slices(
     total = int(offsets[-1])
     if total >= 2**31:
         raise ValueError(f"the weight must hold under 2^31 padded entries, got {total}")
+    if banks == "greedy":  # (a slab's words: its bank is word % 32, the slabs 2 KB apart)
+        in_run = greedy_bank_places(slab_of, place >> 2, counts)
+        entries = torch.full((total,), -1, dtype=i32, device=device)
+        entries[offsets[:-1][slab_of.long()] + in_run] = packed
+        return offsets.to(i32), entries
+    if banks == "spread":
+        order = spread_bank_order(slab_of, (place >> 2) & 31, counts)
+    else:
+        order = torch.argsort(slab_of, stable=True)
+    del place
     firsts = counts.cumsum(0) - counts
     shift = offsets[:-1] - firsts  # a sub-run's padded start less its packed one
     places = torch.arange(nnz, device=device) + shift[slab_of[order].long()]
