@@ -197,6 +197,15 @@ def test_inconsistent_torch_tensors_are_named(tmp_path):
         sk.nn.SparseAttention.local_strided(8, 2, 2, causal="no")
     with pytest.raises(TypeError, match="causal must be a bool"):
         sk.nn.SparseAttention.block(8, 2, causal=1)
+    for call in (
+        lambda: sk.CSRMatrix.from_dense(torch.eye(3)).to("bogus"),
+        lambda: sk.NMMatrix.from_dense(torch.eye(4), 1, 4).to(device="bogus"),
+        lambda: sk.load_safetensors(tmp_path / "a.safetensors", device="bogus"),
+        lambda: sk.load_smtx(tmp_path / "a.smtx", device="bogus"),
+        lambda: sk.nn.SparseAttention.local_strided(8, 2, 2, device="bogus"),
+    ):
+        with pytest.raises(ValueError, match="device must be a device"):
+            call()
     with pytest.raises(ValueError, match="column_indices is on the meta device"):
         sk.CSRMatrix.from_dense(torch.eye(3)).to("meta").t()
 

@@ -106,6 +106,14 @@ def has_data(name: str, value: torch.Tensor) -> None:
         raise ValueError(f"{name} is on the meta device and holds no data to read")
 
 
+def device(name: str, value: object) -> torch.device:
+    """torch.device(value), its error naming the argument (torch's names only the string)."""
+    try:
+        return torch.device(value)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise ValueError(f"{name} must be a device (such as 'cpu' or 'cuda:0'): {error}") from None
+
+
 def shape2d(name: str, value: object) -> tuple[int, int]:
     try:
         rows, cols = value  # type: ignore[misc]

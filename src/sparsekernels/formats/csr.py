@@ -257,6 +257,8 @@ class CSRMatrix:
             if dtype is not None:
                 raise TypeError(f"dtype given twice: {device} and {dtype}")
             device, dtype = None, device
+        if device is not None:
+            device = _checks.device("device", device)
         if dtype is not None and dtype not in _checks.FLOAT_DTYPES:
             raise TypeError(f"dtype must be a floating dtype, got {dtype}")
         values = self.values.to(device=device, dtype=dtype)

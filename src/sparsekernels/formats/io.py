@@ -35,7 +35,7 @@ def load_smtx(
         _checks.has_data("values", values)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    device = torch.device(device)
+    device = _checks.device("device", device)
     path = Path(path)
     try:
         lines = path.read_text().splitlines()
@@ -131,6 +131,8 @@ def save_safetensors(matrix: CSRMatrix | NMMatrix, path: str | Path) -> None:
 def load_safetensors(path: str | Path, device: str | torch.device = "cpu") -> CSRMatrix | NMMatrix:
     """Load what save_safetensors wrote; the structure is validated as on construction."""
     from safetensors import SafetensorError, safe_open
+
+    device = _checks.device("device", device)
 
     try:
         with safe_open(str(path), framework="pt") as f:

@@ -201,6 +201,8 @@ def _positive(**values: int) -> None:
 
 def _pattern_from_rule(seq_len: int, rule, device) -> CSRMatrix:
     """A CSR pattern (seq_len, seq_len) from rule(i, j) -> bool, built a chunk of rows at a time."""
+    if device is not None:
+        device = _checks.device("device", device)
     cols = torch.arange(seq_len, device=device)
     counts, columns = [], []
     for start in range(0, seq_len, _ROWS_PER_CHUNK):
