@@ -24,6 +24,30 @@ from __future__ import annotations
 
 import torch
 
+BANK_ORDERS = ("greedy", "spread", "plain")
+
+
+def placed_runs(tile_of, place, packed, counts, offsets, banks: str) -> torch.Tensor:
+    """The entries vector (offsets[-1],) int32: run t's packed entries from offsets[t] on, in
+    the order `banks` names (greedy_bank_places, spread_bank_order, or row and column order:
+    "plain"), -1 (place 0xFFFF: skipped) after them. `place` is each entry's byte place in
+    its shared tile (bank (place >> 2) % 32)."""
+    if banks not in BANK_ORDERS:
+        raise ValueError(f"banks must be one of {BANK_ORDERS}, got {banks!r}")
+    entries = torch.full((int(offsets[-1]),), -1, dtype=torch.int32, device=packed.device)
+    if banks == "greedy":
+        in_run = greedy_bank_places(tile_of, place >> 2, counts)
+        entries[offsets[:-1][tile_of.long()] + in_run] = packed
+        return entries
+    if banks == "spread":
+        order = spread_bank_order(tile_of, (place >> 2) & 31, counts)
+    else:
+        order = torch.argsort(tile_of, stable=True)
+    shift = offsets[:-1] - (counts.cumsum(0) - counts)  # a run's padded start less its packed one
+    at = torch.arange(tile_of.numel(), device=packed.device) + shift[tile_of[order].long()]
+    entries[at] = packed[order]
+    return entries
+
 
 def spread_bank_order(tile_of, bank, counts) -> torch.Tensor:
     """The entries' order in the runs (each tile's run together) that puts the entries one

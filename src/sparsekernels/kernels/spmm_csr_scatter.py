@@ -61,14 +61,13 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import check_buffer_alone
 from ._sizes import cdiv
-from .csr_scatter_banks import greedy_bank_places, spread_bank_order
+from .csr_scatter_banks import BANK_ORDERS, placed_runs
 from .spmm_csr_scatter_walks import one_ahead, two_ahead
 
 BLOCK_M = 64  # rows a program by default; 128 (8 warps) shares B's tile (an experiment)
 BLOCK_MS = (64, 128)
 BLOCK_K = 64  # columns a step by default; 128 halves the steps (an experiment)
 BLOCK_KS = (64, 128)
-BANK_ORDERS = ("greedy", "spread", "plain")  # tiled_entries' entries in a run
 WARPS = 4  # at BLOCK_M rows: a warp's mma rows are 16
 
 
@@ -179,7 +178,7 @@ def tiled_entries(
     "greedy", or "spread"), or by row and column ("plain")."""
     if values.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"values must be fp16 or bf16, got {values.dtype}")
-    if banks not in BANK_ORDERS:
+    if banks not in BANK_ORDERS:  # (before any work)
         raise ValueError(f"banks must be one of {BANK_ORDERS}, got {banks!r}")
     rows = row_offsets.numel() - 1
     if block_k not in BLOCK_KS:
@@ -213,20 +212,7 @@ def tiled_entries(
     total = int(offsets[-1])
     if total >= 2**31:
         raise ValueError(f"the weight must hold under 2^31 entries, got {nnz}")
-    entries = torch.full((total,), -1, dtype=i32, device=device)
-    if banks == "greedy":
-        in_run = greedy_bank_places(tile_of, place >> 2, counts)
-        entries[offsets[:-1][tile_of.long()] + in_run] = packed
-        return offsets.to(i32), entries
-    if banks == "spread":
-        order = spread_bank_order(tile_of, (place >> 2) & 31, counts)
-    else:
-        order = torch.argsort(tile_of, stable=True)
-    del place
-    firsts = counts.cumsum(0) - counts
-    shift = offsets[:-1] - firsts  # a tile's padded start less its packed one
-    places = torch.arange(nnz, device=device) + shift[tile_of[order].long()]
-    entries[places] = packed[order]
+    entries = placed_runs(tile_of, place, packed, counts, offsets, banks)
     return offsets.to(i32), entries
 
 

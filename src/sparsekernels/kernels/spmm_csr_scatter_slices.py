@@ -51,7 +51,7 @@ from . import split_k
 from ._activation import ACTIVATION_CODES
 from ._gluon_bits import REINTERPRET_PUBLIC, check_buffer_alone
 from ._sizes import cdiv
-from .csr_scatter_banks import greedy_bank_places, spread_bank_order
+from .csr_scatter_banks import BANK_ORDERS, placed_runs
 from .spmm_csr_scatter import b_step_fits
 
 BLOCK_M = 64  # rows a program: a warp's mma covers all of them (4 m16 tiles)
@@ -304,8 +304,8 @@ def tiled_entries_slices(
     "greedy" or "spread"), or by row and column ("plain")."""
     if values.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"values must be fp16 or bf16, got {values.dtype}")
-    if banks not in ("greedy", "spread", "plain"):
-        raise ValueError(f"banks must be 'greedy', 'spread' or 'plain', got {banks!r}")
+    if banks not in BANK_ORDERS:  # (before any work)
+        raise ValueError(f"banks must be one of {BANK_ORDERS}, got {banks!r}")
     rows = row_offsets.numel() - 1
     row_tiles, k_tiles = cdiv(rows, BLOCK_M), cdiv(k, BLOCK_K)
     tiles, nnz = row_tiles * k_tiles, column_indices.numel()
@@ -329,21 +329,8 @@ def tiled_entries_slices(
     total = int(offsets[-1])
     if total >= 2**31:
         raise ValueError(f"the weight must hold under 2^31 padded entries, got {total}")
-    if banks == "greedy":  # (a slab's words: its bank is word % 32, the slabs 2 KB apart)
-        in_run = greedy_bank_places(slab_of, place >> 2, counts)
-        entries = torch.full((total,), -1, dtype=i32, device=device)
-        entries[offsets[:-1][slab_of.long()] + in_run] = packed
-        return offsets.to(i32), entries
-    if banks == "spread":
-        order = spread_bank_order(slab_of, (place >> 2) & 31, counts)
-    else:
-        order = torch.argsort(slab_of, stable=True)
-    del place
-    firsts = counts.cumsum(0) - counts
-    shift = offsets[:-1] - firsts  # a sub-run's padded start less its packed one
-    places = torch.arange(nnz, device=device) + shift[slab_of[order].long()]
-    entries = torch.full((total,), -1, dtype=i32, device=device)
-    entries[places] = packed[order]
+    # (a slab's words: its bank is word % 32, the slabs 2 KB apart)
+    entries = placed_runs(slab_of, place, packed, counts, offsets, banks)
     return offsets.to(i32), entries
 
 
