@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest tests67 csrbankssweep tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests tests_nm tests_rest tests67 csrbankssweep sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -514,6 +514,13 @@ for step in $steps; do
       PYTHONPATH=$PWD/src TOKENS=16,32 CONFIGS=n16/w8,n16/w8/sp,n16/w8/u,n32/w4,n32/w4/sp,n32/w4/u,n16/w4/m128/g4,n16/w4/m128/g4/sp \
         timeout "${LIMIT:-300}" python3 benchmarks/sweeps/csr_scatter_cold.py >"$out/csr_scatter_banks.txt" 2>&1
       echo "csrbankssweep rc=$?" ;;
+    sddmmblocked)  # the blocked SDDMM walk (not routed): its GPU tests, then the sweep
+      timeout 150 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+        tests/test_kernels_sddmm_blocked.py >"$out/gpu_tests_sddmm_blocked.log" 2>&1
+      echo "sddmmblocked tests rc=$? $(tail -1 "$out/gpu_tests_sddmm_blocked.log")"
+      PYTHONPATH=$PWD/src BUDGET_S=${BUDGET_S:-200} timeout "${LIMIT:-260}" \
+        python3 benchmarks/sweeps/sddmm_blocked.py >"$out/sddmm_blocked.txt" 2>&1
+      echo "sddmmblocked sweep rc=$?" ;;
     tests66)  # the sixty-sixth session's GPU tests: B_COLS in the unpack and wgmma kernels
       timeout 200 python3 -m pytest -q -m "gpu and not slow" -n 12 -p no:cacheprovider \
         tests/test_kernels_spmm_nm_unpack.py tests/test_kernels_spmm_nm_wgmma.py \

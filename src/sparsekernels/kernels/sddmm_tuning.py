@@ -45,6 +45,49 @@ def sddmm_csr_config(k: int, nnz: int, rows: int) -> SddmmCsrConfig:
 
 
 @dataclass(frozen=True)
+class SddmmBlockedConfig:
+    block_rows: int
+    block_cols: int
+    chunk: int  # the most entries a program walks
+    block_nnz: int
+    block_k: int
+    num_warps: int
+
+
+# The blocked walk (sddmm_blocked.py): a program takes one block of the output, R x C, so its
+# rows of X and Y are read from L2 once and then from L1. Untimed, so not routed yet
+# (SDDMM_BLOCKED; benchmarks/sweeps/sddmm_blocked.py times it against the route). A program's
+# rows, (R + C) x K values, are sized to a share of L1 (an H200 SM has up to 256 KB of L1 and
+# shared memory together; the programs resident on one SM each bring their own block).
+SDDMM_BLOCKED = False
+SDDMM_BLOCKED_ROW_BYTES = 96 * 1024  # one program's X and Y rows
+# L2's bytes an entry, blocked against the per-entry walk: 2 / (side x density) for square
+# blocks, against 1; the blocked walk is taken below this ratio
+SDDMM_BLOCKED_MAX_L2_RATIO = 0.5
+
+
+@_memo
+def sddmm_blocked_config(k: int, itemsize: int) -> SddmmBlockedConfig:
+    """Square blocks whose X and Y rows take SDDMM_BLOCKED_ROW_BYTES (a multiple of 16, 16 to
+    1024 rows); a block one program; the per-entry kernel's step (K 64 at a time, 32 entries)
+    on two warps."""
+    side = SDDMM_BLOCKED_ROW_BYTES // (2 * max(k, 1) * itemsize)
+    side = max(16, min(1024, side // 16 * 16))
+    block_k = max(16, min(SDDMM_BLOCK_K, next_power_of_2(max(k, 1))))
+    block_nnz = max(16, SDDMM_STEP_PRODUCTS // block_k)
+    return SddmmBlockedConfig(side, side, 2**30, block_nnz, block_k, num_warps=2)
+
+
+def sddmm_blocked_takes(k: int, itemsize: int, density: float) -> bool:
+    """With SDDMM_BLOCKED: where the blocks cut L2's bytes an entry below
+    SDDMM_BLOCKED_MAX_L2_RATIO of the per-entry walk's."""
+    if not SDDMM_BLOCKED or density <= 0:
+        return False
+    side = sddmm_blocked_config(k, itemsize).block_rows
+    return 2 / (side * density) < SDDMM_BLOCKED_MAX_L2_RATIO
+
+
+@dataclass(frozen=True)
 class SoftmaxCsrConfig:
     block: int
     num_warps: int

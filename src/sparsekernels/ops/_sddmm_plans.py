@@ -1,5 +1,5 @@
 """What the SDDMM kernels derive from a pattern, once per pattern: the row order of the
-per-entry kernel and the tile plans of the tensor-core one.
+per-entry kernel, the block plans of the blocked walk and the tile plans of the tensor-core one.
 
 The op receives raw CSR tensors, not a Pattern, so its plans are cached here by the identity of
 the column indices (the entry holds the row offsets, so their identity stays valid) with both
@@ -14,7 +14,7 @@ import torch
 
 from .._cache_mode import building, traced
 from ..formats._pattern import Pattern
-from ..kernels import sddmm_tiles
+from ..kernels import sddmm_blocked, sddmm_tiles
 from ._identity_cache import IdentityCache, version
 
 # column indices -> (row offsets, (versions, columns), {plan name: plan})
@@ -49,6 +49,24 @@ def tile_plan(
         with building(column_indices):
             plans[name] = sddmm_tiles.build_plan(
                 row_offsets, column_indices, cols, block_m, block_n
+            )
+    return plans[name]
+
+
+def blocked_plan(
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    cols: int,
+    block_rows: int,
+    block_cols: int,
+    chunk: int,
+) -> sddmm_blocked.BlockedPlan:
+    plans = _plans(row_offsets, column_indices, cols)
+    name = f"blocked:{block_rows}x{block_cols}/{chunk}"
+    if name not in plans:
+        with building(column_indices):
+            plans[name] = sddmm_blocked.build_plan(
+                row_offsets, column_indices, cols, block_rows, block_cols, chunk
             )
     return plans[name]
 

@@ -118,6 +118,10 @@ def _triton_csr(row_offsets, column_indices, x, y):
         half = x.dtype != torch.float32
         if sddmm_tuning.sddmm_tiles_takes(k, nnz / (rows * cols), fill, half):
             return _triton_tiles(row_offsets, column_indices, x, y, out)
+    if nnz <= 2**31 - 1 and sddmm_tuning.sddmm_blocked_takes(
+        k, x.element_size(), nnz / (rows * cols)
+    ):
+        return _triton_blocked(row_offsets, column_indices, x, y, out)
     row_order = _sddmm_plans.row_order(row_offsets, column_indices, cols)
     config = sddmm_tuning.sddmm_csr_config(k, nnz, rows)
     kernel.sddmm_csr(
@@ -127,6 +131,28 @@ def _triton_csr(row_offsets, column_indices, x, y):
         y=y,
         row_order=row_order,
         out=out.view(-1, nnz),
+        block_nnz=config.block_nnz,
+        block_k=config.block_k,
+        num_warps=config.num_warps,
+    )
+    return out
+
+
+def _triton_blocked(row_offsets, column_indices, x, y, out):
+    """The blocked walk: each block of the output's X and Y rows read from L2 once."""
+    from ..kernels import sddmm_blocked, sddmm_tuning
+
+    config = sddmm_tuning.sddmm_blocked_config(x.shape[-1], x.element_size())
+    plan = _sddmm_plans.blocked_plan(
+        row_offsets, column_indices, y.shape[-2], config.block_rows, config.block_cols,
+        config.chunk,
+    )  # fmt: skip
+    sddmm_blocked.sddmm_blocked(
+        plan=plan,
+        column_indices=column_indices,
+        x=x,
+        y=y,
+        out=out.view(-1, out.shape[-1]),
         block_nnz=config.block_nnz,
         block_k=config.block_k,
         num_warps=config.num_warps,

@@ -1,0 +1,124 @@
+"""The blocked CSR SDDMM walk (kernels/sddmm_blocked.py) over its blocks, steps and warps,
+against the library's route (sk.sddmm), the per-entry kernel, cuSPARSE's SDDMM
+(torch.sparse.sampled_addmm, fp32) and the dense product (X @ Y^T).
+
+Issue 3 wants 5x cuSPARSE in fp32 at 90-98% sparsity; the per-entry kernel reads each entry's Y
+row from L2 (fp32 K = 64: 256 bytes an entry), and sat at 1.1-1.8x. The blocked walk reads a
+block's X and Y rows from L2 once, then from L1: how large a block an SM's L1 holds with the
+programs resident beside it is what this measures. Uniform random patterns on 4096 x 4096 at
+2-30% stored, K = 64 and 256, fp32 and bf16, one matrix (the sddmm suite's cases), and 16
+matrices sharing a pattern (attention's heads; no cuSPARSE peer there).
+
+Forms: `b{R}x{C}/e{entries a step}/w{warps}`, optionally `/c{chunk}` (a block cut into
+programs of at most that many entries) and `/k{K a step}`. CUDA-graph medians in us, the
+operands warm in L2 as a preceding product leaves them; each form checked against float64
+first (a form that fails prints "wrong" and is not timed). Prints a table last.
+    PYTHONPATH=src python3 benchmarks/sweeps/sddmm_blocked.py
+Environment: DTYPES=fp32,bf16 KS=64,256 DENSITIES=0.02,0.05,0.1,0.3 BATCHES=1,16 FORMS=...
+BUDGET_S=240.
+"""
+
+import itertools
+import os
+import time
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+import sparsekernels as sk
+from sparsekernels.bench.cases import _pattern_from_mask
+from sparsekernels.kernels import sddmm_blocked, sddmm_tuning
+from sparsekernels.kernels.sddmm_csr import sddmm_csr
+
+BUDGET_S = float(os.environ.get("BUDGET_S", 240))
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PICKED = os.environ.get("DTYPES", "fp32,bf16").split(",")
+KS = [int(k) for k in os.environ.get("KS", "64,256").split(",")]
+DENSITIES = [float(d) for d in os.environ.get("DENSITIES", "0.02,0.05,0.1,0.3").split(",")]
+BATCHES = [int(b) for b in os.environ.get("BATCHES", "1,16").split(",")]
+SIZE = int(os.environ.get("SIZE", 4096))
+FORMS = os.environ.get(
+    "FORMS",
+    "auto,b64x64/e32/w2,b128x128/e32/w2,b192x192/e32/w2,b256x256/e32/w4,b256x256/e64/w8,"
+    "b384x384/e64/w8,b128x512/e32/w4,b512x128/e32/w4,b256x256/e32/w2/c2048",
+).split(",")
+
+
+def bench(fn) -> float:
+    return do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+
+
+def parse(form: str, K: int, itemsize: int) -> dict:
+    """A form's blocks, chunk, step and warps ("auto": sddmm_tuning's configuration)."""
+    if form == "auto":
+        c = sddmm_tuning.sddmm_blocked_config(K, itemsize)
+        return dict(block=(c.block_rows, c.block_cols), chunk=c.chunk, block_nnz=c.block_nnz,
+                    block_k=c.block_k, warps=c.num_warps)  # fmt: skip
+    parts = form.split("/")
+    rows, cols = (int(v) for v in parts[0][1:].split("x"))
+    got = dict(block=(rows, cols), chunk=2**30, block_nnz=32, block_k=min(64, K), warps=2)
+    for p in parts[1:]:
+        key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k"}[p[0]]
+        got[key] = int(p[1:])
+    return got
+
+
+def main():
+    started, table = time.time(), []
+    g = torch.Generator(device="cuda").manual_seed(0)
+    cases = itertools.product(PICKED, KS, DENSITIES, BATCHES)
+    for name, K, density, batch in cases:
+        if time.time() - started > BUDGET_S:
+            print("budget spent", flush=True)
+            break
+        dtype = DTYPES[name]
+        mask = torch.rand(SIZE, SIZE, generator=g, device="cuda") < density
+        P = _pattern_from_mask(mask, dtype)
+        shape = (batch, SIZE, K) if batch > 1 else (SIZE, K)
+        X = torch.randn(shape, generator=g, device="cuda").to(dtype)
+        Y = torch.randn(shape, generator=g, device="cuda").to(dtype)
+        rows, cols = P.pattern.row_indices().long(), P.column_indices.long()
+        want = (X.double() @ Y.double().transpose(-1, -2))[..., rows, cols].reshape(-1, P.nnz)
+        timed = {"dense": bench(lambda: X @ Y.transpose(-1, -2)),
+                 "route": bench(lambda: sk.sddmm(X, Y, P))}  # fmt: skip
+        if dtype == torch.float32 and batch == 1:
+            T = P.to_torch()
+            timed["cusparse"] = bench(lambda: torch.sparse.sampled_addmm(T, X, Y.t(), beta=0.0))
+        out = torch.empty(batch, P.nnz, device="cuda", dtype=dtype)
+        entry = sddmm_tuning.sddmm_csr_config(K, P.nnz, SIZE)
+
+        def per_entry():
+            sddmm_csr(row_offsets=P.row_offsets, column_indices=P.column_indices, x=X, y=Y,
+                      row_order=P.row_order, out=out, block_nnz=entry.block_nnz,
+                      block_k=entry.block_k, num_warps=entry.num_warps)  # fmt: skip
+
+        runs = {"entry": per_entry}
+        for form in FORMS:
+            f = parse(form, K, X.element_size())
+            plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, SIZE, *f["block"],
+                                            f["chunk"])  # fmt: skip
+
+            def blocked(plan=plan, f=f):
+                sddmm_blocked.sddmm_blocked(plan=plan, column_indices=P.column_indices, x=X,
+                                            y=Y, out=out, block_nnz=f["block_nnz"],
+                                            block_k=f["block_k"], num_warps=f["warps"])  # fmt: skip
+
+            runs[form] = blocked
+        for label, run in runs.items():
+            out.fill_(float("nan"))
+            run()
+            err = ((out.double() - want).norm() / want.norm()).item()
+            timed[label] = bench(run) if err < 1e-2 else float("nan")
+            if err >= 1e-2:
+                print(f"  {label} wrong: relative error {err:.2e}", flush=True)
+        case = f"{name} K={K} {density:.0%} x{batch}"
+        print(case, {k: round(v, 1) for k, v in timed.items()}, flush=True)
+        table.append((case, timed))
+    names = ["dense", "cusparse", "route", "entry", *FORMS]
+    print(f"\n{'case':<20} " + " ".join(f"{c[:14]:>14}" for c in names))
+    for case, timed in table:
+        print(f"{case:<20} " + " ".join(f"{timed.get(c, float('nan')):14.1f}" for c in names))
+
+
+if __name__ == "__main__":
+    main()

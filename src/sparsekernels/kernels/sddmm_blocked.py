@@ -1,0 +1,195 @@
+"""CSR SDDMM walked in 2-D blocks of the output, so that the operands' rows come from L1.
+
+The per-entry kernel (sddmm_csr.py) walks a whole row: every stored entry reads its column's Y
+row (K values) from L2, 256 bytes an entry at K = 64 in float32, and L2's rate bounds it (fp32
+2% of 4096^2: 86 MB at ~5.2 TB/s). Here a program takes the entries of one block of the output,
+R rows x C columns, in CSR order within the block: its Y rows are C of them, read from L2 once
+and then from L1 (global loads are cached there), its X rows R of them. L2 then moves (R + C) x K
+values a block for R x C x density entries: at 10% stored, R = C = 256, about 20 bytes an entry
+instead of 256, and the gathers' L1 reads bound the walk. X's rows are gathered per entry too,
+but consecutive entries mostly share a row, and lanes of one load reading one address cost one
+read.
+
+The plan (build_plan, cached per pattern by ops/_sddmm_plans.py): the entries' CSR places in
+block order (`entries`, int32), each entry's row less its block's first row (`local_rows`,
+int16), and the programs: a block's entries cut into runs of at most `chunk` entries, program p
+walking entries[starts[p]:starts[p + 1]] of the block whose first row is first_rows[p]. Blocks
+without entries get no program. The output is written at the CSR places, as the per-entry
+kernel writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ._sizes import cdiv, matrix_span, operand_strides
+
+# local_rows are int16
+MAX_BLOCK_ROWS = 2**15 - 1
+
+
+@dataclass(frozen=True)
+class BlockedPlan:
+    """The entries of a CSR pattern grouped by (block_rows x block_cols) blocks of the output."""
+
+    block_rows: int
+    block_cols: int
+    chunk: int  # the most entries a program walks
+    entries: torch.Tensor  # (nnz,) int32: CSR places, block by block, in CSR order within one
+    local_rows: torch.Tensor  # (nnz,) int16: each entry's row less its block's first row
+    starts: torch.Tensor  # (programs + 1,) int32: each program's first place in `entries`
+    first_rows: torch.Tensor  # (programs,) int32: the first row of each program's block
+
+    @property
+    def programs(self) -> int:
+        return self.first_rows.numel()
+
+
+def build_plan(
+    row_offsets: torch.Tensor,
+    column_indices: torch.Tensor,
+    cols: int,
+    block_rows: int,
+    block_cols: int,
+    chunk: int,
+) -> BlockedPlan:
+    """The BlockedPlan of a CSR pattern (rows = row_offsets.numel() - 1, `cols` columns).
+    Blocks are visited row block by row block, column blocks left to right within one; a stable
+    sort by block keeps CSR order (row, then column) inside each block."""
+    if not 1 <= block_rows <= MAX_BLOCK_ROWS:
+        raise ValueError(f"block_rows must be in [1, {MAX_BLOCK_ROWS}], got {block_rows}")
+    if block_cols < 1 or chunk < 1:
+        raise ValueError(f"block_cols and chunk must be positive, got {block_cols}, {chunk}")
+    nnz = column_indices.numel()
+    if nnz > torch.iinfo(torch.int32).max:
+        raise ValueError(f"the blocked plan holds int32 places; the pattern has {nnz} entries")
+    rows = row_offsets.numel() - 1
+    device = column_indices.device
+    entry_rows = torch.repeat_interleave(
+        torch.arange(rows, device=device), row_offsets.diff().long(), output_size=nnz
+    )
+    block_of = (entry_rows // block_rows) * cdiv(cols, block_cols)
+    block_of += column_indices.long() // block_cols
+    block_of, entries = torch.sort(block_of, stable=True)
+    blocks, counts = torch.unique_consecutive(block_of, return_counts=True)
+    first_rows = (blocks // cdiv(cols, block_cols)) * block_rows
+    local_rows = entry_rows[entries] - first_rows.repeat_interleave(counts, output_size=nnz)
+    # each block cut into ceil(count / chunk) programs of `chunk` entries, the last one shorter
+    pieces = (counts + chunk - 1) // chunk
+    programs = int(pieces.sum())
+    piece_block = torch.repeat_interleave(torch.arange(blocks.numel(), device=device), pieces,
+                                          output_size=programs)  # fmt: skip
+    block_starts = torch.cumsum(counts, 0) - counts
+    piece_rank = torch.arange(programs, device=device)
+    piece_rank -= (torch.cumsum(pieces, 0) - pieces).repeat_interleave(pieces, output_size=programs)
+    starts = torch.empty(programs + 1, dtype=torch.int64, device=device)
+    starts[:-1] = block_starts[piece_block] + piece_rank * chunk
+    starts[-1] = nnz
+    return BlockedPlan(
+        block_rows,
+        block_cols,
+        chunk,
+        entries.to(torch.int32),
+        local_rows.to(torch.int16),
+        starts.to(torch.int32),
+        first_rows[piece_block].to(torch.int32),
+    )
+
+
+@triton.jit
+def _sddmm_blocked_kernel(
+    starts,  # (programs + 1,) int32: program p walks entries[starts[p]:starts[p + 1]]
+    first_rows,  # (programs,) int32: the first row of program p's block
+    entries,  # (nnz,) int32: CSR places in block order
+    local_rows,  # (nnz,) int16: each entry's row less its block's first row
+    column_indices,  # (nnz,) int16/int32/int64, CSR order
+    x,  # (M, K) or (batch, M, K): strides stride_xb (0 when unbatched), stride_xm, stride_xk
+    y,  # (N, K) or (batch, N, K): strides stride_yb (0 when unbatched), stride_yn, stride_yk
+    out,  # (batch, nnz): stride_ob between matrices, unit stride along nnz
+    K,
+    stride_xb,
+    stride_xm,
+    stride_xk,
+    stride_yb,
+    stride_yn,
+    stride_yk,
+    stride_ob,
+    ACC_DTYPE: tl.constexpr,
+    INDEX: tl.constexpr,  # int32 when every offset within a matrix fits, else int64
+    BLOCK_NNZ: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    program = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)
+    start = tl.load(starts + program)
+    end = tl.load(starts + program + 1)
+    first_row = tl.load(first_rows + program).to(INDEX)
+
+    x += batch * stride_xb + first_row * stride_xm
+    y += batch * stride_yb
+    out += batch * stride_ob
+    for e in range(start, end, BLOCK_NNZ):
+        offs = e + tl.arange(0, BLOCK_NNZ)
+        mask = offs < end
+        places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
+        rows = tl.load(local_rows + offs, mask=mask, other=0).to(INDEX)
+        cols = tl.load(column_indices + places, mask=mask, other=0).to(INDEX)
+        acc = tl.zeros((BLOCK_NNZ,), dtype=ACC_DTYPE)
+        for k in range(0, K, BLOCK_K):
+            offs_k = k + tl.arange(0, BLOCK_K).to(INDEX)  # INDEX before the strides
+            mask_k = mask[:, None] & (offs_k < K)[None, :]
+            x_tile = tl.load(
+                x + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk, mask=mask_k, other=0.0
+            ).to(ACC_DTYPE)
+            y_tile = tl.load(
+                y + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk, mask=mask_k, other=0.0
+            ).to(ACC_DTYPE)
+            acc += tl.sum(x_tile * y_tile, axis=1)
+        tl.store(out + places, acc.to(out.dtype.element_ty), mask=mask)
+
+
+INT32_LIMIT = 2**31  # offsets within a matrix below it are computed in int32
+
+
+def sddmm_blocked(
+    *,
+    plan: BlockedPlan,
+    column_indices: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    out: torch.Tensor,
+    block_nnz: int,
+    block_k: int,
+    num_warps: int,
+) -> torch.Tensor:
+    """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0)."""
+    batch, nnz = out.shape
+    if plan.programs == 0 or nnz == 0 or batch == 0:
+        return out
+    assert out.stride(1) == 1 or nnz == 1, "out must have unit stride along nnz"
+    assert plan.entries.numel() == nnz == column_indices.numel(), "the plan is another pattern's"
+    reach = max(nnz + block_nnz, matrix_span(x), matrix_span(y))
+    _sddmm_blocked_kernel[(plan.programs, batch)](
+        plan.starts,
+        plan.first_rows,
+        plan.entries,
+        plan.local_rows,
+        column_indices,
+        x,
+        y,
+        out,
+        x.shape[-1],
+        *operand_strides(x),
+        *operand_strides(y),
+        out.stride(0),
+        ACC_DTYPE=tl.float64 if out.dtype == torch.float64 else tl.float32,
+        INDEX=tl.int32 if reach < INT32_LIMIT else tl.int64,
+        BLOCK_NNZ=block_nnz,
+        BLOCK_K=block_k,
+        num_warps=num_warps,
+    )
+    return out
