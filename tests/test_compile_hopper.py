@@ -10,7 +10,8 @@ pass in both sum types; the tensor-core SDDMM in each dtype it takes (a dot, the
 each tile row); the row softmax, forward and backward (its single-read branch returns early) and
 with a tail; the CSR one-token walk (bf16 with int16 columns, fp64 with int64); the general CSR
 kernel with int32 and int64 offsets; the CSR few-token walk with B padded and strided; the per-entry
-SDDMM with int32 and int64 offsets; the residual-add RMSNorm in bf16 (with the add) and fp32;
+SDDMM with int32 and int64 offsets, and its blocked walk (fp32, bf16); the residual-add RMSNorm
+in bf16 (with the add) and fp32;
 the rotary embedding with the KV-cache writes and SwiGLU's gate in bf16 and fp32; the one-token
 N:M select kernel on bf16 pairs (four rows, int64 group indices), fp64 (one row) and 1:8
 pipelined by Triton (num_stages 3); the select kernel fed by a TMA ring (1:8 bf16 with a
@@ -57,6 +58,7 @@ def _cases() -> dict:
     from sparsekernels.kernels.nm_mma_sp_layouts import launch_layouts
     from sparsekernels.kernels.rms_norm import _rms_norm_kernel
     from sparsekernels.kernels.rope_cache import _rope_cache_kernel
+    from sparsekernels.kernels.sddmm_blocked import _sddmm_blocked_kernel
     from sparsekernels.kernels.sddmm_csr import _sddmm_csr_kernel
     from sparsekernels.kernels.sddmm_tiles import _sddmm_tiles_kernel
     from sparsekernels.kernels.softmax_csr import _softmax_csr_backward_kernel, _softmax_csr_kernel
@@ -210,6 +212,10 @@ def _cases() -> dict:
         constants = dict(ACC_DTYPE=tl.float32, INDEX=getattr(tl, index), BLOCK_NNZ=32, BLOCK_K=64)
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"sddmm csr {index}"] = (_sddmm_csr_kernel, pointers, constants, 4)
+    for data, index in (("fp32", "int32"), ("bf16", "int32"), ("fp32", "int64")):  # blocked
+        constants = dict(ACC_DTYPE=tl.float32, INDEX=getattr(tl, index), BLOCK_NNZ=32, BLOCK_K=64)
+        pointers = ["*i32", "*i32", "*i32", "*i16", "*i16", f"*{data}", f"*{data}", f"*{data}"]
+        cases[f"sddmm blocked {data} {index}"] = (_sddmm_blocked_kernel, pointers, constants, 2)
     for padded, block_n in ((True, 16), (False, 4)):  # the few-token walk, B padded or strided
         hints = (".cg", "evict_last") if padded else ("", "")  # the cache-hint sweep's too
         constants = dict(HAS_BIAS=True, ACTIVATION=2, ACC_DTYPE=tl.float32, INDEX=tl.int32,
@@ -486,6 +492,9 @@ CASE_NAMES = [
     "csr few padded=False",
     "sddmm csr int32",
     "sddmm csr int64",
+    "sddmm blocked fp32 int32",
+    "sddmm blocked bf16 int32",
+    "sddmm blocked fp32 int64",
     "rms norm *bf16",
     "rms norm *fp32",
     "rope cache *bf16",

@@ -5,7 +5,9 @@ against the library's route (sk.sddmm), the per-entry kernel, cuSPARSE's SDDMM
 Issue 3 wants 5x cuSPARSE in fp32 at 90-98% sparsity; the per-entry kernel reads each entry's Y
 row from L2 (fp32 K = 64: 256 bytes an entry), and sat at 1.1-1.8x. The blocked walk reads a
 block's X and Y rows from L2 once, then from L1: how large a block an SM's L1 holds with the
-programs resident beside it is what this measures. Uniform random patterns on 4096 x 4096 at
+programs resident beside it is what this measures: every resident program brings its own
+block, so small programs (two warps: a dozen an SM) thrash L1 where one or two wide ones (8-16
+warps, 128-256 entries a step) keep theirs. Uniform random patterns on 4096 x 4096 at
 2-30% stored, K = 64 and 256, fp32 and bf16, one matrix (the sddmm suite's cases), and 16
 matrices sharing a pattern (attention's heads; no cuSPARSE peer there).
 
@@ -39,8 +41,8 @@ BATCHES = [int(b) for b in os.environ.get("BATCHES", "1,16").split(",")]
 SIZE = int(os.environ.get("SIZE", 4096))
 FORMS = os.environ.get(
     "FORMS",
-    "auto,b64x64/e32/w2,b128x128/e32/w2,b192x192/e32/w2,b256x256/e32/w4,b256x256/e64/w8,"
-    "b384x384/e64/w8,b128x512/e32/w4,b512x128/e32/w4,b256x256/e32/w2/c2048",
+    "auto,b64x64/e32/w2,b128x128/e32/w2,b256x256/e32/w2,b128x128/e128/w8,b192x192/e128/w8,"
+    "b256x256/e128/w8,b256x256/e256/w16,b384x384/e256/w16,b256x256/e128/w8/c2048",
 ).split(",")
 
 
