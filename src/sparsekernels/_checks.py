@@ -7,6 +7,7 @@ what is wrong, so a bad call never reaches a kernel.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from collections.abc import Iterable
 
@@ -63,9 +64,23 @@ def activation(value: object) -> str:
     return name
 
 
+# NumPy's scalars (np.int64, np.float32, ...) register with the numbers ABCs, so a count or a
+# sparsity read from an array passes; bools (np.bool_ registers with neither) do not.
+def is_int(value: object) -> bool:
+    """An integer (Python's or NumPy's), not a bool: int(value) is exact."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real(value: object) -> bool:
+    """A real number (Python's or NumPy's), not a bool: float(value) takes it."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def positive_int(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    """value as a Python int (a NumPy integer converted), at least `minimum`."""
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)  # type: ignore[call-overload]
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
@@ -86,7 +101,7 @@ def softmax_scale(name: str, value: object) -> float:
 
 def finite_number(name: str, value: object) -> float:
     """value as a float: a real number (not a bool) that float() takes and keeps finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_real(value):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     try:
         number = float(value)
