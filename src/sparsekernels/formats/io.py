@@ -33,8 +33,9 @@ def load_smtx(
         _checks.tensor("values", values)
         _checks.float_dtype("values", values)
         _checks.has_data("values", values)
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not _checks.is_int(seed):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    seed = int(seed)
     device = _checks.device("device", device)
     path = Path(path)
     try:

@@ -46,7 +46,7 @@ class NMMatrix:
         check: bool = True,
     ):
         shape = _checks.shape2d("shape", shape)
-        check_pattern_args(shape, n, m, vector, block)
+        n, m, vector, block = check_pattern_args(shape, n, m, vector, block)
         self.shape, self.n, self.m, self.vector, self.block = shape, n, m, vector, block
         if check:
             _validate(values, indices, shape, n, m, vector, block)
@@ -157,7 +157,7 @@ class NMMatrix:
         _checks.float_dtype("dense", dense)
         _checks.has_data("dense", dense)
         shape = tuple(dense.shape)
-        check_pattern_args(shape, n, m, vector, block)
+        n, m, vector, block = check_pattern_args(shape, n, m, vector, block)
         if mask is None:
             active = dense != 0
         else:
@@ -231,8 +231,9 @@ class NMMatrix:
         """Indices packed `bits` each (default `index_bits`) into int32 words, 32 // bits a
         word, little end first, per row group. The decode kernel asks for a power of two."""
         bits = self.index_bits if bits is None else bits
-        if not isinstance(bits, int) or not self.index_bits <= bits <= 8:
+        if not _checks.is_int(bits) or not self.index_bits <= bits <= 8:
             raise ValueError(f"bits must be an int from {self.index_bits} to 8, got {bits!r}")
+        bits = int(bits)  # (one cache key for 4 and np.int64(4))
         key, build = f"packed{bits}", lambda: pack_offsets(self.indices, bits)
         return derived(self._cache, key, build, self.indices)  # type: ignore[return-value]
 
@@ -331,12 +332,13 @@ def nm_columns(
     return columns.reshape(vector_rows * vector, groups * n)[:rows]
 
 
-def check_pattern_args(shape: tuple[int, int], n, m, vector, block) -> None:
-    """n:m, vector and block must describe a pattern that fits `shape`."""
+def check_pattern_args(shape: tuple[int, int], n, m, vector, block) -> tuple[int, int, int, int]:
+    """n:m, vector and block must describe a pattern that fits `shape`; returns (n, m, vector,
+    block) as Python ints (NumPy integers converted)."""
     m = _checks.positive_int("m", m, minimum=2)
     n = _checks.positive_int("n", n)
-    _checks.positive_int("vector", vector)
-    _checks.positive_int("block", block)
+    vector = _checks.positive_int("vector", vector)
+    block = _checks.positive_int("block", block)
     if m > 256:
         raise ValueError(f"m must be at most 256, got {m}")
     if n >= m:
@@ -347,6 +349,7 @@ def check_pattern_args(shape: tuple[int, int], n, m, vector, block) -> None:
         raise ValueError(
             f"the reduction dimension (columns, in_features) {shape[1]} must be a multiple of m={m}"
         )
+    return n, m, vector, block
 
 
 def _check_values(values, shape, n, m) -> None:
