@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .. import _checks
 from ..formats import CSRMatrix, NMMatrix
 from .masks import magnitude_mask, nm_mask
 from .sparsegpt import sparsegpt_prune
@@ -80,14 +81,19 @@ class SparsityConfig:
         if fmt not in FORMATS:
             raise ValueError(f"format must be 'csr' or 'nm', got {self.format!r}")
         object.__setattr__(self, "format", fmt)
+        # Numbers are stored as Python's (a NumPy scalar converted): the config's repr, label
+        # and equality, and what is saved from it, read the same whichever was given.
         for name in ("vector", "block"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _checks.is_int(value) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            object.__setattr__(self, name, int(value))
         if not structured:
             s = 0.0 if nonzero else self.sparsity
-            if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s < 1:
+            if not _checks.is_real(s) or not 0 <= s < 1:
                 raise ValueError(f"sparsity must be a number in [0, 1), got {s!r}")
+            if not nonzero:
+                object.__setattr__(self, "sparsity", float(s))
             if fmt == "nm":
                 raise ValueError(
                     "format 'nm' needs n and m; unstructured sparsity is stored as CSR"
@@ -97,8 +103,9 @@ class SparsityConfig:
             return
         for name in ("n", "m"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not _checks.is_int(value):
                 raise ValueError(f"{name} must be an int, got {value!r}")
+            object.__setattr__(self, name, int(value))
         if not 1 <= self.n < self.m <= 256:
             raise ValueError(f"N:M needs 1 <= n < m <= 256, got {self.n}:{self.m}")
         if self.n % self.block or self.m % self.block:
@@ -156,7 +163,7 @@ class SparsityConfig:
             return config
         if isinstance(config, str):
             return cls.parse(config)
-        if isinstance(config, (int, float)) and not isinstance(config, bool):
+        if _checks.is_real(config):
             return cls(sparsity=float(config))
         raise TypeError(
             f"config must be a SparsityConfig, a shorthand string or a sparsity, "

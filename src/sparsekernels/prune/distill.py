@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from .. import _checks
 from ..nn.caches import release_caches
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -103,10 +104,11 @@ def distill_(
     over 334 calibration sentences):
         >>> distill_(sparse_model, dense_model, calibration_batches, epochs=4)  # doctest: +SKIP
     """
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
+    if not _checks.is_int(epochs) or epochs < 0:
         raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not 0 < lr < math.inf:
+    if not _checks.is_real(lr) or not 0 < lr < math.inf:
         raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    epochs, lr = int(epochs), float(lr)  # (Python numbers for range, Adam and the schedule)
     if lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {lr_schedule!r}")
     if on_epoch is not None and not callable(on_epoch):

@@ -24,7 +24,7 @@ def topk_mask(scores: torch.Tensor, sparsity: float, per_row: bool = False) -> t
     """
     _checks.tensor("scores", scores)
     _real_scores(scores)
-    _check_sparsity(sparsity)
+    sparsity = _check_sparsity(sparsity)
     if scores.dtype == torch.bool:  # (topk takes no bool)
         scores = scores.to(torch.uint8)
     if per_row:
@@ -53,7 +53,7 @@ def nm_select(
     _checks.tensor("scores", scores)
     _checks.ndim("scores", scores, [2])
     _real_scores(scores)
-    check_pattern_args(tuple(scores.shape), n, m, vector, block)
+    n, m, vector, block = check_pattern_args(tuple(scores.shape), n, m, vector, block)
     rows, cols = scores.shape
     row_groups, blocks_per_group = -(-rows // vector), m // block
     padded = scores.new_zeros(row_groups * vector, cols)
@@ -79,7 +79,7 @@ def magnitude_mask(w: torch.Tensor, sparsity: float, per_row: bool = False) -> t
     _checks.float_dtype("w", w)
     if per_row:
         _checks.ndim("w", w, [2])
-    _check_sparsity(sparsity)
+    sparsity = _check_sparsity(sparsity)
     return topk_mask(_scores(w), sparsity, per_row=per_row)
 
 
@@ -92,7 +92,7 @@ def nm_mask(w: torch.Tensor, n: int, m: int, vector: int = 1, block: int = 1) ->
     _checks.tensor("w", w)
     _checks.ndim("w", w, [2])
     _checks.float_dtype("w", w)
-    check_pattern_args(tuple(w.shape), n, m, vector, block)
+    n, m, vector, block = check_pattern_args(tuple(w.shape), n, m, vector, block)
     return nm_select(_scores(w), n, m, vector=vector, block=block)
 
 
@@ -113,13 +113,11 @@ def is_nm_request(sparsity, n, m, vector: int = 1, block: int = 1) -> bool:
     return structured
 
 
-def _check_sparsity(sparsity) -> None:
-    if (
-        isinstance(sparsity, bool)
-        or not isinstance(sparsity, (int, float))
-        or not 0 <= sparsity <= 1
-    ):
+def _check_sparsity(sparsity) -> float:
+    """sparsity as a Python float (a NumPy scalar converted), in [0, 1]."""
+    if not _checks.is_real(sparsity) or not 0 <= sparsity <= 1:
         raise ValueError(f"sparsity must be a number in [0, 1], got {sparsity!r}")
+    return float(sparsity)
 
 
 def _scores(w: torch.Tensor) -> torch.Tensor:

@@ -63,7 +63,8 @@ def sparsegpt_prune(
         >>> bool((pruned[~mask] == 0).all()), mask.sum().item()
         (True, 16)
     """
-    structured = _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, damp)
+    args = _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, damp)
+    structured, sparsity, n, m, vector, block, blocksize, damp = args
     rows, cols = w.shape
     work = torch.promote_types(w.dtype, torch.float32)
     W = w.detach().to(work).clone()
@@ -146,8 +147,9 @@ def _keep_top(keep: torch.Tensor, saliency: torch.Tensor, count: int, dim: int) 
         keep.scatter_(dim, saliency.topk(count, dim=dim, sorted=False).indices, True)
 
 
-def _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, damp) -> bool:
-    """Raise on bad arguments (before any work); True for an N:M pattern."""
+def _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, damp) -> tuple:
+    """Raise on bad arguments (before any work); (True for an N:M pattern, then sparsity, n, m,
+    vector, block, blocksize and damp as Python numbers: NumPy scalars converted)."""
     _checks.tensor("w", w)
     _checks.ndim("w", w, [2])
     _checks.float_dtype("w", w)
@@ -175,12 +177,12 @@ def _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, d
             f"hessian must be symmetric (X^T X of the layer's inputs); it differs from its "
             f"transpose by up to {float(asymmetry):.3g}"
         )
-    _checks.positive_int("blocksize", blocksize)
-    if isinstance(damp, bool) or not isinstance(damp, (int, float)) or not 0 <= damp < 1e3:
+    blocksize = _checks.positive_int("blocksize", blocksize)
+    if not _checks.is_real(damp) or not 0 <= damp < 1e3:
         raise ValueError(f"damp must be a number in [0, 1000), got {damp!r}")
     if not isinstance(per_row, bool):
         raise TypeError(f"per_row must be a bool, got {type(per_row).__name__}")
     if not is_nm_request(sparsity, n, m, vector, block):
-        return False
-    check_pattern_args(tuple(w.shape), n, m, vector, block)
-    return True
+        return False, float(sparsity), n, m, int(vector), int(block), blocksize, float(damp)
+    n, m, vector, block = check_pattern_args(tuple(w.shape), n, m, vector, block)
+    return True, sparsity, n, m, vector, block, blocksize, float(damp)
