@@ -87,7 +87,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
     ) -> SparseAttention:
         """The Sparse Transformer's strided pattern: query i sees keys j with |i - j| < window
         and keys with (i - j) % stride == 0; with `causal`, only j <= i."""
-        _positive(seq_len=seq_len, window=window, stride=stride)
+        seq_len, window, stride = _positive(seq_len=seq_len, window=window, stride=stride)
         _flag("causal", causal)
 
         def rows(i, j):
@@ -108,7 +108,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         device=None,
     ) -> SparseAttention:
         """Block-diagonal: query i sees the keys of its own block of `block` positions."""
-        _positive(seq_len=seq_len, block=block)
+        seq_len, block = _positive(seq_len=seq_len, block=block)
         _flag("causal", causal)
 
         def rows(i, j):
@@ -193,10 +193,12 @@ def _flag(name: str, value: object) -> None:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def _positive(**values: int) -> None:
+def _positive(**values: int) -> tuple[int, ...]:
+    """The values as Python ints (NumPy integers converted), each checked to be >= 1."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not _checks.is_int(value) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return tuple(int(value) for value in values.values())
 
 
 def _pattern_from_rule(seq_len: int, rule, device) -> CSRMatrix:

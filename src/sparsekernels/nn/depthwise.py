@@ -57,16 +57,16 @@ class DepthwiseConv2d(nn.Module):
     ):
         super().__init__()
         self.channels = _checks.positive_int("channels", channels)
-        if isinstance(stride, bool) or not isinstance(stride, int):
+        if not _checks.is_int(stride):
             raise TypeError(f"stride must be an int, got {type(stride).__name__}")
         if stride not in (1, 2):
             raise ValueError(f"stride must be 1 or 2, got {stride!r}")
-        self.stride = stride
+        self.stride = int(stride)  # (a NumPy integer kept as a Python int: repr, state)
         name = _checks.activation(activation)
         self.activation = None if name == "none" else name
         kw = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(channels, 1, 3, 3, **kw))
-        self.bias = nn.Parameter(torch.empty(channels, **kw)) if bias else None
+        self.weight = nn.Parameter(torch.empty(self.channels, 1, 3, 3, **kw))
+        self.bias = nn.Parameter(torch.empty(self.channels, **kw)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

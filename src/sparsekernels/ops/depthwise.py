@@ -84,8 +84,9 @@ def _check_operands(x, weight, bias, stride) -> int:
         if tuple(bias.shape) != (channels,):
             raise ValueError(f"bias must have shape ({channels},), got {tuple(bias.shape)}")
         operands["bias"] = bias
-    if isinstance(stride, bool) or not isinstance(stride, int):
+    if not _checks.is_int(stride):
         raise TypeError(f"stride must be an int, got {type(stride).__name__}")
+    stride = int(stride)  # (a NumPy integer as a Python int for the op and its backward)
     if stride not in (1, 2):
         raise ValueError(f"stride must be 1 or 2, got {stride}")
     _checks.same_device(operands)
