@@ -44,10 +44,12 @@ class LlamaConfig:
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        # (stored as Python numbers, NumPy scalars converted: repr and sizes read the same)
         for name in ("hidden", "intermediate", "heads", "kv_heads", "layers"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _checks.is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+            object.__setattr__(self, name, int(value))
         if self.hidden % self.heads or (self.hidden // self.heads) % 2:
             raise ValueError(
                 f"hidden {self.hidden} must be heads {self.heads} times an even head size "
@@ -59,6 +61,7 @@ class LlamaConfig:
             value = _checks.finite_number(name, getattr(self, name))
             if not value > 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
+            object.__setattr__(self, name, value)
 
     @property
     def head_dim(self) -> int:
@@ -193,8 +196,8 @@ class LlamaStack(nn.Module):
     def allocate_cache(self, batch: int, max_len: int) -> None:
         """KV caches for `batch` sequences of up to `max_len` tokens, in the weights' dtype
         and on their device (again after a `.to(...)`)."""
-        for name, value in (("batch", batch), ("max_len", max_len)):
-            _checks.positive_int(name, value)
+        batch = _checks.positive_int("batch", batch)
+        max_len = _checks.positive_int("max_len", max_len)
         cfg, p = self.cfg, self.norm.weight
         shape = (batch, cfg.kv_heads, max_len, cfg.head_dim)
         for layer in self.layers:
@@ -208,7 +211,7 @@ class LlamaStack(nn.Module):
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         T = x.shape[1]
-        self._check_room(x, start, T)
+        start = self._check_room(x, start, T)
         cos, signed_sin = self._cos[start : start + T], self._signed_sin[start : start + T]
         nexts = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
         x, normed = (self.layers[0].input_norm if self.layers else self.norm).add(x, None)
@@ -216,8 +219,9 @@ class LlamaStack(nn.Module):
             x, normed = layer.fused(x, normed, next_norm, start, cos, signed_sin)
         return normed
 
-    def _check_room(self, x: torch.Tensor, start: int, tokens: int) -> None:
-        """A clear error where the caches cannot take these tokens (before any work)."""
+    def _check_room(self, x: torch.Tensor, start: int, tokens: int) -> int:
+        """A clear error where the caches cannot take these tokens (before any work); returns
+        start as a Python int (a NumPy integer converted)."""
         if not hasattr(self, "_cos"):
             raise ValueError("call allocate_cache(batch, max_len) before running the stack")
         weight = self.norm.weight
@@ -228,8 +232,9 @@ class LlamaStack(nn.Module):
             )
         if x.dim() != 3 or x.shape[-1] != self.cfg.hidden:
             raise ValueError(f"x must be (batch, tokens, {self.cfg.hidden}), got {tuple(x.shape)}")
-        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        if not _checks.is_int(start) or start < 0:
             raise ValueError(f"start must be an int >= 0, got {start!r}")
+        start = int(start)
         if x.shape[1] < 1:
             raise ValueError(f"x must hold at least one token, got {tuple(x.shape)}")
         cache = self.layers[0].attn.cache if self.layers else None
@@ -241,12 +246,14 @@ class LlamaStack(nn.Module):
                 f"positions up to {start + tokens} pass the caches' max_len {max_len} "
                 "(allocate_cache with a longer max_len)"
             )
+        return start
 
     @torch.no_grad()
     def generate(self, prompt: torch.Tensor, steps: int) -> torch.Tensor:
         """Prefill `prompt` (batch, P, hidden), then decode `steps` tokens one at a time."""
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        if not _checks.is_int(steps) or steps < 1:
             raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+        steps = int(steps)
         self._check_room(prompt, 0, prompt.shape[1] + steps)  # (the steps' tokens are kept)
         x = self(prompt, 0)[:, -1:]
         return self.decode(x, prompt.shape[1], steps)
@@ -255,9 +262,10 @@ class LlamaStack(nn.Module):
     def decode(self, x: torch.Tensor, start: int, steps: int) -> torch.Tensor:
         """`steps` decode steps from position `start` (the cache holds positions before it);
         x (batch, 1, hidden) is the first input. Returns every step's output."""
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        if not _checks.is_int(steps) or steps < 1:
             raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-        self._check_room(x, start, steps)
+        steps = int(steps)
+        start = self._check_room(x, start, steps)
         if x.shape[1] != 1:
             raise ValueError(
                 f"x must be one token a sequence (batch, 1, hidden), got {tuple(x.shape)}"

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import _checks
 from ..nn import SparseAttention
 from ..prune import sparsify_
 from ._chunked_sdpa import sdpa
@@ -40,8 +41,9 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name in ("vocab", "dim", "heads", "layers", "seq_len", "window", "stride", "mlp_ratio"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _checks.is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+            object.__setattr__(self, name, int(value))  # (a NumPy integer as a Python int)
         if self.dim % self.heads:
             raise ValueError(f"heads {self.heads} must divide dim {self.dim}")
 
