@@ -4,7 +4,7 @@
 Each check compares with a float64 product on fresh random data; outputs are poisoned with NaN
 first so an entry no program writes shows up. Blocks are chosen so that patterns cross them
 unevenly: a partial last block in both directions, empty blocks, blocks cut into several
-programs (chunk), a block of one row or one column.
+pieces (chunk), a block of one row or one column, fewer (persistent) programs than pieces.
 """
 
 import importlib
@@ -25,7 +25,7 @@ from _helpers import (
 from sparsekernels.kernels import sddmm_blocked, sddmm_tuning
 
 
-def _launch_poisoned(P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16):
+def _launch_poisoned(P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16, programs=None):
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.full((*batch, P.nnz), float("nan"), dtype=x.dtype, device=x.device)
     plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, y.shape[-2], *block, chunk)
@@ -38,6 +38,7 @@ def _launch_poisoned(P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16
         block_nnz=block_nnz,
         block_k=block_k,
         num_warps=1,
+        programs=programs,
     )
     return out
 
@@ -58,13 +59,31 @@ def test_every_entry_written(device, dtype, gen):
     [((5, 7), 3), ((1, 1), 1), ((64, 64), 4), ((37, 1), 1000), ((1, 29), 2), ((3, 100), 17)],
 )
 def test_blocks_and_chunks(device, block, chunk, gen):
-    """Blocks of one row, one column, larger than the matrix; blocks cut into programs of 1-17
-    entries; steps of 16 entries cut by a program's end."""
+    """Blocks of one row, one column, larger than the matrix; blocks cut into pieces of 1-17
+    entries; steps of 16 entries cut by a piece's end."""
     skip_interpreter_on_gpu_machine(device)
     P = random_csr(37, 29, 0.4, gen, torch.float64, device)
     x, y = randn(37, 5, gen=gen, device=device), randn(29, 5, gen=gen, device=device)
     got = _launch_poisoned(P, x, y, block, chunk)
     assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("programs", [1, 3, 10**6])
+def test_persistent_programs(device, programs, gen):
+    """One program walking every piece, three taking every third (pieces of uneven length,
+    batched), more programs asked than pieces (one a piece)."""
+    skip_interpreter_on_gpu_machine(device)
+    P = random_csr(29, 31, 0.4, gen, torch.float64, device)
+    x, y = randn(2, 29, 6, gen=gen, device=device), randn(2, 31, 6, gen=gen, device=device)
+    got = _launch_poisoned(P, x, y, (8, 8), 7, programs=programs)
+    assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
+
+
+def test_programs_must_be_positive(gen):
+    P = random_csr(4, 4, 0.5, gen)
+    with pytest.raises(ValueError, match="programs"):
+        _launch_poisoned(P, randn(4, 2, gen=gen), randn(4, 2, gen=gen), programs=0)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
@@ -120,7 +139,7 @@ def test_wider_column_indices_give_the_same_bits(device, index_dtype, gen):
 @pytest.mark.parametrize("block,chunk", [((4, 8), 5), ((1, 1), 1), ((64, 3), 1000)])
 def test_plan_groups_entries_by_block(block, chunk, gen):
     """Every CSR place once; a program's entries in one block, in CSR order; local rows within
-    the block; a block cut into ceil(entries / chunk) programs of `chunk` but the last."""
+    the block; a block cut into ceil(entries / chunk) pieces of `chunk` but the last."""
     P = random_csr(23, 17, 0.4, gen)
     plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, 17, *block, chunk)
     R, C = block
@@ -129,9 +148,9 @@ def test_plan_groups_entries_by_block(block, chunk, gen):
     cols = P.column_indices.long()[plan.entries.long()]
     assert plan.local_rows.dtype == torch.int16
     starts = plan.starts.tolist()
-    assert starts[0] == 0 and starts[-1] == P.nnz and len(starts) == plan.programs + 1
+    assert starts[0] == 0 and starts[-1] == P.nnz and len(starts) == plan.pieces + 1
     per_block = {}
-    for p in range(plan.programs):
+    for p in range(plan.pieces):
         span = slice(starts[p], starts[p + 1])
         assert 0 < starts[p + 1] - starts[p] <= chunk
         first = int(plan.first_rows[p])

@@ -12,7 +12,8 @@ warps, 128-256 entries a step) keep theirs. Uniform random patterns on 4096 x 40
 matrices sharing a pattern (attention's heads; no cuSPARSE peer there).
 
 Forms: `b{R}x{C}/e{entries a step}/w{warps}`, optionally `/c{chunk}` (a block cut into
-programs of at most that many entries) and `/k{K a step}`. CUDA-graph medians in us, the
+pieces of at most that many entries), `/k{K a step}` and `/p{programs an SM}` (persistent: that
+many programs an SM walk every piece, so as many blocks share an SM's L1). CUDA-graph medians in us, the
 operands warm in L2 as a preceding product leaves them; each form checked against float64
 first (a form that fails prints "wrong" and is not timed). Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/sddmm_blocked.py
@@ -42,8 +43,12 @@ SIZE = int(os.environ.get("SIZE", 4096))
 FORMS = os.environ.get(
     "FORMS",
     "auto,b64x64/e32/w2,b128x128/e32/w2,b256x256/e32/w2,b128x128/e128/w8,b192x192/e128/w8,"
-    "b256x256/e128/w8,b256x256/e256/w16,b384x384/e256/w16,b256x256/e128/w8/c2048",
+    "b256x256/e128/w8,b256x256/e256/w16,b384x384/e256/w16,b256x256/e128/w8/c2048,"
+    "b128x128/e32/w4/p4,b192x192/e64/w8/p2,b256x256/e64/w8/p1,b96x96/e32/w2/p8",
 ).split(",")
+
+
+SMS = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 1
 
 
 def bench(fn) -> float:
@@ -55,12 +60,13 @@ def parse(form: str, K: int, itemsize: int) -> dict:
     if form == "auto":
         c = sddmm_tuning.sddmm_blocked_config(K, itemsize)
         return dict(block=(c.block_rows, c.block_cols), chunk=c.chunk, block_nnz=c.block_nnz,
-                    block_k=c.block_k, warps=c.num_warps)  # fmt: skip
+                    block_k=c.block_k, warps=c.num_warps, per_sm=0)  # fmt: skip
     parts = form.split("/")
     rows, cols = (int(v) for v in parts[0][1:].split("x"))
-    got = dict(block=(rows, cols), chunk=2**30, block_nnz=32, block_k=min(64, K), warps=2)
+    got = dict(block=(rows, cols), chunk=2**30, block_nnz=32, block_k=min(64, K), warps=2,
+               per_sm=0)  # fmt: skip
     for p in parts[1:]:
-        key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k"}[p[0]]
+        key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k", "p": "per_sm"}[p[0]]
         got[key] = int(p[1:])
     return got
 
@@ -100,10 +106,13 @@ def main():
             plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, SIZE, *f["block"],
                                             f["chunk"])  # fmt: skip
 
-            def blocked(plan=plan, f=f):
+            programs = f["per_sm"] * SMS or None
+
+            def blocked(plan=plan, f=f, programs=programs):
                 sddmm_blocked.sddmm_blocked(plan=plan, column_indices=P.column_indices, x=X,
                                             y=Y, out=out, block_nnz=f["block_nnz"],
-                                            block_k=f["block_k"], num_warps=f["warps"])  # fmt: skip
+                                            block_k=f["block_k"], num_warps=f["warps"],
+                                            programs=programs)  # fmt: skip
 
             runs[form] = blocked
         for label, run in runs.items():

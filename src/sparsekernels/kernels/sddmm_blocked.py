@@ -12,10 +12,11 @@ read.
 
 The plan (build_plan, cached per pattern by ops/_sddmm_plans.py): the entries' CSR places in
 block order (`entries`, int32), each entry's row less its block's first row (`local_rows`,
-int16), and the programs: a block's entries cut into runs of at most `chunk` entries, program p
-walking entries[starts[p]:starts[p + 1]] of the block whose first row is first_rows[p]. Blocks
-without entries get no program. The output is written at the CSR places, as the per-entry
-kernel writes it.
+int16), and the pieces: a block's entries cut into runs of at most `chunk` entries, piece p
+being entries[starts[p]:starts[p + 1]] of the block whose first row is first_rows[p]. A launch
+takes a program a piece, or fewer programs each walking every n-th piece (persistent: as many
+blocks resident on an SM as programs placed there). Blocks without entries get no piece. The
+output is written at the CSR places, as the per-entry kernel writes it.
 """
 
 from __future__ import annotations
@@ -38,14 +39,14 @@ class BlockedPlan:
 
     block_rows: int
     block_cols: int
-    chunk: int  # the most entries a program walks
+    chunk: int  # the most entries a piece holds
     entries: torch.Tensor  # (nnz,) int32: CSR places, block by block, in CSR order within one
     local_rows: torch.Tensor  # (nnz,) int16: each entry's row less its block's first row
-    starts: torch.Tensor  # (programs + 1,) int32: each program's first place in `entries`
-    first_rows: torch.Tensor  # (programs,) int32: the first row of each program's block
+    starts: torch.Tensor  # (pieces + 1,) int32: each piece's first place in `entries`
+    first_rows: torch.Tensor  # (pieces,) int32: the first row of each piece's block
 
     @property
-    def programs(self) -> int:
+    def pieces(self) -> int:
         return self.first_rows.numel()
 
 
@@ -78,15 +79,15 @@ def build_plan(
     blocks, counts = torch.unique_consecutive(block_of, return_counts=True)
     first_rows = (blocks // cdiv(cols, block_cols)) * block_rows
     local_rows = entry_rows[entries] - first_rows.repeat_interleave(counts, output_size=nnz)
-    # each block cut into ceil(count / chunk) programs of `chunk` entries, the last one shorter
+    # each block cut into ceil(count / chunk) pieces of `chunk` entries, the last one shorter
     pieces = (counts + chunk - 1) // chunk
-    programs = int(pieces.sum())
+    total = int(pieces.sum())
     piece_block = torch.repeat_interleave(torch.arange(blocks.numel(), device=device), pieces,
-                                          output_size=programs)  # fmt: skip
+                                          output_size=total)  # fmt: skip
     block_starts = torch.cumsum(counts, 0) - counts
-    piece_rank = torch.arange(programs, device=device)
-    piece_rank -= (torch.cumsum(pieces, 0) - pieces).repeat_interleave(pieces, output_size=programs)
-    starts = torch.empty(programs + 1, dtype=torch.int64, device=device)
+    piece_rank = torch.arange(total, device=device)
+    piece_rank -= (torch.cumsum(pieces, 0) - pieces).repeat_interleave(pieces, output_size=total)
+    starts = torch.empty(total + 1, dtype=torch.int64, device=device)
     starts[:-1] = block_starts[piece_block] + piece_rank * chunk
     starts[-1] = nnz
     return BlockedPlan(
@@ -102,14 +103,15 @@ def build_plan(
 
 @triton.jit
 def _sddmm_blocked_kernel(
-    starts,  # (programs + 1,) int32: program p walks entries[starts[p]:starts[p + 1]]
-    first_rows,  # (programs,) int32: the first row of program p's block
+    starts,  # (pieces + 1,) int32: piece p is entries[starts[p]:starts[p + 1]]
+    first_rows,  # (pieces,) int32: the first row of piece p's block
     entries,  # (nnz,) int32: CSR places in block order
     local_rows,  # (nnz,) int16: each entry's row less its block's first row
     column_indices,  # (nnz,) int16/int32/int64, CSR order
     x,  # (M, K) or (batch, M, K): strides stride_xb (0 when unbatched), stride_xm, stride_xk
     y,  # (N, K) or (batch, N, K): strides stride_yb (0 when unbatched), stride_yn, stride_yk
     out,  # (batch, nnz): stride_ob between matrices, unit stride along nnz
+    pieces,
     K,
     stride_xb,
     stride_xm,
@@ -123,33 +125,38 @@ def _sddmm_blocked_kernel(
     BLOCK_NNZ: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    program = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
-    start = tl.load(starts + program)
-    end = tl.load(starts + program + 1)
-    first_row = tl.load(first_rows + program).to(INDEX)
-
-    x += batch * stride_xb + first_row * stride_xm
+    x += batch * stride_xb
     y += batch * stride_yb
     out += batch * stride_ob
-    for e in range(start, end, BLOCK_NNZ):
-        offs = e + tl.arange(0, BLOCK_NNZ)
-        mask = offs < end
-        places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
-        rows = tl.load(local_rows + offs, mask=mask, other=0).to(INDEX)
-        cols = tl.load(column_indices + places, mask=mask, other=0).to(INDEX)
-        acc = tl.zeros((BLOCK_NNZ,), dtype=ACC_DTYPE)
-        for k in range(0, K, BLOCK_K):
-            offs_k = k + tl.arange(0, BLOCK_K).to(INDEX)  # INDEX before the strides
-            mask_k = mask[:, None] & (offs_k < K)[None, :]
-            x_tile = tl.load(
-                x + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk, mask=mask_k, other=0.0
-            ).to(ACC_DTYPE)
-            y_tile = tl.load(
-                y + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk, mask=mask_k, other=0.0
-            ).to(ACC_DTYPE)
-            acc += tl.sum(x_tile * y_tile, axis=1)
-        tl.store(out + places, acc.to(out.dtype.element_ty), mask=mask)
+    # a launch of fewer programs than pieces walks them in turn (persistent programs: as many
+    # blocks resident on an SM as programs placed there, whose rows then share its L1)
+    for piece in range(tl.program_id(0), pieces, tl.num_programs(0)):
+        start = tl.load(starts + piece)
+        end = tl.load(starts + piece + 1)
+        x_block = x + tl.load(first_rows + piece).to(INDEX) * stride_xm
+        for e in range(start, end, BLOCK_NNZ):
+            offs = e + tl.arange(0, BLOCK_NNZ)
+            mask = offs < end
+            places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
+            rows = tl.load(local_rows + offs, mask=mask, other=0).to(INDEX)
+            cols = tl.load(column_indices + places, mask=mask, other=0).to(INDEX)
+            acc = tl.zeros((BLOCK_NNZ,), dtype=ACC_DTYPE)
+            for k in range(0, K, BLOCK_K):
+                offs_k = k + tl.arange(0, BLOCK_K).to(INDEX)  # INDEX before the strides
+                mask_k = mask[:, None] & (offs_k < K)[None, :]
+                x_tile = tl.load(
+                    x_block + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                    mask=mask_k,
+                    other=0.0,
+                ).to(ACC_DTYPE)
+                y_tile = tl.load(
+                    y + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk,
+                    mask=mask_k,
+                    other=0.0,
+                ).to(ACC_DTYPE)
+                acc += tl.sum(x_tile * y_tile, axis=1)
+            tl.store(out + places, acc.to(out.dtype.element_ty), mask=mask)
 
 
 INT32_LIMIT = 2**31  # offsets within a matrix below it are computed in int32
@@ -165,15 +172,21 @@ def sddmm_blocked(
     block_nnz: int,
     block_k: int,
     num_warps: int,
+    programs: int | None = None,
 ) -> torch.Tensor:
-    """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0)."""
+    """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0).
+    `programs`: how many programs walk the plan's pieces (persistent, each taking every
+    programs-th piece); None: one a piece."""
     batch, nnz = out.shape
-    if plan.programs == 0 or nnz == 0 or batch == 0:
+    if plan.pieces == 0 or nnz == 0 or batch == 0:
         return out
     assert out.stride(1) == 1 or nnz == 1, "out must have unit stride along nnz"
     assert plan.entries.numel() == nnz == column_indices.numel(), "the plan is another pattern's"
     reach = max(nnz + block_nnz, matrix_span(x), matrix_span(y))
-    _sddmm_blocked_kernel[(plan.programs, batch)](
+    if programs is not None and programs < 1:
+        raise ValueError(f"programs must be positive, got {programs}")
+    grid = min(programs or plan.pieces, plan.pieces)
+    _sddmm_blocked_kernel[(grid, batch)](
         plan.starts,
         plan.first_rows,
         plan.entries,
@@ -182,6 +195,7 @@ def sddmm_blocked(
         x,
         y,
         out,
+        plan.pieces,
         x.shape[-1],
         *operand_strides(x),
         *operand_strides(y),
