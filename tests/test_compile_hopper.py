@@ -213,8 +213,9 @@ def _cases() -> dict:
         pointers = ["*i32", "*i16", "*bf16", "*bf16", "*i32", "*bf16"]
         cases[f"sddmm csr {index}"] = (_sddmm_csr_kernel, pointers, constants, 4)
     for data, index in (("fp32", "int32"), ("bf16", "int32"), ("fp32", "int64")):  # blocked
-        constants = dict(ACC_DTYPE=tl.float32, INDEX=getattr(tl, index), BLOCK_NNZ=32, BLOCK_K=64)
-        pointers = ["*i32", "*i32", "*i32", "*i16", "*i16", f"*{data}", f"*{data}", f"*{data}"]
+        constants = dict(ACC_DTYPE=tl.float32, INDEX=getattr(tl, index), BLOCK_NNZ=32,
+                         BLOCK_K=16, EVEN_K=index == "int32")  # fmt: skip
+        pointers = ["*i32"] * 5 + [f"*{data}"] * 3
         cases[f"sddmm blocked {data} {index}"] = (_sddmm_blocked_kernel, pointers, constants, 2)
     for padded, block_n in ((True, 16), (False, 4)):  # the few-token walk, B padded or strided
         hints = (".cg", "evict_last") if padded else ("", "")  # the cache-hint sweep's too

@@ -31,7 +31,6 @@ def _launch_poisoned(P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16
     plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, y.shape[-2], *block, chunk)
     sddmm_blocked.sddmm_blocked(
         plan=plan,
-        column_indices=P.column_indices,
         x=x,
         y=y,
         out=out.view(-1, P.nnz) if P.nnz else out.view(1, 0),
@@ -45,11 +44,14 @@ def _launch_poisoned(P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
-def test_every_entry_written(device, dtype, gen):
+@pytest.mark.parametrize("K", [19, 32], ids=["masked-k", "even-k"])
+def test_every_entry_written(device, dtype, K, gen):
+    """K past one step of 16 and not a multiple of it (loads masked on K), or a multiple
+    (EVEN_K: no masks; lanes past a piece read the block's first row and column)."""
     skip_interpreter_on_gpu_machine(device)
     P = random_csr(37, 29, 0.3, gen, dtype, device)  # empty rows; blocks cut at 8 x 8 unevenly
-    x = randn(37, 19, gen=gen, dtype=dtype, device=device)  # K past one step, not a power of 2
-    y = randn(29, 19, gen=gen, dtype=dtype, device=device)
+    x = randn(37, K, gen=gen, dtype=dtype, device=device)
+    y = randn(29, K, gen=gen, dtype=dtype, device=device)
     assert_close(_launch_poisoned(P, x, y), *sddmm_want_and_bound(P, x, y), dtype)
 
 
@@ -138,15 +140,16 @@ def test_wider_column_indices_give_the_same_bits(device, index_dtype, gen):
 
 @pytest.mark.parametrize("block,chunk", [((4, 8), 5), ((1, 1), 1), ((64, 3), 1000)])
 def test_plan_groups_entries_by_block(block, chunk, gen):
-    """Every CSR place once; a program's entries in one block, in CSR order; local rows within
-    the block; a block cut into ceil(entries / chunk) pieces of `chunk` but the last."""
+    """Every CSR place once; a piece's entries in one block, in CSR order; their rows and
+    columns within the block; a block cut into ceil(entries / chunk) pieces of `chunk` but
+    the last."""
     P = random_csr(23, 17, 0.4, gen)
     plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, 17, *block, chunk)
     R, C = block
     assert torch.equal(plan.entries.sort().values.long(), torch.arange(P.nnz))
     rows = P.pattern.row_indices().long()[plan.entries.long()]
     cols = P.column_indices.long()[plan.entries.long()]
-    assert plan.local_rows.dtype == torch.int16
+    assert plan.cells.dtype == torch.int32
     starts = plan.starts.tolist()
     assert starts[0] == 0 and starts[-1] == P.nnz and len(starts) == plan.pieces + 1
     per_block = {}
@@ -156,7 +159,11 @@ def test_plan_groups_entries_by_block(block, chunk, gen):
         first = int(plan.first_rows[p])
         assert first % R == 0 and (rows[span] // R == first // R).all()
         assert (cols[span] // C == cols[span][0] // C).all()
-        assert torch.equal(plan.local_rows[span].long(), rows[span] - first)
+        first_col = int(plan.first_cols[p])
+        assert first_col % C == 0 and (cols[span] // C == first_col // C).all()
+        cells = plan.cells[span].long()
+        assert torch.equal(cells >> 16, rows[span] - first)
+        assert torch.equal(cells & 0xFFFF, cols[span] - first_col)
         assert (plan.entries[span].diff() > 0).all()  # CSR order within a block
         key = (first // R, int(cols[span][0]) // C)
         per_block.setdefault(key, []).append(starts[p + 1] - starts[p])
@@ -168,8 +175,9 @@ def test_plan_groups_entries_by_block(block, chunk, gen):
 
 def test_plan_refuses_bad_blocks():
     P = random_csr(4, 4, 0.5, torch.Generator().manual_seed(0))
-    for block, chunk, what in [((0, 4), 4, "block_rows"), ((2**15, 4), 4, "block_rows"),
-                               ((4, 0), 4, "block_cols"), ((4, 4), 0, "chunk")]:  # fmt: skip
+    for block, chunk, what in [((0, 4), 4, "block_rows"), ((2**15 + 1, 4), 4, "block_rows"),
+                               ((4, 0), 4, "block_cols"), ((4, 2**16 + 1), 4, "block_cols"),
+                               ((4, 4), 0, "chunk")]:  # fmt: skip
         with pytest.raises(ValueError, match=what):
             sddmm_blocked.build_plan(P.row_offsets, P.column_indices, 4, *block, chunk)
 
@@ -182,7 +190,8 @@ def test_config_rule():
     assert config(64, 4).block_rows == config(64, 4).block_cols == side
     assert config(64, 2).block_rows == 2 * side
     assert config(1, 2).block_rows == 1024 and config(8192, 4).block_rows == 16
-    assert config(64, 4).block_k == 64 and config(8, 4).block_k == 16
+    assert config(64, 4).block_k == 16 and config(64, 2).block_k == 32
+    assert config(8, 2).block_k == 16 and config(20, 2).block_k == 32
 
 
 def test_route_takes_it_where_on(gen, monkeypatch):

@@ -12,10 +12,11 @@ warps, 128-256 entries a step) keep theirs. Uniform random patterns on 4096 x 40
 matrices sharing a pattern (attention's heads; no cuSPARSE peer there).
 
 Forms: `b{R}x{C}/e{entries a step}/w{warps}`, optionally `/c{chunk}` (a block cut into
-pieces of at most that many entries), `/k{K a step}` and `/p{programs an SM}` (persistent: that
-many programs an SM walk every piece, so as many blocks share an SM's L1). CUDA-graph medians in us, the
-operands warm in L2 as a preceding product leaves them; each form checked against float64
-first (a form that fails prints "wrong" and is not timed). Prints a table last.
+pieces of at most that many entries), `/k{K a step}` (default 64 bytes: fp32 16, bf16 32) and
+`/p{programs an SM}` (persistent: that many programs an SM walk every piece, so as many blocks
+share an SM's L1). CUDA-graph medians in us, the operands warm in L2 as a preceding product
+leaves them; each form checked against float64 first (a form that fails prints "wrong" and is
+not timed). Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/sddmm_blocked.py
 Environment: DTYPES=fp32,bf16 KS=64,256 DENSITIES=0.02,0.05,0.1,0.3 BATCHES=1,16 FORMS=...
 BUDGET_S=240.
@@ -44,7 +45,8 @@ FORMS = os.environ.get(
     "FORMS",
     "auto,b64x64/e32/w2,b128x128/e32/w2,b256x256/e32/w2,b128x128/e128/w8,b192x192/e128/w8,"
     "b256x256/e128/w8,b256x256/e256/w16,b384x384/e256/w16,b256x256/e128/w8/c2048,"
-    "b128x128/e32/w4/p4,b192x192/e64/w8/p2,b256x256/e64/w8/p1,b96x96/e32/w2/p8",
+    "b128x128/e32/w4/p4,b192x192/e64/w8/p2,b256x256/e64/w8/p1,b96x96/e32/w2/p8,"
+    "b256x256/e128/w8/k64,b128x128/e32/w4/p4/k64",
 ).split(",")
 
 
@@ -63,7 +65,8 @@ def parse(form: str, K: int, itemsize: int) -> dict:
                     block_k=c.block_k, warps=c.num_warps, per_sm=0)  # fmt: skip
     parts = form.split("/")
     rows, cols = (int(v) for v in parts[0][1:].split("x"))
-    got = dict(block=(rows, cols), chunk=2**30, block_nnz=32, block_k=min(64, K), warps=2,
+    block_k = sddmm_tuning.sddmm_blocked_config(K, itemsize).block_k
+    got = dict(block=(rows, cols), chunk=2**30, block_nnz=32, block_k=block_k, warps=2,
                per_sm=0)  # fmt: skip
     for p in parts[1:]:
         key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k", "p": "per_sm"}[p[0]]
@@ -109,10 +112,9 @@ def main():
             programs = f["per_sm"] * SMS or None
 
             def blocked(plan=plan, f=f, programs=programs):
-                sddmm_blocked.sddmm_blocked(plan=plan, column_indices=P.column_indices, x=X,
-                                            y=Y, out=out, block_nnz=f["block_nnz"],
-                                            block_k=f["block_k"], num_warps=f["warps"],
-                                            programs=programs)  # fmt: skip
+                sddmm_blocked.sddmm_blocked(plan=plan, x=X, y=Y, out=out,
+                                            block_nnz=f["block_nnz"], block_k=f["block_k"],
+                                            num_warps=f["warps"], programs=programs)  # fmt: skip
 
             runs[form] = blocked
         for label, run in runs.items():

@@ -11,12 +11,13 @@ but consecutive entries mostly share a row, and lanes of one load reading one ad
 read.
 
 The plan (build_plan, cached per pattern by ops/_sddmm_plans.py): the entries' CSR places in
-block order (`entries`, int32), each entry's row less its block's first row (`local_rows`,
-int16), and the pieces: a block's entries cut into runs of at most `chunk` entries, piece p
-being entries[starts[p]:starts[p + 1]] of the block whose first row is first_rows[p]. A launch
-takes a program a piece, or fewer programs each walking every n-th piece (persistent: as many
-blocks resident on an SM as programs placed there). Blocks without entries get no piece. The
-output is written at the CSR places, as the per-entry kernel writes it.
+block order (`entries`, int32), each entry's row and column within its block (`cells`, one
+int32: the walk reads no column indices, so no load waits on another), and the pieces: a
+block's entries cut into runs of at most `chunk` entries, piece p being
+entries[starts[p]:starts[p + 1]] of the block whose first row and column are first_rows[p] and
+first_cols[p]. A launch takes a program a piece, or fewer programs each walking every n-th piece
+(persistent: as many blocks resident on an SM as programs placed there). Blocks without entries
+get no piece. The output is written at the CSR places, as the per-entry kernel writes it.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ import triton.language as tl
 
 from ._sizes import cdiv, matrix_span, operand_strides
 
-# local_rows are int16
-MAX_BLOCK_ROWS = 2**15 - 1
+# an entry's place in its block is one int32: its row (15 bits) above its column (16 bits)
+MAX_BLOCK_ROWS = 2**15
+MAX_BLOCK_COLS = 2**16
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,10 @@ class BlockedPlan:
     block_cols: int
     chunk: int  # the most entries a piece holds
     entries: torch.Tensor  # (nnz,) int32: CSR places, block by block, in CSR order within one
-    local_rows: torch.Tensor  # (nnz,) int16: each entry's row less its block's first row
+    cells: torch.Tensor  # (nnz,) int32: each entry's row in its block << 16 | its column there
     starts: torch.Tensor  # (pieces + 1,) int32: each piece's first place in `entries`
     first_rows: torch.Tensor  # (pieces,) int32: the first row of each piece's block
+    first_cols: torch.Tensor  # (pieces,) int32: its first column
 
     @property
     def pieces(self) -> int:
@@ -63,8 +66,10 @@ def build_plan(
     sort by block keeps CSR order (row, then column) inside each block."""
     if not 1 <= block_rows <= MAX_BLOCK_ROWS:
         raise ValueError(f"block_rows must be in [1, {MAX_BLOCK_ROWS}], got {block_rows}")
-    if block_cols < 1 or chunk < 1:
-        raise ValueError(f"block_cols and chunk must be positive, got {block_cols}, {chunk}")
+    if not 1 <= block_cols <= MAX_BLOCK_COLS:
+        raise ValueError(f"block_cols must be in [1, {MAX_BLOCK_COLS}], got {block_cols}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be positive, got {chunk}")
     nnz = column_indices.numel()
     if nnz > torch.iinfo(torch.int32).max:
         raise ValueError(f"the blocked plan holds int32 places; the pattern has {nnz} entries")
@@ -73,12 +78,13 @@ def build_plan(
     entry_rows = torch.repeat_interleave(
         torch.arange(rows, device=device), row_offsets.diff().long(), output_size=nnz
     )
-    block_of = (entry_rows // block_rows) * cdiv(cols, block_cols)
-    block_of += column_indices.long() // block_cols
+    entry_cols = column_indices.long()
+    block_of = (entry_rows // block_rows) * cdiv(cols, block_cols) + entry_cols // block_cols
     block_of, entries = torch.sort(block_of, stable=True)
     blocks, counts = torch.unique_consecutive(block_of, return_counts=True)
     first_rows = (blocks // cdiv(cols, block_cols)) * block_rows
-    local_rows = entry_rows[entries] - first_rows.repeat_interleave(counts, output_size=nnz)
+    first_cols = (blocks % cdiv(cols, block_cols)) * block_cols
+    cells = (entry_rows[entries] % block_rows) << 16 | entry_cols[entries] % block_cols
     # each block cut into ceil(count / chunk) pieces of `chunk` entries, the last one shorter
     pieces = (counts + chunk - 1) // chunk
     total = int(pieces.sum())
@@ -95,9 +101,10 @@ def build_plan(
         block_cols,
         chunk,
         entries.to(torch.int32),
-        local_rows.to(torch.int16),
+        cells.to(torch.int32),
         starts.to(torch.int32),
         first_rows[piece_block].to(torch.int32),
+        first_cols[piece_block].to(torch.int32),
     )
 
 
@@ -105,9 +112,9 @@ def build_plan(
 def _sddmm_blocked_kernel(
     starts,  # (pieces + 1,) int32: piece p is entries[starts[p]:starts[p + 1]]
     first_rows,  # (pieces,) int32: the first row of piece p's block
+    first_cols,  # (pieces,) int32: its first column
     entries,  # (nnz,) int32: CSR places in block order
-    local_rows,  # (nnz,) int16: each entry's row less its block's first row
-    column_indices,  # (nnz,) int16/int32/int64, CSR order
+    cells,  # (nnz,) int32: each entry's row in its block << 16 | its column in its block
     x,  # (M, K) or (batch, M, K): strides stride_xb (0 when unbatched), stride_xm, stride_xk
     y,  # (N, K) or (batch, N, K): strides stride_yb (0 when unbatched), stride_yn, stride_yk
     out,  # (batch, nnz): stride_ob between matrices, unit stride along nnz
@@ -124,39 +131,46 @@ def _sddmm_blocked_kernel(
     INDEX: tl.constexpr,  # int32 when every offset within a matrix fits, else int64
     BLOCK_NNZ: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask on the operands' loads
 ):
     batch = tl.program_id(1).to(tl.int64)
     x += batch * stride_xb
     y += batch * stride_yb
     out += batch * stride_ob
+    offs_k = tl.arange(0, BLOCK_K).to(INDEX)  # INDEX before the strides
     # a launch of fewer programs than pieces walks them in turn (persistent programs: as many
     # blocks resident on an SM as programs placed there, whose rows then share its L1)
     for piece in range(tl.program_id(0), pieces, tl.num_programs(0)):
         start = tl.load(starts + piece)
         end = tl.load(starts + piece + 1)
         x_block = x + tl.load(first_rows + piece).to(INDEX) * stride_xm
+        y_block = y + tl.load(first_cols + piece).to(INDEX) * stride_yn
         for e in range(start, end, BLOCK_NNZ):
             offs = e + tl.arange(0, BLOCK_NNZ)
             mask = offs < end
             places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
-            rows = tl.load(local_rows + offs, mask=mask, other=0).to(INDEX)
-            cols = tl.load(column_indices + places, mask=mask, other=0).to(INDEX)
-            acc = tl.zeros((BLOCK_NNZ,), dtype=ACC_DTYPE)
+            # lanes past the piece read cell 0 (the block's first row and column, which exist)
+            # and are not stored: the operands' loads need no mask on entries
+            cell = tl.load(cells + offs, mask=mask, other=0)
+            rows = (cell >> 16).to(INDEX)
+            cols = (cell & 0xFFFF).to(INDEX)
+            x_ptrs = x_block + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
+            y_ptrs = y_block + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk
+            # products summed along K per lane, then across lanes once an entry (not once a
+            # K step: the cross-lane sum's shuffles were a third of a step's instructions)
+            acc = tl.zeros((BLOCK_NNZ, BLOCK_K), dtype=ACC_DTYPE)
             for k in range(0, K, BLOCK_K):
-                offs_k = k + tl.arange(0, BLOCK_K).to(INDEX)  # INDEX before the strides
-                mask_k = mask[:, None] & (offs_k < K)[None, :]
-                x_tile = tl.load(
-                    x_block + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk,
-                    mask=mask_k,
-                    other=0.0,
-                ).to(ACC_DTYPE)
-                y_tile = tl.load(
-                    y + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk,
-                    mask=mask_k,
-                    other=0.0,
-                ).to(ACC_DTYPE)
-                acc += tl.sum(x_tile * y_tile, axis=1)
-            tl.store(out + places, acc.to(out.dtype.element_ty), mask=mask)
+                if EVEN_K:
+                    x_tile = tl.load(x_ptrs)
+                    y_tile = tl.load(y_ptrs)
+                else:
+                    mask_k = (k + offs_k < K)[None, :]
+                    x_tile = tl.load(x_ptrs, mask=mask_k, other=0.0)
+                    y_tile = tl.load(y_ptrs, mask=mask_k, other=0.0)
+                acc += x_tile.to(ACC_DTYPE) * y_tile.to(ACC_DTYPE)
+                x_ptrs += BLOCK_K * stride_xk
+                y_ptrs += BLOCK_K * stride_yk
+            tl.store(out + places, tl.sum(acc, axis=1).to(out.dtype.element_ty), mask=mask)
 
 
 INT32_LIMIT = 2**31  # offsets within a matrix below it are computed in int32
@@ -165,7 +179,6 @@ INT32_LIMIT = 2**31  # offsets within a matrix below it are computed in int32
 def sddmm_blocked(
     *,
     plan: BlockedPlan,
-    column_indices: torch.Tensor,
     x: torch.Tensor,
     y: torch.Tensor,
     out: torch.Tensor,
@@ -181,22 +194,22 @@ def sddmm_blocked(
     if plan.pieces == 0 or nnz == 0 or batch == 0:
         return out
     assert out.stride(1) == 1 or nnz == 1, "out must have unit stride along nnz"
-    assert plan.entries.numel() == nnz == column_indices.numel(), "the plan is another pattern's"
-    reach = max(nnz + block_nnz, matrix_span(x), matrix_span(y))
+    assert plan.entries.numel() == nnz, "the plan is another pattern's"
     if programs is not None and programs < 1:
         raise ValueError(f"programs must be positive, got {programs}")
-    grid = min(programs or plan.pieces, plan.pieces)
-    _sddmm_blocked_kernel[(grid, batch)](
+    reach = max(nnz + block_nnz, matrix_span(x), matrix_span(y))
+    k = x.shape[-1]
+    _sddmm_blocked_kernel[(min(programs or plan.pieces, plan.pieces), batch)](
         plan.starts,
         plan.first_rows,
+        plan.first_cols,
         plan.entries,
-        plan.local_rows,
-        column_indices,
+        plan.cells,
         x,
         y,
         out,
         plan.pieces,
-        x.shape[-1],
+        k,
         *operand_strides(x),
         *operand_strides(y),
         out.stride(0),
@@ -204,6 +217,7 @@ def sddmm_blocked(
         INDEX=tl.int32 if reach < INT32_LIMIT else tl.int64,
         BLOCK_NNZ=block_nnz,
         BLOCK_K=block_k,
+        EVEN_K=k % block_k == 0,
         num_warps=num_warps,
     )
     return out

@@ -149,7 +149,6 @@ def _triton_blocked(row_offsets, column_indices, x, y, out):
     )  # fmt: skip
     sddmm_blocked.sddmm_blocked(
         plan=plan,
-        column_indices=column_indices,
         x=x,
         y=y,
         out=out.view(-1, out.shape[-1]),
