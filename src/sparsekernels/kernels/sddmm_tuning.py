@@ -48,7 +48,7 @@ def sddmm_csr_config(k: int, nnz: int, rows: int) -> SddmmCsrConfig:
 class SddmmBlockedConfig:
     block_rows: int
     block_cols: int
-    chunk: int  # the most entries a program walks
+    chunk: int  # the most entries a piece holds (a program walks one or more pieces)
     block_nnz: int
     block_k: int
     num_warps: int
