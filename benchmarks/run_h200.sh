@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -526,6 +526,15 @@ for step in $steps; do
       PYTHONPATH=$PWD/src TOKENS=16,32 SPARSITIES=0.8,0.9,0.95 CONFIGS=n16/w8,n16/w8/u,n16/w4,n16/w4/u,n16/w4/m128/g4,n16/w4/m128/g4/u,n32/w4,n32/w4/u,n32/w2/m128/g4,n32/w2/m128/g4/u \
         timeout "${LIMIT:-240}" python3 benchmarks/sweeps/csr_scatter_cold.py >"$out/csr_scatter_unscatter.txt" 2>&1
       echo "csrunscatter rc=$?" ;;
+    sddmmahead)  # the blocked SDDMM walk with each step's loads a step ahead (/a), K = 64: can
+      # few warps an SM, whose blocks then stay in L1, keep enough loads in flight?
+      timeout 120 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+        tests/test_kernels_sddmm_blocked.py >"$out/gpu_tests_sddmm_ahead.log" 2>&1
+      echo "sddmmahead tests rc=$? $(tail -1 "$out/gpu_tests_sddmm_ahead.log")"
+      PYTHONPATH=$PWD/src KS=64 DENSITIES=0.02,0.1 BUDGET_S=${BUDGET_S:-150} \
+        FORMS=b128x128/e32/w2,b256x256/e256/w16,b128x128/e32/w2/a,b128x128/e64/w4/k64/a,b128x128/e64/w8/k64/a,b256x256/e128/w8/k64/a,b192x192/e64/w8/k64/a/p2,b256x256/e64/w8/k64/a/p1,b128x128/e64/w4/k64/a/p4,b96x96/e32/w2/a/p8 \
+        timeout "${LIMIT:-200}" python3 benchmarks/sweeps/sddmm_blocked.py >"$out/sddmm_ahead.txt" 2>&1
+      echo "sddmmahead sweep rc=$?" ;;
     tests66)  # the sixty-sixth session's GPU tests: B_COLS in the unpack and wgmma kernels
       timeout 200 python3 -m pytest -q -m "gpu and not slow" -n 12 -p no:cacheprovider \
         tests/test_kernels_spmm_nm_unpack.py tests/test_kernels_spmm_nm_wgmma.py \

@@ -25,7 +25,9 @@ from _helpers import (
 from sparsekernels.kernels import sddmm_blocked, sddmm_tuning
 
 
-def _launch_poisoned(P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16, programs=None):
+def _launch_poisoned(
+    P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16, programs=None, ahead=False
+):
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.full((*batch, P.nnz), float("nan"), dtype=x.dtype, device=x.device)
     plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, y.shape[-2], *block, chunk)
@@ -38,6 +40,7 @@ def _launch_poisoned(P, x, y, block=(8, 8), chunk=1000, block_nnz=16, block_k=16
         block_k=block_k,
         num_warps=1,
         programs=programs,
+        ahead=ahead,
     )
     return out
 
@@ -80,6 +83,21 @@ def test_persistent_programs(device, programs, gen):
     x, y = randn(2, 29, 6, gen=gen, device=device), randn(2, 31, 6, gen=gen, device=device)
     got = _launch_poisoned(P, x, y, (8, 8), 7, programs=programs)
     assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("K", [16, 19, 48], ids=["one-step", "masked-k", "even-k"])
+@pytest.mark.parametrize("programs", [None, 3])
+def test_loads_a_step_ahead(device, K, programs, gen):
+    """Each step's loads issued during the step before (`ahead`): the operands too where K is
+    one step (16), the cells only past it; pieces of 1-40 entries (a step cut by a piece's
+    end, a piece's last step loading past it), batched x, persistent programs."""
+    skip_interpreter_on_gpu_machine(device)
+    P = random_csr(41, 35, 0.35, gen, torch.float64, device)
+    x, y = randn(2, 41, K, gen=gen, device=device), randn(35, K, gen=gen, device=device)
+    for block, chunk in [((8, 8), 40), ((5, 35), 1), ((41, 3), 21)]:
+        got = _launch_poisoned(P, x, y, block, chunk, programs=programs, ahead=True)
+        assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
 
 
 def test_programs_must_be_positive(gen):

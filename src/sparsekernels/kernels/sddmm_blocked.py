@@ -132,6 +132,8 @@ def _sddmm_blocked_kernel(
     BLOCK_NNZ: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask on the operands' loads
+    AHEAD: tl.constexpr,  # load the next step's cells (and, where K is one step, operands) first
+    ONE_K: tl.constexpr,  # K == BLOCK_K (with EVEN_K): a step's operands are one load each
 ):
     batch = tl.program_id(1).to(tl.int64)
     x += batch * stride_xb
@@ -145,32 +147,86 @@ def _sddmm_blocked_kernel(
         end = tl.load(starts + piece + 1)
         x_block = x + tl.load(first_rows + piece).to(INDEX) * stride_xm
         y_block = y + tl.load(first_cols + piece).to(INDEX) * stride_yn
-        for e in range(start, end, BLOCK_NNZ):
-            offs = e + tl.arange(0, BLOCK_NNZ)
+        if AHEAD:
+            # each step's loads issued a step early, so a warp's next gathers are in flight
+            # while it sums this step's products (few warps an SM, whose blocks fit L1)
+            offs = start + tl.arange(0, BLOCK_NNZ)
             mask = offs < end
             places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
-            # lanes past the piece read cell 0 (the block's first row and column, which exist)
-            # and are not stored: the operands' loads need no mask on entries
             cell = tl.load(cells + offs, mask=mask, other=0)
-            rows = (cell >> 16).to(INDEX)
-            cols = (cell & 0xFFFF).to(INDEX)
-            x_ptrs = x_block + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
-            y_ptrs = y_block + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk
-            # products summed along K per lane, then across lanes once an entry (not once a
-            # K step: the cross-lane sum's shuffles were a third of a step's instructions)
-            acc = tl.zeros((BLOCK_NNZ, BLOCK_K), dtype=ACC_DTYPE)
-            for k in range(0, K, BLOCK_K):
-                if EVEN_K:
-                    x_tile = tl.load(x_ptrs)
-                    y_tile = tl.load(y_ptrs)
+            x_tile, y_tile = _operands(x_block, y_block, cell, offs_k, stride_xm, stride_xk,
+                                       stride_yn, stride_yk, INDEX, ONE_K)  # fmt: skip
+            for e in range(start, end, BLOCK_NNZ):
+                offs_next = e + BLOCK_NNZ + tl.arange(0, BLOCK_NNZ)
+                mask_next = offs_next < end
+                places_next = tl.load(entries + offs_next, mask=mask_next, other=0).to(INDEX)
+                cell_next = tl.load(cells + offs_next, mask=mask_next, other=0)
+                x_next, y_next = _operands(
+                    x_block, y_block, cell_next, offs_k, stride_xm, stride_xk, stride_yn,
+                    stride_yk, INDEX, ONE_K,
+                )  # fmt: skip
+                if ONE_K:
+                    sums = tl.sum(x_tile.to(ACC_DTYPE) * y_tile.to(ACC_DTYPE), axis=1)
                 else:
-                    mask_k = (k + offs_k < K)[None, :]
-                    x_tile = tl.load(x_ptrs, mask=mask_k, other=0.0)
-                    y_tile = tl.load(y_ptrs, mask=mask_k, other=0.0)
-                acc += x_tile.to(ACC_DTYPE) * y_tile.to(ACC_DTYPE)
-                x_ptrs += BLOCK_K * stride_xk
-                y_ptrs += BLOCK_K * stride_yk
-            tl.store(out + places, tl.sum(acc, axis=1).to(out.dtype.element_ty), mask=mask)
+                    sums = _dot_rows(x_block, y_block, cell, offs_k, K, stride_xm, stride_xk,
+                                     stride_yn, stride_yk, ACC_DTYPE, INDEX, BLOCK_NNZ, BLOCK_K,
+                                     EVEN_K)  # fmt: skip
+                tl.store(out + places, sums.to(out.dtype.element_ty), mask=mask)
+                places, cell, mask, x_tile, y_tile = (places_next, cell_next, mask_next,
+                                                      x_next, y_next)  # fmt: skip
+        else:
+            for e in range(start, end, BLOCK_NNZ):
+                offs = e + tl.arange(0, BLOCK_NNZ)
+                mask = offs < end
+                places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
+                # lanes past the piece read cell 0 (the block's first row and column, which
+                # exist) and are not stored: the operands' loads need no mask on entries
+                cell = tl.load(cells + offs, mask=mask, other=0)
+                sums = _dot_rows(x_block, y_block, cell, offs_k, K, stride_xm, stride_xk,
+                                 stride_yn, stride_yk, ACC_DTYPE, INDEX, BLOCK_NNZ, BLOCK_K,
+                                 EVEN_K)  # fmt: skip
+                tl.store(out + places, sums.to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _operands(x_block, y_block, cell, offs_k, stride_xm, stride_xk, stride_yn, stride_yk,
+              INDEX: tl.constexpr, ONE_K: tl.constexpr):  # fmt: skip
+    """A step's X and Y tiles where K is one step (ONE_K), else nothing loaded (zeros)."""
+    if ONE_K:
+        rows = (cell >> 16).to(INDEX)
+        cols = (cell & 0xFFFF).to(INDEX)
+        x_tile = tl.load(x_block + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk)
+        y_tile = tl.load(y_block + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk)
+    else:
+        x_tile = tl.zeros((cell.shape[0], offs_k.shape[0]), dtype=x_block.dtype.element_ty)
+        y_tile = tl.zeros((cell.shape[0], offs_k.shape[0]), dtype=y_block.dtype.element_ty)
+    return x_tile, y_tile
+
+
+@triton.jit
+def _dot_rows(x_block, y_block, cell, offs_k, K, stride_xm, stride_xk, stride_yn, stride_yk,
+              ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK_NNZ: tl.constexpr,
+              BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):  # fmt: skip
+    """Each cell's X row dotted with its Y row, K a step of BLOCK_K."""
+    rows = (cell >> 16).to(INDEX)
+    cols = (cell & 0xFFFF).to(INDEX)
+    x_ptrs = x_block + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    y_ptrs = y_block + cols[:, None] * stride_yn + offs_k[None, :] * stride_yk
+    # products summed along K per lane, then across lanes once an entry (not once a K step:
+    # the cross-lane sum's shuffles were a third of a step's instructions)
+    acc = tl.zeros((BLOCK_NNZ, BLOCK_K), dtype=ACC_DTYPE)
+    for k in range(0, K, BLOCK_K):
+        if EVEN_K:
+            x_tile = tl.load(x_ptrs)
+            y_tile = tl.load(y_ptrs)
+        else:
+            mask_k = (k + offs_k < K)[None, :]
+            x_tile = tl.load(x_ptrs, mask=mask_k, other=0.0)
+            y_tile = tl.load(y_ptrs, mask=mask_k, other=0.0)
+        acc += x_tile.to(ACC_DTYPE) * y_tile.to(ACC_DTYPE)
+        x_ptrs += BLOCK_K * stride_xk
+        y_ptrs += BLOCK_K * stride_yk
+    return tl.sum(acc, axis=1)
 
 
 INT32_LIMIT = 2**31  # offsets within a matrix below it are computed in int32
@@ -186,10 +242,12 @@ def sddmm_blocked(
     block_k: int,
     num_warps: int,
     programs: int | None = None,
+    ahead: bool = False,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0).
     `programs`: how many programs walk the plan's pieces (persistent, each taking every
-    programs-th piece); None: one a piece."""
+    programs-th piece); None: one a piece. `ahead`: each step's loads issued during the step
+    before (its cells, and its operands where K is one step of block_k)."""
     batch, nnz = out.shape
     if plan.pieces == 0 or nnz == 0 or batch == 0:
         return out
@@ -218,6 +276,8 @@ def sddmm_blocked(
         BLOCK_NNZ=block_nnz,
         BLOCK_K=block_k,
         EVEN_K=k % block_k == 0,
+        AHEAD=ahead,
+        ONE_K=k == block_k,
         num_warps=num_warps,
     )
     return out
