@@ -523,6 +523,9 @@ for step in $steps; do
       echo "sddmmblocked sweep rc=$?" ;;
     csrunscatter)  # the scatter kernel zeroing only the last step's places (/u) at 80-95%, on
       # 64- and 128-row tiles, 16 and 32 tokens (at-0d00394: /u won ~8% at 90%, lost at 70%)
+      timeout 100 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider -k zeroing \
+        tests/test_csr_scatter_route.py >"$out/gpu_tests_unscatter.log" 2>&1
+      echo "csrunscatter tests rc=$? $(tail -1 "$out/gpu_tests_unscatter.log")"
       PYTHONPATH=$PWD/src TOKENS=16,32 SPARSITIES=0.8,0.9,0.95 CONFIGS=n16/w8,n16/w8/u,n16/w4,n16/w4/u,n16/w4/m128/g4,n16/w4/m128/g4/u,n32/w4,n32/w4/u,n32/w2/m128/g4,n32/w2/m128/g4/u \
         timeout "${LIMIT:-240}" python3 benchmarks/sweeps/csr_scatter_cold.py >"$out/csr_scatter_unscatter.txt" 2>&1
       echo "csrunscatter rc=$?" ;;

@@ -68,6 +68,22 @@ def test_where_the_route_takes_it():
     assert not csr_scatter_takes(80, 0.1, large)  # (64-row tiles: densify past 64)
 
 
+def test_zeros_only_at_the_places_on_sparse_weights(monkeypatch):
+    """`unscatter` is chosen at densities up to the limit, on both tile heights; never while
+    the limit is None."""
+    from sparsekernels.kernels import csr_scatter_tuning as tuning
+
+    monkeypatch.setattr(tuning, "CSR_SCATTER_UNSCATTER_MAX_DENSITY", None)
+    assert not tuning.csr_scatter_config(16, 4096, 4096, 64, 0.01).unscatter
+    monkeypatch.setattr(tuning, "CSR_SCATTER_UNSCATTER_MAX_DENSITY", 0.15)
+    for n, block_m in ((16, 64), (32, 64), (16, 128), (77, 128)):
+        assert tuning.csr_scatter_config(n, 4096, 4096, block_m, 0.1).unscatter
+        assert not tuning.csr_scatter_config(n, 4096, 4096, block_m, 0.3).unscatter
+    # the rest of the configuration does not move with it
+    on = tuning.csr_scatter_config(16, 14336, 4096, 64, 0.1)
+    assert (on.block_n, on.programs_per_sm, on.warps) == (16, 8, 4)
+
+
 def test_forced_on_batched_values_is_refused():
     """values of shape (1, nnz) make batch 1, and the kernel's 2-D output dropped that
     dimension (a (64, 16) answer for (1, 64, 16)): a forced call is refused now."""
@@ -117,6 +133,24 @@ def test_linear_takes_the_scatter_kernel(dtype, rows, k, density, tokens, gen, m
     got = sk.linear(x, W)
     assert calls == [1]
     assert_close(got, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("rows", "k", "density", "tokens"),
+    [(200, 300, 0.1, 16), (200, 300, 0.1, 32), (2048, 2**14 + 3, 0.02, 24), (130, 700, 0.0, 9)],
+)
+def test_linear_zeroing_only_the_places(rows, k, density, tokens, gen, monkeypatch):
+    """With `unscatter` routed (every density), the product still matches float64: 64- and
+    128-row tiles, empty rows and tiles, tokens off the column tiles, K split."""
+    from sparsekernels.kernels import csr_scatter_tuning as tuning
+
+    monkeypatch.setattr(tuning, "CSR_SCATTER_UNSCATTER_MAX_DENSITY", 1.0)
+    W = random_csr(rows, k, density, gen, torch.bfloat16, "cuda")
+    x = randn(tokens, k, gen=gen, dtype=torch.bfloat16, device="cuda")
+    got = spmm_csr_raw(W.row_offsets, W.column_indices, W.values, x.t(), None, None, "none",
+                       backend="scatter").t()  # fmt: skip
+    assert_close(got, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), torch.bfloat16)
 
 
 @pytest.mark.gpu

@@ -57,6 +57,12 @@ CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**24
 # densify + cuBLAS (2026-12-04/at-040829e/csr_scatter_route.txt): 4096 x 14336 67.6 / 81.2,
 # 14336 x 4096 67.7 / 77.3; at 128 tokens 83.8 / 82.9 and 88.7 / 78.8 (96 not measured).
 CSR_SCATTER_TALL_MAX_N = 80
+# Zeros only at the places the step before stored (the kernel's `unscatter`), not the whole
+# tile, on weights at most this dense (None: never). H100 at 0d00394 (results/nvidia-h100/
+# 2026-12-06/at-0d00394/csr_scatter_banks.txt), 64-row tiles: at 90% 22.2 us against 25.8 at 16
+# tokens and 30.0 against 32.4 at 32 on 4096 x 14336; at 70% slower (42.7 against 40.1).
+# Off until its sweep at 80-95% on both tile heights (run_h200.sh csrunscatter) sets the limit.
+CSR_SCATTER_UNSCATTER_MAX_DENSITY: float | None = None
 
 
 def csr_scatter_takes(n: int, density: float, elements: int) -> bool:
@@ -86,17 +92,20 @@ class CsrScatterConfig:
     block_n: int  # tokens a program
     programs_per_sm: int  # the K split aims at this many programs an SM
     warps: int = 4  # a warp's 16 rows at 64-row tiles, two m16 tiles a warp at 128
+    unscatter: bool = False  # zeros only at the last step's places (sparse weights)
 
 
-def csr_scatter_config(n: int, rows: int, k: int, block_m: int = 64) -> CsrScatterConfig:
+def csr_scatter_config(
+    n: int, rows: int, k: int, block_m: int = 64, density: float = 1.0
+) -> CsrScatterConfig:
     """The tile and split for N = n on a (rows, k) weight copied in `block_m`-row tiles: at
     128 rows 4 programs an SM, 2 at 17-32 tokens (fewer ranges to sum); at 64 to 16 tokens 4
     programs an SM where rows <= k (6-16% faster on 4096 x 4096, 1-11% on 4096 x 14336,
     at-1a0b96b) and 8 on tall weights (14336 x 4096: 4 was 9-13% slower); past 16 tokens 4
-    (see above)."""
+    (see above). `unscatter` at densities to CSR_SCATTER_UNSCATTER_MAX_DENSITY."""
     block_n = 16 if n <= 16 else 32
-    if block_m == 128:
-        return CsrScatterConfig(block_n=block_n, programs_per_sm=2 if 16 < n <= 32 else 4)
-    if n > 16:
-        return CsrScatterConfig(block_n=block_n, programs_per_sm=4)
-    return CsrScatterConfig(block_n=block_n, programs_per_sm=4 if rows <= k else 8)
+    limit = CSR_SCATTER_UNSCATTER_MAX_DENSITY
+    unscatter = limit is not None and density <= limit
+    tall_programs = 2 if 16 < n <= 32 else 4
+    programs = tall_programs if block_m == 128 else 4 if n > 16 or rows <= k else 8
+    return CsrScatterConfig(block_n=block_n, programs_per_sm=programs, unscatter=unscatter)

@@ -50,7 +50,7 @@ def _fits(values: torch.Tensor, b: torch.Tensor, rows: int) -> bool:
 def _config(rows: int, k: int, n: int, stored: int):
     """The copy's tile height (a weight's, whatever the tokens) and the launch's config."""
     block_m = tuning.csr_scatter_tile_rows(rows, k, stored)
-    return block_m, tuning.csr_scatter_config(n, rows, k, block_m)
+    return block_m, tuning.csr_scatter_config(n, rows, k, block_m, stored / max(1, rows * k))
 
 
 def _tiled(row_offsets, column_indices, values, k: int, build: bool):
@@ -133,6 +133,7 @@ def run(row_offsets, column_indices, values, b, bias, row_order, activation):
         tile_offsets=offsets, entries=entries, b=b, out=out, activation=activation,
         bias=bias.contiguous() if bias is not None else None,  # (the epilogue reads unit stride)
         block_n=config.block_n, split=split, block_m=block_m, warps=config.warps,
+        unscatter=config.unscatter,
     )  # fmt: skip
 
 
