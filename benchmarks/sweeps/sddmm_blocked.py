@@ -15,7 +15,8 @@ Forms: `b{R}x{C}/e{entries a step}/w{warps}`, optionally `/c{chunk}` (a block cu
 pieces of at most that many entries), `/k{K a step}` (default 64 bytes: fp32 16, bf16 32) and
 `/p{programs an SM}` (persistent: that many programs an SM walk every piece, so as many blocks
 share an SM's L1) and `/a` (each step's loads issued during the step before: its cells, and
-its operands where K is one step, as with /k64 at K = 64 in fp32). CUDA-graph medians in us, the operands warm in L2 as a preceding product
+its operands where K is one step, as with /k64 at K = 64 in fp32), `/s{stages}` (K one step:
+the compiler's pipeliner issues the steps' loads through shared memory, cp.async). CUDA-graph medians in us, the operands warm in L2 as a preceding product
 leaves them; each form checked against float64 first (a form that fails prints "wrong" and is
 not timed). Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/sddmm_blocked.py
@@ -63,17 +64,19 @@ def parse(form: str, K: int, itemsize: int) -> dict:
     if form == "auto":
         c = sddmm_tuning.sddmm_blocked_config(K, itemsize)
         return dict(block=(c.block_rows, c.block_cols), chunk=c.chunk, block_nnz=c.block_nnz,
-                    block_k=c.block_k, warps=c.num_warps, per_sm=0, ahead=False)  # fmt: skip
+                    block_k=c.block_k, warps=c.num_warps, per_sm=0, ahead=False,
+                    stages=1)  # fmt: skip
     parts = form.split("/")
     rows, cols = (int(v) for v in parts[0][1:].split("x"))
     block_k = sddmm_tuning.sddmm_blocked_config(K, itemsize).block_k
     got = dict(block=(rows, cols), chunk=2**30, block_nnz=32, block_k=block_k, warps=2,
-               per_sm=0, ahead=False)  # fmt: skip
+               per_sm=0, ahead=False, stages=1)  # fmt: skip
     for p in parts[1:]:
         if p == "a":
             got["ahead"] = True
             continue
-        key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k", "p": "per_sm"}[p[0]]
+        key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k", "p": "per_sm",
+               "s": "stages"}[p[0]]  # fmt: skip
         got[key] = int(p[1:])
     return got
 
@@ -119,7 +122,7 @@ def main():
                 sddmm_blocked.sddmm_blocked(plan=plan, x=X, y=Y, out=out,
                                             block_nnz=f["block_nnz"], block_k=f["block_k"],
                                             num_warps=f["warps"], programs=programs,
-                                            ahead=f["ahead"])  # fmt: skip
+                                            ahead=f["ahead"], stages=f["stages"])  # fmt: skip
 
             runs[form] = blocked
         for label, run in runs.items():

@@ -132,8 +132,9 @@ def _sddmm_blocked_kernel(
     BLOCK_NNZ: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask on the operands' loads
-    AHEAD: tl.constexpr,  # load the next step's cells (and, where K is one step, operands) first
+    AHEAD: tl.constexpr,  # cells loaded two steps ahead, operands (where K is one step) one
     ONE_K: tl.constexpr,  # K == BLOCK_K (with EVEN_K): a step's operands are one load each
+    STAGES: tl.constexpr,  # ONE_K without AHEAD: the steps' loads pipelined by the compiler
 ):
     batch = tl.program_id(1).to(tl.int64)
     x += batch * stride_xb
@@ -148,19 +149,25 @@ def _sddmm_blocked_kernel(
         x_block = x + tl.load(first_rows + piece).to(INDEX) * stride_xm
         y_block = y + tl.load(first_cols + piece).to(INDEX) * stride_yn
         if AHEAD:
-            # each step's loads issued a step early, so a warp's next gathers are in flight
-            # while it sums this step's products (few warps an SM, whose blocks fit L1)
+            # loads issued ahead: a step's operands during the step before, its cells two
+            # steps before (the operands' addresses wait on them), so a warp's next gathers
+            # are in flight while it sums this step's products (few warps an SM, whose blocks
+            # then fit L1)
             offs = start + tl.arange(0, BLOCK_NNZ)
             mask = offs < end
             places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
             cell = tl.load(cells + offs, mask=mask, other=0)
+            offs_next = offs + BLOCK_NNZ
+            mask_next = offs_next < end
+            places_next = tl.load(entries + offs_next, mask=mask_next, other=0).to(INDEX)
+            cell_next = tl.load(cells + offs_next, mask=mask_next, other=0)
             x_tile, y_tile = _operands(x_block, y_block, cell, offs_k, stride_xm, stride_xk,
                                        stride_yn, stride_yk, INDEX, ONE_K)  # fmt: skip
             for e in range(start, end, BLOCK_NNZ):
-                offs_next = e + BLOCK_NNZ + tl.arange(0, BLOCK_NNZ)
-                mask_next = offs_next < end
-                places_next = tl.load(entries + offs_next, mask=mask_next, other=0).to(INDEX)
-                cell_next = tl.load(cells + offs_next, mask=mask_next, other=0)
+                offs_later = e + 2 * BLOCK_NNZ + tl.arange(0, BLOCK_NNZ)
+                mask_later = offs_later < end
+                places_later = tl.load(entries + offs_later, mask=mask_later, other=0).to(INDEX)
+                cell_later = tl.load(cells + offs_later, mask=mask_later, other=0)
                 x_next, y_next = _operands(
                     x_block, y_block, cell_next, offs_k, stride_xm, stride_xk, stride_yn,
                     stride_yk, INDEX, ONE_K,
@@ -174,6 +181,19 @@ def _sddmm_blocked_kernel(
                 tl.store(out + places, sums.to(out.dtype.element_ty), mask=mask)
                 places, cell, mask, x_tile, y_tile = (places_next, cell_next, mask_next,
                                                       x_next, y_next)  # fmt: skip
+                places_next, cell_next, mask_next = places_later, cell_later, mask_later
+        elif ONE_K and STAGES > 1:
+            # one load of each operand a step: the compiler's pipeliner issues a step's loads
+            # STAGES - 1 steps early (its cells earlier still), through shared memory
+            for e in tl.range(start, end, BLOCK_NNZ, num_stages=STAGES):
+                offs = e + tl.arange(0, BLOCK_NNZ)
+                mask = offs < end
+                places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
+                cell = tl.load(cells + offs, mask=mask, other=0)
+                x_tile, y_tile = _operands(x_block, y_block, cell, offs_k, stride_xm, stride_xk,
+                                           stride_yn, stride_yk, INDEX, True)  # fmt: skip
+                sums = tl.sum(x_tile.to(ACC_DTYPE) * y_tile.to(ACC_DTYPE), axis=1)
+                tl.store(out + places, sums.to(out.dtype.element_ty), mask=mask)
         else:
             for e in range(start, end, BLOCK_NNZ):
                 offs = e + tl.arange(0, BLOCK_NNZ)
@@ -243,11 +263,13 @@ def sddmm_blocked(
     num_warps: int,
     programs: int | None = None,
     ahead: bool = False,
+    stages: int = 1,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0).
     `programs`: how many programs walk the plan's pieces (persistent, each taking every
-    programs-th piece); None: one a piece. `ahead`: each step's loads issued during the step
-    before (its cells, and its operands where K is one step of block_k)."""
+    programs-th piece); None: one a piece. `ahead`: a step's cells loaded two steps before it,
+    its operands (where K is one step of block_k) one step before. `stages` > 1 (K one step,
+    not `ahead`): the compiler's pipeliner issues the steps' loads that many steps deep."""
     batch, nnz = out.shape
     if plan.pieces == 0 or nnz == 0 or batch == 0:
         return out
@@ -255,6 +277,8 @@ def sddmm_blocked(
     assert plan.entries.numel() == nnz, "the plan is another pattern's"
     if programs is not None and programs < 1:
         raise ValueError(f"programs must be positive, got {programs}")
+    if stages < 1:
+        raise ValueError(f"stages must be positive, got {stages}")
     reach = max(nnz + block_nnz, matrix_span(x), matrix_span(y))
     k = x.shape[-1]
     _sddmm_blocked_kernel[(min(programs or plan.pieces, plan.pieces), batch)](
@@ -278,6 +302,7 @@ def sddmm_blocked(
         EVEN_K=k % block_k == 0,
         AHEAD=ahead,
         ONE_K=k == block_k,
+        STAGES=stages,
         num_warps=num_warps,
     )
     return out
