@@ -1,7 +1,7 @@
 """linear's route through the condensed-K pairs kernel (kernels/spmm_nm_pairs.py): 8-row
-vectors at m = 16 / 32 and 17-48 tokens in bf16 (kernels/nm_pairs_tuning), in the interpreter
-on a small weight with the rule widened to it, and compiled on the GPU at the shapes it holds
-for, with gradients, against float64."""
+vectors at m = 16 / 32 and 17-48 tokens in bf16 and fp16 (kernels/nm_pairs_tuning), in the
+interpreter on a small weight with the rule widened to it, and compiled on the GPU at the shapes
+it holds for, with gradients, against float64."""
 
 import pytest
 import torch
@@ -39,7 +39,8 @@ def test_pairs_rule():
     assert _tile(24, 2, 16, 14336, 4096) == (2, 64, 1)
     assert _tile(24, 4, 32, 14336, 4096, vector=16) is None  # untimed
     assert _tile(24, 4, 32, 14336, 4096, vector=1) is None
-    assert _tile(24, 4, 32, 14336, 4096, dtype=torch.float16) is None
+    assert _tile(24, 4, 32, 14336, 4096, dtype=torch.float16) == (2, 64, 1)
+    assert _tile(24, 4, 32, 14336, 4096, dtype=torch.float32) is None
     assert _tile(24, 4, 32, 14336, 4096, block=2) is None
     assert _tile(24, 2, 8, 14336, 4096) is None
     config = spmm_nm_pairs_config(24, 4, 32, 8, 1, BF16, 14336, 4096)
@@ -94,29 +95,30 @@ def test_triton_route_takes_the_pairs_kernel(n, m, tokens, gen, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("n", "m", "rows", "k", "tokens"),
-    [(4, 32, 8200, 1024, 24), (1, 32, 4104, 2048, 40), (4, 16, 4104, 6144, 17),
-     (2, 16, 8200, 1024, 48), (4, 16, 4104, 6144, 40), (2, 16, 4104, 2048, 24)],
+    ("n", "m", "rows", "k", "tokens", "dtype"),
+    [(4, 32, 8200, 1024, 24, BF16), (1, 32, 4104, 2048, 40, BF16), (4, 16, 4104, 6144, 17, BF16),
+     (2, 16, 8200, 1024, 48, BF16), (4, 16, 4104, 6144, 40, BF16), (2, 16, 4104, 2048, 24, BF16),
+     (4, 32, 8200, 1024, 40, torch.float16), (1, 16, 4104, 6144, 24, torch.float16)],
 )  # fmt: skip
-def test_linear_takes_the_pairs_kernel_on_gpu(n, m, rows, k, tokens, gen, monkeypatch):
+def test_linear_takes_the_pairs_kernel_on_gpu(n, m, rows, k, tokens, dtype, gen, monkeypatch):
     """Through linear's whole route on the GPU (each tile: 2 pairs on 2 warps, 2 pairs x 128
     slots, 4 pairs with K split in two; 2:16 on a 4096-row weight),
     compiled, against float64; the gradients of x and the kept values as the masked dense
     product's."""
     seen = _spy_on_pairs(monkeypatch)
-    W = random_nm(rows, k, n, m, gen, 8, 1, BF16, "cuda")
-    x = randn(tokens, k, gen=gen, dtype=BF16, device="cuda")
+    W = random_nm(rows, k, n, m, gen, 8, 1, dtype, "cuda")
+    x = randn(tokens, k, gen=gen, dtype=dtype, device="cuda")
     dense = W.to_dense()
     got = sk.linear(x, W)
-    assert_close(got, x.double() @ dense.double().t(), spmm_bound(x, dense.t()), BF16)
+    assert_close(got, x.double() @ dense.double().t(), spmm_bound(x, dense.t()), dtype)
     assert len(seen) == 1
     values = W.values.clone().requires_grad_()
     x.requires_grad_()
-    grad = randn(tokens, rows, gen=gen, dtype=BF16, device="cuda")
+    grad = randn(tokens, rows, gen=gen, dtype=dtype, device="cuda")
     sk.linear(x, W.with_values(values)).backward(grad)
     x64, values64 = x.detach().double().requires_grad_(), values.detach().double()
     values64.requires_grad_()
     (x64 @ W.with_values(values64).to_dense().t()).backward(grad.double())
-    assert_close(x.grad, x64.grad, spmm_bound(grad, dense), BF16)
+    assert_close(x.grad, x64.grad, spmm_bound(grad, dense), dtype)
     bound = spmm_bound(grad.t(), x).gather(1, W.column_indices())
-    assert_close(values.grad, values64.grad, bound, BF16)
+    assert_close(values.grad, values64.grad, bound, dtype)

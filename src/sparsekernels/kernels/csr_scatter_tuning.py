@@ -58,11 +58,12 @@ CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**24
 # 14336 x 4096 67.7 / 77.3; at 128 tokens 83.8 / 82.9 and 88.7 / 78.8 (96 not measured).
 CSR_SCATTER_TALL_MAX_N = 80
 # Zeros only at the places the step before stored (the kernel's `unscatter`), not the whole
-# tile, on weights at most this dense (None: never). H100 at 0d00394 (results/nvidia-h100/
-# 2026-12-06/at-0d00394/csr_scatter_banks.txt), 64-row tiles: at 90% 22.2 us against 25.8 at 16
-# tokens and 30.0 against 32.4 at 32 on 4096 x 14336; at 70% slower (42.7 against 40.1).
-# Off until its sweep at 80-95% on both tile heights (run_h200.sh csrunscatter) sets the limit.
-CSR_SCATTER_UNSCATTER_MAX_DENSITY: float | None = None
+# tile, on weights at most this dense. H100, bf16, cold L2, the routed tile -> with unscatter
+# (results/nvidia-h100/2026-12-06/at-c87015f/csr_scatter_unscatter.txt): 90% 128-row tiles
+# 22.4-24.2 -> 19.5-19.9 us at 16 tokens, 31.2-31.9 -> 26.9-28.4 at 32; 95% 20.7-23.1 ->
+# 17.8-19.6 and 26.4-29.4 -> 25.0-26.1; 4096^2 (64-row tiles) 3-7% faster at 90-95%. At 80% even
+# or slower (14336 x 4096 at 32 tokens 33.3 -> 37.0), at 70% slower (at-0d00394: 40.1 -> 42.7).
+CSR_SCATTER_UNSCATTER_MAX_DENSITY: float | None = 0.15
 
 
 def csr_scatter_takes(n: int, density: float, elements: int) -> bool:

@@ -32,8 +32,12 @@ one of these patterns, on every shape, takes the blocked step: 2 pairs, 64 slots
 warps (the helper's compile found warps 2-3 of a 2-pair tile repeating 0-1's work); from
 1536 slots (K = 14336 at n / m = 1/8 and up) 2 pairs x 128 slots on 4 warps to 32 tokens,
 past it 4 pairs x 64 slots with K split in two. 4:16 on 4096^2 past 32 tokens still runs
-0.87x dense (16.6 against 14.4), but 1.7x faster than densifying. fp16, other vectors and
-token counts are untimed: they keep their route.
+0.87x dense (16.6 against 14.4), but 1.7x faster than densifying.
+In fp16 (results/nvidia-h100/2026-12-06/at-c87015f/nm_pairs_fp16.txt, H100, the same forms at
+24 and 40 tokens) the rule's tile was the fastest or within 5% in every case, route -> tile:
+4:32 on 14336 x 4096 111.6 -> 17.6 and 159.8 -> 23.6, 4:16 on 4096^2 27.8 -> 16.9 (dense
+14.4), 1:16 on 4096 x 14336 28.4 -> 11.9: fp16 takes it too (1:32 untimed in fp16; in bf16
+it gained the most). Other vectors and token counts are untimed: they keep their route.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from dataclasses import dataclass
 import torch
 
 PAIRS_ROUTE_TOKENS = (17, 48)
-PAIRS_ROUTE_DTYPES = (torch.bfloat16,)
+PAIRS_ROUTE_DTYPES = (torch.bfloat16, torch.float16)
 PAIRS_ROUTE_VECTORS = (8,)
 PAIRS_ROUTE_PATTERNS = {(4, 32), (1, 32), (2, 16), (1, 16), (4, 16)}
 SPLIT_SLOTS = 1536

@@ -68,10 +68,13 @@ def rows_contiguous(b: torch.Tensor) -> torch.Tensor:
 # 126 -> 410 SASS instructions on the condensed-K tile, 324 -> 392 on the unpack kernel's 4:8
 # b4, 286 -> 342 on the wgmma kernel's 2:4 (results/cpu/2026-12-06-unaligned-n-audit and the
 # sixty-sixth session). With ALIGN_ROW_MAJOR_B those tiles read it copied 16-column aligned
-# (rows_padded_to_16) instead. Off until timed (benchmarks/sweeps/nm_row_major_b.py): the copy
-# is a launch and B's bytes twice, and B padded to 16 columns made the general CSR kernel
-# slower at N = 49 and 196 (csrpadb, NOTES' sixty-second session).
-ALIGN_ROW_MAJOR_B = False
+# (rows_padded_to_16) instead: the copy is a launch and B's bytes twice, and won (H100, bf16,
+# cold L2, in place -> copied; results/nvidia-h100/2026-12-06/at-c87015f/nm_row_major_b.txt):
+# 14336 x 4096 4:8 v = 64 at 24 tokens 78.8 -> 33.9 us, 2:8 v = 64 at 196 119.4 -> 48.4, 4:8
+# v = 1 at 49 190.9 -> 87.9; even at 9 and where the route is not a tensor-core tile; the one
+# loss 1024^2 2:8 v = 64 at 24 tokens, 4.6 -> 5.5. (Only the N:M paths read this: the general
+# CSR kernel pads linear's x^T alone, and lost with B padded at N = 49 and 196.)
+ALIGN_ROW_MAJOR_B = True
 
 
 def rows_padded_to_16(b: torch.Tensor) -> torch.Tensor:
