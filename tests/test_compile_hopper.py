@@ -157,10 +157,17 @@ def _cases() -> dict:
         ("*fp32", "tf32"),
     ):
         constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64,
-                         BLOCK_J=64 if data == "*fp32" else 8, UPCAST=False)  # fmt: skip
+                         BLOCK_J=64 if data == "*fp32" else 8, UPCAST=False, WALK=False,
+                         STAGES=3)  # fmt: skip
         pointers = ["*i32", "*i32", "*u8", data, data, data]
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
+    for data in ("*bf16", "*fp32"):  # programs walking tiles, K one step, loads pipelined
+        constants = dict(PRECISION="ieee" if data == "*bf16" else "tf32", BLOCK_M=64,
+                         BLOCK_N=64, BLOCK_K=64, BLOCK_J=16, UPCAST=False, WALK=True,
+                         STAGES=3)  # fmt: skip
+        pointers = ["*i32", "*i32", "*u8", data, data, data]
+        cases[f"sddmm tiles walk {data}"] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
         forward = dict(constants, TAIL=0, ALIGN=0, EDGE=16, LEVELS=0, WALK_PER=1)
@@ -459,6 +466,8 @@ CASE_NAMES = [
         f"sddmm tiles {d} {p}"
         for d, p in (("*bf16", "ieee"), ("*fp16", "ieee"), ("*fp32", "ieee"), ("*fp32", "tf32"))
     ),
+    "sddmm tiles walk *bf16",
+    "sddmm tiles walk *fp32",
     *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
     "softmax tail",
     "softmax levels 1024 x 4 4 warps",

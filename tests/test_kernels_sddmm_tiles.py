@@ -25,13 +25,14 @@ from sparsekernels.kernels import sddmm_tiles, sddmm_tuning
 from sparsekernels.ops import _sddmm_plans
 
 
-def _launch(P, x, y, block_m=16, block_n=16, block_k=16, precision="ieee"):
+def _launch(P, x, y, block_m=16, block_n=16, block_k=16, precision="ieee", programs=None):
     plan = sddmm_tiles.build_plan(P.row_offsets, P.column_indices, P.shape[1], block_m, block_n)
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.full((*batch, P.nnz), float("nan"), dtype=x.dtype, device=x.device)
     flat = out.view(math.prod(batch), P.nnz)  # (1, nnz) when unbatched; nnz may be 0
     sddmm_tiles.sddmm_tiles(plan=plan, x=x, y=y, out=flat, block_k=block_k,
-                            precision=precision, num_warps=4, num_stages=2)  # fmt: skip
+                            precision=precision, num_warps=4, num_stages=2,
+                            programs=programs)  # fmt: skip
     return out
 
 
@@ -72,6 +73,30 @@ def test_every_entry_written(device, dtype, gen):
     x = randn(37, 20, gen=gen, dtype=dtype, device=device)  # K not a multiple of BLOCK_K
     y = randn(45, 20, gen=gen, dtype=dtype, device=device)
     assert_close(_launch(P, x, y), *sddmm_want_and_bound(P, x, y), dtype)
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("programs", [1, 3, 10**6])
+def test_programs_walking_tiles(device, dtype, programs, gen):
+    """K within one step: one program walking every tile, three taking every third (tiles of
+    uneven fill, empty rows, partial edge tiles, batched x), more programs asked than tiles;
+    K = 16 exactly and K = 5 (masked within the step)."""
+    skip_interpreter_on_gpu_machine(device)
+    P = random_csr(37, 45, 0.3, gen, dtype, device)
+    for K in (16, 5):
+        x = randn(2, 37, K, gen=gen, dtype=dtype, device=device)
+        y = randn(45, K, gen=gen, dtype=dtype, device=device)
+        got = _launch(P, x, y, programs=programs)
+        assert_close(got, *sddmm_want_and_bound(P, x, y), dtype)
+
+
+def test_programs_need_k_within_one_step(gen):
+    P = random_csr(8, 8, 0.5, gen)
+    with pytest.raises(ValueError, match="programs"):
+        _launch(P, randn(8, 17, gen=gen), randn(8, 17, gen=gen), programs=2)
+    with pytest.raises(ValueError, match="programs"):
+        _launch(P, randn(8, 16, gen=gen), randn(8, 16, gen=gen), programs=0)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

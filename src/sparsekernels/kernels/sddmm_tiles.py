@@ -103,6 +103,7 @@ def _sddmm_tiles_kernel(
     N,
     K,
     tiles_n,
+    n_tiles,
     stride_xb,
     stride_xm,
     stride_xk,
@@ -116,9 +117,33 @@ def _sddmm_tiles_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_J: tl.constexpr,
     UPCAST: tl.constexpr,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
+    WALK: tl.constexpr,  # K one step (K <= BLOCK_K): each program walks every n-th tile
+    STAGES: tl.constexpr,  # (WALK) the pipeliner's stages: tiles whose loads are in flight
 ):
-    pid = tl.program_id(0).to(tl.int64)
     batch = tl.program_id(1).to(tl.int64)
+    if WALK:
+        # a tile's work is then one load of each panel, one dot and the gather: a program a
+        # tile waits on its loads alone; walking tiles, the pipeliner loads the next meanwhile
+        wide = tl.program_id(0).to(tl.int64) * 0  # (an int64 zero: tile offsets past 2^31)
+        for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
+            _tile(wide + t, batch, tiles, row_starts, columns, x, y, out, M, N, K,
+                  tiles_n, stride_xb, stride_xm, stride_xk, stride_yb, stride_yn, stride_yk,
+                  stride_ob, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_J, UPCAST,
+                  True)  # fmt: skip
+    else:
+        _tile(tl.program_id(0).to(tl.int64), batch, tiles, row_starts, columns, x, y, out, M, N,
+              K, tiles_n, stride_xb, stride_xm, stride_xk, stride_yb, stride_yn, stride_yk,
+              stride_ob, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_J, UPCAST, False)  # fmt: skip
+
+
+@triton.jit
+def _tile(pid, batch, tiles, row_starts, columns, x, y, out, M, N, K, tiles_n, stride_xb,
+          stride_xm, stride_xk, stride_yb, stride_yn, stride_yk, stride_ob,
+          PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+          BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr, UPCAST: tl.constexpr,
+          ONE_STEP: tl.constexpr):  # fmt: skip
+    """The plan's tile `pid` of matrix `batch`: its dense product, its entries stored.
+    ONE_STEP (K <= BLOCK_K): no loop over K, so that a walk over tiles is the innermost loop."""
     tile = tl.load(tiles + pid)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
@@ -130,14 +155,25 @@ def _sddmm_tiles_kernel(
     y_cols = y + batch * stride_yb + offs_n.to(tl.int64)[None, :] * stride_yn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
-        offs_k = k + tl.arange(0, BLOCK_K).to(tl.int64)
+    if ONE_STEP:
+        offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
         mask_k = offs_k < K
         a = tl.load(x_rows + offs_k[None, :] * stride_xk, mask_m[:, None] & mask_k[None, :], 0.0)
         b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & mask_n[None, :], 0.0)
         if UPCAST:
             a, b = a.to(tl.float32), b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    else:
+        for k in range(0, K, BLOCK_K):
+            offs_k = k + tl.arange(0, BLOCK_K).to(tl.int64)
+            mask_k = offs_k < K
+            a = tl.load(x_rows + offs_k[None, :] * stride_xk, mask_m[:, None] & mask_k[None, :],
+                        0.0)  # fmt: skip
+            b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & mask_n[None, :],
+                        0.0)  # fmt: skip
+            if UPCAST:
+                a, b = a.to(tl.float32), b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     # rows and columns past M or N hold no entry, so the mask covers the edges too
     js = tl.arange(0, BLOCK_J)
@@ -158,19 +194,29 @@ def sddmm_tiles(
     precision: str,
     num_warps: int,
     num_stages: int,
+    programs: int | None = None,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0).
-    x and y are float16, bfloat16 or float32 (float32 at `precision`, "ieee" or "tf32")."""
+    x and y are float16, bfloat16 or float32 (float32 at `precision`, "ieee" or "tf32").
+    `programs` (K <= block_k only): that many programs each walk every programs-th tile, the
+    next tiles' loads in flight (num_stages deep) while one tile's dot and gather run; None:
+    a program a tile."""
     batch, nnz = out.shape
     tiles = plan.tiles.numel()
     if tiles == 0 or batch == 0:
         return out
     assert out.stride(1) == 1 or nnz == 1, "out must have unit stride along nnz"
     rows, cols = x.shape[-2], y.shape[-2]
+    if programs is not None and (programs < 1 or x.shape[-1] > block_k):
+        raise ValueError(
+            f"programs must be positive and K ({x.shape[-1]}) at most block_k ({block_k}), "
+            f"got programs={programs}"
+        )
     upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16  # (the interpreter's dot)
     if upcast:
         precision = "ieee"
-    _sddmm_tiles_kernel[(tiles, batch)](
+    walk = programs is not None
+    _sddmm_tiles_kernel[(min(programs, tiles) if walk else tiles, batch)](
         plan.tiles,
         plan.row_starts,
         plan.columns,
@@ -181,6 +227,7 @@ def sddmm_tiles(
         cols,
         x.shape[-1],
         cdiv(cols, plan.block_n),
+        tiles,
         *operand_strides(x),
         *operand_strides(y),
         out.stride(0),
@@ -190,6 +237,8 @@ def sddmm_tiles(
         BLOCK_K=block_k,
         BLOCK_J=plan.columns.shape[-1],
         UPCAST=upcast,
+        WALK=walk,
+        STAGES=num_stages,
         num_warps=num_warps,
         num_stages=num_stages,
     )
