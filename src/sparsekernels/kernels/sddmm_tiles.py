@@ -144,9 +144,14 @@ def _tile(pid, batch, tiles, row_starts, columns, x, y, out, M, N, K, tiles_n, s
           ONE_STEP: tl.constexpr):  # fmt: skip
     """The plan's tile `pid` of matrix `batch`: its dense product, its entries stored.
     ONE_STEP (K <= BLOCK_K): no loop over K, so that a walk over tiles is the innermost loop."""
-    tile = tl.load(tiles + pid)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
+    js = tl.arange(0, BLOCK_J)
+    # the plan's columns and row starts first, beside the tile's id: read after the product,
+    # they were a third round trip to memory in a program's life (tile id, panels, these)
+    column = tl.load(columns + pid * (BLOCK_M * BLOCK_J) + rows[:, None] * BLOCK_J + js[None, :])
+    start = tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
+    tile = tl.load(tiles + pid)
     offs_m = (tile // tiles_n) * BLOCK_M + rows
     offs_n = (tile % tiles_n) * BLOCK_N + cols
     mask_m = offs_m < M
@@ -176,12 +181,10 @@ def _tile(pid, batch, tiles, row_starts, columns, x, y, out, M, N, K, tiles_n, s
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
 
     # rows and columns past M or N hold no entry, so the mask covers the edges too
-    js = tl.arange(0, BLOCK_J)
-    column = tl.load(columns + pid * (BLOCK_M * BLOCK_J) + rows[:, None] * BLOCK_J + js[None, :])
     present = column != 255
     values = tl.gather(acc, tl.where(present, column, 0).to(tl.int32), 1)
-    start = out + batch * stride_ob + tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
-    tl.store(start[:, None] + js[None, :], values.to(out.dtype.element_ty), mask=present)
+    places = out + batch * stride_ob + start
+    tl.store(places[:, None] + js[None, :], values.to(out.dtype.element_ty), mask=present)
 
 
 def sddmm_tiles(
