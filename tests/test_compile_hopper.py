@@ -221,21 +221,15 @@ def _cases() -> dict:
         cases[f"sddmm csr {index}"] = (_sddmm_csr_kernel, pointers, constants, 4)
     for data, index in (("fp32", "int32"), ("bf16", "int32"), ("fp32", "int64")):  # blocked
         constants = dict(ACC_DTYPE=tl.float32, INDEX=getattr(tl, index), BLOCK_NNZ=32,
-                         BLOCK_K=16, EVEN_K=index == "int32", AHEAD=False, ONE_K=False,
-                         STAGES=1)  # fmt: skip
+                         BLOCK_K=16, EVEN_K=index == "int32", AHEAD=False, ONE_K=False)  # fmt: skip
         pointers = ["*i32"] * 5 + [f"*{data}"] * 3
         cases[f"sddmm blocked {data} {index}"] = (_sddmm_blocked_kernel, pointers, constants, 2)
     for data, block_k in (("fp32", 16), ("fp32", 64), ("bf16", 64)):  # loads a step ahead
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK_NNZ=64, BLOCK_K=block_k,
-                         EVEN_K=True, AHEAD=True, ONE_K=block_k == 64, STAGES=1)  # fmt: skip
+                         EVEN_K=True, AHEAD=True, ONE_K=block_k == 64)  # fmt: skip
         pointers = ["*i32"] * 5 + [f"*{data}"] * 3
         name = f"sddmm blocked ahead {data} k{block_k}"
         cases[name] = (_sddmm_blocked_kernel, pointers, constants, 8)
-    for data in ("fp32", "bf16"):  # the steps' loads pipelined by the compiler
-        constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK_NNZ=64, BLOCK_K=64,
-                         EVEN_K=True, AHEAD=False, ONE_K=True, STAGES=3)  # fmt: skip
-        pointers = ["*i32"] * 5 + [f"*{data}"] * 3
-        cases[f"sddmm blocked stages {data}"] = (_sddmm_blocked_kernel, pointers, constants, 4)
     for padded, block_n in ((True, 16), (False, 4)):  # the few-token walk, B padded or strided
         hints = (".cg", "evict_last") if padded else ("", "")  # the cache-hint sweep's too
         constants = dict(HAS_BIAS=True, ACTIVATION=2, ACC_DTYPE=tl.float32, INDEX=tl.int32,
@@ -520,8 +514,6 @@ CASE_NAMES = [
     "sddmm blocked ahead fp32 k16",
     "sddmm blocked ahead fp32 k64",
     "sddmm blocked ahead bf16 k64",
-    "sddmm blocked stages fp32",
-    "sddmm blocked stages bf16",
     "rms norm *bf16",
     "rms norm *fp32",
     "rope cache *bf16",

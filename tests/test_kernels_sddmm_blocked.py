@@ -35,7 +35,6 @@ def _launch_poisoned(
     block_k=16,
     programs=None,
     ahead=False,
-    stages=1,
 ):
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.full((*batch, P.nnz), float("nan"), dtype=x.dtype, device=x.device)
@@ -50,7 +49,6 @@ def _launch_poisoned(
         num_warps=1,
         programs=programs,
         ahead=ahead,
-        stages=stages,
     )
     return out
 
@@ -108,26 +106,6 @@ def test_loads_a_step_ahead(device, K, programs, gen):
     for block, chunk in [((8, 8), 40), ((5, 35), 1), ((41, 3), 21)]:
         got = _launch_poisoned(P, x, y, block, chunk, programs=programs, ahead=True)
         assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
-
-
-@pytest.mark.parametrize("device", KERNEL_DEVICES)
-@pytest.mark.parametrize("programs", [None, 3])
-def test_pipelined_steps(device, programs, gen):
-    """K one step and `stages` 3: the compiler's pipeliner (on CUDA) issues the steps' loads
-    ahead; pieces of 1-40 entries, batched x, persistent programs. Other K take the plain walk."""
-    skip_interpreter_on_gpu_machine(device)
-    P = random_csr(41, 35, 0.35, gen, torch.float64, device)
-    for K in (16, 19):
-        x, y = randn(2, 41, K, gen=gen, device=device), randn(35, K, gen=gen, device=device)
-        for block, chunk in [((8, 8), 40), ((5, 35), 1), ((41, 3), 21)]:
-            got = _launch_poisoned(P, x, y, block, chunk, programs=programs, stages=3)
-            assert_close(got, *sddmm_want_and_bound(P, x, y), torch.float64)
-
-
-def test_stages_must_be_positive(gen):
-    P = random_csr(4, 4, 0.5, gen)
-    with pytest.raises(ValueError, match="stages"):
-        _launch_poisoned(P, randn(4, 2, gen=gen), randn(4, 2, gen=gen), stages=0)
 
 
 def test_programs_must_be_positive(gen):

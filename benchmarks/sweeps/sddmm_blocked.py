@@ -14,11 +14,12 @@ matrices sharing a pattern (attention's heads; no cuSPARSE peer there).
 Forms: `b{R}x{C}/e{entries a step}/w{warps}`, optionally `/c{chunk}` (a block cut into
 pieces of at most that many entries), `/k{K a step}` (default 64 bytes: fp32 16, bf16 32) and
 `/p{programs an SM}` (persistent: that many programs an SM walk every piece, so as many blocks
-share an SM's L1) and `/a` (each step's loads issued during the step before: its cells, and
-its operands where K is one step, as with /k64 at K = 64 in fp32), `/s{stages}` (K one step:
-the compiler's pipeliner issues the steps' loads through shared memory, cp.async). CUDA-graph medians in us, the operands warm in L2 as a preceding product
-leaves them; each form checked against float64 first (a form that fails prints "wrong" and is
-not timed). Prints a table last.
+share an SM's L1) and `/a` (a step's cells loaded two steps before it, its operands one step
+where K is one step, as with /k64 at K = 64 in fp32; a form pipelined by the compiler instead,
+cp.async into shared memory, ran 2-3x slower and was dropped: results/nvidia-h100/
+2026-12-06/at-c87015f). CUDA-graph medians in us, the operands warm in L2 as a preceding
+product leaves them; each form checked against float64 first (a form that fails prints
+"wrong" and is not timed). Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/sddmm_blocked.py
 Environment: DTYPES=fp32,bf16 KS=64,256 DENSITIES=0.02,0.05,0.1,0.3 BATCHES=1,16 FORMS=...
 BUDGET_S=240.
@@ -64,19 +65,17 @@ def parse(form: str, K: int, itemsize: int) -> dict:
     if form == "auto":
         c = sddmm_tuning.sddmm_blocked_config(K, itemsize)
         return dict(block=(c.block_rows, c.block_cols), chunk=c.chunk, block_nnz=c.block_nnz,
-                    block_k=c.block_k, warps=c.num_warps, per_sm=0, ahead=False,
-                    stages=1)  # fmt: skip
+                    block_k=c.block_k, warps=c.num_warps, per_sm=0, ahead=False)  # fmt: skip
     parts = form.split("/")
     rows, cols = (int(v) for v in parts[0][1:].split("x"))
     block_k = sddmm_tuning.sddmm_blocked_config(K, itemsize).block_k
     got = dict(block=(rows, cols), chunk=2**30, block_nnz=32, block_k=block_k, warps=2,
-               per_sm=0, ahead=False, stages=1)  # fmt: skip
+               per_sm=0, ahead=False)  # fmt: skip
     for p in parts[1:]:
         if p == "a":
             got["ahead"] = True
             continue
-        key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k", "p": "per_sm",
-               "s": "stages"}[p[0]]  # fmt: skip
+        key = {"e": "block_nnz", "w": "warps", "c": "chunk", "k": "block_k", "p": "per_sm"}[p[0]]
         got[key] = int(p[1:])
     return got
 
@@ -122,7 +121,7 @@ def main():
                 sddmm_blocked.sddmm_blocked(plan=plan, x=X, y=Y, out=out,
                                             block_nnz=f["block_nnz"], block_k=f["block_k"],
                                             num_warps=f["warps"], programs=programs,
-                                            ahead=f["ahead"], stages=f["stages"])  # fmt: skip
+                                            ahead=f["ahead"])  # fmt: skip
 
             runs[form] = blocked
         for label, run in runs.items():

@@ -134,7 +134,6 @@ def _sddmm_blocked_kernel(
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask on the operands' loads
     AHEAD: tl.constexpr,  # cells loaded two steps ahead, operands (where K is one step) one
     ONE_K: tl.constexpr,  # K == BLOCK_K (with EVEN_K): a step's operands are one load each
-    STAGES: tl.constexpr,  # ONE_K without AHEAD: the steps' loads pipelined by the compiler
 ):
     batch = tl.program_id(1).to(tl.int64)
     x += batch * stride_xb
@@ -182,18 +181,6 @@ def _sddmm_blocked_kernel(
                 places, cell, mask, x_tile, y_tile = (places_next, cell_next, mask_next,
                                                       x_next, y_next)  # fmt: skip
                 places_next, cell_next, mask_next = places_later, cell_later, mask_later
-        elif ONE_K and STAGES > 1:
-            # one load of each operand a step: the compiler's pipeliner issues a step's loads
-            # STAGES - 1 steps early (its cells earlier still), through shared memory
-            for e in tl.range(start, end, BLOCK_NNZ, num_stages=STAGES):
-                offs = e + tl.arange(0, BLOCK_NNZ)
-                mask = offs < end
-                places = tl.load(entries + offs, mask=mask, other=0).to(INDEX)
-                cell = tl.load(cells + offs, mask=mask, other=0)
-                x_tile, y_tile = _operands(x_block, y_block, cell, offs_k, stride_xm, stride_xk,
-                                           stride_yn, stride_yk, INDEX, True)  # fmt: skip
-                sums = tl.sum(x_tile.to(ACC_DTYPE) * y_tile.to(ACC_DTYPE), axis=1)
-                tl.store(out + places, sums.to(out.dtype.element_ty), mask=mask)
         else:
             for e in range(start, end, BLOCK_NNZ):
                 offs = e + tl.arange(0, BLOCK_NNZ)
@@ -263,13 +250,11 @@ def sddmm_blocked(
     num_warps: int,
     programs: int | None = None,
     ahead: bool = False,
-    stages: int = 1,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0).
     `programs`: how many programs walk the plan's pieces (persistent, each taking every
     programs-th piece); None: one a piece. `ahead`: a step's cells loaded two steps before it,
-    its operands (where K is one step of block_k) one step before. `stages` > 1 (K one step,
-    not `ahead`): the compiler's pipeliner issues the steps' loads that many steps deep."""
+    its operands (where K is one step of block_k) one step before."""
     batch, nnz = out.shape
     if plan.pieces == 0 or nnz == 0 or batch == 0:
         return out
@@ -277,8 +262,6 @@ def sddmm_blocked(
     assert plan.entries.numel() == nnz, "the plan is another pattern's"
     if programs is not None and programs < 1:
         raise ValueError(f"programs must be positive, got {programs}")
-    if stages < 1:
-        raise ValueError(f"stages must be positive, got {stages}")
     reach = max(nnz + block_nnz, matrix_span(x), matrix_span(y))
     k = x.shape[-1]
     _sddmm_blocked_kernel[(min(programs or plan.pieces, plan.pieces), batch)](
@@ -302,7 +285,6 @@ def sddmm_blocked(
         EVEN_K=k % block_k == 0,
         AHEAD=ahead,
         ONE_K=k == block_k,
-        STAGES=stages,
         num_warps=num_warps,
     )
     return out
