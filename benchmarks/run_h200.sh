@@ -539,12 +539,13 @@ for step in $steps; do
         timeout "${LIMIT:-200}" python3 benchmarks/sweeps/sddmm_blocked.py >"$out/sddmm_ahead.txt" 2>&1
       echo "sddmmahead sweep rc=$?" ;;
     sddmmtileswalk)  # the tensor-core SDDMM at K = 64: a program a tile at 1-3 stages (fewer
-      # stages, more programs an SM) against programs walking tiles (/pN), uniform 0.5-30%
+      # stages, more programs an SM) against programs walking tiles (/pN), uniform 0.5-30%; the
+      # walk overlaps a tile's loads with the one before only from 5 stages (sm_90 compile)
       timeout 100 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
         tests/test_kernels_sddmm_tiles.py >"$out/gpu_tests_sddmm_tiles.log" 2>&1
       echo "sddmmtileswalk tests rc=$? $(tail -1 "$out/gpu_tests_sddmm_tiles.log")"
       PYTHONPATH=$PWD/src KS=64 DTYPES=bf16,fp32 DENSITIES=0.005,0.02,0.05,0.1,0.3 BUDGET_S=${BUDGET_S:-200} \
-        CONFIGS=64x64x64/w4/s3,64x64x64/w4/s1,64x64x64/w4/s2,128x128x64/w8/s1,64x64x64/w4/s2/p1,64x64x64/w4/s3/p2,64x64x64/w4/s2/p4,128x64x64/w4/s2/p2,128x128x64/w8/s2/p1 \
+        CONFIGS=64x64x64/w4/s3,64x64x64/w4/s1,64x64x64/w4/s2,128x128x64/w8/s1,64x64x64/w4/s2/p4,64x64x64/w4/s5/p1,64x64x64/w4/s5/p2,64x64x64/w4/s5/p3,64x64x64/w8/s5/p2,64x64x64/w4/s7/p2,128x64x64/w4/s5/p1 \
         timeout "${LIMIT:-240}" python3 benchmarks/sweeps/sddmm_tiles_sweep.py >"$out/sddmm_tiles_walk.txt" 2>&1
       echo "sddmmtileswalk sweep rc=$?" ;;
     tests66)  # the sixty-sixth session's GPU tests: B_COLS in the unpack and wgmma kernels
