@@ -158,16 +158,18 @@ def _cases() -> dict:
     ):
         constants = dict(PRECISION=precision, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64,
                          BLOCK_J=64 if data == "*fp32" else 8, UPCAST=False, WALK=False,
-                         STAGES=3)  # fmt: skip
+                         STAGES=3, PREFETCH=False)  # fmt: skip
         pointers = ["*i32", "*i32", "*u8", data, data, data]
         name = f"sddmm tiles {data} {precision}"
         cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # programs walking tiles, K one step, loads pipelined
-        constants = dict(PRECISION="ieee" if data == "*bf16" else "tf32", BLOCK_M=64,
-                         BLOCK_N=64, BLOCK_K=64, BLOCK_J=16, UPCAST=False, WALK=True,
-                         STAGES=3)  # fmt: skip
-        pointers = ["*i32", "*i32", "*u8", data, data, data]
-        cases[f"sddmm tiles walk {data}"] = (_sddmm_tiles_kernel, pointers, constants, 4)
+        for prefetch in (False, True):  # (or prefetched into registers)
+            constants = dict(PRECISION="ieee" if data == "*bf16" else "tf32", BLOCK_M=64,
+                             BLOCK_N=64, BLOCK_K=64, BLOCK_J=16, UPCAST=False, WALK=True,
+                             STAGES=1 if prefetch else 5, PREFETCH=prefetch)  # fmt: skip
+            pointers = ["*i32", "*i32", "*u8", data, data, data]
+            name = f"sddmm tiles walk {data}" + (" prefetch" if prefetch else "")
+            cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
         forward = dict(constants, TAIL=0, ALIGN=0, EDGE=16, LEVELS=0, WALK_PER=1)
@@ -462,6 +464,8 @@ CASE_NAMES = [
     ),
     "sddmm tiles walk *bf16",
     "sddmm tiles walk *fp32",
+    "sddmm tiles walk *bf16 prefetch",
+    "sddmm tiles walk *fp32 prefetch",
     *(f"softmax {b}{d}" for b in ("", "backward ") for d in ("*bf16", "*fp32")),
     "softmax tail",
     "softmax levels 1024 x 4 4 warps",

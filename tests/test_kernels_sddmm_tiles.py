@@ -25,14 +25,16 @@ from sparsekernels.kernels import sddmm_tiles, sddmm_tuning
 from sparsekernels.ops import _sddmm_plans
 
 
-def _launch(P, x, y, block_m=16, block_n=16, block_k=16, precision="ieee", programs=None):
+def _launch(
+    P, x, y, block_m=16, block_n=16, block_k=16, precision="ieee", programs=None, prefetch=False
+):
     plan = sddmm_tiles.build_plan(P.row_offsets, P.column_indices, P.shape[1], block_m, block_n)
     batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     out = torch.full((*batch, P.nnz), float("nan"), dtype=x.dtype, device=x.device)
     flat = out.view(math.prod(batch), P.nnz)  # (1, nnz) when unbatched; nnz may be 0
     sddmm_tiles.sddmm_tiles(plan=plan, x=x, y=y, out=flat, block_k=block_k,
                             precision=precision, num_warps=4, num_stages=2,
-                            programs=programs)  # fmt: skip
+                            programs=programs, prefetch=prefetch)  # fmt: skip
     return out
 
 
@@ -78,16 +80,18 @@ def test_every_entry_written(device, dtype, gen):
 @pytest.mark.parametrize("device", KERNEL_DEVICES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("programs", [1, 3, 10**6])
-def test_programs_walking_tiles(device, dtype, programs, gen):
+@pytest.mark.parametrize("prefetch", [False, True], ids=["pipelined", "prefetch"])
+def test_programs_walking_tiles(device, dtype, programs, prefetch, gen):
     """K within one step: one program walking every tile, three taking every third (tiles of
     uneven fill, empty rows, partial edge tiles, batched x), more programs asked than tiles;
-    K = 16 exactly and K = 5 (masked within the step)."""
+    K = 16 exactly and K = 5 (masked within the step); the next tile's loads by the pipeliner
+    or prefetched into registers (past the last tile: the last one reloaded, not stored)."""
     skip_interpreter_on_gpu_machine(device)
     P = random_csr(37, 45, 0.3, gen, dtype, device)
     for K in (16, 5):
         x = randn(2, 37, K, gen=gen, dtype=dtype, device=device)
         y = randn(45, K, gen=gen, dtype=dtype, device=device)
-        got = _launch(P, x, y, programs=programs)
+        got = _launch(P, x, y, programs=programs, prefetch=prefetch)
         assert_close(got, *sddmm_want_and_bound(P, x, y), dtype)
 
 
@@ -97,6 +101,11 @@ def test_programs_need_k_within_one_step(gen):
         _launch(P, randn(8, 17, gen=gen), randn(8, 17, gen=gen), programs=2)
     with pytest.raises(ValueError, match="programs"):
         _launch(P, randn(8, 16, gen=gen), randn(8, 16, gen=gen), programs=0)
+    with pytest.raises(ValueError, match="prefetch"):
+        _launch(P, randn(8, 16, gen=gen), randn(8, 16, gen=gen), prefetch=True)
+    empty = random_csr(8, 8, 0.0, gen)  # checked before the early return of no tiles
+    with pytest.raises(ValueError, match="programs"):
+        _launch(empty, randn(8, 17, gen=gen), randn(8, 17, gen=gen), programs=2)
 
 
 @pytest.mark.parametrize("device", KERNEL_DEVICES)

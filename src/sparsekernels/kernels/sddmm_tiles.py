@@ -119,56 +119,59 @@ def _sddmm_tiles_kernel(
     UPCAST: tl.constexpr,  # the CPU interpreter miscomputes bf16 tl.dot: use fp32
     WALK: tl.constexpr,  # K one step (K <= BLOCK_K): each program walks every n-th tile
     STAGES: tl.constexpr,  # (WALK) the pipeliner's stages: tiles whose loads are in flight
+    PREFETCH: tl.constexpr,  # (WALK) the next tile's loads into registers before this dot
 ):
     batch = tl.program_id(1).to(tl.int64)
-    if WALK:
+    first = tl.program_id(0)
+    wide = first.to(tl.int64) * 0  # (an int64 zero: tile offsets past 2^31)
+    if WALK and PREFETCH:
+        # plain loads at the top of each step for the next tile (its id read a step before),
+        # the dot and the gather on the registers loaded a step ago: on sm_90 the pipeliner
+        # issues its copies after a step's gather and stores, these before its dot
+        step = tl.num_programs(0)
+        last = n_tiles - 1
+        a, b = _panels(tl.load(tiles + first), batch, x, y, M, N, K, tiles_n, stride_xb,
+                       stride_xm, stride_xk, stride_yb, stride_yn, stride_yk, BLOCK_M, BLOCK_N,
+                       BLOCK_K)  # fmt: skip
+        column, start = _plan_rows(wide + first, row_starts, columns, BLOCK_M, BLOCK_J)
+        tile_next = tl.load(tiles + tl.minimum(first + step, last))
+        for t in tl.range(first, n_tiles, step, num_stages=1):
+            t_next = tl.minimum(t + step, last)  # (past the end: the last tile, reloaded)
+            a_next, b_next = _panels(tile_next, batch, x, y, M, N, K, tiles_n, stride_xb,
+                                     stride_xm, stride_xk, stride_yb, stride_yn, stride_yk,
+                                     BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
+            column_next, start_next = _plan_rows(wide + t_next, row_starts, columns, BLOCK_M,
+                                                 BLOCK_J)  # fmt: skip
+            tile_after = tl.load(tiles + tl.minimum(t_next + step, last))
+            acc = _product(a, b, PRECISION, UPCAST, BLOCK_M, BLOCK_N)
+            _store_entries(acc, column, start, batch, out, stride_ob, BLOCK_J)
+            a, b, column, start, tile_next = a_next, b_next, column_next, start_next, tile_after
+    elif WALK:
         # a tile's work is then one load of each panel, one dot and the gather: a program a
         # tile waits on its loads alone; walking tiles, the pipeliner loads the next meanwhile
-        wide = tl.program_id(0).to(tl.int64) * 0  # (an int64 zero: tile offsets past 2^31)
-        for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
-            _tile(wide + t, batch, tiles, row_starts, columns, x, y, out, M, N, K,
-                  tiles_n, stride_xb, stride_xm, stride_xk, stride_yb, stride_yn, stride_yk,
-                  stride_ob, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_J, UPCAST,
-                  True)  # fmt: skip
+        # (on sm_90 from 5 stages: fewer wait on the next tile's copies at each step's top)
+        for t in tl.range(first, n_tiles, tl.num_programs(0), num_stages=STAGES):
+            column, start = _plan_rows(wide + t, row_starts, columns, BLOCK_M, BLOCK_J)
+            a, b = _panels(tl.load(tiles + t), batch, x, y, M, N, K, tiles_n, stride_xb,
+                           stride_xm, stride_xk, stride_yb, stride_yn, stride_yk, BLOCK_M,
+                           BLOCK_N, BLOCK_K)  # fmt: skip
+            acc = _product(a, b, PRECISION, UPCAST, BLOCK_M, BLOCK_N)
+            _store_entries(acc, column, start, batch, out, stride_ob, BLOCK_J)
     else:
-        _tile(tl.program_id(0).to(tl.int64), batch, tiles, row_starts, columns, x, y, out, M, N,
-              K, tiles_n, stride_xb, stride_xm, stride_xk, stride_yb, stride_yn, stride_yk,
-              stride_ob, PRECISION, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_J, UPCAST, False)  # fmt: skip
-
-
-@triton.jit
-def _tile(pid, batch, tiles, row_starts, columns, x, y, out, M, N, K, tiles_n, stride_xb,
-          stride_xm, stride_xk, stride_yb, stride_yn, stride_yk, stride_ob,
-          PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-          BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr, UPCAST: tl.constexpr,
-          ONE_STEP: tl.constexpr):  # fmt: skip
-    """The plan's tile `pid` of matrix `batch`: its dense product, its entries stored.
-    ONE_STEP (K <= BLOCK_K): no loop over K, so that a walk over tiles is the innermost loop."""
-    rows = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    js = tl.arange(0, BLOCK_J)
-    # the plan's columns and row starts first, beside the tile's id: read after the product,
-    # they were a third round trip to memory in a program's life (tile id, panels, these)
-    column = tl.load(columns + pid * (BLOCK_M * BLOCK_J) + rows[:, None] * BLOCK_J + js[None, :])
-    start = tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
-    tile = tl.load(tiles + pid)
-    offs_m = (tile // tiles_n) * BLOCK_M + rows
-    offs_n = (tile % tiles_n) * BLOCK_N + cols
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    x_rows = x + batch * stride_xb + offs_m.to(tl.int64)[:, None] * stride_xm
-    y_cols = y + batch * stride_yb + offs_n.to(tl.int64)[None, :] * stride_yn
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if ONE_STEP:
-        offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
-        mask_k = offs_k < K
-        a = tl.load(x_rows + offs_k[None, :] * stride_xk, mask_m[:, None] & mask_k[None, :], 0.0)
-        b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & mask_n[None, :], 0.0)
-        if UPCAST:
-            a, b = a.to(tl.float32), b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    else:
+        pid = wide + first
+        # the plan's columns and row starts first, beside the tile's id: read after the
+        # product, they were a third round trip to memory in a program's life
+        column, start = _plan_rows(pid, row_starts, columns, BLOCK_M, BLOCK_J)
+        tile = tl.load(tiles + pid)
+        rows = tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        offs_m = (tile // tiles_n) * BLOCK_M + rows
+        offs_n = (tile % tiles_n) * BLOCK_N + cols
+        mask_m = offs_m < M
+        mask_n = offs_n < N
+        x_rows = x + batch * stride_xb + offs_m.to(tl.int64)[:, None] * stride_xm
+        y_cols = y + batch * stride_yb + offs_n.to(tl.int64)[None, :] * stride_yn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, K, BLOCK_K):
             offs_k = k + tl.arange(0, BLOCK_K).to(tl.int64)
             mask_k = offs_k < K
@@ -179,8 +182,48 @@ def _tile(pid, batch, tiles, row_starts, columns, x, y, out, M, N, K, tiles_n, s
             if UPCAST:
                 a, b = a.to(tl.float32), b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        _store_entries(acc, column, start, batch, out, stride_ob, BLOCK_J)
 
-    # rows and columns past M or N hold no entry, so the mask covers the edges too
+
+@triton.jit
+def _plan_rows(pid, row_starts, columns, BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr):
+    """Tile `pid`'s columns by rank a row and its rows' first CSR places."""
+    rows = tl.arange(0, BLOCK_M)
+    js = tl.arange(0, BLOCK_J)
+    column = tl.load(columns + pid * (BLOCK_M * BLOCK_J) + rows[:, None] * BLOCK_J + js[None, :])
+    start = tl.load(row_starts + pid * BLOCK_M + rows).to(tl.int64)
+    return column, start
+
+
+@triton.jit
+def _panels(tile, batch, x, y, M, N, K, tiles_n, stride_xb, stride_xm, stride_xk, stride_yb,
+            stride_yn, stride_yk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            BLOCK_K: tl.constexpr):  # fmt: skip
+    """The X rows and Y columns of output tile `tile`, K within one step (masked past K)."""
+    offs_m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
+    mask_k = offs_k < K
+    x_rows = x + batch * stride_xb + offs_m.to(tl.int64)[:, None] * stride_xm
+    y_cols = y + batch * stride_yb + offs_n.to(tl.int64)[None, :] * stride_yn
+    a = tl.load(x_rows + offs_k[None, :] * stride_xk, (offs_m < M)[:, None] & mask_k[None, :], 0.0)
+    b = tl.load(y_cols + offs_k[:, None] * stride_yk, mask_k[:, None] & (offs_n < N)[None, :], 0.0)
+    return a, b
+
+
+@triton.jit
+def _product(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,
+             BLOCK_N: tl.constexpr):  # fmt: skip
+    if UPCAST:
+        a, b = a.to(tl.float32), b.to(tl.float32)
+    return tl.dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), input_precision=PRECISION)
+
+
+@triton.jit
+def _store_entries(acc, column, start, batch, out, stride_ob, BLOCK_J: tl.constexpr):
+    """Each tile row's entries gathered out of the product and stored as one run from its
+    first CSR place; rows and columns past M or N hold no entry, so the mask covers the edges."""
+    js = tl.arange(0, BLOCK_J)
     present = column != 255
     values = tl.gather(acc, tl.where(present, column, 0).to(tl.int32), 1)
     places = out + batch * stride_ob + start
@@ -198,27 +241,31 @@ def sddmm_tiles(
     num_warps: int,
     num_stages: int,
     programs: int | None = None,
+    prefetch: bool = False,
 ) -> torch.Tensor:
     """Launch over out (batch, nnz), unit stride along nnz; x, y may be unbatched (stride 0).
     x and y are float16, bfloat16 or float32 (float32 at `precision`, "ieee" or "tf32").
     `programs` (K <= block_k only): that many programs each walk every programs-th tile, the
     next tiles' loads in flight (num_stages deep) while one tile's dot and gather run; None:
-    a program a tile."""
+    a program a tile. `prefetch` (with `programs`): the next tile's loads as plain loads into
+    registers before this tile's dot instead of the pipeliner's copies."""
+    walk = programs is not None
+    if walk and (programs < 1 or x.shape[-1] > block_k):
+        raise ValueError(
+            f"programs must be positive and K ({x.shape[-1]}) at most block_k ({block_k}), "
+            f"got programs={programs}"
+        )
+    if prefetch and not walk:
+        raise ValueError("prefetch needs programs (a walk over tiles)")
     batch, nnz = out.shape
     tiles = plan.tiles.numel()
     if tiles == 0 or batch == 0:
         return out
     assert out.stride(1) == 1 or nnz == 1, "out must have unit stride along nnz"
     rows, cols = x.shape[-2], y.shape[-2]
-    if programs is not None and (programs < 1 or x.shape[-1] > block_k):
-        raise ValueError(
-            f"programs must be positive and K ({x.shape[-1]}) at most block_k ({block_k}), "
-            f"got programs={programs}"
-        )
     upcast = x.device.type == "cpu" and x.dtype == torch.bfloat16  # (the interpreter's dot)
     if upcast:
         precision = "ieee"
-    walk = programs is not None
     _sddmm_tiles_kernel[(min(programs, tiles) if walk else tiles, batch)](
         plan.tiles,
         plan.row_starts,
@@ -242,6 +289,7 @@ def sddmm_tiles(
         UPCAST=upcast,
         WALK=walk,
         STAGES=num_stages,
+        PREFETCH=prefetch,
         num_warps=num_warps,
         num_stages=num_stages,
     )
