@@ -545,7 +545,7 @@ for step in $steps; do
         tests/test_kernels_sddmm_tiles.py >"$out/gpu_tests_sddmm_tiles.log" 2>&1
       echo "sddmmtileswalk tests rc=$? $(tail -1 "$out/gpu_tests_sddmm_tiles.log")"
       PYTHONPATH=$PWD/src KS=64 DTYPES=bf16,fp32 DENSITIES=0.005,0.02,0.05,0.1,0.3 BUDGET_S=${BUDGET_S:-200} \
-        CONFIGS=64x64x64/w4/s3,64x64x64/w4/s1,64x64x64/w4/s2,128x128x64/w8/s1,64x64x64/w4/s2/p4,64x64x64/w4/s5/p1,64x64x64/w4/s5/p2,64x64x64/w4/s5/p3,64x64x64/w8/s5/p2,64x64x64/w4/s7/p2,128x64x64/w4/s5/p1 \
+        CONFIGS=64x64x64/w4/s3,64x64x64/w4/s1,64x64x64/w4/s2,128x128x64/w8/s1,64x64x64/w4/s2/p4,64x64x64/w4/s5/p1,64x64x64/w4/s5/p2,64x64x64/w4/s5/p3,64x64x64/w8/s5/p2,64x64x64/w4/s7/p2,64x64x64/w4/s1/p2/r,64x64x64/w8/s1/p2/r,64x64x64/w8/s1/p4/r \
         timeout "${LIMIT:-240}" python3 benchmarks/sweeps/sddmm_tiles_sweep.py >"$out/sddmm_tiles_walk.txt" 2>&1
       echo "sddmmtileswalk sweep rc=$?" ;;
     tests66)  # the sixty-sixth session's GPU tests: B_COLS in the unpack and wgmma kernels

@@ -2,8 +2,9 @@
 (kernels/sddmm_csr.py), the whole product on cuBLAS plus a gather (the "dense" route), cuSPARSE
 (torch.sparse.sampled_addmm, fp32 only) and the dense product alone, on uniform random
 patterns and the Sparse Transformer's local window. Tile configurations (block_m, block_n,
-block_k, warps, stages, and programs an SM walking tiles at K within one step: CONFIGS=
-64x64x64/w4/s2/p2,...) are timed each; float32 runs at "ieee" (torch's default "highest"
+block_k, warps, stages, and programs an SM walking tiles at K within one step, the next
+tile prefetched into registers with /r: CONFIGS=64x64x64/w4/s5/p2,64x64x64/w8/s1/p2/r,...)
+are timed each; float32 runs at "ieee" (torch's default "highest"
 precision) and, as a separate column, "tf32". CUDA-graph medians in us (inputs stay in L2
 between runs: the harness's cold-L2 suite gives the figures of record). Sets sddmm_tuning.SDDMM_TILES_*
 and the SDDMM_DENSE_* densities; prints a table last.
@@ -37,18 +38,20 @@ DENSITIES = [float(d) for d in _env("DENSITIES", "0.005,0.02,0.05,0.1,0.3,0.5")]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPES = {name: DTYPES[name] for name in _env("DTYPES", "bf16,fp32")}
 CONFIGS = [
-    (64, 64, 64, 4, 3, 0),
-    (128, 64, 64, 4, 3, 0),
-    (128, 128, 64, 8, 3, 0),
-    (32, 64, 64, 4, 2, 0),
+    (64, 64, 64, 4, 3, 0, False),
+    (128, 64, 64, 4, 3, 0, False),
+    (128, 128, 64, 8, 3, 0, False),
+    (32, 64, 64, 4, 2, 0, False),
 ]
 
 
 def _config(text: str) -> tuple:
-    """ "{bm}x{bn}x{bk}/w{warps}/s{stages}[/p{programs an SM}]": /p walks tiles (K <= bk)."""
+    """ "{bm}x{bn}x{bk}/w{warps}/s{stages}[/p{programs an SM}][/r]": /p walks tiles (K <= bk),
+    /r with it prefetches the next tile into registers."""
     shape, *rest = text.split("/")
-    options = {part[0]: int(part[1:]) for part in rest}
-    return (*(int(v) for v in shape.split("x")), options["w"], options["s"], options.get("p", 0))
+    options = {part[0]: int(part[1:]) for part in rest if part != "r"}
+    walk = (options.get("p", 0), "r" in rest)
+    return (*(int(v) for v in shape.split("x")), options["w"], options["s"], *walk)
 
 
 if "CONFIGS" in os.environ:  # e.g. 64x64x64/w4/s1,64x64x64/w4/s3/p2
@@ -118,7 +121,7 @@ for name, P, heads in patterns():
             if dtype == torch.float32:
                 variants += [("tf32", c) for c in CONFIGS]
             for precision, config in variants:
-                bm, bn, bk, warps, stages, per_sm = config
+                bm, bn, bk, warps, stages, per_sm, prefetch = config
                 plan = plans[bm, bn]
                 programs = per_sm * SMS if per_sm and bk >= K else None
                 if per_sm and programs is None:
@@ -126,7 +129,8 @@ for name, P, heads in patterns():
                 fn = lambda: sddmm_tiles.sddmm_tiles(plan=plan, x=x, y=y, out=out,  # noqa: E731
                                                      block_k=bk, precision=precision,
                                                      num_warps=warps, num_stages=stages,
-                                                     programs=programs)  # fmt: skip
+                                                     programs=programs,
+                                                     prefetch=prefetch)  # fmt: skip
                 try:
                     good = ok(fn) if precision == "ieee" else True
                     times[f"{precision} {config}"] = bench(fn) if good else float("nan")
