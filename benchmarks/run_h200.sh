@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmmtileswalk sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -548,6 +548,15 @@ for step in $steps; do
         CONFIGS=64x64x64/w4/s3,64x64x64/w4/s1,64x64x64/w4/s2,128x128x64/w8/s1,64x64x64/w4/s2/p4,64x64x64/w4/s5/p1,64x64x64/w4/s5/p2,64x64x64/w4/s5/p3,64x64x64/w8/s5/p2,64x64x64/w4/s7/p2,64x64x64/w4/s1/p2/r,64x64x64/w8/s1/p2/r,64x64x64/w8/s1/p4/r \
         timeout "${LIMIT:-240}" python3 benchmarks/sweeps/sddmm_tiles_sweep.py >"$out/sddmm_tiles_walk.txt" 2>&1
       echo "sddmmtileswalk sweep rc=$?" ;;
+    sddmmstaged)  # the staged SDDMM (rows in shared memory, fp32): its GPU tests (never run),
+      # then against the per-entry kernel, cuSPARSE and the blocked walk's best, K = 16-64
+      timeout 120 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+        tests/test_kernels_sddmm_staged.py >"$out/gpu_tests_sddmm_staged.log" 2>&1
+      echo "sddmmstaged tests rc=$? $(tail -1 "$out/gpu_tests_sddmm_staged.log")"
+      PYTHONPATH=$PWD/src DTYPES=fp32 KS=64,32 DENSITIES=0.02,0.05,0.1 BATCHES=1 BUDGET_S=${BUDGET_S:-150} \
+        FORMS=staged,staged/w8,staged/e128,staged/b64x64,staged/b128x64/w8,staged/w2/e32,b128x128/e64/w8/k64/a \
+        timeout "${LIMIT:-200}" python3 benchmarks/sweeps/sddmm_blocked.py >"$out/sddmm_staged.txt" 2>&1
+      echo "sddmmstaged sweep rc=$?" ;;
     tests66)  # the sixty-sixth session's GPU tests: B_COLS in the unpack and wgmma kernels
       timeout 200 python3 -m pytest -q -m "gpu and not slow" -n 12 -p no:cacheprovider \
         tests/test_kernels_spmm_nm_unpack.py tests/test_kernels_spmm_nm_wgmma.py \

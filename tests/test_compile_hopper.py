@@ -43,6 +43,7 @@ import pytest
 from _compile_cases_csr_token import csr_token_cases
 from _compile_cases_densify import DENSIFY_CASE_NAMES, densify_cases
 from _compile_cases_rings import ring_cases
+from _compile_cases_sddmm_staged import STAGED_CASE_NAMES, staged_cases
 
 
 def _cases() -> dict:
@@ -428,7 +429,7 @@ def _cases() -> dict:
         pointers = ["*bf16", "*u8", "*bf16", "*bf16", "*bf16"]
         name = f"nm pairs blocked {pairs} x {block_s} {warps} warps"
         cases[name] = (_nm_pairs_kernel, pointers, constants, warps)
-    cases.update(ring_cases(), **densify_cases())
+    cases.update(ring_cases(), **densify_cases(), **staged_cases())
     return cases
 
 
@@ -586,6 +587,7 @@ CASE_NAMES = [
     "csr scatter swizzled unscatter 16 tokens split 4",
     "csr scatter swizzled unscatter 90% 16 tokens",
     *DENSIFY_CASE_NAMES,
+    *STAGED_CASE_NAMES,
 ]
 
 

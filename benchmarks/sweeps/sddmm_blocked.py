@@ -17,9 +17,11 @@ pieces of at most that many entries), `/k{K a step}` (default 64 bytes: fp32 16,
 share an SM's L1) and `/a` (a step's cells loaded two steps before it, its operands one step
 where K is one step, as with /k64 at K = 64 in fp32; a form pipelined by the compiler instead,
 cp.async into shared memory, ran 2-3x slower and was dropped: results/nvidia-h100/
-2026-12-06/at-c87015f). CUDA-graph medians in us, the operands warm in L2 as a preceding
-product leaves them; each form checked against float64 first (a form that fails prints
-"wrong" and is not timed). Prints a table last.
+2026-12-06/at-c87015f). "staged[/w{warps}][/e{entries a step}][/b{R}x{C}]" is
+kernels/sddmm_staged.py (rows staged in shared memory; fp32, one matrix, K 16-64).
+CUDA-graph medians in us, the operands warm in L2 as a preceding product leaves them; each
+form checked against float64 first (a form that fails prints "wrong" and is not timed).
+Prints a table last.
     PYTHONPATH=src python3 benchmarks/sweeps/sddmm_blocked.py
 Environment: DTYPES=fp32,bf16 KS=64,256 DENSITIES=0.02,0.05,0.1,0.3 BATCHES=1,16 FORMS=...
 BUDGET_S=240.
@@ -34,7 +36,7 @@ from triton.testing import do_bench_cudagraph
 
 import sparsekernels as sk
 from sparsekernels.bench.cases import _pattern_from_mask
-from sparsekernels.kernels import sddmm_blocked, sddmm_tuning
+from sparsekernels.kernels import sddmm_blocked, sddmm_staged, sddmm_tuning
 from sparsekernels.kernels.sddmm_csr import sddmm_csr
 
 BUDGET_S = float(os.environ.get("BUDGET_S", 240))
@@ -80,6 +82,24 @@ def parse(form: str, K: int, itemsize: int) -> dict:
     return got
 
 
+def staged_run(form: str, P, X, Y, out, batch: int):
+    """The staged kernel (kernels/sddmm_staged.py: fp32, one matrix, K 16-64) as
+    "staged[/w{warps}][/e{entries a step}][/b{R}x{C}]", or None where it does not apply."""
+    K = X.shape[-1]
+    if X.dtype != torch.float32 or batch != 1 or K not in sddmm_staged.KS:
+        return None
+    options = dict(w=4, e=64, b=None)
+    for part in form.split("/")[1:]:
+        options[part[0]] = tuple(int(v) for v in part[1:].split("x")) if part[0] == "b" else (
+            int(part[1:]))  # fmt: skip
+    c = sddmm_staged.config(K, options["w"], options["e"], options["b"])
+    plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, SIZE, c["BR"], c["BC"],
+                                    2**30)  # fmt: skip
+    return lambda: sddmm_staged.sddmm_staged(
+        plan=plan, x=X, y=Y, out=out.view(-1), num_warps=options["w"], block_nnz=options["e"]
+    )
+
+
 def main():
     started, table = time.time(), []
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -111,6 +131,11 @@ def main():
 
         runs = {"entry": per_entry}
         for form in FORMS:
+            if form.startswith("staged"):
+                staged = staged_run(form, P, X, Y, out, batch)
+                if staged is not None:
+                    runs[form] = staged
+                continue
             f = parse(form, K, X.element_size())
             plan = sddmm_blocked.build_plan(P.row_offsets, P.column_indices, SIZE, *f["block"],
                                             f["chunk"])  # fmt: skip
@@ -126,7 +151,12 @@ def main():
             runs[form] = blocked
         for label, run in runs.items():
             out.fill_(float("nan"))
-            run()
+            try:
+                run()
+            except Exception as error:  # noqa: BLE001 - a form that fails is reported
+                print(f"  {label}: {type(error).__name__}: {error}"[:300], flush=True)
+                timed[label] = float("nan")
+                continue
             err = ((out.double() - want).norm() / want.norm()).item()
             timed[label] = bench(run) if err < 1e-2 else float("nan")
             if err >= 1e-2:
