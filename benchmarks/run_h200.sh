@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -538,6 +538,10 @@ for step in $steps; do
         FORMS=b128x128/e32/w2,b256x256/e256/w16,b128x128/e32/w2/a,b128x128/e64/w4/k64/a,b128x128/e64/w8/k64/a,b256x256/e128/w8/k64/a,b192x192/e64/w8/k64/a/p2,b256x256/e64/w8/k64/a/p1,b128x128/e64/w4/k64/a/p4,b96x96/e32/w2/a/p8 \
         timeout "${LIMIT:-200}" python3 benchmarks/sweeps/sddmm_blocked.py >"$out/sddmm_ahead.txt" 2>&1
       echo "sddmmahead sweep rc=$?" ;;
+    sddmm68)  # the sixty-eighth's SDDMM kernels in one call (~8 min): the tiles walks, then
+      # the staged kernel, each sweep cut short to fit
+      BUDGET_S=150 LIMIT=200 bash "$0" "$out" sddmmtileswalk
+      BUDGET_S=100 LIMIT=140 bash "$0" "$out" sddmmstaged ;;
     sddmmtileswalk)  # the tensor-core SDDMM at K = 64: a program a tile at 1-3 stages (fewer
       # stages, more programs an SM) against programs walking tiles (/pN), uniform 0.5-30%; the
       # walk overlaps a tile's loads with the one before only from 5 stages (sm_90 compile)
