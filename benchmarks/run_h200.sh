@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: softmaxphased tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -490,6 +490,12 @@ for step in $steps; do
           >"$out/softmax_backward_L$L.txt" 2>&1)
       done
       echo "softmaxlevels rc=$?" ;;
+    softmaxphased)  # rows read once in whole 16-byte groups on the unpadded arrays (/u: groups
+      # from the arrays' starts, each head's own) against padded ones (/a) and entry by entry
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src KINDS=local:256,strided:128:128,random:0.1 \
+        DTYPES=bf16 FORMS=default,2/2/i64/u,2/2/i64/u/r40,2/2/i32/u/r40,2/2/i64/a/r40,4/2/i32/t/u,4/2/i32/t/u/r40,4/2/i32/t/a,2/2/i32/u \
+        BUDGET_S=${BUDGET_S:-80} timeout "${LIMIT:-100}" python3 softmax_heads_sweep.py >"$out/softmax_phased.txt" 2>&1)
+      echo "softmaxphased rc=$?" ;;
     softmaxgrouped)  # rows read once in whole 16-byte groups, padded arrays (/a), maxnreg (/r40)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src KINDS=local:256,strided:128:128,random:0.1 \
         DTYPES=bf16 FORMS=default,2/2/i64/a,2/2/i64/a/r40,2/2/i32/a/r40,2/2/i32/r40,4/2/i32/t/a \

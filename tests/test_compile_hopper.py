@@ -211,6 +211,13 @@ def _cases() -> dict:
             aligned,
             warps,
         )
+        phased = dict(aligned, PHASED=True)  # unpadded (heads, nnz): groups from the arrays'
+        cases[f"softmax phased {name}"] = (  # starts (compile with UNALIGNED=stride_vb,...)
+            _softmax_csr_kernel,
+            ["*i32", "*bf16", "*bf16"],
+            phased,
+            warps,
+        )
     cases.update(csr_token_cases())
     for index in ("int32", "int64"):  # the general CSR kernel, padded B, both offset widths
         constants = dict(HAS_BIAS=True, ACTIVATION=1, ACC_DTYPE=tl.float32,
@@ -477,6 +484,9 @@ CASE_NAMES = [
     "softmax grouped 256",
     "softmax grouped 128+32",
     "softmax grouped 512",
+    "softmax phased 256",
+    "softmax phased 128+32",
+    "softmax phased 512",
     "csr token *bf16",
     "csr token *fp64",
     "csr token *bf16 lane-major",

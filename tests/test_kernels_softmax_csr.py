@@ -7,6 +7,8 @@ data; outputs are poisoned with NaN first so an entry the kernel never writes sh
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import sparsekernels as sk
 from _helpers import (
@@ -199,7 +201,8 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
     rows reaching the tail, longer rows (the walk), empty rows and a single entry; the last
     row ending mid-group at the array's end (entry by entry: its group would pass the array)
     or on a group's end; 5 heads, a NaN entry and a row of -inf. The padding is never
-    written; unpadded arrays take the entry-by-entry read (grouped_access)."""
+    written; an unpadded input beside a padded output takes the entry-by-entry read
+    (group_form: their batch strides differ modulo the group)."""
     from sparsekernels.kernels import softmax_csr
 
     skip_interpreter_on_gpu_machine(device)
@@ -221,7 +224,7 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
     values[4, 128:152] *= 40  # rows 10 and 11 (8 and 16 entries): whole groups, wide spread
     out = _padded(5, S.nnz, dtype, device, float("nan"))
     padding = out.as_strided((5, out.stride(0) - S.nnz), out.stride(), S.nnz)
-    assert softmax_csr.grouped_access(values, out, align)
+    assert softmax_csr.group_form(values, out, align) == "aligned"
     softmax_csr.sparse_softmax(
         row_offsets=S.row_offsets, values=values, out=out, scale=0.7, block=16,
         num_warps=warps, heads=heads, tail=tail, align=align,
@@ -230,12 +233,93 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
     _check_forward(out, want, dtype)
     assert padding.isnan().all()  # never written
     unpadded = values.contiguous()
-    assert softmax_csr.grouped_access(unpadded, out, align) == whole
+    assert softmax_csr.group_form(unpadded, out, align) == ("aligned" if whole else None)
     got = _forward_poisoned(S, unpadded, 0.7, block=16, heads=heads, tail=tail, warps=warps,
                             align=align)  # fmt: skip
     _check_forward(got, want, dtype)
     with pytest.raises(ValueError, match="align"):
         _forward_poisoned(S, unpadded, 0.7, block=16, tail=4, align=8)
+
+
+@triton.jit
+def _nan_read_once(
+    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
+):  # fmt: skip
+    """softmax_csr._read_once's stand-in: the row's entries NaN (a row not read in groups)."""
+    offs = (start + lanes)[None, :]
+    nan = tl.full(offs.shape, float("nan"), ACC_DTYPE).to(out.dtype.element_ty)
+    tl.store(out + offs * stride_oe, nan, mask=mask_h[:, None] & (offs < end))
+    if TAIL > 0:
+        tail_offs = (start + BLOCK + tl.arange(0, TAIL).to(INDEX))[None, :]
+        nan = tl.full(tail_offs.shape, float("nan"), ACC_DTYPE).to(out.dtype.element_ty)
+        tl.store(out + tail_offs * stride_oe, nan, mask=mask_h[:, None] & (tail_offs < end))
+
+
+def _phased_rows(offsets, nnz, stride, batch, heads, group, lanes) -> torch.Tensor:
+    """(batch, rows) True where a row read once is read in groups in the phased form: its
+    groups fit the lanes for every head of its program (heads past the batch too) and the last
+    head's groups end within the array."""
+    starts, ends = offsets[:-1].long(), offsets[1:].long()
+    phase = torch.arange(-(-batch // heads) * heads) * stride % group
+    worst = ((starts[None, :] + phase[:, None]) % group).view(-1, heads, starts.numel())
+    fits = (ends - starts) + worst.amax(1) <= lanes  # (programs, rows)
+    last = (batch - 1) * stride % group
+    inside = (ends + last + group - 1) // group * group <= nnz + last
+    return (fits & inside).repeat_interleave(heads, 0)[:batch]
+
+
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("tail", [0, 8])
+@pytest.mark.parametrize(("heads", "warps"), [(1, 1), (4, 2)])
+@pytest.mark.parametrize("extra", [0, 1], ids=["nnz%8=7", "nnz%16=8"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided-input", "mismatched"])
+def test_forward_phased(device, dtype, tail, heads, warps, extra, layout, gen, monkeypatch):
+    """Rows read once in whole 16-byte groups where the matrices do not start on a group:
+    contiguous (5, nnz) arrays at nnz % 16 != 0 ("phased": each head's row at its own place in
+    its groups), an input of batch stride nnz + group beside a contiguous output (phased: the
+    strides agree modulo the group), and one of stride nnz + 1 (entry by entry). Rows of every
+    length and start, empty rows, rows past the lanes (walked), a NaN entry and a row of -inf.
+    In the interpreter the entry-by-entry read is replaced by one that writes NaN, so the rows
+    the phased form must take (_phased_rows) show that it took them."""
+    from sparsekernels.kernels import softmax_csr
+
+    skip_interpreter_on_gpu_machine(device)
+    align = 16 // dtype.itemsize
+    lengths = [0, 3, 5, 16, 17, 9, 13, 24, 40, 1, 8, 16, 23, 11, 15, 2, 7, 5] + [1] * extra
+    offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    cols = torch.cat([torch.randperm(48, generator=gen)[:k].sort().values for k in lengths])
+    S = sk.CSRMatrix(offsets.to(device), cols.to(torch.int32).to(device),
+                     torch.zeros(cols.numel(), dtype=dtype, device=device),
+                     (len(lengths), 48))  # fmt: skip
+    assert S.nnz % 16 and (S.nnz % 8 == 0) == bool(extra)
+    stride = {"contiguous": S.nnz, "strided-input": S.nnz + align, "mismatched": S.nnz + 1}
+    stride = stride[layout]
+    values = torch.full((5, stride), float("nan"), dtype=dtype, device=device)[:, : S.nnz]
+    values.copy_(randn(5, S.nnz, gen=gen, device=device))
+    values[1, 8:24] = float("-inf")  # row 3 all -inf: NaN, as dense softmax
+    values[3, 45] = float("nan")  # a NaN in row 5
+    out = torch.full((5, S.nnz), float("nan"), dtype=dtype, device=device)
+    form = softmax_csr.group_form(values, out, align)
+    assert form == (None if layout == "mismatched" else "phased")
+    want = _dense_softmax(S, values, 0.7)
+    grouped = torch.zeros(5, len(lengths), dtype=torch.bool)
+    if device == "cpu" and form:  # the interpreter looks kernels' helpers up when called
+        monkeypatch.setattr(softmax_csr, "_read_once", _nan_read_once)
+        grouped = _phased_rows(offsets, S.nnz, stride, 5, heads, align, 16 + tail)
+        assert grouped.any() and not grouped.all()  # both reads
+    softmax_csr.sparse_softmax(
+        row_offsets=S.row_offsets, values=values, out=out, scale=0.7, block=16,
+        num_warps=warps, heads=heads, tail=tail, align=align,
+    )  # fmt: skip
+    read_once = torch.tensor(lengths) <= 16 + tail
+    nan_rows = read_once & ~grouped & (device == "cpu" and form is not None)
+    entry_rows = S.pattern.row_indices().cpu()
+    poisoned = nan_rows[:, entry_rows]  # (5, nnz): entries of rows read entry by entry
+    assert out.cpu()[poisoned].isnan().all()
+    want = torch.where(poisoned, float("nan"), want)
+    _check_forward(out, want, dtype)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on -inf rows

@@ -17,7 +17,9 @@ stores), "/lN" for rows up to 2^N blocks read once on the fewest of
 2 or 4 blocks' lanes that hold them (softmax_csr's LEVELS; causal rows now walked twice);
 "/cN" for the walk's max taken per thread over N entries a step (softmax_csr's WALK_PER),
 "/rN" for Triton's maxnreg N; "/a" forms read values padded to 16 entries a matrix and write
-an output padded alike (softmax_csr.grouped_access: 16-byte loads and stores);
+an output padded alike (softmax_csr.group_form "aligned": 16-byte loads and stores); "/u" the
+groups on the unpadded (heads, nnz) arrays (group_form "phased": each head's groups counted
+from the array's start);
 "default" is the library's choice.
     PYTHONPATH=src python3 benchmarks/sweeps/softmax_heads_sweep.py
     KINDS=local:256 DTYPES=bf16 FORMS=2/1/i32,4/2/i32 BUDGET_S=60 ...
@@ -98,7 +100,7 @@ for kind in KINDS:
                 heads, warps, int32 = int(h), int(w) or config.num_warps * int(h), offsets == "i32"
             levels = next((int(f[1:]) for f in flags if f.startswith("l")), levels)
             walk_per = next((int(f[1:]) for f in flags if f.startswith("c")), walk_per)
-            if "a" in flags:  # whole 16-byte groups, as SOFTMAX_ALIGN routes them
+            if "a" in flags or "u" in flags:  # whole 16-byte groups, as SOFTMAX_ALIGN routes them
                 align = 16 // dtype.itemsize
             if "t" in flags:  # the library's tail, as SOFTMAX_TAIL routes it
                 tail_was = sddmm_tuning.SOFTMAX_TAIL
@@ -108,7 +110,8 @@ for kind in KINDS:
                 block = config.block // 2 if tail else config.block
 
             registers = next((int(f[1:]) for f in flags if f.startswith("r")), None)
-            inputs, output = (padded_values, padded_out) if align else (values, out)
+            padded = "a" in flags  # (default: the arrays as a user's, unpadded)
+            inputs, output = (padded_values, padded_out) if padded else (values, out)
 
             def run(heads=heads, warps=warps, block=block, tail=tail, i32=library_int32,
                     align=align, levels=levels, walk_per=walk_per, registers=registers,

@@ -137,6 +137,36 @@ def _walk_per_thread(
 
 
 @triton.jit
+def _phased(
+    values, out, start, end, lanes, heads, mask_h, scale, batch, nnz, stride_vb, stride_ob,
+    stride_ve, stride_oe, ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr,
+    TAIL: tl.constexpr, ALIGN: tl.constexpr, EDGE: tl.constexpr,
+):  # fmt: skip
+    """The row read in groups when each head's matrix starts `phase` entries past a group (a
+    batch stride that is no multiple of 16 entries: Triton cannot see its matrices aligned,
+    e.g. a contiguous (heads, nnz) array at nnz % 8 != 0): each head's base moved back to its
+    group, its row `phase` entries further in, both arrays alike (their strides equal modulo
+    ALIGN). Whether it was taken: its groups must fit the lanes for every head, and the last
+    head's reach the array's end no further than the entries already do."""
+    at_v = heads * stride_vb
+    at_o = heads * stride_ob
+    phase = (at_v % ALIGN).to(INDEX)
+    start_h = start + phase
+    fits = (end - start) + tl.max(start_h % ALIGN, axis=0) <= BLOCK + TAIL
+    last_phase = ((batch - 1).to(tl.int64) * stride_vb % ALIGN).to(INDEX)
+    inside = (end + last_phase + ALIGN - 1) // ALIGN * ALIGN <= nnz + last_phase
+    if fits & inside:
+        base_v = tl.multiple_of(at_v - phase, ALIGN)  # a group's start: the hint gives vectors
+        base_o = tl.multiple_of(at_o - phase, ALIGN)
+        read_in_groups(
+            values + base_v[:, None], out + base_o[:, None], start_h[:, None],
+            (end + phase)[:, None], lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
+            BLOCK, TAIL, ALIGN, EDGE, True,
+        )  # fmt: skip
+    return fits & inside
+
+
+@triton.jit
 def _softmax_csr_kernel(
     row_offsets,  # (M + 1,) int32/int64
     values,  # (nnz,) or (batch, nnz): strides stride_vb (0 when unbatched), stride_ve
@@ -158,12 +188,15 @@ def _softmax_csr_kernel(
     EDGE: tl.constexpr,  # with ALIGN: lanes for a row's partial edge groups (softmax_csr_groups)
     LEVELS: tl.constexpr,  # rows up to BLOCK * 2^LEVELS (<= 2) read once on 2 or 4 BLOCK lanes
     WALK_PER: tl.constexpr,  # > 1: a walk's max taken per thread over this many entries a step
+    PHASED: tl.constexpr = False,  # with ALIGN: the batch strides not multiples of 16 entries
+    # (equal modulo ALIGN): groups counted from the arrays' starts, each head's own (_phased)
 ):
     row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = heads < batch
     start = tl.load(row_offsets + row).to(INDEX)
     end = tl.load(row_offsets + row + 1).to(INDEX)
+    values_0, out_0 = values, out  # (PHASED takes its own head offsets)
     values += heads[:, None] * stride_vb
     out += heads[:, None] * stride_ob
     # z in base 2 (log2(e) folded into the scale) and one reciprocal a row: the kernel is bound
@@ -172,7 +205,13 @@ def _softmax_csr_kernel(
     scale = (tl.cast(scale_hi, ACC_DTYPE) + tl.cast(scale_lo, ACC_DTYPE)) * LOG2_E
     lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
-    if ALIGN > 1:  # rows read once in whole 16-byte groups: vector loads and stores
+    if PHASED:  # rows read once in whole 16-byte groups, each head's row at its own phase
+        if _phased(
+            values_0, out_0, start, end, lanes, heads, mask_h, scale, batch, nnz, stride_vb,
+            stride_ob, stride_ve, stride_oe, ACC_DTYPE, INDEX, BLOCK, TAIL, ALIGN, EDGE,
+        ):  # fmt: skip
+            return
+    elif ALIGN > 1:  # rows read once in whole 16-byte groups: vector loads and stores
         if (start % ALIGN == 0) & (end % ALIGN == 0) & (end - start <= BLOCK):
             read_whole_groups(
                 values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
@@ -353,14 +392,22 @@ def _batch_stride(t: torch.Tensor) -> int:
     return t.stride(0) if t.dim() == 2 and t.shape[0] > 1 else 0
 
 
-def grouped_access(values: torch.Tensor, out: torch.Tensor, group: int) -> bool:
-    """Whether whole groups of `group` entries are 16-byte vectors in both arrays: unit entry
-    strides, batch strides a multiple of 16 entries (Triton's divisibility hint; a matrix of
-    nnz entries padded to 16 has them) and 16-byte aligned starts."""
-    return group * out.element_size() == 16 and all(
-        t.stride(-1) == 1 and _batch_stride(t) % 16 == 0 and t.data_ptr() % 16 == 0
-        for t in (values, out)
-    )
+def group_form(values: torch.Tensor, out: torch.Tensor, group: int) -> str | None:
+    """How whole groups of `group` entries are 16-byte vectors in both arrays (unit entry
+    strides, 16-byte aligned starts): "aligned" where the batch strides are multiples of 16
+    entries (Triton's divisibility hint; a matrix of nnz entries padded to 16 has them),
+    "phased" where they are not but agree modulo `group` (a contiguous (heads, nnz) array and
+    its like: groups counted from the arrays' starts); else None (entry by entry)."""
+    if group * out.element_size() != 16 or values.element_size() != out.element_size():
+        return None
+    if any(t.stride(-1) != 1 or t.data_ptr() % 16 for t in (values, out)):
+        return None
+    stride_v, stride_o = _batch_stride(values), _batch_stride(out)
+    if stride_v % 16 == 0 and stride_o % 16 == 0:
+        return "aligned"
+    if out.shape[0] == 1 or (stride_v - stride_o) % group == 0:
+        return "phased"
+    return None
 
 
 def sparse_softmax(
@@ -385,7 +432,7 @@ def sparse_softmax(
     wherever they fit, rows read once included (_index). `align` (0, or the entries in 16
     bytes, dividing block and tail): rows read once in whole 16-byte groups from the one holding
     their start (softmax_csr_groups), where the groups fit block + tail; taken only where it
-    gives vector loads and stores (grouped_access), else as 0.
+    gives vector loads and stores (group_form), else as 0.
     `levels` (0-2): rows of up to block * 2^levels entries are read once too, on the fewest of
     2 or 4 blocks' lanes that hold them; longer rows are walked twice, block by block.
     `walk_per` (a power of two dividing block): the walk's first pass takes each step's max
@@ -404,7 +451,8 @@ def sparse_softmax(
     if not _splits(scale, out.dtype):
         values, scale = values * scale, 1.0
     hi, lo = _split_scale(scale)
-    align = align if align > 1 and grouped_access(values, out, align) else 0
+    form = group_form(values, out, align) if align > 1 else None
+    align = align if form else 0
     launch = {"maxnreg": max_registers} if max_registers else {}
     _softmax_csr_kernel[(rows, -(-batch // heads))](
         row_offsets,
@@ -426,7 +474,7 @@ def sparse_softmax(
             values.stride(-1),
             out.stride(1),
             int32=int32,
-            widest=block << levels,
+            widest=max(block << levels, block + tail + align),  # (phased: up to align - 1 more)
         ),
         BLOCK=block,
         BLOCK_H=heads,
@@ -435,6 +483,7 @@ def sparse_softmax(
         EDGE=next_power_of_2(max(2 * align, 32 * num_warps // heads)),
         LEVELS=levels,
         WALK_PER=walk_per,
+        PHASED=form == "phased",
         num_warps=num_warps,
         **launch,
     )

@@ -47,17 +47,18 @@ def read_whole_groups(
 def read_in_groups(
     values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
     ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
-    GROUP: tl.constexpr, EDGE: tl.constexpr,
+    GROUP: tl.constexpr, EDGE: tl.constexpr, PER_HEAD: tl.constexpr = False,
 ):  # fmt: skip
     """A row within BLOCK + TAIL lanes from the group holding its start, its groups' ends
     within the array: whole groups loaded, the groups inside the row stored whole, the partial
     first and last groups stored entry by entry from EDGE lanes (>= 2 GROUP, >= the threads a
-    head)."""
+    head). PER_HEAD: start and end are (heads, 1), each head's row at its own place within its
+    groups (softmax_csr's PHASED), `values` and `out` (heads, 1) pointers."""
     UNSIGNED: tl.constexpr = tl.uint32 if tl.int32 == INDEX else tl.uint64
-    first = tl.multiple_of(start // GROUP * GROUP, GROUP)
+    first = _group_start(start, GROUP, PER_HEAD)
     width = tl.cast(end - start, UNSIGNED)
-    offs = (first + lanes)[None, :]
-    groups = (first + lanes // GROUP * GROUP)[None, :]
+    offs = _along(first, lanes, PER_HEAD)
+    groups = _along(first, lanes // GROUP * GROUP, PER_HEAD)
     inside = mask_h[:, None] & (groups >= start) & (groups + GROUP <= end)
     live = mask_h[:, None] & (tl.cast(offs - start, UNSIGNED) < width)  # start <= offs < end
     z = tl.load(
@@ -67,8 +68,8 @@ def read_in_groups(
     row_max = tl.max(z, axis=1)
     if TAIL > 0:  # entries past BLOCK on TAIL lanes (whole groups: TAIL >= GROUP)
         tail_lanes = tl.arange(0, TAIL).to(INDEX)
-        tail_offs = (first + BLOCK + tail_lanes)[None, :]
-        tail_groups = (first + BLOCK + tail_lanes // GROUP * GROUP)[None, :]
+        tail_offs = _along(first + BLOCK, tail_lanes, PER_HEAD)
+        tail_groups = _along(first + BLOCK, tail_lanes // GROUP * GROUP, PER_HEAD)
         tail_live = mask_h[:, None] & (tail_offs < end)  # past the start already
         zt = tl.load(
             values + tail_offs * stride_ve,
@@ -78,12 +79,17 @@ def read_in_groups(
         zt = tl.where(tail_live, zt.to(ACC_DTYPE) * scale, float("-inf"))
         row_max = tl.maximum(row_max, tl.max(zt, axis=1))
     # the edge: the first group on lanes 0..GROUP-1, the one holding end - 1 on the next GROUP
-    last = tl.multiple_of((end - 1) // GROUP * GROUP, GROUP)
+    last = _group_start(end - 1, GROUP, PER_HEAD)
     e = tl.arange(0, EDGE).to(INDEX)
-    edge_group = tl.where(e < GROUP, first, last)[None, :]
+    if PER_HEAD:
+        edge_group = tl.where((e < GROUP)[None, :], first, last)
+        once = e[None, :] < tl.where(last > first, 2 * GROUP, GROUP)
+    else:
+        edge_group = tl.where(e < GROUP, first, last)[None, :]
+        once = (e < tl.where(last > first, 2 * GROUP, GROUP))[None, :]
     edge_offs = edge_group + (e % GROUP)[None, :]
     edge_live = mask_h[:, None] & (edge_offs >= start) & (edge_offs < end)
-    edge_live &= (e < tl.where(last > first, 2 * GROUP, GROUP))[None, :]  # one group: once
+    edge_live &= once  # one group: once
     partial = (edge_group < start) | (edge_group + GROUP > end)
     edge_store = edge_live & partial
     ze = tl.load(values + edge_offs * stride_ve, mask=edge_store, other=float("-inf"))
@@ -104,3 +110,24 @@ def read_in_groups(
         )
     pe = tl.exp2(ze - shift) * inverse
     tl.store(out + edge_offs * stride_oe, pe.to(out.dtype.element_ty), mask=edge_store)
+
+
+@triton.jit
+def _along(base, lanes, PER_HEAD: tl.constexpr):
+    """(heads or 1, lanes) offsets: base a scalar, or with PER_HEAD a (heads, 1) tensor."""
+    if PER_HEAD:  # noqa: SIM108 (a constexpr branch: Triton compiles one side)
+        offs = base + lanes[None, :]
+    else:
+        offs = (base + lanes)[None, :]
+    return offs
+
+
+@triton.jit
+def _group_start(at, GROUP: tl.constexpr, PER_HEAD: tl.constexpr):
+    """The start of the group holding `at` (a scalar, or with PER_HEAD a (heads, 1) tensor),
+    marked a multiple of GROUP."""
+    if PER_HEAD:
+        start = tl.multiple_of(at // GROUP * GROUP, [GROUP, GROUP])
+    else:
+        start = tl.multiple_of(at // GROUP * GROUP, GROUP)
+    return start
