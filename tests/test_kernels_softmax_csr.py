@@ -517,8 +517,9 @@ def test_forward_align_rule(monkeypatch, request):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_op_aligned(device, dtype, gen, monkeypatch, request):
     """The op with SOFTMAX_ALIGN on, 16-bit values padded to 16 entries a matrix: 3 heads over
-    rows of every length and start, empty rows; its output padded alike; one matrix too;
-    forward against float64 dense softmax."""
+    rows of every length and start, empty rows; its output padded alike; unpadded (the phased
+    groups), its output unpadded alike; one matrix too; forward against float64 dense
+    softmax."""
     from sparsekernels.kernels import sddmm_tuning
 
     skip_interpreter_on_gpu_machine(device)
@@ -531,7 +532,11 @@ def test_op_aligned(device, dtype, gen, monkeypatch, request):
     values = _padded(3, S.nnz, dtype, device, float("nan"))
     values.copy_(randn(3, S.nnz, gen=gen, device=device))
     probs = sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values
-    assert probs.stride(0) % 16 == 0  # padded as values: the next softmax reads groups too
+    assert probs.stride() == values.stride()  # padded as values: the same groups
+    _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
+    unpadded = values.contiguous()
+    probs = sk.sparse_softmax(S.with_values(unpadded), 0.6, backend="triton").values
+    assert probs.stride() == unpadded.stride()  # contiguous as values: the same groups
     _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
     one = sk.sparse_softmax(S.with_values(values[0]), 0.6, backend="triton").values  # unbatched
     _check_forward(one, _dense_softmax(S, values[0], 0.6), dtype)

@@ -52,8 +52,10 @@ def _triton_softmax(row_offsets, values, scale):
     nnz = values.shape[-1]
     batch = values.numel() // nnz if nnz else 0
     config = softmax_forward_config(nnz, row_offsets.numel() - 1, batch, values.element_size())
-    if config.align and values.dim() > 1:  # each matrix 16-byte aligned: grouped reads, writes
-        out = values.new_empty((*values.shape[:-1], -(-nnz // 16) * 16))[..., :nnz]
+    if config.align and values.dim() == 2 and values.stride(-1) == 1 and values.stride(0) >= nnz:
+        # laid out as values (a padded batch stays padded): the same groups in both arrays,
+        # read and written as 16-byte vectors (softmax_csr.group_form)
+        out = values.new_empty_strided(values.shape, values.stride())
     else:
         out = torch.empty_like(values, memory_format=torch.contiguous_format)
     if out.numel() == 0:
