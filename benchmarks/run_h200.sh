@@ -492,9 +492,10 @@ for step in $steps; do
       echo "softmaxlevels rc=$?" ;;
     softmaxphased)  # rows read once in whole 16-byte groups on the unpadded arrays (/u: groups
       # from the arrays' starts, each head's own) against padded ones (/a) and entry by entry
-      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src KINDS=local:256,strided:128:128,random:0.1 \
-        DTYPES=bf16 FORMS=default,2/2/i64/u,2/2/i64/u/r40,2/2/i32/u/r40,2/2/i64/a/r40,4/2/i32/t/u,4/2/i32/t/u/r40,4/2/i32/t/a,2/2/i32/u \
-        BUDGET_S=${BUDGET_S:-80} timeout "${LIMIT:-100}" python3 softmax_heads_sweep.py >"$out/softmax_phased.txt" 2>&1)
+      # and causal rows walked in groups (1/4/i32/c8/u: causal's arrays are aligned)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src KINDS=causal,local:256,strided:128:128,random:0.1 \
+        DTYPES=bf16 FORMS=default,1/4/i32/c8/u,2/2/i64/u,2/2/i64/u/r40,2/2/i32/u/r40,4/2/i32/t/u,4/2/i32/t/u/r40,2/2/i32/u \
+        BUDGET_S=${BUDGET_S:-120} timeout "${LIMIT:-150}" python3 softmax_heads_sweep.py >"$out/softmax_phased.txt" 2>&1)
       echo "softmaxphased rc=$?" ;;
     softmaxgrouped)  # rows read once in whole 16-byte groups, padded arrays (/a), maxnreg (/r40)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src KINDS=local:256,strided:128:128,random:0.1 \

@@ -173,13 +173,14 @@ def _cases() -> dict:
             cases[name] = (_sddmm_tiles_kernel, pointers, constants, 4)
     for data in ("*bf16", "*fp32"):  # the row softmax: its single-read branch returns early
         constants = dict(ACC_DTYPE=tl.float32, INDEX=tl.int32, BLOCK=256, BLOCK_H=4)
-        forward = dict(constants, TAIL=0, ALIGN=0, EDGE=16, LEVELS=0, WALK_PER=1)
+        forward = dict(constants, TAIL=0, ALIGN=0, EDGE=16, LEVELS=0, WALK_PER=1, PHASED=False,
+                       WALK_GROUPS=False)  # fmt: skip
         cases[f"softmax {data}"] = (_softmax_csr_kernel, ["*i32", data, data], forward, 4)
         pointers = ["*i32", data, data, data]
         backward = dict(constants, LEVELS=0)
         cases[f"softmax backward {data}"] = (_softmax_csr_backward_kernel, pointers, backward, 4)
     tail = dict(ACC_DTYPE=tl.float32, INDEX=tl.int64, BLOCK=128, BLOCK_H=2, TAIL=32, ALIGN=0,
-                EDGE=16, LEVELS=0, WALK_PER=1)  # fmt: skip
+                EDGE=16, LEVELS=0, WALK_PER=1, PHASED=False, WALK_GROUPS=False)  # fmt: skip
     cases["softmax tail"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], tail, 1)
     for warps in (4, 8):  # causal rows read once on 1024, 2048 or 4096 lanes (levels)
         levels = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, LEVELS=2)
@@ -196,6 +197,9 @@ def _cases() -> dict:
         walk = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, WALK_PER=per)
         name = f"softmax walk 1024 / {per}"
         cases[name] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], walk, 4)
+    walk = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, ALIGN=8, EDGE=128,
+                WALK_PER=8, WALK_GROUPS=True)  # fmt: skip
+    cases["softmax walk groups 1024"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], walk, 4)
     grouped = (  # whole 16-byte groups as routed: local:256, strided:128:128, random:0.1
         ("256", tl.int64, 256, 0, 2, 2),
         ("128+32", tl.int32, 128, 32, 4, 2),
@@ -481,6 +485,7 @@ CASE_NAMES = [
     "softmax walk 1024 / 1",
     "softmax backward levels 1024 x 4 8 warps",
     "softmax walk 1024 / 8",
+    "softmax walk groups 1024",
     "softmax grouped 256",
     "softmax grouped 128+32",
     "softmax grouped 512",

@@ -200,9 +200,11 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
     every offset within a group, rows whose groups overflow the lanes (read entry by entry),
     rows reaching the tail, longer rows (the walk), empty rows and a single entry; the last
     row ending mid-group at the array's end (entry by entry: its group would pass the array)
-    or on a group's end; 5 heads, a NaN entry and a row of -inf. The padding is never
-    written; an unpadded input beside a padded output takes the entry-by-entry read
-    (group_form: their batch strides differ modulo the group)."""
+    or on a group's end; 5 heads, a NaN entry and a row of -inf. Rows past the lanes are
+    walked in groups (in the interpreter the plain walk is replaced by one writing NaN, so a
+    row it took shows). The padding is never written; an unpadded input beside a padded
+    output takes the entry-by-entry read (group_form: their batch strides differ modulo the
+    group)."""
     from sparsekernels.kernels import softmax_csr
 
     skip_interpreter_on_gpu_machine(device)
@@ -225,10 +227,13 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
     out = _padded(5, S.nnz, dtype, device, float("nan"))
     padding = out.as_strided((5, out.stride(0) - S.nnz), out.stride(), S.nnz)
     assert softmax_csr.group_form(values, out, align) == "aligned"
-    softmax_csr.sparse_softmax(
-        row_offsets=S.row_offsets, values=values, out=out, scale=0.7, block=16,
-        num_warps=warps, heads=heads, tail=tail, align=align,
-    )  # fmt: skip
+    with monkeypatch.context() as patch:
+        if device == "cpu":  # rows past the lanes must be walked in groups (walk_in_groups)
+            patch.setattr(softmax_csr, "_walk_twice", _nan_walk_twice)
+        softmax_csr.sparse_softmax(
+            row_offsets=S.row_offsets, values=values, out=out, scale=0.7, block=16,
+            num_warps=warps, heads=heads, tail=tail, align=align,
+        )  # fmt: skip
     want = _dense_softmax(S, values, 0.7)
     _check_forward(out, want, dtype)
     assert padding.isnan().all()  # never written
@@ -239,6 +244,19 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
     _check_forward(got, want, dtype)
     with pytest.raises(ValueError, match="align"):
         _forward_poisoned(S, unpadded, 0.7, block=16, tail=4, align=8)
+
+
+@triton.jit
+def _nan_walk_twice(
+    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
+    WALK_PER: tl.constexpr,
+):  # fmt: skip
+    """softmax_csr._walk_twice's stand-in: the row's entries NaN (a row not walked in groups)."""
+    for e in range(start, end, BLOCK):
+        offs = (e + lanes)[None, :]
+        nan = tl.full(offs.shape, float("nan"), ACC_DTYPE).to(out.dtype.element_ty)
+        tl.store(out + offs * stride_oe, nan, mask=mask_h[:, None] & (offs < end))
 
 
 @triton.jit

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from ._sizes import next_power_of_2
-from .softmax_csr_groups import read_in_groups, read_whole_groups
+from .softmax_csr_groups import read_in_groups, read_whole_groups, walk_in_groups
 
 LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
@@ -190,6 +190,7 @@ def _softmax_csr_kernel(
     WALK_PER: tl.constexpr,  # > 1: a walk's max taken per thread over this many entries a step
     PHASED: tl.constexpr = False,  # with ALIGN: the batch strides not multiples of 16 entries
     # (equal modulo ALIGN): groups counted from the arrays' starts, each head's own (_phased)
+    WALK_GROUPS: tl.constexpr = False,  # with ALIGN, not PHASED: long rows walked in groups
 ):
     row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -242,28 +243,52 @@ def _softmax_csr_kernel(
             values, out, start, end, lanes_4, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
             INDEX, 4 * BLOCK, 0,
         )  # fmt: skip
-    else:
-        # Pass 1: the row's max and the inverse of its sum of exponentials.
-        if WALK_PER > 1:
-            shift, inverse = _walk_per_thread(
-                values, start, end, mask_h, scale, stride_ve, ACC_DTYPE, INDEX, BLOCK, BLOCK_H,
-                WALK_PER,
+    elif WALK_GROUPS:  # long rows walked in whole groups where their groups end in the array
+        if (end + ALIGN - 1) // ALIGN * ALIGN <= nnz:
+            walk_in_groups(
+                values, out, start, end, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
+                BLOCK, BLOCK_H, ALIGN, EDGE,
             )  # fmt: skip
         else:
-            shift, inverse = _walk_per_lane(
-                values, start, end, lanes, mask_h, scale, stride_ve, ACC_DTYPE, BLOCK, BLOCK_H
-            )
+            _walk_twice(
+                values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
+                INDEX, BLOCK, BLOCK_H, WALK_PER,
+            )  # fmt: skip
+    else:
+        _walk_twice(
+            values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
+            BLOCK, BLOCK_H, WALK_PER,
+        )  # fmt: skip
 
-        # Pass 2: write the probabilities.
-        for e in range(start, end, BLOCK):
-            offs = (e + lanes)[None, :]
-            mask = mask_h[:, None] & (offs < end)
-            z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE)
-            # rounded as in pass 1: a bare z * scale - shift contracts to one fma, which for
-            # the row's max gives 2^(rounding error) instead of 1 (fp32, large values)
-            z = tl.where(mask, z * scale, float("-inf"))
-            p = tl.exp2(z - shift) * inverse
-            tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
+
+@triton.jit
+def _walk_twice(
+    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
+    WALK_PER: tl.constexpr,
+):  # fmt: skip
+    """A long row walked twice, BLOCK entries a step: its max and sum, then its probabilities."""
+    # Pass 1: the row's max and the inverse of its sum of exponentials.
+    if WALK_PER > 1:
+        shift, inverse = _walk_per_thread(
+            values, start, end, mask_h, scale, stride_ve, ACC_DTYPE, INDEX, BLOCK, BLOCK_H,
+            WALK_PER,
+        )  # fmt: skip
+    else:
+        shift, inverse = _walk_per_lane(
+            values, start, end, lanes, mask_h, scale, stride_ve, ACC_DTYPE, BLOCK, BLOCK_H
+        )
+
+    # Pass 2: write the probabilities.
+    for e in range(start, end, BLOCK):
+        offs = (e + lanes)[None, :]
+        mask = mask_h[:, None] & (offs < end)
+        z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE)
+        # rounded as in pass 1: a bare z * scale - shift contracts to one fma, which for
+        # the row's max gives 2^(rounding error) instead of 1 (fp32, large values)
+        z = tl.where(mask, z * scale, float("-inf"))
+        p = tl.exp2(z - shift) * inverse
+        tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -484,6 +509,7 @@ def sparse_softmax(
         LEVELS=levels,
         WALK_PER=walk_per,
         PHASED=form == "phased",
+        WALK_GROUPS=form == "aligned",
         num_warps=num_warps,
         **launch,
     )

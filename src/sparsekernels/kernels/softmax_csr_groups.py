@@ -78,22 +78,10 @@ def read_in_groups(
         )
         zt = tl.where(tail_live, zt.to(ACC_DTYPE) * scale, float("-inf"))
         row_max = tl.maximum(row_max, tl.max(zt, axis=1))
-    # the edge: the first group on lanes 0..GROUP-1, the one holding end - 1 on the next GROUP
-    last = _group_start(end - 1, GROUP, PER_HEAD)
-    e = tl.arange(0, EDGE).to(INDEX)
-    if PER_HEAD:
-        edge_group = tl.where((e < GROUP)[None, :], first, last)
-        once = e[None, :] < tl.where(last > first, 2 * GROUP, GROUP)
-    else:
-        edge_group = tl.where(e < GROUP, first, last)[None, :]
-        once = (e < tl.where(last > first, 2 * GROUP, GROUP))[None, :]
-    edge_offs = edge_group + (e % GROUP)[None, :]
-    edge_live = mask_h[:, None] & (edge_offs >= start) & (edge_offs < end)
-    edge_live &= once  # one group: once
-    partial = (edge_group < start) | (edge_group + GROUP > end)
-    edge_store = edge_live & partial
-    ze = tl.load(values + edge_offs * stride_ve, mask=edge_store, other=float("-inf"))
-    ze = tl.where(edge_store, ze.to(ACC_DTYPE) * scale, float("-inf"))
+    ze, edge_offs, edge_store = _edges(
+        values, start, end, first, mask_h, scale, stride_ve, ACC_DTYPE, INDEX, GROUP, EDGE,
+        PER_HEAD,
+    )  # fmt: skip
 
     shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
     p = tl.exp2(z - shift)
@@ -131,3 +119,87 @@ def _group_start(at, GROUP: tl.constexpr, PER_HEAD: tl.constexpr):
     else:
         start = tl.multiple_of(at // GROUP * GROUP, GROUP)
     return start
+
+
+@triton.jit
+def _edges(
+    values, start, end, first, mask_h, scale, stride_ve,
+    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, GROUP: tl.constexpr, EDGE: tl.constexpr,
+    PER_HEAD: tl.constexpr,
+):  # fmt: skip
+    """A row's partial first and last groups, entry by entry on EDGE lanes (the first group on
+    lanes 0..GROUP-1, the one holding end - 1 on the next GROUP): their scaled values (-inf
+    elsewhere), offsets and store mask."""
+    last = _group_start(end - 1, GROUP, PER_HEAD)
+    e = tl.arange(0, EDGE).to(INDEX)
+    if PER_HEAD:
+        edge_group = tl.where((e < GROUP)[None, :], first, last)
+        once = e[None, :] < tl.where(last > first, 2 * GROUP, GROUP)
+    else:
+        edge_group = tl.where(e < GROUP, first, last)[None, :]
+        once = (e < tl.where(last > first, 2 * GROUP, GROUP))[None, :]
+    edge_offs = edge_group + (e % GROUP)[None, :]
+    edge_live = mask_h[:, None] & (edge_offs >= start) & (edge_offs < end)
+    edge_live &= once  # one group: once
+    partial = (edge_group < start) | (edge_group + GROUP > end)
+    edge_store = edge_live & partial
+    ze = tl.load(values + edge_offs * stride_ve, mask=edge_store, other=float("-inf"))
+    ze = tl.where(edge_store, ze.to(ACC_DTYPE) * scale, float("-inf"))
+    return ze, edge_offs, edge_store
+
+
+@triton.jit
+def walk_in_groups(
+    values, out, start, end, mask_h, scale, stride_ve, stride_oe,
+    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
+    GROUP: tl.constexpr, EDGE: tl.constexpr,
+):  # fmt: skip
+    """A long row walked twice in whole groups from the one holding its start, its groups'
+    ends within the array: steps of BLOCK entries as (BLOCK / GROUP, GROUP) lanes, a thread a
+    group, so each step's max is taken within the thread (as softmax_csr._walk_per_thread with
+    a group a thread) and a group is one vector load; the second pass stores the groups inside
+    the row whole and the partial first and last groups entry by entry (_edges)."""
+    W: tl.constexpr = BLOCK // GROUP
+    UNSIGNED: tl.constexpr = tl.uint32 if tl.int32 == INDEX else tl.uint64
+    width = tl.cast(end - start, UNSIGNED)
+    lanes = (tl.arange(0, W)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]).to(INDEX)
+    starts = (tl.arange(0, W) * GROUP).to(INDEX)[:, None]  # each group's first entry
+    first = tl.multiple_of(start // GROUP * GROUP, GROUP)
+    values_3 = values[:, :, None]
+    out_3 = out[:, :, None]
+    mask_h_3 = mask_h[:, None, None]
+    m = tl.full((BLOCK_H, W), float("-inf"), dtype=ACC_DTYPE)
+    s = tl.zeros((BLOCK_H, W), dtype=ACC_DTYPE)
+    steps = tl.cdiv(end - first, BLOCK)  # (a step count: first + i * BLOCK keeps first's
+    for i in range(0, steps):  # divisibility, where a loop from first loses it)
+        e = first + i * BLOCK
+        offs = (e + lanes)[None, :, :]
+        whole = mask_h_3 & ((e + starts) < end)[None, :, :]
+        z = tl.load(values_3 + offs * stride_ve, mask=whole, other=float("-inf"))
+        live = mask_h_3 & (tl.cast(offs - start, UNSIGNED) < width)  # start <= offs < end
+        z = tl.where(live, z.to(ACC_DTYPE) * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(z, axis=2))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp2(m - shift) + tl.sum(tl.exp2(z - shift[:, :, None]), axis=2)
+        m = m_new
+    row_max = tl.max(m, axis=1)
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
+    inverse = (1.0 / tl.sum(s * tl.exp2(m - shift), axis=1))[:, None]
+    shift_3 = shift[:, :, None]
+    inverse_3 = inverse[:, :, None]
+    for i in range(0, steps):
+        e = first + i * BLOCK
+        offs = (e + lanes)[None, :, :]
+        groups = (e + starts)[None, :, :]
+        whole = mask_h_3 & (groups < end)
+        z = tl.load(values_3 + offs * stride_ve, mask=whole, other=float("-inf"))
+        # rounded as in pass 1 (the select keeps z * scale - shift from contracting to an fma)
+        z = tl.where(whole, z.to(ACC_DTYPE) * scale, float("-inf"))
+        p = tl.exp2(z - shift_3) * inverse_3
+        inside = mask_h_3 & (groups >= start) & (groups + GROUP <= end)
+        tl.store(out_3 + offs * stride_oe, p.to(out.dtype.element_ty), mask=inside)
+    ze, edge_offs, edge_store = _edges(
+        values, start, end, first, mask_h, scale, stride_ve, ACC_DTYPE, INDEX, GROUP, EDGE, False
+    )
+    pe = tl.exp2(ze - shift) * inverse
+    tl.store(out + edge_offs * stride_oe, pe.to(out.dtype.element_ty), mask=edge_store)
