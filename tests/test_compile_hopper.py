@@ -200,6 +200,13 @@ def _cases() -> dict:
     walk = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, ALIGN=8, EDGE=128,
                 WALK_PER=8, WALK_GROUPS=True)  # fmt: skip
     cases["softmax walk groups 1024"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], walk, 4)
+    phased_walk = dict(walk, PHASED=True, BLOCK_H=2)  # (UNALIGNED=stride_vb,stride_ob,nnz)
+    cases["softmax phased walk groups 1024"] = (
+        _softmax_csr_kernel,
+        ["*i32", "*bf16", "*bf16"],
+        phased_walk,
+        4,
+    )
     grouped = (  # whole 16-byte groups as routed: local:256, strided:128:128, random:0.1
         ("256", tl.int64, 256, 0, 2, 2),
         ("128+32", tl.int32, 128, 32, 4, 2),
@@ -208,7 +215,7 @@ def _cases() -> dict:
     for name, index, block, tail_lanes, heads, warps in grouped:
         edge = max(16, 32 * warps // heads)
         aligned = dict(tail, INDEX=index, BLOCK=block, BLOCK_H=heads, TAIL=tail_lanes, ALIGN=8,
-                       EDGE=edge)  # fmt: skip
+                       EDGE=edge, WALK_GROUPS=True)  # fmt: skip
         cases[f"softmax grouped {name}"] = (
             _softmax_csr_kernel,
             ["*i32", "*bf16", "*bf16"],
@@ -486,6 +493,7 @@ CASE_NAMES = [
     "softmax backward levels 1024 x 4 8 warps",
     "softmax walk 1024 / 8",
     "softmax walk groups 1024",
+    "softmax phased walk groups 1024",
     "softmax grouped 256",
     "softmax grouped 128+32",
     "softmax grouped 512",

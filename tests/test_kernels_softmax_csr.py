@@ -275,13 +275,13 @@ def _nan_read_once(
 
 
 def _phased_rows(offsets, nnz, stride, batch, heads, group, lanes) -> torch.Tensor:
-    """(batch, rows) True where a row read once is read in groups in the phased form: its
-    groups fit the lanes for every head of its program (heads past the batch too) and the last
-    head's groups end within the array."""
+    """(batch, rows) True where a row is read in groups in the phased form: the last head's
+    groups end within the array, and a row within the lanes has its groups fit them for every
+    head of its program (heads past the batch too); longer rows are walked in groups."""
     starts, ends = offsets[:-1].long(), offsets[1:].long()
     phase = torch.arange(-(-batch // heads) * heads) * stride % group
     worst = ((starts[None, :] + phase[:, None]) % group).view(-1, heads, starts.numel())
-    fits = (ends - starts) + worst.amax(1) <= lanes  # (programs, rows)
+    fits = ((ends - starts) + worst.amax(1) <= lanes) | (ends - starts > lanes)  # (programs, rows)
     last = (batch - 1) * stride % group
     inside = (ends + last + group - 1) // group * group <= nnz + last
     return (fits & inside).repeat_interleave(heads, 0)[:batch]
@@ -299,8 +299,9 @@ def test_forward_phased(device, dtype, tail, heads, warps, extra, layout, gen, m
     its groups), an input of batch stride nnz + group beside a contiguous output (phased: the
     strides agree modulo the group), and one of stride nnz + 1 (entry by entry). Rows of every
     length and start, empty rows, rows past the lanes (walked), a NaN entry and a row of -inf.
-    In the interpreter the entry-by-entry read is replaced by one that writes NaN, so the rows
-    the phased form must take (_phased_rows) show that it took them."""
+    In the interpreter the entry-by-entry read and the plain walk are replaced by ones that
+    write NaN, so the rows the phased form must take (_phased_rows, rows past the lanes walked
+    in groups) show that it took them."""
     from sparsekernels.kernels import softmax_csr
 
     skip_interpreter_on_gpu_machine(device)
@@ -325,14 +326,16 @@ def test_forward_phased(device, dtype, tail, heads, warps, extra, layout, gen, m
     grouped = torch.zeros(5, len(lengths), dtype=torch.bool)
     if device == "cpu" and form:  # the interpreter looks kernels' helpers up when called
         monkeypatch.setattr(softmax_csr, "_read_once", _nan_read_once)
+        monkeypatch.setattr(softmax_csr, "_walk_twice", _nan_walk_twice)
         grouped = _phased_rows(offsets, S.nnz, stride, 5, heads, align, 16 + tail)
+        walked = torch.tensor(lengths) > 16 + tail
+        assert grouped[:, walked].all()  # (the last row is short: no walk needs it)
         assert grouped.any() and not grouped.all()  # both reads
     softmax_csr.sparse_softmax(
         row_offsets=S.row_offsets, values=values, out=out, scale=0.7, block=16,
         num_warps=warps, heads=heads, tail=tail, align=align,
     )  # fmt: skip
-    read_once = torch.tensor(lengths) <= 16 + tail
-    nan_rows = read_once & ~grouped & (device == "cpu" and form is not None)
+    nan_rows = (torch.tensor(lengths) > 0) & ~grouped & (device == "cpu" and form is not None)
     entry_rows = S.pattern.row_indices().cpu()
     poisoned = nan_rows[:, entry_rows]  # (5, nnz): entries of rows read entry by entry
     assert out.cpu()[poisoned].isnan().all()

@@ -137,6 +137,22 @@ def _walk_per_thread(
 
 
 @triton.jit
+def _phase(heads, batch, nnz, stride_vb, stride_ob, end, INDEX: tl.constexpr, ALIGN: tl.constexpr):
+    """Each head's phase (where its matrix starts within a group of ALIGN entries, the same in
+    both arrays), the heads' bases moved back to their groups (multiples of ALIGN as Triton
+    sees them: vectors), and whether the last head's groups end within the array as its entries
+    do (then every head's do)."""
+    at_v = heads * stride_vb
+    base_v = at_v // ALIGN * ALIGN  # (Triton infers the divisibility: multiple_of on a tensor
+    phase = at_v - base_v  # of one head failed its coalescing pass, Triton 3.6)
+    base_o = heads * stride_ob // ALIGN * ALIGN  # (the same phase: strides equal modulo ALIGN)
+    phase = phase.to(INDEX)
+    last_phase = ((batch - 1).to(tl.int64) * stride_vb % ALIGN).to(INDEX)
+    inside = (end + last_phase + ALIGN - 1) // ALIGN * ALIGN <= nnz + last_phase
+    return phase, base_v, base_o, inside
+
+
+@triton.jit
 def _phased(
     values, out, start, end, lanes, heads, mask_h, scale, batch, nnz, stride_vb, stride_ob,
     stride_ve, stride_oe, ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr,
@@ -148,16 +164,12 @@ def _phased(
     group, its row `phase` entries further in, both arrays alike (their strides equal modulo
     ALIGN). Whether it was taken: its groups must fit the lanes for every head, and the last
     head's reach the array's end no further than the entries already do."""
-    at_v = heads * stride_vb
-    at_o = heads * stride_ob
-    phase = (at_v % ALIGN).to(INDEX)
+    phase, base_v, base_o, inside = _phase(
+        heads, batch, nnz, stride_vb, stride_ob, end, INDEX, ALIGN
+    )
     start_h = start + phase
     fits = (end - start) + tl.max(start_h % ALIGN, axis=0) <= BLOCK + TAIL
-    last_phase = ((batch - 1).to(tl.int64) * stride_vb % ALIGN).to(INDEX)
-    inside = (end + last_phase + ALIGN - 1) // ALIGN * ALIGN <= nnz + last_phase
     if fits & inside:
-        base_v = tl.multiple_of(at_v - phase, ALIGN)  # a group's start: the hint gives vectors
-        base_o = tl.multiple_of(at_o - phase, ALIGN)
         read_in_groups(
             values + base_v[:, None], out + base_o[:, None], start_h[:, None],
             (end + phase)[:, None], lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
@@ -190,7 +202,7 @@ def _softmax_csr_kernel(
     WALK_PER: tl.constexpr,  # > 1: a walk's max taken per thread over this many entries a step
     PHASED: tl.constexpr = False,  # with ALIGN: the batch strides not multiples of 16 entries
     # (equal modulo ALIGN): groups counted from the arrays' starts, each head's own (_phased)
-    WALK_GROUPS: tl.constexpr = False,  # with ALIGN, not PHASED: long rows walked in groups
+    WALK_GROUPS: tl.constexpr = False,  # with ALIGN: long rows walked in groups
 ):
     row = tl.program_id(0).to(INDEX)
     heads = tl.program_id(1).to(tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -244,7 +256,22 @@ def _softmax_csr_kernel(
             INDEX, 4 * BLOCK, 0,
         )  # fmt: skip
     elif WALK_GROUPS:  # long rows walked in whole groups where their groups end in the array
-        if (end + ALIGN - 1) // ALIGN * ALIGN <= nnz:
+        if PHASED:
+            phase, base_v, base_o, inside = _phase(
+                heads, batch, nnz, stride_vb, stride_ob, end, INDEX, ALIGN
+            )
+            if inside:
+                walk_in_groups(
+                    values_0 + base_v[:, None], out_0 + base_o[:, None], (start + phase)[:, None],
+                    (end + phase)[:, None], mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
+                    BLOCK, BLOCK_H, ALIGN, EDGE, True,
+                )  # fmt: skip
+            else:
+                _walk_twice(
+                    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
+                    ACC_DTYPE, INDEX, BLOCK, BLOCK_H, WALK_PER,
+                )  # fmt: skip
+        elif (end + ALIGN - 1) // ALIGN * ALIGN <= nnz:
             walk_in_groups(
                 values, out, start, end, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
                 BLOCK, BLOCK_H, ALIGN, EDGE,
@@ -509,7 +536,7 @@ def sparse_softmax(
         LEVELS=levels,
         WALK_PER=walk_per,
         PHASED=form == "phased",
-        WALK_GROUPS=form == "aligned",
+        WALK_GROUPS=form is not None,
         num_warps=num_warps,
         **launch,
     )

@@ -114,8 +114,10 @@ def _along(base, lanes, PER_HEAD: tl.constexpr):
 def _group_start(at, GROUP: tl.constexpr, PER_HEAD: tl.constexpr):
     """The start of the group holding `at` (a scalar, or with PER_HEAD a (heads, 1) tensor),
     marked a multiple of GROUP."""
-    if PER_HEAD:
-        start = tl.multiple_of(at // GROUP * GROUP, [GROUP, GROUP])
+    # (a tensor's: Triton infers x // GROUP * GROUP's divisibility; multiple_of on a tensor of
+    # one head failed its coalescing pass, Triton 3.6)
+    if PER_HEAD:  # noqa: SIM108 (a constexpr branch: Triton compiles one side)
+        start = at // GROUP * GROUP
     else:
         start = tl.multiple_of(at // GROUP * GROUP, GROUP)
     return start
@@ -152,31 +154,39 @@ def _edges(
 def walk_in_groups(
     values, out, start, end, mask_h, scale, stride_ve, stride_oe,
     ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
-    GROUP: tl.constexpr, EDGE: tl.constexpr,
+    GROUP: tl.constexpr, EDGE: tl.constexpr, PER_HEAD: tl.constexpr = False,
 ):  # fmt: skip
     """A long row walked twice in whole groups from the one holding its start, its groups'
     ends within the array: steps of BLOCK entries as (BLOCK / GROUP, GROUP) lanes, a thread a
     group, so each step's max is taken within the thread (as softmax_csr._walk_per_thread with
     a group a thread) and a group is one vector load; the second pass stores the groups inside
-    the row whole and the partial first and last groups entry by entry (_edges)."""
+    the row whole and the partial first and last groups entry by entry (_edges). PER_HEAD as
+    read_in_groups' (start and end (heads, 1), each head's row at its own place)."""
     W: tl.constexpr = BLOCK // GROUP
     UNSIGNED: tl.constexpr = tl.uint32 if tl.int32 == INDEX else tl.uint64
-    width = tl.cast(end - start, UNSIGNED)
     lanes = (tl.arange(0, W)[:, None] * GROUP + tl.arange(0, GROUP)[None, :]).to(INDEX)
-    starts = (tl.arange(0, W) * GROUP).to(INDEX)[:, None]  # each group's first entry
-    first = tl.multiple_of(start // GROUP * GROUP, GROUP)
+    lanes = lanes[None, :, :]
+    starts = (tl.arange(0, W) * GROUP).to(INDEX)[None, :, None]  # each group's first entry
+    first = _group_start(start, GROUP, PER_HEAD)
+    # a step count (first + i * BLOCK keeps first's divisibility, where a loop from first loses
+    # it): the most any head needs
+    if PER_HEAD:
+        steps = tl.cdiv(tl.max(tl.max(end - first, axis=1), axis=0), BLOCK)
+    else:
+        steps = tl.cdiv(end - first, BLOCK)
+    start_3, end_3, first_3 = _3d(start, PER_HEAD), _3d(end, PER_HEAD), _3d(first, PER_HEAD)
+    width = tl.cast(end_3 - start_3, UNSIGNED)
     values_3 = values[:, :, None]
     out_3 = out[:, :, None]
     mask_h_3 = mask_h[:, None, None]
     m = tl.full((BLOCK_H, W), float("-inf"), dtype=ACC_DTYPE)
     s = tl.zeros((BLOCK_H, W), dtype=ACC_DTYPE)
-    steps = tl.cdiv(end - first, BLOCK)  # (a step count: first + i * BLOCK keeps first's
-    for i in range(0, steps):  # divisibility, where a loop from first loses it)
-        e = first + i * BLOCK
-        offs = (e + lanes)[None, :, :]
-        whole = mask_h_3 & ((e + starts) < end)[None, :, :]
+    for i in range(0, steps):
+        e = first_3 + i * BLOCK
+        offs = e + lanes
+        whole = mask_h_3 & ((e + starts) < end_3)
         z = tl.load(values_3 + offs * stride_ve, mask=whole, other=float("-inf"))
-        live = mask_h_3 & (tl.cast(offs - start, UNSIGNED) < width)  # start <= offs < end
+        live = mask_h_3 & (tl.cast(offs - start_3, UNSIGNED) < width)  # start <= offs < end
         z = tl.where(live, z.to(ACC_DTYPE) * scale, float("-inf"))
         m_new = tl.maximum(m, tl.max(z, axis=2))
         shift = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -188,18 +198,27 @@ def walk_in_groups(
     shift_3 = shift[:, :, None]
     inverse_3 = inverse[:, :, None]
     for i in range(0, steps):
-        e = first + i * BLOCK
-        offs = (e + lanes)[None, :, :]
-        groups = (e + starts)[None, :, :]
-        whole = mask_h_3 & (groups < end)
+        e = first_3 + i * BLOCK
+        offs = e + lanes
+        groups = e + starts
+        whole = mask_h_3 & (groups < end_3)
         z = tl.load(values_3 + offs * stride_ve, mask=whole, other=float("-inf"))
         # rounded as in pass 1 (the select keeps z * scale - shift from contracting to an fma)
         z = tl.where(whole, z.to(ACC_DTYPE) * scale, float("-inf"))
         p = tl.exp2(z - shift_3) * inverse_3
-        inside = mask_h_3 & (groups >= start) & (groups + GROUP <= end)
+        inside = mask_h_3 & (groups >= start_3) & (groups + GROUP <= end_3)
         tl.store(out_3 + offs * stride_oe, p.to(out.dtype.element_ty), mask=inside)
     ze, edge_offs, edge_store = _edges(
-        values, start, end, first, mask_h, scale, stride_ve, ACC_DTYPE, INDEX, GROUP, EDGE, False
-    )
+        values, start, end, first, mask_h, scale, stride_ve, ACC_DTYPE, INDEX, GROUP, EDGE,
+        PER_HEAD,
+    )  # fmt: skip
     pe = tl.exp2(ze - shift) * inverse
     tl.store(out + edge_offs * stride_oe, pe.to(out.dtype.element_ty), mask=edge_store)
+
+
+@triton.jit
+def _3d(x, PER_HEAD: tl.constexpr):
+    """A (heads, 1) tensor as (heads, 1, 1) with PER_HEAD; a scalar as it is."""
+    if PER_HEAD:  # noqa: SIM108 (a constexpr branch: Triton compiles one side)
+        x = x[:, :, None]
+    return x
