@@ -200,13 +200,14 @@ def _cases() -> dict:
     walk = dict(tail, INDEX=tl.int32, BLOCK=1024, BLOCK_H=1, TAIL=0, ALIGN=8, EDGE=128,
                 WALK_PER=8, WALK_GROUPS=True)  # fmt: skip
     cases["softmax walk groups 1024"] = (_softmax_csr_kernel, ["*i32", "*bf16", "*bf16"], walk, 4)
-    phased_walk = dict(walk, PHASED=True, BLOCK_H=2)  # (UNALIGNED=stride_vb,stride_ob,nnz)
-    cases["softmax phased walk groups 1024"] = (
-        _softmax_csr_kernel,
-        ["*i32", "*bf16", "*bf16"],
-        phased_walk,
-        4,
-    )
+    for heads in (1, 2):  # (compile with UNALIGNED=stride_vb,stride_ob,nnz)
+        phased_walk = dict(walk, PHASED=True, BLOCK_H=heads)
+        cases[f"softmax phased walk groups 1024 x {heads}"] = (
+            _softmax_csr_kernel,
+            ["*i32", "*bf16", "*bf16"],
+            phased_walk,
+            4,
+        )
     grouped = (  # whole 16-byte groups as routed: local:256, strided:128:128, random:0.1
         ("256", tl.int64, 256, 0, 2, 2),
         ("128+32", tl.int32, 128, 32, 4, 2),
@@ -493,7 +494,8 @@ CASE_NAMES = [
     "softmax backward levels 1024 x 4 8 warps",
     "softmax walk 1024 / 8",
     "softmax walk groups 1024",
-    "softmax phased walk groups 1024",
+    "softmax phased walk groups 1024 x 1",
+    "softmax phased walk groups 1024 x 2",
     "softmax grouped 256",
     "softmax grouped 128+32",
     "softmax grouped 512",
