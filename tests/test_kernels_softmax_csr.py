@@ -229,7 +229,7 @@ def test_forward_aligned(device, dtype, tail, heads, warps, whole, wide, gen, mo
     assert softmax_csr.group_form(values, out, align) == "aligned"
     with monkeypatch.context() as patch:
         if device == "cpu":  # rows past the lanes must be walked in groups (walk_in_groups)
-            patch.setattr(softmax_csr, "_walk_twice", _nan_walk_twice)
+            patch.setattr(softmax_csr, "walk_twice", _nan_walk_twice)
         softmax_csr.sparse_softmax(
             row_offsets=S.row_offsets, values=values, out=out, scale=0.7, block=16,
             num_warps=warps, heads=heads, tail=tail, align=align,
@@ -252,7 +252,7 @@ def _nan_walk_twice(
     ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
     WALK_PER: tl.constexpr,
 ):  # fmt: skip
-    """softmax_csr._walk_twice's stand-in: the row's entries NaN (a row not walked in groups)."""
+    """softmax_csr.walk_twice's stand-in: the row's entries NaN (a row not walked in groups)."""
     for e in range(start, end, BLOCK):
         offs = (e + lanes)[None, :]
         nan = tl.full(offs.shape, float("nan"), ACC_DTYPE).to(out.dtype.element_ty)
@@ -326,7 +326,7 @@ def test_forward_phased(device, dtype, tail, heads, warps, extra, layout, gen, m
     grouped = torch.zeros(5, len(lengths), dtype=torch.bool)
     if device == "cpu" and form:  # the interpreter looks kernels' helpers up when called
         monkeypatch.setattr(softmax_csr, "_read_once", _nan_read_once)
-        monkeypatch.setattr(softmax_csr, "_walk_twice", _nan_walk_twice)
+        monkeypatch.setattr(softmax_csr, "walk_twice", _nan_walk_twice)
         grouped = _phased_rows(offsets, S.nnz, stride, 5, heads, align, 16 + tail)
         walked = torch.tensor(lengths) > 16 + tail
         assert grouped[:, walked].all()  # (the last row is short: no walk needs it)

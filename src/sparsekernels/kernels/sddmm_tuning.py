@@ -133,11 +133,12 @@ SOFTMAX_TAIL_MAX_LANES = 256
 # and-stores form on arrays padded to 16 entries a matrix, H100, cold, bf16, 16 heads at
 # L = 4096 (results/nvidia-h100/2026-12-06/at-5b1e44a/softmax_grouped.txt), us: local:256
 # 26.5 -> 25.7 (int32, maxnreg 40), strided:128:128 17.7 -> 15.8 (its tail), random:0.1
-# 44.7 -> 39.7 (int32, maxnreg 40). Off: users' values come unpadded (no vector loads), and
-# spmm copies a padded probs (`values.contiguous()`); to route it once SDDMM pads its output.
+# 44.7 -> 39.7 (int32, maxnreg 40). Arrays at any batch stride now take groups too (the phased
+# form: contiguous (heads, nnz) at nnz % 16 != 0, as SDDMM writes them and the suite has them),
+# and long rows walk in groups: off until those are timed (run_h200.sh step softmaxphased).
 SOFTMAX_ALIGN = False
-# A walked row's first pass takes each step's max per thread (softmax_csr._walk_per_thread: one
-# rescaling exp2 per thread a step, not per entry) on the walk's one-head blocks of 1024: H100,
+# A walked row's first pass takes each step's max per thread (softmax_csr_walks._walk_per_thread:
+# one rescaling exp2 per thread a step, not per entry) on the walk's one-head blocks of 1024: H100,
 # cold, 16 heads of a causal L = 4096 pattern (benchmarks/sweeps/softmax_heads_sweep.py,
 # results/nvidia-h100/2026-12-06/at-5b1e44a/softmax_levels_L4096.txt), us: bf16 275.5 ->
 # 249.8 (64% -> 71% of copy), fp32 410.0 -> 398.8. Reading those rows once on 2-4 blocks'

@@ -11,10 +11,10 @@ neighbouring programs take the same branch). Exponentials are taken in base 2 (l
 into the scale) and each row's sum inverted once: the kernel is bound by instructions issued,
 and compiled for sm_90 its single-read branch then issues 13% fewer (27-31% fewer in the
 walks).
-Rows read once may also be read and written in whole 16-byte groups from the one holding
-their start (ALIGN, kernels/softmax_csr_groups.py: vector loads and stores where each matrix's
-values start 16-byte aligned); rows whose groups would not fit the lanes, or would pass the
-array's end, are read entry by entry.
+Rows may also be read and written in whole 16-byte groups from the one holding their start
+(ALIGN, kernels/softmax_csr_groups.py: vector loads and stores, at any batch stride), long rows
+walked in groups; rows whose groups would not fit the lanes, or would pass the array's end, are
+read entry by entry (the walks: kernels/softmax_csr_walks.py).
 As the reference does, a row whose max is -inf is
 shifted by 0 instead, so a row of all -inf gives 0 / 0 = NaN like dense softmax; a NaN or +inf
 makes its row NaN; empty rows are not touched.
@@ -46,7 +46,14 @@ import triton
 import triton.language as tl
 
 from ._sizes import next_power_of_2
-from .softmax_csr_groups import read_in_groups, read_whole_groups, walk_in_groups
+from .softmax_csr_groups import (
+    head_phases,
+    read_in_groups,
+    read_phased,
+    read_whole_groups,
+    walk_in_groups,
+)
+from .softmax_csr_walks import walk_twice
 
 LOG2_E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
@@ -83,102 +90,6 @@ def _read_once(
 
 
 @triton.jit
-def _walk_per_lane(
-    values, start, end, lanes, mask_h, scale, stride_ve,
-    ACC_DTYPE: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
-):  # fmt: skip
-    """A long row's (BLOCK_H, 1) shift (its max, 0 for -inf) and inverse sum: a running max m
-    and sum s of exp(z - m) per lane, BLOCK entries a step, the lanes combined at the end."""
-    m = tl.full((BLOCK_H, BLOCK), float("-inf"), dtype=ACC_DTYPE)
-    s = tl.zeros((BLOCK_H, BLOCK), dtype=ACC_DTYPE)
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = tl.load(values + offs * stride_ve, mask=mask, other=float("-inf")).to(ACC_DTYPE)
-        z = tl.where(mask, z * scale, float("-inf"))
-        m_new = tl.maximum(m, z)
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s = s * tl.exp2(m - shift) + tl.exp2(z - shift)
-        m = m_new
-    row_max = tl.max(m, axis=1)
-    shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
-    total = tl.sum(s * tl.exp2(m - shift), axis=1)  # a lane with m = -inf adds 0
-    return shift, (1.0 / total)[:, None]
-
-
-@triton.jit
-def _walk_per_thread(
-    values, start, end, mask_h, scale, stride_ve,
-    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
-    PER: tl.constexpr,
-):  # fmt: skip
-    """_walk_per_lane with the step as (PER, BLOCK / PER) lanes, entry j * BLOCK / PER + t of a
-    step in column t: with PER = BLOCK / threads a thread holds a whole column, so a step's max
-    is taken within the thread first and the running sum rescaled once a column (one exp2 per
-    PER entries instead of one an entry; compiled for sm_90 with unit strides, pass 1's loop
-    155 -> 121 instructions at BLOCK 1024 on 4 warps, 40 -> 38 registers)."""
-    W: tl.constexpr = BLOCK // PER
-    lanes = (tl.arange(0, PER)[:, None] * W + tl.arange(0, W)[None, :]).to(INDEX)
-    m = tl.full((BLOCK_H, W), float("-inf"), dtype=ACC_DTYPE)
-    s = tl.zeros((BLOCK_H, W), dtype=ACC_DTYPE)
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :, :]
-        mask = mask_h[:, None, None] & (offs < end)
-        z = tl.load(values[:, :, None] + offs * stride_ve, mask=mask, other=float("-inf"))
-        z = tl.where(mask, z.to(ACC_DTYPE) * scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(z, axis=1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s = s * tl.exp2(m - shift) + tl.sum(tl.exp2(z - shift[:, None, :]), axis=1)
-        m = m_new
-    row_max = tl.max(m, axis=1)
-    shift = tl.where(row_max == float("-inf"), 0.0, row_max)[:, None]
-    total = tl.sum(s * tl.exp2(m - shift), axis=1)
-    return shift, (1.0 / total)[:, None]
-
-
-@triton.jit
-def _phase(heads, batch, nnz, stride_vb, stride_ob, end, INDEX: tl.constexpr, ALIGN: tl.constexpr):
-    """Each head's phase (where its matrix starts within a group of ALIGN entries, the same in
-    both arrays), the heads' bases moved back to their groups (multiples of ALIGN as Triton
-    sees them: vectors), and whether the last head's groups end within the array as its entries
-    do (then every head's do)."""
-    at_v = heads * stride_vb
-    base_v = at_v // ALIGN * ALIGN  # (Triton infers the divisibility: multiple_of on a tensor
-    phase = at_v - base_v  # of one head failed its coalescing pass, Triton 3.6)
-    base_o = heads * stride_ob // ALIGN * ALIGN  # (the same phase: strides equal modulo ALIGN)
-    phase = phase.to(INDEX)
-    last_phase = ((batch - 1).to(tl.int64) * stride_vb % ALIGN).to(INDEX)
-    inside = (end + last_phase + ALIGN - 1) // ALIGN * ALIGN <= nnz + last_phase
-    return phase, base_v, base_o, inside
-
-
-@triton.jit
-def _phased(
-    values, out, start, end, lanes, heads, mask_h, scale, batch, nnz, stride_vb, stride_ob,
-    stride_ve, stride_oe, ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr,
-    TAIL: tl.constexpr, ALIGN: tl.constexpr, EDGE: tl.constexpr,
-):  # fmt: skip
-    """The row read in groups when each head's matrix starts `phase` entries past a group (a
-    batch stride that is no multiple of 16 entries: Triton cannot see its matrices aligned,
-    e.g. a contiguous (heads, nnz) array at nnz % 8 != 0): each head's base moved back to its
-    group, its row `phase` entries further in, both arrays alike (their strides equal modulo
-    ALIGN). Whether it was taken: its groups must fit the lanes for every head, and the last
-    head's reach the array's end no further than the entries already do."""
-    phase, base_v, base_o, inside = _phase(
-        heads, batch, nnz, stride_vb, stride_ob, end, INDEX, ALIGN
-    )
-    start_h = start + phase
-    fits = (end - start) + tl.max(start_h % ALIGN, axis=0) <= BLOCK + TAIL
-    if fits & inside:
-        read_in_groups(
-            values + base_v[:, None], out + base_o[:, None], start_h[:, None],
-            (end + phase)[:, None], lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
-            BLOCK, TAIL, ALIGN, EDGE, True,
-        )  # fmt: skip
-    return fits & inside
-
-
-@triton.jit
 def _softmax_csr_kernel(
     row_offsets,  # (M + 1,) int32/int64
     values,  # (nnz,) or (batch, nnz): strides stride_vb (0 when unbatched), stride_ve
@@ -201,7 +112,7 @@ def _softmax_csr_kernel(
     LEVELS: tl.constexpr,  # rows up to BLOCK * 2^LEVELS (<= 2) read once on 2 or 4 BLOCK lanes
     WALK_PER: tl.constexpr,  # > 1: a walk's max taken per thread over this many entries a step
     PHASED: tl.constexpr = False,  # with ALIGN: the batch strides not multiples of 16 entries
-    # (equal modulo ALIGN): groups counted from the arrays' starts, each head's own (_phased)
+    # (equal modulo ALIGN): groups counted from the arrays' starts, each head's own (read_phased)
     WALK_GROUPS: tl.constexpr = False,  # with ALIGN: long rows walked in groups
 ):
     row = tl.program_id(0).to(INDEX)
@@ -219,7 +130,7 @@ def _softmax_csr_kernel(
     lanes = tl.arange(0, BLOCK).to(INDEX)  # e + lanes is INDEX whatever e's type (interpreter)
 
     if PHASED:  # rows read once in whole 16-byte groups, each head's row at its own phase
-        if _phased(
+        if read_phased(
             values_0, out_0, start, end, lanes, heads, mask_h, scale, batch, nnz, stride_vb,
             stride_ob, stride_ve, stride_oe, ACC_DTYPE, INDEX, BLOCK, TAIL, ALIGN, EDGE,
         ):  # fmt: skip
@@ -257,7 +168,7 @@ def _softmax_csr_kernel(
         )  # fmt: skip
     elif WALK_GROUPS:  # long rows walked in whole groups where their groups end in the array
         if PHASED:
-            phase, base_v, base_o, inside = _phase(
+            phase, base_v, base_o, inside = head_phases(
                 heads, batch, nnz, stride_vb, stride_ob, end, INDEX, ALIGN
             )
             if inside:
@@ -267,7 +178,7 @@ def _softmax_csr_kernel(
                     BLOCK, BLOCK_H, ALIGN, EDGE, True,
                 )  # fmt: skip
             else:
-                _walk_twice(
+                walk_twice(
                     values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
                     ACC_DTYPE, INDEX, BLOCK, BLOCK_H, WALK_PER,
                 )  # fmt: skip
@@ -277,45 +188,15 @@ def _softmax_csr_kernel(
                 BLOCK, BLOCK_H, ALIGN, EDGE,
             )  # fmt: skip
         else:
-            _walk_twice(
+            walk_twice(
                 values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE,
                 INDEX, BLOCK, BLOCK_H, WALK_PER,
             )  # fmt: skip
     else:
-        _walk_twice(
+        walk_twice(
             values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
             BLOCK, BLOCK_H, WALK_PER,
         )  # fmt: skip
-
-
-@triton.jit
-def _walk_twice(
-    values, out, start, end, lanes, mask_h, scale, stride_ve, stride_oe,
-    ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr,
-    WALK_PER: tl.constexpr,
-):  # fmt: skip
-    """A long row walked twice, BLOCK entries a step: its max and sum, then its probabilities."""
-    # Pass 1: the row's max and the inverse of its sum of exponentials.
-    if WALK_PER > 1:
-        shift, inverse = _walk_per_thread(
-            values, start, end, mask_h, scale, stride_ve, ACC_DTYPE, INDEX, BLOCK, BLOCK_H,
-            WALK_PER,
-        )  # fmt: skip
-    else:
-        shift, inverse = _walk_per_lane(
-            values, start, end, lanes, mask_h, scale, stride_ve, ACC_DTYPE, BLOCK, BLOCK_H
-        )
-
-    # Pass 2: write the probabilities.
-    for e in range(start, end, BLOCK):
-        offs = (e + lanes)[None, :]
-        mask = mask_h[:, None] & (offs < end)
-        z = tl.load(values + offs * stride_ve, mask=mask, other=0.0).to(ACC_DTYPE)
-        # rounded as in pass 1: a bare z * scale - shift contracts to one fma, which for
-        # the row's max gives 2^(rounding error) instead of 1 (fp32, large values)
-        z = tl.where(mask, z * scale, float("-inf"))
-        p = tl.exp2(z - shift) * inverse
-        tl.store(out + offs * stride_oe, p.to(out.dtype.element_ty), mask=mask)
 
 
 @triton.jit

@@ -1,6 +1,10 @@
-"""The row softmax's rows read once in whole 16-byte groups (softmax_csr's ALIGN): vector loads
-and stores where each matrix's values start 16-byte aligned (the batch stride a multiple of 16
-entries: ops/softmax pads its output so, and a producer may pad its values alike).
+"""The row softmax's rows read in whole 16-byte groups (softmax_csr's ALIGN): vector loads and
+stores. Two forms (softmax_csr.group_form): "aligned", each matrix's values starting on a
+group (a batch stride that is a multiple of 16 entries: Triton's divisibility hint), and
+"phased", any batch stride (a contiguous (heads, nnz) array at nnz % 16 != 0, as SDDMM writes
+them): groups counted from the array's start, each head's base moved back to its group and its
+row that many entries further in (head_phases, read_phased; PER_HEAD below). Rows longer than
+the lanes are walked in groups (walk_in_groups) in both.
 
 Each entry of a row read once is otherwise one 2-byte load and one 2-byte store, and in bf16
 the kernel is bound by instructions issued (1.04-1.33 warp-instructions an entry compiled for
@@ -158,7 +162,7 @@ def walk_in_groups(
 ):  # fmt: skip
     """A long row walked twice in whole groups from the one holding its start, its groups'
     ends within the array: steps of BLOCK entries as (BLOCK / GROUP, GROUP) lanes, a thread a
-    group, so each step's max is taken within the thread (as softmax_csr._walk_per_thread with
+    group, so each step's max is taken within the thread (as softmax_csr_walks._walk_per_thread with
     a group a thread) and a group is one vector load; the second pass stores the groups inside
     the row whole and the partial first and last groups entry by entry (_edges). PER_HEAD as
     read_in_groups' (start and end (heads, 1), each head's row at its own place)."""
@@ -222,3 +226,47 @@ def _3d(x, PER_HEAD: tl.constexpr):
     if PER_HEAD:  # noqa: SIM108 (a constexpr branch: Triton compiles one side)
         x = x[:, :, None]
     return x
+
+
+@triton.jit
+def head_phases(
+    heads, batch, nnz, stride_vb, stride_ob, end, INDEX: tl.constexpr, ALIGN: tl.constexpr
+):
+    """Each head's phase (where its matrix starts within a group of ALIGN entries, the same in
+    both arrays), the heads' bases moved back to their groups (multiples of ALIGN as Triton
+    sees them: vectors), and whether the last head's groups end within the array as its entries
+    do (then every head's do)."""
+    at_v = heads * stride_vb
+    base_v = at_v // ALIGN * ALIGN  # (Triton infers the divisibility: multiple_of on a tensor
+    phase = at_v - base_v  # of one head failed its coalescing pass, Triton 3.6)
+    base_o = heads * stride_ob // ALIGN * ALIGN  # (the same phase: strides equal modulo ALIGN)
+    phase = phase.to(INDEX)
+    last_phase = ((batch - 1).to(tl.int64) * stride_vb % ALIGN).to(INDEX)
+    inside = (end + last_phase + ALIGN - 1) // ALIGN * ALIGN <= nnz + last_phase
+    return phase, base_v, base_o, inside
+
+
+@triton.jit
+def read_phased(
+    values, out, start, end, lanes, heads, mask_h, scale, batch, nnz, stride_vb, stride_ob,
+    stride_ve, stride_oe, ACC_DTYPE: tl.constexpr, INDEX: tl.constexpr, BLOCK: tl.constexpr,
+    TAIL: tl.constexpr, ALIGN: tl.constexpr, EDGE: tl.constexpr,
+):  # fmt: skip
+    """The row read in groups when each head's matrix starts `phase` entries past a group (a
+    batch stride that is no multiple of 16 entries: Triton cannot see its matrices aligned,
+    e.g. a contiguous (heads, nnz) array at nnz % 8 != 0): each head's base moved back to its
+    group, its row `phase` entries further in, both arrays alike (their strides equal modulo
+    ALIGN). Whether it was taken: its groups must fit the lanes for every head, and the last
+    head's reach the array's end no further than the entries already do."""
+    phase, base_v, base_o, inside = head_phases(
+        heads, batch, nnz, stride_vb, stride_ob, end, INDEX, ALIGN
+    )
+    start_h = start + phase
+    fits = (end - start) + tl.max(start_h % ALIGN, axis=0) <= BLOCK + TAIL
+    if fits & inside:
+        read_in_groups(
+            values + base_v[:, None], out + base_o[:, None], start_h[:, None],
+            (end + phase)[:, None], lanes, mask_h, scale, stride_ve, stride_oe, ACC_DTYPE, INDEX,
+            BLOCK, TAIL, ALIGN, EDGE, True,
+        )  # fmt: skip
+    return fits & inside
