@@ -364,8 +364,9 @@ def sparse_softmax(
     block + tail entries are read once, the last ones on `tail` lanes. `int32`: int32 offsets
     wherever they fit, rows read once included (_index). `align` (0, or the entries in 16
     bytes, dividing block and tail): rows read once in whole 16-byte groups from the one holding
-    their start (softmax_csr_groups), where the groups fit block + tail; taken only where it
-    gives vector loads and stores (group_form), else as 0.
+    their start (softmax_csr_groups), where the groups fit block + tail, and longer rows walked
+    in groups; taken only where it gives vector loads and stores (group_form: any batch strides
+    equal modulo the group), else as 0.
     `levels` (0-2): rows of up to block * 2^levels entries are read once too, on the fewest of
     2 or 4 blocks' lanes that hold them; longer rows are walked twice, block by block.
     `walk_per` (a power of two dividing block): the walk's first pass takes each step's max
