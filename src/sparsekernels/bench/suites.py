@@ -330,9 +330,9 @@ def _loader(path: Path, dtype: torch.dtype, device: torch.device) -> Callable:
 def e2e(ctx: Context) -> list[Case]:
     """Whole models, sparse against dense (bench/e2e.py). GPU: the Sparse Transformer at
     L = 8192 (3 layers, dim 512; 90% unstructured weights, and 1:8 v=64 for inference, both
-    also at L = 16384, and 1:8 v=64 at 32768), MobileNetV1 width 1.0 and 1.8 at batch 1 and
-    32, a 4-layer Llama-3-8B-shaped stack decoding 32 tokens after a 128-token prompt; CPU: tiny
-    sizes."""
+    also at L = 16384 with 90%'s training step, and 1:8 v=64 at 32768), MobileNetV1 width 1.0
+    and 1.8 at batch 1 and 32, a 4-layer Llama-3-8B-shaped stack decoding 32 tokens after a
+    128-token prompt; CPU: tiny sizes."""
     from ..models.llama import LlamaConfig
     from ..models.sparse_transformer import TransformerConfig
     from . import e2e as e2e_cases
@@ -355,10 +355,11 @@ def e2e(ctx: Context) -> list[Case]:
         cases += [e2e_cases.transformer_case(tcfg, 1, "90%", dt, d, train=t) for t in (0, 1)]
         cases += [e2e_cases.transformer_case(tcfg, 1, vector_nm, dt, d)]
         if not cpu:  # where attention's share grows (dense attention is quadratic in L)
-            longer = [(16384, "90%"), (16384, vector_nm), (32768, vector_nm)]
+            longer = [(16384, "90%", 0), (16384, "90%", 1), (16384, vector_nm, 0)]
+            longer += [(32768, vector_nm, 0)]
             cases += [
-                e2e_cases.transformer_case(replace(tcfg, seq_len=L), 1, weights, dt, d)
-                for L, weights in longer
+                e2e_cases.transformer_case(replace(tcfg, seq_len=L), 1, weights, dt, d, train=t)
+                for L, weights, t in longer
             ]
     for dt in ctx.pick(torch.float32, torch.bfloat16):
         cases += [e2e_cases.mobilenet_case(w, b, resolution, dt, d) for w in widths for b in images]
