@@ -686,7 +686,7 @@ for step in $steps; do
     e2e) bench e2e 420 --suite e2e --no-plots ;;
     e2ellama) bench e2e 200 --suite e2e --match e2e_llama --no-plots ;;  # the Llama step alone
     e2etransformer)  # the Sparse Transformer alone (inference and training at 8192 and 16384)
-      bench e2e_transformer 300 --suite e2e --match e2e_transformer --no-plots ;;
+      bench e2e_transformer "${LIMIT_E2E:-300}" --suite e2e --match e2e_transformer --no-plots ;;
     e2ellamainplace)  # the Llama step with the line walks reading the CSR's own values
       timeout 200 python3 -c "import runpy, sys
 from sparsekernels.kernels import csr_lines_tuning
