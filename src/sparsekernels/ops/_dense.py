@@ -13,6 +13,7 @@ import torch
 
 from .. import reference
 from .._cache_mode import building
+from .._fill_streams import before_launch
 from ..formats._pattern import index_dtype_for
 from . import _dispatch
 from ._identity_cache import IdentityCache, version
@@ -39,6 +40,23 @@ def spmm_csr(row_offsets, column_indices, values, b, bias, row_order, activation
     if weight.dim() == 2 and column_major(b):
         return _in_b_order(weight, b, bias, activation)
     return epilogue(torch.matmul(weight, b), bias, activation)
+
+
+def spmm_csr_transposed(row_offsets, column_indices, values, b, cols: int) -> torch.Tensor:
+    """A^T @ b, A densified as stored and read transposed by cuBLAS (in b's memory order, as
+    spmm_csr's product: column-major for a column-major b)."""
+    if widens_on_cpu(b):
+        wide = spmm_csr_transposed(row_offsets, column_indices, _wide(values), _wide(b), cols)
+        return wide.to(b.dtype)
+    if values.is_cuda:
+        before_launch(values.device)  # (after any fill on another stream, as _dispatch.run)
+        with torch.cuda.device(values.device):  # (Triton launches on the current device)
+            weight = densify_csr(row_offsets, column_indices, values, cols)
+    else:
+        weight = densify_csr(row_offsets, column_indices, values, cols)
+    if weight.dim() == 2 and column_major(b):
+        return (b.t() @ weight).t()
+    return weight.mT @ b
 
 
 def spmm_nm(values, indices, b, bias, activation, n, m, vector, block, transpose):

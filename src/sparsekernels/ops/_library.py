@@ -181,7 +181,7 @@ def _activation_grad(grad: Tensor, output: Tensor | None, pre_activation, activa
 @backward_without_autocast
 def _spmm_csr_backward(ctx, grad):
     from .sddmm import sddmm_csr_raw
-    from .spmm import spmm_csr_raw, transpose_pattern
+    from .spmm import spmm_csr_raw, spmm_csr_transposed
 
     row_offsets, column_indices, values, b, bias, row_order, t_ro, t_ci, t_perm, out = (
         ctx.saved_tensors
@@ -196,10 +196,10 @@ def _spmm_csr_backward(ctx, grad):
     if ctx.needs_input_grad[2]:
         d_values = _sum_to(sddmm_csr_raw(row_offsets, column_indices, g, b, None, hint), values)
     if ctx.needs_input_grad[3]:
-        if t_perm is None:
-            t_ro, t_ci, t_perm = transpose_pattern(row_offsets, column_indices, b.shape[-2])
-        t_values = values[..., t_perm.long()]
-        d_b = _sum_to(spmm_csr_raw(t_ro, t_ci, t_values, g, None, None, "none", hint), b)
+        transposed = (t_ro, t_ci, t_perm)
+        d_b = spmm_csr_transposed(row_offsets, column_indices, values, g, b.shape[-2],
+                                  transposed, hint)  # fmt: skip
+        d_b = _sum_to(d_b, b)
     if bias is not None and ctx.needs_input_grad[4]:
         d_bias = g.sum(dim=-1)
         d_bias = d_bias.sum(dim=tuple(range(d_bias.dim() - 1))) if d_bias.dim() > 1 else d_bias
@@ -250,7 +250,7 @@ def _sddmm_csr_setup(ctx, inputs, output):
 
 @backward_without_autocast
 def _sddmm_csr_backward(ctx, grad):
-    from .spmm import spmm_csr_raw, transpose_pattern
+    from .spmm import spmm_csr_raw, spmm_csr_transposed
 
     row_offsets, column_indices, x, y, t_ro, t_ci, t_perm = ctx.saved_tensors
     hint = _spmm_hint(ctx.backend)
@@ -260,10 +260,10 @@ def _sddmm_csr_backward(ctx, grad):
             spmm_csr_raw(row_offsets, column_indices, grad, y, None, None, "none", hint), x
         )
     if ctx.needs_input_grad[3]:  # dY = G^T @ X
-        if t_perm is None:
-            t_ro, t_ci, t_perm = transpose_pattern(row_offsets, column_indices, y.shape[-2])
-        g_t = grad[..., t_perm.long()]
-        d_y = _sum_to(spmm_csr_raw(t_ro, t_ci, g_t, x, None, None, "none", hint), y)
+        transposed = (t_ro, t_ci, t_perm)
+        d_y = spmm_csr_transposed(row_offsets, column_indices, grad, x, y.shape[-2],
+                                  transposed, hint)  # fmt: skip
+        d_y = _sum_to(d_y, y)
     return None, None, d_x, d_y, None, None, None, None
 
 

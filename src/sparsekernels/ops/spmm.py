@@ -220,6 +220,38 @@ def transpose_pattern(row_offsets, column_indices, cols: int):
     return t.row_offsets, t.column_indices, perm
 
 
+def spmm_csr_transposed(row_offsets, column_indices, values, b, cols: int, transposed, hint=None):
+    """A^T @ b for A (rows, cols) in CSR, as the backward passes need it; `transposed` holds
+    A^T's (row offsets, column indices, permutation) or three Nones. Where the dense backend
+    takes the product and no gradient is recorded (a backward without create_graph), A is
+    densified as stored and cuBLAS reads it transposed: no permuted copy of the values (a
+    gather a call: the Sparse Transformer's training step ran 12 of them) and no transposed
+    pattern."""
+    if _library.eager_inference(values, b):
+        problem = _transposed_problem(row_offsets, column_indices, values, b, cols)
+        if _dispatch.choose_with_hint("spmm_csr", problem, None, hint) == "dense":
+            return _dense.spmm_csr_transposed(row_offsets, column_indices, values, b, cols)
+    t_ro, t_ci, t_perm = transposed
+    if t_perm is None:
+        t_ro, t_ci, t_perm = transpose_pattern(row_offsets, column_indices, cols)
+    t_values = values[..., t_perm.long()]
+    return spmm_csr_raw(t_ro, t_ci, t_values, b, None, None, "none", hint)
+
+
+def _transposed_problem(row_offsets, column_indices, values, b, cols: int) -> _dispatch.Problem:
+    """csr_problem's facts for A^T @ b, without A^T's arrays (its values, permuted afresh,
+    never have the scatter kernel's tiled copy)."""
+    batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
+    cells = cols * b.shape[-2]
+    nnz = column_indices.numel()
+    facts = dict(
+        n=b.shape[-1], batch=batch, rows=cols, density=nnz / cells if cells else 1.0, nnz=nnz,
+        expanded=0 in b.stride() and b.numel() > 1, b_dim=b.dim(), values_dim=values.dim(),
+        tiled=False, k=b.shape[-2],
+    )  # fmt: skip
+    return _problem(values, b, **facts)
+
+
 # ----------------------------------------------------------------------- backends
 def _reference_csr(row_offsets, column_indices, values, b, bias, row_order, activation):
     out = reference.spmm_csr(row_offsets, column_indices, values, b, bias, activation)
