@@ -114,3 +114,37 @@ def test_recorded_graph_permutes_the_values(monkeypatch, gen):
     torch.testing.assert_close(d_v, want, rtol=1e-12, atol=1e-12)
     f = lambda v, b: sk.spmm(A.with_values(v), b, backend="dense")  # noqa: E731
     assert torch.autograd.gradgradcheck(f, (values, B))
+
+
+def test_forward_keeps_no_transpose_for_the_dense_route(monkeypatch, gen):
+    """The forward builds A^T's pattern (kept beside the weight: 6-8 bytes a stored entry)
+    only where B's gradient will take a sparse route; the dense route reads A transposed."""
+    from sparsekernels.formats._pattern import Pattern
+
+    built = []
+    real = Pattern.transpose
+    monkeypatch.setattr(Pattern, "transpose", lambda self: built.append(self) or real(self))
+    A = random_csr(37, 29, 0.3, gen)
+    B = randn(29, 11, gen=gen).requires_grad_()
+    sk.spmm(A, B, backend="dense").sum().backward()
+    assert not built
+    torch.testing.assert_close(B.grad, A.to_dense().t() @ torch.ones(37, 11, dtype=torch.float64))
+    B.grad = None
+    sk.spmm(A, B, backend="reference").sum().backward()  # (a sparse route: built, and cached)
+    assert len(built) == 1
+    torch.testing.assert_close(B.grad, A.to_dense().t() @ torch.ones(37, 11, dtype=torch.float64))
+
+
+def test_backward_builds_the_transpose_it_was_not_given(gen):
+    """A forward on the dense route saved no transpose; a create_graph backward permutes, so it
+    builds one then: the same gradient, and its own gradient too."""
+    A = random_csr(7, 6, 0.5, gen)
+    values = A.values.clone().requires_grad_()
+    B = randn(6, 4, gen=gen).requires_grad_()
+    grad = randn(7, 4, gen=gen)
+    out = sk.spmm(A.with_values(values), B, backend="dense")
+    (d_b,) = torch.autograd.grad(out, B, grad, create_graph=True)
+    torch.testing.assert_close(d_b, A.to_dense().t() @ grad, rtol=1e-12, atol=1e-12)
+    (d_v,) = torch.autograd.grad(d_b.sum(), values)  # d(sum(A^T G))/dA[i, j] = sum_n G[i, n]
+    want = grad.sum(1)[A.pattern.row_indices()]
+    torch.testing.assert_close(d_v, want, rtol=1e-12, atol=1e-12)

@@ -64,13 +64,13 @@ def spmm(
         check_current(A, "A")
         if A.batch is not None and B.dim() == 3 and B.shape[0] != A.batch:
             raise ValueError(f"B's batch {B.shape[0]} must match A's batch {A.batch}")
-        t_ro = t_ci = t_perm = None
-        if B.requires_grad and torch.is_grad_enabled():
-            pattern, t_perm = A.pattern.transpose()
-            t_ro, t_ci = pattern.row_offsets, pattern.column_indices
         # The narrowest column index type: fewer bytes for a memory-bound kernel to read.
         cols = A.pattern.column_indices_int16()
         _csr_scatter.prepare(A, B)  # the scatter backend's copy of the weight, once
+        t_ro = t_ci = t_perm = None
+        if B.requires_grad and torch.is_grad_enabled() and _backward_transposes(A, B, backend):
+            pattern, t_perm = A.pattern.transpose()
+            t_ro, t_ci = pattern.row_offsets, pattern.column_indices
         return spmm_csr_raw(
             A.row_offsets,
             A.column_indices if cols is None else cols,
@@ -241,15 +241,38 @@ def spmm_csr_transposed(row_offsets, column_indices, values, b, cols: int, trans
 def _transposed_problem(row_offsets, column_indices, values, b, cols: int) -> _dispatch.Problem:
     """csr_problem's facts for A^T @ b, without A^T's arrays (its values, permuted afresh,
     never have the scatter kernel's tiled copy)."""
-    batch = max(values.shape[0] if values.dim() == 2 else 1, b.shape[0] if b.dim() == 3 else 1)
-    cells = cols * b.shape[-2]
-    nnz = column_indices.numel()
-    facts = dict(
-        n=b.shape[-1], batch=batch, rows=cols, density=nnz / cells if cells else 1.0, nnz=nnz,
-        expanded=0 in b.stride() and b.numel() > 1, b_dim=b.dim(), values_dim=values.dim(),
-        tiled=False, k=b.shape[-2],
-    )  # fmt: skip
+    expanded = 0 in b.stride() and b.numel() > 1
+    facts = _transposed_facts(column_indices.numel(), cols, values.shape, b.shape, expanded)
     return _problem(values, b, **facts)
+
+
+def _transposed_facts(nnz: int, cols: int, values_shape, b_shape, expanded: bool) -> dict:
+    batch = max(values_shape[0] if len(values_shape) == 2 else 1,
+                b_shape[0] if len(b_shape) == 3 else 1)  # fmt: skip
+    cells = cols * b_shape[-2]
+    return dict(
+        n=b_shape[-1], batch=batch, rows=cols, density=nnz / cells if cells else 1.0, nnz=nnz,
+        expanded=expanded, b_dim=len(b_shape), values_dim=len(values_shape), tiled=False,
+        k=b_shape[-2],
+    )  # fmt: skip
+
+
+def _backward_transposes(A: CSRMatrix, B: torch.Tensor, backend: str | None) -> bool:
+    """Whether B's gradient A^T @ G will want A^T's pattern: not where spmm_csr_transposed
+    will read A transposed on the dense route (G is (..., M, N) as the product; decided as the
+    backward will, the forward's backend its hint), so a training step there keeps no
+    transposed pattern (6-8 bytes a stored entry). A backward that goes another way after all
+    (create_graph) builds it then."""
+    if not _library.eager(A.values, B):  # (traced or transformed: the op's backward permutes)
+        return True
+    forward = _dispatch.choose_with_hint(
+        "spmm_csr", csr_problem(A.row_offsets, A.column_indices, A.values, B), backend, None
+    )
+    batch = (B.shape[0],) if B.dim() == 3 else (A.batch,) if A.batch is not None else ()
+    g_shape = (*batch, A.shape[0], B.shape[-1])  # (the product's, as G's)
+    facts = _transposed_facts(A.nnz, A.shape[1], A.values.shape, g_shape, False)
+    problem = _problem(A.values, B, **facts)
+    return _dispatch.choose_with_hint("spmm_csr", problem, None, forward) != "dense"
 
 
 # ----------------------------------------------------------------------- backends
