@@ -12,7 +12,7 @@ from .formats import (
     save_safetensors,
     save_smtx,
 )
-from .ops import linear, sddmm, sparse_attention, sparse_softmax, spmm
+from .ops import linear, sddmm, sparse_attention, sparse_attention_packed, sparse_softmax, spmm
 from .prune import SparsityConfig, densify_, sparsify_
 
 __version__ = "0.1.0"
@@ -29,6 +29,7 @@ __all__ = [
     "sddmm",
     "sparse_softmax",
     "sparse_attention",
+    "sparse_attention_packed",
     "prune",
     "nn",
     "SparsityConfig",

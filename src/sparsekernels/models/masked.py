@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nn import SparseAttention, SparseConv2d, SparseLinear
+from ..ops._attention_library import packed_views
 from ._chunked_sdpa import sdpa
 
 _ACTIVATIONS = {None: lambda x: x, "relu": F.relu, "gelu": F.gelu}
@@ -57,7 +58,9 @@ class MaskedAttention(nn.Module):
         self.register_buffer("mask", mask.bool())
         self.scale = scale
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k=None, v=None) -> torch.Tensor:
+        """As SparseAttention: q, k, v, or packed projections (B, L, 3, H, D) alone."""
+        q, k, v = packed_views(q) if k is None and v is None else (q, k, v)
         return sdpa(q, k, v, mask=self.mask, scale=self.scale)  # query blocks in float64
 
 

@@ -23,6 +23,7 @@ from torch import nn
 
 from .. import _checks
 from ..nn import SparseAttention
+from ..ops._attention_library import packed_views
 from ..prune import sparsify_
 from ._chunked_sdpa import sdpa
 
@@ -50,10 +51,11 @@ class TransformerConfig:
 
 class CausalSDPA(nn.Module):
     """Full causal attention with torch's scaled_dot_product_attention (flash on CUDA; query
-    blocks in float64, the reference, whose scores would not fit at long lengths)."""
+    blocks in float64, the reference, whose scores would not fit at long lengths) on packed
+    projections (B, L, 3, H, D), as SparseAttention takes them."""
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return sdpa(q, k, v, causal=True)
+    def forward(self, qkv: torch.Tensor) -> torch.Tensor:
+        return sdpa(*packed_views(qkv), causal=True)
 
 
 class SelfAttention(nn.Module):
@@ -65,10 +67,12 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, L, dim = x.shape
-        # (B, H, L, D) views into the qkv product, no copies: both attentions take strides. The
-        # fused sparse one writes its output (B, L, H, D) in memory, so the reshape is a view.
-        q, k, v = self.qkv(x).view(B, L, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-        return self.proj(self.core(q, k, v).transpose(1, 2).reshape(B, L, dim))
+        # The qkv product viewed (B, L, 3, H, D), no copy: both cores take it packed. Its
+        # gradient then needs no transposing copy (q, k, v through a permute did: one pass over
+        # its bytes a layer), and the sparse core's backward writes it whole (no stack either).
+        # The sparse core's output is (B, L, H, D) in memory, so the reshape is a view there.
+        qkv = self.qkv(x).view(B, L, 3, self.heads, dim // self.heads)
+        return self.proj(self.core(qkv).transpose(1, 2).reshape(B, L, dim))
 
 
 class Block(nn.Module):

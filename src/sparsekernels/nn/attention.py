@@ -15,7 +15,7 @@ from torch import nn
 from .. import _checks
 from .._cache_mode import building, fixed_sizes
 from ..formats import CSRMatrix
-from ..ops import sparse_attention
+from ..ops import sparse_attention, sparse_attention_packed
 from ..ops._identity_cache import version
 from ._fx_leaf import traced_call
 from ._prepared import PreparedFromBuffers
@@ -173,10 +173,19 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
             self._buffers["row_offsets"].copy_(offsets)  # (copied in if only it fitted)
         self._name_a_broken_load(prefix, errors, errors_before)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        traced = traced_call(self, q, k, v)  # (torch.fx records the layer whole)
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor | None = None, v: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """attn(q, k, v), or attn(qkv) on packed projections (B, L, 3, H, D): see
+        sparse_attention_packed (in training, no stack or copy of q's, k's, v's gradients)."""
+        if (k is None) != (v is None):
+            raise TypeError("pass q, k and v, or packed qkv alone")
+        args = (q,) if k is None else (q, k, v)
+        traced = traced_call(self, *args)  # (torch.fx records the layer whole)
         if traced is not None:
             return traced
+        if k is None:
+            return sparse_attention_packed(q, self.pattern, self.scale)
         return sparse_attention(q, k, v, self.pattern, self.scale)
 
     def extra_repr(self) -> str:

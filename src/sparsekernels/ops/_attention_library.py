@@ -36,6 +36,17 @@ def _nonempty_head(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     return q.new_zeros((*q.shape[:-1], 1)), k.new_zeros((*k.shape[:-1], 1))
 
 
+def packed_views(qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v (B, H, L, D) as views of packed projections qkv (B, L, 3, H, D)."""
+    q, k, v = qkv.unbind(2)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+def _empty_packed(qkv: Tensor, dtype: torch.dtype) -> Tensor:
+    """An empty (B, L, 3, H, D) tensor like qkv, contiguous (the kernels write every element)."""
+    return torch.empty(qkv.shape, dtype=dtype, device=qkv.device)
+
+
 def _output_like(q: Tensor, dv: int, dtype: torch.dtype) -> Tensor:
     """An empty (B, H, Lq, dv) output laid out in q's order of dimensions, as SDPA's is: for q a
     (B, L, H, D) view, the output is (B, L, H, dv) in memory, so the usual
@@ -140,24 +151,37 @@ def block_attention_backward_body(
     layout: list[Tensor],
     scale: float,
     config: list[int],
+    packed_grad: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of block_attention from its output, LSE and the output's gradient: the body
-    of the block_attention_backward op below, also called directly by the eager twin."""
+    of the block_attention_backward op below, also called directly by the eager twins. With
+    `packed_grad` (B, L, 3, H, D), q, k, v being packed_views of a tensor shaped so (D > 0),
+    the gradients are written into it and returned as its views."""
     from ..kernels import attention_block_backward as backward_kernels
 
     d = q.shape[-1]
     q, k = _nonempty_head(q, k)
     components = _components(layout)
+    last = len(components) - 1
     # In q's, k's and v's order of dimensions, so the views that made them (a projection's
     # (B, L, H, D) rows) take their gradients without transposing copies. The kernels read
     # q, k, v in place and write every gradient element: no copies, no zero fills.
-    dq, dk, dv = (_output_like(t, t.shape[-1], t.dtype) for t in (q, k, v))
+    if packed_grad is None:
+        dq, dk, dv = (_output_like(t, t.shape[-1], t.dtype) for t in (q, k, v))
+
+        def scratch():
+            return tuple(_output_like(t, t.shape[-1], torch.float32) for t in (q, k, v))
+    else:
+        dq, dk, dv = packed_views(packed_grad)
+
+        def scratch():
+            return packed_views(_empty_packed(packed_grad, torch.float32))
+
     if _empty(q, k, v):
         return dq[..., :d].zero_(), dk[..., :d].zero_(), dv.zero_()
-    # With several components the passes before the last sum into fp32 scratch; the last adds
-    # them and stores the gradients in their dtype (no conversion copies after).
-    last = len(components) - 1
-    sums = tuple(_output_like(t, t.shape[-1], torch.float32) for t in (q, k, v)) if last else None
+    # With several components the passes before the last sum into fp32 scratch laid out as the
+    # gradients; the last adds them and stores the gradients in their dtype (no conversions).
+    sums = scratch() if last else None
     delta = backward_kernels.output_gradient_rowsums(out, grad)
     block_m, block_n, _, _, num_warps, num_stages = config
     for i, component in enumerate(components):  # the first writes, later ones add
@@ -241,3 +265,39 @@ class BlockAttentionEager(torch.autograd.Function):
             q, k, v, out, lse, grad, layout, ctx.scale, ctx.config
         )
         return dq, dk, dv, None, None, None
+
+
+class BlockAttentionPackedEager(torch.autograd.Function):
+    """BlockAttentionEager on packed projections qkv (B, L, 3, H, D), as one input: its
+    backward writes qkv's gradient whole, where q, k, v as three views of it would have their
+    gradients stacked into a new tensor (one pass over qkv's bytes) and, for views through a
+    permute, copied once more into the projection's layout."""
+
+    @staticmethod
+    def forward(ctx, qkv, layout, scale, config):
+        q, k, v = packed_views(qkv)
+        output = block_attention_forward(q, k, v, layout, scale, config)
+        out, lse = output
+        ctx.scale, ctx.config = scale, config
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(qkv, out, lse, *layout)
+        return output
+
+    @staticmethod
+    @backward_without_autocast
+    def backward(ctx, grad, grad_lse):
+        qkv, out, lse, *layout = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "sparse_attention_packed's fused kernel (backend 'triton_flash') is "
+                "differentiable once: for second derivatives (create_graph=True) use "
+                "backend='triton' or 'reference'"
+            )
+        if grad is None:
+            grad = torch.zeros_like(out)
+        d_qkv = _empty_packed(qkv, qkv.dtype)
+        q, k, v = packed_views(qkv)
+        block_attention_backward_body(
+            q, k, v, out, lse, grad, layout, ctx.scale, ctx.config, packed_grad=d_qkv
+        )
+        return d_qkv, None, None, None

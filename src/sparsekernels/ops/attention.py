@@ -47,15 +47,22 @@ def sparse_attention(
         >>> sk.sparse_attention(q, k, v, pattern).shape
         torch.Size([1, 2, 4, 8])
     """
-    if not isinstance(pattern, CSRMatrix):
-        raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
-    check_current(pattern, "pattern", values=False)
     dtype = _autocast.target(q)
     if dtype is not None:  # as scaled_dot_product_attention: in autocast's dtype
         with torch.autocast(q.device.type, enabled=False):
             cast = _autocast.cast
             return sparse_attention(cast(q, dtype), cast(k, dtype), cast(v, dtype), pattern,
                                     scale, backend=backend)  # fmt: skip
+    name, scale = checked_backend(q, k, v, pattern, scale, backend)
+    return _dispatch.run("sparse_attention", name, q, k, v, pattern, scale, backend)
+
+
+def checked_backend(q, k, v, pattern, scale, backend) -> tuple[str, float]:
+    """The backend sparse_attention takes for these inputs and the scale as a float, after
+    checking them all (q, k, v as named in the errors)."""
+    if not isinstance(pattern, CSRMatrix):
+        raise TypeError(f"pattern must be a CSRMatrix, got {type(pattern).__name__}")
+    check_current(pattern, "pattern", values=False)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, t)
         _checks.ndim(name, t, [4])
@@ -86,7 +93,7 @@ def sparse_attention(
             )
         # (the fused op has no rules for them; the composed ops do)
         name = "triton" if q.device.type == "cuda" else "reference"
-    return _dispatch.run("sparse_attention", name, q, k, v, pattern, float(scale), backend)
+    return name, float(scale)
 
 
 def _composed(q, k, v, pattern, scale, backend):
@@ -109,7 +116,7 @@ def _composed(q, k, v, pattern, scale, backend):
     return out.view(batch, heads, lq, dv)
 
 
-def _flash_plan(pattern: Pattern, head_dim: int, device: torch.device):
+def flash_plan(pattern: Pattern, head_dim: int, device: torch.device):
     """The fused kernel's configuration and the pattern's block layout for it (cached)."""
     from ..kernels.attention_tuning import BLOCK_ATTENTION_SPLIT_FILL, block_attention_config
 
@@ -119,7 +126,7 @@ def _flash_plan(pattern: Pattern, head_dim: int, device: torch.device):
 
 
 def _flash(q, k, v, pattern, scale, backend):
-    config, layout = _flash_plan(pattern.pattern, q.shape[-1], q.device)
+    config, layout = flash_plan(pattern.pattern, q.shape[-1], q.device)
     args = (q, k, v, layout.tensors(), scale, config.as_list())
     if eager_inference(q, k, v):
         return _attention_library.block_attention_forward(*args)[0]
@@ -152,7 +159,7 @@ def _flash_reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     if not isinstance(pattern, Pattern):
         return reasons
     # planned once per pattern and tile shape, then cached on the pattern
-    _, layout = _flash_plan(pattern, d, problem.device)
+    _, layout = flash_plan(pattern, d, problem.device)
     why_not = block_attention_not_chosen(layout.fill)
     if why_not:
         reasons.append(why_not)

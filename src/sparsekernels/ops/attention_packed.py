@@ -1,0 +1,53 @@
+"""sparse_attention_packed: sparse_attention on one fused projection's packed q, k, v."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _checks
+from ..formats import CSRMatrix
+from . import _attention_library, _autocast, _dispatch
+from ._library import eager
+from .attention import checked_backend, flash_plan
+
+
+def sparse_attention_packed(
+    qkv: torch.Tensor,
+    pattern: CSRMatrix,
+    scale: float | None = None,
+    *,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """qkv (B, L, 3, H, D): queries, keys and values packed as a fused qkv projection's output
+    viewed (flash-attn's qkvpacked layout); pattern (L, L). Returns
+    sparse_attention(q, k, v, pattern, scale) for q, k, v = qkv[:, :, i].transpose(1, 2):
+    (B, H, L, D), laid out (B, L, H, D) in memory. The same values and gradients; where the
+    fused kernel takes a gradient eagerly, it writes qkv's gradient as one tensor: three views'
+    gradients would be stacked into a new tensor and, through a permute, copied once more
+    (two passes over qkv's bytes each training step).
+
+    Example:
+        >>> pattern = sk.CSRMatrix.from_dense(torch.ones(4, 4).tril())   # causal
+        >>> qkv = torch.randn(1, 4, 3, 2, 8)                              # (B, L, 3, H, D)
+        >>> sk.sparse_attention_packed(qkv, pattern).shape
+        torch.Size([1, 2, 4, 8])
+    """
+    dtype = _autocast.target(qkv)
+    if dtype is not None:  # as sparse_attention: in autocast's dtype
+        with torch.autocast(qkv.device.type, enabled=False):
+            return sparse_attention_packed(
+                _autocast.cast(qkv, dtype), pattern, scale, backend=backend
+            )
+    _checks.tensor("qkv", qkv)
+    _checks.ndim("qkv", qkv, [5])
+    if qkv.shape[2] != 3:
+        raise ValueError(f"qkv must be (batch, length, 3, heads, head_dim), got {tuple(qkv.shape)}")
+    q, k, v = _attention_library.packed_views(qkv)
+    name, scale = checked_backend(q, k, v, pattern, scale, backend)
+    wants_grad = torch.is_grad_enabled() and qkv.requires_grad
+    if name == "triton_flash" and wants_grad and qkv.shape[-1] and eager(qkv):
+        config, layout = flash_plan(pattern.pattern, qkv.shape[-1], qkv.device)
+        args = (qkv, layout.tensors(), scale, config.as_list())
+        return _attention_library.BlockAttentionPackedEager.apply(*args)[0]
+    # (no gradient: the views cost nothing; traced: the compiler sees the stack)
+    return _dispatch.run("sparse_attention", name, q, k, v, pattern, scale, backend)
