@@ -10,6 +10,7 @@ import torch
 import sparsekernels as sk
 from _attention_cases import assert_attention_close, mask_of, own_attention, pattern_of
 from _helpers import assert_bitwise_equal, dense_attention, randn
+from sparsekernels.kernels.attention_tuning import block_attention_config
 from sparsekernels.models.masked import MaskedAttention
 from sparsekernels.ops import _attention_library
 
@@ -159,6 +160,32 @@ def test_layer_and_masked_twin_take_packed_projections(gen):
     torch.testing.assert_close(twin(qkv), want, rtol=1e-12, atol=1e-12)
     with pytest.raises(TypeError, match="packed qkv alone"):
         attn(qkv, qkv)
+
+
+def test_opcheck_and_compile_write_the_gradient_whole(gen):
+    keep = mask_of("local_strided", 48, 48)
+    pattern = pattern_of(keep)
+    config = block_attention_config(16, on_cpu=True)
+    layout = pattern.pattern.block_layout(config.block_m, config.block_n, 1 / 8)
+    qkv = randn(2, 48, 3, 2, 16, gen=gen, dtype=torch.float32).requires_grad_()
+    torch.library.opcheck(
+        torch.ops.sparsekernels.block_attention_packed.default,
+        (qkv, layout.tensors(), 0.25, config.as_list()),
+        test_utils=("test_schema", "test_autograd_registration", "test_faketensor"),
+    )
+
+    def f(qkv):
+        return sk.sparse_attention_packed(qkv, pattern, 0.25, backend="triton_flash")
+
+    g = randn(2, 2, 48, 16, gen=gen, dtype=torch.float32)
+    eager = qkv.detach().clone().requires_grad_()
+    want = f(eager)
+    want.backward(g)
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    got = compiled(qkv)
+    got.backward(g)
+    assert_bitwise_equal(got, want)
+    assert_bitwise_equal(qkv.grad, eager.grad)
 
 
 @pytest.mark.gpu

@@ -267,20 +267,78 @@ class BlockAttentionEager(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
+# ============================================================================ packed
+# qkv (B, L, 3, H, D), D > 0, as one input: the backward writes qkv's gradient whole, where q,
+# k, v as three views of it would have their gradients stacked into a new tensor (one pass over
+# qkv's bytes) and, for views through a permute, copied once more into the projection's layout.
+@torch.library.custom_op("sparsekernels::block_attention_packed", mutates_args=())
+def block_attention_packed(
+    qkv: Tensor, layout: list[Tensor], scale: float, config: list[int]
+) -> tuple[Tensor, Tensor]:
+    return block_attention_forward(*packed_views(qkv), layout, scale, config)
+
+
+@block_attention_packed.register_fake
+def _(qkv, layout, scale, config):
+    q, _, v = packed_views(qkv)
+    batch, heads, lq, _ = q.shape
+    out = _output_like(q, v.shape[3], q.dtype)
+    return out, q.new_empty((batch * heads, lq), dtype=torch.float32)
+
+
+def block_attention_packed_backward_body(
+    qkv: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    grad: Tensor,
+    layout: list[Tensor],
+    scale: float,
+    config: list[int],
+) -> Tensor:
+    """qkv's gradient (B, L, 3, H, D), written whole by the fused backward's kernels."""
+    d_qkv = _empty_packed(qkv, qkv.dtype)
+    q, k, v = packed_views(qkv)
+    block_attention_backward_body(q, k, v, out, lse, grad, layout, scale, config, d_qkv)
+    return d_qkv
+
+
+block_attention_packed_backward = torch.library.custom_op(
+    "sparsekernels::block_attention_packed_backward", mutates_args=()
+)(block_attention_packed_backward_body)
+
+
+@block_attention_packed_backward.register_fake
+def _(qkv, out, lse, grad, layout, scale, config):
+    return torch.empty(qkv.shape, dtype=qkv.dtype, device=qkv.device)
+
+
+def _packed_setup(ctx, inputs, output):
+    qkv, layout, scale, config = inputs
+    out, lse = output
+    ctx.scale, ctx.config, ctx.n_layout = scale, config, len(layout)
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(qkv, out, lse, *layout)
+
+
+@backward_without_autocast
+def _packed_backward(ctx, grad, grad_lse):
+    qkv, out, lse, *layout = ctx.saved_tensors
+    if grad is None:
+        grad = torch.zeros_like(out)
+    args = (qkv, out, lse, grad, layout, ctx.scale, ctx.config)
+    return block_attention_packed_backward(*args), [None] * ctx.n_layout, None, None
+
+
+block_attention_packed.register_autograd(_packed_backward, setup_context=_packed_setup)
+
+
 class BlockAttentionPackedEager(torch.autograd.Function):
-    """BlockAttentionEager on packed projections qkv (B, L, 3, H, D), as one input: its
-    backward writes qkv's gradient whole, where q, k, v as three views of it would have their
-    gradients stacked into a new tensor (one pass over qkv's bytes) and, for views through a
-    permute, copied once more into the projection's layout."""
+    """block_attention_packed's eager twin, as BlockAttentionEager is block_attention's."""
 
     @staticmethod
     def forward(ctx, qkv, layout, scale, config):
-        q, k, v = packed_views(qkv)
-        output = block_attention_forward(q, k, v, layout, scale, config)
-        out, lse = output
-        ctx.scale, ctx.config = scale, config
-        ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(qkv, out, lse, *layout)
+        output = block_attention_forward(*packed_views(qkv), layout, scale, config)
+        _packed_setup(ctx, (qkv, layout, scale, config), output)
         return output
 
     @staticmethod
@@ -295,9 +353,5 @@ class BlockAttentionPackedEager(torch.autograd.Function):
             )
         if grad is None:
             grad = torch.zeros_like(out)
-        d_qkv = _empty_packed(qkv, qkv.dtype)
-        q, k, v = packed_views(qkv)
-        block_attention_backward_body(
-            q, k, v, out, lse, grad, layout, ctx.scale, ctx.config, packed_grad=d_qkv
-        )
-        return d_qkv, None, None, None
+        args = (qkv, out, lse, grad, layout, ctx.scale, ctx.config)
+        return block_attention_packed_backward_body(*args), None, None, None

@@ -7,7 +7,7 @@ import torch
 from .. import _checks
 from ..formats import CSRMatrix
 from . import _attention_library, _autocast, _dispatch
-from ._library import eager
+from ._library import eager, eager_inference
 from .attention import checked_backend, flash_plan
 
 
@@ -22,9 +22,9 @@ def sparse_attention_packed(
     viewed (flash-attn's qkvpacked layout); pattern (L, L). Returns
     sparse_attention(q, k, v, pattern, scale) for q, k, v = qkv[:, :, i].transpose(1, 2):
     (B, H, L, D), laid out (B, L, H, D) in memory. The same values and gradients; where the
-    fused kernel takes a gradient eagerly, it writes qkv's gradient as one tensor: three views'
-    gradients would be stacked into a new tensor and, through a permute, copied once more
-    (two passes over qkv's bytes each training step).
+    fused kernel takes a gradient (eager or compiled), it writes qkv's gradient as one
+    tensor: three views' gradients would be stacked into a new tensor and, through a permute,
+    copied once more (two passes over qkv's bytes each training step).
 
     Example:
         >>> pattern = sk.CSRMatrix.from_dense(torch.ones(4, 4).tril())   # causal
@@ -44,10 +44,11 @@ def sparse_attention_packed(
         raise ValueError(f"qkv must be (batch, length, 3, heads, head_dim), got {tuple(qkv.shape)}")
     q, k, v = _attention_library.packed_views(qkv)
     name, scale = checked_backend(q, k, v, pattern, scale, backend)
-    wants_grad = torch.is_grad_enabled() and qkv.requires_grad
-    if name == "triton_flash" and wants_grad and qkv.shape[-1] and eager(qkv):
-        config, layout = flash_plan(pattern.pattern, qkv.shape[-1], qkv.device)
-        args = (qkv, layout.tensors(), scale, config.as_list())
+    if name != "triton_flash" or not qkv.shape[-1] or eager_inference(qkv):
+        # (no gradient: the views cost nothing; D = 0: the kernels widen q and k)
+        return _dispatch.run("sparse_attention", name, q, k, v, pattern, scale, backend)
+    config, layout = flash_plan(pattern.pattern, qkv.shape[-1], qkv.device)
+    args = (qkv, layout.tensors(), scale, config.as_list())
+    if eager(qkv):  # the op's autograd.Function twin
         return _attention_library.BlockAttentionPackedEager.apply(*args)[0]
-    # (no gradient: the views cost nothing; traced: the compiler sees the stack)
-    return _dispatch.run("sparse_attention", name, q, k, v, pattern, scale, backend)
+    return _attention_library.block_attention_packed(*args)[0]
