@@ -135,7 +135,7 @@ def _merge_components(q, k, v, out, lse, components, launch) -> None:
 
 
 @block_attention.register_fake
-def _(q, k, v, layout, scale, config):
+def _block_attention_fake(q, k, v, layout, scale, config):
     batch, heads, lq, _ = q.shape
     out = _output_like(q, v.shape[3], q.dtype)
     return out, q.new_empty((batch * heads, lq), dtype=torch.float32)
@@ -280,10 +280,7 @@ def block_attention_packed(
 
 @block_attention_packed.register_fake
 def _(qkv, layout, scale, config):
-    q, _, v = packed_views(qkv)
-    batch, heads, lq, _ = q.shape
-    out = _output_like(q, v.shape[3], q.dtype)
-    return out, q.new_empty((batch * heads, lq), dtype=torch.float32)
+    return _block_attention_fake(*packed_views(qkv), layout, scale, config)
 
 
 def block_attention_packed_backward_body(
