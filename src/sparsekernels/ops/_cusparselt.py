@@ -30,6 +30,7 @@ from ..kernels import tuning
 from ..kernels.transpose import row_major_copy
 from . import _cusparselt_algs, _dispatch
 from ._autocast import backward_without_autocast
+from ._bias_grad import bias_grad
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major, in_b_order, spmm_out
 
@@ -214,7 +215,7 @@ def _backward(ctx, grad):
     if ctx.needs_input_grad[3]:
         d_b = spmm_nm_raw(values, indices, g, None, "none", *pattern, True)
     if bias is not None and ctx.needs_input_grad[4]:
-        d_bias = g.sum(dim=-1)
+        d_bias = bias_grad(g)
     return d_values, None, None, d_b, d_bias, None
 
 

@@ -11,6 +11,7 @@ import torch
 from .. import reference
 from . import _dispatch, _forward_mode
 from ._autocast import backward_without_autocast
+from ._bias_grad import bias_grad
 from ._layout import csr_row_walk_in_b_order, in_b_order, spmm_out
 
 Tensor = torch.Tensor
@@ -201,8 +202,7 @@ def _spmm_csr_backward(ctx, grad):
                                   transposed, hint)  # fmt: skip
         d_b = _sum_to(d_b, b)
     if bias is not None and ctx.needs_input_grad[4]:
-        d_bias = g.sum(dim=-1)
-        d_bias = d_bias.sum(dim=tuple(range(d_bias.dim() - 1))) if d_bias.dim() > 1 else d_bias
+        d_bias = bias_grad(g)
     return None, None, d_values, d_b, d_bias, None, None, None, None, None, None
 
 
@@ -419,7 +419,7 @@ def _spmm_nm_backward(ctx, grad):
     if ctx.needs_input_grad[2]:
         d_b = spmm_nm_raw(values, indices, g, None, "none", *pattern, not transpose, hint)
     if bias is not None and ctx.needs_input_grad[3]:
-        d_bias = g.sum(dim=-1)
+        d_bias = bias_grad(g)
     return d_values, None, d_b, d_bias, None, None, None, None, None, None, None
 
 
