@@ -61,7 +61,9 @@ def test_values_and_gradient_against_float64(kind, L, d, batch, heads, gen, monk
 @pytest.mark.parametrize("kind,L", [("causal", 64), ("local_strided", 160)])
 def test_same_bits_as_the_views_and_zeros_where_unseen(kind, L, gen, monkeypatch):
     """The same kernels with other output strides: the same bits as sparse_attention on q, k,
-    v views of qkv; queries that see no key and keys no query sees get exact zeros."""
+    v views of qkv (the gradient's values equal: the views' path adds the three views' zero-
+    padded gradients, which turns a kernel's -0.0 into +0.0); queries that see no key and keys
+    no query sees get exact zeros."""
     _poisoned(monkeypatch)
     keep = mask_of(kind, L, L)
     keep[:16] = False
@@ -74,7 +76,7 @@ def test_same_bits_as_the_views_and_zeros_where_unseen(kind, L, gen, monkeypatch
     a.backward(g)
     b.backward(g)
     assert_bitwise_equal(a, b)
-    assert_bitwise_equal(packed.grad, views.grad)
+    assert torch.equal(packed.grad, views.grad)
     assert (packed.grad[:, :16, 0] == 0).all() and (packed.grad[:, L - 16 :, 1:] == 0).all()
 
 
@@ -192,7 +194,8 @@ def test_opcheck_and_compile_write_the_gradient_whole(gen):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_local_strided_4096_same_bits_as_the_views(dtype, gen, monkeypatch):
     """The H200's tiles (64 x 64, several mask words a row, two components) at L = 4096 with
-    poisoned buffers: the packed backward's bits are the views' bits."""
+    poisoned buffers: the packed backward's values are the views' (fp16 on an H100: 61 of
+    6.3M gradient elements -0.0 here, +0.0 there, the views' path adding zeros)."""
     _poisoned(monkeypatch)
     attn = sk.nn.SparseAttention.local_strided(4096, window=128, stride=128, device="cuda")
     qkv = randn(2, 4096, 3, 4, 64, gen=gen, dtype=dtype, device="cuda")
@@ -204,5 +207,5 @@ def test_gpu_local_strided_4096_same_bits_as_the_views(dtype, gen, monkeypatch):
     a.backward(g)
     b.backward(g)
     assert_bitwise_equal(a, b)
-    assert_bitwise_equal(packed.grad, views.grad)
+    assert torch.equal(packed.grad, views.grad)
     assert torch.isfinite(packed.grad).all()
