@@ -252,3 +252,21 @@ def test_a_cuda_graph_after_an_eager_call(gen):
     out.fill_(float("nan"))
     graph.replay()
     assert_close(out, _want(W, x), spmm_bound(W.to_dense(), x.t()).t(), torch.bfloat16)
+
+
+def test_reasons_take_a_symbolic_density():
+    """A compiled backward's density can be a SymFloat (its transposed pattern's size made
+    dynamic); the reasons once formatted it with a spec a SymFloat refuses (TypeError inside
+    inductor: test_compiled_llama_step_matches_eager_on_gpu at 70%, 80 and 512 tokens)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    nnz = env.create_symintnode(env.create_symbol(3000, ConstantSource("nnz")), hint=3000)
+    density = nnz / 10000
+    assert isinstance(density, torch.SymFloat)
+    facts = dict(n=80, density=density, rows=100, k=100, batch=1, b_dim=2, values_dim=1)
+    found = _csr_scatter.reasons(
+        _dispatch.Problem(torch.device("cuda"), torch.bfloat16, facts), False
+    )
+    assert any("at density" in reason and "scatter" in reason for reason in found)

@@ -149,8 +149,10 @@ def reasons(problem: _dispatch.Problem, forced: bool) -> list[str]:
     n, density = facts["n"], facts.get("density", 0.0)
     elements = facts.get("rows", 0) * facts.get("k", 0)
     if not forced and not tuning.csr_scatter_takes(n, density, elements):
+        # (a compiled graph's density may be symbolic: a SymFloat takes no format spec)
+        shown = f"{density:.3g}" if isinstance(density, float) else str(density)
         found.append(
-            f"N = {n} at density {density:.3g} on {elements} elements is not the scatter "
+            f"N = {n} at density {shown} on {elements} elements is not the scatter "
             f"kernel's (kernels/csr_scatter_tuning.py)"
         )
     if not forced and not facts.get("tiled", False):
