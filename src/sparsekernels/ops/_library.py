@@ -253,7 +253,7 @@ def _sddmm_csr_backward(ctx, grad):
     from .spmm import spmm_csr_raw, spmm_csr_transposed
 
     row_offsets, column_indices, x, y, t_ro, t_ci, t_perm = ctx.saved_tensors
-    hint = _spmm_hint(ctx.backend)
+    hint = spmm_hint(ctx.backend)
     d_x = d_y = None
     if ctx.needs_input_grad[2]:  # dX = G @ Y, G the sparse gradient
         d_x = _sum_to(
@@ -267,7 +267,7 @@ def _sddmm_csr_backward(ctx, grad):
     return None, None, d_x, d_y, None, None, None, None
 
 
-def _spmm_hint(sddmm_backend: str) -> str | None:
+def spmm_hint(sddmm_backend: str) -> str | None:
     """The backend an SDDMM's backward suggests to its SpMMs: its own, except `dense`, which
     for an SDDMM reads only the stored entries' rows but for an SpMM multiplies structural
     zeros (a NaN in Y would reach rows of dX that no entry connects it to): SpMM then
@@ -467,7 +467,7 @@ def _sddmm_nm_backward(ctx, grad):
     from .spmm import spmm_nm_raw
 
     indices, x, y = ctx.saved_tensors
-    hint = _spmm_hint(ctx.backend)
+    hint = spmm_hint(ctx.backend)
     d_x = d_y = None
     if ctx.needs_input_grad[1]:
         d_x = spmm_nm_raw(grad, indices, y, None, "none", *ctx.args, False, hint)

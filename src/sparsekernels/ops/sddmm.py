@@ -49,13 +49,31 @@ def sddmm(
     if X.dim() == 3 and Y.dim() == 3 and X.shape[0] != Y.shape[0]:
         raise ValueError(f"X's batch {X.shape[0]} and Y's batch {Y.shape[0]} differ")
     transposed = None
-    if Y.requires_grad and torch.is_grad_enabled():
+    if Y.requires_grad and torch.is_grad_enabled() and _y_grad_transposes(X, Y, pattern, backend):
         t, perm = pattern.pattern.transpose()
         transposed = (t.row_offsets, t.column_indices, perm)
     values = sddmm_csr_raw(
         pattern.row_offsets, pattern.column_indices, X, Y, transposed, None, backend
     )
     return CSRMatrix._from_pattern(pattern.pattern, values, check=False)
+
+
+def _y_grad_transposes(X, Y, pattern: CSRMatrix, backend: str | None) -> bool:
+    """Whether Y's gradient G^T @ X will want the pattern's transpose: not where the dense
+    route reads G transposed (decided as the backward will), so a training step there keeps
+    no transposed pattern (6-8 bytes a stored entry). A backward that permutes after all
+    (create_graph) builds it then."""
+    if not _library.eager(X, Y):  # (traced or transformed: the op's backward permutes)
+        return True
+    from .spmm import transposed_permutes
+
+    ro, ci = pattern.row_offsets, pattern.column_indices
+    hint = _library.spmm_hint(sddmm_csr_backend(ro, ci, X, Y, None, backend))
+    batch = torch.broadcast_shapes(X.shape[:-2], Y.shape[:-2])
+    expanded = 0 in X.stride() and X.numel() > 1
+    return transposed_permutes(
+        pattern.nnz, Y.shape[-2], (*batch, pattern.nnz), X, X.shape, expanded, hint
+    )
 
 
 def sddmm_csr_raw(row_offsets, column_indices, x, y, transposed=None, hint=None, backend=None):

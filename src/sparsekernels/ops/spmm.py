@@ -270,9 +270,16 @@ def _backward_transposes(A: CSRMatrix, B: torch.Tensor, backend: str | None) -> 
     )
     batch = (B.shape[0],) if B.dim() == 3 else (A.batch,) if A.batch is not None else ()
     g_shape = (*batch, A.shape[0], B.shape[-1])  # (the product's, as G's)
-    facts = _transposed_facts(A.nnz, A.shape[1], A.values.shape, g_shape, False)
-    problem = _problem(A.values, B, **facts)
-    return _dispatch.choose_with_hint("spmm_csr", problem, None, forward) != "dense"
+    return transposed_permutes(A.nnz, A.shape[1], A.values.shape, B, g_shape, False, forward)
+
+
+def transposed_permutes(nnz, cols, values_shape, like, b_shape, expanded, hint) -> bool:
+    """Whether spmm_csr_transposed will take a sparse route (permuting A's values by A^T's
+    pattern) for A (…, cols) with values_shape and b of b_shape (`like`'s device and dtype),
+    rather than the dense one that reads A transposed: as its backward call will decide."""
+    facts = _transposed_facts(nnz, cols, values_shape, b_shape, expanded)
+    problem = _problem(None, like, **facts)
+    return _dispatch.choose_with_hint("spmm_csr", problem, None, hint) != "dense"
 
 
 # ----------------------------------------------------------------------- backends
