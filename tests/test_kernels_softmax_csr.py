@@ -518,13 +518,21 @@ def test_forward_tiles_rule():
 
 
 def test_forward_align_rule(monkeypatch, request):
-    """Off by default; on, 16-bit values read in groups of 8 entries (16 bytes), fp32 and fp64
-    entry by entry."""
+    """By default only walked rows (causal's 2048 a row) read 16-bit values in groups of 8
+    entries (16 bytes); with SOFTMAX_ALIGN rows read once too; fp32 and fp64 entry by entry;
+    SOFTMAX_ALIGN_WALKS off, none."""
     from sparsekernels.kernels import sddmm_tuning
 
     forward = sddmm_tuning.softmax_forward_config
     request.addfinalizer(forward.cache_clear)
-    assert forward(4096 * 256, 4096, 16, 2).align == 0
+    for average in (141, 256, 410):  # the tail's rows, one block, 512
+        assert forward(4096 * average, 4096, 16, 2).align == 0
+    walked = forward(4096 * 2048, 4096, 16, 2)
+    assert (walked.align, walked.walk_per) == (8, 8)
+    assert forward(4096 * 2048, 4096, 16, 4).align == 0
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_ALIGN_WALKS", False)
+    forward.cache_clear()
+    assert forward(4096 * 2048, 4096, 16, 2).align == 0
     monkeypatch.setattr(sddmm_tuning, "SOFTMAX_ALIGN", True)
     forward.cache_clear()
     for average in (141, 256, 410, 2048):  # the tail's rows, one block, 512, the walk
@@ -584,6 +592,40 @@ def test_op_walks_with_the_max_per_thread(device, dtype, gen, monkeypatch, reque
     row = S.row_offsets[3:5].tolist()
     values[row[0] : row[1]] = float("-inf")  # row 3 all -inf: NaN
     probs = sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values
+    _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy on -inf rows
+@pytest.mark.parametrize("device", KERNEL_DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_op_walks_in_groups_by_default(device, dtype, gen, monkeypatch, request):
+    """Walked rows read in 16-byte groups without SOFTMAX_ALIGN (SOFTMAX_ALIGN_WALKS; the walk
+    lowered to a block of 64, a head a program as causal's 1024): 3 heads on contiguous arrays
+    whose nnz % 16 != 0 (the phased groups, each head's counted from the array's start), a row
+    of -inf, empty rows; then a view of padded arrays; forward against float64 dense
+    softmax."""
+    from sparsekernels.kernels import sddmm_tuning
+
+    skip_interpreter_on_gpu_machine(device)
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_WALK_PER_THREAD_BLOCK", 64)
+    monkeypatch.setattr(sddmm_tuning, "SOFTMAX_MAX_HEADS", 1)
+    sddmm_tuning.softmax_forward_config.cache_clear()
+    request.addfinalizer(sddmm_tuning.softmax_forward_config.cache_clear)
+    S = random_csr(20, 300, 0.25, gen, dtype, device)
+    if S.nnz % 16 == 0:  # (phased groups need a ragged batch stride)
+        S = random_csr(20, 299, 0.25, gen, dtype, device)
+    assert S.nnz % 16 and not sddmm_tuning.SOFTMAX_ALIGN
+    config = sddmm_tuning.softmax_forward_config(S.nnz, 20, 3, dtype.itemsize)
+    assert (config.align, config.heads) == (8, 1) and config.walk_per > 1
+    assert S.row_offsets.diff().max() > config.block  # some rows walk
+    values = randn(3, S.nnz, gen=gen, device=device).to(dtype)
+    row = S.row_offsets[3:5].tolist()
+    values[1, row[0] : row[1]] = float("-inf")  # head 1's row 3 all -inf: NaN
+    probs = sk.sparse_softmax(S.with_values(values), 0.6, backend="triton").values
+    _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
+    padded = _padded(3, S.nnz, dtype, device, float("nan"))
+    padded.copy_(values)
+    probs = sk.sparse_softmax(S.with_values(padded), 0.6, backend="triton").values
     _check_forward(probs, _dense_softmax(S, values, 0.6), dtype)
 
 

@@ -135,8 +135,13 @@ SOFTMAX_TAIL_MAX_LANES = 256
 # 26.5 -> 25.7 (int32, maxnreg 40), strided:128:128 17.7 -> 15.8 (its tail), random:0.1
 # 44.7 -> 39.7 (int32, maxnreg 40). Arrays at any batch stride now take groups too (the phased
 # form: contiguous (heads, nnz) at nnz % 16 != 0, as SDDMM writes them and the suite has them),
-# and long rows walk in groups: off until those are timed (run_h200.sh step softmaxphased).
-SOFTMAX_ALIGN = False
+# and long rows walk in groups. Timed (H100, cold, bf16, 16 heads at L = 4096, results/
+# nvidia-h100/2026-12-07/at-1233355/softmax_phased.txt), us, the route against groups on the
+# unpadded arrays: causal's walked rows 251.4 -> 218.0 (71% -> 82% of copy); rows read once
+# gained nothing (local:256 26.7 against 26.0-28.0, strided:128:128 17.9 against 17.6,
+# random:0.1 44.9 against 47.5): groups for walked rows only.
+SOFTMAX_ALIGN = False  # rows read once
+SOFTMAX_ALIGN_WALKS = True  # the walk's one-head blocks (walk_per > 1)
 # A walked row's first pass takes each step's max per thread (softmax_csr_walks._walk_per_thread:
 # one rescaling exp2 per thread a step, not per entry) on the walk's one-head blocks of 1024: H100,
 # cold, 16 heads of a causal L = 4096 pattern (benchmarks/sweeps/softmax_heads_sweep.py,
@@ -178,7 +183,7 @@ def softmax_forward_config(
     SOFTMAX_TAIL_MAX_LANES lanes on SOFTMAX_TAIL_HEADS heads a program, two a warp, int32
     offsets; blocks of 512 one warp a head (the sweep above); with SOFTMAX_ALIGN, 16-bit
     values (`itemsize` bytes an entry) read in 16-byte groups; blocks of 1024 (one head) walk
-    long rows taking a step's max per thread."""
+    long rows taking a step's max per thread, in groups with SOFTMAX_ALIGN_WALKS."""
     base = softmax_csr_config(nnz, rows, batch)
     tail = softmax_tail(nnz, rows, base.block)
     align = 16 // itemsize if SOFTMAX_ALIGN and itemsize == 2 else 0
@@ -190,6 +195,8 @@ def softmax_forward_config(
     walk_per = 1
     if base.heads == 1 and base.block >= SOFTMAX_WALK_PER_THREAD_BLOCK:
         walk_per = base.block // (32 * base.num_warps)  # a thread's entries a step
+        if SOFTMAX_ALIGN_WALKS and itemsize == 2:
+            align = 16 // itemsize
     return replace(base, tail=tail, align=align, walk_per=walk_per)
 
 
