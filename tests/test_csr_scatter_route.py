@@ -56,7 +56,7 @@ def test_the_copy_has_the_weights_tile_height(gen):
 
 def test_where_the_route_takes_it():
     """8 tokens on dense or large weights, 9-32 on every weight, 33-64 on weights of 2^24
-    elements or more, 65-80 on sparse ones of 2^25 or more (their 128-row tiles)."""
+    elements or more, 65-128 on sparse ones of 2^25 or more (their 128-row tiles)."""
     from sparsekernels.kernels.csr_scatter_tuning import csr_scatter_takes
 
     large, tall = 2**24, 2**25
@@ -64,7 +64,7 @@ def test_where_the_route_takes_it():
     assert csr_scatter_takes(8, 0.1, large) and not csr_scatter_takes(7, 0.3, large)
     assert csr_scatter_takes(32, 0.3, 1000) and not csr_scatter_takes(33, 0.3, 1000)
     assert csr_scatter_takes(64, 0.3, large) and not csr_scatter_takes(65, 0.3, tall)
-    assert csr_scatter_takes(80, 0.1, tall) and not csr_scatter_takes(81, 0.1, tall)
+    assert csr_scatter_takes(128, 0.1, tall) and not csr_scatter_takes(129, 0.1, tall)
     assert not csr_scatter_takes(80, 0.1, large)  # (64-row tiles: densify past 64)
 
 
@@ -114,7 +114,9 @@ def _want(W, x, bias=None):
         # 2^25 elements or more at density 0.2 or less: a copy in 128-row tiles
         *((2048, 2**14 + 3, 0.02, t) for t in (8, 12, 24, 33)),
         (2100, 2**14 + 1000, 0.05, 64),
-        (2100, 2**14 + 1000, 0.05, 77),  # past 64 tokens on those weights (to 80)
+        (2100, 2**14 + 1000, 0.05, 77),  # past 64 tokens on those weights (to 128)
+        (2100, 2**14 + 1000, 0.05, 101),
+        (2100, 2**14 + 1000, 0.05, 128),
     ],
 )
 def test_linear_takes_the_scatter_kernel(dtype, rows, k, density, tokens, gen, monkeypatch):

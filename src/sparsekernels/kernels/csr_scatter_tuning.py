@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CSR_SCATTER_MIN_N = 9  # below: the CSR few-token kernel
-CSR_SCATTER_MAX_N = 64  # above: densify + cuBLAS
+CSR_SCATTER_MAX_N = 64  # above: densify + cuBLAS (but tall tiles, below)
 CSR_SCATTER_8_MIN_DENSITY = 0.25  # 8 tokens too, for weights this dense (70% sparse: 0.3)
 CSR_SCATTER_8_MIN_ELEMENTS = 2**24  # ... or this large (measured 4096 x 4096 and up at 90%)
 # 128-row tiles on weights this sparse and large (90% on 4096 x 14336 and 14336 x 4096)
@@ -55,8 +55,12 @@ CSR_SCATTER_WIDE_MIN_ELEMENTS = 2**24
 # To 80 tokens on the 128-row-tile weights (sparse and large), where it beat densifying even
 # after the densify through shared memory: 80 tokens at 90%, us, through linear, scatter /
 # densify + cuBLAS (2026-12-04/at-040829e/csr_scatter_route.txt): 4096 x 14336 67.6 / 81.2,
-# 14336 x 4096 67.7 / 77.3; at 128 tokens 83.8 / 82.9 and 88.7 / 78.8 (96 not measured).
-CSR_SCATTER_TALL_MAX_N = 80
+# 14336 x 4096 67.7 / 77.3; at 128 tokens 83.8 / 82.9 and 88.7 / 78.8 (96 not measured). With
+# the unscatter (below), to 128 tokens: H100, the same sweep (2026-12-07/at-1233355/
+# csr_scatter_route.txt), scatter / the route then (densify + cuBLAS), us: 4096 x 14336 at 96
+# tokens 60.4 / 103.5, at 128 72.6 / 106.1; 14336 x 4096 58.1 / 97.1 and 75.8 / 97.3.
+# (cuBLAS on the dense weight, 44-52 us there, is what a kept dense copy gives: weight_copies.)
+CSR_SCATTER_TALL_MAX_N = 128
 # Zeros only at the places the step before stored (the kernel's `unscatter`), not the whole
 # tile, on weights at most this dense. H100, bf16, cold L2, the routed tile -> with unscatter
 # (results/nvidia-h100/2026-12-06/at-c87015f/csr_scatter_unscatter.txt): 90% 128-row tiles

@@ -1,4 +1,4 @@
-"""The `scatter` backend of spmm_csr: CSR weights in half precision at 8-80 tokens on the
+"""The `scatter` backend of spmm_csr: CSR weights in half precision at 8-128 tokens on the
 tensor cores (kernels/spmm_csr_scatter.py; csr_scatter_tuning.py says where), where the CSR
 kernels walk each stored entry's row of B and densifying costs a pass over the dense weight.
 
