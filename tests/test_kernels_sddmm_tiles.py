@@ -155,6 +155,9 @@ def test_rule():
     assert not sddmm_tuning.sddmm_tiles_takes(64, 0.1, 0.1, True)  # too sparse a fill
     assert not sddmm_tuning.sddmm_prefers_dense(64, 0.3, 4096 * 4096, True, tile_fill=0.3)
     assert sddmm_tuning.sddmm_prefers_dense(64, 0.3, 4096 * 4096, True, tile_fill=0.0)
+    config = sddmm_tuning.sddmm_tiles_config  # 2 stages to two 64-column steps, then 3
+    assert [config(k).num_stages for k in (1, 64, 128, 129, 256, 300)] == [2, 2, 2, 3, 3, 3]
+    assert (config(256).block_m, config(300).block_m) == (64, 128)
 
 
 def _local_window(n, width, device, dtype):
@@ -219,7 +222,7 @@ def test_plan_cache_follows_in_place_edits(gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("k", [64, 300])
+@pytest.mark.parametrize("k", [64, 100, 300])
 def test_route_on_gpu_at_its_tiles(dtype, k, gen, monkeypatch):
     """The route's own tiles (64 x 64 at short K, 128 x 128 past 256) on a banded pattern with
     16 heads, by the default dispatch: every entry against float64."""

@@ -276,12 +276,22 @@ class SddmmTilesConfig:
 SDDMM_TILES_PROBE = (64, 64)
 
 
+# Two stages where K is at most two of the tile's 64-column steps: a third buffer has nothing to
+# hold and costs programs an SM. H100, K = 64, cold (results/nvidia-h100/2026-12-07/at-1233355/
+# sddmm_tiles_walk.txt), us, 3 -> 2 stages: bf16 local:256 (16 heads) 51.1 -> 48.6, uniform
+# 0.5-10% 28.0-33.5 -> 24.1-30.3; tf32 local 89.8 -> 68.5, uniform 45.2-52.8 -> 33.8-38.5. Walks
+# over several tiles a program (at 5-7 stages, or prefetching) were slower everywhere.
+SDDMM_TILES_FEW_STEPS_K = 128
+
+
 @_memo
 def sddmm_tiles_config(k: int) -> SddmmTilesConfig:
-    """64 x 64 tiles at K <= 256, 128 x 128 past it (the same sweep's fastest)."""
+    """64 x 64 tiles at K <= 256, 128 x 128 past it (the same sweep's fastest); 2 stages to
+    K = SDDMM_TILES_FEW_STEPS_K, else 3."""
+    stages = 2 if k <= SDDMM_TILES_FEW_STEPS_K else 3
     if k <= SDDMM_TILES_SHORT_K:
-        return SddmmTilesConfig(*SDDMM_TILES_PROBE, 64, 4, 3)
-    return SddmmTilesConfig(128, 128, 64, 8, 3)
+        return SddmmTilesConfig(*SDDMM_TILES_PROBE, 64, 4, stages)
+    return SddmmTilesConfig(128, 128, 64, 8, stages)
 
 
 # On the CPU the only sparse SDDMM is the float64 reference, which gathers a (stored entries, K)
