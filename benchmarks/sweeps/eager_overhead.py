@@ -13,7 +13,6 @@ Then cProfile of the sparse model's eager calls at the first L, by own time.
     LS=8192 REPS=10 TOP=25 ...
 """
 
-import copy
 import cProfile
 import io
 import os
@@ -25,24 +24,11 @@ import warnings
 import torch
 from triton.testing import do_bench_cudagraph
 
+from sparsekernels.bench.e2e import _train_step as training_step  # (the suite's: AdamW)
 from sparsekernels.models.sparse_transformer import TransformerConfig, transformer_pair
 
 LS = [int(v) for v in os.environ.get("LS", "8192,16384").split(",")]
 REPS, TOP = int(os.environ.get("REPS", 10)), int(os.environ.get("TOP", 25))
-
-
-def training_step(model, x):
-    model = copy.deepcopy(model).train()  # as the suite's _train_step
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=True)
-
-    def step():
-        loss = model.loss(x)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return step
 
 
 def eager_ms(fn) -> float:
