@@ -3,7 +3,7 @@
 (what is left is the library's own host path; kernels' outputs are garbage, nothing reads them
 on the host in steady state). Per steady-state training step / inference call: Python function
 calls (cProfile), aten ops, gc collections, at two sequence lengths.
-Run: TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python scratch/eager_cpu_host.py"""
+Run: TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python benchmarks/results/cpu/2026-12-07-eager-audit/eager_cpu_host.py"""
 import collections, cProfile, gc, io, os, pstats, time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode

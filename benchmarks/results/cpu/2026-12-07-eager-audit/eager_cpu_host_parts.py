@@ -1,6 +1,6 @@
 """Unprofiled host time per call of the library's entry points on the CUDA route (forced on the
 CPU, Triton launches stubbed, tiny sizes so CPU compute is ~0), against torch's nn.Linear /
-SDPA at the same sizes. TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python scratch/eager_cpu_host_parts.py"""
+SDPA at the same sizes. TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python benchmarks/results/cpu/2026-12-07-eager-audit/eager_cpu_host_parts.py"""
 import collections, statistics, time, functools
 import torch, torch.nn.functional as F
 import sparsekernels  # noqa

@@ -1,7 +1,7 @@
 """Host time of the library's own path (CUDA route forced, Triton launches stubbed), tiny sizes so
 that CPU compute is negligible: wall time a step/call, sparse against its dense twin, and cProfile
 cumulative time per call of the library's entry points.
-Run: TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python scratch/eager_cpu_host_tiny.py"""
+Run: TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python benchmarks/results/cpu/2026-12-07-eager-audit/eager_cpu_host_tiny.py"""
 import cProfile, io, pstats, statistics, time
 import torch
 import sparsekernels  # noqa

@@ -2,7 +2,7 @@
 densify, fused triton_flash attention) under TRITON_INTERPRET=1, instrumented:
 - sync-type aten ops (would be host syncs on CUDA), with the Python frame that issued them;
 - cache fills (_cache_mode.builds()), Triton JIT launches, aten ops, allocations per phase.
-Run: TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python scratch/eager_cpu_route.py"""
+Run: TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python benchmarks/results/cpu/2026-12-07-eager-audit/eager_cpu_route.py"""
 import collections, os, sys, traceback
 assert os.environ.get("TRITON_INTERPRET") == "1"
 import torch

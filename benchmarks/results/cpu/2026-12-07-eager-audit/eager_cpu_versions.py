@@ -1,6 +1,6 @@
 """Version-keyed caches against AdamW's in-place steps (CUDA route forced on the CPU, Triton in
 its interpreter): does a training step rebuild anything, and what does an eval call between
-steps redo? TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python scratch/eager_cpu_versions.py"""
+steps redo? TRITON_INTERPRET=1 PYTHONPATH=src .venv/bin/python benchmarks/results/cpu/2026-12-07-eager-audit/eager_cpu_versions.py"""
 import torch
 import sparsekernels  # noqa
 from sparsekernels import _cache_mode
