@@ -87,7 +87,10 @@ def sddmm_csr(row_offsets, column_indices, x, y):
     if widens_on_cpu(x):
         return sddmm_csr(row_offsets, column_indices, _wide(x), _wide(y)).to(x.dtype)
     product = torch.matmul(x, y.transpose(-1, -2))
-    return product.flatten(-2)[..., flat_positions(row_offsets, column_indices, y.shape[-2])]
+    # (index_select reads int32 positions as they are; indexing widened them to int64 first,
+    # a kernel and an 8-byte-an-entry copy every call)
+    return product.flatten(-2).index_select(-1, flat_positions(row_offsets, column_indices,
+                                                               y.shape[-2]))  # fmt: skip
 
 
 # column indices -> (row offsets, versions, row * cols + column of every stored entry): a
