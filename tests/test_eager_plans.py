@@ -170,6 +170,22 @@ def test_values_changed_in_place_take_the_whole_path(gen, whole_path_calls):
     assert_close(got, _want(W, x), _bound(W, x), torch.float32)
 
 
+def test_plans_of_older_values_are_dropped(gen, whole_path_calls):
+    """Evaluated between optimizer steps (values changed in place each time), a weight keeps
+    only the current version's plans; a signature of that version stays planned."""
+    W = random_csr(37, 50, 0.3, gen, torch.float32)
+    x, x2 = (randn(t, 50, gen=gen, dtype=torch.float32) for t in (4, 6))
+    for step in range(3):
+        with torch.no_grad():
+            W.values.add_(0.25)  # an optimizer step
+        sk.linear(x, W)
+        sk.linear(x2, W)
+        assert len(_eager_plans._PLANS.get(W.values)) == 2  # x's and x2's, this version's
+        got = sk.linear(x, W)  # planned
+        assert len(whole_path_calls) == 2 * (step + 1)
+        assert_close(got, _want(W, x), _bound(W, x), torch.float32)
+
+
 def test_a_gradient_takes_the_whole_path_and_is_right(gen, whole_path_calls):
     W = random_nm(37, 48, 2, 8, gen, dtype=torch.float64)
     x = randn(4, 48, gen=gen, dtype=torch.float64)

@@ -74,9 +74,10 @@ def _facts(W) -> tuple:
 
 
 def _signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:
+    """The call's signature, the values' version first (remember drops older versions' plans)."""
     bias_part = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
     return (
-        x.shape, x.stride(), x.dtype, x.device, bias_part, backend, version(W.values),
+        version(W.values), x.shape, x.stride(), x.dtype, x.device, bias_part, backend,
         _dispatch.triton_interpreter_enabled(),
     )  # fmt: skip
 
@@ -190,8 +191,13 @@ def remember(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None)
     else:
         problem = nm_problem(W.values, b, W.n, W.m, W.vector, W.block, False)
         name = _dispatch.choose_with_hint("spmm_nm", problem, backend, None)
+    signature = _signature(x, W, bias, backend)
     plans = _PLANS.get(W.values)
     if plans is None or len(plans) >= MOST_SIGNATURES:
         plans = {}
         _PLANS[W.values] = plans
-    plans[_signature(x, W, bias, backend)] = _Plan(name, W)
+    # An older version's plans never match again (versions only grow): a model evaluated
+    # between training steps would otherwise pile one up a step, launch plans and all.
+    for stale in [key for key in plans if key[0] != signature[0]]:
+        del plans[stale]
+    plans[signature] = _Plan(name, W)
