@@ -66,14 +66,18 @@ def spmm(
             raise ValueError(f"B's batch {B.shape[0]} must match A's batch {A.batch}")
         # The narrowest column index type: fewer bytes for a memory-bound kernel to read.
         cols = A.pattern.column_indices_int16()
+        columns = A.column_indices if cols is None else cols
         _csr_scatter.prepare(A, B)  # the scatter backend's copy of the weight, once
         t_ro = t_ci = t_perm = None
-        if B.requires_grad and torch.is_grad_enabled() and _backward_transposes(A, B, backend):
-            pattern, t_perm = A.pattern.transpose()
-            t_ro, t_ci = pattern.row_offsets, pattern.column_indices
+        chosen = None
+        if B.requires_grad and torch.is_grad_enabled():
+            chosen, transposes = _backward_transposes(A, columns, B, backend)
+            if transposes:
+                pattern, t_perm = A.pattern.transpose()
+                t_ro, t_ci = pattern.row_offsets, pattern.column_indices
         return spmm_csr_raw(
             A.row_offsets,
-            A.column_indices if cols is None else cols,
+            columns,
             A.values,
             B,
             bias,
@@ -84,6 +88,7 @@ def spmm(
             t_ro,
             t_ci,
             t_perm,
+            chosen,
         )
     if isinstance(A, NMMatrix):
         _check_operands(A, B, bias, allow_batch=False)
@@ -165,10 +170,14 @@ def spmm_csr_raw(
     t_ro=None,
     t_ci=None,
     t_perm=None,
+    chosen=None,
 ) -> torch.Tensor:
-    """The registered op with its backend chosen (forced `backend`, else `hint` if it fits)."""
-    problem = csr_problem(row_offsets, column_indices, values, b)
-    name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
+    """The registered op with its backend chosen (forced `backend`, else `hint` if it fits),
+    or `chosen` where the caller chose it already on these very arguments."""
+    if chosen is None:
+        problem = csr_problem(row_offsets, column_indices, values, b)
+        chosen = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
+    name = chosen
     if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
         args = (row_offsets, column_indices, values, b, bias, row_order, activation)
         return _dispatch.run("spmm_csr", name, *args)
@@ -257,20 +266,23 @@ def _transposed_facts(nnz: int, cols: int, values_shape, b_shape, expanded: bool
     )  # fmt: skip
 
 
-def _backward_transposes(A: CSRMatrix, B: torch.Tensor, backend: str | None) -> bool:
-    """Whether B's gradient A^T @ G will want A^T's pattern: not where spmm_csr_transposed
-    will read A transposed on the dense route (G is (..., M, N) as the product; decided as the
-    backward will, the forward's backend its hint), so a training step there keeps no
-    transposed pattern (6-8 bytes a stored entry). A backward that goes another way after all
-    (create_graph) builds it then."""
+def _backward_transposes(
+    A: CSRMatrix, columns: torch.Tensor, B: torch.Tensor, backend: str | None
+) -> tuple[str | None, bool]:
+    """The forward's backend as spmm_csr_raw would choose it on (A's offsets, `columns`, its
+    values, B) (None where the op chooses when it runs), and whether B's gradient A^T @ G will
+    want A^T's pattern: not where spmm_csr_transposed will read A transposed on the dense
+    route (G is (..., M, N) as the product; decided as the backward will, the forward's backend
+    its hint), so a training step there keeps no transposed pattern (6-8 bytes a stored
+    entry). A backward that goes another way after all (create_graph) builds it then."""
     if not _library.eager(A.values, B):  # (traced or transformed: the op's backward permutes)
-        return True
-    forward = _dispatch.choose_with_hint(
-        "spmm_csr", csr_problem(A.row_offsets, A.column_indices, A.values, B), backend, None
-    )
+        return None, True
+    problem = csr_problem(A.row_offsets, columns, A.values, B)
+    forward = _dispatch.choose_with_hint("spmm_csr", problem, backend, None)
     batch = (B.shape[0],) if B.dim() == 3 else (A.batch,) if A.batch is not None else ()
     g_shape = (*batch, A.shape[0], B.shape[-1])  # (the product's, as G's)
-    return transposed_permutes(A.nnz, A.shape[1], A.values.shape, B, g_shape, False, forward)
+    permutes = transposed_permutes(A.nnz, A.shape[1], A.values.shape, B, g_shape, False, forward)
+    return forward, permutes
 
 
 def transposed_permutes(nnz, cols, values_shape, like, b_shape, expanded, hint) -> bool:
