@@ -7,13 +7,17 @@ suite's) of the sparse and dense models, bf16, at L = 8192 and 16384 (LS):
 - eager: synchronized wall time a call, median of REPS;
 - host: the time until the eager call returns, the GPU kept busy by a long sleep queued
   first (a call that returns late waits on the GPU: a host sync);
-- syncs: host synchronizations in one call (torch.cuda.set_sync_debug_mode), where they are.
+- syncs: host synchronizations in one call (torch.cuda.set_sync_debug_mode), where they are;
+- gc off: eager with Python's garbage collector disabled, and the collections (by
+  generation) that REPS eager calls set off with it on (a full collection of a process
+  holding torch and Triton takes milliseconds).
 Then cProfile of the sparse model's eager calls at the first L, by own time.
     PYTHONPATH=src python3 benchmarks/sweeps/eager_overhead.py
     LS=8192 REPS=10 TOP=25 ...
 """
 
 import cProfile
+import gc
 import io
 import os
 import pstats
@@ -70,6 +74,33 @@ def syncs(fn) -> list[str]:
             if "synchroniz" in str(w.message)]  # fmt: skip
 
 
+def eager_ms_gc_off(fn) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        return eager_ms(fn)
+    finally:
+        gc.enable()
+
+
+def gc_counts(fn) -> str:
+    """Garbage collections by generation over REPS calls, as "gen0/gen1/gen2"."""
+    counts = [0, 0, 0]
+
+    def count(phase, info):
+        if phase == "start":
+            counts[info["generation"]] += 1
+
+    gc.callbacks.append(count)
+    try:
+        for _ in range(REPS):
+            fn()
+        torch.cuda.synchronize()
+    finally:
+        gc.callbacks.remove(count)
+    return "/".join(map(str, counts))
+
+
 def profile(fn, label: str) -> None:
     fn()
     torch.cuda.synchronize()
@@ -94,6 +125,7 @@ for length in LS:
     xt = torch.randint(0, cfg.vocab, (1, length + 1), device="cuda")
     calls = {}
     for name, model in (("sparse", sparse), ("dense", dense)):
+        calls[f"{name} train step"] = training_step(model, xt)  # (a copy, in training mode)
         inference = model.eval()
 
         def infer(model=inference):
@@ -101,18 +133,19 @@ for length in LS:
                 return model(x)
 
         calls[f"{name} inference"] = infer
-        calls[f"{name} train step"] = training_step(model, xt)
     for label, fn in calls.items():
         fn()  # caches, compiles
         found = syncs(fn)
-        row = (f"L={length} {label}", do_bench_cudagraph(fn, rep=100) if "inference" in label
-               else float("nan"), eager_ms(fn), host_ms(fn), len(found))  # fmt: skip
+        graph = do_bench_cudagraph(fn, rep=100) if "inference" in label else float("nan")
+        row = (f"L={length} {label}", graph, eager_ms(fn), host_ms(fn), len(found),
+               eager_ms_gc_off(fn), gc_counts(fn))  # fmt: skip
         table.append(row)
         print(row, sorted(set(found))[:8], flush=True)
     if length == LS[0]:
         profile(calls["sparse inference"], f"L={length} sparse inference")
         profile(calls["sparse train step"], f"L={length} sparse train step")
 
-print(f"\n{'call':<30} {'graph ms':>9} {'eager ms':>9} {'host ms':>9} {'syncs':>6}")
-for label, graph, eager, host, count in table:
-    print(f"{label:<30} {graph:9.3f} {eager:9.3f} {host:9.3f} {count:6d}")
+print(f"\n{'call':<30} {'graph ms':>9} {'eager ms':>9} {'host ms':>9} {'syncs':>6} "
+      f"{'gc off ms':>9} {'gc 0/1/2':>10}")  # fmt: skip
+for label, graph, eager, host, count, gc_off, gcs in table:
+    print(f"{label:<30} {graph:9.3f} {eager:9.3f} {host:9.3f} {count:6d} {gc_off:9.3f} {gcs:>10}")
