@@ -174,10 +174,10 @@ def spmm_csr_raw(
 ) -> torch.Tensor:
     """The registered op with its backend chosen (forced `backend`, else `hint` if it fits),
     or `chosen` where the caller chose it already on these very arguments."""
-    if chosen is None:
-        problem = csr_problem(row_offsets, column_indices, values, b)
-        chosen = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     name = chosen
+    if name is None:
+        problem = csr_problem(row_offsets, column_indices, values, b)
+        name = _dispatch.choose_with_hint("spmm_csr", problem, backend, hint)
     if _library.eager_inference(values, b, bias):  # no gradient: skip the op's dispatch cost
         args = (row_offsets, column_indices, values, b, bias, row_order, activation)
         return _dispatch.run("spmm_csr", name, *args)
