@@ -7,8 +7,12 @@ and half for CSR. Their outcome depends only on the call's signature (x's shape,
 dtype and device, the bias's, a forced backend) and on the weight as it is (its values'
 version: an in-place change can change the scatter kernel's copy). So the first call of a
 signature takes the whole path, then remembers the backend chosen; later calls with that
-signature run it directly. Not under torch.compile, not for fake or functional tensors, not
-when a gradient is wanted (those take the custom op or its autograd twin).
+signature run it directly. Not under torch.compile, nor for fake or functional tensors.
+A call that records a gradient (a training step) is planned too: its autograd twin is applied
+at once with the backend, and whether the backward wants A^T's pattern, the first call chose.
+Its signature leaves out the version of values that want a gradient (an optimizer step bumps it
+every step): the choice does not read them, since the scatter backend, the only one that keeps
+a copy of the values, takes no values that want a gradient and is never planned for a gradient.
 The second call of a signature also records the backend's Triton launches where it can, and
 later ones replay them through the compiled kernels (ops/_launch_plans.py). The dense backend
 (small layers: densify, then cuBLAS) makes its very cuBLAS call directly, its densify launch
@@ -27,7 +31,7 @@ from ..formats import CSRMatrix, NMMatrix
 from . import _cusparselt, _dense, _dispatch, _launch_plans, _library
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major
-from .spmm import csr_problem, nm_problem
+from .spmm import _backward_transposes, csr_problem, nm_problem
 
 # W's values -> {call signature: _Plan}; an entry holds no tensor (IdentityCache's rule; a launch
 # plan holds storages, not tensors)
@@ -39,13 +43,17 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 DENSIFY_PLANS = os.environ.get("SPARSEKERNELS_DENSIFY_PLANS", "1") != "0"
 MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
 MOST_STREAMS = 4  # launch plans a signature records, one a stream
+# Backends a gradient's call is not planned for: the scatter backend reads a copy of the values
+# kept per version, cuSPARSELt its own op with the packed weight.
+_NOT_PLANNED_WITH_GRADIENT = ("scatter", "cusparselt")
 
 
 class _Plan:
-    __slots__ = ("backend", "launches", "weight")
+    __slots__ = ("backend", "launches", "weight", "transposes")
 
-    def __init__(self, backend: str, W) -> None:
+    def __init__(self, backend: str, W, transposes: bool = False) -> None:
         self.backend = backend
+        self.transposes = transposes  # (a gradient's plan: backward wants A^T's pattern)
         # the current stream's key -> its launch plan, or None where recording gave none (tried
         # once a stream: a plan replays on its own stream only, and a warm-up on a side stream,
         # as torch's CUDA graph docs do it, would otherwise leave none for the default one)
@@ -74,11 +82,24 @@ def _facts(W) -> tuple:
 
 
 def _signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:
-    """The call's signature, the values' version first (remember drops older versions' plans)."""
+    """The call's signature, the values' version first (remember drops older versions' plans;
+    None for a gradient's values, which the choice does not read)."""
+    bias_part = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
+    values = W.values
+    return (
+        version(values), values.shape, values.dtype, x.shape, x.stride(), x.dtype, x.device,
+        bias_part, backend, _dispatch.triton_interpreter_enabled(),
+    )  # fmt: skip
+
+
+def _grad_signature(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None) -> tuple:
+    """A call recording a gradient: which operands want one, as well (the backward's needs)."""
+    values = W.values
+    wants = (values.requires_grad, x.requires_grad, bias is not None and bias.requires_grad)
     bias_part = None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device)
     return (
-        version(W.values), x.shape, x.stride(), x.dtype, x.device, bias_part, backend,
-        _dispatch.triton_interpreter_enabled(),
+        None if wants[0] else version(values), wants, values.shape, values.dtype, x.shape,
+        x.stride(), x.dtype, x.device, bias_part, backend, _dispatch.triton_interpreter_enabled(),
     )  # fmt: skip
 
 
@@ -101,13 +122,17 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
         return None  # (anything else: the whole path's checks name it)
     if backend is not None and type(backend) is not str:
         return None  # (a list, say: unhashable in the lookup; the whole path names it)
-    if not _library.eager_inference(W.values, x, bias):  # (before any lookup: not compiling)
+    gradient = not _library.eager_inference(W.values, x, bias)
+    if gradient and not _library.eager(W.values, x, bias):  # (before any lookup: not compiling)
         return None
     if x.is_cuda and x.get_device() != torch.cuda.current_device():
         return None  # (the whole path launches on x's device)
     plans = _PLANS.get(W.values)
     if plans is None:
         return None
+    if gradient:
+        plan = plans.get(_grad_signature(x, W, bias, backend))
+        return None if plan is None or not plan.fits(W) else _with_gradient(x, W, bias, plan)
     plan = plans.get(_signature(x, W, bias, backend))
     if plan is None or not plan.fits(W):
         return None
@@ -126,6 +151,22 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
             out = call()
         else:
             out, plan.launches[stream] = _launch_plans.record(call, x, bias, W)
+    return out.t().contiguous().view(*x.shape[:-1], W.shape[0])
+
+
+def _with_gradient(x: torch.Tensor, W, bias: torch.Tensor | None, plan: _Plan) -> torch.Tensor:
+    """linear's whole path from its autograd twin on: spmm's arguments as it passes them."""
+    b = _b(x, W)
+    if type(W) is CSRMatrix:
+        t_ro = t_ci = t_perm = None
+        if plan.transposes:
+            pattern, t_perm = W.pattern.transpose()
+            t_ro, t_ci = pattern.row_offsets, pattern.column_indices
+        arrays = (W.row_offsets, _csr_columns(W), W.values, b, bias, W.row_order)
+        out = _library.spmm_csr_eager(*arrays, t_ro, t_ci, t_perm, "none", plan.backend)
+    else:
+        out = _library.spmm_nm_eager(W.values, W.indices, b, bias, "none", W.n, W.m, W.vector,
+                                     W.block, False, plan.backend)  # fmt: skip
     return out.t().contiguous().view(*x.shape[:-1], W.shape[0])
 
 
@@ -180,24 +221,34 @@ def remember(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None)
     """After a whole call of linear: the backend its signature takes, for the next call. Not
     while a CUDA graph is captured: spmm builds the scatter kernel's copy only outside one,
     so a captured first call may choose what eager calls would not."""
-    if not _library.eager_inference(W.values, x, bias) or W.values.is_inference():
+    gradient = not _library.eager_inference(W.values, x, bias)
+    if gradient and not _library.eager(W.values, x, bias):
+        return  # (compiling: first, as is_inference() stops a trace)
+    if W.values.is_inference():
         return  # (inference tensors have no version to key on)
     if x.is_cuda and torch.cuda.is_current_stream_capturing():
         return
-    b = _b(x, W)
+    b, transposes = _b(x, W), False
     if isinstance(W, CSRMatrix):
-        problem = csr_problem(W.row_offsets, _csr_columns(W), W.values, b)
-        name = _dispatch.choose_with_hint("spmm_csr", problem, backend, None)
+        columns = _csr_columns(W)
+        if gradient and b.requires_grad:  # (as spmm decides: the backward's need with it)
+            name, transposes = _backward_transposes(W, columns, b, backend)
+        else:
+            problem = csr_problem(W.row_offsets, columns, W.values, b)
+            name = _dispatch.choose_with_hint("spmm_csr", problem, backend, None)
     else:
         problem = nm_problem(W.values, b, W.n, W.m, W.vector, W.block, False)
         name = _dispatch.choose_with_hint("spmm_nm", problem, backend, None)
-    signature = _signature(x, W, bias, backend)
+    if gradient and name in _NOT_PLANNED_WITH_GRADIENT:
+        return
+    signature = (_grad_signature if gradient else _signature)(x, W, bias, backend)
     plans = _PLANS.get(W.values)
     if plans is None or len(plans) >= MOST_SIGNATURES:
         plans = {}
         _PLANS[W.values] = plans
     # An older version's plans never match again (versions only grow): a model evaluated
     # between training steps would otherwise pile one up a step, launch plans and all.
-    for stale in [key for key in plans if key[0] != signature[0]]:
-        del plans[stale]
-    plans[signature] = _Plan(name, W)
+    if signature[0] is not None:
+        for stale in [key for key in plans if key[0] is not None and key[0] != signature[0]]:
+            del plans[stale]
+    plans[signature] = _Plan(name, W, transposes)
