@@ -32,7 +32,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import launch
 from ._sizes import next_power_of_2
 
 LOG2E = 1.4426950408889634
@@ -275,9 +274,7 @@ def block_attention_forward(
     store_final = final is not None
     final = final if store_final else out  # an unused pointer must still be valid
     options = {} if maxnreg is None else {"maxnreg": maxnreg}
-    return launch(
-        _attn_fwd_kernel,
-        grid,
+    return _attn_fwd_kernel[grid](
         q, k, v, out, final, lse, row_perm, col_perm, offsets, cols, masks, words,
         heads, lq, lk, d, dv,
         *_strides4(q), *_strides4(k), *_strides4(v), *_strides4(out), *_strides4(final),

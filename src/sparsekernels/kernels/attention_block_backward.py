@@ -10,7 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import launch
 from ._sizes import cdiv, next_power_of_2
 from .attention_block import (
     LOG2E,
@@ -67,9 +66,7 @@ def output_gradient_rowsums(out: torch.Tensor, d_out: torch.Tensor) -> torch.Ten
     if delta.numel() == 0:
         return delta
     block_m = 64
-    launch(
-        _attn_bwd_delta_kernel,
-        (cdiv(lq, block_m), batch * heads),
+    _attn_bwd_delta_kernel[(cdiv(lq, block_m), batch * heads)](
         out, d_out, delta, heads, lq, dv, *_strides4(out), *_strides4(d_out),
         BLOCK_M=block_m, BLOCK_DV=min(64, max(16, next_power_of_2(dv))),
     )  # fmt: skip
@@ -371,16 +368,12 @@ def block_attention_backward(
         num_stages=num_stages,
     )
     strides = (*_strides4(q), *_strides4(k), *_strides4(v), *_strides4(d_out))
-    launch(
-        _attn_bwd_dkdv_kernel,
-        (t_offsets.numel() - 1, batch * heads),
+    _attn_bwd_dkdv_kernel[(t_offsets.numel() - 1, batch * heads)](
         q, k, v, d_out, lse, delta, dk, dv, dk_sum, dv_sum, row_perm, col_perm, t_offsets, t_rows,
         t_masks, words, heads, lq, lk, d, d_v, *strides, *_strides4(dk), *_strides4(dv), scale,
         scale * LOG2E, **common,
     )  # fmt: skip
-    launch(
-        _attn_bwd_dq_kernel,
-        (offsets.numel() - 1, batch * heads),
+    _attn_bwd_dq_kernel[(offsets.numel() - 1, batch * heads)](
         q, k, v, d_out, lse, delta, dq, dq_sum, row_perm, col_perm, offsets, cols, masks, words,
         heads, lq, lk, d, d_v, *strides, *_strides4(dq), scale, scale * LOG2E, **common,
     )  # fmt: skip

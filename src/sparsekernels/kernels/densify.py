@@ -24,7 +24,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ._launch import launch
 from ._sizes import cdiv
 from .spmm_nm import _slot_columns
 
@@ -173,9 +172,7 @@ def densify_csr(
         return out.zero_() if write_zeros else out
     assert out.stride(2) == 1 and values.stride(-1) == 1
     grid = (cdiv(rows, block_rows), batch)
-    launch(
-        _densify_csr_kernel,
-        grid,
+    _densify_csr_kernel[grid](
         row_offsets,
         column_indices,
         values,
@@ -225,9 +222,7 @@ def densify_nm(
     per_program = min(groups, max(1, program_cols // m, cdiv(groups, 65535)))
     aligned = per_program == groups or (per_program * m) % block_k == 0
     grid = (cdiv(rows, block_m), cdiv(groups, per_program))
-    launch(
-        _densify_nm_kernel,
-        grid,
+    _densify_nm_kernel[grid](
         values,
         indices,
         out,
