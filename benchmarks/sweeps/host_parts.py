@@ -2,8 +2,9 @@
 sleep queued first (so the time is the host's alone): the Triton densify of a 2048 x 512 weight
 (90% sparse, bf16), a SparseLinear's training forward + backward at 8192 tokens, the block
 attention core's forward + backward (local + strided, L = 8192, 8 heads of 64), against
-nn.Linear and causal SDPA. Fast launches (kernels/_launch.py) on and off where this tree has
-them. Run it on an older tree too (PYTHONPATH) for the before.
+nn.Linear and causal SDPA. ROUNDS rounds over all parts, each part's figure the lowest of its
+round medians (other processes on the host only add time). Run it on an older tree too
+(PYTHONPATH) for the before.
     PYTHONPATH=src python3 benchmarks/sweeps/host_parts.py
 """
 
@@ -15,12 +16,7 @@ import torch
 from sparsekernels.models.sparse_transformer import TransformerConfig, transformer_pair
 from sparsekernels.ops import _dense
 
-try:
-    from sparsekernels.kernels import _launch
-except ImportError:  # (an older tree)
-    _launch = None
-
-REPS = 30
+REPS, ROUNDS = 30, 5
 
 
 def host_us(fn) -> float:
@@ -73,22 +69,14 @@ def main() -> None:
         ("block attention fwd+bwd", attention_step(block.attn.core)),
         ("causal SDPA fwd+bwd", attention_step(dense_block.attn.core)),
     ]
-    modes = [("fast", True), ("jit", False)] if _launch is not None and _launch._USABLE else [
-        ("as is", None)
-    ]  # fmt: skip
-    rows = []
-    for name, fn in cases:
-        for mode, usable in modes:
-            if usable is not None:
-                _launch._USABLE = usable
-            rows.append((name, mode, host_us(fn)))
-    if _launch is not None:
-        _launch._USABLE = modes[0][1] if modes[0][1] is not None else _launch._USABLE
-        print(f"# fast launch stats {_launch.stats}")
+    best = {name: float("inf") for name, _ in cases}
+    for _ in range(ROUNDS):
+        for name, fn in cases:
+            best[name] = min(best[name], host_us(fn))
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'part':28s} {'mode':6s} {'host us':>9s}")
-    for name, mode, us in rows:
-        print(f"{name:28s} {mode:6s} {us:9.1f}")
+    print(f"{'part':28s} {'host us':>9s}")
+    for name, us in best.items():
+        print(f"{name:28s} {us:9.1f}")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import weakref
 import torch
 
 from ..formats import CSRMatrix, NMMatrix
-from . import _cusparselt, _dense, _dispatch, _launch_plans, _library
+from . import _cusparselt, _dense, _densified_linear, _dispatch, _launch_plans, _library
 from ._identity_cache import IdentityCache, version
 from ._layout import column_major
 from .spmm import _backward_transposes, csr_problem, nm_problem
@@ -156,6 +156,8 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
 
 def _with_gradient(x: torch.Tensor, W, bias: torch.Tensor | None, plan: _Plan) -> torch.Tensor:
     """linear's whole path from its autograd twin on: spmm's arguments as it passes them."""
+    if type(W) is CSRMatrix and plan.backend == "dense" and _densified_linear.takes(x, W):
+        return _densified_linear.linear(x, W, _csr_columns(W), bias)  # (one densify a step)
     b = _b(x, W)
     if type(W) is CSRMatrix:
         t_ro = t_ci = t_perm = None
