@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
+from .._fill_streams import before_launch
 from ..formats import CSRMatrix
-from . import _attention_library, _autocast, _dispatch
+from . import _attention_library, _attention_plans, _autocast, _dispatch
 from ._library import eager, eager_inference
 from .attention import checked_backend, flash_plan
 
@@ -43,12 +44,27 @@ def sparse_attention_packed(
     if qkv.shape[2] != 3:
         raise ValueError(f"qkv must be (batch, length, 3, heads, head_dim), got {tuple(qkv.shape)}")
     q, k, v = _attention_library.packed_views(qkv)
+    plan = _attention_plans.find(qkv, pattern, scale, backend)  # a repeat eager call
+    if plan is not None:
+        return _planned(qkv, q, k, v, *plan)
+    given = scale
     name, scale = checked_backend(q, k, v, pattern, scale, backend)
+    if name == "triton_flash" and qkv.shape[-1]:
+        config, layout = flash_plan(pattern.pattern, qkv.shape[-1], qkv.device)
+        plan = (scale, config.as_list(), layout.tensors())
+        _attention_plans.remember(qkv, pattern, given, backend, plan)
     if name != "triton_flash" or not qkv.shape[-1] or eager_inference(qkv):
         # (no gradient: the views cost nothing; D = 0: the kernels widen q and k)
         return _dispatch.run("sparse_attention", name, q, k, v, pattern, scale, backend)
-    config, layout = flash_plan(pattern.pattern, qkv.shape[-1], qkv.device)
-    args = (qkv, layout.tensors(), scale, config.as_list())
+    args = (qkv, plan[2], scale, plan[1])
     if eager(qkv):  # the op's autograd.Function twin
         return _attention_library.BlockAttentionPackedEager.apply(*args)[0]
     return _attention_library.block_attention_packed(*args)[0]
+
+
+def _planned(qkv, q, k, v, scale: float, config: list, layout: list) -> torch.Tensor:
+    """The fused kernel's call as the whole path makes it, from a remembered plan."""
+    if eager_inference(qkv):  # (as _dispatch.run, then the backend, would launch it)
+        before_launch(qkv.device)
+        return _attention_library.block_attention_forward(q, k, v, layout, scale, config)[0]
+    return _attention_library.BlockAttentionPackedEager.apply(qkv, layout, scale, config)[0]

@@ -1,0 +1,125 @@
+"""sparse_attention_packed's eager plans (ops/_attention_plans.py): a repeat call on the fused
+kernel skips the checks and lookups, with the whole path's bits (fresh qkv each call, with and
+without a gradient); anything that could change the outcome of the checks takes the whole
+path again."""
+
+import importlib
+
+import pytest
+import torch
+
+import sparsekernels as sk
+from _attention_cases import mask_of, pattern_of
+from _helpers import dense_attention, randn
+
+packed_module = importlib.import_module("sparsekernels.ops.attention_packed")
+
+
+@pytest.fixture
+def whole_path_calls(monkeypatch):
+    """How many calls took the whole path (its checks) since the fixture was made."""
+    calls = []
+    checked = packed_module.checked_backend
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return checked(*args, **kwargs)
+
+    monkeypatch.setattr(packed_module, "checked_backend", counted)
+    return calls
+
+
+def _call(qkv, pattern, scale=None, backend="triton_flash"):
+    return sk.sparse_attention_packed(qkv, pattern, scale, backend=backend)
+
+
+def _twin(pattern):
+    """The same pattern in new tensors: none of the first one's plans apply to it."""
+    return sk.CSRMatrix(pattern.row_offsets.clone(), pattern.column_indices.clone(),
+                        pattern.values.clone(), pattern.shape)  # fmt: skip
+
+
+@pytest.mark.parametrize("gradient", [False, True])
+def test_repeat_calls_take_the_plan_with_the_whole_paths_bits(gradient, gen, whole_path_calls):
+    """Two components (local + strided), L not a multiple of the tiles; three calls of fresh
+    qkv and output gradients against a fresh pattern's whole path, bit for bit."""
+    keep = mask_of("local_strided", 150, 150, gen)
+    pattern = pattern_of(keep)
+    for _ in range(3):
+        qkv = randn(1, 150, 3, 2, 16, gen=gen, dtype=torch.float32).requires_grad_(gradient)
+        twin_qkv = qkv.detach().clone().requires_grad_(gradient)
+        got, want = _call(qkv, pattern), _call(twin_qkv, _twin(pattern))
+        assert torch.equal(got, want)
+        if gradient:
+            g = randn(*got.shape, gen=gen, dtype=torch.float32)
+            got.backward(g)
+            want.backward(g)
+            assert torch.equal(qkv.grad, twin_qkv.grad)
+    assert len(whole_path_calls) == 1 + 3  # the pattern's first call; every twin's
+
+
+def test_the_planned_product_matches_float64(gen, whole_path_calls):
+    keep = mask_of("causal", 40, 40, gen)
+    pattern = pattern_of(keep)
+    for _ in range(2):
+        qkv = randn(2, 40, 3, 1, 8, gen=gen)
+        got = _call(qkv.float(), pattern, 0.3)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+        torch.testing.assert_close(got.double(), dense_attention(q, k, v, keep, 0.3),
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+    assert len(whole_path_calls) == 1
+
+
+def test_signature_changes_take_the_whole_path(gen, whole_path_calls):
+    """Another shape, strides, dtype, scale or gradient wish is a new signature."""
+    pattern = pattern_of(mask_of("random", 40, 40, gen))
+    qkv = randn(1, 40, 3, 2, 8, gen=gen, dtype=torch.float32)
+    strided = randn(1, 40, 3, 2, 16, gen=gen, dtype=torch.float32)[..., :8]
+    calls = [
+        lambda: _call(qkv, pattern),
+        lambda: _call(qkv[:, :, :, :1], pattern),
+        lambda: _call(strided, pattern),
+        lambda: _call(qkv.half(), pattern),
+        lambda: _call(qkv, pattern, 0.5),
+        lambda: _call(qkv.clone().requires_grad_(), pattern),
+    ]
+    for i, call in enumerate(calls):
+        first = call()
+        assert len(whole_path_calls) == i + 1
+        assert torch.equal(call(), first)  # the same signature again: planned
+        assert len(whole_path_calls) == i + 1
+
+
+def test_a_pattern_edited_in_place_takes_the_whole_path(gen, whole_path_calls):
+    """Row i keeps keys 0 .. i // 2; row 1's one key moved from 0 to 1 in place."""
+    rows = torch.arange(32)
+    keep = rows[None, :] <= rows[:, None] // 2
+    pattern = pattern_of(keep)
+    qkv = randn(1, 32, 3, 1, 8, gen=gen, dtype=torch.float32)
+    _call(qkv, pattern)
+    _call(qkv, pattern)
+    assert len(whole_path_calls) == 1
+    with torch.no_grad():
+        pattern.column_indices[1] = 1  # (row 0's one entry, then row 1's)
+    got = _call(qkv, pattern)
+    assert len(whole_path_calls) == 2
+    keep[1] = False
+    keep[1, 1] = True
+    q, k, v = (qkv.double()[:, :, i].transpose(1, 2) for i in range(3))
+    torch.testing.assert_close(got.double(), dense_attention(q, k, v, keep, 8**-0.5),
+                               rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
+def test_bad_input_is_still_refused_after_a_plan(gen):
+    pattern = pattern_of(mask_of("causal", 16, 16, gen))
+    qkv = randn(1, 16, 3, 1, 8, gen=gen, dtype=torch.float32)
+    _call(qkv, pattern)
+    _call(qkv, pattern)
+    with pytest.raises(ValueError, match="pattern must have shape"):
+        _call(randn(1, 17, 3, 1, 8, gen=gen, dtype=torch.float32), pattern)
+    with pytest.raises(ValueError, match="scale"):
+        _call(qkv, pattern, float("nan"))
+    with pytest.raises(ValueError, match="backend"):
+        _call(qkv, pattern, backend="nonsense")
+    with pytest.raises(TypeError, match="qkv must be a torch.Tensor"):
+        _call(qkv.tolist(), pattern)
