@@ -123,3 +123,26 @@ def test_bad_input_is_still_refused_after_a_plan(gen):
         _call(qkv, pattern, backend="nonsense")
     with pytest.raises(TypeError, match="qkv must be a torch.Tensor"):
         _call(qkv.tolist(), pattern)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_on_the_gpu_repeat_calls_give_the_whole_paths_bits(dtype, whole_path_calls):
+    """The automatic choice (the fused kernel) on the Sparse Transformer's local + strided
+    pattern, L = 1000, with and without a gradient: planned calls against a fresh pattern's."""
+    layer = sk.nn.SparseAttention.local_strided(1000, window=64, stride=64, causal=True,
+                                                device="cuda")  # fmt: skip
+    pattern = layer.pattern
+    torch.manual_seed(0)
+    for gradient in (False, True, False, True):
+        qkv = torch.randn(2, 1000, 3, 4, 64, device="cuda", dtype=dtype, requires_grad=gradient)
+        twin_qkv = qkv.detach().clone().requires_grad_(gradient)
+        got = _call(qkv, pattern, backend=None)
+        want = _call(twin_qkv, _twin(pattern), backend=None)
+        assert torch.equal(got, want)
+        if gradient:
+            g = torch.randn_like(got)
+            got.backward(g)
+            want.backward(g)
+            assert torch.equal(qkv.grad, twin_qkv.grad)
+    assert len(whole_path_calls) == 2 + 4
