@@ -27,3 +27,32 @@ def test_gpu_gemv_matches_the_sums(tokens, cols, dtype, gen):
     assert got.dtype == dtype and got.shape == (cols,)
     scale = grad.double().abs().sum(0).max().clamp_min(1.0)
     assert ((got.double() - want).abs().max() / scale) < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_ones_are_kept_and_captured_calls_make_their_own(gen):
+    """Repeat calls reuse one ones vector (fresh gradients each call, never zeros); a call
+    inside a CUDA graph capture makes its own and the graph's replays stay right."""
+    from sparsekernels.ops import _bias_grad
+
+    for _ in range(2):
+        grad = randn(300, 40, gen=gen, dtype=torch.bfloat16, device="cuda")
+        got = bias_grad(grad.t())
+        torch.testing.assert_close(got.double(), grad.double().sum(0), rtol=2e-2, atol=1e-1)
+    key = (300, torch.bfloat16, torch.device("cuda", torch.cuda.current_device()))
+    kept = _bias_grad._ONES.get(key)
+    assert kept is not None and bool((kept == 1).all())
+    static = randn(300, 40, gen=gen, dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        bias_grad(static.t())  # (warm-up outside the capture, as torch's docs do it)
+        with torch.cuda.graph(graph):
+            out = bias_grad(static.t())
+    torch.cuda.current_stream().wait_stream(stream)
+    for _ in range(2):
+        static.copy_(randn(300, 40, gen=gen, dtype=torch.bfloat16, device="cuda"))
+        graph.replay()
+        torch.testing.assert_close(out.double(), static.double().sum(0), rtol=2e-2, atol=1e-1)
+    assert _bias_grad._ONES.get(key) is kept

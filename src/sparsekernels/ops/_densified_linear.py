@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .._fill_streams import before_launch
 from . import _dense
 from ._autocast import backward_without_autocast
 from ._bias_grad import bias_grad
@@ -42,6 +43,7 @@ def linear(x: torch.Tensor, W, columns: torch.Tensor, bias: torch.Tensor | None)
 class _DensifiedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, values, bias, row_offsets, columns):
+        before_launch(x.device)  # (after fills of the pattern's caches on other streams)
         weight = _dense.densify_csr(row_offsets, columns, values, x.shape[1])
         out = x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())
         ctx.save_for_backward(x, weight, values, row_offsets, columns)
@@ -51,6 +53,7 @@ class _DensifiedLinear(torch.autograd.Function):
     @backward_without_autocast
     def backward(ctx, grad):
         x, weight, values, row_offsets, columns = ctx.saved_tensors
+        before_launch(x.device)
         if torch.is_grad_enabled():  # (create_graph: x's gradient depends on the values too)
             weight = _DensifyCsr.apply(values, row_offsets, columns, x.shape[1])
         d_x = d_values = d_bias = None
