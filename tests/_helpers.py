@@ -220,3 +220,15 @@ def tiny_hf_llama(vocab: int, hidden: int, layers: int, intermediate: int, posit
         num_key_value_heads=2, intermediate_size=intermediate, max_position_embeddings=positions,
     )  # fmt: skip
     return transformers.LlamaForCausalLM(config).eval()
+
+
+def count_calls(monkeypatch, module, name: str) -> list:
+    """A list that grows by one at each call of module.name (wrapped for the test's length)."""
+    calls, original = [], getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls

@@ -21,3 +21,15 @@ def pytest_collection_modifyitems(config, items):
 def gen():
     """A fresh, seeded generator per test: random data, reproducible failures."""
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def whole_path_calls(monkeypatch):
+    """How many calls took linear's whole path (its spmm) since the fixture was made: a
+    repeat call an eager plan takes does not (ops/_eager_plans.py)."""
+    import importlib
+
+    from _helpers import count_calls
+
+    linear_module = importlib.import_module("sparsekernels.ops.linear")  # (not the function)
+    return count_calls(monkeypatch, linear_module, "spmm")

@@ -10,23 +10,15 @@ import torch
 
 import sparsekernels as sk
 from _attention_cases import mask_of, pattern_of
-from _helpers import dense_attention, randn
+from _helpers import count_calls, dense_attention, randn
 
 packed_module = importlib.import_module("sparsekernels.ops.attention_packed")
 
 
 @pytest.fixture
-def whole_path_calls(monkeypatch):
+def attention_whole_path_calls(monkeypatch):
     """How many calls took the whole path (its checks) since the fixture was made."""
-    calls = []
-    checked = packed_module.checked_backend
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return checked(*args, **kwargs)
-
-    monkeypatch.setattr(packed_module, "checked_backend", counted)
-    return calls
+    return count_calls(monkeypatch, packed_module, "checked_backend")
 
 
 def _call(qkv, pattern, scale=None, backend="triton_flash"):
@@ -40,7 +32,9 @@ def _twin(pattern):
 
 
 @pytest.mark.parametrize("gradient", [False, True])
-def test_repeat_calls_take_the_plan_with_the_whole_paths_bits(gradient, gen, whole_path_calls):
+def test_repeat_calls_take_the_plan_with_the_whole_paths_bits(
+    gradient, gen, attention_whole_path_calls
+):
     """Two components (local + strided), L not a multiple of the tiles; three calls of fresh
     qkv and output gradients against a fresh pattern's whole path, bit for bit."""
     keep = mask_of("local_strided", 150, 150, gen)
@@ -55,10 +49,10 @@ def test_repeat_calls_take_the_plan_with_the_whole_paths_bits(gradient, gen, who
             got.backward(g)
             want.backward(g)
             assert torch.equal(qkv.grad, twin_qkv.grad)
-    assert len(whole_path_calls) == 1 + 3  # the pattern's first call; every twin's
+    assert len(attention_whole_path_calls) == 1 + 3  # the pattern's first call; every twin's
 
 
-def test_the_planned_product_matches_float64(gen, whole_path_calls):
+def test_the_planned_product_matches_float64(gen, attention_whole_path_calls):
     keep = mask_of("causal", 40, 40, gen)
     pattern = pattern_of(keep)
     for _ in range(2):
@@ -67,10 +61,10 @@ def test_the_planned_product_matches_float64(gen, whole_path_calls):
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
         torch.testing.assert_close(got.double(), dense_attention(q, k, v, keep, 0.3),
                                    rtol=1e-4, atol=1e-5)  # fmt: skip
-    assert len(whole_path_calls) == 1
+    assert len(attention_whole_path_calls) == 1
 
 
-def test_signature_changes_take_the_whole_path(gen, whole_path_calls):
+def test_signature_changes_take_the_whole_path(gen, attention_whole_path_calls):
     """Another shape, strides, dtype, scale or gradient wish is a new signature."""
     pattern = pattern_of(mask_of("random", 40, 40, gen))
     qkv = randn(1, 40, 3, 2, 8, gen=gen, dtype=torch.float32)
@@ -85,12 +79,12 @@ def test_signature_changes_take_the_whole_path(gen, whole_path_calls):
     ]
     for i, call in enumerate(calls):
         first = call()
-        assert len(whole_path_calls) == i + 1
+        assert len(attention_whole_path_calls) == i + 1
         assert torch.equal(call(), first)  # the same signature again: planned
-        assert len(whole_path_calls) == i + 1
+        assert len(attention_whole_path_calls) == i + 1
 
 
-def test_a_pattern_edited_in_place_takes_the_whole_path(gen, whole_path_calls):
+def test_a_pattern_edited_in_place_takes_the_whole_path(gen, attention_whole_path_calls):
     """Row i keeps keys 0 .. i // 2; row 1's one key moved from 0 to 1 in place."""
     rows = torch.arange(32)
     keep = rows[None, :] <= rows[:, None] // 2
@@ -98,11 +92,11 @@ def test_a_pattern_edited_in_place_takes_the_whole_path(gen, whole_path_calls):
     qkv = randn(1, 32, 3, 1, 8, gen=gen, dtype=torch.float32)
     _call(qkv, pattern)
     _call(qkv, pattern)
-    assert len(whole_path_calls) == 1
+    assert len(attention_whole_path_calls) == 1
     with torch.no_grad():
         pattern.column_indices[1] = 1  # (row 0's one entry, then row 1's)
     got = _call(qkv, pattern)
-    assert len(whole_path_calls) == 2
+    assert len(attention_whole_path_calls) == 2
     keep[1] = False
     keep[1, 1] = True
     q, k, v = (qkv.double()[:, :, i].transpose(1, 2) for i in range(3))
@@ -127,7 +121,7 @@ def test_bad_input_is_still_refused_after_a_plan(gen):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_on_the_gpu_repeat_calls_give_the_whole_paths_bits(dtype, whole_path_calls):
+def test_on_the_gpu_repeat_calls_give_the_whole_paths_bits(dtype, attention_whole_path_calls):
     """The automatic choice (the fused kernel) on the Sparse Transformer's local + strided
     pattern, L = 1000, with and without a gradient: planned calls against a fresh pattern's."""
     layer = sk.nn.SparseAttention.local_strided(1000, window=64, stride=64, causal=True,
@@ -145,4 +139,4 @@ def test_on_the_gpu_repeat_calls_give_the_whole_paths_bits(dtype, whole_path_cal
             got.backward(g)
             want.backward(g)
             assert torch.equal(qkv.grad, twin_qkv.grad)
-    assert len(whole_path_calls) == 2 + 4
+    assert len(attention_whole_path_calls) == 2 + 4

@@ -3,7 +3,6 @@ its signature chose, with the same product; anything that could change the choic
 checks' outcome takes the whole path again."""
 
 import gc
-import importlib
 import weakref
 
 import pytest
@@ -12,8 +11,6 @@ import torch
 import sparsekernels as sk
 from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
 from sparsekernels.ops import _dispatch, _eager_plans, _launch_plans
-
-linear_module = importlib.import_module("sparsekernels.ops.linear")  # (ops.linear is the function)
 
 
 def _want(W, x, bias=None):
@@ -28,20 +25,6 @@ def _bound(W, x, bias=None):
         .reshape(*x.shape[:-1], W.shape[0])
     )
     return bound if bias is None else bound + bias.double().abs()
-
-
-@pytest.fixture
-def whole_path_calls(monkeypatch):
-    """How many calls took linear's whole path (its spmm) since the fixture was made."""
-    calls = []
-    spmm = linear_module.spmm
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return spmm(*args, **kwargs)
-
-    monkeypatch.setattr(linear_module, "spmm", counted)
-    return calls
 
 
 def _weights(gen, dtype=torch.float32):

@@ -11,22 +11,6 @@ import sparsekernels as sk
 from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
 from sparsekernels.ops import _eager_plans
 
-linear_module = importlib.import_module("sparsekernels.ops.linear")  # (ops.linear is the function)
-
-
-@pytest.fixture
-def whole_path_calls(monkeypatch):
-    """How many calls took linear's whole path (its spmm) since the fixture was made."""
-    calls = []
-    spmm = linear_module.spmm
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return spmm(*args, **kwargs)
-
-    monkeypatch.setattr(linear_module, "spmm", counted)
-    return calls
-
 
 def _weight(kind: str, gen, dtype):
     if kind == "csr":
