@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests73 hostab eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -494,6 +494,22 @@ for step in $steps; do
       PYTHONPATH=$PWD/src timeout "${LIMIT:-300}" python3 benchmarks/sweeps/eager_overhead.py \
         >"$out/eager_overhead.txt" 2>&1
       echo "eagerhost rc=$? $(tail -9 "$out/eager_overhead.txt" | tr '\n' '|')" ;;
+    tests73)  # the eager plans' GPU tests: training plans, densified linear, attention plans
+      timeout "${LIMIT:-150}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+        tests/test_densified_linear.py tests/test_eager_plans.py tests/test_eager_plans_gradient.py \
+        tests/test_attention_plans.py tests/test_attention_packed.py tests/test_launch_plans.py \
+        tests/test_linear.py tests/test_bias_grad.py >"$out/gpu_tests73.log" 2>&1
+      echo "tests73 rc=$? $(tail -1 "$out/gpu_tests73.log")" ;;
+    hostab)  # eager host time, this tree against OLD (an older tree's src, carried untracked)
+      for tree in "$PWD/src" ${OLD:+"$PWD/$OLD"}; do
+        name=$(basename "$(dirname "$tree")")
+        PYTHONPATH=$tree timeout 70 python3 benchmarks/sweeps/host_parts.py \
+          >"$out/host_parts_$name.txt" 2>&1
+        LS=8192 REPS=20 PYTHONPATH=$tree timeout 70 python3 benchmarks/sweeps/eager_overhead.py \
+          >"$out/eager_overhead_$name.txt" 2>&1
+        echo "hostab $name: $(tail -5 "$out/host_parts_$name.txt" | tr '\n' '|')"
+        echo "  $(tail -4 "$out/eager_overhead_$name.txt" | tr '\n' '|')"
+      done ;;
     tests71)  # the packed attention's GPU tests, with the fused attention's own
       timeout "${LIMIT:-120}" python3 -m pytest -q -m gpu -n 14 -p no:cacheprovider \
         tests/test_attention_packed.py tests/test_attention_block.py >"$out/gpu_tests71.log" 2>&1
