@@ -140,3 +140,50 @@ def test_on_the_gpu_repeat_calls_give_the_whole_paths_bits(dtype, attention_whol
             want.backward(g)
             assert torch.equal(qkv.grad, twin_qkv.grad)
     assert len(attention_whole_path_calls) == 2 + 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1000, 4), (2, 8192, 8)], ids=["one-chunk", "two-chunks"])
+def test_replayed_forwards_give_the_whole_paths_bits(shape, monkeypatch):
+    """LAUNCH_PLANS on: no-grad calls of fresh qkv (at call 4 two bytes off, which a replay
+    must leave to the kernels' launch) replay the recorded launches, bit for bit against a
+    fresh pattern's whole path; at B = 2, L = 8192 the forward runs in two chunks of heads,
+    each with its fp32 scratch. Every output stays its own."""
+    from sparsekernels.ops import _attention_plans, _launch_plans
+
+    monkeypatch.setattr(_attention_plans, "LAUNCH_PLANS", True)
+    monkeypatch.setattr(_launch_plans, "ENABLED", True)
+    batch, length, heads = shape
+    layer = sk.nn.SparseAttention.local_strided(length, window=128, stride=128, causal=True,
+                                                device="cuda")  # fmt: skip
+    pattern, twin = layer.pattern, None
+    torch.manual_seed(0)
+    before, kept = _launch_plans.stats["replayed"], []
+    with torch.no_grad():
+        for call in range(6):
+            size = batch * length * 3 * heads * 64
+            flat = torch.randn(size + 8, device="cuda", dtype=torch.bfloat16)
+            start = 8 * (call % 2) + (1 if call == 4 else 0)
+            qkv = flat[start : start + size].view(batch, length, 3, heads, 64)
+            got = _call(qkv, pattern, backend=None)
+            twin = _twin(pattern)
+            assert torch.equal(got, _call(qkv, twin, backend=None)), call
+            kept.append((got, got.clone()))
+    for got, copy in kept:
+        assert torch.equal(got, copy)
+    assert _launch_plans.stats["replayed"] - before >= 3, _launch_plans.stats
+
+
+def test_launch_plans_on_record_nothing_off_cuda(gen, monkeypatch, attention_whole_path_calls):
+    """With LAUNCH_PLANS on, a CPU call (the interpreter) is planned and records no launches."""
+    from sparsekernels.ops import _attention_plans, _launch_plans
+
+    monkeypatch.setattr(_attention_plans, "LAUNCH_PLANS", True)
+    monkeypatch.setattr(_launch_plans, "ENABLED", True)
+    pattern = pattern_of(mask_of("causal", 24, 24, gen))
+    for _ in range(3):
+        qkv = randn(1, 24, 3, 1, 8, gen=gen, dtype=torch.float32)
+        assert torch.equal(_call(qkv, pattern), _call(qkv, _twin(pattern)))
+    (plan,) = pattern.pattern._cached("attention plans", dict).values()
+    assert plan.launches == {}
+    assert len(attention_whole_path_calls) == 1 + 3

@@ -8,17 +8,27 @@ signature takes the whole path and leaves its plan (the scale as a float, the co
 the layout's tensors) in the pattern's derived cache, which an in-place edit of the pattern's
 arrays empties; later calls launch at once. Eager calls only (not compiled, not under torch.func
 transforms), on the current device, and not remembered while a CUDA graph is captured.
+With LAUNCH_PLANS, a call without a gradient also records the forward's Triton launches on its
+second call and replays them later (ops/_launch_plans.py, as linear's plans do: qkv is the x
+that pointers follow, the pattern the weight whose tensors must stay unchanged).
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from ..formats import CSRMatrix
+from . import _launch_plans
 from ._dispatch import triton_interpreter_enabled
 from ._identity_cache import version
 from ._library import eager
 
+# Off until its GPU tests (tests/test_attention_plans.py) pass: each of the fused forward's
+# launches (one a component and chunk) passes ~45 arguments through Triton's JIT function.
+LAUNCH_PLANS = os.environ.get("SPARSEKERNELS_ATTENTION_LAUNCH_PLANS", "0") == "1"
+MOST_STREAMS = 4  # launch plans a signature records, one a stream
 MOST_SIGNATURES = 16  # kept a pattern (a model calls a layer with a few shapes); then cleared
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
@@ -44,14 +54,41 @@ def _plans(qkv: torch.Tensor, pattern, scale, backend) -> tuple[dict, tuple] | N
     return held._cached("attention plans", dict), signature
 
 
-def find(qkv: torch.Tensor, pattern, scale, backend):
-    """(scale as a float, config list, layout tensors) an earlier call of this signature left,
-    else None."""
+class Plan:
+    """What the whole path found for a signature, and the launch plans recorded (per stream)."""
+
+    __slots__ = ("scale", "config", "layout", "launches")
+
+    def __init__(self, scale: float, config: list, layout: list) -> None:
+        self.scale, self.config, self.layout = scale, config, layout
+        self.launches: dict = {}  # the stream's key -> a LaunchPlan, or None where none came
+
+    def forward(self, qkv: torch.Tensor, pattern, run):
+        """run() (the fused forward, no gradient, after before_launch), replayed where this
+        stream recorded its launches; recorded on a stream's first planned call."""
+        if not LAUNCH_PLANS:
+            return run()
+        stream = _launch_plans.stream_of(qkv)
+        launches = self.launches.get(stream)
+        if launches is not None:
+            out = launches.replay(qkv, None, _launch_plans.weight_state(pattern), stream)
+            if out is not None:
+                return out
+        if stream in self.launches or len(self.launches) >= MOST_STREAMS:
+            return run()
+        if not _launch_plans.can_record(qkv):
+            return run()
+        out, self.launches[stream] = _launch_plans.record(run, qkv, None, pattern)
+        return out
+
+
+def find(qkv: torch.Tensor, pattern, scale, backend) -> Plan | None:
+    """The plan an earlier call of this signature left, else None."""
     found = _plans(qkv, pattern, scale, backend)
     return None if found is None else found[0].get(found[1])
 
 
-def remember(qkv: torch.Tensor, pattern, scale, backend, plan: tuple) -> None:
+def remember(qkv: torch.Tensor, pattern, scale, backend, plan: Plan) -> None:
     if qkv.is_cuda and torch.cuda.is_current_stream_capturing():
         return
     found = _plans(qkv, pattern, scale, backend)

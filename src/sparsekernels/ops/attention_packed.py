@@ -46,25 +46,28 @@ def sparse_attention_packed(
     q, k, v = _attention_library.packed_views(qkv)
     plan = _attention_plans.find(qkv, pattern, scale, backend)  # a repeat eager call
     if plan is not None:
-        return _planned(qkv, q, k, v, *plan)
+        return _planned(qkv, q, k, v, pattern, plan)
     given = scale
     name, scale = checked_backend(q, k, v, pattern, scale, backend)
     if name == "triton_flash" and qkv.shape[-1]:
         config, layout = flash_plan(pattern.pattern, qkv.shape[-1], qkv.device)
-        plan = (scale, config.as_list(), layout.tensors())
+        plan = _attention_plans.Plan(scale, config.as_list(), layout.tensors())
         _attention_plans.remember(qkv, pattern, given, backend, plan)
     if name != "triton_flash" or not qkv.shape[-1] or eager_inference(qkv):
         # (no gradient: the views cost nothing; D = 0: the kernels widen q and k)
         return _dispatch.run("sparse_attention", name, q, k, v, pattern, scale, backend)
-    args = (qkv, plan[2], scale, plan[1])
+    args = (qkv, plan.layout, scale, plan.config)
     if eager(qkv):  # the op's autograd.Function twin
         return _attention_library.BlockAttentionPackedEager.apply(*args)[0]
     return _attention_library.block_attention_packed(*args)[0]
 
 
-def _planned(qkv, q, k, v, scale: float, config: list, layout: list) -> torch.Tensor:
+def _planned(qkv, q, k, v, pattern, plan) -> torch.Tensor:
     """The fused kernel's call as the whole path makes it, from a remembered plan."""
     if eager_inference(qkv):  # (as _dispatch.run, then the backend, would launch it)
         before_launch(qkv.device)
-        return _attention_library.block_attention_forward(q, k, v, layout, scale, config)[0]
-    return _attention_library.BlockAttentionPackedEager.apply(qkv, layout, scale, config)[0]
+        forward = _attention_library.block_attention_forward
+        args = (q, k, v, plan.layout, plan.scale, plan.config)
+        return plan.forward(qkv, pattern, lambda: forward(*args)[0])
+    args = (qkv, plan.layout, plan.scale, plan.config)
+    return _attention_library.BlockAttentionPackedEager.apply(*args)[0]
