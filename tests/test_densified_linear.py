@@ -148,3 +148,30 @@ def test_steps_on_the_gpu_match_float64(dtype, gen, densified_calls):
         with torch.no_grad():
             W.values.mul_(-1.5)
     assert len(densified_calls) == 2
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_gives_the_same_gradients(reentrant, gen, densified_calls):
+    """torch.utils.checkpoint recomputes the forward in backward (through the plan again):
+    the same gradients as without it, accumulated over two micro-batches."""
+    from torch.utils.checkpoint import checkpoint
+
+    W = random_csr(12, 10, 0.4, gen)
+    W.values.requires_grad_()
+    bias = randn(12, gen=gen).requires_grad_()
+    xs = [randn(16, 10, gen=gen) for _ in range(2)]
+
+    def grads(wrap):
+        W.values.grad = bias.grad = None
+        for x in xs:
+            x = x.clone().requires_grad_()
+            out = wrap(lambda t: torch.tanh(sk.linear(t, W, bias, backend="dense")), x)
+            out.square().sum().backward()
+        return W.values.grad.clone(), bias.grad.clone()
+
+    sk.linear(xs[0], W, bias, backend="dense")  # (the whole path: later calls are planned)
+    plain = grads(lambda f, x: f(x))
+    kept = grads(lambda f, x: checkpoint(f, x, use_reentrant=reentrant))
+    for a, b in zip(plain, kept, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert len(densified_calls) >= 3  # (reentrant: the first forward runs without a gradient)
