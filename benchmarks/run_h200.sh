@@ -498,7 +498,8 @@ for step in $steps; do
       timeout "${LIMIT:-150}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
         tests/test_densified_linear.py tests/test_eager_plans.py tests/test_eager_plans_gradient.py \
         tests/test_attention_plans.py tests/test_attention_packed.py tests/test_launch_plans.py \
-        tests/test_linear.py tests/test_bias_grad.py >"$out/gpu_tests73.log" 2>&1
+        tests/test_linear.py tests/test_bias_grad.py tests/test_eager_plans_sequences.py \
+        >"$out/gpu_tests73.log" 2>&1
       echo "tests73 rc=$? $(tail -1 "$out/gpu_tests73.log")" ;;
     hostab)  # eager host time, this tree against OLD (an older tree's src, carried untracked)
       for tree in "$PWD/src" ${OLD:+"$PWD/$OLD"}; do
