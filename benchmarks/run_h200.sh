@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests73 hostab eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: attnstages tests73 hostab eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -469,6 +469,10 @@ for step in $steps; do
       PYTHONPATH=$PWD/src timeout 300 python3 benchmarks/sweeps/row_run_reads.py \
         >"$out/row_run_reads.txt" 2>&1
       echo "rowruns rc=$?" ;;
+    attnstages)  # the fused attention's pipeline stages (the sm_90 audit's suggestions)
+      (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 150 python3 \
+        attention_stages.py >"$out/attention_stages.txt" 2>&1)
+      echo "attnstages rc=$? $(tail -6 "$out/attention_stages.txt" | tr '\n' '|')" ;;
     attnbwd)  # the fused attention's forward and backward against SDPA's (attention_backward.py)
       (cd benchmarks/sweeps && PYTHONPATH=$PWD/../../src timeout 200 python3 \
         attention_backward.py >"$out/attention_backward.txt" 2>&1)
