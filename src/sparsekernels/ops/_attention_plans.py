@@ -8,7 +8,7 @@ signature takes the whole path and leaves its plan (the scale as a float, the co
 the layout's tensors) in the pattern's derived cache, which an in-place edit of the pattern's
 arrays empties; later calls launch at once. Eager calls only (not compiled, not under torch.func
 transforms), on the current device, and not remembered while a CUDA graph is captured.
-With LAUNCH_PLANS, a call without a gradient also records the forward's Triton launches on its
+With LAUNCH_PLANS (on), a call without a gradient also records the forward's Triton launches on its
 second call and replays them later (ops/_launch_plans.py, as linear's plans do: qkv is the x
 that pointers follow, the pattern the weight whose tensors must stay unchanged).
 """
@@ -25,9 +25,10 @@ from ._dispatch import triton_interpreter_enabled
 from ._identity_cache import version
 from ._library import eager
 
-# Off until its GPU tests (tests/test_attention_plans.py) pass: each of the fused forward's
-# launches (one a component and chunk) passes ~45 arguments through Triton's JIT function.
-LAUNCH_PLANS = os.environ.get("SPARSEKERNELS_ATTENTION_LAUNCH_PLANS", "0") == "1"
+# Each of the fused forward's launches (one a component and chunk) passes ~45 arguments through
+# Triton's JIT function. On since its GPU tests (tests/test_attention_plans.py) passed on an H100
+# (results/nvidia-h100/2026-12-07/at-83930b6); SPARSEKERNELS_ATTENTION_LAUNCH_PLANS=0 turns it off.
+LAUNCH_PLANS = os.environ.get("SPARSEKERNELS_ATTENTION_LAUNCH_PLANS", "1") != "0"
 MOST_STREAMS = 4  # launch plans a signature records, one a stream
 MOST_SIGNATURES = 16  # kept a pattern (a model calls a layer with a few shapes); then cleared
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
