@@ -187,3 +187,63 @@ def test_launch_plans_on_record_nothing_off_cuda(gen, monkeypatch, attention_who
     (plan,) = pattern.pattern._cached("attention plans", dict).values()
     assert plan.launches == {}
     assert len(attention_whole_path_calls) == 1 + 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1000, 4), (2, 8192, 8)], ids=["one-chunk", "two-chunks"])
+def test_replayed_training_calls_give_the_whole_paths_bits(shape, monkeypatch):
+    """_launch_plans.TRAINING on: calls recording a gradient replay the forward's launches
+    (the output and the LSE) and the backward's (qkv's gradient), their fp32 scratch allocated
+    by each replay: outputs and gradients bit for bit against a fresh pattern's whole path,
+    fresh qkv and output gradients each call, at call 4 qkv two bytes off (which a replay must
+    leave to the kernels' launch), at call 3 a gradient in other strides (the backward's inputs
+    are checked whole). Every output and gradient stays its own."""
+    from sparsekernels.ops import _launch_plans
+
+    monkeypatch.setattr(_launch_plans, "TRAINING", True)
+    monkeypatch.setattr(_launch_plans, "ENABLED", True)
+    batch, length, heads = shape
+    layer = sk.nn.SparseAttention.local_strided(length, window=128, stride=128, causal=True,
+                                                device="cuda")  # fmt: skip
+    pattern = layer.pattern
+    torch.manual_seed(0)
+    before, kept = _launch_plans.stats["replayed"], []
+    for call in range(6):
+        size = batch * length * 3 * heads * 64
+        flat = torch.randn(size + 8, device="cuda", dtype=torch.bfloat16)
+        start = 8 * (call % 2) + (1 if call == 4 else 0)
+        qkv = flat[start : start + size].view(batch, length, 3, heads, 64).requires_grad_()
+        twin_qkv = qkv.detach().clone().requires_grad_()
+        got = _call(qkv, pattern, backend=None)
+        want = _call(twin_qkv, _twin(pattern), backend=None)
+        assert torch.equal(got, want), call
+        g = torch.randn_like(got) if call != 3 else torch.randn(got.shape, device="cuda").bfloat16()
+        got.backward(g)
+        want.backward(g)
+        assert torch.equal(qkv.grad, twin_qkv.grad), call
+        kept.append((got, got.clone(), qkv.grad, qkv.grad.clone()))
+    for got, got_copy, grad, grad_copy in kept:
+        assert torch.equal(got, got_copy) and torch.equal(grad, grad_copy)
+    # forwards replayed at calls 2, 3, 5; backwards at 2 and 5 (3: other strides; 4: misaligned)
+    assert _launch_plans.stats["replayed"] - before >= 5, _launch_plans.stats
+
+
+def test_training_launch_plans_on_record_nothing_off_cuda(gen, monkeypatch):
+    """With TRAINING on, CPU calls recording a gradient are planned and record no launches:
+    the whole path's bits, forward and backward."""
+    from sparsekernels.ops import _launch_plans
+
+    monkeypatch.setattr(_launch_plans, "TRAINING", True)
+    monkeypatch.setattr(_launch_plans, "ENABLED", True)
+    pattern = pattern_of(mask_of("local_strided", 40, 40, gen))
+    for _ in range(3):
+        qkv = randn(1, 40, 3, 2, 8, gen=gen, dtype=torch.float32).requires_grad_()
+        twin_qkv = qkv.detach().clone().requires_grad_()
+        got, want = _call(qkv, pattern), _call(twin_qkv, _twin(pattern))
+        assert torch.equal(got, want)
+        g = randn(*got.shape, gen=gen, dtype=torch.float32)
+        got.backward(g)
+        want.backward(g)
+        assert torch.equal(qkv.grad, twin_qkv.grad)
+    (plan,) = pattern.pattern._cached("attention plans", dict).values()
+    assert plan.training == {"forward": {}, "backward": {}}

@@ -175,3 +175,59 @@ def test_activation_checkpointing_gives_the_same_gradients(reentrant, gen, densi
     for a, b in zip(plain, kept, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     assert len(densified_calls) >= 3  # (reentrant: the first forward runs without a gradient)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_replayed_densify_follows_the_values(with_bias, gen, densified_calls, monkeypatch):
+    """_launch_plans.TRAINING on: from the third step the densify's launch is replayed, its
+    values followed as an input: changed in place by each step (as an optimizer does) and once
+    swapped for new storage (`.data =`), every step still matches float64."""
+    from sparsekernels.ops import _launch_plans
+
+    monkeypatch.setattr(_launch_plans, "TRAINING", True)
+    monkeypatch.setattr(_launch_plans, "ENABLED", True)
+    dtype = torch.bfloat16
+    W = random_csr(300, 200, 0.1, gen, dtype, device="cuda")
+    W.values.requires_grad_()
+    bias = randn(300, gen=gen, dtype=dtype, device="cuda").requires_grad_() if with_bias else None
+    before = _launch_plans.stats["replayed"]
+    for step in range(6):
+        x = randn(1000, 200, gen=gen, dtype=dtype, device="cuda").requires_grad_()
+        g = randn(1000, 300, gen=gen, dtype=dtype, device="cuda")
+        W.values.grad = None
+        out = sk.linear(x, W, bias, backend="dense")
+        out.backward(g)
+        cpu = sk.CSRMatrix(W.row_offsets.cpu(), W.column_indices.cpu(), W.values.detach().cpu(),
+                           W.shape)  # fmt: skip
+        cpu_bias = None if bias is None else bias.cpu()
+        want, d_x, d_values, _, dense, x64, g64 = _references(cpu, x.cpu(), cpu_bias, g.cpu())
+        assert_close(out, want, spmm_bound(dense, x64.t()).t(), dtype)
+        assert_close(x.grad, d_x, g64.abs() @ dense.abs() + 1e-9, dtype)
+        rows_of = torch.repeat_interleave(torch.arange(300), cpu.row_offsets.diff().long())
+        bound = (g64.abs().t() @ x64.abs())[rows_of, cpu.column_indices.long()] + 1e-9
+        assert_close(W.values.grad, d_values, bound, dtype)
+        with torch.no_grad():
+            if step == 3:
+                W.values.data = W.values.data * 0.5  # new storage, no version bump
+            else:
+                W.values.mul_(-1.5)
+    assert len(densified_calls) == 5
+    assert _launch_plans.stats["replayed"] - before >= 3, _launch_plans.stats
+
+
+def test_training_launch_plans_on_record_nothing_off_cuda(gen, densified_calls, monkeypatch):
+    """With TRAINING on, CPU steps take the densify as before (nothing records off CUDA)."""
+    from sparsekernels.ops import _eager_plans, _launch_plans
+
+    monkeypatch.setattr(_launch_plans, "TRAINING", True)
+    W = random_csr(12, 10, 0.4, gen, torch.float64)
+    W.values.requires_grad_()
+    for _ in range(3):
+        x = randn(30, 10, gen=gen, dtype=torch.float64).requires_grad_()
+        out = sk.linear(x, W, backend="dense")
+        out.backward(torch.ones_like(out))
+        torch.testing.assert_close(out, x @ W.to_dense().t())
+    plans = _eager_plans._PLANS.get(W.values)
+    assert len(densified_calls) == 2
+    assert all(plan.densify_launches == {} for plan in plans.values())

@@ -208,8 +208,9 @@ def test_a_plan_points_each_launch_at_this_calls_tensors(gen, on_a_fake_stream):
     out = torch.empty_strided((6, 2), (1, 6))
     kernel, fn = _FakeKernel(), _FakeJit()
     args = (x.t()[1:], W.values, out[:, 1], bias, 5)
-    plan = _launch_plans._plan([(fn, (3,), args, {"BLOCK": 4}, kernel)], x, bias, out, W)
-    assert plan is not None and plan.out_stride == (1, 6)
+    log = [(fn, (3,), args, {"BLOCK": 4}, kernel)]
+    plan = _launch_plans._plan(log, (x, bias), out, _launch_plans.weight_state(W))
+    assert plan is not None and plan.outputs == (((6, 2), (1, 6), torch.float32),)
 
     big2, bias2 = torch.randn(60, generator=gen), torch.randn(6, generator=gen)
     x2 = big2[12:28].view(2, 8)  # 32 bytes further into its storage than x was: aligned alike
@@ -241,11 +242,11 @@ def test_a_plan_keeps_no_tensor_of_the_recorded_call(gen, on_a_fake_stream):
         torch.empty(6, 2),
     )
     kernel, fn = _FakeKernel(), _FakeJit()
-    plan = _launch_plans._plan([(fn, (3,), (x, W.values, out, bias, 5), {"BLOCK": 4}, kernel)],
-                               x, bias, out, W)  # fmt: skip
+    log = [(fn, (3,), (x, W.values, out, bias, 5), {"BLOCK": 4}, kernel)]
+    plan = _launch_plans._plan(log, (x, bias), out, _launch_plans.weight_state(W))
     assert plan is not None
     alive = [weakref.ref(t) for t in (x, bias, out)]
-    del x, bias, out
+    del x, bias, out, log
     assert [ref() for ref in alive] == [None, None, None]
     x2, bias2 = torch.randn(2, 8, generator=gen), torch.randn(6, generator=gen)
     got = plan.replay(x2, bias2, _launch_plans.weight_state(W))
@@ -271,7 +272,7 @@ def test_a_descriptor_over_the_weight_is_held(gen, on_a_fake_stream, monkeypatch
     def plan_of(descriptor):
         log = [(_FakeJit(), (2,), (descriptor, W.values, out, None, 8), {"BLOCK": 4},
                 _FakeKernel())]  # fmt: skip
-        return _launch_plans._plan(log, x, None, out, W)
+        return _launch_plans._plan(log, (x, None), out, _launch_plans.weight_state(W))
 
     monkeypatch.setattr(_launch_plans, "DESCRIPTORS", False)
     assert plan_of(over_weight) is None  # SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS=0
@@ -291,10 +292,10 @@ def test_no_plan_where_x_bias_and_output_share_memory(gen, on_a_fake_stream):
     big = torch.randn(64, generator=gen)
     x, bias, out = big[:16].view(2, 8), big[16:22], torch.empty(6, 2)
     log = [(_FakeJit(), (1,), (x, W.values, out, bias, 5), {"BLOCK": 4}, _FakeKernel())]
-    assert _launch_plans._plan(log, x, bias, out, W) is None
+    assert _launch_plans._plan(log, (x, bias), out, _launch_plans.weight_state(W)) is None
     sliced = torch.empty(6, 3)[:, :2]  # an output that is part of a larger buffer
     log = [(_FakeJit(), (1,), (x, W.values, sliced, None, 5), {"BLOCK": 4}, _FakeKernel())]
-    assert _launch_plans._plan(log, x, None, sliced, W) is None
+    assert _launch_plans._plan(log, (x, None), sliced, _launch_plans.weight_state(W)) is None
 
 
 def test_a_backend_doing_other_work_records_no_plan(gen):
@@ -304,3 +305,56 @@ def test_a_backend_doing_other_work_records_no_plan(gen):
     out, plan = _launch_plans.record(lambda: W.to_dense() @ x.t(), x, None, W)
     assert plan is None and _launch_plans.stats["refused"] == before + 1
     torch.testing.assert_close(out, W.to_dense() @ x.t())
+
+
+def test_a_general_plan_follows_every_input_and_output(gen, on_a_fake_stream):
+    """The general form (the fused attention's training calls): pointers into each of several
+    inputs and outputs follow this call's tensors; with check_inputs a replay also wants the
+    inputs' shapes, strides and dtypes as recorded; a held state must be unchanged."""
+    a, b = torch.randn(4, 6, generator=gen), torch.randn(10, generator=gen)
+    out1, out2 = torch.empty(4, 6), torch.empty(3, dtype=torch.float64)
+    held = torch.randn(5, generator=gen)
+    kernel, fn = _FakeKernel(), _FakeJit()
+    log = [(fn, (2, 3), (a[1], b[2:], out1, out2[1:], held), {"BLOCK": 4}, kernel)]
+    state = ((id(held), held._version),)
+    plan = _launch_plans._plan(log, (a, b), (out1, out2), state, check_inputs=True)
+    assert plan is not None and not plan.single
+    a2, b2 = torch.randn(4, 6, generator=gen), torch.randn(10, generator=gen)
+    got1, got2 = plan.replay_call((a2, b2), state)
+    assert got1.shape == (4, 6) and got2.dtype == torch.float64 and got2.shape == (3,)
+    (launch,) = kernel.launches
+    assert launch[:3] == (2, 3, 1)
+    assert launch[9:] == (a2.data_ptr() + 6 * 4, b2.data_ptr() + 2 * 4, got1.data_ptr(),
+                          got2.data_ptr() + 8, held.data_ptr(), 4)  # fmt: skip
+    assert plan.replay_call((a2.t().contiguous().t(), b2), state) is None  # other strides
+    assert plan.replay_call((a2.double(), b2), state) is None  # another dtype
+    held.add_(0)
+    assert plan.replay_call((a2, b2), ((id(held), held._version),)) is None
+    assert len(kernel.launches) == 1
+
+
+def test_no_general_plan_where_an_input_and_an_output_share_memory(gen, on_a_fake_stream):
+    a = torch.randn(4, 6, generator=gen)
+    out = a.view(-1)  # (the output is the input's storage)
+    log = [(_FakeJit(), (1,), (a, out), {}, _FakeKernel())]
+    assert _launch_plans._plan(log, (a,), (out,), ()) is None
+
+
+def test_marked_scratch_is_allocated_by_each_replay(gen, on_a_fake_stream):
+    """A buffer the call marked as its scratch (the fused attention's fp32 sums) is not held:
+    each replay allocates one laid out alike and points the launch into it. An unmarked
+    buffer is held, and its pointer stays."""
+    a = torch.randn(4, 6, generator=gen)
+    out = torch.empty(4, 6)
+    sums = torch.empty(6, 4).t()  # laid out as a transpose: the replay's must be too
+    unmarked = torch.empty(3)
+    kernel, fn = _FakeKernel(), _FakeJit()
+    log = [(fn, (1,), (a, sums[1], out, unmarked), {}, kernel)]
+    plan = _launch_plans._plan(log, (a,), out, (), marked=[sums, sums])
+    assert plan is not None and plan.scratch == (((4, 6), (1, 4), torch.float32),)
+    assert [h.data_ptr() for h in plan.held] == [_storage_of(unmarked)]
+    got = plan.replay_call((a,), ())
+    (launch,) = kernel.launches
+    values = launch[9:]
+    assert values[0] == a.data_ptr() and values[2] == got.data_ptr()
+    assert values[1] not in (0, _storage_of(sums) + 4) and values[3] == unmarked.data_ptr()

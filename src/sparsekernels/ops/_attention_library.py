@@ -12,6 +12,7 @@ import torch
 
 from ..formats._block_layout import TENSORS_PER_COMPONENT
 from ._autocast import backward_without_autocast
+from ._launch_plans import scratch as _scratch
 
 Tensor = torch.Tensor
 
@@ -73,7 +74,8 @@ def block_attention_forward(
     batch, heads, lq, _ = q.shape
     components = _components(layout)
     out = _output_like(q, v.shape[3], q.dtype)
-    lse = q.new_empty((batch * heads, lq), dtype=torch.float32)
+    # (scratch where no caller keeps it: a launch plan of a call that drops it allocates its own)
+    lse = _scratch(q.new_empty((batch * heads, lq), dtype=torch.float32))
     if _empty(q, k, v):
         return out.zero_(), lse.fill_(float("-inf"))
     q, k = _nonempty_head(q, k)
@@ -125,7 +127,7 @@ def _merge_components(q, k, v, out, lse, components, launch) -> None:
     so no conversion copy follows. The scratch dies on return, so chunks do not overlap theirs."""
     from ..kernels import attention_block as kernel
 
-    scratch = _output_like(q, v.shape[3], torch.float32)
+    scratch = _scratch(_output_like(q, v.shape[3], torch.float32))
     last = len(components) - 1
     for i, component in enumerate(components):
         kernel.block_attention_forward(
@@ -170,19 +172,19 @@ def block_attention_backward_body(
         dq, dk, dv = (_output_like(t, t.shape[-1], t.dtype) for t in (q, k, v))
 
         def scratch():
-            return tuple(_output_like(t, t.shape[-1], torch.float32) for t in (q, k, v))
+            return tuple(_scratch(_output_like(t, t.shape[-1], torch.float32)) for t in (q, k, v))
     else:
         dq, dk, dv = packed_views(packed_grad)
 
         def scratch():
-            return packed_views(_empty_packed(packed_grad, torch.float32))
+            return packed_views(_scratch(_empty_packed(packed_grad, torch.float32)))
 
     if _empty(q, k, v):
         return dq[..., :d].zero_(), dk[..., :d].zero_(), dv.zero_()
     # With several components the passes before the last sum into fp32 scratch laid out as the
     # gradients; the last adds them and stores the gradients in their dtype (no conversions).
     sums = scratch() if last else None
-    delta = backward_kernels.output_gradient_rowsums(out, grad)
+    delta = _scratch(backward_kernels.output_gradient_rowsums(out, grad))
     block_m, block_n, _, _, num_warps, num_stages = config
     for i, component in enumerate(components):  # the first writes, later ones add
         final = i == last
@@ -330,12 +332,18 @@ block_attention_packed.register_autograd(_packed_backward, setup_context=_packed
 
 
 class BlockAttentionPackedEager(torch.autograd.Function):
-    """block_attention_packed's eager twin, as BlockAttentionEager is block_attention's."""
+    """block_attention_packed's eager twin, as BlockAttentionEager is block_attention's. With
+    `plan` (ops/_attention_plans.Plan, a repeat call's) and the pattern's `state`, the forward
+    and the backward go through the plan's training launch plans."""
 
     @staticmethod
-    def forward(ctx, qkv, layout, scale, config):
-        output = block_attention_forward(*packed_views(qkv), layout, scale, config)
+    def forward(ctx, qkv, layout, scale, config, plan=None, state=None):
+        def run():
+            return block_attention_forward(*packed_views(qkv), layout, scale, config)
+
+        output = run() if plan is None else plan.training_call("forward", (qkv,), state, run)
         _packed_setup(ctx, (qkv, layout, scale, config), output)
+        ctx.plan, ctx.state = plan, state
         return output
 
     @staticmethod
@@ -351,4 +359,11 @@ class BlockAttentionPackedEager(torch.autograd.Function):
         if grad is None:
             grad = torch.zeros_like(out)
         args = (qkv, out, lse, grad, layout, ctx.scale, ctx.config)
-        return block_attention_packed_backward_body(*args), None, None, None
+
+        def run():
+            return block_attention_packed_backward_body(*args)
+
+        plan = ctx.plan
+        inputs = (qkv, out, lse, grad)
+        d_qkv = run() if plan is None else plan.training_call("backward", inputs, ctx.state, run)
+        return d_qkv, None, None, None, None, None

@@ -10,7 +10,10 @@ arrays empties; later calls launch at once. Eager calls only (not compiled, not 
 transforms), on the current device, and not remembered while a CUDA graph is captured.
 With LAUNCH_PLANS (on), a call without a gradient also records the forward's Triton launches on its
 second call and replays them later (ops/_launch_plans.py, as linear's plans do: qkv is the x
-that pointers follow, the pattern the weight whose tensors must stay unchanged).
+that pointers follow, the pattern the weight whose tensors must stay unchanged). With
+_launch_plans.TRAINING, a call recording a gradient does the same for its forward (outputs:
+the attention's and the LSE) and its backward (inputs: qkv, the output, the LSE and the output's
+gradient; output: qkv's gradient). Their fp32 scratch is allocated by each replay, not held.
 """
 
 from __future__ import annotations
@@ -58,29 +61,30 @@ def _plans(qkv: torch.Tensor, pattern, scale, backend) -> tuple[dict, tuple] | N
 class Plan:
     """What the whole path found for a signature, and the launch plans recorded (per stream)."""
 
-    __slots__ = ("scale", "config", "layout", "launches")
+    __slots__ = ("scale", "config", "layout", "launches", "training")
 
     def __init__(self, scale: float, config: list, layout: list) -> None:
         self.scale, self.config, self.layout = scale, config, layout
         self.launches: dict = {}  # the stream's key -> a LaunchPlan, or None where none came
+        # "forward" / "backward" of calls recording a gradient -> {stream's key: LaunchPlan}
+        self.training: dict = {"forward": {}, "backward": {}}
 
     def forward(self, qkv: torch.Tensor, pattern, run):
         """run() (the fused forward, no gradient, after before_launch), replayed where this
         stream recorded its launches; recorded on a stream's first planned call."""
         if not LAUNCH_PLANS:
             return run()
-        stream = _launch_plans.stream_of(qkv)
-        launches = self.launches.get(stream)
-        if launches is not None:
-            out = launches.replay(qkv, None, _launch_plans.weight_state(pattern), stream)
-            if out is not None:
-                return out
-        if stream in self.launches or len(self.launches) >= MOST_STREAMS:
+        state = _launch_plans.weight_state(pattern)
+        return _launch_plans.replayed(self.launches, (qkv,), state, run, MOST_STREAMS)
+
+    def training_call(self, part: str, inputs: tuple, state: tuple, run):
+        """run() (the forward or backward of a call recording a gradient), replayed likewise
+        where _launch_plans.TRAINING is on; the backward's inputs checked whole (the output's
+        gradient comes in whatever strides autograd gives)."""
+        if not _launch_plans.TRAINING:
             return run()
-        if not _launch_plans.can_record(qkv):
-            return run()
-        out, self.launches[stream] = _launch_plans.record(run, qkv, None, pattern)
-        return out
+        store = self.training[part]
+        return _launch_plans.replayed(store, inputs, state, run, MOST_STREAMS, part == "backward")
 
 
 def find(qkv: torch.Tensor, pattern, scale, backend) -> Plan | None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import torch
 
 from .._fill_streams import before_launch
-from . import _dense
+from . import _dense, _launch_plans
 from ._autocast import backward_without_autocast
 from ._bias_grad import bias_grad
+from ._identity_cache import version
 
 # Kept densified where W has at most this many elements per element of x (x is kept anyway).
 KEPT_WEIGHT_PER_INPUT = 1.0
@@ -32,19 +33,34 @@ def takes(x: torch.Tensor, W) -> bool:
     )
 
 
-def linear(x: torch.Tensor, W, columns: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+MOST_STREAMS = 4  # densify launch plans a call's plan records, one a stream
+
+
+def linear(
+    x: torch.Tensor, W, columns: torch.Tensor, bias: torch.Tensor | None, launches=None
+) -> torch.Tensor:
     """x @ W^T + bias for a CSRMatrix W whose column indices as the dense backend reads them are
-    `columns`: (..., out_features), contiguous."""
+    `columns`: (..., out_features), contiguous. `launches` (a dict an eager plan keeps): with
+    _launch_plans.TRAINING, the densify's launch recorded there and replayed, the values
+    followed as an input (an optimizer step changes them in place every step)."""
     tokens = x.reshape(-1, W.shape[1])
-    out = _DensifiedLinear.apply(tokens, W.values, bias, W.row_offsets, columns)
+    out = _DensifiedLinear.apply(tokens, W.values, bias, W.row_offsets, columns, launches)
     return out.view(*x.shape[:-1], W.shape[0])
 
 
 class _DensifiedLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, values, bias, row_offsets, columns):
+    def forward(ctx, x, values, bias, row_offsets, columns, launches=None):
         before_launch(x.device)  # (after fills of the pattern's caches on other streams)
-        weight = _dense.densify_csr(row_offsets, columns, values, x.shape[1])
+
+        def densify():
+            return _dense.densify_csr(row_offsets, columns, values, x.shape[1])
+
+        if launches is None or not _launch_plans.TRAINING:
+            weight = densify()
+        else:
+            state = ((id(row_offsets), version(row_offsets)), (id(columns), version(columns)))
+            weight = _launch_plans.replayed(launches, (values,), state, densify, MOST_STREAMS)
         out = x @ weight.t() if bias is None else torch.addmm(bias, x, weight.t())
         ctx.save_for_backward(x, weight, values, row_offsets, columns)
         return out
@@ -63,7 +79,7 @@ class _DensifiedLinear(torch.autograd.Function):
             d_values = _at_stored(grad.t() @ x, row_offsets, columns)
         if ctx.needs_input_grad[2]:
             d_bias = bias_grad(grad.t())
-        return d_x, d_values, d_bias, None, None
+        return d_x, d_values, d_bias, None, None, None
 
 
 class _DensifyCsr(torch.autograd.Function):

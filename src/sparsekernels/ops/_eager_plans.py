@@ -49,7 +49,7 @@ _NOT_PLANNED_WITH_GRADIENT = ("scatter", "cusparselt")
 
 
 class _Plan:
-    __slots__ = ("backend", "launches", "weight", "transposes")
+    __slots__ = ("backend", "launches", "weight", "transposes", "densify_launches")
 
     def __init__(self, backend: str, W, transposes: bool = False) -> None:
         self.backend = backend
@@ -58,6 +58,8 @@ class _Plan:
         # once a stream: a plan replays on its own stream only, and a warm-up on a side stream,
         # as torch's CUDA graph docs do it, would otherwise leave none for the default one)
         self.launches: dict = {}
+        # a gradient's densified linear: its densify's launch plans (_launch_plans.TRAINING)
+        self.densify_launches: dict = {}
         # The weight whose checks passed: its shape, pattern and (weakly) its index tensors.
         # Two matrices may share one values tensor; the other one takes the whole path.
         self.weight = (_facts(W), *(weakref.ref(t) for t in _indices(W)))
@@ -157,7 +159,8 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
 def _with_gradient(x: torch.Tensor, W, bias: torch.Tensor | None, plan: _Plan) -> torch.Tensor:
     """linear's whole path from its autograd twin on: spmm's arguments as it passes them."""
     if type(W) is CSRMatrix and plan.backend == "dense" and _densified_linear.takes(x, W):
-        return _densified_linear.linear(x, W, _csr_columns(W), bias)  # (one densify a step)
+        columns, launches = _csr_columns(W), plan.densify_launches
+        return _densified_linear.linear(x, W, columns, bias, launches)  # (one densify a step)
     b = _b(x, W)
     if type(W) is CSRMatrix:
         t_ro = t_ci = t_perm = None

@@ -19,6 +19,11 @@ the same device and stream (buffers the launches fill are the plan's; each strea
 own), the weight's very tensors unchanged, and x and the bias at the same 16-byte alignment
 (what the kernels were specialized on); otherwise the call takes the backend as before. On unless
 SPARSEKERNELS_LAUNCH_PLANS=0 (ENABLED); GPU tests in tests/test_launch_plans.py.
+
+The general form (record_call, LaunchPlan.replay_call) takes any inputs and outputs: a call of
+several inputs (the fused attention's backward: qkv, its output, the LSE and the output's
+gradient) and several outputs (its training forward: the output and the LSE). Pointers follow
+each input and output; the `state` tensors (ids and versions) must be the recorded ones.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ ENABLED = os.environ.get("SPARSEKERNELS_LAUNCH_PLANS", "1") != "0"
 # launcher builds their tensor maps each launch. On since its GPU tests passed on the H200
 # (2026-12-03/at-11b63d0: the 1:8 ring case); SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS=0 turns it off.
 DESCRIPTORS = os.environ.get("SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS", "1") != "0"
+# Calls recording a gradient replayed too (the fused attention's forward and backward, the
+# densified linear's densify): off until their GPU tests pass; SPARSEKERNELS_TRAINING_LAUNCH_PLANS=1
+# turns it on.
+TRAINING = os.environ.get("SPARSEKERNELS_TRAINING_LAUNCH_PLANS", "0") != "0"
 SUPPORTED_TRITON = ("3.6.",)  # launcher arguments as JITFunction.run passes them there
 _ALLOCATIONS = {
     torch.ops.aten.empty,
@@ -49,8 +58,9 @@ _ALLOCATIONS = {
     torch.ops.aten.empty_like,
 }
 _RECORDING = threading.Lock()
-X, BIAS, OUT = 0, 1, 2  # what a replayed pointer is relative to
+X, BIAS, OUT = 0, 1, 2  # what a linear's replayed pointer is relative to (inputs, then outputs)
 stats = {"recorded": 0, "refused": 0, "replayed": 0}  # (the GPU tests check the replays ran)
+_SCRATCH = threading.local()  # .marked: the recording thread's scratch tensors, while it records
 
 
 def _hooks_idle() -> bool:
@@ -82,48 +92,81 @@ class _Launch:
     packed: object
     grid: tuple[int, int, int]
     values: list  # every argument in order, tensors as pointers
-    relative: list[tuple[int, int, int]]  # (argument, X / BIAS / OUT, byte offset)
+    relative: list[tuple[int, int, int]]  # (argument, its tensor: inputs, outputs, scratch; offset)
 
 
 @dataclass
 class LaunchPlan:
     launches: list[_Launch]
-    weight: tuple  # (id, version) of the weight's tensors when recorded
-    x_ptr: int
-    bias_ptr: int
-    out_shape: tuple
-    out_stride: tuple
-    out_dtype: torch.dtype
+    state: tuple  # (id, version) of the tensors that must be unchanged (a linear's weight)
+    input_ptrs: tuple[int, ...]  # each input's address when recorded (0 for None)
+    # each input's (shape, strides, dtype) when recorded, where the caller's signature does not
+    # already fix them (record_call's check_inputs); else None
+    input_layouts: tuple | None
+    outputs: tuple[tuple[tuple, tuple, torch.dtype], ...]  # (shape, strides, dtype) each
+    scratch: tuple[tuple[tuple, tuple, torch.dtype], ...]  # allocated anew by each replay
+    single: bool  # the call returned one tensor, not a tuple
     device: int
     stream: int
     held: list  # storages the launches read or fill, kept for the plan's life
 
     def replay(self, x: torch.Tensor, bias: torch.Tensor | None, weight: tuple, stream=None):
-        """The backend's output for this call, or None where this call cannot replay.
-        `stream`: the current stream's key when the caller has it (stream_of(x))."""
-        if weight != self.weight or not _hooks_idle():
+        """A linear's output for this call (x, bias, the weight's state), or None where this
+        call cannot replay. `stream`: the current stream's key when the caller has it."""
+        return self.replay_call((x, bias), weight, stream)
+
+    def replay_call(self, inputs: tuple, state: tuple, stream=None):
+        """The recorded call's output(s) for these inputs, or None where this call cannot
+        replay (another state, stream or device, an input at another 16-byte alignment or,
+        with input_layouts, of another shape, strides or dtype)."""
+        if state != self.state or not _hooks_idle():
             return None
         stream = _current_stream() if stream is None else stream
-        if stream != (self.stream, self.device) or x.device.index != self.device:
+        device = inputs[0].device.index
+        if stream != (self.stream, self.device) or device != self.device:
             return None
-        base = {X: x.data_ptr(), BIAS: bias.data_ptr() if bias is not None else 0}
-        if (base[X] - self.x_ptr) % 16 or (base[BIAS] - self.bias_ptr) % 16:
+        if self.input_layouts is not None and self.input_layouts != _layouts(inputs):
             return None
-        out = torch.empty_strided(
-            self.out_shape, self.out_stride, dtype=self.out_dtype, device=x.device
-        )
-        base[OUT] = out.data_ptr()
+        bases = [0 if t is None else t.data_ptr() for t in inputs]
+        for base, recorded in zip(bases, self.input_ptrs, strict=True):
+            if (base - recorded) % 16:
+                return None
+        outs = [
+            torch.empty_strided(shape, stride, dtype=dtype, device=inputs[0].device)
+            for shape, stride, dtype in self.outputs
+        ]
+        # (the scratch dies on return, as the call's own would: later work on this stream,
+        # which may reuse its memory, runs after these launches)
+        scratch = [
+            torch.empty_strided(shape, stride, dtype=dtype, device=inputs[0].device)
+            for shape, stride, dtype in self.scratch
+        ]
+        bases += [t.data_ptr() for t in (*outs, *scratch)]
         for launch in self.launches:
             values = list(launch.values)
             for index, kind, offset in launch.relative:
-                values[index] = base[kind] + offset
+                values[index] = bases[kind] + offset
             g = launch.grid
             launch.run(
                 g[0], g[1], g[2], self.stream, launch.function, launch.packed, None, None, None,
                 *values,
             )  # fmt: skip
         stats["replayed"] += 1
-        return out
+        return outs[0] if self.single else tuple(outs)
+
+
+def scratch(t: torch.Tensor) -> torch.Tensor:
+    """t, a buffer a call allocates for its own launches and drops on return: while that call
+    is recorded, marked so that each replay allocates its own (else the plan would hold it for
+    its life, as it holds a weight's tensors)."""
+    marked = getattr(_SCRATCH, "marked", None)
+    if marked is not None:
+        marked.append(t)
+    return t
+
+
+def _layouts(inputs: tuple) -> tuple:
+    return tuple(None if t is None else (t.shape, t.stride(), t.dtype) for t in inputs)
 
 
 def _current_stream() -> tuple[int, int]:
@@ -175,17 +218,42 @@ def can_record(x: torch.Tensor) -> bool:
     )
 
 
+def replayed(store: dict, inputs: tuple, state: tuple, run, most_streams: int, check_inputs=False):
+    """run()'s result, by the launches this stream recorded in `store` (the stream's key -> a
+    LaunchPlan, or None where recording gave none) where they replay; recorded on a stream's
+    first call, on at most `most_streams` streams. record_call has the arguments."""
+    stream = stream_of(inputs[0])
+    launches = store.get(stream)
+    if launches is not None:
+        out = launches.replay_call(inputs, state, stream)
+        if out is not None:
+            return out
+    if stream in store or len(store) >= most_streams or not can_record(inputs[0]):
+        return run()
+    out, store[stream] = record_call(run, inputs, state, check_inputs)
+    return out
+
+
 def record(backend_call, x: torch.Tensor, bias: torch.Tensor | None, W):
-    """(backend_call()'s output, a LaunchPlan for later calls or None)."""
-    if any(v is None for _, v in weight_state(W)) or not _RECORDING.acquire(blocking=False):
-        return backend_call(), None
+    """(backend_call()'s output, a LaunchPlan for later calls or None): a linear's, whose
+    pointers follow x, the bias and the output, the weight W held unchanged."""
+    return record_call(backend_call, (x, bias), weight_state(W))
+
+
+def record_call(call, inputs: tuple, state: tuple, check_inputs: bool = False):
+    """(call()'s output(s), a LaunchPlan for later calls or None). `inputs`: the tensors (or
+    None) the call's pointers may follow, first a CUDA one; `state`: (id, version) pairs a
+    replay must find unchanged; `check_inputs`: a replay also checks the inputs' shapes,
+    strides and dtypes (where the caller's own signature does not fix them)."""
+    if any(v is None for _, v in state) or not _RECORDING.acquire(blocking=False):
+        return call(), None
     try:
-        return _record(backend_call, x, bias, W)
+        return _record(call, inputs, state, check_inputs)
     finally:
         _RECORDING.release()
 
 
-def _record(backend_call, x, bias, W):
+def _record(call, inputs, state, check_inputs):
     from triton import knobs
     from triton.runtime.jit import JITFunction
 
@@ -204,33 +272,48 @@ def _record(backend_call, x, bias, W):
     guard, chain = _AllocationsAndViewsOnly(), knobs.runtime.launch_enter_hook
     JITFunction.run = logged
     chain.add(counted)  # every launch, through a JIT function or not
+    _SCRATCH.marked = marked = []
     try:
         with guard:
-            out = backend_call()
+            result = call()
     finally:
         JITFunction.run = original
         chain.remove(counted)
+        _SCRATCH.marked = None
     plan = None
     if not guard.refused and log and seen[0] == len(log):
-        plan = _plan(log, x, bias, out, W)
+        plan = _plan(log, inputs, result, state, check_inputs, marked)
     stats["recorded" if plan is not None else "refused"] += 1
-    return out, plan
+    return result, plan
 
 
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-def _plan(log, x, bias, out, W) -> LaunchPlan | None:
+def _whole(out: torch.Tensor) -> bool:
+    """Whether out is all of its storage, from its start (a replay allocates it alike)."""
     span = sum((s - 1) * st for s, st in zip(out.shape, out.stride(), strict=True)) + 1
-    whole = out.storage_offset() == 0 and out.untyped_storage().nbytes() == span * out.itemsize
-    if not whole or 0 in out.shape:
+    return out.storage_offset() == 0 and out.untyped_storage().nbytes() == span * out.itemsize
+
+
+def _plan(log, inputs, result, state, check_inputs=False, marked=()) -> LaunchPlan | None:
+    single = isinstance(result, torch.Tensor)
+    outputs = (result,) if single else tuple(result)
+    if not all(isinstance(o, torch.Tensor) and _whole(o) and 0 not in o.shape for o in outputs):
         return None
-    bases = {X: (_storage(x), x.data_ptr()), OUT: (_storage(out), out.data_ptr())}
-    if bias is not None:
-        bases[BIAS] = (_storage(bias), bias.data_ptr())
+    # Marked scratch another replay can allocate alike (whole, not an input's or an output's
+    # memory, once each); any other is held as the launches' buffers are.
+    taken = {_storage(t) for t in (*inputs, *outputs) if t is not None}
+    scratch = []
+    for t in marked:
+        if _whole(t) and t.numel() and _storage(t) not in taken:
+            taken.add(_storage(t))
+            scratch.append(t)
+    tensors = [*inputs, *outputs, *scratch]
+    bases = {i: (_storage(t), t.data_ptr()) for i, t in enumerate(tensors) if t is not None}
     if len({storage for storage, _ in bases.values()}) != len(bases):
-        return None  # x, bias and the output share memory: which one a pointer follows is unclear
+        return None  # inputs and outputs share memory: which one a pointer follows is unclear
     held, launches = {}, []
     for fn, grid, args, kwargs, kernel in log:
         binder = fn.device_caches[_current_device()][4]
@@ -264,12 +347,12 @@ def _plan(log, x, bias, out, W) -> LaunchPlan | None:
     stream, device = _current_stream()
     return LaunchPlan(
         launches=launches,
-        weight=weight_state(W),
-        x_ptr=x.data_ptr(),
-        bias_ptr=bias.data_ptr() if bias is not None else 0,
-        out_shape=tuple(out.shape),
-        out_stride=out.stride(),
-        out_dtype=out.dtype,
+        state=state,
+        input_ptrs=tuple(0 if t is None else t.data_ptr() for t in inputs),
+        input_layouts=_layouts(inputs) if check_inputs else None,
+        outputs=tuple((tuple(o.shape), o.stride(), o.dtype) for o in outputs),
+        scratch=tuple((tuple(t.shape), t.stride(), t.dtype) for t in scratch),
+        single=single,
         device=device,
         stream=stream,
         held=list(held.values()),

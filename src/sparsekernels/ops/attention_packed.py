@@ -7,7 +7,7 @@ import torch
 from .. import _checks
 from .._fill_streams import before_launch
 from ..formats import CSRMatrix
-from . import _attention_library, _attention_plans, _autocast, _dispatch
+from . import _attention_library, _attention_plans, _autocast, _dispatch, _launch_plans
 from ._library import eager, eager_inference
 from .attention import checked_backend, flash_plan
 
@@ -69,5 +69,6 @@ def _planned(qkv, q, k, v, pattern, plan) -> torch.Tensor:
         forward = _attention_library.block_attention_forward
         args = (q, k, v, plan.layout, plan.scale, plan.config)
         return plan.forward(qkv, pattern, lambda: forward(*args)[0])
-    args = (qkv, plan.layout, plan.scale, plan.config)
+    state = _launch_plans.weight_state(pattern) if _launch_plans.TRAINING else None
+    args = (qkv, plan.layout, plan.scale, plan.config, plan, state)
     return _attention_library.BlockAttentionPackedEager.apply(*args)[0]
