@@ -56,3 +56,19 @@ def test_gpu_ones_are_kept_and_captured_calls_make_their_own(gen):
         graph.replay()
         torch.testing.assert_close(out.double(), static.double().sum(0), rtol=2e-2, atol=1e-1)
     assert _bias_grad._ONES.get(key) is kept
+
+
+def test_traced_calls_keep_no_ones():
+    """While torch.compile traces (fake CUDA tensors, here without a GPU), the ones are made in
+    the trace and never kept: a kept fake one met by a later trace (the backward's, or another
+    graph's) is a tensor that trace never made, and inductor raised on it (a GPU test,
+    test_layers_compile_with_fullgraph_on_cuda, at 1 token 2:8)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from sparsekernels.ops import _bias_grad
+
+    kept = dict(_bias_grad._ONES)
+    with FakeTensorMode():
+        g = torch.empty(3, 5, device="cuda", dtype=torch.bfloat16)
+        assert _bias_grad.bias_grad(g).shape == (3,)
+    assert kept == _bias_grad._ONES

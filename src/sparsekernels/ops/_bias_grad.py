@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .._cache_mode import building
+from .._cache_mode import building, traced
 
 _GEMV_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -26,8 +26,9 @@ _MOST_ONES = 32  # kept (a model's token counts); then cleared
 
 def _ones(g: torch.Tensor) -> torch.Tensor:
     """Ones of g's last length, dtype and device; made afresh inside a CUDA graph capture (a
-    kept one would live in the graph's memory pool)."""
-    if torch.cuda.is_current_stream_capturing():
+    kept one would live in the graph's memory pool) and while torch.compile traces (a kept fake
+    one met by a later trace is a tensor that trace never made: inductor raised on it)."""
+    if traced(g) or torch.cuda.is_current_stream_capturing():
         return g.new_ones(g.shape[-1])
     key = (g.shape[-1], g.dtype, g.device)
     ones = _ONES.get(key)
