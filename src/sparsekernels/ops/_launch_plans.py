@@ -62,6 +62,7 @@ _RECORDING = threading.Lock()
 X, BIAS, OUT = 0, 1, 2  # what a linear's replayed pointer is relative to (inputs, then outputs)
 stats = {"recorded": 0, "refused": 0, "replayed": 0}  # (the GPU tests check the replays ran)
 _SCRATCH = threading.local()  # .marked: the recording thread's scratch tensors, while it records
+empty_strided = torch.empty_strided
 
 
 def _hooks_idle() -> bool:
@@ -113,8 +114,24 @@ class LaunchPlan:
 
     def replay(self, x: torch.Tensor, bias: torch.Tensor | None, weight: tuple, stream=None):
         """A linear's output for this call (x, bias, the weight's state), or None where this
-        call cannot replay. `stream`: the current stream's key when the caller has it."""
-        return self.replay_call((x, bias), weight, stream)
+        call cannot replay. `stream`: the current stream's key when the caller has it. (The
+        general replay_call's checks spelled out for linear's plan: one output, no scratch, no
+        input layouts; a replay is on every eager call's path.)"""
+        if self.scratch or not self.single or self.input_layouts is not None:
+            return self.replay_call((x, bias), weight, stream)
+        if weight != self.state or not _hooks_idle():
+            return None
+        stream = _current_stream() if stream is None else stream
+        if stream != (self.stream, self.device) or x.device.index != self.device:
+            return None
+        x_ptr, bias_ptr = x.data_ptr(), 0 if bias is None else bias.data_ptr()
+        x_was, bias_was = self.input_ptrs
+        if (x_ptr - x_was) % 16 or (bias_ptr - bias_was) % 16:
+            return None
+        shape, stride, dtype = self.outputs[0]
+        out = empty_strided(shape, stride, dtype=dtype, device=x.device)
+        self._launch((x_ptr, bias_ptr, out.data_ptr()))
+        return out
 
     def replay_call(self, inputs: tuple, state: tuple, stream=None):
         """The recorded call's output(s) for these inputs, or None where this call cannot
@@ -123,26 +140,26 @@ class LaunchPlan:
         if state != self.state or not _hooks_idle():
             return None
         stream = _current_stream() if stream is None else stream
-        device = inputs[0].device.index
-        if stream != (self.stream, self.device) or device != self.device:
+        device = inputs[0].device
+        if stream != (self.stream, self.device) or device.index != self.device:
             return None
         if self.input_layouts is not None and self.input_layouts != _layouts(inputs):
             return None
-        bases = [0 if t is None else t.data_ptr() for t in inputs]
-        for base, recorded in zip(bases, self.input_ptrs, strict=True):
+        bases = []
+        for t, recorded in zip(inputs, self.input_ptrs, strict=True):
+            base = 0 if t is None else t.data_ptr()
             if (base - recorded) % 16:
                 return None
-        outs = [
-            torch.empty_strided(shape, stride, dtype=dtype, device=inputs[0].device)
-            for shape, stride, dtype in self.outputs
-        ]
+            bases.append(base)
+        outs = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in self.outputs]
         # (the scratch dies on return, as the call's own would: later work on this stream,
         # which may reuse its memory, runs after these launches)
-        scratch = [
-            torch.empty_strided(shape, stride, dtype=dtype, device=inputs[0].device)
-            for shape, stride, dtype in self.scratch
-        ]
-        bases += [t.data_ptr() for t in (*outs, *scratch)]
+        scratch = [empty_strided(s, st, dtype=dt, device=device) for s, st, dt in self.scratch]
+        self._launch([*bases, *(t.data_ptr() for t in (*outs, *scratch))])
+        return outs[0] if self.single else tuple(outs)
+
+    def _launch(self, bases) -> None:
+        """Every recorded launch, its pointers into the inputs, outputs and scratch at `bases`."""
         for launch in self.launches:
             values = list(launch.values)
             for index, kind, offset in launch.relative:
@@ -153,7 +170,6 @@ class LaunchPlan:
                 *values,
             )  # fmt: skip
         stats["replayed"] += 1
-        return outs[0] if self.single else tuple(outs)
 
 
 def scratch(t: torch.Tensor) -> torch.Tensor:
