@@ -4,8 +4,7 @@ each 64-slot line's base) run: one token (spmm_csr_token_lines.py) and 2-16 toke
 
 from __future__ import annotations
 
-import os
-
+from .._env import flag
 from .tuning import CSR_TOKEN_BLOCK, CSR_TOKEN_FEW_ROWS, SpmmCsrTokenConfig
 
 # The one-token walk on the line layout (spmm_csr_token_lines.py over formats/_line_layout.py:
@@ -21,7 +20,7 @@ from .tuning import CSR_TOKEN_BLOCK, CSR_TOKEN_FEW_ROWS, SpmmCsrTokenConfig
 # instead: nothing is kept beside a CSR weight at 1-4 tokens (a 70% layer holds 1.20 bytes a
 # dense element instead of 2.15, 2026-12-04/at-c14ba34/csrinplace/layer_memory.txt) and its
 # one-token call takes 21.6 instead of 19.2 us on 4096 x 14336 (at-3983a71), dense 31.4.
-LINES_WANTED = os.environ.get("SPARSEKERNELS_CSR_LINES", "1") != "0"
+LINES_WANTED = flag("SPARSEKERNELS_CSR_LINES", True)
 CSR_TOKEN_LINES = LINES_WANTED
 CSR_LINES_MIN_NNZ = 1 << 20
 CSR_LINES_MIN_ROWS = CSR_TOKEN_FEW_ROWS + 1

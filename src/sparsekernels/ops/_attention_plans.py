@@ -18,10 +18,9 @@ gradient; output: qkv's gradient). Their fp32 scratch is allocated by each repla
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from .._env import flag
 from ..formats import CSRMatrix
 from . import _launch_plans
 from ._dispatch import triton_interpreter_enabled
@@ -31,7 +30,7 @@ from ._library import eager
 # Each of the fused forward's launches (one a component and chunk) passes ~45 arguments through
 # Triton's JIT function. On since its GPU tests (tests/test_attention_plans.py) passed on an H100
 # (results/nvidia-h100/2026-12-07/at-83930b6); SPARSEKERNELS_ATTENTION_LAUNCH_PLANS=0 turns it off.
-LAUNCH_PLANS = os.environ.get("SPARSEKERNELS_ATTENTION_LAUNCH_PLANS", "1") != "0"
+LAUNCH_PLANS = flag("SPARSEKERNELS_ATTENTION_LAUNCH_PLANS", True)
 MOST_STREAMS = 4  # launch plans a signature records, one a stream
 MOST_SIGNATURES = 16  # kept a pattern (a model calls a layer with a few shapes); then cleared
 _PLAIN = (torch.Tensor, torch.nn.Parameter)

@@ -22,11 +22,11 @@ replayed too where DENSIFY_PLANS is on.
 from __future__ import annotations
 
 import math
-import os
 import weakref
 
 import torch
 
+from .._env import flag
 from ..formats import CSRMatrix, NMMatrix
 from . import _cusparselt, _dense, _densified_linear, _dispatch, _launch_plans, _library
 from ._identity_cache import IdentityCache, version
@@ -40,7 +40,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 # The dense backend's densify launch recorded and replayed (its GPU test in
 # tests/test_launch_plans.py passed on the H200 at 78bfdee); SPARSEKERNELS_DENSIFY_PLANS=0
 # turns it off.
-DENSIFY_PLANS = os.environ.get("SPARSEKERNELS_DENSIFY_PLANS", "1") != "0"
+DENSIFY_PLANS = flag("SPARSEKERNELS_DENSIFY_PLANS", True)
 MOST_SIGNATURES = 16  # kept a weight (a model calls a layer with a few shapes); then cleared
 MOST_STREAMS = 4  # launch plans a signature records, one a stream
 # Backends a gradient's call is not planned for: the scatter backend reads a copy of the values

@@ -28,28 +28,28 @@ each input and output; the `state` tensors (ids and versions) must be the record
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .._env import flag
 from ..formats import CSRMatrix
 from ._identity_cache import version
 
 # On since its GPU tests passed on the H200 (2026-12-02/at-62be96b): a repeat linear there
 # took 97 -> 30 us (CSR 70%, one token). SPARSEKERNELS_LAUNCH_PLANS=0 turns it off.
-ENABLED = os.environ.get("SPARSEKERNELS_LAUNCH_PLANS", "1") != "0"
+ENABLED = flag("SPARSEKERNELS_LAUNCH_PLANS", True)
 # TMA descriptors over the weight's tensors (the ring kernel's) replayed as recorded: the
 # launcher builds their tensor maps each launch. On since its GPU tests passed on the H200
 # (2026-12-03/at-11b63d0: the 1:8 ring case); SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS=0 turns it off.
-DESCRIPTORS = os.environ.get("SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS", "1") != "0"
+DESCRIPTORS = flag("SPARSEKERNELS_LAUNCH_PLAN_DESCRIPTORS", True)
 # Calls recording a gradient replayed too (the fused attention's forward and backward, the
 # densified linear's densify). On since their GPU tests passed on an H100 (2026-12-07/at-3680ac2:
 # the attention core's forward + backward 1193-1404 -> 335-457 us of host time);
 # SPARSEKERNELS_TRAINING_LAUNCH_PLANS=0 turns it off.
-TRAINING = os.environ.get("SPARSEKERNELS_TRAINING_LAUNCH_PLANS", "1") != "0"
+TRAINING = flag("SPARSEKERNELS_TRAINING_LAUNCH_PLANS", True)
 SUPPORTED_TRITON = ("3.6.",)  # launcher arguments as JITFunction.run passes them there
 _ALLOCATIONS = {
     torch.ops.aten.empty,
