@@ -2,9 +2,10 @@
 sleep queued first (so the time is the host's alone): the Triton densify of a 2048 x 512 weight
 (90% sparse, bf16), a SparseLinear's training forward + backward at 8192 tokens, the block
 attention core's forward + backward (local + strided, L = 8192, 8 heads of 64), against
-nn.Linear and causal SDPA. ROUNDS rounds over all parts, each part's figure the lowest of its
-round medians (other processes on the host only add time). Run it on an older tree too
-(PYTHONPATH) for the before.
+nn.Linear and causal SDPA; then each without a gradient (inference), and a whole block's.
+ROUNDS rounds over all parts, each part's figure the lowest of its round medians (other
+processes on the host only add time). Run it on an older tree too (PYTHONPATH) for the
+before.
     PYTHONPATH=src python3 benchmarks/sweeps/host_parts.py
 """
 
@@ -62,12 +63,25 @@ def main() -> None:
 
         return run
 
+    def inference(module, arg):
+        def run():
+            with torch.no_grad():
+                module(arg)
+
+        return run
+
     cases = [
         ("densify 2048x512 90%", densify),
         ("SparseLinear fwd+bwd", linear_step(lin)),
         ("nn.Linear fwd+bwd", linear_step(dense_lin)),
         ("block attention fwd+bwd", attention_step(block.attn.core)),
         ("causal SDPA fwd+bwd", attention_step(dense_block.attn.core)),
+        ("SparseLinear no grad", inference(lin, x)),
+        ("nn.Linear no grad", inference(dense_lin, x)),
+        ("block attention no grad", inference(block.attn.core, qkv)),
+        ("causal SDPA no grad", inference(dense_block.attn.core, qkv)),
+        ("sparse block no grad", inference(block, x)),
+        ("dense block no grad", inference(dense_block, x)),
     ]
     best = {name: float("inf") for name, _ in cases}
     for _ in range(ROUNDS):
