@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests75 trainab attnstages tests73 hostab eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests76 replayab tests75 trainab attnstages tests73 hostab eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -505,6 +505,23 @@ for step in $steps; do
         tests/test_linear.py tests/test_bias_grad.py tests/test_eager_plans_sequences.py \
         >"$out/gpu_tests73.log" 2>&1
       echo "tests73 rc=$? $(tail -1 "$out/gpu_tests73.log")" ;;
+    tests76)  # a SparseLinear's own replays: their GPU tests, then the layer files with them on
+      timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+        tests/test_repeat_calls.py >"$out/gpu_tests76.log" 2>&1
+      echo "tests76 rc=$? $(tail -1 "$out/gpu_tests76.log")"
+      SPARSEKERNELS_LAYER_REPLAYS=1 timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 \
+        -p no:cacheprovider tests/test_eager_plans.py tests/test_eager_plans_gradient.py \
+        tests/test_linear.py tests/test_nn.py tests/test_nn_state.py tests/test_launch_plans.py \
+        tests/test_prune.py tests/test_eager_plans_sequences.py >"$out/gpu_tests76_on.log" 2>&1
+      echo "tests76 replays on rc=$? $(tail -1 "$out/gpu_tests76_on.log")" ;;
+    replayab)  # eager host time with the layers' own replays off (0) and on (1), one tree
+      for on in 0 1 0 1; do
+        SPARSEKERNELS_LAYER_REPLAYS=$on PYTHONPATH=$PWD/src timeout 70 python3 \
+          benchmarks/sweeps/host_parts.py >>"$out/host_parts_replays$on.txt" 2>&1
+        SPARSEKERNELS_LAYER_REPLAYS=$on LS=8192 REPS=20 PYTHONPATH=$PWD/src timeout 90 \
+          python3 benchmarks/sweeps/eager_overhead.py >>"$out/eager_overhead_replays$on.txt" 2>&1
+      done
+      echo "replayab rc=$? $(grep -h 'inference' "$out"/host_parts_replays*.txt | tr '\n' '|')" ;;
     tests75)  # training launch plans: their GPU tests, then tests73's files with them on
       timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
         tests/test_launch_plans.py tests/test_attention_plans.py tests/test_densified_linear.py \

@@ -117,9 +117,14 @@ class LaunchPlan:
         call cannot replay. `stream`: the current stream's key when the caller has it. (The
         general replay_call's checks spelled out for linear's plan: one output, no scratch, no
         input layouts; a replay is on every eager call's path.)"""
-        if self.scratch or not self.single or self.input_layouts is not None:
+        if not self.lean:
             return self.replay_call((x, bias), weight, stream)
-        if weight != self.state or not _hooks_idle():
+        return self.replay_linear(x, bias, stream) if weight == self.state else None
+
+    def replay_linear(self, x: torch.Tensor, bias: torch.Tensor | None, stream=None):
+        """replay's launches where the caller has checked the weight's state itself (a
+        SparseLinear's repeat call, nn/_repeat_calls.py); for a plan that `lean` is True."""
+        if not _hooks_idle():
             return None
         stream = _current_stream() if stream is None else stream
         if stream != (self.stream, self.device) or x.device.index != self.device:
@@ -132,6 +137,11 @@ class LaunchPlan:
         out = empty_strided(shape, stride, dtype=dtype, device=x.device)
         self._launch((x_ptr, bias_ptr, out.data_ptr()))
         return out
+
+    @property
+    def lean(self) -> bool:
+        """Whether replay_linear can run this plan: one output, no scratch, no input layouts."""
+        return not self.scratch and self.single and self.input_layouts is None
 
     def replay_call(self, inputs: tuple, state: tuple, stream=None):
         """The recorded call's output(s) for these inputs, or None where this call cannot

@@ -1,0 +1,358 @@
+"""A SparseLinear's repeat inference call replays its plan's launches straight from the layer
+(nn/_repeat_calls.py). On the CPU, with stand-ins for the launch plans: each stand-in replay
+gives what the recorded call gave (frozen), so a replay after anything that should end it (the
+values or the pattern changed, another x, a gradient wanted, autocast) would show as a wrong
+answer; each case also checks the replays counted. On the GPU: the replayed layer's bits are a
+fresh weight's whole path's, and a change of its values is seen."""
+
+import copy
+import io
+
+import pytest
+import torch
+import torch.nn.utils.prune
+from torch import nn
+
+import sparsekernels as sk
+from _helpers import assert_close, spmm_bound
+from sparsekernels.nn import SparseLinear, _repeat_calls
+from sparsekernels.ops import _dispatch, _launch_plans
+
+
+class _Frozen:
+    """A launch plan stand-in: replays return a copy of what the recorded call returned."""
+
+    lean = True
+
+    def __init__(self, out: torch.Tensor):
+        self.out = out.clone()
+        self.replays = 0
+
+    def replay(self, x, bias, weight, stream=None):
+        return None  # (linear's own replays: the whole path runs, and counts nothing)
+
+    def replay_linear(self, x, bias, stream=None):
+        self.replays += 1
+        return self.out.clone()
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    """Launch plans recorded on the CPU (their replays frozen), the backend forced: a list that
+    collects the stand-ins made."""
+    made = []
+
+    def record(call, x, bias, W):
+        out = call()
+        made.append(_Frozen(out))
+        return out, made[-1]
+
+    monkeypatch.setattr(_repeat_calls, "on_cuda", lambda x: True)
+    monkeypatch.setattr(_launch_plans, "stream_of", lambda x: (5, 0))
+    monkeypatch.setattr(_launch_plans, "can_record", lambda x: True)
+    monkeypatch.setattr(_launch_plans, "record", record)
+    return made
+
+
+def _force(monkeypatch, backend: str) -> None:
+    first_fitting = _dispatch._first_fitting
+    forced = {"spmm_csr": backend, "spmm_nm": backend}
+    monkeypatch.setattr(
+        _dispatch, "_first_fitting", lambda op, p: forced.get(op) or first_fitting(op, p)
+    )
+
+
+def _layer(kind: str, gen, bias: bool = True) -> SparseLinear:
+    dense = nn.Linear(24, 20, bias=bias)
+    with torch.no_grad():
+        dense.weight.copy_(torch.randn(20, 24, generator=gen))
+        if bias:
+            dense.bias.copy_(torch.randn(20, generator=gen))
+    if kind == "csr":
+        return SparseLinear.from_dense(dense, 0.7)
+    return SparseLinear.from_dense(dense, pattern="2:8")
+
+
+def _exact(layer: SparseLinear, x: torch.Tensor) -> torch.Tensor:
+    W = layer.to_dense().double()
+    out = x.double() @ W.t()
+    return out if layer.bias is None else out + layer.bias.double()
+
+
+def _check(layer: SparseLinear, x: torch.Tensor) -> torch.Tensor:
+    got = layer(x)
+    W = layer.to_dense().float()
+    bound = spmm_bound(W, x.reshape(-1, x.shape[-1]).float().t()).t().reshape(got.shape)
+    bound = bound if layer.bias is None else bound + layer.bias.double().abs()
+    assert_close(got, _exact(layer, x), bound, x.dtype)
+    return got
+
+
+def _replays(made) -> int:
+    return sum(s.replays for s in made)
+
+
+def _warm(layer: SparseLinear, x: torch.Tensor, made) -> None:
+    """Three calls: the whole path (its plan), the plan's call (its launches), then a replay."""
+    for _ in range(3):
+        _check(layer, x)
+    assert layer._repeat_call is not None and _replays(made) == 1
+
+
+@pytest.mark.parametrize("kind", ["csr", "nm"])
+@pytest.mark.parametrize("backend", ["dense", "reference"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_repeat_calls_replay_from_the_layer(kind, backend, with_bias, gen, stand_ins, monkeypatch):
+    _force(monkeypatch, backend)
+    layer = _layer(kind, gen, with_bias)
+    x = torch.randn(3, 5, 24, generator=gen)
+    with torch.no_grad():
+        _warm(layer, x, stand_ins)
+        for calls in range(2, 5):
+            _check(layer, x)
+            assert _replays(stand_ins) == calls
+        y = torch.randn(3, 5, 24, generator=gen)  # another x of the same shape and strides
+        if backend == "dense":  # (the replay densifies; the product reads this call's x)
+            _check(layer, y)
+        else:  # (the frozen replay gives the first x's product: the tell that it ran)
+            assert torch.equal(layer(y), layer(x))
+
+
+def _in_place_values(layer, x):
+    with torch.no_grad():
+        layer.values.mul_(1.5)
+
+
+def _swapped_values(layer, x):
+    layer.values.data = layer.values.data * 0.5
+
+
+def _new_values(layer, x):
+    layer.values = nn.Parameter(layer.values.detach() * 2.0, requires_grad=False)
+
+
+def _new_bias(layer, x):
+    layer.bias = nn.Parameter(layer.bias.detach() + 1.0, requires_grad=False)
+
+
+def _in_place_pattern(layer, x):
+    """One kept position moved to a free column of its row (CSR), the rows' choices reversed
+    (N:M): the buffers edited in place."""
+    with torch.no_grad():
+        if layer.format == "nm":
+            layer.indices.copy_(layer.indices.flip(0))
+            return
+        offsets, cols = layer.row_offsets.tolist(), layer.column_indices
+        row = next(r for r in range(len(offsets) - 1) if offsets[r + 1] > offsets[r])
+        start, end = offsets[row], offsets[row + 1]
+        free = sorted(set(range(layer.in_features)) - set(cols[start:end].tolist()))
+        cols[start] = free[0]
+        cols[start:end] = cols[start:end].sort().values
+
+
+def _loaded(layer, x):
+    other = copy.deepcopy(layer)
+    with torch.no_grad():
+        other.values.mul_(-1.0)
+    layer.load_state_dict(other.state_dict())
+
+
+def _released(layer, x):
+    layer.release_caches()
+
+
+CHANGES = {
+    "values in place": (_in_place_values, True),
+    "values swapped by .data": (_swapped_values, True),
+    "a new values Parameter": (_new_values, True),
+    "a new bias Parameter": (_new_bias, True),
+    "the pattern in place": (_in_place_pattern, True),
+    "load_state_dict": (_loaded, True),
+    "release_caches": (_released, True),
+}
+
+
+@pytest.mark.parametrize("kind", ["csr", "nm"])
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_change_to_the_layer_ends_the_replay(kind, change, gen, stand_ins, monkeypatch):
+    _force(monkeypatch, "dense")
+    layer = _layer(kind, gen)
+    layer.values.requires_grad_(False)
+    layer.bias.requires_grad_(False)
+    x = torch.randn(7, 24, generator=gen)
+    with torch.no_grad():
+        _warm(layer, x, stand_ins)
+    apply, _ = CHANGES[change]
+    apply(layer, x)
+    before = _replays(stand_ins)
+    with torch.no_grad():
+        _check(layer, x)  # (a stale replay would give the old layer's answer)
+    assert _replays(stand_ins) == before
+    with torch.no_grad():
+        for _ in range(3):  # the changed layer records its own and replays it
+            _check(layer, x)
+    assert _replays(stand_ins) > before
+
+
+def test_bias_changed_in_place_is_read_by_the_replay(gen, stand_ins, monkeypatch):
+    """The bias is an input of the replayed product, not part of what was recorded."""
+    _force(monkeypatch, "dense")
+    layer = _layer("csr", gen)
+    x = torch.randn(7, 24, generator=gen)
+    with torch.no_grad():
+        _warm(layer, x, stand_ins)
+        layer.bias.add_(3.0)
+        _check(layer, x)
+    assert _replays(stand_ins) == 2
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        lambda x: x[:4],  # another shape
+        lambda x: x.double(),  # another dtype
+        lambda x: x.t().contiguous().t(),  # other strides
+        lambda x: x.unsqueeze(0),  # another rank
+    ],
+    ids=["shape", "dtype", "strides", "rank"],
+)
+def test_another_x_takes_the_whole_path(other, gen, stand_ins, monkeypatch):
+    _force(monkeypatch, "dense")
+    layer = _layer("nm", gen)
+    x = torch.randn(7, 24, generator=gen)
+    with torch.no_grad():
+        _warm(layer, x, stand_ins)
+        y = other(torch.randn(7, 24, generator=gen))
+        if y.dtype != x.dtype:
+            layer = layer.to(y.dtype)  # (x and the weight share a dtype)
+            stand_ins.clear()
+        _check(layer, y)
+    assert _replays(stand_ins) == (0 if y.dtype != x.dtype else 1)
+
+
+def test_a_gradient_and_autocast_take_the_whole_path(gen, stand_ins, monkeypatch):
+    _force(monkeypatch, "dense")
+    layer = _layer("csr", gen)
+    x = torch.randn(7, 24, generator=gen)
+    with torch.no_grad():
+        _warm(layer, x, stand_ins)
+    out = _check(layer, x)  # (values want a gradient: the whole path, then a backward)
+    out.sum().backward()
+    assert layer.values.grad is not None
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = layer(x)
+    assert got.dtype == torch.bfloat16
+    bound = spmm_bound(layer.to_dense(), x.t()).t() + layer.bias.double().abs()
+    assert_close(got, _exact(layer, x), bound, torch.bfloat16)
+    assert _replays(stand_ins) == 1
+
+
+def test_pruned_values_take_the_whole_path(gen, stand_ins, monkeypatch):
+    """torch.nn.utils.prune puts a plain tensor in the values' place, made each forward."""
+    _force(monkeypatch, "dense")
+    layer = _layer("csr", gen)
+    x = torch.randn(7, 24, generator=gen)
+    torch.nn.utils.prune.random_unstructured(layer, "values", amount=0.5)
+    with torch.no_grad():
+        for _ in range(4):
+            _check(layer, x)
+    assert _replays(stand_ins) == 0 and layer._repeat_call is None
+
+
+def test_copies_and_pickles_drop_the_replay(gen, stand_ins, monkeypatch):
+    _force(monkeypatch, "dense")
+    layer = _layer("nm", gen)
+    x = torch.randn(7, 24, generator=gen)
+    with torch.no_grad():
+        _warm(layer, x, stand_ins)
+    twin = copy.deepcopy(layer)
+    assert twin._repeat_call is None
+    buffer = io.BytesIO()
+    torch.save(layer, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert loaded._repeat_call is None
+    with torch.no_grad():
+        _check(twin, x)
+        _check(loaded, x)
+
+
+def test_off_cuda_nothing_is_kept(gen):
+    layer = _layer("csr", gen)
+    x = torch.randn(7, 24, generator=gen)
+    with torch.no_grad():
+        for _ in range(4):
+            _check(layer, x)
+    assert layer._repeat_call is None
+
+
+# ----------------------------------------------------------------------------------- GPU
+@pytest.fixture
+def replays_on(monkeypatch):
+    """(off by default until these pass on a GPU; SPARSEKERNELS_LAYER_REPLAYS=1 turns them on)"""
+    monkeypatch.setattr(_repeat_calls, "ENABLED", True)
+
+
+def _twin(W):
+    """The same weight in new tensors: no plan of W's applies to it (the whole path runs)."""
+    if isinstance(W, sk.CSRMatrix):
+        return sk.CSRMatrix(W.row_offsets.clone(), W.column_indices.clone(), W.values.clone(),
+                            W.shape, check=False)  # fmt: skip
+    return sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, W.n, W.m, W.vector, W.block)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("kind", "size", "tokens", "replays"),
+    [
+        ("csr", 512, 1, True),  # the few-token walk (a launch plan of its own)
+        ("nm", 512, 1, True),  # the decode kernel
+        ("csr", 384, 160, None),  # MiniLM-sized: the dense backend's densify, then cuBLAS
+        ("nm", 384, 160, None),
+        ("csr", 4096, 12, None),
+    ],
+)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_replayed_layer_calls_give_the_whole_paths_bits(kind, size, tokens, replays, with_bias,
+                                                         gen, replays_on):  # fmt: skip
+    """Each call against a fresh weight's whole path (sk.linear on a twin) and float64; the
+    layer's values changed in place midway (an optimizer step between evaluations) are seen by
+    the next call."""
+    dense = nn.Linear(size, size, bias=with_bias).to("cuda", torch.bfloat16)
+    layer = (SparseLinear.from_dense(dense, 0.7) if kind == "csr"
+             else SparseLinear.from_dense(dense, pattern="2:8"))  # fmt: skip
+    before = _launch_plans.stats["replayed"]
+    with torch.no_grad():
+        for call in range(8):
+            if call == 5:
+                layer.values.mul_(-0.5)
+            x = torch.randn(tokens, size, generator=gen).to("cuda", torch.bfloat16)
+            got = layer(x)
+            assert torch.equal(got, sk.linear(x, _twin(layer.weight), layer.bias)), call
+            exact = x.double() @ layer.to_dense().double().t()
+            bound = spmm_bound(layer.to_dense(), x.t()).t()
+            if with_bias:
+                exact, bound = exact + layer.bias.double(), bound + layer.bias.double().abs()
+            assert_close(got, exact, bound, torch.bfloat16)
+    if replays:
+        assert callable(layer._repeat_call[1])
+        assert _launch_plans.stats["replayed"] - before >= 4, _launch_plans.stats
+
+
+@pytest.mark.gpu
+def test_a_side_stream_takes_the_whole_path(gen, replays_on):
+    """The layer's replay is the default stream's: on a side stream the whole path runs (and
+    records its own plan there), with the same bits."""
+    layer = SparseLinear.from_dense(nn.Linear(512, 512).to("cuda", torch.bfloat16), 0.7)
+    x = torch.randn(1, 512, generator=gen).to("cuda", torch.bfloat16)
+    side = torch.cuda.Stream()
+    with torch.no_grad():
+        want = [layer(x) for _ in range(4)][-1]
+        assert callable(layer._repeat_call[1])
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            got = [layer(x) for _ in range(4)]
+        torch.cuda.current_stream().wait_stream(side)
+        got.append(layer(x))
+    for g in got:
+        assert torch.equal(g, want)
