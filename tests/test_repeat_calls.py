@@ -16,6 +16,7 @@ from torch import nn
 import sparsekernels as sk
 from _helpers import assert_close, spmm_bound
 from sparsekernels.nn import SparseLinear, _repeat_calls
+from sparsekernels.nn._weight import SparseWeightModule
 from sparsekernels.ops import _dispatch, _launch_plans
 
 
@@ -230,21 +231,105 @@ def test_another_x_takes_the_whole_path(other, gen, stand_ins, monkeypatch):
     assert _replays(stand_ins) == (0 if y.dtype != x.dtype else 1)
 
 
-def test_a_gradient_and_autocast_take_the_whole_path(gen, stand_ins, monkeypatch):
+def test_autocast_takes_the_whole_path(gen, stand_ins, monkeypatch):
     _force(monkeypatch, "dense")
     layer = _layer("csr", gen)
     x = torch.randn(7, 24, generator=gen)
     with torch.no_grad():
         _warm(layer, x, stand_ins)
-    out = _check(layer, x)  # (values want a gradient: the whole path, then a backward)
-    out.sum().backward()
-    assert layer.values.grad is not None
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        got = layer(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = layer(x)
     assert got.dtype == torch.bfloat16
     bound = spmm_bound(layer.to_dense(), x.t()).t() + layer.bias.double().abs()
     assert_close(got, _exact(layer, x), bound, torch.bfloat16)
     assert _replays(stand_ins) == 1
+
+
+@pytest.fixture
+def weight_builds(monkeypatch):
+    """Counts the layers' weight property's calls (a call through linear() makes one; the
+    layer's own path none)."""
+    calls = [0]
+    built = SparseWeightModule.weight.fget
+
+    def counted(self):
+        calls[0] += 1
+        return built(self)
+
+    monkeypatch.setattr(SparseWeightModule, "weight", property(counted))
+    return calls
+
+
+def _csr_grads(layer, x, g):
+    """float64 gradients of sum(g * layer(x)) for a CSR layer: x's, the values' (the dense
+    weight's at the stored positions, in storage order) and the bias's."""
+    W = layer.to_dense().double()
+    d_w = g.double().reshape(-1, W.shape[0]).t() @ x.double().reshape(-1, W.shape[1])
+    rows = torch.repeat_interleave(torch.arange(W.shape[0]), layer.row_offsets.long().diff())
+    d_values = d_w[rows, layer.column_indices.long()]
+    return g.double() @ W, d_values, g.double().reshape(-1, W.shape[0]).sum(0)
+
+
+@pytest.mark.parametrize("backend", ["dense", "reference"])
+def test_training_steps_take_the_layers_path(backend, gen, stand_ins, weight_builds, monkeypatch):
+    """Calls recording a gradient: after the first, the layer runs its plan's autograd path
+    (no weight built, no plan looked up); an optimizer step between them changes the values
+    in place (no new key), and each step's output and gradients are right for the values then."""
+    _force(monkeypatch, backend)
+    layer = _layer("csr", gen)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    for step in range(5):
+        x = torch.randn(2, 9, 24, generator=gen, requires_grad=True)
+        g = torch.randn(2, 9, 20, generator=gen)
+        builds = weight_builds[0]
+        out = layer(x)
+        assert weight_builds[0] == builds + (1 if step == 0 else 0), step
+        bound = spmm_bound(layer.to_dense(), x.reshape(-1, 24).t()).t().reshape(out.shape)
+        assert_close(out, _exact(layer, x), bound + layer.bias.double().abs(), torch.float32)
+        opt.zero_grad()
+        out.backward(g)
+        d_x, d_values, d_bias = _csr_grads(layer, x, g)
+        W = layer.to_dense()
+        bound_x = (g.double().abs() @ W.double().abs()).reshape(x.shape)
+        assert_close(x.grad, d_x, bound_x, torch.float32)
+        bound_w = g.double().abs().reshape(-1, 20).t() @ x.double().abs().reshape(-1, 24)
+        rows = torch.repeat_interleave(torch.arange(20), layer.row_offsets.long().diff())
+        assert_close(layer.values.grad, d_values, bound_w[rows, layer.column_indices.long()],
+                     torch.float32)  # fmt: skip
+        bound_b = g.double().abs().reshape(-1, 20).sum(0)
+        assert_close(layer.bias.grad, d_bias, bound_b, torch.float32)
+        opt.step()
+    assert _replays(stand_ins) == 0  # (no inference call replayed a stand-in)
+
+
+@pytest.mark.parametrize("frozen", [False, True], ids=["trained", "frozen"])
+def test_evaluation_between_training_steps(frozen, gen, stand_ins, monkeypatch):
+    """Training and inference calls alternate (evaluations after each step): each takes the
+    path of its kind, right for the values as the last step left them. Frozen: the layer's
+    weight and bias want no gradient, x does (a layer below it trains): the same key but for
+    what wants a gradient."""
+    _force(monkeypatch, "dense")
+    layer = _layer("nm", gen)
+    layer.requires_grad_(not frozen)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1) if not frozen else None
+    x = torch.randn(7, 24, generator=gen)
+    for _ in range(4):
+        x.requires_grad_(True)
+        out = _check(layer, x)
+        assert out.grad_fn is not None
+        g = torch.randn(7, 20, generator=gen)
+        out.backward(g)
+        W = layer.to_dense().double()
+        assert_close(x.grad, g.double() @ W, g.double().abs() @ W.abs(), torch.float32)
+        x.grad = None
+        if opt is not None:
+            opt.step()
+            opt.zero_grad()
+        x.requires_grad_(False)
+        with torch.no_grad():
+            for _ in range(3):
+                _check(layer, x)
+    assert _replays(stand_ins) >= 4
 
 
 def test_pruned_values_take_the_whole_path(gen, stand_ins, monkeypatch):
@@ -356,3 +441,47 @@ def test_a_side_stream_takes_the_whole_path(gen, replays_on):
         got.append(layer(x))
     for g in got:
         assert torch.equal(g, want)
+
+
+def _values_grad_on_cpu(W, x, g):
+    """The values' gradient of sum(g * linear(x, W)) in float64 on the CPU (the reference
+    path), and its bound: the same with |x| and |g|."""
+    grads = []
+    for xs, gs in ((x, g), (x.abs(), g.abs())):
+        twin = _twin(W)
+        values = twin.values.detach().double().cpu().requires_grad_(True)
+        cpu = (sk.CSRMatrix(twin.row_offsets.cpu(), twin.column_indices.cpu(), values, W.shape,
+                            check=False) if isinstance(W, sk.CSRMatrix)
+               else sk.NMMatrix(values, twin.indices.cpu(), W.shape, W.n, W.m, W.vector,
+                                W.block))  # fmt: skip
+        sk.linear(xs.double().cpu(), cpu).backward(gs.double().cpu())
+        grads.append(values.grad)
+    return grads
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("kind", "size", "tokens"), [("csr", 384, 512), ("nm", 512, 1)])
+def test_training_steps_on_the_layers_path(kind, size, tokens, gen, replays_on):
+    """Training steps (SGD between them) through the layer's own path: its output and every
+    gradient against float64 for the values each step had."""
+    dense = nn.Linear(size, size).to("cuda", torch.bfloat16)
+    layer = (SparseLinear.from_dense(dense, 0.7) if kind == "csr"
+             else SparseLinear.from_dense(dense, pattern="2:8"))  # fmt: skip
+    opt = torch.optim.SGD(layer.parameters(), lr=0.01)
+    for _ in range(5):
+        x = torch.randn(tokens, size, generator=gen).to("cuda", torch.bfloat16)
+        x.requires_grad_(True)
+        g = torch.randn(tokens, size, generator=gen).to("cuda", torch.bfloat16)
+        W = layer.to_dense().double()
+        out = layer(x)
+        exact = x.double() @ W.t() + layer.bias.double()
+        bound = x.double().abs() @ W.abs().t() + layer.bias.double().abs()
+        assert_close(out, exact, bound, torch.bfloat16)
+        out.backward(g)
+        assert_close(x.grad, g.double() @ W, g.double().abs() @ W.abs(), torch.bfloat16)
+        d_values, bound_values = _values_grad_on_cpu(layer.weight, x.detach(), g)
+        assert_close(layer.values.grad, d_values, bound_values, torch.bfloat16)
+        assert_close(layer.bias.grad, g.double().sum(0), g.double().abs().sum(0), torch.bfloat16)
+        opt.step()
+        opt.zero_grad()
+    assert callable(layer._repeat_call[1])

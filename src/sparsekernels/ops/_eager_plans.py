@@ -160,18 +160,26 @@ NEVER = "never"  # replayer's answer where this signature's calls will not repla
 
 
 def replayer(x: torch.Tensor, W, bias: torch.Tensor | None):
-    """For a layer's repeat calls (nn/_repeat_calls.py): a function (x, bias) -> linear's output
-    or None, which runs the launches this eager inference call's plan recorded on this stream
-    without the checks of the weight (the caller keys it on the weight's tensors and versions,
-    and on x's signature); None where none is recorded yet, NEVER where none will be (recording
-    refused, a backend that is not all Triton launches)."""
+    """For a layer's repeat calls (nn/_repeat_calls.py), after linear's whole or planned call: a
+    function (x, bias) -> linear's output or None for later calls of this signature whose
+    weight the caller vouches for (its tensors, their versions and addresses unchanged), which
+    skips the plan's checks. An inference call's runs the launches its plan recorded on this
+    stream (None where that stream differs); a call recording a gradient runs its plan's
+    autograd path. None where the launches are not recorded yet, NEVER where nothing will be
+    (no plan: the call was not planned; recording refused, a backend not all Triton launches)."""
     stream = _launch_plans.stream_of(x)
-    if stream is None or not _library.eager_inference(W.values, x, bias):
+    if stream is None:
+        return NEVER
+    gradient = not _library.eager_inference(W.values, x, bias)
+    if gradient and not _library.eager(W.values, x, bias):
         return NEVER
     plans = _PLANS.get(W.values)
-    plan = None if plans is None else plans.get(_signature(x, W, bias, None))
+    signature = (_grad_signature if gradient else _signature)(x, W, bias, None)
+    plan = None if plans is None else plans.get(signature)
     if plan is None or not plan.fits(W):
-        return None
+        return NEVER
+    if gradient:
+        return lambda x, bias: _with_gradient(x, W, bias, plan)
     if stream not in plan.launches:
         return None if _may_record(plan, stream, x) else NEVER
     launches = plan.launches[stream]
