@@ -505,15 +505,15 @@ for step in $steps; do
         tests/test_linear.py tests/test_bias_grad.py tests/test_eager_plans_sequences.py \
         >"$out/gpu_tests73.log" 2>&1
       echo "tests73 rc=$? $(tail -1 "$out/gpu_tests73.log")" ;;
-    tests76)  # a SparseLinear's own replays: their GPU tests, then the layer files with them on
+    tests76)  # the layers' own replays: their GPU tests, then the layer files with them on
       timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
-        tests/test_repeat_calls.py >"$out/gpu_tests76.log" 2>&1
+        tests/test_repeat_calls.py tests/test_repeat_calls_attention.py >"$out/gpu_tests76.log" 2>&1
       echo "tests76 rc=$? $(tail -1 "$out/gpu_tests76.log")"
       SPARSEKERNELS_LAYER_REPLAYS=1 timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 \
         -p no:cacheprovider tests/test_eager_plans.py tests/test_eager_plans_gradient.py \
         tests/test_linear.py tests/test_nn.py tests/test_nn_state.py tests/test_launch_plans.py \
         tests/test_prune.py tests/test_eager_plans_sequences.py tests/test_densified_linear.py \
-        >"$out/gpu_tests76_on.log" 2>&1
+        tests/test_attention_plans.py tests/test_attention_packed.py >"$out/gpu_tests76_on.log" 2>&1
       echo "tests76 replays on rc=$? $(tail -1 "$out/gpu_tests76_on.log")" ;;
     replayab)  # eager host time with the layers' own replays off (0) and on (1), one tree
       for on in 0 1 0 1; do

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from .._env import flag
-from ..ops import _autocast, _eager_plans
+from ..ops import _autocast
+from ..ops._launch_plans import NEVER
 from ._weight import _INDEX_BUFFERS
 
 # Off until its GPU tests pass (tests/test_repeat_calls.py); SPARSEKERNELS_LAYER_REPLAYS=1 on.
@@ -30,17 +31,38 @@ def on_cuda(x: torch.Tensor) -> bool:
     return ENABLED and x.is_cuda
 
 
-def key(layer, x: torch.Tensor) -> tuple | None:
-    """This call's key, or None where it cannot take the layer's replay at all (off CUDA,
-    torch.compile or torch.func at work, autocast on, values or bias that are not the layer's
-    Parameters, as torch.nn.utils.prune leaves them)."""
-    if type(x) not in _PLAIN or not on_cuda(x) or torch.compiler.is_compiling():
+def _may_replay(x: torch.Tensor) -> bool:
+    """Not off CUDA, not while torch.compile traces or torch.func's transforms run, not under
+    autocast (the op casts first), and a plain tensor."""
+    return (
+        type(x) in _PLAIN
+        and on_cuda(x)
+        and not torch.compiler.is_compiling()
+        and not torch._C._are_functorch_transforms_active()
+        and _autocast.target(x) is None
+    )
+
+
+def _held(parts: list, t: torch.Tensor, versioned: bool = True) -> None:
+    """A tensor's part of a key: its id, then the tensor, its version (unless not `versioned`)
+    and address, shape, strides and dtype. A kept key keeps its tensors alive, so their ids
+    stay theirs (a new values Parameter at a dead one's id, version and address would otherwise
+    replay launches that read the old one's memory), and two keys compare a tensor only where
+    their ids match: the very same object (tuples compare identical items as equal, never by
+    Tensor.__eq__)."""
+    version = t._version if versioned else None
+    parts += (id(t), t, version, t.data_ptr(), t.shape, t.stride(), t.dtype)
+
+
+def linear_key(layer, x: torch.Tensor) -> tuple | None:
+    """A SparseLinear call's key, or None where it cannot take the layer's replay at all (see
+    _may_replay; values or bias that are not the layer's Parameters, as torch.nn.utils.prune
+    leaves them)."""
+    if not _may_replay(x):
         return None
     params = layer._parameters  # (not getattr: nn.Module's __getattr__ costs a call each)
     values, bias = params.get("values"), params.get("bias", _MISSING)
     if values is None or bias is _MISSING or values.is_inference():
-        return None
-    if torch._C._are_functorch_transforms_active() or _autocast.target(x) is not None:
         return None
     # A call recording a gradient: which operands want one (the backward's needs); the values'
     # version left out where they want one, as the plan's signature leaves it out (an optimizer
@@ -49,41 +71,52 @@ def key(layer, x: torch.Tensor) -> tuple | None:
     if torch.is_grad_enabled():
         wants = (values.requires_grad, x.requires_grad, bias is not None and bias.requires_grad)
         wants = wants if any(wants) else None
-    # Each tensor's id, then the tensor: a kept key keeps its tensors alive, so their ids stay
-    # theirs (a new values Parameter at a dead one's id, version and address would otherwise
-    # replay launches that read the old one's memory), and two keys compare a tensor only
-    # where their ids match: the very same object (tuples compare identical items as equal,
-    # never by Tensor.__eq__).
-    buffers = layer._buffers
-    parts = [x.shape, x.stride(), x.dtype, x.device, wants, id(values), values,
-             None if wants and wants[0] else values._version, values.data_ptr(), values.shape,
-             values.dtype]  # fmt: skip
+    parts = [x.shape, x.stride(), x.dtype, x.device, wants]
+    _held(parts, values, versioned=not (wants and wants[0]))
     if bias is not None:
-        parts += (id(bias), bias, bias.shape, bias.stride(), bias.dtype)
+        _held(parts, bias, versioned=False)  # (read by each call: an input, not recorded)
+    buffers = layer._buffers
     for name in _INDEX_BUFFERS[layer.format]:
-        b = buffers[name]
-        parts += (id(b), b, b._version, b.data_ptr())
+        _held(parts, buffers[name])
     return tuple(parts)
 
 
-def replay(layer, x: torch.Tensor):
-    """(the output or None, this call's key): the output where the layer's last key matches
-    and its replay runs."""
-    call_key = key(layer, x)
+def attention_key(layer, qkv: torch.Tensor) -> tuple | None:
+    """A SparseAttention call's key on packed qkv, or None (see _may_replay)."""
+    if not _may_replay(qkv):
+        return None
+    offsets, columns = layer._buffers["row_offsets"], layer._buffers["column_indices"]
+    if offsets.is_inference() or columns.is_inference():
+        return None
+    gradient = qkv.requires_grad and torch.is_grad_enabled()
+    parts = [qkv.shape, qkv.stride(), qkv.dtype, qkv.device, gradient, layer.scale]
+    _held(parts, offsets)
+    _held(parts, columns)
+    return tuple(parts)
+
+
+def replay(layer, call_key: tuple | None, *args):
+    """The output where the layer's last key is this call's and its replay runs, else None."""
     kept = layer._repeat_call
-    if call_key is None or kept is None or kept[0] != call_key:
-        return None, call_key
-    run = kept[1]
-    if run is _eager_plans.NEVER:
-        return None, None  # (nothing to remember either)
-    return run(x, layer._parameters["bias"]), None
+    if call_key is None or kept is None or kept[0] != call_key or kept[1] is NEVER:
+        return None
+    return kept[1](*args)
 
 
-def remember(layer, x: torch.Tensor, W, call_key: tuple | None) -> None:
-    """After linear()'s call with this key: what the next call with it runs (nothing kept from
-    a call a CUDA graph captured: linear leaves no plan for it)."""
-    if call_key is None or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+def remember(layer, call_key: tuple | None, make_run) -> None:
+    """After the whole call with this key: what the next call with it runs, from make_run()
+    (a function, None where nothing is ready yet, NEVER where nothing will be). Nothing kept
+    from a call a CUDA graph captured (the ops leave no plan for it), nor where the layer kept
+    this very key (its replay declined: another stream)."""
+    if call_key is None or _capturing():
         return
-    run = _eager_plans.replayer(x, W, layer._parameters["bias"])
+    kept = layer._repeat_call
+    if kept is not None and kept[0] == call_key:
+        return
+    run = make_run()
     if run is not None:
         layer._repeat_call = (call_key, run)
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

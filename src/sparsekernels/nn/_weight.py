@@ -54,7 +54,7 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         with torch.inference_mode(False):
             self._hold_weight(weight, bias)
         self._format_cache: tuple | None = None
-        # a SparseLinear's last inference call's key and replay (nn/_repeat_calls.py)
+        # a SparseLinear's last call's key and what it runs again (nn/_repeat_calls.py)
         self._repeat_call: tuple | None = None
         self._prepare()
 
@@ -99,11 +99,6 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
     def _drop(self) -> None:
         self._format_cache = None
         self._repeat_call = None
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state["_repeat_call"] = None  # (a closure over launch plans: rebuilt by later calls)
-        return state
 
     def release_caches(self) -> None:
         """Drop what the ops derived from this weight and keep beside it (a training step's

@@ -15,8 +15,9 @@ from torch import nn
 from .. import _checks
 from .._cache_mode import building, fixed_sizes
 from ..formats import CSRMatrix
-from ..ops import sparse_attention, sparse_attention_packed
+from ..ops import _attention_plans, sparse_attention, sparse_attention_packed
 from ..ops._identity_cache import version
+from . import _repeat_calls
 from ._fx_leaf import traced_call
 from ._prepared import PreparedFromBuffers
 
@@ -54,6 +55,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         self.register_buffer("row_offsets", pattern.row_offsets.clone())
         self.register_buffer("column_indices", pattern.column_indices.clone())
         self._cache: tuple | None = None
+        self._repeat_call: tuple | None = None  # the last call's key, what it runs again
         self._prepare()
 
     _FORMAT_ATTRIBUTE = "_cache"  # (PreparedFromBuffers)
@@ -65,6 +67,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
 
     def _drop(self) -> None:
         self._cache = None
+        self._repeat_call = None
 
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:
         return self.row_offsets, self.column_indices
@@ -184,8 +187,17 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         traced = traced_call(self, *args)  # (torch.fx records the layer whole)
         if traced is not None:
             return traced
-        if k is None:
-            return sparse_attention_packed(q, self.pattern, self.scale)
+        if k is None:  # (a repeat call on packed qkv: its plan at once, nn/_repeat_calls.py)
+            call_key = _repeat_calls.attention_key(self, q)
+            out = _repeat_calls.replay(self, call_key, q)
+            if out is not None:
+                return out
+            pattern, scale = self.pattern, self.scale
+            out = sparse_attention_packed(q, pattern, scale)
+            _repeat_calls.remember(
+                self, call_key, lambda: _attention_plans.replayer(q, pattern, scale)
+            )
+            return out
         return sparse_attention(q, k, v, self.pattern, self.scale)
 
     def extra_repr(self) -> str:

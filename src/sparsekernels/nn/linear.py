@@ -6,7 +6,7 @@ import torch
 from torch import fx, nn
 
 from ..formats import CSRMatrix, NMMatrix
-from ..ops import linear
+from ..ops import _eager_plans, linear
 from . import _repeat_calls
 from ._fx_leaf import traced_call
 from ._weight import SparseWeightModule, compress_weight
@@ -53,12 +53,14 @@ class SparseLinear(SparseWeightModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if isinstance(x, fx.Proxy):  # (torch.fx records the layer whole)
             return traced_call(self, x)
-        out, call_key = _repeat_calls.replay(self, x)  # a repeat inference call: its launches
+        call_key = _repeat_calls.linear_key(self, x)
+        bias = self._parameters.get("bias")  # (the key's bias where it is one)
+        out = _repeat_calls.replay(self, call_key, x, bias)  # a repeat call: its plan at once
         if out is not None:
             return out
         W = self.weight
         out = linear(x, W, self.bias)
-        _repeat_calls.remember(self, x, W, call_key)
+        _repeat_calls.remember(self, call_key, lambda: _eager_plans.replayer(x, W, bias))
         return out
 
     def to_dense(self) -> torch.Tensor:

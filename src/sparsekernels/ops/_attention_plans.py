@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from .._env import flag
+from .._fill_streams import before_launch
 from ..formats import CSRMatrix
 from . import _launch_plans
 from ._dispatch import triton_interpreter_enabled
@@ -102,3 +103,38 @@ def remember(qkv: torch.Tensor, pattern, scale, backend, plan: Plan) -> None:
     if len(plans) >= MOST_SIGNATURES:
         plans.clear()
     plans[signature] = plan
+
+
+def replayer(qkv: torch.Tensor, pattern, scale):
+    """For a SparseAttention's repeat calls (nn/_repeat_calls.py), after a call on packed qkv:
+    a function qkv -> the output (or None) for later calls of this signature whose pattern the
+    caller vouches for (its tensors, versions and addresses unchanged), skipping the checks and
+    lookups. Without a gradient it replays the launches this stream recorded (None on another
+    stream); with one it applies the fused kernel's autograd twin with the plan. None where the
+    launches are not recorded yet, NEVER where nothing will be (no plan: not the fused kernel)."""
+    from ._attention_library import BlockAttentionPackedEager
+
+    NEVER = _launch_plans.NEVER
+    stream = _launch_plans.stream_of(qkv)
+    plan = None if stream is None else find(qkv, pattern, scale, None)
+    if plan is None:
+        return NEVER
+    if qkv.requires_grad and torch.is_grad_enabled():
+        state = _launch_plans.weight_state(pattern) if _launch_plans.TRAINING else None
+        args = (plan.layout, plan.scale, plan.config, plan, state)
+        return lambda qkv: BlockAttentionPackedEager.apply(qkv, *args)[0]
+    if not LAUNCH_PLANS:
+        return NEVER
+    if stream not in plan.launches:
+        recordable = len(plan.launches) < MOST_STREAMS and _launch_plans.can_record(qkv)
+        return None if recordable else NEVER
+    launches = plan.launches[stream]
+    if launches is None:
+        return NEVER
+    state = launches.state
+
+    def replayed(qkv: torch.Tensor):
+        before_launch(qkv.device)  # (as the planned call: after fills on other streams)
+        return launches.replay_call((qkv,), state)
+
+    return replayed

@@ -156,9 +156,6 @@ def run(x: torch.Tensor, W, bias: torch.Tensor | None, backend: str | None):
     return out.t().contiguous().view(*x.shape[:-1], W.shape[0])
 
 
-NEVER = "never"  # replayer's answer where this signature's calls will not replay (see there)
-
-
 def replayer(x: torch.Tensor, W, bias: torch.Tensor | None):
     """For a layer's repeat calls (nn/_repeat_calls.py), after linear's whole or planned call: a
     function (x, bias) -> linear's output or None for later calls of this signature whose
@@ -169,23 +166,23 @@ def replayer(x: torch.Tensor, W, bias: torch.Tensor | None):
     (no plan: the call was not planned; recording refused, a backend not all Triton launches)."""
     stream = _launch_plans.stream_of(x)
     if stream is None:
-        return NEVER
+        return _launch_plans.NEVER
     gradient = not _library.eager_inference(W.values, x, bias)
     if gradient and not _library.eager(W.values, x, bias):
-        return NEVER
+        return _launch_plans.NEVER
     plans = _PLANS.get(W.values)
     signature = (_grad_signature if gradient else _signature)(x, W, bias, None)
     plan = None if plans is None else plans.get(signature)
     if plan is None or not plan.fits(W):
-        return NEVER
+        return _launch_plans.NEVER
     if gradient:
         return lambda x, bias: _with_gradient(x, W, bias, plan)
     if stream not in plan.launches:
-        return None if _may_record(plan, stream, x) else NEVER
+        return None if _may_record(plan, stream, x) else _launch_plans.NEVER
     launches = plan.launches[stream]
     dense = plan.backend == "dense" and column_major(_b(x, W))
     if launches is None or not launches.lean:
-        return NEVER
+        return _launch_plans.NEVER
     rows, cols = math.prod(x.shape[:-1]), W.shape[1]
     shape = (*x.shape[:-1], W.shape[0])
     if dense:  # (_densified_product's product: the densify replayed, then cuBLAS)

@@ -63,6 +63,9 @@ X, BIAS, OUT = 0, 1, 2  # what a linear's replayed pointer is relative to (input
 stats = {"recorded": 0, "refused": 0, "replayed": 0}  # (the GPU tests check the replays ran)
 _SCRATCH = threading.local()  # .marked: the recording thread's scratch tensors, while it records
 empty_strided = torch.empty_strided
+# A replayer's answer (ops/_eager_plans.py, ops/_attention_plans.py) where a signature's calls
+# will not replay: a layer keeps it so as not to ask again (nn/_repeat_calls.py)
+NEVER = "never"
 
 
 def _hooks_idle() -> bool:
