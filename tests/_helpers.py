@@ -232,3 +232,15 @@ def count_calls(monkeypatch, module, name: str) -> list:
 
     monkeypatch.setattr(module, name, counted)
     return calls
+
+
+def twin_weight(W):
+    """The same CSRMatrix or NMMatrix in new tensors (values detached): no plan or cache of W's
+    applies to it, so its calls take the whole path."""
+    import sparsekernels as sk
+
+    if isinstance(W, sk.CSRMatrix):
+        return sk.CSRMatrix(W.row_offsets.clone(), W.column_indices.clone(),
+                            W.values.detach().clone(), W.shape, check=False)  # fmt: skip
+    return sk.NMMatrix(W.values.detach().clone(), W.indices.clone(), W.shape, W.n, W.m,
+                       W.vector, W.block)  # fmt: skip

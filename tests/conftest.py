@@ -33,3 +33,12 @@ def whole_path_calls(monkeypatch):
 
     linear_module = importlib.import_module("sparsekernels.ops.linear")  # (not the function)
     return count_calls(monkeypatch, linear_module, "spmm")
+
+
+@pytest.fixture
+def replays_on(monkeypatch):
+    """The layers' own replays on (nn/_repeat_calls.py: off by default until their GPU tests
+    pass; SPARSEKERNELS_LAYER_REPLAYS=1 turns them on)."""
+    from sparsekernels.nn import _repeat_calls
+
+    monkeypatch.setattr(_repeat_calls, "ENABLED", True)

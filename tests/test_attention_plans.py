@@ -10,7 +10,7 @@ import torch
 
 import sparsekernels as sk
 from _attention_cases import mask_of, pattern_of
-from _helpers import count_calls, dense_attention, randn
+from _helpers import count_calls, dense_attention, randn, twin_weight
 
 packed_module = importlib.import_module("sparsekernels.ops.attention_packed")
 
@@ -25,12 +25,6 @@ def _call(qkv, pattern, scale=None, backend="triton_flash"):
     return sk.sparse_attention_packed(qkv, pattern, scale, backend=backend)
 
 
-def _twin(pattern):
-    """The same pattern in new tensors: none of the first one's plans apply to it."""
-    return sk.CSRMatrix(pattern.row_offsets.clone(), pattern.column_indices.clone(),
-                        pattern.values.clone(), pattern.shape)  # fmt: skip
-
-
 @pytest.mark.parametrize("gradient", [False, True])
 def test_repeat_calls_take_the_plan_with_the_whole_paths_bits(
     gradient, gen, attention_whole_path_calls
@@ -42,7 +36,7 @@ def test_repeat_calls_take_the_plan_with_the_whole_paths_bits(
     for _ in range(3):
         qkv = randn(1, 150, 3, 2, 16, gen=gen, dtype=torch.float32).requires_grad_(gradient)
         twin_qkv = qkv.detach().clone().requires_grad_(gradient)
-        got, want = _call(qkv, pattern), _call(twin_qkv, _twin(pattern))
+        got, want = _call(qkv, pattern), _call(twin_qkv, twin_weight(pattern))
         assert torch.equal(got, want)
         if gradient:
             g = randn(*got.shape, gen=gen, dtype=torch.float32)
@@ -132,7 +126,7 @@ def test_on_the_gpu_repeat_calls_give_the_whole_paths_bits(dtype, attention_whol
         qkv = torch.randn(2, 1000, 3, 4, 64, device="cuda", dtype=dtype, requires_grad=gradient)
         twin_qkv = qkv.detach().clone().requires_grad_(gradient)
         got = _call(qkv, pattern, backend=None)
-        want = _call(twin_qkv, _twin(pattern), backend=None)
+        want = _call(twin_qkv, twin_weight(pattern), backend=None)
         assert torch.equal(got, want)
         if gradient:
             g = torch.randn_like(got)
@@ -166,7 +160,7 @@ def test_replayed_forwards_give_the_whole_paths_bits(shape, monkeypatch):
             start = 8 * (call % 2) + (1 if call == 4 else 0)
             qkv = flat[start : start + size].view(batch, length, 3, heads, 64)
             got = _call(qkv, pattern, backend=None)
-            twin = _twin(pattern)
+            twin = twin_weight(pattern)
             assert torch.equal(got, _call(qkv, twin, backend=None)), call
             kept.append((got, got.clone()))
     for got, copy in kept:
@@ -183,7 +177,7 @@ def test_launch_plans_on_record_nothing_off_cuda(gen, monkeypatch, attention_who
     pattern = pattern_of(mask_of("causal", 24, 24, gen))
     for _ in range(3):
         qkv = randn(1, 24, 3, 1, 8, gen=gen, dtype=torch.float32)
-        assert torch.equal(_call(qkv, pattern), _call(qkv, _twin(pattern)))
+        assert torch.equal(_call(qkv, pattern), _call(qkv, twin_weight(pattern)))
     (plan,) = pattern.pattern._cached("attention plans", dict).values()
     assert plan.launches == {}
     assert len(attention_whole_path_calls) == 1 + 3
@@ -215,7 +209,7 @@ def test_replayed_training_calls_give_the_whole_paths_bits(shape, monkeypatch):
         qkv = flat[start : start + size].view(batch, length, 3, heads, 64).requires_grad_()
         twin_qkv = qkv.detach().clone().requires_grad_()
         got = _call(qkv, pattern, backend=None)
-        want = _call(twin_qkv, _twin(pattern), backend=None)
+        want = _call(twin_qkv, twin_weight(pattern), backend=None)
         assert torch.equal(got, want), call
         g = torch.randn_like(got) if call != 3 else torch.randn(got.shape, device="cuda").bfloat16()
         got.backward(g)
@@ -239,7 +233,7 @@ def test_training_launch_plans_on_record_nothing_off_cuda(gen, monkeypatch):
     for _ in range(3):
         qkv = randn(1, 40, 3, 2, 8, gen=gen, dtype=torch.float32).requires_grad_()
         twin_qkv = qkv.detach().clone().requires_grad_()
-        got, want = _call(qkv, pattern), _call(twin_qkv, _twin(pattern))
+        got, want = _call(qkv, pattern), _call(twin_qkv, twin_weight(pattern))
         assert torch.equal(got, want)
         g = randn(*got.shape, gen=gen, dtype=torch.float32)
         got.backward(g)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
+from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound, twin_weight
 from sparsekernels.ops import _dispatch, _eager_plans, _launch_plans
 
 
@@ -46,14 +46,6 @@ def test_a_repeat_call_takes_the_plan_with_the_same_product(kind, dtype, gen, wh
     assert len(whole_path_calls) == 1
 
 
-def _twin(W):
-    """The same weight in new tensors: no plan of W's applies to it."""
-    if isinstance(W, sk.CSRMatrix):
-        return sk.CSRMatrix(W.row_offsets.clone(), W.column_indices.clone(), W.values.clone(),
-                            W.shape, check=False)  # fmt: skip
-    return sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, W.n, W.m, W.vector, W.block)
-
-
 @pytest.mark.parametrize("kind", [0, 1], ids=["csr", "nm"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -68,7 +60,7 @@ def test_the_dense_plan_gives_the_dense_backends_bits(kind, dtype, with_bias, ge
         for shape in [(2, 3), (2, 3), (2, 3), (1,), (1,)]:
             x = randn(*shape, W.shape[1], gen=gen, dtype=dtype)
             got = sk.linear(x, W, bias, backend="dense")
-            assert torch.equal(got, sk.linear(x, _twin(W), bias, backend="dense"))
+            assert torch.equal(got, sk.linear(x, twin_weight(W), bias, backend="dense"))
             assert_close(got, _want(W, x, bias), _bound(W, x, bias), dtype)
     assert len(whole_path_calls) == 2 + 5  # (W's first call of each signature; every twin's)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound
+from _helpers import assert_close, randn, random_csr, random_nm, spmm_bound, twin_weight
 from sparsekernels.ops import _eager_plans
 
 
@@ -16,15 +16,6 @@ def _weight(kind: str, gen, dtype):
     if kind == "csr":
         return random_csr(37, 50, 0.3, gen, dtype)
     return random_nm(37, 48, 2, 8, gen, dtype=dtype)
-
-
-def _twin(W):
-    """The same weight in new tensors: no plan of W's applies to it (its whole path runs)."""
-    if isinstance(W, sk.CSRMatrix):
-        return sk.CSRMatrix(W.row_offsets.clone(), W.column_indices.clone(),
-                            W.values.detach().clone(), W.shape, check=False)  # fmt: skip
-    return sk.NMMatrix(W.values.detach().clone(), W.indices.clone(), W.shape, W.n, W.m,
-                       W.vector, W.block)  # fmt: skip
 
 
 def _step(x, W, bias, g):
@@ -50,7 +41,7 @@ def test_training_steps_take_the_plan_with_the_whole_paths_gradients(kind, dtype
         x = randn(2, 3, W.shape[1], gen=gen, dtype=dtype).requires_grad_()
         g = randn(2, 3, 37, gen=gen, dtype=dtype)
         out, grads = _step(x, W, bias, g)
-        twin = _twin(W).values.requires_grad_()
+        twin = twin_weight(W).values.requires_grad_()
         twin_bias = None if bias is None else bias.detach().clone().requires_grad_()
         twin_x = x.detach().clone().requires_grad_()
         calls = len(whole_path_calls)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import assert_close, random_csr, random_nm, spmm_bound
+from _helpers import assert_close, random_csr, random_nm, spmm_bound, twin_weight
 from sparsekernels.ops import _eager_plans, _launch_plans
 
 
@@ -38,14 +38,6 @@ def test_nothing_records_off_cuda(monkeypatch):
 def launch_plans_on(monkeypatch):
     """(on by default; SPARSEKERNELS_LAUNCH_PLANS=0 would turn them off)"""
     monkeypatch.setattr(_launch_plans, "ENABLED", True)
-
-
-def _twin(W):
-    """The same weight in new tensors: no plan of W's applies to it."""
-    if isinstance(W, sk.CSRMatrix):
-        return sk.CSRMatrix(W.row_offsets.clone(), W.column_indices.clone(), W.values.clone(),
-                            W.shape, check=False)  # fmt: skip
-    return sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, W.n, W.m, W.vector, W.block)
 
 
 CASES = [  # (weight, tokens, a replay is expected)
@@ -94,7 +86,7 @@ def test_replayed_calls_give_the_backends_bits(name, tokens, replays, with_bias,
                 assert_close(got, exact, bound if bias is None else bound + bias.double().abs(),
                              torch.bfloat16)  # fmt: skip
             else:
-                want = sk.linear(x, _twin(W), bias)  # a fresh weight: the whole path
+                want = sk.linear(x, twin_weight(W), bias)  # a fresh weight: the whole path
                 assert torch.equal(got, want), call
             results.append((got, got.clone()))
     for got, kept in results:
@@ -121,7 +113,7 @@ def test_the_dense_backend_replays_its_densify(name, with_bias, gen, monkeypatch
         for _ in range(6):
             x = torch.randn(8, 20, 384, generator=gen).to("cuda").bfloat16()
             got = sk.linear(x, W, bias, backend="dense")
-            assert torch.equal(got, sk.linear(x, _twin(W), bias, backend="dense"))
+            assert torch.equal(got, sk.linear(x, twin_weight(W), bias, backend="dense"))
             exact = x.double() @ W.to_dense().double().t()
             bound = spmm_bound(W.to_dense(), x.view(160, 384).t()).t().view(8, 20, 384)
             exact = exact if bias is None else exact + bias.double()
@@ -165,7 +157,7 @@ def test_a_changed_pattern_takes_the_backend(gen):
         W.indices.add_(0)  # the same offsets, a new version
         before = _launch_plans.stats["replayed"]
         got = sk.linear(x, W)
-        want = sk.linear(x, _twin(W))
+        want = sk.linear(x, twin_weight(W))
     assert torch.equal(got, want) and _launch_plans.stats["replayed"] == before
 
 

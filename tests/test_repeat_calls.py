@@ -14,7 +14,7 @@ import torch.nn.utils.prune
 from torch import nn
 
 import sparsekernels as sk
-from _helpers import assert_close, spmm_bound
+from _helpers import assert_close, spmm_bound, twin_weight
 from sparsekernels.nn import SparseLinear, _repeat_calls
 from sparsekernels.nn._weight import SparseWeightModule
 from sparsekernels.ops import _dispatch, _launch_plans
@@ -372,20 +372,6 @@ def test_off_cuda_nothing_is_kept(gen):
 
 
 # ----------------------------------------------------------------------------------- GPU
-@pytest.fixture
-def replays_on(monkeypatch):
-    """(off by default until these pass on a GPU; SPARSEKERNELS_LAYER_REPLAYS=1 turns them on)"""
-    monkeypatch.setattr(_repeat_calls, "ENABLED", True)
-
-
-def _twin(W):
-    """The same weight in new tensors: no plan of W's applies to it (the whole path runs)."""
-    if isinstance(W, sk.CSRMatrix):
-        return sk.CSRMatrix(W.row_offsets.clone(), W.column_indices.clone(), W.values.clone(),
-                            W.shape, check=False)  # fmt: skip
-    return sk.NMMatrix(W.values.clone(), W.indices.clone(), W.shape, W.n, W.m, W.vector, W.block)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("kind", "size", "tokens", "replays"),
@@ -413,7 +399,7 @@ def test_replayed_layer_calls_give_the_whole_paths_bits(kind, size, tokens, repl
                 layer.values.mul_(-0.5)
             x = torch.randn(tokens, size, generator=gen).to("cuda", torch.bfloat16)
             got = layer(x)
-            assert torch.equal(got, sk.linear(x, _twin(layer.weight), layer.bias)), call
+            assert torch.equal(got, sk.linear(x, twin_weight(layer.weight), layer.bias)), call
             exact = x.double() @ layer.to_dense().double().t()
             bound = spmm_bound(layer.to_dense(), x.t()).t()
             if with_bias:
@@ -448,7 +434,7 @@ def _values_grad_on_cpu(W, x, g):
     path), and its bound: the same with |x| and |g|."""
     grads = []
     for xs, gs in ((x, g), (x.abs(), g.abs())):
-        twin = _twin(W)
+        twin = twin_weight(W)
         values = twin.values.detach().double().cpu().requires_grad_(True)
         cpu = (sk.CSRMatrix(twin.row_offsets.cpu(), twin.column_indices.cpu(), values, W.shape,
                             check=False) if isinstance(W, sk.CSRMatrix)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sparsekernels as sk
-from _helpers import count_calls, dense_attention, randn
+from _helpers import count_calls, dense_attention, randn, twin_weight
 from sparsekernels.nn import _repeat_calls
 from sparsekernels.ops import _dispatch, _launch_plans
 
@@ -195,17 +195,6 @@ def test_off_cuda_nothing_is_kept(gen):
 
 
 # ----------------------------------------------------------------------------------- GPU
-@pytest.fixture
-def replays_on(monkeypatch):
-    """(off by default until these pass on a GPU; SPARSEKERNELS_LAYER_REPLAYS=1 turns them on)"""
-    monkeypatch.setattr(_repeat_calls, "ENABLED", True)
-
-
-def _twin(pattern):
-    return sk.CSRMatrix(pattern.row_offsets.clone(), pattern.column_indices.clone(),
-                        pattern.values.clone(), pattern.shape)  # fmt: skip
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 1000, 4), (2, 8192, 8)], ids=["one-chunk", "two-chunks"])
 @pytest.mark.parametrize("gradient", [False, True])
@@ -224,7 +213,7 @@ def test_layer_calls_give_the_whole_paths_bits(shape, gradient, replays_on):
             twin_qkv = qkv.clone().requires_grad_(gradient)
             qkv.requires_grad_(gradient)
             got = layer(qkv)
-            want = sk.sparse_attention_packed(twin_qkv, _twin(layer.pattern))
+            want = sk.sparse_attention_packed(twin_qkv, twin_weight(layer.pattern))
             assert torch.equal(got, want), call
             if gradient:
                 g = torch.randn_like(got)
