@@ -37,8 +37,8 @@ def whole_path_calls(monkeypatch):
 
 @pytest.fixture
 def replays_on(monkeypatch):
-    """The layers' own replays on (nn/_repeat_calls.py: off by default until their GPU tests
-    pass; SPARSEKERNELS_LAYER_REPLAYS=1 turns them on)."""
+    """The layers' own replays on (nn/_repeat_calls.py: on by default;
+    SPARSEKERNELS_LAYER_REPLAYS=0 would turn them off)."""
     from sparsekernels.nn import _repeat_calls
 
     monkeypatch.setattr(_repeat_calls, "ENABLED", True)

@@ -1,14 +1,15 @@
-"""A SparseLinear's repeat eager call goes straight to what its plan runs.
+"""A layer's repeat eager call goes straight to what its plan runs.
 
-Through linear() a repeat inference call took 57-65 us of Python on the CPU box with the
-launches stood in for (nn.Linear: 7.5; a GPU host runs the same Python ~3x slower): the weight
-property's freshness checks, the plan's signature and its checks of the weight, reading the
-same versions several times over. The layer keeps its last call's key (x's signature, which
-operands want a gradient, the values', the bias's and the index buffers' identities, their
-versions and addresses) with what _eager_plans.replayer gave for it: the recorded launches of
-an inference call, a training call's autograd path. A call with the same key runs that,
-anything else takes linear() as before. _drop (a changed pattern, release_caches, a move)
-forgets it.
+Through linear() a repeat no-grad SparseLinear call spent 93-136 us of an H100's host time
+(nn.Linear: 24-36): the weight property's freshness checks, the op's autocast and argument
+checks, the plan's signature and its checks of the weight, reading the same versions several
+times over; the attention core 83-118 (causal SDPA: 40-63). The layer keeps its last call's
+key (the input's signature, which operands want a gradient, and its weight's or pattern's
+tensors: identities, versions, addresses) with what the ops' replayer gave for it
+(_eager_plans.replayer, _attention_plans.replayer): the recorded launches of an inference
+call, a training call's autograd path. A call with the same key runs that (58-84 and 44-61 us
+there, results/nvidia-h100/2026-12-07/at-edd0380); anything else takes the op as before.
+_drop (a changed pattern, release_caches, a move, a load) forgets it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from ..ops import _autocast
 from ..ops._launch_plans import NEVER
 from ._weight import _INDEX_BUFFERS
 
-# Off until its GPU tests pass (tests/test_repeat_calls.py); SPARSEKERNELS_LAYER_REPLAYS=1 on.
-ENABLED = flag("SPARSEKERNELS_LAYER_REPLAYS", False)
+# On since its GPU tests passed on an H100 (results/nvidia-h100/2026-12-07/at-edd0380: a
+# SparseLinear's no-grad host time 93-136 -> 58-84 us, the attention core's 83-118 -> 44-61);
+# SPARSEKERNELS_LAYER_REPLAYS=0 turns it off.
+ENABLED = flag("SPARSEKERNELS_LAYER_REPLAYS", True)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _MISSING = object()  # (no "bias" Parameter: torch.nn.utils.prune's bias_orig in its place)
 
