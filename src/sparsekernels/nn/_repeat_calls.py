@@ -86,8 +86,8 @@ def linear_key(layer, x: torch.Tensor) -> tuple | None:
 
 def attention_key(layer, qkv: torch.Tensor) -> tuple | None:
     """A SparseAttention call's key on packed qkv, or None (see _may_replay)."""
-    if not _may_replay(qkv):
-        return None
+    if not _may_replay(qkv) or type(layer.scale) not in (float, int, type(None)):
+        return None  # (a tensor or NumPy scale set since: the op checks it)
     offsets, columns = layer._buffers["row_offsets"], layer._buffers["column_indices"]
     if offsets.is_inference() or columns.is_inference():
         return None
