@@ -471,3 +471,23 @@ def test_training_steps_on_the_layers_path(kind, size, tokens, gen, replays_on):
         opt.step()
         opt.zero_grad()
     assert callable(layer._repeat_call[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_a_layer_off_the_current_device_takes_the_whole_path(gen, replays_on):
+    """A layer and x on cuda:1 while cuda:0 is current: the ops launch on x's device, the
+    layer keeps no replay (a plan's training path would launch on the current one)."""
+    dense = nn.Linear(256, 256).to("cuda:1", torch.bfloat16)
+    layer = SparseLinear.from_dense(dense, 0.7)
+    with torch.cuda.device(0):
+        for _ in range(4):
+            x = torch.randn(64, 256, generator=gen).to("cuda:1", torch.bfloat16)
+            x.requires_grad_(True)
+            out = layer(x)
+            W = layer.to_dense().double()
+            exact = x.double() @ W.t() + layer.bias.double()
+            bound = x.double().abs() @ W.abs().t() + layer.bias.double().abs()
+            assert_close(out, exact, bound, torch.bfloat16)
+            out.sum().backward()
+    assert layer._repeat_call is None

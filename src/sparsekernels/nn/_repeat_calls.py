@@ -30,8 +30,9 @@ _MISSING = object()  # (no "bias" Parameter: torch.nn.utils.prune's bias_orig in
 
 
 def on_cuda(x: torch.Tensor) -> bool:
-    """Where launch plans record (a CPU emulation of the host time stands in for it)."""
-    return ENABLED and x.is_cuda
+    """Where launch plans record (a CPU emulation of the host time stands in for it): CUDA, on
+    the current device (the ops launch on x's own device; a plan's path on the current one)."""
+    return ENABLED and x.is_cuda and x.get_device() == torch.cuda.current_device()
 
 
 def _may_replay(x: torch.Tensor) -> bool:
