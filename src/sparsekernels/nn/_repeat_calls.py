@@ -66,8 +66,10 @@ def linear_key(layer, x: torch.Tensor) -> tuple | None:
         return None
     params = layer._parameters  # (not getattr: nn.Module's __getattr__ costs a call each)
     values, bias = params.get("values"), params.get("bias", _MISSING)
-    if values is None or bias is _MISSING or values.is_inference():
-        return None
+    if type(values) not in _PLAIN or values.is_inference():
+        return None  # (None, or a subclass: FSDP2's DTensor, a fake tensor)
+    if bias is not None and type(bias) not in _PLAIN:
+        return None  # (_MISSING among them)
     # A call recording a gradient: which operands want one (the backward's needs); the values'
     # version left out where they want one, as the plan's signature leaves it out (an optimizer
     # step bumps it every step, and nothing replayed keeps what they held).
@@ -90,6 +92,8 @@ def attention_key(layer, qkv: torch.Tensor) -> tuple | None:
     if not _may_replay(qkv) or type(layer.scale) not in (float, int, type(None)):
         return None  # (a tensor or NumPy scale set since: the op checks it)
     offsets, columns = layer._buffers["row_offsets"], layer._buffers["column_indices"]
+    if type(offsets) not in _PLAIN or type(columns) not in _PLAIN:
+        return None
     if offsets.is_inference() or columns.is_inference():
         return None
     gradient = qkv.requires_grad and torch.is_grad_enabled()
