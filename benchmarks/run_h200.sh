@@ -31,6 +31,15 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
 # the newest committed run of each suite is its "previous version" (PREVIOUS_RUNS: another card's)
 previous_runs=${PREVIOUS_RUNS:-"benchmarks/results/nvidia-h200/2026-12-03/at-49d5fa9 benchmarks/results/nvidia-h200/2026-12-01/at-a00b40d benchmarks/results/nvidia-h200/2026-12-01/at-078a137 benchmarks/results/nvidia-h200/2026-12-01/at-aed82fd benchmarks/results/nvidia-h200/2026-12-01/at-0697cec benchmarks/results/nvidia-h200/2026-12-01/at-b0dbdca benchmarks/results/nvidia-h200/2026-11-30/at-66451f2 benchmarks/results/nvidia-h200/2026-11-30/at-3cf23ad benchmarks/results/nvidia-h200/2026-11-30/at-0488441 benchmarks/results/nvidia-h200/2026-11-30/at-ac18a5d benchmarks/results/nvidia-h200/2026-11-30/at-94aadcc benchmarks/results/nvidia-h200/2026-11-30/at-a36e480 benchmarks/results/nvidia-h200/2026-11-30/at-b10f6fc benchmarks/results/nvidia-h200/2026-11-30/at-bf7c242 benchmarks/results/nvidia-h200/2026-11-30/at-56c4c49 benchmarks/results/nvidia-h200/2026-11-30/at-84bb050 benchmarks/results/nvidia-h200/2026-11-30/at-25e62da benchmarks/results/nvidia-h200/2026-11-30/at-f297d15 benchmarks/results/nvidia-h200/2026-11-30/at-466caa8 benchmarks/results/nvidia-h200/2026-11-30/at-115b193 benchmarks/results/nvidia-h200/2026-11-30/at-dd881b9 benchmarks/results/nvidia-h200/2026-11-30/at-15b48bc benchmarks/results/nvidia-h200/2026-11-30/at-cd77886 benchmarks/results/nvidia-h200/2026-11-30/at-a179149 benchmarks/results/nvidia-h200/2026-11-29-d benchmarks/results/nvidia-h200/2026-11-29"}
 mkdir -p "$out"
+host_ab() {  # host_ab VARIABLE SUFFIX: host_parts and eager_overhead with VARIABLE 0 / 1, twice
+  local variable=$1 suffix=$2 on
+  for on in 0 1 0 1; do
+    env "$variable=$on" PYTHONPATH="$PWD/src" timeout 70 python3 benchmarks/sweeps/host_parts.py \
+      >>"$out/host_parts_$suffix$on.txt" 2>&1
+    env "$variable=$on" LS=8192 REPS=20 PYTHONPATH="$PWD/src" timeout 90 python3 \
+      benchmarks/sweeps/eager_overhead.py >>"$out/eager_overhead_$suffix$on.txt" 2>&1
+  done
+}
 bench() {  # bench NAME LIMIT ARGS...
   local name=$1 limit=$2
   shift 2
@@ -516,13 +525,8 @@ for step in $steps; do
         tests/test_attention_plans.py tests/test_attention_packed.py >"$out/gpu_tests76_on.log" 2>&1
       echo "tests76 replays on rc=$? $(tail -1 "$out/gpu_tests76_on.log")" ;;
     replayab)  # eager host time with the layers' own replays off (0) and on (1), one tree
-      for on in 0 1 0 1; do
-        SPARSEKERNELS_LAYER_REPLAYS=$on PYTHONPATH=$PWD/src timeout 70 python3 \
-          benchmarks/sweeps/host_parts.py >>"$out/host_parts_replays$on.txt" 2>&1
-        SPARSEKERNELS_LAYER_REPLAYS=$on LS=8192 REPS=20 PYTHONPATH=$PWD/src timeout 90 \
-          python3 benchmarks/sweeps/eager_overhead.py >>"$out/eager_overhead_replays$on.txt" 2>&1
-      done
-      echo "replayab rc=$? $(grep -h 'inference' "$out"/host_parts_replays*.txt | tr '\n' '|')" ;;
+      host_ab SPARSEKERNELS_LAYER_REPLAYS replays
+      echo "replayab: $(grep -h 'no grad' "$out"/host_parts_replays*.txt | tr '\n' '|')" ;;
     tests75)  # training launch plans: their GPU tests, then tests73's files with them on
       timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
         tests/test_launch_plans.py tests/test_attention_plans.py tests/test_densified_linear.py \
@@ -534,13 +538,8 @@ for step in $steps; do
         tests/test_bias_grad.py >"$out/gpu_tests75_training_on.log" 2>&1
       echo "tests75 training on rc=$? $(tail -1 "$out/gpu_tests75_training_on.log")" ;;
     trainab)  # eager host time with training launch plans off (0) and on (1), one tree
-      for on in 0 1 0 1; do
-        SPARSEKERNELS_TRAINING_LAUNCH_PLANS=$on PYTHONPATH=$PWD/src timeout 70 python3 \
-          benchmarks/sweeps/host_parts.py >>"$out/host_parts_training$on.txt" 2>&1
-        SPARSEKERNELS_TRAINING_LAUNCH_PLANS=$on LS=8192 REPS=20 PYTHONPATH=$PWD/src timeout 90 \
-          python3 benchmarks/sweeps/eager_overhead.py >>"$out/eager_overhead_training$on.txt" 2>&1
-      done
-      echo "trainab rc=$? $(grep -h 'fwd+bwd' "$out"/host_parts_training*.txt | tr '\n' '|')" ;;
+      host_ab SPARSEKERNELS_TRAINING_LAUNCH_PLANS training
+      echo "trainab: $(grep -h 'fwd+bwd' "$out"/host_parts_training*.txt | tr '\n' '|')" ;;
     hostab)  # eager host time, this tree against OLD (an older tree's src, carried untracked)
       for tree in "$PWD/src" ${OLD:+"$PWD/$OLD"}; do
         name=$(basename "$(dirname "$tree")")
