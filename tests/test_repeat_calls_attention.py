@@ -66,6 +66,11 @@ def _replays(made) -> int:
     return sum(s.replays for s in made)
 
 
+def _runs(layer) -> list:
+    """What the layer runs again, one a call signature it keeps (nn/_repeat_calls.py)."""
+    return [run for _, run, _ in layer._replays.values()]
+
+
 def _keep(layer) -> torch.Tensor:
     offsets, columns = layer.row_offsets.long(), layer.column_indices.long()
     rows = torch.repeat_interleave(torch.arange(len(offsets) - 1), offsets.diff())
@@ -92,7 +97,7 @@ def _warm(layer, qkv, made) -> None:
     with torch.no_grad():
         for _ in range(3):
             _check(layer, qkv)
-    assert layer._repeat_call is not None and _replays(made) == 1
+    assert _runs(layer) and _replays(made) == 1
 
 
 def test_repeat_calls_replay_from_the_layer(gen, stand_ins, whole_path_calls):
@@ -196,7 +201,7 @@ def test_copies_drop_the_replay(gen, stand_ins):
     qkv = randn(1, 40, 3, 2, 8, gen=gen, dtype=torch.float32)
     _warm(layer, qkv, stand_ins)
     twin = copy.deepcopy(layer)
-    assert twin._repeat_call is None
+    assert not _runs(twin)
     with torch.no_grad():
         _check(twin, qkv)
 
@@ -207,7 +212,7 @@ def test_off_cuda_nothing_is_kept(gen):
     with torch.no_grad():
         for _ in range(3):
             _check(layer, qkv)
-    assert layer._repeat_call is None
+    assert not _runs(layer)
 
 
 # ----------------------------------------------------------------------------------- GPU
@@ -236,5 +241,5 @@ def test_layer_calls_give_the_whole_paths_bits(shape, gradient, replays_on):
                 got.backward(g)
                 want.backward(g)
                 assert torch.equal(qkv.grad, twin_qkv.grad), call
-    assert callable(layer._repeat_call[1])
+    assert any(callable(run) for run in _runs(layer))
     assert _launch_plans.stats["replayed"] - before >= 3, _launch_plans.stats

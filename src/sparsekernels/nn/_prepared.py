@@ -56,8 +56,8 @@ class PreparedFromBuffers:
         weight's bytes after a training step; rebuilt on load instead."""
         state = self.__dict__.copy()
         state[self._FORMAT_ATTRIBUTE] = None
-        if "_repeat_call" in state:  # (a closure over launch plans: rebuilt by later calls)
-            state["_repeat_call"] = None
+        if "_replays" in state:  # (closures over launch plans: rebuilt by later calls)
+            state["_replays"] = {}
         return state
 
     def __setstate__(self, state: dict) -> None:

@@ -7,9 +7,10 @@ times over; the attention core 83-118 (causal SDPA: 40-63). The layer keeps its 
 key (the input's signature, which operands want a gradient, and its weight's or pattern's
 tensors: identities, versions, addresses) with what the ops' replayer gave for it
 (_eager_plans.replayer, _attention_plans.replayer): the recorded launches of an inference
-call, a training call's autograd path. A call with the same key runs that (58-84 and 44-61 us
-there, results/nvidia-h100/2026-12-07/at-edd0380); anything else takes the op as before.
-_drop (a changed pattern, release_caches, a move, a load) forgets it.
+call, a training call's autograd path; one entry per signature (a model calls a layer with a
+few shapes), the latest state's. A call with a kept key runs that (58-84 and 44-61 us there,
+results/nvidia-h100/2026-12-07/at-edd0380); anything else takes the op as before. _drop (a
+changed pattern, release_caches, a move, a load) forgets them.
 """
 
 from __future__ import annotations
@@ -47,21 +48,23 @@ def _may_replay(x: torch.Tensor) -> bool:
     )
 
 
-def _held(parts: list, t: torch.Tensor, versioned: bool = True) -> None:
-    """A tensor's part of a key: its id, then the tensor, its version (unless not `versioned`)
-    and address, shape, strides and dtype. A kept key keeps its tensors alive, so their ids
-    stay theirs (a new values Parameter at a dead one's id, version and address would otherwise
-    replay launches that read the old one's memory), and two keys compare a tensor only where
-    their ids match: the very same object (tuples compare identical items as equal, never by
-    Tensor.__eq__)."""
+MOST_SIGNATURES = 16  # kept a layer (a model calls it with a few shapes); then cleared
+
+
+def _held(state: list, tensors: list, t: torch.Tensor, versioned: bool = True) -> None:
+    """A tensor's part of a key's state: its id, version (unless not `versioned`), address,
+    shape, strides and dtype; the tensor itself into `tensors`, which the entry keeps alive so
+    that the id stays its own (a new values Parameter at a dead one's id, version and address
+    would otherwise replay launches that read the old one's memory)."""
     version = t._version if versioned else None
-    parts += (id(t), t, version, t.data_ptr(), t.shape, t.stride(), t.dtype)
+    state += (id(t), version, t.data_ptr(), t.shape, t.stride(), t.dtype)
+    tensors.append(t)
 
 
 def linear_key(layer, x: torch.Tensor) -> tuple | None:
-    """A SparseLinear call's key, or None where it cannot take the layer's replay at all (see
-    _may_replay; values or bias that are not the layer's Parameters, as torch.nn.utils.prune
-    leaves them)."""
+    """A SparseLinear call's key (its signature, its weight's state, the tensors to keep), or
+    None where it cannot take the layer's replay at all (see _may_replay; values or bias that
+    are not the layer's plain Parameters, as torch.nn.utils.prune or FSDP2 leave them)."""
     if not _may_replay(x):
         return None
     params = layer._parameters  # (not getattr: nn.Module's __getattr__ costs a call each)
@@ -77,14 +80,14 @@ def linear_key(layer, x: torch.Tensor) -> tuple | None:
     if torch.is_grad_enabled():
         wants = (values.requires_grad, x.requires_grad, bias is not None and bias.requires_grad)
         wants = wants if any(wants) else None
-    parts = [x.shape, x.stride(), x.dtype, x.device, wants]
-    _held(parts, values, versioned=not (wants and wants[0]))
+    state, tensors = [], []
+    _held(state, tensors, values, versioned=not (wants and wants[0]))
     if bias is not None:
-        _held(parts, bias, versioned=False)  # (read by each call: an input, not recorded)
+        _held(state, tensors, bias, versioned=False)  # (read by each call: not recorded)
     buffers = layer._buffers
     for name in _INDEX_BUFFERS[layer.format]:
-        _held(parts, buffers[name])
-    return tuple(parts)
+        _held(state, tensors, buffers[name])
+    return (x.shape, x.stride(), x.dtype, x.device, wants, bias is None), tuple(state), tensors
 
 
 def attention_key(layer, qkv: torch.Tensor) -> tuple | None:
@@ -97,33 +100,43 @@ def attention_key(layer, qkv: torch.Tensor) -> tuple | None:
     if offsets.is_inference() or columns.is_inference():
         return None
     gradient = qkv.requires_grad and torch.is_grad_enabled()
-    parts = [qkv.shape, qkv.stride(), qkv.dtype, qkv.device, gradient, layer.scale]
-    _held(parts, offsets)
-    _held(parts, columns)
-    return tuple(parts)
+    state, tensors = [], []
+    _held(state, tensors, offsets)
+    _held(state, tensors, columns)
+    signature = (qkv.shape, qkv.stride(), qkv.dtype, qkv.device, gradient, layer.scale)
+    return signature, tuple(state), tensors
 
 
 def replay(layer, call_key: tuple | None, *args):
-    """The output where the layer's last key is this call's and its replay runs, else None."""
-    kept = layer._repeat_call
-    if call_key is None or kept is None or kept[0] != call_key or kept[1] is NEVER:
+    """The output where the layer keeps this call's signature with this state and its replay
+    runs, else None."""
+    if call_key is None:
         return None
-    return kept[1](*args)
+    entry = layer._replays.get(call_key[0])
+    if entry is None or entry[0] != call_key[1] or entry[1] is NEVER:
+        return None
+    return entry[1](*args)
 
 
 def remember(layer, call_key: tuple | None, make_run) -> None:
     """After the whole call with this key: what the next call with it runs, from make_run()
-    (a function, None where nothing is ready yet, NEVER where nothing will be). Nothing kept
-    from a call a CUDA graph captured (the ops leave no plan for it), nor where the layer kept
-    this very key (its replay declined: another stream)."""
+    (a function, None where nothing is ready yet, NEVER where nothing will be), in place of
+    what the signature kept for an older state. Nothing kept from a call a CUDA graph captured
+    (the ops leave no plan for it), nor asked again where the layer keeps this very key (its
+    replay declined: another stream)."""
     if call_key is None or _capturing():
         return
-    kept = layer._repeat_call
-    if kept is not None and kept[0] == call_key:
+    signature, state, tensors = call_key
+    replays = layer._replays
+    entry = replays.get(signature)
+    if entry is not None and entry[0] == state:
         return
     run = make_run()
-    if run is not None:
-        layer._repeat_call = (call_key, run)
+    if run is None:
+        return
+    if entry is None and len(replays) >= MOST_SIGNATURES:
+        replays.clear()
+    replays[signature] = (state, run, tensors)
 
 
 def _capturing() -> bool:

@@ -54,8 +54,8 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
         with torch.inference_mode(False):
             self._hold_weight(weight, bias)
         self._format_cache: tuple | None = None
-        # a SparseLinear's last call's key and what it runs again (nn/_repeat_calls.py)
-        self._repeat_call: tuple | None = None
+        # a SparseLinear's call signatures -> their state and what runs again (nn/_repeat_calls.py)
+        self._replays: dict = {}
         self._prepare()
 
     def _hold_weight(self, weight: CSRMatrix | NMMatrix, bias: torch.Tensor | None) -> None:
@@ -98,7 +98,7 @@ class SparseWeightModule(PreparedFromBuffers, nn.Module):
 
     def _drop(self) -> None:
         self._format_cache = None
-        self._repeat_call = None
+        self._replays = {}
 
     def release_caches(self) -> None:
         """Drop what the ops derived from this weight and keep beside it (a training step's

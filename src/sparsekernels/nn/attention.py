@@ -55,7 +55,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
         self.register_buffer("row_offsets", pattern.row_offsets.clone())
         self.register_buffer("column_indices", pattern.column_indices.clone())
         self._cache: tuple | None = None
-        self._repeat_call: tuple | None = None  # the last call's key, what it runs again
+        self._replays: dict = {}  # call signatures -> state, what runs again (nn/_repeat_calls.py)
         self._prepare()
 
     _FORMAT_ATTRIBUTE = "_cache"  # (PreparedFromBuffers)
@@ -67,7 +67,7 @@ class SparseAttention(PreparedFromBuffers, nn.Module):
 
     def _drop(self) -> None:
         self._cache = None
-        self._repeat_call = None
+        self._replays = {}
 
     def _index_buffers(self) -> tuple[torch.Tensor, ...]:
         return self.row_offsets, self.column_indices
