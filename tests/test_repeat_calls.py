@@ -255,6 +255,31 @@ def test_shapes_in_turn_each_replay(gen, stand_ins, monkeypatch):
     assert len(_runs(layer)) == 3 and _replays(stand_ins) == 9
 
 
+def test_new_values_drop_every_signatures_old_replay(gen, stand_ins, monkeypatch):
+    """A `.data` swap or a new Parameter: the next call's entry replaces its signature's, and
+    the other signatures' entries (holding the old values through their plans) go with it;
+    an in-place change replaces only the calling signature's."""
+    _force(monkeypatch, "reference")
+    layer = _layer("csr", gen)
+    xs = [torch.randn(n, 24, generator=gen) for n in (3, 5, 8)]
+    with torch.no_grad():
+        for _ in range(3):
+            for x in xs:
+                _check(layer, x)
+        assert len(_runs(layer)) == 3
+        layer.values.mul_(0.5)
+        for _ in range(2):
+            _check(layer, xs[0])
+        assert len(_runs(layer)) == 3  # (the same tensors: the others wait for their calls)
+        old = layer.values.data
+        layer.values.data = old * 2.0
+        for _ in range(2):
+            _check(layer, xs[0])
+        assert len(_runs(layer)) == 1
+        for x in xs[1:]:
+            _check(layer, x)
+
+
 def test_kept_signatures_stay_few(gen, stand_ins, monkeypatch):
     _force(monkeypatch, "reference")
     layer = _layer("csr", gen)

@@ -136,7 +136,16 @@ def remember(layer, call_key: tuple | None, make_run) -> None:
         return
     if entry is None and len(replays) >= MOST_SIGNATURES:
         replays.clear()
+    held = _memory(state)
+    if entry is not None and _memory(entry[0]) != held:  # (a new Parameter, a `.data` swap)
+        for key in [k for k, e in replays.items() if _memory(e[0]) != held]:
+            del replays[key]  # (their plans would hold the old tensors' memory to their calls)
     replays[signature] = (state, run, tensors)
+
+
+def _memory(state: tuple) -> tuple:
+    """The tensors' ids and addresses in a key's state (_held's items 0 and 2 of 6 each)."""
+    return state[0::6] + state[2::6]
 
 
 def _capturing() -> bool:
