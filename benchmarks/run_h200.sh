@@ -2,7 +2,7 @@
 # One device call's worth of H200 work, in priority order, each step under its own time limit so
 # a slow step cannot eat the rest. Usage (from the repository root on the GPU machine):
 #   bash benchmarks/run_h200.sh OUT_DIR [STEP ...]
-# Steps: tests76 replayab tests75 trainab attnstages tests73 hostab eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
+# Steps: tests76 stepprofile replayab tests75 trainab attnstages tests73 hostab eagerhost tests71 biasgrad transformerprofile tests69 softmaxphased e2etransformer tests tests_nm tests_rest tests67 csrbankssweep csrunscatter sddmmahead sddmm68 sddmmtileswalk sddmmstaged sddmmblocked tests66 csrbanks nmrowmajorb tests65 softmaxlevels softmaxgrouped nmpairsblocked nmpad8
 # nmpairsfp16 csrslices nmsixteen nmpairs nmstoredas densifylarge expandpad csrpadb nmhalfdense csrlinearlayout nmcliffs nmcliffsfp32 nmwarps nmwarpsfp32 nmalias nmdensified nmfew nmunpackblocks nmfp32few compiledroutes weightcopies nmdecodeblocks sanitize sanitize-suite sanitize-workers scale sweeps expand onehot bitmap decodesplit softmaxheads softmaxalign indexwidth csrfew softmaxaligned softmaxrows nmtall csrlanes csrhints ncu profile trainstep quick llm llm_linear llm_linear_fp16 llm_large nm nmsparse nmsparse32 nmcold nmcold24 nmcoldc nmshared nmselect pdl csrsmall fewrows nmselectdt nmselectidx nmunpack nmunpackmore nmwgmma nmwgmmatests nmmmasp nmmmaspwide nmmmaspsplit nmselectsplit nmpermute nmpermuted cusparselt csrlines csrfewlines csrinplacecheck csrinplace layermemory nmmmaspout nmmmaspfew nmmmaspm2 nmmmaspm2p host csrscatter usertests launch smalllayers encoderlayers nmvwtiles csrroute e2ellama e2ellamainplace e2ellamapdl sddmmdw rowruns attnbwd routekernels nmmmaspfp16 nmvw nmxt csrcold csrdlmc sddmmentry e2e sddmm attention dlmc (default: tests quick
 # llm e2e). expand: the N:M expand-and-dot sweep; profile: the sparse Transformer's kernels;
 # onehot: the N:M one-hot tensor-core sweep; trainstep: the training step eager and as a graph;
@@ -524,6 +524,10 @@ for step in $steps; do
         tests/test_prune.py tests/test_eager_plans_sequences.py tests/test_densified_linear.py \
         tests/test_attention_plans.py tests/test_attention_packed.py >"$out/gpu_tests76_on.log" 2>&1
       echo "tests76 replays on rc=$? $(tail -1 "$out/gpu_tests76_on.log")" ;;
+    stepprofile)  # a SparseLinear's training step's host time by op, against nn.Linear's
+      PYTHONPATH="$PWD/src" timeout 90 python3 benchmarks/sweeps/host_linear_step_profile.py \
+        >"$out/host_linear_step_profile.txt" 2>&1
+      echo "stepprofile rc=$? $(grep -h '^###' "$out/host_linear_step_profile.txt" | tr '\n' '|')" ;;
     replayab)  # eager host time with the layers' own replays off (0) and on (1), one tree
       host_ab SPARSEKERNELS_LAYER_REPLAYS replays
       echo "replayab: $(grep -h 'no grad' "$out"/host_parts_replays*.txt | tr '\n' '|')" ;;
