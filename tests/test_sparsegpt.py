@@ -72,7 +72,7 @@ def _obs_reference(w, H, sparsity=None, n=None, m=None, vector=1, blocksize=128,
 def test_matches_brute_force_obs(kwargs, gen):
     w = torch.randn(5, 8, generator=gen, dtype=torch.float64)
     x = _correlated(gen, 32, 8)
-    got, mask = sparsegpt_prune(w, x.t() @ x, **kwargs)
+    got, mask = sparsegpt_prune(w, x.t() @ x, **kwargs, refit=False)
     want, want_mask = _obs_reference(w, x.t() @ x, **kwargs)
     assert torch.equal(mask, want_mask)
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
@@ -132,7 +132,7 @@ def test_nm_structure_and_updates(n, m, vector, block, gen):
     rows, cols = 10, 32
     w = torch.randn(rows, cols, generator=gen, dtype=torch.float64)
     x = _correlated(gen, 128, cols)
-    pruned, mask = sparsegpt_prune(w, x.t() @ x, n=n, m=m, vector=vector, block=block)
+    pruned, mask = sparsegpt_prune(w, x.t() @ x, n=n, m=m, vector=vector, block=block, refit=False)
     assert (mask.view(rows, cols // m, m).sum(-1) == n).all()
     for r0 in range(0, rows, vector):  # the rows of a vector share their choice
         assert (mask[r0 : r0 + vector] == mask[r0]).all()
@@ -142,6 +142,10 @@ def test_nm_structure_and_updates(n, m, vector, block, gen):
     moved = (pruned - w).abs() > 1e-12
     assert moved[mask].float().mean() > 0.9  # kept weights are updated, not just copied
     assert moved[:, 0].sum() == (~mask[:, 0]).sum()  # column 0 has nothing before it
+    # The exact refit (the default) moves every kept weight, column 0's too, and keeps the mask.
+    refit, refit_mask = sparsegpt_prune(w, x.t() @ x, n=n, m=m, vector=vector, block=block)
+    assert torch.equal(refit_mask, mask) and (refit[~mask] == 0).all()
+    assert ((refit - w).abs() > 1e-12)[mask].all()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

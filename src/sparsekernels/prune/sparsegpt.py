@@ -23,10 +23,12 @@ import torch
 
 from .. import _checks
 from ..formats.nm import check_pattern_args
+from . import hessians
 from .masks import is_nm_request, nm_select
+from .refit import refit as exact_refit
 
 BLOCKSIZE = 128  # columns per lazy batch of updates (the paper's value)
-DAMP = 0.01  # damping added to H's diagonal, as a fraction of its mean diagonal (the paper's)
+DAMP = hessians.DAMP
 
 
 def sparsegpt_prune(
@@ -41,6 +43,7 @@ def sparsegpt_prune(
     per_row: bool = True,
     blocksize: int = BLOCKSIZE,
     damp: float = DAMP,
+    refit: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Prune a 2-D weight (out_features, in_features) by SparseGPT; returns (weight, mask).
 
@@ -55,6 +58,10 @@ def sparsegpt_prune(
     The work runs on w's device in float32 (float64 for a float64 weight, and for the Cholesky
     factorization should float32 not be enough); the weight comes back in w's dtype with zeros
     where the boolean mask is False and the kept entries updated to compensate the pruned ones.
+    With `refit` (the default) SparseGPT chooses the mask and the kept entries are then solved
+    for exactly, each row's least-squares optimum for that mask (prune/refit.py: on
+    all-MiniLM-L6-v2 it lifted the embeddings' mean cosine from 0.884 to 0.910 at 2:4);
+    refit=False keeps the paper's own updates.
 
     Example:
         >>> x = torch.randn(256, 8, dtype=torch.float64)
@@ -64,6 +71,8 @@ def sparsegpt_prune(
         (True, 16)
     """
     args = _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, damp)
+    if not isinstance(refit, bool):
+        raise TypeError(f"refit must be a bool, got {type(refit).__name__}")
     structured, sparsity, n, m, vector, block, blocksize, damp = args
     rows, cols = w.shape
     work = torch.promote_types(w.dtype, torch.float32)
@@ -106,18 +115,17 @@ def sparsegpt_prune(
         W1.masked_fill_(~keep1, 0.0)  # exact zeros where pruned
         W[:, i2:] -= errors.t() @ U[i1:i2, i2:]
         mask[:, i1:i2] = keep1
+    if refit:
+        return exact_refit(w, mask, hessian.detach(), damp), mask
     return W.to(w.dtype), mask
 
 
 def _inverse_cholesky(H: torch.Tensor, W: torch.Tensor, damp: float) -> torch.Tensor:
     """The upper Cholesky factor U of (H damped)^-1 in W's dtype (float32 or float64); zeroes
     W's columns of dead inputs."""
-    dead = H.diagonal() == 0
-    W[:, dead] = 0.0
+    W[:, hessians.dead_inputs(H)] = 0.0
     for dtype in dict.fromkeys((W.dtype, torch.float64)):  # float64 if float32 falls short
-        Hd = H.to(dtype, copy=True)
-        Hd[dead, dead] = 1.0
-        Hd.diagonal().add_(damp * Hd.diagonal().mean())
+        Hd = hessians.damped(H, dtype, damp)
         # H = R R^T with R upper triangular (the Cholesky factor of H with rows and columns
         # reversed); then H^-1 = R^-T R^-1, so U = R^-1: one factorization, one triangular
         # inverse.
@@ -126,10 +134,7 @@ def _inverse_cholesky(H: torch.Tensor, W: torch.Tensor, damp: float) -> torch.Te
             R = flipped.flip(0, 1)
             eye = torch.eye(R.shape[0], dtype=dtype, device=R.device)
             return torch.linalg.solve_triangular(R, eye, upper=True).to(W.dtype)
-    raise ValueError(
-        "hessian is not positive definite even after damping: it must be X^T X of the "
-        f"layer's inputs (symmetric, positive semi-definite); or raise damp (now {damp})"
-    )
+    raise hessians.not_positive_definite(damp)
 
 
 def _nm_choice(saliency: torch.Tensor, n: int, m: int, vector: int, block: int) -> torch.Tensor:
@@ -150,39 +155,12 @@ def _keep_top(keep: torch.Tensor, saliency: torch.Tensor, count: int, dim: int) 
 def _check_args(w, hessian, sparsity, n, m, vector, block, per_row, blocksize, damp) -> tuple:
     """Raise on bad arguments (before any work); (True for an N:M pattern, then sparsity, n, m,
     vector, block, blocksize and damp as Python numbers: NumPy scalars converted)."""
-    _checks.tensor("w", w)
-    _checks.ndim("w", w, [2])
-    _checks.float_dtype("w", w)
-    _checks.tensor("hessian", hessian)
-    cols = w.shape[1]
-    if tuple(hessian.shape) != (cols, cols):
-        raise ValueError(
-            f"hessian must have shape (in_features, in_features) = ({cols}, {cols}) for a weight "
-            f"of shape {tuple(w.shape)}, got {tuple(hessian.shape)}"
-        )
-    if not hessian.is_floating_point():
-        raise TypeError(f"hessian must be a floating-point tensor, got {hessian.dtype}")
-    if hessian.device != w.device:
-        raise ValueError(f"hessian must be on w's device {w.device}, got {hessian.device}")
-    _checks.has_data("w", w)
-    if not torch.isfinite(w).all():
-        raise ValueError("w must be finite (no NaN or Inf): SparseGPT's update would spread it")
-    if not torch.isfinite(hessian).all():
-        raise ValueError("hessian must be finite (no NaN or Inf)")
-    # (X^T X is symmetric; the Cholesky factorisation reads one triangle and would silently
-    # drop the other's differences)
-    asymmetry = (hessian - hessian.t()).abs().amax() if cols else hessian.new_zeros(())
-    if float(asymmetry) > 1e-4 * float(hessian.abs().amax() if cols else 0) + 1e-30:
-        raise ValueError(
-            f"hessian must be symmetric (X^T X of the layer's inputs); it differs from its "
-            f"transpose by up to {float(asymmetry):.3g}"
-        )
+    hessians.check(w, hessian)
     blocksize = _checks.positive_int("blocksize", blocksize)
-    if not _checks.is_real(damp) or not 0 <= damp < 1e3:
-        raise ValueError(f"damp must be a number in [0, 1000), got {damp!r}")
+    damp = hessians.check_damp(damp)
     if not isinstance(per_row, bool):
         raise TypeError(f"per_row must be a bool, got {type(per_row).__name__}")
     if not is_nm_request(sparsity, n, m, vector, block):
-        return False, float(sparsity), n, m, int(vector), int(block), blocksize, float(damp)
+        return False, float(sparsity), n, m, int(vector), int(block), blocksize, damp
     n, m, vector, block = check_pattern_args(tuple(w.shape), n, m, vector, block)
-    return True, sparsity, n, m, vector, block, blocksize, float(damp)
+    return True, sparsity, n, m, vector, block, blocksize, damp
