@@ -71,8 +71,9 @@ def sparsify_(
     sparsify_ hooks the layers it will swap and calls it under torch.no_grad to collect each
     layer's inputs over all tokens (pixels for a convolution): Wanda sums their squares per
     input feature and keeps the largest |W| * input norm per output row or N:M group
-    (wanda_mask); SparseGPT sums X^T X and prunes with sparsegpt_prune, updating the kept
-    weights to make up for the pruned ones. The summary's config names the method used.
+    (wanda_mask); SparseGPT sums X^T X and prunes with sparsegpt_prune, its mask's kept
+    weights solved exactly to make up for the pruned ones (refit_kept). The summary's config
+    names the method used.
     sequential=True collects each layer's inputs after the layers before it are pruned (one
     calibration pass per stage of layers fed the same input; a BERT layer takes four), as the
     SparseGPT paper does block by block; by default one pass over the dense model serves every
