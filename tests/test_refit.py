@@ -187,3 +187,18 @@ def test_bad_arguments(gen):
         refit_kept(w, mask, H, damp=-1)
     with pytest.raises(TypeError, match="refit must be a bool"):
         sparsegpt_prune(w, H, n=2, m=4, refit="yes")
+
+
+@pytest.mark.gpu
+def test_on_cuda_as_on_the_cpu(gen):
+    """On a CUDA weight (the GPU demo's bf16 layers, float32 work), the CPU's answer."""
+    w = torch.randn(40, 96, generator=gen).to(torch.bfloat16)
+    x = _inputs(gen, 256, 96).float()
+    mask = _mask(gen, 40, 96)
+    H = x.t() @ x
+    want = refit_kept(w, mask, H)
+    got = refit_kept(w.cuda(), mask.cuda(), H.cuda())
+    assert got.device.type == "cuda" and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu().float(), want.float(), rtol=1e-2, atol=1e-2)
+    pruned, kept = sparsegpt_prune(w.cuda(), H.cuda(), n=2, m=4)
+    assert (pruned[~kept] == 0).all() and torch.isfinite(pruned.float()).all()
