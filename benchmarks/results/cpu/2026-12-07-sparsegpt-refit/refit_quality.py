@@ -5,9 +5,12 @@ batches of 32, one pass): each layer's relative output error on the calibration 
 embeddings to the dense model's on the demo's 40 evaluated sentences (the pruned weights set
 into the dense model: the same arithmetic as the sparse layers).
     PYTHONPATH=src python3 refit_quality.py [PATTERN ...]
+DAMP=x (environment) damps H by x times its mean diagonal instead of SparseGPT's 0.01;
+BLOCKSIZE=n chooses unstructured masks n columns at a time (128), PER_ROW=0 over all rows.
 """
 
 import copy
+import os
 import sys
 import time
 
@@ -26,6 +29,10 @@ calibration, _ = minilm.batches(tokenizer, list(CALIBRATION), 32, "cpu")
 parts, order = minilm.batches(tokenizer, list(SENTENCES), 8, "cpu")
 dense = minilm.embed_batches(model, parts, order)
 plan = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and encoder_only(m, n)]  # fmt: skip
+DAMP = float(os.environ.get("DAMP", "0.01"))
+OPTIONS = {"blocksize": int(os.environ.get("BLOCKSIZE", "128"))}
+if os.environ.get("PER_ROW", "1") == "0":
+    OPTIONS["per_row"] = False
 grams = _collect(model, plan, lambda m: [m(**b) for b in calibration], "sparsegpt", False, True)
 
 
@@ -43,7 +50,7 @@ def cosine(weights) -> float:
         return float((minilm.embed_batches(pruned, parts, order) * dense).sum(1).mean())
 
 
-print(f"torch {torch.__version__}, sparsekernels {sk.__version__}")
+print(f"torch {torch.__version__}, sparsekernels {sk.__version__}, damp {DAMP}, {OPTIONS}")
 print(f"{'pattern':10s} {'paper err':>9s} {'refit err':>9s} {'paper cos':>9s} {'refit cos':>9s} {'s':>5s}")
 for pattern in sys.argv[1:] or PATTERNS:
     config = sk.SparsityConfig.parse(pattern)
@@ -53,7 +60,8 @@ for pattern in sys.argv[1:] or PATTERNS:
     for fqn, module in plan:
         w = module.weight.detach()
         for refit in (False, True):
-            pruned, _ = sparsegpt_prune(w, grams[fqn], **config.pattern_kwargs, refit=refit)
+            kwargs = {**config.pattern_kwargs, **(OPTIONS if config.sparsity else {})}
+            pruned, _ = sparsegpt_prune(w, grams[fqn], **kwargs, refit=refit, damp=DAMP)
             weights[refit][fqn] = pruned
             errors[refit] += relative_error(w, pruned, grams[fqn]) / len(plan)
     seconds = time.perf_counter() - start
