@@ -50,22 +50,27 @@ def cosine(weights) -> float:
         return float((minilm.embed_batches(pruned, parts, order) * dense).sum(1).mean())
 
 
-print(f"torch {torch.__version__}, sparsekernels {sk.__version__}, damp {DAMP}, {OPTIONS}")
-print(f"{'pattern':10s} {'paper err':>9s} {'refit err':>9s} {'paper cos':>9s} {'refit cos':>9s} {'s':>5s}")
-for pattern in sys.argv[1:] or PATTERNS:
-    config = sk.SparsityConfig.parse(pattern)
-    weights = {False: {}, True: {}}
-    errors = {False: 0.0, True: 0.0}
-    start = time.perf_counter()
-    for fqn, module in plan:
-        w = module.weight.detach()
-        for refit in (False, True):
-            kwargs = {**config.pattern_kwargs, **(OPTIONS if config.sparsity else {})}
-            pruned, _ = sparsegpt_prune(w, grams[fqn], **kwargs, refit=refit, damp=DAMP)
-            weights[refit][fqn] = pruned
-            errors[refit] += relative_error(w, pruned, grams[fqn]) / len(plan)
-    seconds = time.perf_counter() - start
-    print(
-        f"{pattern:10s} {errors[False]:9.5f} {errors[True]:9.5f} {cosine(weights[False]):9.4f} "
-        f"{cosine(weights[True]):9.4f} {seconds:5.1f}", flush=True,
-    )  # fmt: skip
+def main() -> None:
+    print(f"torch {torch.__version__}, sparsekernels {sk.__version__}, damp {DAMP}, {OPTIONS}")
+    print(f"{'pattern':10s} {'paper err':>9s} {'refit err':>9s} {'paper cos':>9s} {'refit cos':>9s} {'s':>5s}")
+    for pattern in sys.argv[1:] or PATTERNS:
+        config = sk.SparsityConfig.parse(pattern)
+        weights = {False: {}, True: {}}
+        errors = {False: 0.0, True: 0.0}
+        start = time.perf_counter()
+        for fqn, module in plan:
+            w = module.weight.detach()
+            for refit in (False, True):
+                kwargs = {**config.pattern_kwargs, **(OPTIONS if config.sparsity else {})}
+                pruned, _ = sparsegpt_prune(w, grams[fqn], **kwargs, refit=refit, damp=DAMP)
+                weights[refit][fqn] = pruned
+                errors[refit] += relative_error(w, pruned, grams[fqn]) / len(plan)
+        seconds = time.perf_counter() - start
+        print(
+            f"{pattern:10s} {errors[False]:9.5f} {errors[True]:9.5f} {cosine(weights[False]):9.4f} "
+            f"{cosine(weights[True]):9.4f} {seconds:5.1f}", flush=True,
+        )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
