@@ -72,8 +72,10 @@ def sparsify_(
     layer's inputs over all tokens (pixels for a convolution): Wanda sums their squares per
     input feature and keeps the largest |W| * input norm per output row or N:M group
     (wanda_mask); SparseGPT sums X^T X and prunes with sparsegpt_prune, its mask's kept
-    weights solved exactly to make up for the pruned ones (refit_kept). The summary's config
-    names the method used.
+    weights solved exactly to make up for the pruned ones (refit_kept: a Cholesky solve per
+    output row, about rows x k^3 / 3 multiply-adds for k kept inputs a row, ~4e13 for a 14336 x
+    4096 layer at 2:4, so prune LLM-sized models on a GPU). The summary's config names the
+    method used.
     sequential=True collects each layer's inputs after the layers before it are pruned (one
     calibration pass per stage of layers fed the same input; a BERT layer takes four), as the
     SparseGPT paper does block by block; by default one pass over the dense model serves every
