@@ -4,6 +4,8 @@ written first), so the front page cannot drift from the API."""
 import re
 from pathlib import Path
 
+import sparsekernels as sk
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -19,3 +21,8 @@ def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
     assert scope["y"].shape == (16, 4096) and scope["o"].shape == (1, 8, 1024, 64)
     assert scope["A"].shape == (2, 3) and (tmp_path / "m.safetensors").exists()
     assert "swapped" in capsys.readouterr().out
+    pruned = [m for m in scope["mlp"].modules() if isinstance(m, sk.nn.SparseLinear)]
+    assert len(pruned) == 2
+    assert all(
+        isinstance(m.weight, sk.NMMatrix) and (m.weight.n, m.weight.m) == (2, 4) for m in pruned
+    )
