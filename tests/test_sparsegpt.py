@@ -1,5 +1,6 @@
 """SparseGPT: sparsegpt_prune against a brute-force OBS reference and against magnitude and
-Wanda, its patterns and errors, and sparsify_(..., method=sparsegpt) one pass and sequential."""
+Wanda, its patterns and errors, and sparsify_(..., method=sparsegpt) one pass and sequential
+(later stages fitting the dense model's outputs)."""
 
 import copy
 
@@ -11,7 +12,14 @@ import sparsekernels as sk
 from _helpers import tiny_bert
 from sparsekernels import SparsityConfig
 from sparsekernels.nn import SparseConv2d, SparseLinear
-from sparsekernels.prune import METHODS, magnitude_mask, nm_mask, sparsegpt_prune, wanda_mask
+from sparsekernels.prune import (
+    METHODS,
+    dense_output_target,
+    magnitude_mask,
+    nm_mask,
+    sparsegpt_prune,
+    wanda_mask,
+)
 
 
 def _correlated(gen, tokens, features, dtype=torch.float64):
@@ -233,7 +241,9 @@ def test_sparsify_one_pass_matches_sparsegpt_prune(gen):
     assert torch.equal(dense[0].weight, _mlp()[0].weight)
 
 
-def test_sparsify_sequential_sees_pruned_inputs(gen):
+def test_sparsify_sequential_fits_the_dense_outputs(gen):
+    """The first stage prunes on the dense inputs; the second records the dense model's inputs,
+    then fits the dense model's outputs from the partly pruned model's inputs."""
     model, x = _mlp(), _correlated(gen, 64, 16)
     dense = copy.deepcopy(model)
     calls = []
@@ -243,15 +253,62 @@ def test_sparsify_sequential_sees_pruned_inputs(gen):
         m(x)
 
     sk.sparsify_(model, "50%,method=sparsegpt", calibration=calibration, sequential=True)
-    assert len(calls) == 2  # one pass per stage
+    assert len(calls) == 3  # stage 1; stage 2 over the dense model, then the pruned one
     first, _ = sparsegpt_prune(dense[0].weight.detach(), _gram(x), sparsity=0.5)
     torch.testing.assert_close(model[0].to_dense(), first)
-    hidden = torch.relu(x @ first.t() + dense[0].bias.detach())  # through the pruned layer
-    second, _ = sparsegpt_prune(dense[2].weight.detach(), _gram(hidden), sparsity=0.5)
+    bias = dense[0].bias.detach()
+    drifted = torch.relu(x @ first.t() + bias)  # through the pruned layer
+    hidden = torch.relu(x @ dense[0].weight.detach().t() + bias)
+    w = dense[2].weight.detach()
+    target = dense_output_target(w, _gram(drifted), drifted.t() @ hidden)
+    second, _ = sparsegpt_prune(target, _gram(drifted), sparsity=0.5)
     torch.testing.assert_close(model[2].to_dense(), second)
+    own, _ = sparsegpt_prune(w, _gram(drifted), sparsity=0.5)  # (its own weight as the target)
+    assert not torch.allclose(second, own)
     one_pass = copy.deepcopy(dense)
     sk.sparsify_(one_pass, "50%,method=sparsegpt", calibration=lambda m: m(x))
     assert not torch.allclose(one_pass[2].to_dense(), second)
+    assert torch.equal(dense[0].weight, _mlp()[0].weight)  # the dense model as it was
+
+
+def test_sequential_conv_fits_the_dense_outputs(gen):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 1), nn.ReLU(), nn.Conv2d(16, 4, 1)).double()
+    x = torch.randn(3, 8, 5, 4, generator=gen, dtype=torch.float64)
+    dense = copy.deepcopy(model)
+    sk.sparsify_(model, "2:4,method=sparsegpt", calibration=lambda m: m(x), sequential=True)
+    pixels = x.movedim(1, -1).reshape(-1, 8)
+    first, _ = sparsegpt_prune(dense[0].weight.detach().reshape(16, 8), _gram(pixels), n=2, m=4)
+    bias = dense[0].bias.detach()
+    drifted = torch.relu(pixels @ first.t() + bias)
+    hidden = torch.relu(pixels @ dense[0].weight.detach().reshape(16, 8).t() + bias)
+    w = dense[2].weight.detach().reshape(4, 16)
+    target = dense_output_target(w, _gram(drifted), drifted.t() @ hidden)
+    want, _ = sparsegpt_prune(target, _gram(drifted), n=2, m=4)
+    torch.testing.assert_close(model[2].to_dense().reshape(4, 16), want)
+
+
+def test_sequential_calibration_must_repeat_itself(gen):
+    """The dense and the pruned passes pair their calls: calibration that changes between
+    passes (other batches, more or fewer calls) is an error, and nothing is swapped."""
+    x = _correlated(gen, 40, 16)
+    halves = lambda m: (m(x[:20]), m(x[20:]))  # noqa: E731
+    changes = [  # (the first two passes, the third: stage 2 over the pruned model)
+        (lambda m: m(x), lambda m: m(x[:30])),  # other tokens
+        (lambda m: m(x), halves),  # more calls
+        (halves, lambda m: m(x[:20])),  # fewer
+    ]
+    for before, later in changes:
+        model, calls = _mlp(), []
+
+        def calibration(m, before=before, later=later, calls=calls):
+            calls.append(1)
+            return before(m) if len(calls) < 3 else later(m)
+
+        with pytest.raises(ValueError, match="same batches in the same order on every pass"):
+            sk.sparsify_(model, "2:4,method=sparsegpt", calibration=calibration, sequential=True)
+        assert isinstance(model[0], nn.Linear) and isinstance(model[2], nn.Linear)
+        assert torch.equal(model[0].weight, _mlp()[0].weight)
 
 
 class _Branches(nn.Module):
@@ -277,15 +334,19 @@ def test_sequential_stages_group_layers_that_share_an_input(gen):
         m(x[16:])  # two batches: statistics add up over calls
 
     summary = sk.sparsify_(model, "2:4,method=sparsegpt", calibration=calibration, sequential=True)
-    assert len(calls) == 2 and summary.swapped == ["a", "b", "c"]  # stages [a, b] and [c]
+    assert len(calls) == 3 and summary.swapped == ["a", "b", "c"]  # stages [a, b] and [c]
     pruned = {}
     for name in ("a", "b"):
         pruned[name], _ = sparsegpt_prune(
             dense.get_submodule(name).weight.detach(), _gram(x), n=2, m=4
         )
         torch.testing.assert_close(model.get_submodule(name).to_dense(), pruned[name])
-    hidden = x @ (pruned["a"] + pruned["b"]).t() + dense.a.bias.detach() + dense.b.bias.detach()
-    want, _ = sparsegpt_prune(dense.c.weight.detach(), _gram(hidden), n=2, m=4)
+    bias = dense.a.bias.detach() + dense.b.bias.detach()
+    drifted = x @ (pruned["a"] + pruned["b"]).t() + bias
+    hidden = x @ (dense.a.weight + dense.b.weight).detach().t() + bias
+    w = dense.c.weight.detach()
+    target = dense_output_target(w, _gram(drifted), drifted.t() @ hidden)
+    want, _ = sparsegpt_prune(target, _gram(drifted), n=2, m=4)
     torch.testing.assert_close(model.c.to_dense(), want)
 
 

@@ -3,6 +3,7 @@ refit exactly, sparsity configs, sparsify_ and its inverse densify_, and distill
 quality with the masks fixed."""
 
 from .config import METHODS, SparsityConfig
+from .dense_target import dense_output_target
 from .densify import DensifySummary, densify_
 from .distill import distill_, every_layer, norms_and_biases, sparse_values
 from .masks import magnitude_mask, nm_mask, nm_select, topk_mask
@@ -25,6 +26,7 @@ __all__ = [
     "wanda_scores",
     "sparsegpt_prune",
     "refit_kept",
+    "dense_output_target",
     "SparsityConfig",
     "SparsifySummary",
     "sparsify_",

@@ -11,6 +11,13 @@ not-yet-pruned layer the pass reaches plus every other one fed the very same inp
 transformer's query, key and value): a BERT layer takes four passes. This needs nothing but
 forward pre-hooks, so it works on any module; the model's own weights are restored afterwards
 (sparsify_ builds the sparse layers from the pruned weights returned here).
+
+Sequential SparseGPT fits each later stage to the dense model's outputs, not to its own dense
+weight on the drifted inputs (prune/dense_target.py): before the stage's pass over the partly
+pruned model, a pass over the dense one records the stage's inputs, call by call, and the
+second pass sums X_s^T X_d beside X_s^T X_s by pairing its calls with them. That holds one
+stage's calibration inputs (tokens x in_features) at a time, and needs `calibration` to run the
+same batches in the same order on every pass.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import torch
 from torch import nn
 
 from ..ops._identity_cache import version
+from . import dense_target
 from .config import SparsityConfig
+from .dense_target import TARGET_DAMP
 
 Calibration = Callable[[nn.Module], object]
 Plan = list[tuple[str, nn.Module]]
@@ -40,10 +49,22 @@ def prune_calibrated(
     the inputs `calibration(model)` runs through it (see the module docstring)."""
     pending = list(plan)
     pruned: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    dense_weights = {fqn: module._parameters["weight"] for fqn, module in plan}
+    fit_dense = sequential and config.method == "sparsegpt"
     first = True
     with _restoring_weights([module for _, module in plan]):
         while pending:
-            stats = _collect(model, pending, calibration, config.method, sequential, first)
+            dense_inputs = None
+            if fit_dense and pruned:  # (before any is pruned, the inputs are the dense ones)
+                done = [module for fqn, module in plan if fqn in pruned]
+                with _restoring_weights(done):
+                    for fqn, module in plan:
+                        if fqn in pruned:
+                            module._parameters["weight"] = dense_weights[fqn]
+                    dense_inputs = _collect(model, pending, calibration, "record", True, False)
+            stats = _collect(
+                model, pending, calibration, config.method, sequential, first, dense_inputs
+            )
             first = False
             for fqn, module in pending:
                 if fqn not in stats:
@@ -51,10 +72,13 @@ def prune_calibrated(
                 shape = module.weight.shape
                 weight = module.weight.detach().reshape(shape[0], shape[1:].numel())
                 if config.method == "sparsegpt":
-                    weight, mask = config.prune(weight, hessian=stats[fqn].to(weight.device))
+                    hessian, *cross = (part.to(weight.device) for part in stats[fqn])
+                    if cross:  # fit the dense model's outputs (see the module docstring)
+                        weight = dense_target.target(weight, hessian, cross[0], TARGET_DAMP)
+                    weight, mask = config.prune(weight, hessian=hessian)
                 else:  # (norms in float32, or float64 for a float64 weight: masks exact there)
                     dtype = torch.promote_types(weight.dtype, torch.float32)
-                    norm = stats[fqn].sqrt().to(device=weight.device, dtype=dtype)
+                    norm = stats[fqn][0].sqrt().to(device=weight.device, dtype=dtype)
                     weight, mask = config.prune(weight, input_norm=norm)
                 weight = weight.reshape(module.weight.shape)
                 pruned[fqn] = weight, mask
@@ -71,17 +95,21 @@ def _collect(
     method: str,
     sequential: bool,
     check_reach: bool,
-) -> dict[str, torch.Tensor]:
-    """One calibration pass: fqn -> statistics (see _statistic) of the layers in this pass's
-    stage (all of `pending` when not sequential). With check_reach, every pending layer must see
-    some input."""
-    stats: dict[str, torch.Tensor] = {}
+    dense_inputs: dict[str, list[torch.Tensor]] | None = None,
+) -> dict:
+    """One calibration pass: fqn -> statistics of the layers in this pass's stage (all of
+    `pending` when not sequential). With check_reach, every pending layer must see some input.
+    By method: "wanda" [the inputs' per-feature sums of squares]; "sparsegpt" [X^T X], or
+    [X^T X, X^T X_d] with X_d the `dense_inputs` recorded for the same calls; "record" the
+    list of each call's inputs as (tokens, in_features)."""
+    stats: dict = {}
+    calls: dict[str, int] = {}
     tokens: dict[str, int] = {}
     in_stage: dict[str, bool] = {}
     anchor: list[torch.Tensor] = []  # the stage's input: the first one any pending layer gets
-    # the latest input, its version and its statistic (query, key and value share one input;
-    # the version tells an input refilled in place since, which must be read again)
-    last: list = [None, None, None]
+    # the latest input, its version, the call it was and its statistic (query, key and value
+    # share one input; the version tells an input refilled in place since, read again then)
+    last: list = [None, None, None, None]
 
     def hook_for(fqn: str, module: nn.Module):
         features = module.weight.shape[1]
@@ -101,16 +129,23 @@ def _collect(
                 in_stage[fqn] = not sequential or x is anchor[0]
             if not in_stage[fqn]:
                 return
+            call = calls.get(fqn, 0)
+            calls[fqn] = call + 1
             seen = version(x)
-            if last[0] is x and seen is not None and last[1] == seen:
-                stat = last[2]
+            if last[0] is x and seen is not None and last[1] == seen and last[2] == call:
+                stat = last[3]
             else:
-                stat = _statistic(x.detach(), features, conv, method)
-                last[:] = x, seen, stat
-            if fqn in stats:
-                stats[fqn].add_(stat)
+                rows = _token_rows(x.detach(), features, conv)
+                paired = None if dense_inputs is None else _paired(dense_inputs, fqn, call, rows)
+                stat = _statistic(rows, method, paired)
+                last[:] = x, seen, call, stat
+            if method == "record":
+                stats.setdefault(fqn, []).append(stat)
+            elif fqn in stats:
+                for total, part in zip(stats[fqn], stat, strict=True):
+                    total.add_(part)
             else:
-                stats[fqn] = stat.clone()
+                stats[fqn] = [part.clone() for part in stat]
 
         return hook
 
@@ -134,18 +169,49 @@ def _collect(
             f"calibration ran no tokens through {shown}; run the model on calibration data "
             "that reaches every layer to prune (or leave them out with filter_fn)"
         )
+    if dense_inputs is not None:
+        for fqn in dict.fromkeys([*stage, *dense_inputs]):
+            if calls.get(fqn, 0) != len(dense_inputs.get(fqn, ())):
+                raise _unpaired(fqn, "a different number of calls")
     return stats
 
 
-def _statistic(x: torch.Tensor, features: int, conv: bool, method: str) -> torch.Tensor:
-    """One call's input statistic: X^T X for SparseGPT (float32, float64 for float64 inputs),
-    per-feature sums of squares in float64 for Wanda."""
-    x = x.movedim(-3, -1) if conv else x  # channels last: every pixel is a token
-    x = x.reshape(-1, features) if features else x.new_zeros((0, 0))  # (no input features)
+def _paired(dense_inputs: dict, fqn: str, call: int, rows: torch.Tensor) -> torch.Tensor:
+    """The dense model's inputs to the same call of `fqn` as `rows`."""
+    recorded = dense_inputs.get(fqn, ())
+    if call >= len(recorded):
+        raise _unpaired(fqn, "more calls")
+    if recorded[call].shape != rows.shape:
+        raise _unpaired(
+            fqn, f"{tuple(rows.shape)} inputs where it had {tuple(recorded[call].shape)}"
+        )
+    return recorded[call]
+
+
+def _unpaired(fqn: str, what: str) -> ValueError:
+    return ValueError(
+        f"calibration gave {fqn} {what} over the partly pruned model than over the dense one: "
+        "sequential SparseGPT pairs every call's inputs with the dense model's, so calibration "
+        "must run the same batches in the same order on every pass"
+    )
+
+
+def _token_rows(x: torch.Tensor, features: int, conv: bool) -> torch.Tensor:
+    """A layer's input as (tokens, features): every pixel of a convolution's is a token."""
+    x = x.movedim(-3, -1) if conv else x  # channels last
+    return x.reshape(-1, features) if features else x.new_zeros((0, 0))  # (no input features)
+
+
+def _statistic(rows: torch.Tensor, method: str, paired: torch.Tensor | None):
+    """One call's statistic (see _collect): SparseGPT's in float32 (float64 for float64
+    inputs), Wanda's sums of squares in float64; a recorded input is a copy in its dtype."""
+    if method == "record":
+        return rows.clone()
     if method == "sparsegpt":
-        x = x.to(torch.promote_types(x.dtype, torch.float32))
-        return x.t() @ x
-    return x.double().square().sum(0)
+        rows = rows.to(torch.promote_types(rows.dtype, torch.float32))
+        gram = rows.t() @ rows
+        return [gram] if paired is None else [gram, rows.t() @ paired.to(rows.dtype)]
+    return [rows.double().square().sum(0)]
 
 
 def _set_weight(module: nn.Module, weight: torch.Tensor) -> None:

@@ -78,10 +78,13 @@ def sparsify_(
     method used.
     sequential=True collects each layer's inputs after the layers before it are pruned (one
     calibration pass per stage of layers fed the same input; a BERT layer takes four), as the
-    SparseGPT paper does block by block; by default one pass over the dense model serves every
-    layer (on the demo's MiniLM, sequential SparseGPT scored the same within 0.003 cosine at
-    five to seven times the time); one pass holds every layer's X^T X (in_features^2 floats) at
-    once, a sequential stage only its own layers'. Run calibration in the mode you want the
+    SparseGPT paper does block by block, and with SparseGPT fits each later stage to the dense
+    model's outputs (dense_output_target: a pass over the dense model first records the
+    stage's inputs, so calibration must run the same batches in the same order every time);
+    on the demo's MiniLM that lifted the mean cosine 50% 0.950 -> 0.957 and 2:4 0.910 -> 0.920
+    at twice one pass's time. By default one pass over the dense model serves every layer; it
+    holds every layer's X^T X (in_features^2 floats) at once, a sequential stage only its own
+    layers' and, with SparseGPT, its calibration inputs. Run calibration in the mode you want the
     statistics from (eval() switches dropout off); padding tokens count as tokens; if
     calibration fails, nothing is swapped and the model's weights are as they were.
     Skipped, with the reason recorded in the summary: layers filter_fn rejects, N:M layers whose

@@ -17,7 +17,7 @@ parts, order = minilm.batches(tok, list(SENTENCES), 8, "cpu")
 dense_eval = minilm.embed_batches(model, parts, order)
 plan = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and encoder_only(m, n)]
 t = time.time()
-stats = _collect(model, plan, lambda m: [m(**b) for b in calib], "sparsegpt", False, True)
+stats = {f: s[0] for f, s in _collect(model, plan, lambda m: [m(**b) for b in calib], "sparsegpt", False, True).items()}  # fmt: skip
 print("collected", len(stats), round(time.time() - t, 1), "s", flush=True)
 
 

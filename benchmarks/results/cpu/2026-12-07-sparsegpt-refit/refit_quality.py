@@ -33,7 +33,7 @@ DAMP = float(os.environ.get("DAMP", "0.01"))
 OPTIONS = {"blocksize": int(os.environ.get("BLOCKSIZE", "128"))}
 if os.environ.get("PER_ROW", "1") == "0":
     OPTIONS["per_row"] = False
-grams = _collect(model, plan, lambda m: [m(**b) for b in calibration], "sparsegpt", False, True)
+grams = {f: s[0] for f, s in _collect(model, plan, lambda m: [m(**b) for b in calibration], "sparsegpt", False, True).items()}  # fmt: skip
 
 
 def relative_error(w, pruned, H):
