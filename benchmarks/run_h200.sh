@@ -516,7 +516,7 @@ for step in $steps; do
       echo "tests73 rc=$? $(tail -1 "$out/gpu_tests73.log")" ;;
     tests76)  # the layers' own replays: their GPU tests, then the layer files with them on
       timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
-        tests/test_repeat_calls.py tests/test_repeat_calls_attention.py tests/test_refit.py \
+        tests/test_repeat_calls.py tests/test_repeat_calls_attention.py tests/test_refit.py tests/test_dense_target.py \
         >"$out/gpu_tests76.log" 2>&1
       echo "tests76 rc=$? $(tail -1 "$out/gpu_tests76.log")"
       SPARSEKERNELS_LAYER_REPLAYS=1 timeout "${LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 \
