@@ -11,7 +11,8 @@ TARGET: "last" (the last hidden state, as distill_ by default) or "layers" (ever
 states, prune.distill.every_layer, each layer's error weighted alike); DECAY: "cos" (cosine to
 zero over the run) or "none"; "docs" adds 334 sentences a epoch drawn from the Python
 documentation shipped with Python (as ../2026-11-30-distill-corpus/: 750 prose sentences).
-PATTERN=50% (environment) prunes to another pattern than 2:4.
+PATTERN=50% (environment) prunes to another pattern than 2:4; SEQUENTIAL=1 prunes with
+sparsify_(..., sequential=True) (later layers fitting the dense outputs, since 2026-12-07).
 """
 
 import copy
@@ -41,7 +42,8 @@ dense_eval = minilm.embed_batches(model, parts, order)
 pruned = copy.deepcopy(model)
 PATTERN = os.environ.get("PATTERN", "2:4")  # e.g. PATTERN=50% for the unstructured target
 cfg = sk.SparsityConfig.parse(f"{PATTERN},method=sparsegpt")
-sk.sparsify_(pruned, cfg, filter_fn=encoder_only, calibration=lambda m: [m(**b) for b in calib])
+sequential = os.environ.get("SEQUENTIAL", "0") == "1"
+sk.sparsify_(pruned, cfg, filter_fn=encoder_only, calibration=lambda m: [m(**b) for b in calib], sequential=sequential)  # fmt: skip
 student = masked_dense(pruned, torch.float32)
 layers = [m for m in student.modules() if isinstance(m, MaskedLinear)]
 train = [layer.weight for layer in layers]
